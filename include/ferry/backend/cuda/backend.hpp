@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA backend: ferry::backend::cuda_backend over the CUDA runtime (link ferry::cuda).
+// Device-side publication primitives live in ferry/backend/system_atomic.hpp
+// (cuda::atomic_ref<u64, thread_scope_system>).
+#pragma once
+
+#include <ferry/backend/types.hpp>
+#include <ferry/error.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdio>
+#include <string_view>
+#include <type_traits>
+
+/// Throws ferry::cuda_error naming the call, the CUDA error and file:line (RMM_CUDA_TRY style).
+#define FERRY_CUDA_TRY(call)                                                                             \
+  do {                                                                                                   \
+    const cudaError_t ferry_status_ = (call);                                                            \
+    if (ferry_status_ != cudaSuccess) [[unlikely]] {                                                     \
+      (void)cudaGetLastError();                                                                          \
+      throw ::ferry::cuda_error("cuda", static_cast<int>(ferry_status_), cudaGetErrorName(ferry_status_), \
+                                #call, ::ferry::detail::where(__FILE__, __LINE__),                        \
+                                cudaGetErrorString(ferry_status_));                                      \
+    }                                                                                                    \
+  } while (0)
+
+/// For destructors and other noexcept paths: never throws; a failure is reported on stderr.
+#define FERRY_ASSERT_CUDA_SUCCESS(call)                                                                \
+  do {                                                                                                 \
+    const cudaError_t ferry_status_ = (call);                                                          \
+    if (ferry_status_ != cudaSuccess) {                                                                \
+      std::fprintf(stderr, "ferry: %s failed at %s:%d: %s\n", #call, __FILE__, __LINE__,               \
+                   cudaGetErrorName(ferry_status_));                                                   \
+    }                                                                                                  \
+  } while (0)
+
+namespace ferry::backend::cuda_detail {
+
+inline cudaError_t mem_advise(void* p, std::size_t bytes, mem_advice advice, int device)
+{
+  cudaMemoryAdvise a{};
+  cudaMemLocation loc{};
+  loc.type = cudaMemLocationTypeDevice;
+  loc.id = device;
+  switch (advice) {
+    case mem_advice::preferred_location_host:
+      a = cudaMemAdviseSetPreferredLocation;
+      loc = {cudaMemLocationTypeHost, 0};
+      break;
+    case mem_advice::preferred_location_device: a = cudaMemAdviseSetPreferredLocation; break;
+    case mem_advice::accessed_by_host:
+      a = cudaMemAdviseSetAccessedBy;
+      loc = {cudaMemLocationTypeHost, 0};
+      break;
+    case mem_advice::accessed_by_device: a = cudaMemAdviseSetAccessedBy; break;
+    case mem_advice::read_mostly: a = cudaMemAdviseSetReadMostly; break;
+  }
+#if CUDART_VERSION >= 12020
+  return cudaMemAdvise(p, bytes, a, loc);
+#else
+  return cudaMemAdvise(p, bytes, a, loc.type == cudaMemLocationTypeHost ? cudaCpuDeviceId : loc.id);
+#endif
+}
+
+inline bool stream_mem_ops_64(int device)
+{
+  // cudaDeviceAttr shares the driver's numbering; 122 is CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS.
+  int v = 0;
+  if (cudaDeviceGetAttribute(&v, static_cast<cudaDeviceAttr>(122), device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return v != 0;
+}
+
+}  // namespace ferry::backend::cuda_detail
+
+#define FERRY_GPU(name) cuda##name
+#define FERRY_GPU_BACKEND cuda_backend
+#define FERRY_GPU_KERNEL cuda_kernel  // defined in types.hpp
+#define FERRY_GPU_TAG cuda_tag
+#define FERRY_GPU_ERROR ::ferry::cuda_error
+#define FERRY_GPU_NAME "cuda"
+#define FERRY_GPU_TRY FERRY_CUDA_TRY
+#define FERRY_GPU_ATTR_CONCURRENT_MANAGED cudaDevAttrConcurrentManagedAccess
+#define FERRY_GPU_ATTR_HOST_NATIVE_ATOMIC cudaDevAttrHostNativeAtomicSupported
+#define FERRY_GPU_ATTR_PAGEABLE_ACCESS cudaDevAttrPageableMemoryAccess
+#define FERRY_GPU_STREAM_MEM_OPS_64(dev) ::ferry::backend::cuda_detail::stream_mem_ops_64(dev)
+#define FERRY_GPU_HOST_ALLOC cudaHostAlloc
+#define FERRY_GPU_DEVICE_PROP cudaDeviceProp
+#define FERRY_GPU_HOST_ALLOC_MAPPED cudaHostAllocMapped
+#define FERRY_GPU_HOST_FREE cudaFreeHost
+#define FERRY_GPU_MEM_ADVISE ::ferry::backend::cuda_detail::mem_advise
+#define FERRY_GPU_EVENT_RECORD_EXTERNAL(e, s) cudaEventRecordWithFlags(e, s, cudaEventRecordExternal)
+
+#include <ferry/backend/detail/gpu_backend.inl>
+
+#include <ferry/backend/detail/gpu_backend_undef.inl>

@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: Apache-2.0
+// One implementation of the GPU backend, instantiated twice: for CUDA (cuda/backend.hpp) and HIP
+// (hip/backend.hpp). The including header defines:
+//   FERRY_GPU(name)      token-pastes the runtime prefix: FERRY_GPU(Malloc) -> cudaMalloc / hipMalloc
+//   FERRY_GPU_BACKEND    the backend struct's name (cuda_backend / hip_backend)
+//   FERRY_GPU_KERNEL     the kernel handle template's name (cuda_kernel / hip_kernel)
+//   FERRY_GPU_TAG        cuda_tag / hip_tag
+//   FERRY_GPU_ERROR      cuda_error / hip_error
+//   FERRY_GPU_NAME       "cuda" / "hip"
+//   FERRY_GPU_TRY(call)  throws FERRY_GPU_ERROR naming the call and file:line
+// and the few spellings that differ (FERRY_GPU_ATTR_*, FERRY_GPU_HOST_ALLOC_MAPPED, ...).
+// No include guard: included exactly once by each of the two headers.
+
+namespace ferry::backend {
+
+struct FERRY_GPU_BACKEND {
+  using tag = FERRY_GPU_TAG;
+  using error_type = FERRY_GPU_ERROR;
+  using stream_type = FERRY_GPU(Stream_t);
+  using event_type = FERRY_GPU(Event_t);
+  using graph_type = FERRY_GPU(Graph_t);
+  using graph_exec_type = FERRY_GPU(GraphExec_t);
+  template <class... Args>
+  using kernel_type = FERRY_GPU_KERNEL<Args...>;
+
+  static constexpr std::string_view name() noexcept { return FERRY_GPU_NAME; }
+
+  // ---- device ------------------------------------------------------------------------------------
+  [[nodiscard]] int device_count() const
+  {
+    int n = 0;  // left unwritten by the runtime when no driver is present
+    const auto st = FERRY_GPU(GetDeviceCount)(&n);
+    if (st != FERRY_GPU(Success)) {
+      (void)FERRY_GPU(GetLastError)();  // clear, so a later call does not inherit it
+      return 0;
+    }
+    return n;
+  }
+  [[nodiscard]] device_id current_device() const
+  {
+    int d = 0;
+    FERRY_GPU_TRY(FERRY_GPU(GetDevice)(&d));
+    return device_id{d};
+  }
+  void set_device(device_id d) const { FERRY_GPU_TRY(FERRY_GPU(SetDevice)(d.value)); }
+
+  [[nodiscard]] device_attributes attributes(device_id d) const
+  {
+    device_attributes a;
+    a.device = d;
+    FERRY_GPU_DEVICE_PROP prop{};
+    FERRY_GPU_TRY(FERRY_GPU(GetDeviceProperties)(&prop, d.value));
+    a.name = prop.name;
+    a.sm_count = prop.multiProcessorCount;
+    a.compute_capability_major = prop.major;
+    a.compute_capability_minor = prop.minor;
+    a.total_memory = prop.totalGlobalMem;
+    int v = 0;
+    FERRY_GPU_TRY(FERRY_GPU(DeviceGetAttribute)(&v, FERRY_GPU_ATTR_CONCURRENT_MANAGED, d.value));
+    a.concurrent_managed_access = v != 0;
+    v = 0;
+    FERRY_GPU_TRY(FERRY_GPU(DeviceGetAttribute)(&v, FERRY_GPU_ATTR_HOST_NATIVE_ATOMIC, d.value));
+    a.host_native_atomic_supported = v != 0;
+    v = 0;
+    FERRY_GPU_TRY(FERRY_GPU(DeviceGetAttribute)(&v, FERRY_GPU_ATTR_PAGEABLE_ACCESS, d.value));
+    a.pageable_memory_access = v != 0;
+    a.stream_mem_ops_64 = FERRY_GPU_STREAM_MEM_OPS_64(d.value);
+    return a;
+  }
+
+  // ---- streams -----------------------------------------------------------------------------------
+  [[nodiscard]] stream_type stream_create() const
+  {
+    stream_type s{};
+    FERRY_GPU_TRY(FERRY_GPU(StreamCreateWithFlags)(&s, FERRY_GPU(StreamNonBlocking)));
+    return s;
+  }
+  void stream_destroy(stream_type s) const noexcept
+  {
+    if (s != nullptr) { (void)FERRY_GPU(StreamDestroy)(s); }
+  }
+  void stream_synchronize(stream_type s) const { FERRY_GPU_TRY(FERRY_GPU(StreamSynchronize)(s)); }
+  [[nodiscard]] bool stream_query(stream_type s) const
+  {
+    const auto st = FERRY_GPU(StreamQuery)(s);
+    if (st == FERRY_GPU(ErrorNotReady)) { return false; }
+    FERRY_GPU_TRY(st);
+    return true;
+  }
+  [[nodiscard]] bool stream_is_capturing(stream_type s) const
+  {
+    FERRY_GPU(StreamCaptureStatus) status{};
+    FERRY_GPU_TRY(FERRY_GPU(StreamIsCapturing)(s, &status));
+    return status != FERRY_GPU(StreamCaptureStatusNone);
+  }
+
+  // ---- events ------------------------------------------------------------------------------------
+  [[nodiscard]] event_type event_create(event_flags flags) const
+  {
+    event_type e{};
+    const unsigned f = (static_cast<unsigned>(flags) & static_cast<unsigned>(event_flags::disable_timing)) != 0
+                         ? FERRY_GPU(EventDisableTiming)
+                         : FERRY_GPU(EventDefault);
+    FERRY_GPU_TRY(FERRY_GPU(EventCreateWithFlags)(&e, f));
+    return e;
+  }
+  void event_destroy(event_type e) const noexcept
+  {
+    if (e != nullptr) { (void)FERRY_GPU(EventDestroy)(e); }
+  }
+  /// Plain record. Inside stream capture this is only a capture dependency (no graph node).
+  void event_record(event_type e, stream_type s) const { FERRY_GPU_TRY(FERRY_GPU(EventRecord)(e, s)); }
+  /// A record the CPU can observe also when `s` is being captured: a real event-record graph node.
+  void event_record_external(event_type e, stream_type s) const
+  {
+    if (stream_is_capturing(s)) {
+      FERRY_GPU_TRY(FERRY_GPU_EVENT_RECORD_EXTERNAL(e, s));
+    } else {
+      FERRY_GPU_TRY(FERRY_GPU(EventRecord)(e, s));
+    }
+  }
+  [[nodiscard]] bool event_query(event_type e) const
+  {
+    const auto st = FERRY_GPU(EventQuery)(e);
+    if (st == FERRY_GPU(ErrorNotReady)) { return false; }
+    FERRY_GPU_TRY(st);
+    return true;
+  }
+  void event_synchronize(event_type e) const { FERRY_GPU_TRY(FERRY_GPU(EventSynchronize)(e)); }
+  [[nodiscard]] float event_elapsed_ms(event_type start, event_type end) const
+  {
+    float ms = 0.0F;
+    FERRY_GPU_TRY(FERRY_GPU(EventElapsedTime)(&ms, start, end));
+    return ms;
+  }
+  void stream_wait_event(stream_type s, event_type e) const { FERRY_GPU_TRY(FERRY_GPU(StreamWaitEvent)(s, e, 0)); }
+
+  // ---- memory ------------------------------------------------------------------------------------
+  [[nodiscard]] void* allocate_device(std::size_t bytes) const
+  {
+    void* p = nullptr;
+    const auto st = FERRY_GPU(Malloc)(&p, bytes);
+    if (st == FERRY_GPU(ErrorMemoryAllocation)) {
+      (void)FERRY_GPU(GetLastError)();
+      throw out_of_memory(::ferry::detail::format("ferry: {} device allocation of {} bytes failed", FERRY_GPU_NAME, bytes));
+    }
+    FERRY_GPU_TRY(st);
+    return p;
+  }
+  void free_device(void* p) const noexcept
+  {
+    if (p != nullptr) { (void)FERRY_GPU(Free)(p); }
+  }
+  [[nodiscard]] void* allocate_pinned(std::size_t bytes, bool mapped) const
+  {
+    void* p = nullptr;
+    const auto st = FERRY_GPU_HOST_ALLOC(&p, bytes, mapped ? FERRY_GPU_HOST_ALLOC_MAPPED : 0u);
+    if (st == FERRY_GPU(ErrorMemoryAllocation)) {
+      (void)FERRY_GPU(GetLastError)();
+      throw out_of_memory(::ferry::detail::format("ferry: {} pinned allocation of {} bytes failed", FERRY_GPU_NAME, bytes));
+    }
+    FERRY_GPU_TRY(st);
+    return p;
+  }
+  void free_pinned(void* p) const noexcept
+  {
+    if (p != nullptr) { (void)FERRY_GPU_HOST_FREE(p); }
+  }
+  [[nodiscard]] void* mapped_device_pointer(void* pinned) const
+  {
+    void* d = nullptr;
+    FERRY_GPU_TRY(FERRY_GPU(HostGetDevicePointer)(&d, pinned, 0));
+    return d;
+  }
+  [[nodiscard]] void* allocate_managed(std::size_t bytes) const
+  {
+    void* p = nullptr;
+    const auto st = FERRY_GPU(MallocManaged)(&p, bytes, FERRY_GPU(MemAttachGlobal));
+    if (st == FERRY_GPU(ErrorMemoryAllocation)) {
+      (void)FERRY_GPU(GetLastError)();
+      throw out_of_memory(::ferry::detail::format("ferry: {} managed allocation of {} bytes failed", FERRY_GPU_NAME, bytes));
+    }
+    FERRY_GPU_TRY(st);
+    return p;
+  }
+  void free_managed(void* p) const noexcept
+  {
+    if (p != nullptr) { (void)FERRY_GPU(Free)(p); }
+  }
+  void mem_advise(void* p, std::size_t bytes, mem_advice advice, device_id d) const
+  {
+    FERRY_GPU_TRY(FERRY_GPU_MEM_ADVISE(p, bytes, advice, d.value));
+  }
+  void memcpy_async(void* dst, const void* src, std::size_t bytes, memcpy_kind kind, stream_type s) const
+  {
+    FERRY_GPU(MemcpyKind) k = FERRY_GPU(MemcpyDefault);
+    switch (kind) {
+      case memcpy_kind::host_to_device: k = FERRY_GPU(MemcpyHostToDevice); break;
+      case memcpy_kind::device_to_host: k = FERRY_GPU(MemcpyDeviceToHost); break;
+      case memcpy_kind::device_to_device: k = FERRY_GPU(MemcpyDeviceToDevice); break;
+      case memcpy_kind::host_to_host: k = FERRY_GPU(MemcpyHostToHost); break;
+      case memcpy_kind::automatic: break;
+    }
+    FERRY_GPU_TRY(FERRY_GPU(MemcpyAsync)(dst, src, bytes, k, s));
+  }
+  void memset_async(void* dst, int value, std::size_t bytes, stream_type s) const
+  {
+    FERRY_GPU_TRY(FERRY_GPU(MemsetAsync)(dst, value, bytes, s));
+  }
+
+  // ---- kernels -----------------------------------------------------------------------------------
+  template <class... Args>
+  void launch(kernel_type<Args...> k, launch_config cfg, stream_type s, std::type_identity_t<Args>... args) const
+  {
+    void* argv[sizeof...(Args) > 0 ? sizeof...(Args) : 1] = {static_cast<void*>(&args)...};
+    const ::dim3 grid{cfg.grid.x, cfg.grid.y, cfg.grid.z};
+    const ::dim3 block{cfg.block.x, cfg.block.y, cfg.block.z};
+    FERRY_GPU_TRY(FERRY_GPU(LaunchKernel)(k.fn, grid, block, argv, cfg.shared_bytes, s));
+  }
+
+  // ---- graphs ------------------------------------------------------------------------------------
+  void capture_begin(stream_type s) const
+  {
+    FERRY_GPU_TRY(FERRY_GPU(StreamBeginCapture)(s, FERRY_GPU(StreamCaptureModeThreadLocal)));
+  }
+  [[nodiscard]] graph_type capture_end(stream_type s) const
+  {
+    graph_type g{};
+    FERRY_GPU_TRY(FERRY_GPU(StreamEndCapture)(s, &g));
+    return g;
+  }
+  [[nodiscard]] graph_exec_type graph_instantiate(graph_type g) const
+  {
+    graph_exec_type x{};
+    FERRY_GPU_TRY(FERRY_GPU(GraphInstantiateWithFlags)(&x, g, 0));
+    return x;
+  }
+  void graph_launch(graph_exec_type x, stream_type s) const { FERRY_GPU_TRY(FERRY_GPU(GraphLaunch)(x, s)); }
+  void graph_destroy(graph_type g) const noexcept
+  {
+    if (g != nullptr) { (void)FERRY_GPU(GraphDestroy)(g); }
+  }
+  void graph_exec_destroy(graph_exec_type x) const noexcept
+  {
+    if (x != nullptr) { (void)FERRY_GPU(GraphExecDestroy)(x); }
+  }
+
+  /// Raise this backend's own error for a fault injected into `call` (see faulty.hpp).
+  [[noreturn]] void raise_injected(call_kind kind, std::string_view call, const char* where) const
+  {
+    const auto code = kind == call_kind::allocate ? FERRY_GPU(ErrorMemoryAllocation)
+                      : kind == call_kind::launch ? FERRY_GPU(ErrorLaunchFailure)
+                                                  : FERRY_GPU(ErrorUnknown);
+    throw error_type(FERRY_GPU_NAME, static_cast<int>(code), FERRY_GPU(GetErrorName)(code), call, where,
+                     "fault injected");
+  }
+};
+
+}  // namespace ferry::backend

@@ -1,0 +1,19 @@
+// SPDX-License-Identifier: Apache-2.0
+// Undefines the per-runtime spelling macros of gpu_backend.inl after one instantiation.
+#undef FERRY_GPU
+#undef FERRY_GPU_BACKEND
+#undef FERRY_GPU_KERNEL
+#undef FERRY_GPU_TAG
+#undef FERRY_GPU_ERROR
+#undef FERRY_GPU_NAME
+#undef FERRY_GPU_TRY
+#undef FERRY_GPU_ATTR_CONCURRENT_MANAGED
+#undef FERRY_GPU_ATTR_HOST_NATIVE_ATOMIC
+#undef FERRY_GPU_ATTR_PAGEABLE_ACCESS
+#undef FERRY_GPU_STREAM_MEM_OPS_64
+#undef FERRY_GPU_HOST_ALLOC
+#undef FERRY_GPU_HOST_ALLOC_MAPPED
+#undef FERRY_GPU_HOST_FREE
+#undef FERRY_GPU_MEM_ADVISE
+#undef FERRY_GPU_EVENT_RECORD_EXTERNAL
+#undef FERRY_GPU_DEVICE_PROP

@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: Apache-2.0
+// Probe kernels used by the backend contract tests (and by anyone checking a new backend):
+//   probe_publish: every thread writes its share of `payload` (pattern_word(seq, i)); after the block
+//                  joins, one thread store_release_system(flag, seq). A CPU thread that acquire-loads
+//                  `flag == seq` must then read the whole payload.
+//   probe_consume: one thread spins load_acquire_system(flag) until >= seq, the block joins, then every
+//                  thread copies src -> dst (the CPU wrote src, then host_store_release(flag, seq)).
+// One block each (the join is the block barrier). Defined in kernels/backend_probe.cu (CUDA, HIP) and
+// src/host_kernels.cpp (host).
+#pragma once
+
+#include <ferry/backend/types.hpp>
+
+#include <cstdint>
+
+namespace ferry::backend::probe {
+
+
+host_kernel<std::uint64_t*, std::uint64_t, std::uint64_t*, std::uint64_t> publish_kernel(host_tag);
+cuda_kernel<std::uint64_t*, std::uint64_t, std::uint64_t*, std::uint64_t> publish_kernel(cuda_tag);
+hip_kernel<std::uint64_t*, std::uint64_t, std::uint64_t*, std::uint64_t> publish_kernel(hip_tag);
+
+host_kernel<const std::uint64_t*, std::uint64_t, const std::uint64_t*, std::uint64_t*, std::uint64_t>
+consume_kernel(host_tag);
+cuda_kernel<const std::uint64_t*, std::uint64_t, const std::uint64_t*, std::uint64_t*, std::uint64_t>
+consume_kernel(cuda_tag);
+hip_kernel<const std::uint64_t*, std::uint64_t, const std::uint64_t*, std::uint64_t*, std::uint64_t>
+consume_kernel(hip_tag);
+
+}  // namespace ferry::backend::probe

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+// Streams: a move-only owner and a non-owning view that refuses a null handle.
+#pragma once
+
+#include <ferry/backend/concepts.hpp>
+#include <ferry/error.hpp>
+
+#include <utility>
+
+namespace ferry::backend {
+
+/// Non-owning, trivially copyable reference to a stream of backend B. Never null: ferry does not
+/// accept the legacy default stream (its implicit synchronization would hide ordering bugs).
+template <backend B>
+class stream_view {
+ public:
+  using handle_type = typename B::stream_type;
+
+  stream_view(B b, handle_type h) : backend_{b}, handle_{h}
+  {
+    FERRY_EXPECTS(h != handle_type{}, logic_error,
+                  "stream_view: expected a created {} stream, got the null/default stream", B::name());
+  }
+
+  [[nodiscard]] handle_type handle() const noexcept { return handle_; }
+  [[nodiscard]] const B& backend() const noexcept { return backend_; }
+  void synchronize() const { backend_.stream_synchronize(handle_); }
+  [[nodiscard]] bool ready() const { return backend_.stream_query(handle_); }
+  [[nodiscard]] bool is_capturing() const { return backend_.stream_is_capturing(handle_); }
+
+  friend bool operator==(const stream_view& a, const stream_view& b) noexcept { return a.handle_ == b.handle_; }
+
+ private:
+  B backend_;
+  handle_type handle_;
+};
+
+/// Owning stream (non-blocking with respect to the legacy default stream). Move-only; the destructor
+/// never throws and lets queued work finish, as cudaStreamDestroy does.
+template <backend B>
+class stream {
+ public:
+  explicit stream(B b = B{}) : backend_{b}, handle_{b.stream_create()} {}
+  stream(const stream&) = delete;
+  stream& operator=(const stream&) = delete;
+  stream(stream&& o) noexcept : backend_{o.backend_}, handle_{std::exchange(o.handle_, {})} {}
+  stream& operator=(stream&& o) noexcept
+  {
+    if (this != &o) {
+      reset();
+      backend_ = o.backend_;
+      handle_ = std::exchange(o.handle_, {});
+    }
+    return *this;
+  }
+  ~stream() { reset(); }
+
+  [[nodiscard]] stream_view<B> view() const { return stream_view<B>{backend_, handle_}; }
+  operator stream_view<B>() const { return view(); }  // NOLINT(google-explicit-constructor)
+  [[nodiscard]] typename B::stream_type handle() const noexcept { return handle_; }
+  void synchronize() const { backend_.stream_synchronize(handle_); }
+
+ private:
+  void reset() noexcept
+  {
+    if (handle_ != typename B::stream_type{}) { backend_.stream_destroy(std::exchange(handle_, {})); }
+  }
+  B backend_;
+  typename B::stream_type handle_{};
+};
+
+}  // namespace ferry::backend

@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+// GPU wrappers of the probe kernels (see ferry/backend/probe.hpp).
+#include "detail/backend_probe.cuh"
+#include "detail/gpu_kernel.cuh"
+
+#include <ferry/backend/probe.hpp>
+
+namespace ferry::kernels::probe {
+
+__global__ void publish(std::uint64_t* payload, std::uint64_t words, std::uint64_t* flag, std::uint64_t seq)
+{
+  publish_write(payload, words, seq, threadIdx.x, blockDim.x);
+  __syncthreads();  // the join: every payload store of the block happens-before thread 0's release
+  if (threadIdx.x == 0) { publish_release(flag, seq); }
+}
+
+__global__ void consume(const std::uint64_t* flag, std::uint64_t seq, const std::uint64_t* src, std::uint64_t* dst,
+                        std::uint64_t words)
+{
+  if (threadIdx.x == 0) { consume_acquire(flag, seq); }
+  __syncthreads();  // extends thread 0's acquire to the block
+  consume_copy(src, dst, words, threadIdx.x, blockDim.x);
+}
+
+}  // namespace ferry::kernels::probe
+
+namespace ferry::backend::probe {
+
+FERRY_KERNEL_HANDLE<std::uint64_t*, std::uint64_t, std::uint64_t*, std::uint64_t> publish_kernel(FERRY_KERNEL_TAG)
+{
+  return {reinterpret_cast<const void*>(&ferry::kernels::probe::publish), "probe_publish"};
+}
+
+FERRY_KERNEL_HANDLE<const std::uint64_t*, std::uint64_t, const std::uint64_t*, std::uint64_t*, std::uint64_t>
+consume_kernel(FERRY_KERNEL_TAG)
+{
+  return {reinterpret_cast<const void*>(&ferry::kernels::probe::consume), "probe_consume"};
+}
+
+}  // namespace ferry::backend::probe

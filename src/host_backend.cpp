@@ -1,0 +1,425 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host-emulated device: stream workers, events, memory, graphs. See include/ferry/backend/host/backend.hpp.
+#include <ferry/backend/host/backend.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <exception>
+#include <mutex>
+#include <new>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ferry::backend {
+
+namespace {
+
+constexpr std::size_t device_alignment = 256;
+constexpr unsigned char poison_byte = 0xCD;
+
+std::atomic<long long>& jitter_us()
+{
+  static std::atomic<long long> value{[] {
+    const char* env = std::getenv("FERRY_HOST_JITTER_US");
+    return env != nullptr ? std::atoll(env) : 0LL;
+  }()};
+  return value;
+}
+
+int emulated_devices()
+{
+  static const int n = [] {
+    const char* env = std::getenv("FERRY_HOST_DEVICES");
+    const int v = env != nullptr ? std::atoi(env) : 2;
+    return std::max(v, 1);
+  }();
+  return n;
+}
+
+thread_local int tls_device = 0;
+
+[[noreturn]] void host_fail_at(int code, std::string_view code_name, std::string_view call, std::string_view detail,
+                               int line)
+{
+  throw host_error("host", code, code_name, call, ferry::detail::where(__FILE__, line), detail);
+}
+#define host_fail(code, name, call, detail) host_fail_at(code, name, call, detail, __LINE__)
+
+void* aligned_alloc_poisoned(std::size_t bytes)
+{
+  const std::size_t n = std::max<std::size_t>(bytes, 1);
+  void* p = ::operator new(n, std::align_val_t{device_alignment}, std::nothrow);
+  if (p == nullptr) { throw out_of_memory(fmt::format("ferry: host backend could not allocate {} bytes", bytes)); }
+  std::memset(p, poison_byte, n);
+  return p;
+}
+
+void aligned_free(void* p) noexcept
+{
+  if (p != nullptr) { ::operator delete(p, std::align_val_t{device_alignment}); }
+}
+
+}  // namespace
+
+namespace host_detail {
+
+struct graph {
+  std::vector<node> nodes;
+};
+struct graph_exec {
+  std::vector<node> nodes;
+};
+
+struct stream {
+  std::mutex m;
+  std::condition_variable cv_work;
+  std::condition_variable cv_idle;
+  std::deque<std::function<void()>> queue;
+  bool busy{false};
+  bool stop{false};
+  graph* capturing{nullptr};
+  std::string error;  // first failure of an operation, reported at the next synchronize
+  std::thread worker;
+
+  stream() : worker([this] { run(); }) {}
+
+  void run()
+  {
+    std::minstd_rand rng{static_cast<unsigned>(std::hash<std::thread::id>{}(std::this_thread::get_id()))};
+    std::unique_lock lock{m};
+    for (;;) {
+      cv_work.wait(lock, [&] { return stop || !queue.empty(); });
+      if (queue.empty()) { return; }  // stop requested and drained
+      auto op = std::move(queue.front());
+      queue.pop_front();
+      busy = true;
+      lock.unlock();
+      if (const long long j = jitter_us().load(std::memory_order_relaxed); j > 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % static_cast<unsigned long long>(j + 1)));
+      }
+      std::string failure;
+      try {
+        op();
+      } catch (const std::exception& e) {
+        failure = e.what();
+      } catch (...) {
+        failure = "unknown exception in a stream operation";
+      }
+      lock.lock();
+      if (!failure.empty() && error.empty()) { error = std::move(failure); }
+      busy = false;
+      if (queue.empty()) { cv_idle.notify_all(); }
+    }
+  }
+};
+
+struct event_state {
+  std::mutex m;
+  std::condition_variable cv;
+  std::uint64_t recorded{0};   // generation of the latest record call
+  std::uint64_t completed{0};  // highest generation reached by its stream
+  std::chrono::steady_clock::time_point when{};
+  bool timing{true};
+};
+
+/// The handle owns a share of the state; queued record/wait operations own the rest, so destroying an
+/// event with work still queued is safe (as cudaEventDestroy is).
+struct event {
+  std::shared_ptr<event_state> st{std::make_shared<event_state>()};
+};
+
+// Every live stream, so that freeing memory can wait for queued work as cudaFree does.
+std::mutex registry_mutex;
+std::vector<stream*> registry;
+
+void register_stream(stream* s)
+{
+  std::lock_guard lock{registry_mutex};
+  registry.push_back(s);
+}
+void unregister_stream(stream* s)
+{
+  std::lock_guard lock{registry_mutex};
+  registry.erase(std::remove(registry.begin(), registry.end(), s), registry.end());
+}
+/// Implicit device synchronization of cudaFree / cudaFreeHost: wait until every stream is idle.
+void wait_all_streams() noexcept
+{
+  std::lock_guard lock{registry_mutex};
+  for (stream* s : registry) {
+    std::unique_lock sl{s->m};
+    s->cv_idle.wait(sl, [&] { return s->queue.empty() && !s->busy; });
+  }
+}
+
+void enqueue(stream* s, node n)
+{
+  std::lock_guard lock{s->m};
+  if (s->capturing != nullptr) {
+    s->capturing->nodes.push_back(std::move(n));
+    return;
+  }
+  s->queue.push_back(n());
+  s->cv_work.notify_one();
+}
+
+}  // namespace host_detail
+
+using host_detail::enqueue;
+
+void host_backend::set_jitter(std::chrono::microseconds max_delay) noexcept { jitter_us().store(max_delay.count()); }
+std::chrono::microseconds host_backend::jitter() noexcept { return std::chrono::microseconds{jitter_us().load()}; }
+
+int host_backend::device_count() const { return emulated_devices(); }
+device_id host_backend::current_device() const { return device_id{tls_device}; }
+void host_backend::set_device(device_id d) const
+{
+  if (d.value < 0 || d.value >= emulated_devices()) {
+    host_fail(101, "invalid_device", "set_device",
+              fmt::format("device {} requested, {} emulated devices", d.value, emulated_devices()));
+  }
+  tls_device = d.value;
+}
+
+device_attributes host_backend::attributes(device_id d) const
+{
+  if (d.value < 0 || d.value >= emulated_devices()) {
+    host_fail(101, "invalid_device", "attributes", fmt::format("device {} of {}", d.value, emulated_devices()));
+  }
+  device_attributes a;
+  a.device = d;
+  a.name = fmt::format("ferry host-emulated device {}", d.value);
+  a.concurrent_managed_access = true;
+  a.host_native_atomic_supported = true;
+  a.pageable_memory_access = true;
+  a.stream_mem_ops_64 = false;
+  a.sm_count = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return a;
+}
+
+host_backend::stream_type host_backend::stream_create() const
+{
+  auto* s = new host_detail::stream();
+  host_detail::register_stream(s);
+  return s;
+}
+
+void host_backend::stream_destroy(stream_type s) const noexcept
+{
+  if (s == nullptr) { return; }
+  {
+    std::lock_guard lock{s->m};
+    s->stop = true;  // the worker drains what is queued, then exits (like cudaStreamDestroy)
+    s->cv_work.notify_all();
+  }
+  s->worker.join();
+  host_detail::unregister_stream(s);
+  delete s;
+}
+
+void host_backend::stream_synchronize(stream_type s) const
+{
+  std::unique_lock lock{s->m};
+  if (s->capturing != nullptr) { host_fail(900, "stream_capture_unsupported", "stream_synchronize", "stream is capturing"); }
+  s->cv_idle.wait(lock, [&] { return s->queue.empty() && !s->busy; });
+  if (!s->error.empty()) {
+    std::string e = std::exchange(s->error, {});
+    host_fail(719, "operation_failed", "stream_synchronize", e);
+  }
+}
+
+bool host_backend::stream_query(stream_type s) const
+{
+  std::lock_guard lock{s->m};
+  return s->queue.empty() && !s->busy;
+}
+
+bool host_backend::stream_is_capturing(stream_type s) const
+{
+  std::lock_guard lock{s->m};
+  return s->capturing != nullptr;
+}
+
+host_backend::event_type host_backend::event_create(event_flags flags) const
+{
+  auto* e = new host_detail::event();
+  e->st->timing = (static_cast<unsigned>(flags) & static_cast<unsigned>(event_flags::disable_timing)) == 0;
+  return e;
+}
+
+void host_backend::event_destroy(event_type e) const noexcept { delete e; }
+
+void host_backend::event_record(event_type ev, stream_type s) const
+{
+  enqueue(s, [e = ev->st]() -> std::function<void()> {
+    std::uint64_t gen = 0;
+    {
+      std::lock_guard lock{e->m};
+      gen = ++e->recorded;
+    }
+    return [e, gen] {
+      std::lock_guard lock{e->m};
+      if (gen > e->completed) {
+        e->completed = gen;
+        e->when = std::chrono::steady_clock::now();
+      }
+      e->cv.notify_all();
+    };
+  });
+}
+
+bool host_backend::event_query(event_type ev) const
+{
+  auto* e = ev->st.get();
+  std::lock_guard lock{e->m};
+  return e->completed >= e->recorded;
+}
+
+void host_backend::event_synchronize(event_type ev) const
+{
+  auto* e = ev->st.get();
+  std::unique_lock lock{e->m};
+  const std::uint64_t target = e->recorded;
+  e->cv.wait(lock, [&] { return e->completed >= target; });
+}
+
+float host_backend::event_elapsed_ms(event_type start_ev, event_type end_ev) const
+{
+  auto* start = start_ev->st.get();
+  auto* end = end_ev->st.get();
+  std::scoped_lock lock{start->m, end->m};
+  if (!start->timing || !end->timing) {
+    host_fail(6, "invalid_resource_handle", "event_elapsed_ms", "an event was created with disable_timing");
+  }
+  if (start->completed < start->recorded || end->completed < end->recorded || start->completed == 0 ||
+      end->completed == 0) {
+    host_fail(600, "not_ready", "event_elapsed_ms", "an event has not completed");
+  }
+  return std::chrono::duration<float, std::milli>(end->when - start->when).count();
+}
+
+void host_backend::stream_wait_event(stream_type s, event_type ev) const
+{
+  enqueue(s, [e = ev->st]() -> std::function<void()> {
+    std::uint64_t target = 0;
+    {
+      std::lock_guard lock{e->m};
+      target = e->recorded;  // the most recent record at enqueue time, as in CUDA
+    }
+    return [e, target] {
+      std::unique_lock lock{e->m};
+      e->cv.wait(lock, [&] { return e->completed >= target; });
+    };
+  });
+}
+
+void* host_backend::allocate_device(std::size_t bytes) const { return aligned_alloc_poisoned(bytes); }
+// Frees wait for queued work first, like cudaFree's implicit synchronization: never free storage a
+// queued copy or kernel may still touch.
+void host_backend::free_device(void* p) const noexcept
+{
+  host_detail::wait_all_streams();
+  aligned_free(p);
+}
+void* host_backend::allocate_pinned(std::size_t bytes, bool) const { return aligned_alloc_poisoned(bytes); }
+void host_backend::free_pinned(void* p) const noexcept
+{
+  host_detail::wait_all_streams();
+  aligned_free(p);
+}
+void* host_backend::mapped_device_pointer(void* pinned) const { return pinned; }
+void* host_backend::allocate_managed(std::size_t bytes) const { return aligned_alloc_poisoned(bytes); }
+void host_backend::free_managed(void* p) const noexcept
+{
+  host_detail::wait_all_streams();
+  aligned_free(p);
+}
+
+void host_backend::mem_advise(void* p, std::size_t, mem_advice, device_id d) const
+{
+  if (p == nullptr) { host_fail(1, "invalid_value", "mem_advise", "null pointer"); }
+  if (d.value < 0 || d.value >= emulated_devices()) {
+    host_fail(101, "invalid_device", "mem_advise", fmt::format("device {}", d.value));
+  }
+}
+
+void host_backend::memcpy_async(void* dst, const void* src, std::size_t bytes, memcpy_kind, stream_type s) const
+{
+  if (bytes == 0) { return; }
+  if (dst == nullptr || src == nullptr) {
+    host_fail(1, "invalid_value", "memcpy_async", fmt::format("null pointer (dst {}, src {})", dst, src));
+  }
+  enqueue(s, [dst, src, bytes]() -> std::function<void()> {
+    return [dst, src, bytes] { std::memcpy(dst, src, bytes); };
+  });
+}
+
+void host_backend::memset_async(void* dst, int value, std::size_t bytes, stream_type s) const
+{
+  if (bytes == 0) { return; }
+  if (dst == nullptr) { host_fail(1, "invalid_value", "memset_async", "null pointer"); }
+  enqueue(s, [dst, value, bytes]() -> std::function<void()> {
+    return [dst, value, bytes] { std::memset(dst, value, bytes); };
+  });
+}
+
+void host_backend::host_func(stream_type s, std::function<void()> f) const
+{
+  enqueue(s, [f = std::move(f)]() -> std::function<void()> { return f; });
+}
+
+void host_backend::check_launch(bool has_fn, const char* name, const launch_config& cfg, stream_type s) const
+{
+  if (s == nullptr) { host_fail(400, "invalid_resource_handle", "launch", "null stream"); }
+  if (!has_fn) { host_fail(98, "invalid_device_function", "launch", fmt::format("kernel '{}' has no body", name)); }
+  const auto empty = [](const dim3& d) { return d.x == 0 || d.y == 0 || d.z == 0; };
+  if (empty(cfg.grid) || empty(cfg.block) || cfg.block.x * cfg.block.y * cfg.block.z > 1024) {
+    host_fail(9, "invalid_configuration", "launch",
+              fmt::format("kernel '{}': grid ({},{},{}) block ({},{},{})", name, cfg.grid.x, cfg.grid.y, cfg.grid.z,
+                          cfg.block.x, cfg.block.y, cfg.block.z));
+  }
+}
+
+void host_backend::capture_begin(stream_type s) const
+{
+  std::lock_guard lock{s->m};
+  if (s->capturing != nullptr) { host_fail(900, "stream_capture_unsupported", "capture_begin", "already capturing"); }
+  s->capturing = new host_detail::graph();
+}
+
+host_backend::graph_type host_backend::capture_end(stream_type s) const
+{
+  std::lock_guard lock{s->m};
+  if (s->capturing == nullptr) { host_fail(901, "stream_capture_invalidated", "capture_end", "stream is not capturing"); }
+  return std::exchange(s->capturing, nullptr);
+}
+
+host_backend::graph_exec_type host_backend::graph_instantiate(graph_type g) const
+{
+  return new host_detail::graph_exec{g->nodes};
+}
+
+void host_backend::graph_launch(graph_exec_type x, stream_type s) const
+{
+  std::lock_guard lock{s->m};
+  if (s->capturing != nullptr) { host_fail(900, "stream_capture_unsupported", "graph_launch", "stream is capturing"); }
+  for (const auto& n : x->nodes) { s->queue.push_back(n()); }
+  s->cv_work.notify_one();
+}
+
+void host_backend::graph_destroy(graph_type g) const noexcept { delete g; }
+void host_backend::graph_exec_destroy(graph_exec_type x) const noexcept { delete x; }
+
+void host_backend::raise_injected(call_kind kind, std::string_view call, const char* where) const
+{
+  throw host_error("host", 999, fmt::format("injected_{}_fault", to_string(kind)), call, where, "fault injected");
+}
+
+}  // namespace ferry::backend

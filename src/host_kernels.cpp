@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host-backend versions of ferry's kernels: the same bodies as the GPU kernels (kernels/detail),
+// with the block's threads run one after another and the block join between phases.
+#include "../kernels/detail/backend_probe.cuh"
+
+#include <ferry/backend/host/backend.hpp>
+#include <ferry/backend/probe.hpp>
+
+namespace ferry::backend::probe {
+
+namespace {
+void publish_body(const host_detail::launch_ctx& ctx, std::uint64_t* payload, std::uint64_t words,
+                  std::uint64_t* flag, std::uint64_t seq)
+{
+  for (std::uint32_t t = 0; t < ctx.block_dim.x; ++t) {
+    kernels::probe::publish_write(payload, words, seq, t, ctx.block_dim.x);
+  }
+  kernels::probe::publish_release(flag, seq);
+}
+
+void consume_body(const host_detail::launch_ctx& ctx, const std::uint64_t* flag, std::uint64_t seq,
+                  const std::uint64_t* src, std::uint64_t* dst, std::uint64_t words)
+{
+  kernels::probe::consume_acquire(flag, seq);
+  for (std::uint32_t t = 0; t < ctx.block_dim.x; ++t) {
+    kernels::probe::consume_copy(src, dst, words, t, ctx.block_dim.x);
+  }
+}
+}  // namespace
+
+host_kernel<std::uint64_t*, std::uint64_t, std::uint64_t*, std::uint64_t> publish_kernel(host_tag)
+{
+  return {&publish_body, "probe_publish"};
+}
+
+host_kernel<const std::uint64_t*, std::uint64_t, const std::uint64_t*, std::uint64_t*, std::uint64_t>
+consume_kernel(host_tag)
+{
+  return {&consume_body, "probe_consume"};
+}
+
+}  // namespace ferry::backend::probe

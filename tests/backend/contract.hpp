@@ -1,0 +1,289 @@
+// SPDX-License-Identifier: Apache-2.0
+// The backend contract, one typed suite run against every backend: host (CI), faulty<host> (CI),
+// cuda (H200, FERRY_REQUIRE_GPU=1). Each test fails if the property it names is broken.
+#pragma once
+
+#include "support/gpu.hpp"
+
+#include <ferry/backend.hpp>
+#include <ferry/backend/probe.hpp>
+#include <ferry/detail/pattern.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <regex>
+#include <thread>
+#include <vector>
+
+namespace ferry::test {
+
+namespace fb = ferry::backend;
+
+template <class B>
+class BackendContract : public ::testing::Test {
+ protected:
+  void SetUp() override { FERRY_REQUIRE_DEVICE(B{}.device_count()); }
+  B b{};
+};
+
+TYPED_TEST_SUITE_P(BackendContract);
+
+/// Random, never-zero fill.
+inline void fill_random(std::uint64_t* p, std::size_t words, std::uint64_t seed)
+{
+  std::mt19937_64 rng{seed};
+  for (std::size_t i = 0; i < words; ++i) { p[i] = rng() | 1ULL; }
+}
+
+TYPED_TEST_P(BackendContract, AttributesAreReadable)
+{
+  const auto a = this->b.attributes(this->b.current_device());
+  EXPECT_FALSE(a.name.empty());
+  EXPECT_GT(a.sm_count, 0);
+}
+
+TYPED_TEST_P(BackendContract, StreamOrderAcrossCopiesOfEveryMemoryKind)
+{
+  using B = TypeParam;
+  constexpr std::size_t words = 1 << 16;
+  constexpr std::size_t bytes = words * 8;
+  fb::stream<B> s{this->b};
+  fb::pinned_buffer<B> src{bytes, this->b};
+  fb::device_buffer<B> dev{bytes, this->b};
+  fb::managed_buffer<B> man{bytes, this->b};
+  fb::mapped_buffer<B> dst{bytes, this->b};
+  for (int round = 0; round < 8; ++round) {
+    fill_random(src.template as<std::uint64_t>(), words, 1000 + round);
+    // pinned -> device -> managed -> mapped pinned: each copy must see the previous one's result.
+    this->b.memcpy_async(dev.data(), src.data(), bytes, fb::memcpy_kind::host_to_device, s.handle());
+    this->b.memcpy_async(man.data(), dev.data(), bytes, fb::memcpy_kind::device_to_device, s.handle());
+    this->b.memcpy_async(dst.data(), man.data(), bytes, fb::memcpy_kind::automatic, s.handle());
+    s.synchronize();
+    ASSERT_EQ(0, std::memcmp(src.data(), dst.data(), bytes)) << "round " << round;
+  }
+}
+
+TYPED_TEST_P(BackendContract, EventCompletesOnlyWhenReached)
+{
+  using B = TypeParam;
+  fb::stream<B> s{this->b};
+  fb::managed_buffer<B> flag{64, this->b};
+  flag.advise(fb::mem_advice::preferred_location_host, this->b.current_device());
+  flag.advise(fb::mem_advice::accessed_by_device, this->b.current_device());
+  auto* f = flag.template as<std::uint64_t>();
+  fb::host_store_release(f, 0);
+  fb::device_buffer<B> out{64, this->b};
+  fb::event<B> done{this->b};
+  // The consume kernel blocks the stream until the CPU releases the flag.
+  this->b.launch(fb::probe::consume_kernel(typename B::tag{}), fb::launch_config{{1}, {32}, 0}, s.handle(), f,
+                 std::uint64_t{1}, f, out.template as<std::uint64_t>(), std::uint64_t{1});
+  done.record(s);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(done.query()) << "event completed before the stream reached it";
+  EXPECT_FALSE(this->b.stream_query(s.handle()));
+  fb::host_store_release(f, 1);
+  done.synchronize();
+  EXPECT_TRUE(done.query());
+  EXPECT_TRUE(this->b.stream_query(s.handle()));
+}
+
+TYPED_TEST_P(BackendContract, TimingEventsMeasureElapsedTime)
+{
+  using B = TypeParam;
+  fb::stream<B> s{this->b};
+  fb::event<B> a{this->b, fb::event_flags::timing};
+  fb::event<B> z{this->b, fb::event_flags::timing};
+  fb::device_buffer<B> d{1 << 20, this->b};
+  a.record(s);
+  this->b.memset_async(d.data(), 1, d.size(), s.handle());
+  z.record(s);
+  z.synchronize();
+  EXPECT_GE(z.elapsed_ms_since(a), 0.0F);
+}
+
+TYPED_TEST_P(BackendContract, CrossStreamWaitOrdersTheWaiter)
+{
+  using B = TypeParam;
+  constexpr std::size_t words = 4096;
+  fb::stream<B> producer{this->b};
+  fb::stream<B> consumer{this->b};
+  fb::mapped_buffer<B> flag{64, this->b};
+  fb::mapped_buffer<B> src{words * 8, this->b};
+  fb::device_buffer<B> mid{words * 8, this->b};
+  fb::pinned_buffer<B> out{words * 8, this->b};
+  auto* f = flag.template as<std::uint64_t>();
+  fb::host_store_release(f, 0);
+  std::memset(out.data(), 0, words * 8);
+  fill_random(src.template as<std::uint64_t>(), words, 7);
+  fb::event<B> produced{this->b};
+  // producer: wait for the CPU's flag, then copy src -> mid (inside the kernel), then record.
+  this->b.launch(fb::probe::consume_kernel(typename B::tag{}), fb::launch_config{{1}, {256}, 0},
+                 producer.handle(), static_cast<const std::uint64_t*>(flag.template device_as<std::uint64_t>()),
+                 std::uint64_t{1}, static_cast<const std::uint64_t*>(src.template device_as<std::uint64_t>()),
+                 mid.template as<std::uint64_t>(), std::uint64_t{words});
+  produced.record(producer);
+  // consumer: wait for the event, then copy mid -> out. Without the wait it would copy garbage.
+  produced.wait(consumer);
+  this->b.memcpy_async(out.data(), mid.data(), words * 8, fb::memcpy_kind::device_to_host, consumer.handle());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(this->b.stream_query(consumer.handle())) << "waiting stream ran ahead of the event";
+  fb::host_store_release(f, 1);
+  consumer.synchronize();
+  EXPECT_EQ(0, std::memcmp(src.data(), out.data(), words * 8));
+}
+
+TYPED_TEST_P(BackendContract, DeviceReleaseHostAcquireHandOff)
+{
+  using B = TypeParam;
+  // The device writes a payload with plain stores, joins the block, and one thread releases `flag`
+  // at system scope. The CPU spins on an acquire load and then must see every payload word.
+  constexpr std::uint64_t words = 1 << 14;
+  fb::stream<B> s{this->b};
+  fb::mapped_buffer<B> payload{words * 8, this->b};
+  fb::managed_buffer<B> flag{64, this->b};
+  flag.advise(fb::mem_advice::preferred_location_host, this->b.current_device());
+  flag.advise(fb::mem_advice::accessed_by_device, this->b.current_device());
+  auto* f = flag.template as<std::uint64_t>();
+  fb::host_store_release(f, 0);
+  const auto* host_payload = payload.template as<const std::uint64_t>();
+  std::uint64_t bad = 0;
+  for (std::uint64_t seq = 1; seq <= 64; ++seq) {
+    this->b.launch(fb::probe::publish_kernel(typename B::tag{}), fb::launch_config{{1}, {512}, 0}, s.handle(),
+                   payload.template device_as<std::uint64_t>(), words, f, seq);
+    while (fb::host_load_acquire(f) < seq) {
+    }
+    for (std::uint64_t i = 0; i < words; ++i) { bad += host_payload[i] != ferry::detail::pattern_word(seq, i); }
+    s.synchronize();  // the next launch overwrites the payload
+  }
+  EXPECT_EQ(bad, 0U);
+}
+
+TYPED_TEST_P(BackendContract, HostReleaseDeviceAcquireHandOff)
+{
+  using B = TypeParam;
+  constexpr std::uint64_t words = 1 << 12;
+  fb::stream<B> s{this->b};
+  fb::mapped_buffer<B> src{words * 8, this->b};
+  fb::mapped_buffer<B> flag{64, this->b};
+  fb::device_buffer<B> dst{words * 8, this->b};
+  fb::pinned_buffer<B> back{words * 8, this->b};
+  auto* f = flag.template as<std::uint64_t>();
+  fb::host_store_release(f, 0);
+  for (std::uint64_t seq = 1; seq <= 16; ++seq) {
+    this->b.launch(fb::probe::consume_kernel(typename B::tag{}), fb::launch_config{{1}, {256}, 0}, s.handle(),
+                   static_cast<const std::uint64_t*>(flag.template device_as<std::uint64_t>()), seq,
+                   static_cast<const std::uint64_t*>(src.template device_as<std::uint64_t>()),
+                   dst.template as<std::uint64_t>(), words);
+    auto* h = src.template as<std::uint64_t>();
+    for (std::uint64_t i = 0; i < words; ++i) { h[i] = ferry::detail::pattern_word(seq, i); }
+    fb::host_store_release(f, seq);  // publishes the words above to the spinning kernel
+    this->b.memcpy_async(back.data(), dst.data(), words * 8, fb::memcpy_kind::device_to_host, s.handle());
+    s.synchronize();
+    const auto* r = back.template as<const std::uint64_t>();
+    std::uint64_t bad = 0;
+    for (std::uint64_t i = 0; i < words; ++i) { bad += r[i] != ferry::detail::pattern_word(seq, i); }
+    ASSERT_EQ(bad, 0U) << "seq " << seq;
+  }
+}
+
+TYPED_TEST_P(BackendContract, GraphReplayRepeatsCapturedWork)
+{
+  using B = TypeParam;
+  constexpr std::uint64_t words = 1024;
+  fb::stream<B> s{this->b};
+  fb::device_buffer<B> payload{words * 8, this->b};
+  fb::managed_buffer<B> flag{64, this->b};
+  fb::pinned_buffer<B> out{words * 8, this->b};
+  fb::event<B> done{this->b};
+  auto* f = flag.template as<std::uint64_t>();
+  fb::host_store_release(f, 0);
+  auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
+    this->b.launch(fb::probe::publish_kernel(typename B::tag{}), fb::launch_config{{1}, {128}, 0}, cs.handle(),
+                   payload.template as<std::uint64_t>(), words, f, std::uint64_t{7});
+    this->b.memcpy_async(out.data(), payload.data(), words * 8, fb::memcpy_kind::device_to_host, cs.handle());
+    done.record_external(cs);
+  });
+  EXPECT_EQ(fb::host_load_acquire(f), 0U) << "capture must not execute the work";
+  for (int replay = 0; replay < 3; ++replay) {
+    std::memset(out.data(), 0, words * 8);
+    fb::host_store_release(f, 0);
+    g.launch(s.view());
+    done.synchronize();  // an external record is observable from the CPU at replay
+    EXPECT_EQ(fb::host_load_acquire(f), 7U);
+    EXPECT_EQ(out.template as<std::uint64_t>()[words - 1], ferry::detail::pattern_word(7, words - 1));
+  }
+  s.synchronize();
+}
+
+TYPED_TEST_P(BackendContract, ErrorsAreTypedAndNameTheCall)
+{
+  using B = TypeParam;
+  EXPECT_THROW((void)fb::stream_view<B>(this->b, typename B::stream_type{}), ferry::logic_error);
+  EXPECT_THROW(this->b.set_device(fb::device_id{this->b.device_count() + 5}), typename B::error_type);
+  try {
+    this->b.set_device(fb::device_id{-3});
+    FAIL() << "invalid device accepted";
+  } catch (const ferry::backend_error& e) {
+    EXPECT_FALSE(e.call().empty());
+    EXPECT_NE(std::string(e.what()).find(e.call()), std::string::npos) << e.what();
+    EXPECT_TRUE(std::regex_search(std::string{e.where()}, std::regex{R"(\.(hpp|cpp|inl|cu):[0-9]+$)"}))
+      << "no file:line: " << e.what();
+    EXPECT_NE(e.code(), 0);
+  }
+  fb::stream<B> s{this->b};
+  EXPECT_THROW(this->b.launch(fb::probe::publish_kernel(typename B::tag{}), fb::launch_config{{0}, {32}, 0},
+                              s.handle(), nullptr, std::uint64_t{0}, nullptr, std::uint64_t{0}),
+               typename B::error_type);
+  s.synchronize();  // the backend stays usable after a rejected call
+  EXPECT_THROW((void)fb::device_buffer<B>(std::size_t{1} << 62, this->b), ferry::out_of_memory);
+  EXPECT_THROW((void)fb::device_buffer<B>(0, this->b), ferry::logic_error);
+}
+
+TYPED_TEST_P(BackendContract, FaultInjectionFailsTheChosenCallWithTheBackendsError)
+{
+  using B = TypeParam;
+  fb::fault_plan plan;
+  using F = fb::faulty<B>;
+  const auto scenario = [&](F f) {
+    fb::stream<F> s{f};
+    fb::device_buffer<F> d{4096, f};
+    fb::pinned_buffer<F> h{4096, f};
+    fb::event<F> e{f};
+    f.memcpy_async(d.data(), h.data(), 4096, fb::memcpy_kind::host_to_device, s.handle());
+    f.launch(fb::probe::publish_kernel(typename B::tag{}), fb::launch_config{{1}, {32}, 0}, s.handle(),
+             d.template as<std::uint64_t>(), std::uint64_t{8}, d.template as<std::uint64_t>() + 100, std::uint64_t{1});
+    e.record(s);
+    e.synchronize();
+  };
+  scenario(F{&plan, this->b});  // count the calls
+  const std::uint64_t n = plan.calls();
+  const auto names = plan.log();
+  ASSERT_GE(n, 8U);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    for (bool sticky : {false, true}) {
+      plan.reset_count();
+      plan.fail_at(i, sticky);
+      try {
+        scenario(F{&plan, this->b});
+        ADD_FAILURE() << "call " << i << " (" << names[i] << ") was armed but nothing failed";
+      } catch (const typename B::error_type& e) {
+        EXPECT_NE(std::string(e.what()).find(names[i].substr(names[i].find(':') + 1)), std::string::npos)
+          << "error does not name the failed call " << names[i] << ": " << e.what();
+      }
+      EXPECT_EQ(plan.injected(), 1U) << "the first injected fault must stop the scenario";
+    }
+  }
+  plan.disarm();
+}
+
+REGISTER_TYPED_TEST_SUITE_P(BackendContract, AttributesAreReadable, StreamOrderAcrossCopiesOfEveryMemoryKind,
+                            EventCompletesOnlyWhenReached, TimingEventsMeasureElapsedTime,
+                            CrossStreamWaitOrdersTheWaiter, DeviceReleaseHostAcquireHandOff,
+                            HostReleaseDeviceAcquireHandOff, GraphReplayRepeatsCapturedWork,
+                            ErrorsAreTypedAndNameTheCall, FaultInjectionFailsTheChosenCallWithTheBackendsError);
+
+}  // namespace ferry::test

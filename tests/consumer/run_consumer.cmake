@@ -1,0 +1,32 @@
+# SPDX-License-Identifier: Apache-2.0
+# MODE=install: install ferry into WORK_DIR/prefix, then configure/build/run the consumer against it.
+# MODE=build:   configure/build/run the consumer against the build tree (ferry_DIR=FERRY_BINARY_DIR).
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+if(MODE STREQUAL "install")
+  execute_process(COMMAND ${CMAKE_COMMAND} --install "${FERRY_BINARY_DIR}" --prefix "${WORK_DIR}/prefix"
+                  RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "cmake --install failed: ${rc}")
+  endif()
+  set(locate "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix")
+else()
+  set(locate "-Dferry_DIR=${FERRY_BINARY_DIR}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -S "${CONSUMER_SOURCE_DIR}" -B "${WORK_DIR}/build" -G "${GENERATOR}"
+                        ${locate} -DEXPECT_CUDA=${EXPECT_CUDA} RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "consumer configure failed: ${rc}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build "${WORK_DIR}/build" RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "consumer build failed: ${rc}")
+endif()
+execute_process(COMMAND "${WORK_DIR}/build/consumer" RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "consumer run failed: ${rc}")
+endif()
+if(EXPECT_CUDA AND NOT EXISTS "${WORK_DIR}/build/consumer_cuda")
+  message(FATAL_ERROR "consumer_cuda was not built")
+endif()
+message(STATUS "consumer (${MODE} tree) built and ran")
