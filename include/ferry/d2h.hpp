@@ -1,0 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0
+// Umbrella header of the D2H side: ferry::d2h::channel<B> and its vocabulary.
+#pragma once
+
+#include <ferry/d2h/channel.hpp>
+#include <ferry/d2h/entry_view.hpp>
+#include <ferry/d2h/errors.hpp>
+#include <ferry/d2h/forward_plan.hpp>
+#include <ferry/d2h/ring_ref.hpp>
+#include <ferry/d2h/types.hpp>

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: Apache-2.0
+// Pinned host staging for completed D2H copies: a byte ring of regions (one per coalesced copy), each
+// region released when the last entry view on it is released (views may be released in any order; the
+// ring tail advances over released regions in order). Shared by the channel and every entry view, so
+// a view that outlives its channel keeps its bytes valid.
+#pragma once
+
+#include <ferry/d2h/ring_ref.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+namespace ferry::d2h::detail {
+
+class staging_pool {
+ public:
+  staging_pool(std::byte* base, std::uint64_t bytes, std::shared_ptr<void> owner)
+    : base_{base}, bytes_{bytes}, owner_{std::move(owner)}
+  {
+  }
+
+  [[nodiscard]] std::byte* base() const noexcept { return base_; }
+  [[nodiscard]] std::uint64_t bytes() const noexcept { return bytes_; }
+
+  [[nodiscard]] bool can_alloc(std::uint64_t n) const
+  {
+    std::lock_guard lock{m_};
+    return place(head_, n, bytes_).end - tail_ <= bytes_;
+  }
+  /// A contiguous region of n bytes shared by `refs` views; its virtual start (physical = start % bytes()).
+  [[nodiscard]] std::optional<std::uint64_t> alloc(std::uint64_t n, std::uint32_t refs)
+  {
+    std::lock_guard lock{m_};
+    const placement p = place(head_, n, bytes_);
+    if (p.end - tail_ > bytes_) { return std::nullopt; }
+    head_ = p.end;
+    regions_.push_back(region{p.start, p.end, refs});
+    if (refs == 0) { advance(); }
+    return p.start;
+  }
+  void release(std::uint64_t region_start) noexcept
+  {
+    std::lock_guard lock{m_};
+    for (auto& r : regions_) {
+      if (r.start == region_start && r.refs > 0) {
+        --r.refs;
+        break;
+      }
+    }
+    advance();
+  }
+  [[nodiscard]] std::uint64_t in_use() const
+  {
+    std::lock_guard lock{m_};
+    return head_ - tail_;
+  }
+
+ private:
+  struct region {
+    std::uint64_t start;
+    std::uint64_t end;
+    std::uint32_t refs;
+  };
+  void advance() noexcept
+  {
+    while (!regions_.empty() && regions_.front().refs == 0) {
+      tail_ = regions_.front().end;
+      regions_.pop_front();
+    }
+    if (regions_.empty()) { tail_ = head_; }
+  }
+
+  std::byte* base_;
+  std::uint64_t bytes_;
+  std::shared_ptr<void> owner_;  // the pinned buffer
+  mutable std::mutex m_;
+  std::deque<region> regions_;
+  std::uint64_t head_{0};
+  std::uint64_t tail_{0};
+};
+
+}  // namespace ferry::d2h::detail

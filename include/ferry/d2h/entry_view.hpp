@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: Apache-2.0
+// A completed entry as the consumer sees it: its bytes in pinned host staging, valid until the view is
+// released (destroyed, or release()). Move-only. Delivered by the channel's callback or try_pop().
+#pragma once
+
+#include <ferry/d2h/detail/staging.hpp>
+#include <ferry/d2h/errors.hpp>
+#include <ferry/d2h/types.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <utility>
+
+namespace ferry::d2h {
+
+enum class entry_status {
+  ok,
+  size_overflow,  ///< dynamic entry: GPU-resolved size > reservation; no bytes (bytes() throws)
+};
+
+class entry_view {
+ public:
+  entry_view() = default;
+  entry_view(const entry_view&) = delete;
+  entry_view& operator=(const entry_view&) = delete;
+  entry_view(entry_view&& o) noexcept { *this = std::move(o); }
+  entry_view& operator=(entry_view&& o) noexcept
+  {
+    if (this != &o) {
+      release();
+      pool_ = std::move(o.pool_);
+      region_ = o.region_;
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = o.size_;
+      reserved_ = o.reserved_;
+      hook_ = o.hook_;
+      seq_ = o.seq_;
+      status_ = o.status_;
+    }
+    return *this;
+  }
+  ~entry_view() { release(); }
+
+  [[nodiscard]] hook_id hook() const noexcept { return hook_; }
+  [[nodiscard]] entry_seq seq() const noexcept { return seq_; }
+  [[nodiscard]] std::uint64_t reserved_bytes() const noexcept { return reserved_; }
+  /// Payload bytes (for a dynamic entry: the GPU-resolved size, also when it overflowed).
+  [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
+  [[nodiscard]] entry_status status() const noexcept { return status_; }
+  [[nodiscard]] bool ok() const noexcept { return status_ == entry_status::ok; }
+  [[nodiscard]] bool valid() const noexcept { return pool_ != nullptr || status_ != entry_status::ok; }
+
+  /// The payload. Throws size_overflow_error for a rejected dynamic entry, logic_error after release().
+  [[nodiscard]] std::span<const std::byte> bytes() const
+  {
+    if (status_ == entry_status::size_overflow) { throw size_overflow_error(hook_, seq_, reserved_, size_); }
+    FERRY_EXPECTS(pool_ != nullptr || size_ == 0, ferry::logic_error,
+                  "d2h entry {} of hook {}: expected a live view, got a released one", seq_.value, hook_.value);
+    return {data_, static_cast<std::size_t>(size_)};
+  }
+
+  /// Give the staging bytes back (the destructor does it too).
+  void release() noexcept
+  {
+    if (pool_) {
+      pool_->release(region_);
+      pool_.reset();
+    }
+    data_ = nullptr;
+  }
+
+  /// Constructed by the channel's drain.
+  struct parts {
+    std::shared_ptr<detail::staging_pool> pool;
+    std::uint64_t region;
+    const std::byte* data;
+    std::uint64_t size;
+    std::uint64_t reserved;
+    hook_id hook;
+    entry_seq seq;
+    entry_status status;
+  };
+  explicit entry_view(parts p) noexcept
+    : pool_{std::move(p.pool)}, region_{p.region}, data_{p.data}, size_{p.size}, reserved_{p.reserved},
+      hook_{p.hook}, seq_{p.seq}, status_{p.status}
+  {
+  }
+
+ private:
+  std::shared_ptr<detail::staging_pool> pool_;
+  std::uint64_t region_{0};
+  const std::byte* data_{nullptr};
+  std::uint64_t size_{0};
+  std::uint64_t reserved_{0};
+  hook_id hook_{};
+  entry_seq seq_{};
+  entry_status status_{entry_status::ok};
+};
+
+}  // namespace ferry::d2h

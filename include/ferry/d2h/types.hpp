@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: Apache-2.0
+// Vocabulary of the D2H side: strong ids, the configuration, the counters.
+// Free of fmt / error headers so device code (kernels, user kernels) may include it.
+#pragma once
+
+#include <ferry/backend/types.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace ferry::d2h {
+
+/// Which hook produced an entry (a strong type: an int is not silently a hook).
+struct hook_id {
+  std::uint32_t value{0};
+  friend constexpr bool operator==(hook_id, hook_id) = default;
+};
+
+/// Position of an entry in the channel's publication order (0, 1, 2, ...). published_head counts entries,
+/// so entry `seq` is published once published_head > seq.value.
+struct entry_seq {
+  std::uint64_t value{0};
+  friend constexpr auto operator<=>(entry_seq, entry_seq) = default;
+};
+
+/// Where the CPU-polled published_head lives.
+enum class head_placement {
+  managed,        ///< managed memory, preferred location CPU, accessed by the GPU; needs concurrentManagedAccess
+  pinned_mapped,  ///< pinned host memory mapped into the device (store-release / load-acquire only)
+};
+
+/// What a producer call does when the payload ring (or the size ring, or the FIFO) has no room.
+enum class full_policy {
+  block_with_timeout,  ///< wait for the drain to reclaim space, up to config::timeout, then timeout_error
+  fail_fast,           ///< throw out_of_memory at once (the try_* calls return false instead)
+};
+
+/// Who runs the drain.
+enum class drain_mode {
+  thread,  ///< a thread owned by the channel
+  poll,    ///< the caller drives it with channel::poll() (and producer calls drive it while they wait)
+};
+
+/// Test-only fault switches: each one removes one ordering step so the test that guards it can be seen
+/// to fail. Never set them outside tests.
+enum class debug_fault {
+  none,
+  drain_without_acquire,        ///< enqueue D2H for every FIFO entry, ignoring published_head
+  reclaim_before_copy_complete, ///< reclaim ring space when the D2H is enqueued, not when it completed
+};
+
+struct config {
+  std::size_t ring_bytes{std::size_t{64} << 20};  ///< payload ring (device memory); multiple of 16
+  std::size_t staging_bytes{0};                   ///< pinned host staging; 0 = ring_bytes
+  std::uint32_t publish_every{16};                ///< K: one system-scope release per K hooks (and per forward)
+  head_placement placement{head_placement::managed};
+  full_policy on_full{full_policy::block_with_timeout};
+  std::chrono::milliseconds timeout{std::chrono::seconds(5)};  ///< block_with_timeout's limit
+  std::uint32_t size_slots{0};     ///< size ring slots (0 = no dynamic entries)
+  drain_mode drain{drain_mode::thread};
+  std::uint32_t fifo_capacity{8192};       ///< outstanding entries (reserved, not yet delivered)
+  std::uint32_t max_copies_in_flight{64};  ///< coalesced D2H copies queued on the drain stream
+  std::size_t fused_copy_max_bytes{32 << 10};  ///< entries up to this size: one-block copy with fused publish
+  std::chrono::microseconds drain_idle_sleep{20};  ///< drain thread sleep when idle
+  debug_fault debug{debug_fault::none};
+  /// Test-only: extra delay before every D2H on the drain stream (host backend only; widens races).
+  std::chrono::microseconds debug_copy_delay{0};
+};
+
+/// Monotonic counters, readable at any time from any thread (a snapshot).
+struct counters {
+  std::uint64_t entries_reserved{0};   ///< entries placed by the producer
+  std::uint64_t entries_published{0};  ///< highest published_head the drain acquired
+  std::uint64_t entries_drained{0};    ///< entries whose D2H completed (delivered to the consumer)
+  std::uint64_t bytes_drained{0};      ///< bytes copied D2H
+  std::uint64_t copies{0};             ///< coalesced D2H copies issued
+  std::uint64_t stalls{0};             ///< producer calls that found the ring / FIFO / size ring full
+  std::uint64_t high_watermark{0};     ///< most ring bytes in use at once
+  std::uint64_t size_overflows{0};     ///< dynamic entries whose actual size exceeded the reservation
+  std::uint64_t callback_errors{0};    ///< exceptions thrown by the consumer callback (caught)
+  std::uint64_t publishes{0};          ///< release operations the producer enqueued (fused or kernels)
+};
+
+}  // namespace ferry::d2h

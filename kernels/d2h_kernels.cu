@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+// GPU wrappers of the D2H kernels (bodies in detail/d2h_kernels.cuh; getters in ferry/d2h/detail/kernels.hpp).
+// Kernels that publish have "publish" in their name: tests/ptx/check_ptx.cmake asserts they contain
+// st.release.sys and no __threadfence / volatile store.
+#include "detail/d2h_kernels.cuh"
+#include "detail/gpu_kernel.cuh"
+
+#include <ferry/d2h/detail/kernels.hpp>
+
+namespace ferry::kernels::d2h {
+
+/// One block. Copy, join the block, then (if head_n > 0) thread 0 publishes. No grid join is needed:
+/// the block barrier joins every writer of this entry, and earlier entries' writers are joined by the
+/// kernel boundaries before this kernel started (stream order).
+__global__ void copy_entry_publish(copy_args a)
+{
+  copy_phase(a, threadIdx.x, blockDim.x);
+  if (threadIdx.x == 0) { commit_phase(a); }
+  if (a.head_n != 0) {
+    __syncthreads();  // the writer join: every payload store of the block happens-before thread 0's release
+    if (threadIdx.x == 0) { publish_phase(a.dst.state, a.head, a.head_n); }
+  }
+}
+
+/// Any grid; copy only. The publication that covers this entry is a later kernel on the same stream.
+__global__ void copy_entry(copy_args a)
+{
+  const std::uint64_t t = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  copy_phase(a, t, static_cast<std::uint64_t>(gridDim.x) * blockDim.x);
+  if (t == 0) { commit_phase(a); }
+}
+
+/// One thread. Stream order is the join: every kernel enqueued before it on the stream has completed,
+/// and its writes happen-before this thread's release.
+__global__ void publish_head(head_args a)
+{
+  if (threadIdx.x == 0 && blockIdx.x == 0) { publish_head_body(a); }
+}
+
+}  // namespace ferry::kernels::d2h
+
+namespace ferry::d2h::detail {
+
+FERRY_KERNEL_HANDLE<copy_args> copy_entry_publish_kernel(FERRY_KERNEL_TAG)
+{
+  return {reinterpret_cast<const void*>(&ferry::kernels::d2h::copy_entry_publish), "d2h_copy_entry_publish"};
+}
+FERRY_KERNEL_HANDLE<copy_args> copy_entry_kernel(FERRY_KERNEL_TAG)
+{
+  return {reinterpret_cast<const void*>(&ferry::kernels::d2h::copy_entry), "d2h_copy_entry"};
+}
+FERRY_KERNEL_HANDLE<head_args> publish_head_kernel(FERRY_KERNEL_TAG)
+{
+  return {reinterpret_cast<const void*>(&ferry::kernels::d2h::publish_head), "d2h_publish_head"};
+}
+
+}  // namespace ferry::d2h::detail

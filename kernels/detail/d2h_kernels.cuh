@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: Apache-2.0
+// Bodies of the D2H kernels, shared by the GPU wrappers (kernels/d2h_kernels.cu) and the host backend
+// (src/d2h_host_kernels.cpp). Written as phases; the wrappers put the block join (__syncthreads) between.
+#pragma once
+
+#include <ferry/backend/system_atomic.hpp>
+#include <ferry/d2h/detail/kernel_args.hpp>
+
+#include <cstdint>
+#include <cstring>
+
+namespace ferry::kernels::d2h {
+
+using ferry::d2h::detail::copy_args;
+using ferry::d2h::detail::head_args;
+
+/// Bytes the copy writes: the static size, or min(actual, reserved) for a dynamic entry (never beyond
+/// the reservation; an oversize actual is reported through the size slot and rejected by the drain).
+FERRY_HD inline std::uint64_t copy_length(const copy_args& a) noexcept
+{
+  if (a.dst.dynamic != 0) {
+    const std::uint64_t actual = *a.actual_size;
+    return actual < a.dst.reserved ? actual : a.dst.reserved;
+  }
+  return a.bytes;
+}
+
+/// Thread `t` of `nt` copies its share: 16-byte vector moves when both sides are 16-byte aligned, bytes
+/// otherwise (the tail, or a misaligned source).
+FERRY_HD inline void copy_bytes(std::byte* dst, const std::byte* src, std::uint64_t n, std::uint64_t t,
+                                std::uint64_t nt) noexcept
+{
+  std::uint64_t done = 0;
+  if (((reinterpret_cast<std::uintptr_t>(dst) | reinterpret_cast<std::uintptr_t>(src)) & 15U) == 0) {
+    const std::uint64_t vecs = n / 16;
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+    auto* d = reinterpret_cast<ulonglong2*>(dst);
+    const auto* s = reinterpret_cast<const ulonglong2*>(src);
+    for (std::uint64_t i = t; i < vecs; i += nt) { d[i] = s[i]; }
+#else
+    for (std::uint64_t i = t; i < vecs; i += nt) { std::memcpy(dst + i * 16, src + i * 16, 16); }
+#endif
+    done = vecs * 16;
+  }
+  for (std::uint64_t i = done + t; i < n; i += nt) { dst[i] = src[i]; }
+}
+
+/// Thread `t` of `nt` (over the whole grid) copies its share of the entry.
+FERRY_HD inline void copy_phase(const copy_args& a, std::uint64_t t, std::uint64_t nt) noexcept
+{
+  copy_bytes(a.dst.data(), a.src, copy_length(a), t, nt);
+}
+
+/// Exactly one thread of the grid: advance the cursor (and write the size slot of a dynamic entry).
+/// Reads cursor slot `parity`, writes slot `parity ^ 1`: no other thread of this kernel reads that slot.
+FERRY_HD inline void commit_phase(const copy_args& a) noexcept
+{
+  if (a.dst.dynamic != 0) {
+    a.dst.commit(*a.actual_size);
+  } else {
+    a.dst.commit();
+  }
+}
+
+/// One thread, after every payload writer of the batch is joined (block barrier or stream order):
+/// produced += n, then ONE system-scope release store of published_head. Nothing else is needed: the
+/// release orders every write that happens-before it (this block's stores via the barrier, earlier
+/// kernels' stores via the kernel boundary) before the CPU's matching acquire.
+FERRY_HD inline void publish_phase(ferry::d2h::device_state* state, std::uint64_t* head, std::uint64_t n) noexcept
+{
+  const std::uint64_t produced = state->produced + n;
+  state->produced = produced;
+  ferry::backend::store_release_system(head, produced);
+}
+
+/// The publish kernel's body (one thread).
+FERRY_HD inline void publish_head_body(const head_args& a) noexcept
+{
+  if (a.normalize != 0) { a.state->slot[0] = a.state->slot[1]; }
+  publish_phase(a.state, a.head, a.n);
+}
+
+}  // namespace ferry::kernels::d2h
