@@ -15,7 +15,11 @@
 #include <atomic>
 #include <cstdint>
 
-#if defined(__CUDACC__) || defined(__HIPCC__)
+#if defined(__HIP__) && !defined(__CUDACC__)
+#include <hip/hip_runtime.h>  // __host__/__device__ and the __hip_atomic builtins' scopes
+#endif
+
+#if defined(__CUDACC__) || defined(__HIPCC__) || defined(__HIP__)
 #define FERRY_HD __host__ __device__
 #define FERRY_DEVICE __device__
 #else

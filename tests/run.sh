@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# ferry's test command (README): installs what it needs, builds, runs every test that this machine can run.
+#   * host-labelled tests always (backend contract on the host-emulated device, D2H/H2D protocols,
+#     consumer projects against the install and build trees, the PTX memory-ordering check);
+#   * gpu-labelled tests too when an NVIDIA GPU is present (FERRY_REQUIRE_GPU=1: a skip is a failure);
+#   * the HIP compile check (gfx90a) when hipcc is installed (CI installs it).
+# Usage: bash tests/run.sh        (from anywhere; builds under <repo>/build/test-*)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$root/cmake/setup-deps.sh"
+ferry_install_deps test
+
+export PATH="/usr/local/cuda/bin:$PATH"
+cuda_flags=(-DFERRY_ENABLE_CUDA=OFF)
+if command -v nvcc > /dev/null; then
+  archs=90
+  [[ -n "${CI:-}" ]] && archs="80;90"
+  cuda_flags=(-DFERRY_ENABLE_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$archs")
+fi
+jobs=$(nproc)
+build="$root/build/test"
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cuda_flags[@]}"
+cmake --build "$build" -j"$jobs"
+
+labels="host"
+if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
+  export FERRY_REQUIRE_GPU=1
+  labels="host|gpu"
+fi
+ctest --test-dir "$build" -L "$labels" --output-on-failure -j"$jobs" --timeout 900
+
+if command -v hipcc > /dev/null && [[ "${FERRY_SKIP_HIP:-0}" != 1 ]]; then
+  echo "== HIP compile check (gfx90a) =="
+  cmake -S "$root" -B "$root/build/test-hip" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_ENABLE_CUDA=OFF \
+        -DFERRY_ENABLE_HIP=ON -DCMAKE_HIP_ARCHITECTURES=gfx90a -DFERRY_BUILD_TESTS=OFF -DFERRY_BUILD_BENCH=OFF
+  cmake --build "$root/build/test-hip" -j"$jobs"
+  echo "HIP compile check: ferry::hip built for gfx90a"
+fi
