@@ -6,5 +6,5 @@
 
 namespace ferry::test {
 using CudaBackends = ::testing::Types<fb::cuda_backend>;
-INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, D2hChannel, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(d2h_cuda, D2hChannel, CudaBackends);
 }  // namespace ferry::test

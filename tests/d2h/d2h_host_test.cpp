@@ -4,7 +4,7 @@
 
 namespace ferry::test {
 using HostBackends = ::testing::Types<fb::host_backend, fb::faulty<fb::host_backend>>;
-INSTANTIATE_TYPED_TEST_SUITE_P(Host, D2hChannel, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(d2h_host, D2hChannel, HostBackends);
 }  // namespace ferry::test
 
 #include "d2h/host_only.hpp"

@@ -40,7 +40,7 @@ const fb::host_kernel<fd::ring_ref, std::uint64_t, std::uint64_t, std::uint64_t>
 
 }  // namespace
 
-TEST(D2hHostOnly, ManagedPlacementNeedsConcurrentManagedAccess)
+TEST(d2hHostOnly, ManagedPlacementNeedsConcurrentManagedAccess)
 {
   fd::config cfg;
   cfg.ring_bytes = 1 << 16;
@@ -56,7 +56,7 @@ TEST(D2hHostOnly, ManagedPlacementNeedsConcurrentManagedAccess)
   EXPECT_TRUE(ok.close().clean());
 }
 
-TEST(D2hHostOnly, UserKernelWritesThroughRingRef)
+TEST(d2hHostOnly, UserKernelWritesThroughRingRef)
 {
   using B = fb::host_backend;
   B b{};
@@ -101,7 +101,7 @@ TEST(D2hHostOnly, UserKernelWritesThroughRingRef)
   EXPECT_EQ(chk.bad_meta, 0U);
 }
 
-TEST(D2hHostOnly, PollFromASecondThreadIsMisuse)
+TEST(d2hHostOnly, PollFromASecondThreadIsMisuse)
 {
   using B = fb::host_backend;
   fd::config cfg;
@@ -114,7 +114,7 @@ TEST(D2hHostOnly, PollFromASecondThreadIsMisuse)
   EXPECT_TRUE(ch.close().clean());
 }
 
-TEST(D2hHostOnly, PlacementRuleNeverStraddles)
+TEST(d2hHostOnly, PlacementRuleNeverStraddles)
 {
   constexpr std::uint64_t R = 1024;
   std::mt19937_64 rng{7};
