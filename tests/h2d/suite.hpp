@@ -430,7 +430,7 @@ TYPED_TEST_P(H2d, ProducerReentryIsRejectedAndSourcesStayIntact)
   EXPECT_THROW((void)p2.template source<std::int32_t>(m.ids), ferry::logic_error);
 }
 
-TYPED_TEST_P(H2d, DeliberateSecondPublicationNeedsReasonAndAcquiresSource)
+TYPED_TEST_P(H2d, SecondPublicationNeedsReasonAndStallsUntilSourceRead)
 {
   using B = TypeParam;
   this->jitter(20);
@@ -925,7 +925,7 @@ TYPED_TEST_P(H2d, AutoPicksAMeasuredBackendPerGroup)
 REGISTER_TYPED_TEST_SUITE_P(H2d, ExactValuesForEveryBackendAndUnit, UntouchedTailsAndChangingBatchSizes,
                             GraphPaddingIsPublished, DelayedSourceReuseMakesBeginWait, PipelineRotationOverThreeSlots,
                             TwoBatchOverlapResumesTheSameEpoch, ProducerReentryIsRejectedAndSourcesStayIntact,
-                            DeliberateSecondPublicationNeedsReasonAndAcquiresSource,
+                            SecondPublicationNeedsReasonAndStallsUntilSourceRead,
                             OverlappingBindingsAreRejectedNamingBoth, CoveredGroupKeepsCheckedDirectCopiesWithoutArena,
                             CoveredGroupThenCombinedGroupIsDuplicate, DirectFallbackFromEnvironmentAndStridedBindings,
                             SingleActiveMemberUsesOneDirectCopy, EveryValidationFailureLeavesStateAndMemoryUnchanged,
