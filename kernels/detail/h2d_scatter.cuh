@@ -26,10 +26,23 @@ FERRY_HD inline void copy_share(unsigned char* dst, const unsigned char* src, st
   const auto mis = (reinterpret_cast<std::uintptr_t>(dst) | reinterpret_cast<std::uintptr_t>(src));
   std::uint64_t done = 0;
   if ((mis & 15u) == 0) {
+    // Up to `unroll` independent 16-byte loads in flight per thread before the stores: the compiler cannot
+    // hoist a load above a store that may alias it, and a zero-copy load crosses PCIe (~1 us).
+    constexpr std::uint32_t unroll = 4;
     const std::uint64_t vecs = len / 16;
     auto* d = reinterpret_cast<vec16*>(dst);
     const auto* s = reinterpret_cast<const vec16*>(src);
-    for (std::uint64_t i = thread; i < vecs; i += threads) { d[i] = s[i]; }
+    for (std::uint64_t base = thread; base < vecs; base += static_cast<std::uint64_t>(threads) * unroll) {
+      vec16 r[unroll];
+      for (std::uint32_t u = 0; u < unroll; ++u) {
+        const std::uint64_t i = base + static_cast<std::uint64_t>(u) * threads;
+        if (i < vecs) { r[u] = s[i]; }
+      }
+      for (std::uint32_t u = 0; u < unroll; ++u) {
+        const std::uint64_t i = base + static_cast<std::uint64_t>(u) * threads;
+        if (i < vecs) { d[i] = r[u]; }
+      }
+    }
     done = vecs * 16;
   } else if ((mis & 7u) == 0) {
     const std::uint64_t words = len / 8;

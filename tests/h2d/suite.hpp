@@ -912,6 +912,16 @@ TYPED_TEST_P(H2d, AutoPicksAMeasuredBackendPerGroup)
                    : i.backend == fh::upload_backend::packed ? 2
                                                              : 3;
   EXPECT_EQ(i.calibration_us[static_cast<std::size_t>(idx)], best);
+  // The graph choice is the fastest replayed-graph candidate (batch is never capturable).
+  ASSERT_EQ(i.calibration_graph_us.size(), 4U);
+  EXPECT_LT(i.calibration_graph_us[1], 0.0);
+  EXPECT_NE(i.graph_backend, fh::upload_backend::batch);
+  double best_graph = 1e300;
+  for (double v : i.calibration_graph_us) {
+    if (v >= 0) { best_graph = std::min(best_graph, v); }
+  }
+  const auto gidx = i.graph_backend == fh::upload_backend::direct ? 0 : i.graph_backend == fh::upload_backend::packed ? 2 : 3;
+  EXPECT_EQ(i.calibration_graph_us[static_cast<std::size_t>(gidx)], best_graph);
   // Calibration never wrote the destinations.
   typename TestFixture::model md;
   for (auto h : {m.ids, m.positions, m.bf16, m.mask, m.table}) { md.bytes[h.value].assign(pub.capacity_bytes(h), poison); }

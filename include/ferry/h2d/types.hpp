@@ -94,19 +94,21 @@ struct config {
   ferry::backend::device_id device{};             ///< the device every publication must run on
   std::size_t tile_bytes{4096};                   ///< scatter tile (multiple of 16)
   std::uint32_t threads_per_tile{128};            ///< scatter block size
-  int calibration_iterations{15};                 ///< per candidate, for `automatic`
+  int calibration_iterations{25};                 ///< per candidate, for `automatic`
 };
 
 /// Per-group facts chosen at initialization (for logs, tests and benchmarks).
 struct group_info {
   std::string name;
   upload_backend backend{upload_backend::direct};  ///< what publish() uses for >= 2 active members
+  upload_backend graph_backend{upload_backend::direct};  ///< what capture_upload() records
   bool covered{false};             ///< fully covered by a larger packed group: checked direct copies
   bool batch_native{false};        ///< batch runs as one cudaMemcpyBatchAsync (else per-member copies)
   std::size_t arena_bytes{0};      ///< 0 when the group owns no arena
   std::uint32_t tiles{0};
   std::vector<std::string> members;
-  std::vector<double> calibration_us;  ///< direct, batch, packed, zerocopy (auto only; negative: not run)
+  std::vector<double> calibration_us;        ///< eager span: direct, batch, packed, zerocopy (auto; <0: not run)
+  std::vector<double> calibration_graph_us;  ///< replayed-graph span, same order (batch never)
 };
 
 }  // namespace ferry::h2d
