@@ -7,5 +7,5 @@
 namespace ferry::test::h2d {
 static_assert(fb::backend<fb::cuda_backend>);
 using CudaBackends = ::testing::Types<fb::cuda_backend, fb::faulty<fb::cuda_backend>>;
-INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, H2d, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(h2d_cuda, H2d, CudaBackends);
 }  // namespace ferry::test::h2d

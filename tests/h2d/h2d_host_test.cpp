@@ -3,5 +3,5 @@
 
 namespace ferry::test::h2d {
 using HostBackends = ::testing::Types<fb::host_backend, fb::faulty<fb::host_backend>>;
-INSTANTIATE_TYPED_TEST_SUITE_P(Host, H2d, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(h2d_host, H2d, HostBackends);
 }  // namespace ferry::test::h2d
