@@ -1,0 +1,613 @@
+// SPDX-License-Identifier: Apache-2.0
+// D2H publication benchmarks (Google Benchmark). Self-checking: every entry ferry delivers is verified
+// (every word in the simulated forward, sampled words in the large-payload runs); the binary exits
+// non-zero when any entry is bad.
+//
+//   1. per_hook_graph/<variant>/<bytes>: hooks captured back to back in one graph; GPU time of a replay
+//      (events), median over replays, divided by the hooks: copy only, old volatile flag, per-entry
+//      st.release.sys, ferry with K in {1, 4, 16, 64}.
+//   2. forward/<variant>/hooks:<28|341>: 28 layers of a ~60 us spin kernel, 16 KiB per hook, graph replay,
+//      drain running: no capture, copy only, old volatile, per-entry release, ferry (K = 16).
+//   3. drain/64MiB: ferry's drain bandwidth with 64 MiB entries, and the plain pinned D2H ceiling.
+//
+// Flags: --ferry_json=PATH writes the summary JSON (env FERRY_COMMIT, FERRY_DATE, FERRY_COMMAND fill
+// commit/date/command). Everything else goes to Google Benchmark.
+#include "bench_kernels.hpp"
+
+#include <ferry/backend.hpp>
+#include <ferry/d2h.hpp>
+#include <ferry/detail/pattern.hpp>
+
+#if defined(FERRY_BENCH_CUDA)
+#include <ferry/backend/cuda/backend.hpp>
+#endif
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fb = ferry::backend;
+namespace fd = ferry::d2h;
+namespace bk = ferry::bench;
+
+#if defined(FERRY_BENCH_CUDA)
+using B = fb::cuda_backend;
+constexpr bool host_mode = false;
+#else
+using B = fb::host_backend;
+constexpr bool host_mode = true;
+#endif
+
+constexpr std::uint64_t KiB = 1024, MiB = 1024 * 1024;
+
+// ---------------------------------------------------------------------------------------------------
+struct results_t {
+  std::map<std::uint64_t, std::map<std::string, double>> forward;    // hooks -> variant -> us/forward
+  std::map<std::uint64_t, std::map<std::string, double>> per_hook;   // bytes -> variant -> us/hook
+  std::optional<double> drain_gbps, memcpy_gbps;
+  std::atomic<std::uint64_t> checked{0}, bad{0};                    // ferry entries
+  std::atomic<std::uint64_t> baseline_checked{0}, baseline_bad{0};  // baseline drains (old volatile is invalid)
+  std::string device{"?"};
+};
+results_t& results()
+{
+  static results_t r;
+  return r;
+}
+
+double median(std::vector<double> v)
+{
+  if (v.empty()) { return 0; }
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// Words of an entry equal pattern_word(seq, i): all of them, or a sample (first, last, every 4096th).
+bool check_words(const std::byte* p, std::uint64_t bytes, std::uint64_t seq, bool all)
+{
+  const std::uint64_t words = bytes / 8;
+  auto ok = [&](std::uint64_t i) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i * 8, 8);
+    return w == ferry::detail::pattern_word(seq, i);
+  };
+  if (words == 0) { return true; }
+  if (all) {
+    for (std::uint64_t i = 0; i < words; ++i) {
+      if (!ok(i)) { return false; }
+    }
+    return true;
+  }
+  for (std::uint64_t i = 0; i < words; i += 4096) {
+    if (!ok(i)) { return false; }
+  }
+  return ok(words - 1);
+}
+
+void fill_device(B b, fb::stream<B>& s, void* dev, std::uint64_t bytes, std::uint64_t seq)
+{
+  fb::pinned_buffer<B> h{bytes, b};
+  auto* w = h.template as<std::uint64_t>();
+  for (std::uint64_t i = 0; i < bytes / 8; ++i) { w[i] = ferry::detail::pattern_word(seq, i); }
+  b.memcpy_async(dev, h.data(), bytes, fb::memcpy_kind::host_to_device, s.handle());
+  s.synchronize();
+}
+
+/// Launch shape shared by ferry's copy and the baselines (one block <= 32 KiB, else 256-thread blocks).
+fb::launch_config copy_shape(std::uint64_t bytes, int sms)
+{
+  if (bytes <= 32 * KiB) {
+    const auto threads = static_cast<std::uint32_t>(std::clamp<std::uint64_t>((bytes / 16 + 31) / 32 * 32, 32, 1024));
+    return {{1}, {threads}, 0};
+  }
+  const std::uint64_t per_block = 256 * 16 * 4;
+  const auto blocks = static_cast<std::uint32_t>(
+    std::clamp<std::uint64_t>((bytes + per_block - 1) / per_block, 1, static_cast<std::uint64_t>(sms) * 4));
+  return {{blocks}, {256}, 0};
+}
+
+enum class variant { no_capture, copy_only, old_volatile, per_entry_release, ferry };
+const char* name(variant v)
+{
+  switch (v) {
+    case variant::no_capture: return "no_capture";
+    case variant::copy_only: return "copy_only";
+    case variant::old_volatile: return "old_volatile";
+    case variant::per_entry_release: return "per_entry_release";
+    case variant::ferry: return "ferry";
+  }
+  return "?";
+}
+
+
+template <class Tag>
+auto baseline_kernel(variant v, Tag tag)
+{
+  if (v == variant::old_volatile) { return bk::baseline_volatile_kernel(tag); }
+  if (v == variant::per_entry_release) { return bk::baseline_sysflag_kernel(tag); }
+  return bk::bench_copy_kernel(tag);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 1. per hook in a graph
+double per_hook_us(variant v, std::uint64_t P, std::uint32_t K)
+{
+  B b{};
+  b.set_device(fb::device_id{0});
+  const int sms = b.attributes(fb::device_id{0}).sm_count;
+  fb::stream<B> s{b};
+  const std::uint64_t ring_cap = host_mode ? 64 * MiB : 1024 * MiB;
+  const std::uint64_t hooks = std::max<std::uint64_t>(1, std::min<std::uint64_t>(host_mode ? 64 : 512, ring_cap / P / 2));
+  const int replays = host_mode ? 5 : (P <= MiB ? 60 : 20);
+  fb::device_buffer<B> src{P, b};
+  fill_device(b, s, src.data(), P, 7);
+  fb::event<B> e0{b, fb::event_flags::timing}, e1{b, fb::event_flags::timing};
+  std::vector<double> ms;
+
+  if (v == variant::ferry) {
+    fd::config cfg;
+    cfg.ring_bytes = fd::align_up(hooks * P * 2, 16);
+    cfg.staging_bytes = std::min<std::uint64_t>(cfg.ring_bytes, host_mode ? 64 * MiB : 256 * MiB);
+    cfg.publish_every = K;
+    cfg.fifo_capacity = 4096;
+    cfg.timeout = std::chrono::seconds(30);
+    auto& R = results();
+    fd::channel<B> ch{cfg, b, [&R, P](fd::entry_view&& e) {
+                        R.checked.fetch_add(1);
+                        if (!e.ok() || e.size() != P || !check_words(e.bytes().data(), P, 7, false)) { R.bad.fetch_add(1); }
+                      }};
+    fd::forward_plan plan;
+    auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
+      ch.begin_forward(cs);
+      for (std::uint64_t h = 0; h < hooks; ++h) { ch.capture(fd::hook_id{static_cast<std::uint32_t>(h)}, src.data(), P, cs); }
+      plan = ch.end_forward(cs);
+    });
+    for (int r = 0; r < replays + 3; ++r) {
+      ch.plan(plan);
+      e0.record(s);
+      g.launch(s);
+      e1.record(s);
+      e1.synchronize();
+      if (r >= 3) { ms.push_back(e1.elapsed_ms_since(e0)); }
+    }
+    (void)ch.close();
+  } else {
+    const std::uint64_t slots = std::max<std::uint64_t>(1, std::min<std::uint64_t>(hooks, ring_cap / P));
+    fb::device_buffer<B> ring{slots * P, b};
+    fb::mapped_buffer<B> flag{128, b};
+    fb::device_buffer<B> aux{256, b};  // [0] forward counter (u64), [64] join counter (u32)
+    b.memset_async(aux.data(), 0, 256, s.handle());
+    s.synchronize();
+    auto* fwd = aux.template as<std::uint64_t>();
+    auto* join = reinterpret_cast<unsigned*>(static_cast<std::byte*>(aux.data()) + 64);
+    const auto shape = copy_shape(P, sms);
+    auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
+      for (std::uint64_t h = 0; h < hooks; ++h) {
+        bk::copy_args a{static_cast<std::byte*>(ring.data()) + (h % slots) * P, static_cast<const std::byte*>(src.data()), P,
+                        flag.template device_as<std::uint64_t>(), fwd, hooks, h, join};
+        b.launch(baseline_kernel(v, typename B::tag{}), shape, cs.handle(), a);
+      }
+    });
+    for (int r = 0; r < replays + 3; ++r) {
+      e0.record(s);
+      g.launch(s);
+      e1.record(s);
+      e1.synchronize();
+      if (r >= 3) { ms.push_back(e1.elapsed_ms_since(e0)); }
+    }
+  }
+  return median(ms) * 1000.0 / static_cast<double>(hooks);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 2. simulated forward
+struct baseline_drain {
+  // Per-entry D2H after the CPU sees the entry's flag (the old design's consumer), with verification.
+  B b;
+  std::uint64_t H, bytes;
+  const std::byte* ring;  // 3 frames of H entries
+  const std::uint64_t* flag;
+  fb::stream<B> s;
+  fb::pinned_buffer<B> staging;
+  std::atomic<std::uint64_t> consumed{0};
+  std::atomic<bool> stop{false};
+  std::thread t;
+  baseline_drain(B be, std::uint64_t h, std::uint64_t by, const std::byte* r, const std::uint64_t* f)
+    : b{be}, H{h}, bytes{by}, ring{r}, flag{f}, s{be}, staging{h * by, be}
+  {
+    t = std::thread([this] { run(); });
+  }
+  void run()
+  {
+    b.set_device(fb::device_id{0});
+    auto& R = results();
+    std::uint64_t next = 0;
+    while (!stop.load()) {
+      const std::uint64_t f = fb::host_load_acquire(flag);
+      if (f <= next) {
+        std::this_thread::yield();
+        continue;
+      }
+      for (std::uint64_t e = next; e < f; ++e) {
+        const std::uint64_t frame = (e / H) % 3, h = e % H;
+        b.memcpy_async(static_cast<std::byte*>(staging.data()) + h * bytes, ring + (frame * H + h) * bytes, bytes,
+                       fb::memcpy_kind::device_to_host, s.handle());
+      }
+      s.synchronize();
+      for (std::uint64_t e = next; e < f; ++e) {
+        R.baseline_checked.fetch_add(1);
+        if (!check_words(static_cast<const std::byte*>(staging.data()) + (e % H) * bytes, bytes, e, true)) {
+          R.baseline_bad.fetch_add(1);
+        }
+      }
+      next = f;
+      consumed.store(next);
+    }
+  }
+  ~baseline_drain()
+  {
+    stop.store(true);
+    t.join();
+  }
+};
+
+double forward_us(variant v, std::uint64_t H)
+{
+  B b{};
+  b.set_device(fb::device_id{0});
+  const int sms = b.attributes(fb::device_id{0}).sm_count;
+  fb::stream<B> s{b};
+  constexpr std::uint64_t layers = 28, bytes = 16 * KiB, spin_ns = 60'000;
+  const int replays = host_mode ? 5 : 200;
+  fb::device_buffer<B> act{H * bytes, b};
+  fb::device_buffer<B> ring{3 * H * bytes, b};
+  fb::device_buffer<B> aux{256, b};
+  fb::mapped_buffer<B> flag{128, b};
+  fb::host_store_release(flag.template as<std::uint64_t>(), 0);
+  b.memset_async(aux.data(), 0, 256, s.handle());
+  s.synchronize();
+  auto* fwd = aux.template as<std::uint64_t>();
+  auto* join = reinterpret_cast<unsigned*>(static_cast<std::byte*>(aux.data()) + 64);
+  const auto shape = copy_shape(bytes, sms);
+  const fb::launch_config layer_shape{{host_mode ? 1U : static_cast<std::uint32_t>(sms)}, {256}, 0};
+  auto& R = results();
+
+  std::optional<fd::channel<B>> ch;
+  if (v == variant::ferry) {
+    fd::config cfg;
+    cfg.ring_bytes = 4 * H * bytes;
+    cfg.publish_every = 16;
+    cfg.timeout = std::chrono::seconds(30);
+    ch.emplace(cfg, b, [&R](fd::entry_view&& e) {
+      R.checked.fetch_add(1);
+      if (!e.ok() || e.size() != bytes || !check_words(e.bytes().data(), bytes, e.seq().value, true)) { R.bad.fetch_add(1); }
+    });
+  }
+  fd::forward_plan plan;
+  auto capture_forward = [&](std::uint64_t frame) {
+    return fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
+      if (ch) { ch->begin_forward(cs); }
+      for (std::uint64_t l = 0; l < layers; ++l) {
+        const std::uint64_t first = l * H / layers, last = (l + 1) * H / layers;
+        bk::layer_args la{fwd, H, first, last - first, static_cast<std::byte*>(act.data()), bytes, spin_ns};
+        b.launch(bk::layer_kernel(typename B::tag{}), layer_shape, cs.handle(), la);
+        for (std::uint64_t h = first; h < last && v != variant::no_capture; ++h) {
+          const std::byte* src = static_cast<const std::byte*>(act.data()) + h * bytes;
+          if (v == variant::ferry) {
+            ch->capture(fd::hook_id{static_cast<std::uint32_t>(h)}, src, bytes, cs);
+          } else {
+            bk::copy_args a{static_cast<std::byte*>(ring.data()) + (frame * H + h) * bytes, src, bytes,
+                            flag.template device_as<std::uint64_t>(), fwd, H, h, join};
+            b.launch(baseline_kernel(v, typename B::tag{}), shape, cs.handle(), a);
+          }
+        }
+      }
+      if (ch) { plan = ch->end_forward(cs); }
+      b.launch(bk::next_forward_kernel(typename B::tag{}), fb::launch_config{{1}, {1}, 0}, cs.handle(), fwd);
+    });
+  };
+  const bool framed = v == variant::old_volatile || v == variant::per_entry_release;
+  std::vector<fb::graph_exec<B>> graphs;
+  for (std::uint64_t f = 0; f < (framed ? 3U : 1U); ++f) { graphs.push_back(capture_forward(f)); }
+  std::unique_ptr<baseline_drain> drain;
+  if (framed) {
+    drain = std::make_unique<baseline_drain>(b, H, bytes, static_cast<const std::byte*>(ring.data()),
+                                             flag.template as<std::uint64_t>());
+  }
+  fb::event<B> e0{b, fb::event_flags::timing}, e1{b, fb::event_flags::timing};
+  std::vector<double> ms;
+  const int total = replays + 3;
+  for (int r = 0; r < total; ++r) {
+    if (ch) { ch->plan(plan); }
+    if (drain) {  // the frame this replay overwrites was consumed (backpressure, as ferry's plan() gives)
+      while (static_cast<std::int64_t>(drain->consumed.load()) < (r - 2) * static_cast<std::int64_t>(H)) {
+        std::this_thread::yield();
+      }
+    }
+    e0.record(s);
+    graphs[framed ? r % 3 : 0].launch(s);
+    e1.record(s);
+    e1.synchronize();
+    if (r >= 3) { ms.push_back(e1.elapsed_ms_since(e0)); }
+  }
+  if (drain) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (drain->consumed.load() < static_cast<std::uint64_t>(total) * H && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    drain.reset();
+  }
+  if (ch) { (void)ch->close(); }
+  return median(ms) * 1000.0;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 3. drain bandwidth
+double drain_gbps()
+{
+  B b{};
+  b.set_device(fb::device_id{0});
+  fb::stream<B> s{b};
+  constexpr std::uint64_t P = 64 * MiB;
+  const std::uint64_t n = host_mode ? 6 : 48;
+  fb::device_buffer<B> src{P, b};
+  fill_device(b, s, src.data(), P, 7);
+  fd::config cfg;
+  cfg.ring_bytes = host_mode ? 128 * MiB : 1024 * MiB;
+  cfg.staging_bytes = host_mode ? 128 * MiB : 512 * MiB;
+  cfg.publish_every = 4;
+  cfg.fused_copy_max_bytes = 32 * KiB;
+  cfg.timeout = std::chrono::seconds(60);
+  auto& R = results();
+  std::atomic<std::uint64_t> done{0};
+  fd::channel<B> ch{cfg, b, [&](fd::entry_view&& e) {
+                      R.checked.fetch_add(1);
+                      if (!e.ok() || e.size() != P || !check_words(e.bytes().data(), P, 7, false)) { R.bad.fetch_add(1); }
+                      done.fetch_add(1);
+                    }};
+  const auto t0 = std::chrono::steady_clock::now();
+  ch.begin_forward(s);
+  for (std::uint64_t i = 0; i < n; ++i) { ch.capture(fd::hook_id{1}, src.data(), P, s); }
+  (void)ch.end_forward(s);
+  while (done.load() < n) { std::this_thread::sleep_for(std::chrono::microseconds(50)); }
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  (void)ch.close();
+  return static_cast<double>(n * P) / sec / 1e9;
+}
+
+double memcpy_gbps()
+{
+  B b{};
+  b.set_device(fb::device_id{0});
+  fb::stream<B> s{b};
+  constexpr std::uint64_t P = 64 * MiB;
+  const int n = host_mode ? 6 : 48;
+  fb::device_buffer<B> src{P, b};
+  fb::pinned_buffer<B> dst{P, b};
+  fb::event<B> e0{b, fb::event_flags::timing}, e1{b, fb::event_flags::timing};
+  b.memcpy_async(dst.data(), src.data(), P, fb::memcpy_kind::device_to_host, s.handle());  // warm
+  e0.record(s);
+  for (int i = 0; i < n; ++i) { b.memcpy_async(dst.data(), src.data(), P, fb::memcpy_kind::device_to_host, s.handle()); }
+  e1.record(s);
+  e1.synchronize();
+  return static_cast<double>(n * P) / (e1.elapsed_ms_since(e0) / 1e3) / 1e9;
+}
+
+// ---------------------------------------------------------------------------------------------------
+void register_all()
+{
+  const std::vector<std::uint64_t> sizes = host_mode ? std::vector<std::uint64_t>{4 * KiB, 16 * KiB, 64 * KiB, MiB}
+                                                     : std::vector<std::uint64_t>{4 * KiB, 16 * KiB, 64 * KiB, MiB,
+                                                                                  16 * MiB, 64 * MiB};
+  for (auto P : sizes) {
+    for (variant v : {variant::copy_only, variant::old_volatile, variant::per_entry_release}) {
+      benchmark::RegisterBenchmark(("per_hook_graph/" + std::string{name(v)} + "/" + std::to_string(P)).c_str(),
+                                   [v, P](benchmark::State& st) {
+                                     for (auto _ : st) {
+                                       const double us = per_hook_us(v, P, 0);
+                                       st.SetIterationTime(us / 1e6);
+                                       st.counters["us_per_hook"] = us;
+                                       results().per_hook[P][name(v)] = us;
+                                     }
+                                   })
+        ->Iterations(1)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+    }
+    for (std::uint32_t K : {1U, 4U, 16U, 64U}) {
+      benchmark::RegisterBenchmark(("per_hook_graph/ferry_k" + std::to_string(K) + "/" + std::to_string(P)).c_str(),
+                                   [K, P](benchmark::State& st) {
+                                     for (auto _ : st) {
+                                       const double us = per_hook_us(variant::ferry, P, K);
+                                       st.SetIterationTime(us / 1e6);
+                                       st.counters["us_per_hook"] = us;
+                                       results().per_hook[P]["ferry_k" + std::to_string(K)] = us;
+                                     }
+                                   })
+        ->Iterations(1)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  for (std::uint64_t H : {28ULL, 341ULL}) {
+    for (variant v : {variant::no_capture, variant::copy_only, variant::old_volatile, variant::per_entry_release,
+                      variant::ferry}) {
+      benchmark::RegisterBenchmark(("forward/" + std::string{name(v)} + "/hooks:" + std::to_string(H)).c_str(),
+                                   [v, H](benchmark::State& st) {
+                                     for (auto _ : st) {
+                                       const double us = forward_us(v, H);
+                                       st.SetIterationTime(us / 1e6);
+                                       st.counters["us_per_forward"] = us;
+                                       results().forward[H][name(v)] = us;
+                                     }
+                                   })
+        ->Iterations(1)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  benchmark::RegisterBenchmark("drain/ferry_64MiB", [](benchmark::State& st) {
+    for (auto _ : st) {
+      const double g = drain_gbps();
+      st.SetIterationTime(1.0 / g);
+      st.counters["GBps"] = g;
+      results().drain_gbps = g;
+    }
+  })->Iterations(1)->UseManualTime();
+  benchmark::RegisterBenchmark("drain/memcpy_ceiling_64MiB", [](benchmark::State& st) {
+    for (auto _ : st) {
+      const double g = memcpy_gbps();
+      st.SetIterationTime(1.0 / g);
+      st.counters["GBps"] = g;
+      results().memcpy_gbps = g;
+    }
+  })->Iterations(1)->UseManualTime();
+}
+
+std::string json_num(const std::optional<double>& v)
+{
+  if (!v) { return "null"; }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.4f", *v);
+  return buf;
+}
+std::optional<double> lookup(const std::map<std::string, double>& m, const std::string& k)
+{
+  const auto it = m.find(k);
+  return it == m.end() ? std::nullopt : std::optional<double>{it->second};
+}
+std::string json_escape(const std::string& s)
+{
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') { o += '\\'; }
+    o += c;
+  }
+  return o;
+}
+std::string env_or(const char* k, const char* d)
+{
+  const char* v = std::getenv(k);
+  return v != nullptr ? v : d;
+}
+
+void write_json(const std::string& path)
+{
+  auto& R = results();
+  std::string j = "{\n";
+  j += "  \"device\": \"" + json_escape(R.device) + "\",\n";
+  j += "  \"commit\": \"" + json_escape(env_or("FERRY_COMMIT", "unknown")) + "\",\n";
+  j += "  \"date\": \"" + json_escape(env_or("FERRY_DATE", "unknown")) + "\",\n";
+  j += "  \"command\": \"" + json_escape(env_or("FERRY_COMMAND", "ferry_bench_d2h")) + "\",\n";
+  j += "  \"backend\": \"" + std::string{B::name()} + "\",\n";
+  j += "  \"forward\": {";
+  bool first = true;
+  for (std::uint64_t H : {28ULL, 341ULL}) {
+    const auto& m = R.forward[H];
+    j += std::string(first ? "" : ",") + "\n    \"hooks" + std::to_string(H) + "\": {";
+    first = false;
+    bool f2 = true;
+    for (const char* k : {"no_capture", "copy_only", "old_volatile", "per_entry_release", "ferry"}) {
+      j += std::string(f2 ? "" : ", ") + "\"" + k + "_us\": " + json_num(lookup(m, k));
+      f2 = false;
+    }
+    const auto base = lookup(m, "no_capture");
+    for (const char* k : {"copy_only", "old_volatile", "per_entry_release", "ferry"}) {
+      const auto x = lookup(m, k);
+      j += std::string(", \"") + k + "_overhead_pct\": " +
+           json_num(base && x && *base > 0 ? std::optional<double>{(*x / *base - 1.0) * 100.0} : std::nullopt);
+    }
+    const auto copy = lookup(m, "copy_only"), fer = lookup(m, "ferry");
+    j += ", \"ferry_publication_over_copy_pct\": " +
+         json_num(copy && fer && *base > 0 ? std::optional<double>{(*fer - *copy) / *base * 100.0} : std::nullopt);
+    j += "}";
+  }
+  j += "\n  },\n  \"per_hook_graph_us\": {";
+  first = true;
+  for (std::uint64_t P : {4 * KiB, 16 * KiB, 64 * KiB, MiB, 16 * MiB, 64 * MiB}) {
+    const auto& m = R.per_hook[P];
+    j += std::string(first ? "" : ",") + "\n    \"" + std::to_string(P) + "\": {";
+    first = false;
+    bool f2 = true;
+    for (const char* k : {"copy_only", "old_volatile", "per_entry_release", "ferry_k1", "ferry_k4", "ferry_k16", "ferry_k64"}) {
+      j += std::string(f2 ? "" : ", ") + "\"" + k + "\": " + json_num(lookup(m, k));
+      f2 = false;
+    }
+    j += "}";
+  }
+  j += "\n  },\n";
+  j += "  \"drain_gbps_64MiB\": " + json_num(R.drain_gbps) + ",\n";
+  j += "  \"memcpy_d2h_gbps_64MiB\": " + json_num(R.memcpy_gbps) + ",\n";
+  j += "  \"entries_checked\": " + std::to_string(R.checked.load()) + ",\n";
+  j += "  \"entries_bad\": " + std::to_string(R.bad.load()) + ",\n";
+  j += "  \"baseline_entries_checked\": " + std::to_string(R.baseline_checked.load()) + ",\n";
+  j += "  \"baseline_entries_bad\": " + std::to_string(R.baseline_bad.load()) + "\n}\n";
+  if (FILE* f = std::fopen(path.c_str(), "w")) {
+    std::fputs(j.c_str(), f);
+    std::fclose(f);
+  } else {
+    std::fprintf(stderr, "ferry_bench_d2h: cannot write %s\n", path.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+  std::string json_path;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--ferry_json=", 0) == 0) {
+      json_path = a.substr(std::strlen("--ferry_json="));
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  int n = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  benchmark::Initialize(&n, args.data());
+  if (benchmark::ReportUnrecognizedArguments(n, args.data())) { return 2; }
+  {
+    B b{};
+    if (b.device_count() <= 0) {
+      std::fprintf(stderr, "ferry_bench_d2h: no %s device\n", std::string{B::name()}.c_str());
+      return 3;
+    }
+    results().device = b.attributes(fb::device_id{0}).name;
+  }
+  register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  auto& R = results();
+  std::printf("ferry_bench_d2h: entries checked %llu, bad %llu (baseline drains: checked %llu, bad %llu)\n",
+              static_cast<unsigned long long>(R.checked.load()), static_cast<unsigned long long>(R.bad.load()),
+              static_cast<unsigned long long>(R.baseline_checked.load()),
+              static_cast<unsigned long long>(R.baseline_bad.load()));
+  for (std::uint64_t H : {28ULL, 341ULL}) {
+    const auto& m = R.forward[H];
+    const auto base = lookup(m, "no_capture");
+    if (!base) { continue; }
+    for (const char* k : {"copy_only", "old_volatile", "per_entry_release", "ferry"}) {
+      if (const auto x = lookup(m, k)) {
+        std::printf("forward hooks=%llu %-18s %9.1f us  %+6.2f%% vs no capture\n", static_cast<unsigned long long>(H), k,
+                    *x, (*x / *base - 1) * 100);
+      }
+    }
+  }
+  if (!json_path.empty()) { write_json(json_path); }
+  return R.bad.load() > 0 ? 1 : 0;
+}

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+// CUDA versions of the benchmark-only kernels (see bench_kernels.hpp).
+#include "bench_kernels.hpp"
+#include "detail/d2h_kernels.cuh"  // copy_bytes: the same vectorized copy ferry uses
+
+#include <ferry/backend/system_atomic.hpp>
+#include <ferry/detail/pattern.hpp>
+
+namespace ferry::bench::gpu {
+
+__device__ inline void copy_grid(const copy_args& a)
+{
+  const std::uint64_t t = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  ferry::kernels::d2h::copy_bytes(a.dst, a.src, a.bytes, t, static_cast<std::uint64_t>(gridDim.x) * blockDim.x);
+}
+
+/// Block join, then (multi-block) a grid join through __threadfence + atomicAdd: true in the last block's thread 0.
+__device__ inline bool join_all(const copy_args& a)
+{
+  __syncthreads();
+  if (threadIdx.x != 0) { return false; }
+  if (gridDim.x == 1) { return true; }
+  __threadfence();
+  const unsigned t = atomicAdd(a.join, 1U);
+  if (t != gridDim.x - 1) { return false; }
+  *a.join = 0;
+  __threadfence();
+  return true;
+}
+
+__global__ void bench_copy(copy_args a) { copy_grid(a); }
+
+__global__ void baseline_volatile_flag(copy_args a)
+{
+  copy_grid(a);
+  if (join_all(a)) {
+    __threadfence();  // device scope only: NOT a release toward the CPU
+    *reinterpret_cast<volatile std::uint64_t*>(a.flag) = *a.fwd * a.hooks_per_fwd + a.hook + 1;
+  }
+}
+
+__global__ void baseline_sysflag(copy_args a)
+{
+  copy_grid(a);
+  if (join_all(a)) { ferry::backend::store_release_system(a.flag, *a.fwd * a.hooks_per_fwd + a.hook + 1); }
+}
+
+__device__ inline std::uint64_t globaltimer()
+{
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void layer(layer_args a)
+{
+  const std::uint64_t start = globaltimer();
+  const std::uint64_t f = *a.fwd;
+  const std::uint64_t t = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::uint64_t nt = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  const std::uint64_t words = a.bytes / 8;
+  for (std::uint64_t k = 0; k < a.n_hooks; ++k) {
+    const std::uint64_t h = a.first_hook + k;
+    const std::uint64_t seq = f * a.hooks_per_fwd + h;
+    auto* dst = reinterpret_cast<std::uint64_t*>(a.act + h * a.bytes);
+    for (std::uint64_t i = t; i < words; i += nt) { dst[i] = ferry::detail::pattern_word(seq, i); }
+  }
+  if (t == 0) {
+    while (globaltimer() - start < a.spin_ns) {
+    }
+  }
+}
+
+__global__ void next_forward(std::uint64_t* fwd)
+{
+  if (threadIdx.x == 0 && blockIdx.x == 0) { *fwd += 1; }
+}
+
+}  // namespace ferry::bench::gpu
+
+namespace ferry::bench {
+
+cuda_kernel<copy_args> bench_copy_kernel(ferry::backend::cuda_tag)
+{
+  return {reinterpret_cast<const void*>(&gpu::bench_copy), "bench_copy"};
+}
+cuda_kernel<copy_args> baseline_volatile_kernel(ferry::backend::cuda_tag)
+{
+  return {reinterpret_cast<const void*>(&gpu::baseline_volatile_flag), "baseline_volatile_flag"};
+}
+cuda_kernel<copy_args> baseline_sysflag_kernel(ferry::backend::cuda_tag)
+{
+  return {reinterpret_cast<const void*>(&gpu::baseline_sysflag), "baseline_sysflag"};
+}
+cuda_kernel<layer_args> layer_kernel(ferry::backend::cuda_tag)
+{
+  return {reinterpret_cast<const void*>(&gpu::layer), "bench_layer"};
+}
+cuda_kernel<std::uint64_t*> next_forward_kernel(ferry::backend::cuda_tag)
+{
+  return {reinterpret_cast<const void*>(&gpu::next_forward), "bench_next_forward"};
+}
+
+}  // namespace ferry::bench

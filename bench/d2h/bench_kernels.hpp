@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: Apache-2.0
+// Benchmark-only kernels (not part of ferry). The baselines reproduce the designs ferry replaces:
+//   bench_copy              copy only (no publication)
+//   baseline_volatile_flag  copy + block join (+ grid join via __threadfence/atomicAdd when multi-block)
+//                           + __threadfence() + volatile flag store: the OLD, INVALID publication
+//   baseline_sysflag        same join, then one st.release.sys per entry (valid, expensive)
+// Their names deliberately avoid "publish"/"release" (the PTX check applies to ferry's own kernels).
+#pragma once
+
+#include <ferry/backend/types.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ferry::bench {
+
+struct copy_args {
+  std::byte* dst{nullptr};
+  const std::byte* src{nullptr};
+  std::uint64_t bytes{0};
+  std::uint64_t* flag{nullptr};         ///< device address of the per-entry flag (baselines)
+  const std::uint64_t* fwd{nullptr};    ///< forward counter: flag value = *fwd * hooks_per_fwd + hook + 1
+  std::uint64_t hooks_per_fwd{0};
+  std::uint64_t hook{0};
+  unsigned* join{nullptr};              ///< grid-join counter (multi-block baselines)
+};
+
+struct layer_args {
+  const std::uint64_t* fwd{nullptr};  ///< forward index (device), seq = fwd * hooks_per_fwd + first_hook + k
+  std::uint64_t hooks_per_fwd{0};
+  std::uint64_t first_hook{0};
+  std::uint64_t n_hooks{0};
+  std::byte* act{nullptr};  ///< hook h's source at act + h * bytes
+  std::uint64_t bytes{0};
+  std::uint64_t spin_ns{0};
+};
+
+using ferry::backend::cuda_kernel;
+using ferry::backend::host_kernel;
+
+host_kernel<copy_args> bench_copy_kernel(ferry::backend::host_tag);
+host_kernel<copy_args> baseline_volatile_kernel(ferry::backend::host_tag);
+host_kernel<copy_args> baseline_sysflag_kernel(ferry::backend::host_tag);
+host_kernel<layer_args> layer_kernel(ferry::backend::host_tag);
+host_kernel<std::uint64_t*> next_forward_kernel(ferry::backend::host_tag);
+
+cuda_kernel<copy_args> bench_copy_kernel(ferry::backend::cuda_tag);
+cuda_kernel<copy_args> baseline_volatile_kernel(ferry::backend::cuda_tag);
+cuda_kernel<copy_args> baseline_sysflag_kernel(ferry::backend::cuda_tag);
+cuda_kernel<layer_args> layer_kernel(ferry::backend::cuda_tag);
+cuda_kernel<std::uint64_t*> next_forward_kernel(ferry::backend::cuda_tag);
+
+}  // namespace ferry::bench
