@@ -652,13 +652,14 @@ class publisher {
 
   /// Runs backend work; a backend failure invalidates the owner (storage is retained) and propagates.
   template <class F>
-  void guarded(std::string_view what, F&& f)
+  void guarded(std::string_view what, F&& f, std::string_view group = {})
   {
     try {
       f();
     } catch (const ferry::backend_error& e) {
       invalid_ = true;
-      invalid_reason_ = ferry::detail::format("{}: {}", what, e.what());
+      invalid_reason_ = group.empty() ? ferry::detail::format("{}: {}", what, e.what())
+                                      : ferry::detail::format("{} '{}': {}", what, group, e.what());
       active_ = -1;
       throw;
     }
@@ -801,7 +802,7 @@ class publisher {
       s.published_epoch[m] = s.epoch;
       s.published_by[m] = gh.value;
     }
-    guarded(ferry::detail::format("publish '{}'", g.name), [&] {
+    guarded("publish", [&] {
       // Members outside any arena (or the whole group, for direct / covered groups): one copy each.
       if (g.arena_bytes == 0) {
         for (auto m : g.members) { copy_direct(m, s, s.counts[m] * bufs_[m].unit_bytes, stream); }
@@ -833,7 +834,7 @@ class publisher {
       write_header(g, s);
       const std::size_t dma = bufs_[last].arena_offset + s.counts[last] * bufs_[last].unit_bytes;
       enqueue_scatter(g, s, g.backend, dma, stream);
-    });
+    }, g.name);
   }
 
   // ---- initialization steps ------------------------------------------------------------------------
