@@ -143,7 +143,8 @@ auto baseline_kernel(variant v, Tag tag)
 
 // ---------------------------------------------------------------------------------------------------
 // 1. per hook in a graph
-double per_hook_us(variant v, std::uint64_t P, std::uint32_t K)
+double per_hook_us(variant v, std::uint64_t P, std::uint32_t K,
+                   fd::head_placement placement = fd::head_placement::managed)
 {
   B b{};
   b.set_device(fb::device_id{0});
@@ -162,6 +163,7 @@ double per_hook_us(variant v, std::uint64_t P, std::uint32_t K)
     cfg.ring_bytes = fd::align_up(hooks * P * 2, 16);
     cfg.staging_bytes = std::min<std::uint64_t>(cfg.ring_bytes, host_mode ? 64 * MiB : 256 * MiB);
     cfg.publish_every = K;
+    cfg.placement = placement;
     cfg.fifo_capacity = 4096;
     cfg.timeout = std::chrono::seconds(30);
     auto& R = results();
@@ -264,7 +266,7 @@ struct baseline_drain {
   }
 };
 
-double forward_us(variant v, std::uint64_t H)
+double forward_us(variant v, std::uint64_t H, fd::head_placement placement = fd::head_placement::managed)
 {
   B b{};
   b.set_device(fb::device_id{0});
@@ -290,6 +292,7 @@ double forward_us(variant v, std::uint64_t H)
     fd::config cfg;
     cfg.ring_bytes = 4 * H * bytes;
     cfg.publish_every = 16;
+    cfg.placement = placement;
     cfg.timeout = std::chrono::seconds(30);
     ch.emplace(cfg, b, [&R](fd::entry_view&& e) {
       R.checked.fetch_add(1);
@@ -442,6 +445,30 @@ void register_all()
         ->Unit(benchmark::kMicrosecond);
     }
   }
+  for (auto P : sizes) {
+    benchmark::RegisterBenchmark(("per_hook_graph/ferry_k16_pinned/" + std::to_string(P)).c_str(),
+                                 [P](benchmark::State& st) {
+                                   for (auto _ : st) {
+                                     const double us = per_hook_us(variant::ferry, P, 16, fd::head_placement::pinned_mapped);
+                                     st.SetIterationTime(us / 1e6);
+                                     st.counters["us_per_hook"] = us;
+                                     results().per_hook[P]["ferry_k16_pinned"] = us;
+                                   }
+                                 })
+      ->Iterations(1)
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond);
+  }
+  for (std::uint64_t H : {28ULL, 341ULL}) {
+    benchmark::RegisterBenchmark(("forward/ferry_pinned/hooks:" + std::to_string(H)).c_str(), [H](benchmark::State& st) {
+      for (auto _ : st) {
+        const double us = forward_us(variant::ferry, H, fd::head_placement::pinned_mapped);
+        st.SetIterationTime(us / 1e6);
+        st.counters["us_per_forward"] = us;
+        results().forward[H]["ferry_pinned"] = us;
+      }
+    })->Iterations(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+  }
   for (std::uint64_t H : {28ULL, 341ULL}) {
     for (variant v : {variant::no_capture, variant::copy_only, variant::old_volatile, variant::per_entry_release,
                       variant::ferry}) {
@@ -520,19 +547,19 @@ void write_json(const std::string& path)
     j += std::string(first ? "" : ",") + "\n    \"hooks" + std::to_string(H) + "\": {";
     first = false;
     bool f2 = true;
-    for (const char* k : {"no_capture", "copy_only", "old_volatile", "per_entry_release", "ferry"}) {
+    for (const char* k : {"no_capture", "copy_only", "old_volatile", "per_entry_release", "ferry", "ferry_pinned"}) {
       j += std::string(f2 ? "" : ", ") + "\"" + k + "_us\": " + json_num(lookup(m, k));
       f2 = false;
     }
     const auto base = lookup(m, "no_capture");
-    for (const char* k : {"copy_only", "old_volatile", "per_entry_release", "ferry"}) {
+    for (const char* k : {"copy_only", "old_volatile", "per_entry_release", "ferry", "ferry_pinned"}) {
       const auto x = lookup(m, k);
       j += std::string(", \"") + k + "_overhead_pct\": " +
            json_num(base && x && *base > 0 ? std::optional<double>{(*x / *base - 1.0) * 100.0} : std::nullopt);
     }
     const auto copy = lookup(m, "copy_only"), fer = lookup(m, "ferry");
     j += ", \"ferry_publication_over_copy_pct\": " +
-         json_num(copy && fer && *base > 0 ? std::optional<double>{(*fer - *copy) / *base * 100.0} : std::nullopt);
+         json_num(copy && fer && base && *base > 0 ? std::optional<double>{(*fer - *copy) / *base * 100.0} : std::nullopt);
     j += "}";
   }
   j += "\n  },\n  \"per_hook_graph_us\": {";
@@ -542,7 +569,8 @@ void write_json(const std::string& path)
     j += std::string(first ? "" : ",") + "\n    \"" + std::to_string(P) + "\": {";
     first = false;
     bool f2 = true;
-    for (const char* k : {"copy_only", "old_volatile", "per_entry_release", "ferry_k1", "ferry_k4", "ferry_k16", "ferry_k64"}) {
+    for (const char* k : {"copy_only", "old_volatile", "per_entry_release", "ferry_k1", "ferry_k4", "ferry_k16", "ferry_k64",
+                          "ferry_k16_pinned"}) {
       j += std::string(f2 ? "" : ", ") + "\"" + k + "\": " + json_num(lookup(m, k));
       f2 = false;
     }
@@ -601,7 +629,7 @@ int main(int argc, char** argv)
     const auto& m = R.forward[H];
     const auto base = lookup(m, "no_capture");
     if (!base) { continue; }
-    for (const char* k : {"copy_only", "old_volatile", "per_entry_release", "ferry"}) {
+    for (const char* k : {"copy_only", "old_volatile", "per_entry_release", "ferry", "ferry_pinned"}) {
       if (const auto x = lookup(m, k)) {
         std::printf("forward hooks=%llu %-18s %9.1f us  %+6.2f%% vs no capture\n", static_cast<unsigned long long>(H), k,
                     *x, (*x / *base - 1) * 100);
