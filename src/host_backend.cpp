@@ -81,7 +81,7 @@ struct stream {
   std::mutex m;
   std::condition_variable cv_work;
   std::condition_variable cv_idle;
-  std::deque<std::function<void()>> queue;
+  std::deque<op> queue;
   bool busy{false};
   bool stop{false};
   graph* capturing{nullptr};
@@ -97,16 +97,31 @@ struct stream {
     for (;;) {
       cv_work.wait(lock, [&] { return stop || !queue.empty(); });
       if (queue.empty()) { return; }  // stop requested and drained
-      auto op = std::move(queue.front());
+      op next = std::move(queue.front());
       queue.pop_front();
+      const long long j = jitter_us().load(std::memory_order_relaxed);
+      if (next.marker) {
+        // Event completion: cheap and non-blocking; run it under the stream lock with busy == false so
+        // the stream is observably idle no later than the event is observably complete.
+        if (j > 0) {
+          busy = true;
+          lock.unlock();
+          std::this_thread::sleep_for(std::chrono::microseconds(rng() % static_cast<unsigned long long>(j + 1)));
+          lock.lock();
+          busy = false;
+        }
+        next.fn();
+        if (queue.empty()) { cv_idle.notify_all(); }
+        continue;
+      }
       busy = true;
       lock.unlock();
-      if (const long long j = jitter_us().load(std::memory_order_relaxed); j > 0) {
+      if (j > 0) {
         std::this_thread::sleep_for(std::chrono::microseconds(rng() % static_cast<unsigned long long>(j + 1)));
       }
       std::string failure;
       try {
-        op();
+        next.fn();
       } catch (const std::exception& e) {
         failure = e.what();
       } catch (...) {
@@ -258,20 +273,20 @@ void host_backend::event_destroy(event_type e) const noexcept { delete e; }
 
 void host_backend::event_record(event_type ev, stream_type s) const
 {
-  enqueue(s, [e = ev->st]() -> std::function<void()> {
+  enqueue(s, [e = ev->st]() -> host_detail::op {
     std::uint64_t gen = 0;
     {
       std::lock_guard lock{e->m};
       gen = ++e->recorded;
     }
-    return [e, gen] {
+    return {[e, gen] {
       std::lock_guard lock{e->m};
       if (gen > e->completed) {
         e->completed = gen;
         e->when = std::chrono::steady_clock::now();
       }
       e->cv.notify_all();
-    };
+    }, /*is_marker=*/true};
   });
 }
 

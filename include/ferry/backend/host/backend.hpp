@@ -39,9 +39,19 @@ struct launch_ctx {
   dim3 block_dim;
 };
 
+/// What a stream worker runs. A `marker` (event completion) runs with the stream's lock held and the
+/// stream already idle when it was the last operation, so whoever sees the event complete also sees
+/// the stream idle (as with CUDA: event_synchronize on the last record implies stream_query == true).
+struct op {
+  op() = default;
+  op(std::function<void()> f, bool is_marker = false) : fn{std::move(f)}, marker{is_marker} {}  // NOLINT
+  std::function<void()> fn;
+  bool marker{false};
+};
+
 /// A unit of work as recorded: called once at enqueue (or graph launch) time to do enqueue-time
-/// bookkeeping, it returns the closure the worker runs later.
-using node = std::function<std::function<void()>()>;
+/// bookkeeping, it returns the operation the worker runs later.
+using node = std::function<op()>;
 
 void enqueue(stream* s, node n);
 }  // namespace host_detail
