@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Build, test and benchmark ferry on the lent H200 (device tool). Writes logs and JSON under $OUT.
-# Usage (from the repo root on the device machine): bash bench/device/h200.sh [tests|bench|all]
+# Usage (from the repo root on the device machine):
+#   bash bench/device/h200.sh [steps...]   steps: tests memcheck synccheck initcheck bench (default: all of them)
+# FERRY_SANITIZER_TIMEOUT (default 150 s) bounds each compute-sanitizer run.
 set -uo pipefail
-what=${1:-all}
+steps=" ${*:-tests memcheck synccheck initcheck bench} "
+has() { [[ $steps == *" $1 "* ]]; }
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 export FERRY_REQUIRE_GPU=1
@@ -14,28 +17,32 @@ cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHIT
       -DFERRY_ENABLE_CUDA=ON > "$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
 cmake --build build-h200 -j"$jobs" > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
 rc=0
-if [[ $what == tests || $what == all ]]; then
+if has tests; then
   ctest --test-dir build-h200 -L gpu --output-on-failure -j4 > "$OUT/ctest_gpu.log" 2>&1 || rc=1
-  tail -15 "$OUT/ctest_gpu.log"
-  # compute-sanitizer over the GPU test binaries (memcheck, synccheck, initcheck)
+  grep -E "tests passed|tests failed|Failed|Skipped" "$OUT/ctest_gpu.log" | tail -15
+fi
+for tool in memcheck synccheck initcheck; do
+  has $tool || continue
+  # compute-sanitizer over the GPU test binaries
   for bin in build-h200/tests/*/*_cuda; do
     [[ -x $bin ]] || continue
     name=$(basename "$bin")
-    for tool in memcheck synccheck initcheck; do
+    {
       # Tests in which a kernel spins until the CPU stores a flag (stalled-stream tests) deadlock under a
       # sanitizer that serializes launches/queries; they are excluded from the sanitizer runs only.
-      filter="-*EventCompletesOnlyWhenReached*:*CrossStreamWaitOrdersTheWaiter*:*HostReleaseDeviceAcquire*:*Stall*:*Delayed*"
+      filter="-*EventCompletesOnlyWhenReached*:*CrossStreamWaitOrdersTheWaiter*:*HostReleaseDeviceAcquire*:*Stall*:*Delayed*:*BeforeAcquire*:*BlocksThenTimesOut*"
       # Deliberately failing API calls (error-propagation tests) are not memory errors: --report-api-errors no.
-      timeout 240 compute-sanitizer --tool $tool --error-exitcode=1 --print-limit 20 --report-api-errors no "$bin" \
+      timeout "${FERRY_SANITIZER_TIMEOUT:-150}" compute-sanitizer --tool $tool --error-exitcode=1 --print-limit 20 --report-api-errors no "$bin" \
         --gtest_brief=1 --gtest_filter="$filter" > "$OUT/sanitizer_${name}_${tool}.log" 2>&1
       s=$?
       echo "compute-sanitizer $tool $name: exit $s ($(grep -E 'ERROR SUMMARY|tests ran|PASSED|FAILED' "$OUT/sanitizer_${name}_${tool}.log" | tr '\n' ' '))"
       [[ $s -eq 0 ]] || rc=1
-    done
+    }
   done
-fi
-if [[ $what == bench || $what == all ]]; then
-  for bin in build-h200/bench/*/ferry_bench_*; do
+done
+if has bench; then
+  for bin in build-h200/bench/*/ferry_bench_${FERRY_BENCH:-*}; do
+    [[ $bin == *_host ]] && continue
     [[ -x $bin ]] || continue
     name=$(basename "$bin")
     FERRY_COMMAND="$bin --ferry_json=$OUT/${name}.json" timeout 500 "$bin" --ferry_json="$OUT/${name}.json" \
