@@ -17,8 +17,18 @@ cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHIT
       -DFERRY_ENABLE_CUDA=ON > "$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
 cmake --build build-h200 -j"$jobs" > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
 rc=0
+if has bench; then
+  for bin in build-h200/bench/*/ferry_bench_${FERRY_BENCH:-*}; do
+    [[ $bin == *_host ]] && continue
+    [[ -x $bin ]] || continue
+    name=$(basename "$bin")
+    FERRY_COMMAND="$bin --ferry_json=$OUT/${name}.json" timeout "${FERRY_BENCH_TIMEOUT:-240}" "$bin" --ferry_json="$OUT/${name}.json" \
+      --benchmark_out="$OUT/${name}_gbench.json" --benchmark_out_format=json > "$OUT/${name}.log" 2>&1 || rc=1
+    tail -40 "$OUT/${name}.log"
+  done
+fi
 if has tests; then
-  ctest --test-dir build-h200 -L gpu --output-on-failure -j4 > "$OUT/ctest_gpu.log" 2>&1 || rc=1
+  ctest --test-dir build-h200 -L gpu --output-on-failure -j4 --timeout "${FERRY_TEST_TIMEOUT:-60}" > "$OUT/ctest_gpu.log" 2>&1 || rc=1
   grep -E "tests passed|tests failed|Failed|Skipped" "$OUT/ctest_gpu.log" | tail -15
 fi
 for tool in memcheck synccheck initcheck; do
@@ -40,14 +50,4 @@ for tool in memcheck synccheck initcheck; do
     }
   done
 done
-if has bench; then
-  for bin in build-h200/bench/*/ferry_bench_${FERRY_BENCH:-*}; do
-    [[ $bin == *_host ]] && continue
-    [[ -x $bin ]] || continue
-    name=$(basename "$bin")
-    FERRY_COMMAND="$bin --ferry_json=$OUT/${name}.json" timeout 500 "$bin" --ferry_json="$OUT/${name}.json" \
-      --benchmark_out="$OUT/${name}_gbench.json" --benchmark_out_format=json > "$OUT/${name}.log" 2>&1 || rc=1
-    tail -40 "$OUT/${name}.log"
-  done
-fi
 exit $rc

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The backend concept: a small, copyable value type whose member functions wrap one runtime.
+// Kernel launch and preload are member templates over the kernel's argument types (launch, preload),
+// so they are not listed in the concept; every backend provides both.
 // Static dispatch only (templates over the backend); no virtual calls. Every fallible call throws the
 // backend's own error type (cuda_error / hip_error / host_error); every release call is noexcept.
 #pragma once

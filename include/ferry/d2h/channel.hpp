@@ -341,6 +341,11 @@ class channel {
           events.emplace_back(b, ferry::backend::event_flags::disable_timing);
           free_events.push_back(i);
         }
+        // Load every kernel the channel launches now: a lazy module load at a first launch would wait for
+        // kernels already running on the device (see backend preload).
+        b.preload(detail::publish_head_kernel(typename B::tag{}));
+        b.preload(detail::copy_entry_publish_kernel(typename B::tag{}));
+        b.preload(detail::copy_entry_kernel(typename B::tag{}));
         drain_stream.synchronize();  // the zeroed state block is in place before any kernel reads it
       } catch (...) {
         unregister();

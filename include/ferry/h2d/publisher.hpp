@@ -257,6 +257,8 @@ class publisher {
     owner_thread_ = std::this_thread::get_id();
     const auto attrs = b_.attributes(cfg.device);
     sm_count_ = std::max(1, attrs.sm_count);
+    // Load the scatter now: a lazy module load at its first launch would wait for kernels already running.
+    b_.preload(detail::scatter_kernel(typename B::tag{}));
     plan_groups();
     bind_destinations();
     check_overlaps();

@@ -218,6 +218,17 @@ struct FERRY_GPU_BACKEND {
     FERRY_GPU_TRY(FERRY_GPU(LaunchKernel)(k.fn, grid, block, argv, cfg.shared_bytes, s));
   }
 
+  /// Load a kernel's module now. Under lazy module loading (CUDA's default since 12.2) the first launch of a
+  /// kernel loads its module, and that load waits for the kernels already running: a first launch queued
+  /// behind a kernel that spins on a CPU flag would deadlock the CPU thread that must release the flag.
+  /// ferry preloads every kernel it launches when an owner (channel, publisher) is constructed.
+  template <class... Args>
+  void preload(kernel_type<Args...> k) const
+  {
+    FERRY_GPU(FuncAttributes) attr{};
+    FERRY_GPU_TRY(FERRY_GPU(FuncGetAttributes)(&attr, k.fn));
+  }
+
   // ---- graphs ------------------------------------------------------------------------------------
   void capture_begin(stream_type s) const
   {

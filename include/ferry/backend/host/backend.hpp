@@ -131,6 +131,11 @@ struct host_backend {
       };
     });
   }
+  /// Kernels are host functions: nothing to load (see the GPU backends' preload).
+  template <class... Args>
+  void preload(kernel_type<Args...>) const noexcept
+  {
+  }
   /// Enqueue an arbitrary host callable (the host backend's cudaLaunchHostFunc).
   void host_func(stream_type s, std::function<void()> f) const;
 
