@@ -38,7 +38,8 @@ struct placement {
 /// drain ever splits an entry; the drain splits a coalesced copy only at the wrap.
 FERRY_HD constexpr placement place(std::uint64_t pos, std::uint64_t reserved, std::uint64_t ring_bytes) noexcept
 {
-  const std::uint64_t phys = pos % ring_bytes;
+  // A power-of-two ring (the common configuration) avoids a 64-bit division in every copy kernel.
+  const std::uint64_t phys = (ring_bytes & (ring_bytes - 1)) == 0 ? pos & (ring_bytes - 1) : pos % ring_bytes;
   const std::uint64_t start = phys + reserved > ring_bytes ? pos + (ring_bytes - phys) : pos;
   return {start, start + reserved};
 }
@@ -72,7 +73,11 @@ struct ring_ref {
   std::uint32_t dynamic{0};
 
   [[nodiscard]] FERRY_HD placement where() const noexcept { return place(state->slot[parity].pos, reserved, ring_bytes); }
-  [[nodiscard]] FERRY_HD std::byte* data() const noexcept { return ring + where().start % ring_bytes; }
+  [[nodiscard]] FERRY_HD std::byte* data() const noexcept
+  {
+    const std::uint64_t start = where().start;
+    return ring + ((ring_bytes & (ring_bytes - 1)) == 0 ? start & (ring_bytes - 1) : start % ring_bytes);
+  }
   [[nodiscard]] FERRY_HD std::uint64_t capacity() const noexcept { return reserved; }
 
   FERRY_HD void commit() const noexcept
