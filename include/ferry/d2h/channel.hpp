@@ -139,51 +139,74 @@ class channel {
   // ---- producer (one thread, the channel's device current) -----------------------------------------
   /// Opens a forward on `s`. If `s` is being captured, the forward is recorded into a forward_plan
   /// (graph mode); otherwise entries are reserved just in time (eager mode).
-  void begin_forward(stream_view s) { impl_->begin_forward(s); }
+  void begin_forward(stream_view s)
+  {
+    guarded([&] { impl_->begin_forward(s); });
+  }
   /// Closes the forward: one publication (system-scope release) covering the forward's remaining
   /// entries, and the cursor normalization. Returns the plan in graph mode (empty in eager mode).
-  forward_plan end_forward(stream_view s) { return impl_->end_forward(s); }
+  forward_plan end_forward(stream_view s)
+  {
+    return guarded([&] { return impl_->end_forward(s); });
+  }
 
   /// Copies `bytes` from device memory `src` into the ring (library copy kernel) as one entry of `hook`.
   void capture(hook_id hook, const void* src, std::uint64_t bytes, stream_view s)
   {
-    (void)impl_->capture(hook, src, bytes, nullptr, false, s, impl_->cfg.on_full == full_policy::fail_fast);
+    guarded([&] {
+      (void)impl_->capture(hook, src, bytes, nullptr, false, s, impl_->cfg.on_full == full_policy::fail_fast);
+    });
   }
   /// Same; returns false instead of blocking / throwing when the ring, FIFO or size ring is full.
   [[nodiscard]] bool try_capture(hook_id hook, const void* src, std::uint64_t bytes, stream_view s)
   {
-    return impl_->capture(hook, src, bytes, nullptr, false, s, true, /*nothrow_full=*/true);
+    return guarded([&] { return impl_->capture(hook, src, bytes, nullptr, false, s, true, /*nothrow_full=*/true); });
   }
   /// Dynamic entry: reserves `reserved_bytes`; the GPU-resolved size is read from device memory
   /// `actual_size` by the copy kernel (it copies min(actual, reserved) and reports actual in the size slot).
   void capture_dynamic(hook_id hook, const void* src, std::uint64_t reserved_bytes, const std::uint64_t* actual_size,
                        stream_view s)
   {
-    (void)impl_->capture(hook, src, reserved_bytes, actual_size, true, s, impl_->cfg.on_full == full_policy::fail_fast);
+    guarded([&] {
+      (void)impl_->capture(hook, src, reserved_bytes, actual_size, true, s,
+                           impl_->cfg.on_full == full_policy::fail_fast);
+    });
   }
 
   /// For a user kernel writing the entry itself: launch it with ticket.ref() (see ring_ref), then end_write().
   [[nodiscard]] write_ticket begin_write(hook_id hook, std::uint64_t reserved_bytes, stream_view s, bool dynamic = false)
   {
-    return impl_->begin_write(hook, reserved_bytes, dynamic, s);
+    return guarded([&] { return impl_->begin_write(hook, reserved_bytes, dynamic, s); });
   }
-  void end_write(write_ticket&& t, stream_view s) { impl_->end_write(std::move(t), s); }
+  void end_write(write_ticket&& t, stream_view s)
+  {
+    guarded([&] { impl_->end_write(std::move(t), s); });
+  }
 
   /// Pre-forward planning for a graph replay: reserves ring space for every entry of `p` (blocking per
   /// config::on_full) and fills the FIFO. Launch the replay right after, on the channel's compute stream.
-  void plan(const forward_plan& p) { (void)impl_->plan(p, impl_->cfg.on_full == full_policy::fail_fast, false); }
-  [[nodiscard]] bool try_plan(const forward_plan& p) { return impl_->plan(p, true, true); }
+  void plan(const forward_plan& p)
+  {
+    guarded([&] { (void)impl_->plan(p, impl_->cfg.on_full == full_policy::fail_fast, false); });
+  }
+  [[nodiscard]] bool try_plan(const forward_plan& p)
+  {
+    return guarded([&] { return impl_->plan(p, true, true); });
+  }
   /// plan(p), then launch the graph on `s`.
   void replay(const ferry::backend::graph_exec<B>& g, const forward_plan& p, stream_view s)
   {
     plan(p);
-    g.launch(s);
+    guarded([&] { g.launch(s); });
   }
 
   // ---- consumer ------------------------------------------------------------------------------------
   /// drain_mode::poll only, from one thread: acquire published_head, enqueue D2H, deliver completed
   /// entries. Returns the number of entries delivered by this call.
-  std::size_t poll() { return impl_->public_poll(); }
+  std::size_t poll()
+  {
+    return guarded([&] { return impl_->public_poll(); });
+  }
   /// The next completed entry when no callback was given.
   [[nodiscard]] std::optional<entry_view> try_pop() { return impl_->try_pop(); }
 
@@ -197,6 +220,11 @@ class channel {
   [[nodiscard]] ferry::backend::device_id device() const noexcept { return impl_->dev; }
   /// Ring view with no entry (ring base/size, state), e.g. for tests and tools.
   [[nodiscard]] std::uint64_t ring_bytes() const noexcept { return impl_->cfg.ring_bytes; }
+  /// True after a backend call of this channel failed (producer or drain side). Every later producer call
+  /// throws invalidated_error naming the failed call, and close() throws it too. Storage a DMA may still
+  /// read (ring, staging) is retained until the channel is destroyed, which waits for the drain stream.
+  [[nodiscard]] bool invalidated() const noexcept { return impl_->failed.load(); }
+  [[nodiscard]] std::string invalidation_reason() const { return impl_->failure_reason(); }
 
  private:
   struct impl;
@@ -213,6 +241,18 @@ class channel {
     impl_.reset();
   }
   std::unique_ptr<impl> impl_;
+
+  /// Runs a producer/poll call; a backend failure inside it invalidates the channel, then propagates.
+  template <class F>
+  decltype(auto) guarded(F&& f)
+  {
+    try {
+      return std::forward<F>(f)();
+    } catch (const ferry::backend_error& e) {
+      impl_->fail(e.what());
+      throw;
+    }
+  }
 
   // ================================================================================================
   struct impl {
@@ -277,6 +317,34 @@ class channel {
     std::optional<shutdown_report> final_report;
     std::mutex close_mu;
 
+    // -- failure (any thread) --
+    std::atomic<bool> failed{false};
+    mutable std::mutex fail_mu;
+    std::string failure;
+
+    void fail(std::string_view what)
+    {
+      {
+        std::lock_guard lock{fail_mu};
+        if (failure.empty()) { failure = std::string{what}; }
+      }
+      failed.store(true);
+      space_cv.notify_all();
+    }
+    [[nodiscard]] std::string failure_reason() const
+    {
+      std::lock_guard lock{fail_mu};
+      return failure;
+    }
+    void check_not_failed(const char* what) const
+    {
+      if (failed.load()) [[unlikely]] {
+        FERRY_FAIL(ferry::invalidated_error,
+                   "d2h channel {}: expected a usable channel, got one invalidated by a failed backend call: {}",
+                   what, failure_reason());
+      }
+    }
+
     // counters
     std::atomic<std::uint64_t> c_reserved{0}, c_published{0}, c_drained{0}, c_bytes{0}, c_copies{0}, c_stalls{0},
       c_high{0}, c_overflows{0}, c_cb_errors{0}, c_publishes{0};
@@ -286,6 +354,9 @@ class channel {
     std::thread::id poller{};
     bool poller_bound{false};
     std::deque<run> inflight;
+    /// Copies whose completion can no longer be observed (event record and stream sync failed): their
+    /// ring space and staging are never reclaimed, so no DMA can read or write reused memory.
+    std::vector<run> stuck;
     std::uint64_t published_seen{0};
     std::thread drain_thread;
     std::mutex ready_mu;
@@ -415,6 +486,7 @@ class channel {
                     dev.value, cur.value);
       FERRY_EXPECTS(!closed.load(), ferry::logic_error, "d2h channel {}: expected an open channel, got a closed one",
                     what);
+      check_not_failed(what);
       last_stream = s.handle();
       have_last_stream = true;
     }
@@ -525,6 +597,7 @@ class channel {
       }
       const auto deadline = clock::now() + cfg.timeout;
       while (!fits(end, n_entries, n_dyn)) {
+        check_not_failed(who.c_str());
         if (clock::now() >= deadline) {
           FERRY_FAIL(ferry::timeout_error,
                      "d2h channel: {}: expected ring space within {} ms, got {} of {} ring bytes still in use and {} "
@@ -664,6 +737,7 @@ class channel {
       FERRY_EXPECTS(cur == dev, ferry::logic_error, "d2h channel plan: expected device {} current, got device {}",
                     dev.value, cur.value);
       FERRY_EXPECTS(!closed.load(), ferry::logic_error, "d2h channel plan: expected an open channel, got a closed one");
+      check_not_failed("plan");
       FERRY_EXPECTS(p.owner() == this, ferry::logic_error,
                     "d2h channel plan: expected a plan captured by this channel, got {}",
                     p.owner() == nullptr ? "an empty plan" : "a plan of another channel");
@@ -770,8 +844,13 @@ class channel {
         progress += issue_copies(h);
         progress += complete_finished();
       } catch (const std::exception& e) {
-        if (drain_error.empty()) { drain_error = e.what(); }
-        std::fprintf(stderr, "ferry: d2h drain error (will retry): %s\n", e.what());
+        // A failed enqueue left nothing queued (the staging was released); the drain retries, so what was
+        // published is still delivered when the backend recovers, but the channel is invalidated.
+        if (drain_error.empty()) {
+          drain_error = e.what();
+          std::fprintf(stderr, "ferry: d2h drain error (channel invalidated; drain retries): %s\n", e.what());
+        }
+        fail(e.what());
       }
       return progress;
     }
@@ -849,8 +928,15 @@ class channel {
           r.event = ev;
           r.has_event = true;
           free_events.pop_back();
-        } catch (...) {
-          drain_stream.synchronize();  // completion without an event
+        } catch (const std::exception& e) {
+          fail(e.what());
+          try {
+            drain_stream.synchronize();  // completion without an event
+          } catch (...) {
+            // Completion unobservable: never reclaim this run's ring space or staging.
+            stuck.push_back(std::move(r));
+            throw;
+          }
           r.has_event = false;
         }
         if (cfg.debug == debug_fault::reclaim_before_copy_complete) { reclaim(r.ring_end); }
@@ -951,16 +1037,21 @@ class channel {
     shutdown_report close(std::chrono::milliseconds timeout)
     {
       std::lock_guard close_lock{close_mu};
-      if (final_report) { return *final_report; }
+      if (final_report) {
+        throw_if_failed(*final_report);
+        return *final_report;
+      }
       shutdown_report rep;
       // An eager forward left open: publish what it launched so nothing launched stays hidden.
       if (in_forward) {
         rep.forward_open = true;
         if (!capturing && unpublished > 0 && have_last_stream) {
           try {
+            check_not_failed("close");
             launch_publish(last_stream, unpublished, 0);
             unpublished = 0;
-          } catch (...) {
+          } catch (const std::exception& e) {
+            fail(e.what());
           }
         }
       }
@@ -1001,8 +1092,18 @@ class channel {
         rep.pending_pop = ready.size();
       }
       final_report = rep;
+      throw_if_failed(rep);
       if (!rep.clean()) { throw shutdown_error(rep); }
       return rep;
+    }
+
+    void throw_if_failed(const shutdown_report& rep) const
+    {
+      if (!failed.load()) { return; }
+      FERRY_FAIL(ferry::invalidated_error,
+                 "d2h channel close: expected no failed backend call, got: {}; {} of {} reserved entries delivered, "
+                 "{} never published, {} copies with unobservable completion (ring and staging retained)",
+                 failure_reason(), rep.delivered, c_reserved.load(), rep.unpublished.size(), stuck.size());
     }
   };
 };
