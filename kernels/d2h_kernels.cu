@@ -14,7 +14,7 @@ namespace ferry::kernels::d2h {
 /// kernel boundaries before this kernel started (stream order).
 __global__ void copy_entry_publish(copy_args a)
 {
-  copy_phase(a, threadIdx.x, blockDim.x);
+  copy_phase(a, 0U, 1U, threadIdx.x, blockDim.x);
   if (threadIdx.x == 0) { commit_phase(a); }
   if (a.head_n != 0) {
     __syncthreads();  // the writer join: every payload store of the block happens-before thread 0's release
@@ -25,9 +25,8 @@ __global__ void copy_entry_publish(copy_args a)
 /// Any grid; copy only. The publication that covers this entry is a later kernel on the same stream.
 __global__ void copy_entry(copy_args a)
 {
-  const std::uint64_t t = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  copy_phase(a, t, static_cast<std::uint64_t>(gridDim.x) * blockDim.x);
-  if (t == 0) { commit_phase(a); }
+  copy_phase(a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
+  if (blockIdx.x == 0 && threadIdx.x == 0) { commit_phase(a); }
 }
 
 /// One thread. Stream order is the join: every kernel enqueued before it on the stream has completed,

@@ -10,6 +10,10 @@
 //      drain running: no capture, copy only, old volatile, per-entry release, ferry (K = 16).
 //   3. drain/64MiB: ferry's drain bandwidth with 64 MiB entries, and the plain pinned D2H ceiling.
 //
+//   4. variants/...: copy layouts x publication placement (per hook at 4/16/64 KiB, and the 341-hook
+//      forward with diagnostics: drain paused, publications only at the forward end). Printed as a table
+//      at the end and written under "variants" in the JSON. FERRY_D2H_VARIANTS=0 leaves them out.
+//
 // Flags: --ferry_json=PATH writes the summary JSON (env FERRY_COMMIT, FERRY_DATE, FERRY_COMMAND fill
 // commit/date/command). Everything else goes to Google Benchmark.
 #include "bench_kernels.hpp"
@@ -30,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -57,6 +62,8 @@ constexpr std::uint64_t KiB = 1024, MiB = 1024 * 1024;
 struct results_t {
   std::map<std::uint64_t, std::map<std::string, double>> forward;    // hooks -> variant -> us/forward
   std::map<std::uint64_t, std::map<std::string, double>> per_hook;   // bytes -> variant -> us/hook
+  std::map<std::string, std::map<std::uint64_t, double>> variants;  // variant -> bytes -> us/hook
+  std::map<std::string, double> fwd_variants;                        // variant -> us/forward (341 hooks)
   std::optional<double> drain_gbps, memcpy_gbps;
   std::atomic<std::uint64_t> checked{0}, bad{0};                    // ferry entries
   std::atomic<std::uint64_t> baseline_checked{0}, baseline_bad{0};  // baseline drains (old volatile is invalid)
@@ -106,18 +113,42 @@ void fill_device(B b, fb::stream<B>& s, void* dev, std::uint64_t bytes, std::uin
   s.synchronize();
 }
 
-/// Launch shape shared by ferry's copy and the baselines (one block <= 32 KiB, else 256-thread blocks).
-fb::launch_config copy_shape(std::uint64_t bytes, int sms)
+/// A copy-kernel launch layout (the fd::config knobs of the same names). The copy-only baseline launches
+/// its kernel (same body as ferry's) with exactly the shape ferry's channel would use for the entry.
+struct shape_opts {
+  std::string label{"default"};
+  std::uint32_t threads{fd::config{}.copy_block_threads};
+  std::uint32_t vpt{fd::config{}.copy_vecs_per_thread};
+  std::uint64_t single_max{fd::config{}.single_block_copy_max_bytes};
+  std::uint64_t fused_max{fd::config{}.fused_copy_max_bytes};
+};
+/// The layout before the shape knobs (one 1-vector-per-thread block up to 32 KiB, 256-thread blocks above):
+/// today's published numbers. The old-design baselines (per-entry flag) keep it: one block, no grid join.
+shape_opts legacy_shape() { return {"legacy", 256, 1, 32 * KiB, 32 * KiB}; }
+
+void apply(fd::config& cfg, const shape_opts& o)
 {
-  if (bytes <= 32 * KiB) {
-    const auto threads = static_cast<std::uint32_t>(std::clamp<std::uint64_t>((bytes / 16 + 31) / 32 * 32, 32, 1024));
+  cfg.copy_block_threads = o.threads;
+  cfg.copy_vecs_per_thread = o.vpt;
+  cfg.single_block_copy_max_bytes = o.single_max;
+  cfg.fused_copy_max_bytes = o.fused_max;
+}
+
+/// Mirrors channel::launch_copy for a non-publishing entry.
+fb::launch_config copy_shape(std::uint64_t bytes, int sms, const shape_opts& o)
+{
+  const std::uint64_t vpt = o.vpt == 8 || o.vpt == 4 || o.vpt == 2 ? o.vpt : 1;
+  const std::uint64_t per_thread = ((bytes + 15) / 16 + vpt - 1) / vpt;
+  if (bytes <= o.single_max) {
+    const auto threads = static_cast<std::uint32_t>(std::clamp<std::uint64_t>((per_thread + 31) / 32 * 32, 32, 1024));
     return {{1}, {threads}, 0};
   }
-  const std::uint64_t per_block = 256 * 16 * 4;
-  const auto blocks = static_cast<std::uint32_t>(
-    std::clamp<std::uint64_t>((bytes + per_block - 1) / per_block, 1, static_cast<std::uint64_t>(sms) * 4));
-  return {{blocks}, {256}, 0};
+  const std::uint64_t threads = std::clamp<std::uint64_t>((o.threads + 31) / 32 * 32, 32, 1024);
+  const std::uint64_t max_blocks = static_cast<std::uint64_t>(sms) * std::max<std::uint64_t>(1, 2048 / threads);
+  const auto blocks = static_cast<std::uint32_t>(std::clamp<std::uint64_t>((per_thread + threads - 1) / threads, 1, max_blocks));
+  return {{blocks}, {static_cast<std::uint32_t>(threads)}, 0};
 }
+std::uint32_t vpt_of(const shape_opts& o) { return o.vpt == 8 || o.vpt == 4 || o.vpt == 2 ? o.vpt : 1; }
 
 enum class variant { no_capture, copy_only, old_volatile, per_entry_release, ferry };
 const char* name(variant v)
@@ -141,11 +172,18 @@ auto baseline_kernel(variant v, Tag tag)
   return bk::bench_copy_kernel(tag);
 }
 
+std::string env_or(const char* k, const char* d)
+{
+  const char* v = std::getenv(k);
+  return v != nullptr ? v : d;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // 1. per hook in a graph
 double per_hook_us(variant v, std::uint64_t P, std::uint32_t K,
-                   fd::head_placement placement = fd::head_placement::managed)
+                   fd::head_placement placement = fd::head_placement::managed, std::optional<shape_opts> shape = {})
 {
+  const shape_opts sh = shape ? *shape : (v == variant::ferry || v == variant::copy_only ? shape_opts{} : legacy_shape());
   B b{};
   b.set_device(fb::device_id{0});
   const int sms = b.attributes(fb::device_id{0}).sm_count;
@@ -165,6 +203,7 @@ double per_hook_us(variant v, std::uint64_t P, std::uint32_t K,
     cfg.publish_every = K;
     cfg.placement = placement;
     cfg.fifo_capacity = 4096;
+    apply(cfg, sh);
     cfg.timeout = std::chrono::seconds(30);
     auto& R = results();
     fd::channel<B> ch{cfg, b, [&R, P](fd::entry_view&& e) {
@@ -195,12 +234,12 @@ double per_hook_us(variant v, std::uint64_t P, std::uint32_t K,
     s.synchronize();
     auto* fwd = aux.template as<std::uint64_t>();
     auto* join = reinterpret_cast<unsigned*>(static_cast<std::byte*>(aux.data()) + 64);
-    const auto shape = copy_shape(P, sms);
+    const auto launch = copy_shape(P, sms, sh);
     auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
       for (std::uint64_t h = 0; h < hooks; ++h) {
         bk::copy_args a{static_cast<std::byte*>(ring.data()) + (h % slots) * P, static_cast<const std::byte*>(src.data()), P,
-                        flag.template device_as<std::uint64_t>(), fwd, hooks, h, join};
-        b.launch(baseline_kernel(v, typename B::tag{}), shape, cs.handle(), a);
+                        flag.template device_as<std::uint64_t>(), fwd, hooks, h, join, vpt_of(sh)};
+        b.launch(baseline_kernel(v, typename B::tag{}), launch, cs.handle(), a);
       }
     });
     for (int r = 0; r < replays + 3; ++r) {
@@ -266,8 +305,19 @@ struct baseline_drain {
   }
 };
 
-double forward_us(variant v, std::uint64_t H, fd::head_placement placement = fd::head_placement::managed)
+/// Forward options for the diagnostic variants: copy layout, K, and `drain_paused` (drain in poll mode,
+/// polled only between replays: the replay runs with no D2H traffic and no drain thread, isolating the
+/// drain's contention with the forward).
+struct fwd_opts {
+  std::optional<shape_opts> shape;
+  std::uint32_t K{16};
+  bool drain_paused{false};
+};
+
+double forward_us(variant v, std::uint64_t H, fd::head_placement placement = fd::head_placement::managed,
+                  const fwd_opts& o = {})
 {
+  const shape_opts sh = o.shape ? *o.shape : (v == variant::ferry || v == variant::copy_only ? shape_opts{} : legacy_shape());
   B b{};
   b.set_device(fb::device_id{0});
   const int sms = b.attributes(fb::device_id{0}).sm_count;
@@ -283,18 +333,22 @@ double forward_us(variant v, std::uint64_t H, fd::head_placement placement = fd:
   s.synchronize();
   auto* fwd = aux.template as<std::uint64_t>();
   auto* join = reinterpret_cast<unsigned*>(static_cast<std::byte*>(aux.data()) + 64);
-  const auto shape = copy_shape(bytes, sms);
+  const auto shape = copy_shape(bytes, sms, sh);
   const fb::launch_config layer_shape{{host_mode ? 1U : static_cast<std::uint32_t>(sms)}, {256}, 0};
   auto& R = results();
+  std::atomic<std::uint64_t> delivered{0};
 
   std::optional<fd::channel<B>> ch;
   if (v == variant::ferry) {
     fd::config cfg;
     cfg.ring_bytes = 4 * H * bytes;
-    cfg.publish_every = 16;
+    cfg.publish_every = o.K;
     cfg.placement = placement;
     cfg.timeout = std::chrono::seconds(30);
-    ch.emplace(cfg, b, [&R](fd::entry_view&& e) {
+    apply(cfg, sh);
+    if (o.drain_paused) { cfg.drain = fd::drain_mode::poll; }
+    ch.emplace(cfg, b, [&R, &delivered](fd::entry_view&& e) {
+      delivered.fetch_add(1);
       R.checked.fetch_add(1);
       if (!e.ok() || e.size() != bytes || !check_words(e.bytes().data(), bytes, e.seq().value, true)) { R.bad.fetch_add(1); }
     });
@@ -313,7 +367,7 @@ double forward_us(variant v, std::uint64_t H, fd::head_placement placement = fd:
             ch->capture(fd::hook_id{static_cast<std::uint32_t>(h)}, src, bytes, cs);
           } else {
             bk::copy_args a{static_cast<std::byte*>(ring.data()) + (frame * H + h) * bytes, src, bytes,
-                            flag.template device_as<std::uint64_t>(), fwd, H, h, join};
+                            flag.template device_as<std::uint64_t>(), fwd, H, h, join, vpt_of(sh)};
             b.launch(baseline_kernel(v, typename B::tag{}), shape, cs.handle(), a);
           }
         }
@@ -345,6 +399,12 @@ double forward_us(variant v, std::uint64_t H, fd::head_placement placement = fd:
     e1.record(s);
     e1.synchronize();
     if (r >= 3) { ms.push_back(e1.elapsed_ms_since(e0)); }
+    if (ch && o.drain_paused) {  // drain this replay's entries now, outside the timed region
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (delivered.load() < static_cast<std::uint64_t>(r + 1) * H && std::chrono::steady_clock::now() < deadline) {
+        if (ch->poll() == 0) { std::this_thread::sleep_for(std::chrono::microseconds(20)); }
+      }
+    }
   }
   if (drain) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -407,6 +467,87 @@ double memcpy_gbps()
   e1.record(s);
   e1.synchronize();
   return static_cast<double>(n * P) / (e1.elapsed_ms_since(e0) / 1e3) / 1e9;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 4. variant sweep (--benchmark_filter=variants): copy layouts x publication placement, side by side.
+//   per hook (graph, K = 16 for ferry): <layout>/copy_only, <layout>/ferry_k16 (batch-completing entry:
+//   one block with the fused release), <layout>/ferry_k16_sep (every entry multi-block, 1-thread publish
+//   kernel every 16); layouts "single_xV" copy every entry <= 32 KiB with one block.
+//   forward (341 hooks): which part of ferry's cost over copy-only comes from the layout, the drain
+//   running during the forward (drain_paused) or the publications (k_inf: only the forward-end release).
+std::vector<shape_opts> variant_shapes()
+{
+  std::vector<shape_opts> v;
+  v.push_back(legacy_shape());
+  for (std::uint32_t vpt : {2U, 4U}) { v.push_back({"single_x" + std::to_string(vpt), 256, vpt, 32 * KiB, 32 * KiB}); }
+  for (auto [t, vpt] : std::vector<std::pair<std::uint32_t, std::uint32_t>>{
+         {64, 1}, {128, 1}, {256, 1}, {64, 2}, {128, 2}, {256, 2}, {128, 4}, {256, 4}, {128, 8}}) {
+    v.push_back({"s" + std::to_string(t) + "x" + std::to_string(vpt), t, vpt, 0, 32 * KiB});
+  }
+  return v;
+}
+
+void register_variant(const std::string& name, std::uint64_t P, std::function<double()> fn)
+{
+  benchmark::RegisterBenchmark(("variants/" + name + "/" + std::to_string(P)).c_str(),
+                               [name, P, fn](benchmark::State& st) {
+                                 for (auto _ : st) {
+                                   const double us = fn();
+                                   st.SetIterationTime(us / 1e6);
+                                   st.counters["us_per_hook"] = us;
+                                   results().variants[name][P] = us;
+                                 }
+                               })
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+}
+
+void register_fwd_variant(const std::string& name, variant v, fwd_opts o)
+{
+  benchmark::RegisterBenchmark(("variants/fwd341/" + name).c_str(), [name, v, o](benchmark::State& st) {
+    for (auto _ : st) {
+      const double us = forward_us(v, 341, fd::head_placement::managed, o);
+      st.SetIterationTime(us / 1e6);
+      st.counters["us_per_forward"] = us;
+      results().fwd_variants[name] = us;
+    }
+  })->Iterations(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+}
+
+void register_variants()
+{
+  for (std::uint64_t P : {4 * KiB, 16 * KiB, 64 * KiB}) {
+    for (const shape_opts& sh : variant_shapes()) {
+      register_variant(sh.label + "/copy_only", P, [sh, P] { return per_hook_us(variant::copy_only, P, 0, fd::head_placement::managed, sh); });
+      register_variant(sh.label + "/ferry_k16", P, [sh, P] { return per_hook_us(variant::ferry, P, 16, fd::head_placement::managed, sh); });
+      if (sh.single_max == 0) {
+        shape_opts sep = sh;
+        sep.fused_max = 0;
+        register_variant(sh.label + "/ferry_k16_sep", P, [sep, P] { return per_hook_us(variant::ferry, P, 16, fd::head_placement::managed, sep); });
+      }
+    }
+  }
+  const shape_opts def{};
+  shape_opts def_sep = def;
+  def_sep.fused_max = 0;
+  register_fwd_variant("no_capture", variant::no_capture, {});
+  register_fwd_variant("copy_only/default", variant::copy_only, {def});
+  register_fwd_variant("copy_only/legacy", variant::copy_only, {legacy_shape()});
+  register_fwd_variant("ferry/legacy", variant::ferry, {legacy_shape()});
+  register_fwd_variant("ferry/legacy_drain_paused", variant::ferry, {legacy_shape(), 16, true});
+  register_fwd_variant("ferry/default", variant::ferry, {def});
+  register_fwd_variant("ferry/default_sep", variant::ferry, {def_sep});
+  register_fwd_variant("ferry/default_drain_paused", variant::ferry, {def, 16, true});
+  register_fwd_variant("ferry/default_k_inf", variant::ferry, {def, 1U << 30, false});
+  register_fwd_variant("ferry/default_k_inf_drain_paused", variant::ferry, {def, 1U << 30, true});
+  for (const shape_opts& sh : variant_shapes()) {
+    if (sh.label == "s64x1" || sh.label == "s128x1" || sh.label == "s256x2" || sh.label == "s128x4") {
+      register_fwd_variant("copy_only/" + sh.label, variant::copy_only, {sh});
+      register_fwd_variant("ferry/" + sh.label, variant::ferry, {sh});
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -486,6 +627,7 @@ void register_all()
         ->Unit(benchmark::kMicrosecond);
     }
   }
+  if (env_or("FERRY_D2H_VARIANTS", "1") != std::string{"0"}) { register_variants(); }
   benchmark::RegisterBenchmark("drain/ferry_64MiB", [](benchmark::State& st) {
     for (auto _ : st) {
       const double g = drain_gbps();
@@ -524,11 +666,6 @@ std::string json_escape(const std::string& s)
     o += c;
   }
   return o;
-}
-std::string env_or(const char* k, const char* d)
-{
-  const char* v = std::getenv(k);
-  return v != nullptr ? v : d;
 }
 
 void write_json(const std::string& path)
@@ -577,6 +714,27 @@ void write_json(const std::string& path)
     j += "}";
   }
   j += "\n  },\n";
+  j += "  \"variants\": {\n    \"per_hook_graph_us\": {";
+  first = true;
+  for (const auto& [name, m] : R.variants) {
+    j += std::string(first ? "" : ",") + "\n      \"" + json_escape(name) + "\": {";
+    first = false;
+    bool f2 = true;
+    for (std::uint64_t P : {4 * KiB, 16 * KiB, 64 * KiB}) {
+      const auto it = m.find(P);
+      j += std::string(f2 ? "" : ", ") + "\"" + std::to_string(P) + "\": " +
+           json_num(it == m.end() ? std::nullopt : std::optional<double>{it->second});
+      f2 = false;
+    }
+    j += "}";
+  }
+  j += "\n    },\n    \"forward341_us\": {";
+  first = true;
+  for (const auto& [name, us] : R.fwd_variants) {
+    j += std::string(first ? "" : ",") + "\n      \"" + json_escape(name) + "\": " + json_num(us);
+    first = false;
+  }
+  j += "\n    }\n  },\n";
   j += "  \"drain_gbps_64MiB\": " + json_num(R.drain_gbps) + ",\n";
   j += "  \"memcpy_d2h_gbps_64MiB\": " + json_num(R.memcpy_gbps) + ",\n";
   j += "  \"entries_checked\": " + std::to_string(R.checked.load()) + ",\n";
@@ -634,6 +792,32 @@ int main(int argc, char** argv)
         std::printf("forward hooks=%llu %-18s %9.1f us  %+6.2f%% vs no capture\n", static_cast<unsigned long long>(H), k,
                     *x, (*x / *base - 1) * 100);
       }
+    }
+  }
+  if (!R.variants.empty()) {
+    std::printf("variants: us/hook in a graph (K = 16 for ferry)\n%-28s %8s %8s %8s\n", "variant", "4K", "16K", "64K");
+    for (const auto& [name, m] : R.variants) {
+      std::printf("%-28s", name.c_str());
+      for (std::uint64_t P : {4 * KiB, 16 * KiB, 64 * KiB}) {
+        const auto it = m.find(P);
+        if (it == m.end()) {
+          std::printf(" %8s", "-");
+        } else {
+          std::printf(" %8.3f", it->second);
+        }
+      }
+      std::printf("\n");
+    }
+  }
+  if (!R.fwd_variants.empty()) {
+    const auto base = lookup(R.fwd_variants, "no_capture");
+    const auto copy = lookup(R.fwd_variants, "copy_only/default");
+    std::printf("variants: forward, 341 hooks x 16 KiB (us; %% vs no_capture; us/hook over copy_only/default)\n");
+    for (const auto& [name, us] : R.fwd_variants) {
+      std::printf("%-36s %9.1f us", name.c_str(), us);
+      if (base) { std::printf("  %+6.2f%%", (us / *base - 1) * 100); }
+      if (copy) { std::printf("  %+6.3f us/hook", (us - *copy) / 341.0); }
+      std::printf("\n");
     }
   }
   if (!json_path.empty()) { write_json(json_path); }

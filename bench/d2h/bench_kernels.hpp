@@ -23,6 +23,7 @@ struct copy_args {
   std::uint64_t hooks_per_fwd{0};
   std::uint64_t hook{0};
   unsigned* join{nullptr};              ///< grid-join counter (multi-block baselines)
+  std::uint32_t vecs_per_thread{1};     ///< 16-byte vectors per thread per pass (same body as ferry's copy)
 };
 
 struct layer_args {

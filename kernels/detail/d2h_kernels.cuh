@@ -45,39 +45,93 @@ FERRY_HD inline void copy_bytes(std::byte* dst, const std::byte* src, std::uint6
   for (std::uint64_t i = done + t; i < n; i += nt) { dst[i] = src[i]; }
 }
 
-/// Thread `t` of `nt` (over the whole grid) copies its share of the entry.
-///
-/// On the GPU the first vectors of this thread's share are loaded BEFORE the ring cursor is read, so the
-/// source loads and the cursor load are in flight together instead of one after the other (the cursor
-/// read is the only dependent step a graph-safe placement adds over a plain copy). Entries start on
-/// 16-byte boundaries in a 256-byte-aligned ring, so only the source's alignment decides the vector path.
-FERRY_HD inline void copy_phase(const copy_args& a, std::uint64_t t, std::uint64_t nt) noexcept
+#if defined(__CUDACC__) || defined(__HIPCC__)
+/// 16-byte vector copy of `vecs` vectors by block `blk` of `nblk` (thread `t` of `nt`): V vectors per thread
+/// per pass, block-contiguous chunks (block b owns vectors [b*nt*V, (b+1)*nt*V) of every pass; a warp's
+/// accesses are coalesced), and every load of a pass is issued before its first store. `dst_of()` is
+/// called once, after the first pass's loads were issued (ferry: the cursor load overlaps them).
+/// Returns the destination. Shared by ferry's copy kernels and the benchmark's copy-only baseline.
+template <int V, class DstFn>
+__device__ __forceinline__ std::byte* copy_vec_passes(DstFn&& dst_of, const std::byte* src, std::uint64_t vecs,
+                                                      std::uint32_t blk, std::uint32_t nblk, std::uint32_t t,
+                                                      std::uint32_t nt)
 {
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-  if ((reinterpret_cast<std::uintptr_t>(a.src) & 15U) == 0 && a.dst.dynamic == 0) {
-    constexpr int prefetch = 4;
-    const std::uint64_t n = a.bytes;
-    const std::uint64_t vecs = n / 16;
-    const auto* s = reinterpret_cast<const ulonglong2*>(a.src);
-    ulonglong2 r[prefetch];
+  const auto* s = reinterpret_cast<const ulonglong2*>(src);
+  const std::uint64_t chunk = static_cast<std::uint64_t>(nt) * V;
+  const std::uint64_t stride = chunk * nblk;
+  std::uint64_t base = blk * chunk + t;
+  ulonglong2 r[V];
 #pragma unroll
-    for (int j = 0; j < prefetch; ++j) {
-      const std::uint64_t i = t + static_cast<std::uint64_t>(j) * nt;
+  for (int j = 0; j < V; ++j) {
+    const std::uint64_t i = base + static_cast<std::uint64_t>(j) * nt;
+    if (i < vecs) { r[j] = s[i]; }
+  }
+  std::byte* dst = dst_of();
+  auto* d = reinterpret_cast<ulonglong2*>(dst);
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const std::uint64_t i = base + static_cast<std::uint64_t>(j) * nt;
+    if (i < vecs) { d[i] = r[j]; }
+  }
+  for (base += stride; base < vecs; base += stride) {  // entries larger than one pass of the grid
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const std::uint64_t i = base + static_cast<std::uint64_t>(j) * nt;
       if (i < vecs) { r[j] = s[i]; }
     }
-    std::byte* dst = a.dst.data();  // cursor load overlaps the source loads above
-    auto* d = reinterpret_cast<ulonglong2*>(dst);
 #pragma unroll
-    for (int j = 0; j < prefetch; ++j) {
-      const std::uint64_t i = t + static_cast<std::uint64_t>(j) * nt;
+    for (int j = 0; j < V; ++j) {
+      const std::uint64_t i = base + static_cast<std::uint64_t>(j) * nt;
       if (i < vecs) { d[i] = r[j]; }
     }
-    for (std::uint64_t i = t + prefetch * nt; i < vecs; i += nt) { d[i] = s[i]; }
-    for (std::uint64_t i = vecs * 16 + t; i < n; i += nt) { dst[i] = a.src[i]; }
+  }
+  return dst;
+}
+
+/// copy_vec_passes with V chosen at run time (uniform branch; V in {1, 2, 4, 8}, anything else is 1),
+/// then the byte tail (n % 16) by block 0.
+template <class DstFn>
+__device__ __forceinline__ void copy_vec(DstFn&& dst_of, const std::byte* src, std::uint64_t n, std::uint32_t v,
+                                         std::uint32_t blk, std::uint32_t nblk, std::uint32_t t, std::uint32_t nt)
+{
+  const std::uint64_t vecs = n / 16;
+  std::byte* dst;
+  switch (v) {
+    case 8: dst = copy_vec_passes<8>(dst_of, src, vecs, blk, nblk, t, nt); break;
+    case 4: dst = copy_vec_passes<4>(dst_of, src, vecs, blk, nblk, t, nt); break;
+    case 2: dst = copy_vec_passes<2>(dst_of, src, vecs, blk, nblk, t, nt); break;
+    default: dst = copy_vec_passes<1>(dst_of, src, vecs, blk, nblk, t, nt); break;
+  }
+  if (blk == 0) {
+    for (std::uint64_t i = vecs * 16 + t; i < n; i += nt) { dst[i] = src[i]; }
+  }
+}
+#endif
+
+/// Block `blk` of `nblk` (thread `t` of `nt` per block) copies its share of the entry.
+///
+/// On the GPU (16-byte aligned source: entries start on 16-byte boundaries in a 256-byte-aligned ring, so
+/// only the source decides) the first vectors of this thread's share are loaded BEFORE the ring cursor is
+/// read, so the source loads and the cursor load are in flight together instead of one after the other
+/// (the cursor read is the only dependent step a graph-safe placement adds over a plain copy). A dynamic
+/// entry reads its size first (the length bounds the loads).
+FERRY_HD inline void copy_phase(const copy_args& a, std::uint32_t blk, std::uint32_t nblk, std::uint32_t t,
+                                std::uint32_t nt) noexcept
+{
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  if ((reinterpret_cast<std::uintptr_t>(a.src) & 15U) == 0) {
+    copy_vec([&] { return a.dst.data(); }, a.src, copy_length(a), a.vecs_per_thread, blk, nblk, t, nt);
     return;
   }
 #endif
-  copy_bytes(a.dst.data(), a.src, copy_length(a), t, nt);
+  const std::uint64_t bt = static_cast<std::uint64_t>(blk) * nt + t;
+  copy_bytes(a.dst.data(), a.src, copy_length(a), bt, static_cast<std::uint64_t>(nblk) * nt);
+}
+
+/// One block (the fused kernel, and the host backend's per-thread loop): thread `t` of `nt`.
+FERRY_HD inline void copy_phase(const copy_args& a, std::uint64_t t, std::uint64_t nt) noexcept
+{
+  copy_phase(a, 0U, 1U, static_cast<std::uint32_t>(t), static_cast<std::uint32_t>(nt));
 }
 
 /// Exactly one thread of the grid: advance the cursor (and write the size slot of a dynamic entry).

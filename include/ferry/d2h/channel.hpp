@@ -618,18 +618,24 @@ class channel {
       return true;
     }
 
-    void launch_copy(const detail::copy_args& a, std::uint64_t bytes, bool fuse, stream_type s)
+    /// Launch shape (config: copy_block_threads, copy_vecs_per_thread, fused_copy_max_bytes,
+    /// single_block_copy_max_bytes). `fuse`: one block (the kernel that may fuse the release); else
+    /// enough blocks for one pass over the entry, at most enough to fill every SM.
+    void launch_copy(detail::copy_args a, std::uint64_t bytes, bool fuse, stream_type s)
     {
+      const std::uint32_t v = cfg.copy_vecs_per_thread;
+      a.vecs_per_thread = v == 8 || v == 4 || v == 2 ? v : 1;
+      const std::uint64_t vecs = (bytes + 15) / 16;
+      const std::uint64_t per_thread = (vecs + a.vecs_per_thread - 1) / a.vecs_per_thread;
       if (fuse) {
-        const std::uint64_t vecs = (bytes + 15) / 16;
-        const auto threads = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(align_up(vecs, 32), 32, 1024));
+        const auto threads = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(align_up(per_thread, 32), 32, 1024));
         b.launch(detail::copy_entry_publish_kernel(typename B::tag{}),
                  ferry::backend::launch_config{{1}, {threads}, 0}, s, a);
       } else {
-        constexpr std::uint64_t threads = 256;
-        constexpr std::uint64_t per_block = threads * 16 * 4;  // 16 KiB per block-iteration
-        const auto blocks = static_cast<std::uint32_t>(
-          std::clamp<std::uint64_t>((bytes + per_block - 1) / per_block, 1, static_cast<std::uint64_t>(sm_count) * 4));
+        const std::uint64_t threads = std::clamp<std::uint64_t>(align_up(cfg.copy_block_threads, 32), 32, 1024);
+        const std::uint64_t max_blocks = static_cast<std::uint64_t>(sm_count) * std::max<std::uint64_t>(1, 2048 / threads);
+        const auto blocks =
+          static_cast<std::uint32_t>(std::clamp<std::uint64_t>((per_thread + threads - 1) / threads, 1, max_blocks));
         b.launch(detail::copy_entry_kernel(typename B::tag{}),
                  ferry::backend::launch_config{{blocks}, {static_cast<std::uint32_t>(threads)}, 0}, s, a);
       }
@@ -683,8 +689,8 @@ class channel {
           return false;
         }
       }
-      const bool fuse = reserved <= cfg.fused_copy_max_bytes;
       const bool publish_now = unpublished + 1 >= cfg.publish_every;
+      const bool fuse = reserved <= cfg.single_block_copy_max_bytes || (publish_now && reserved <= cfg.fused_copy_max_bytes);
       detail::copy_args a{make_ref(reserved, dynamic), static_cast<const std::byte*>(src), bytes, actual,
                           fuse && publish_now ? unpublished + 1 : 0, head_dev};
       launch_copy(a, bytes, fuse, s.handle());

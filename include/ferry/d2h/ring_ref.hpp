@@ -3,12 +3,15 @@
 // trivially copyable view a kernel (ferry's copy kernel or a user kernel) uses to write one entry.
 //
 // Graph-safe placement without baked offsets ("two-slot cursor"):
-//   device_state holds two cursors {pos, dyn}. The k-th entry of a forward (parity = k % 2) reads
-//   slot[parity], places itself with place(), and exactly one thread writes slot[parity ^ 1] = {end, dyn'}.
+//   device_state holds two cursors {phys, dyn_slot}. The k-th entry of a forward (parity = k % 2) reads
+//   slot[parity], places itself with place_phys(), and exactly one thread writes slot[parity ^ 1] = {end, slot'}.
 //   No thread of the same kernel reads the slot being written; the next kernel on the stream reads it
 //   (the kernel boundary orders the write before the read). The forward-boundary kernel copies the last
 //   slot into slot[0], so every forward (eager or a graph replay) starts at parity 0. The CPU mirrors the
-//   same arithmetic (same sizes, same place()) to fill the FIFO with the offsets the device will use.
+//   same arithmetic (same sizes, place() on virtual positions) to fill the FIFO with the offsets the device
+//   will use. The device keeps PHYSICAL offsets (and the size-slot index) already reduced, so a writer
+//   never divides: a 64-bit `%` is a ~100-instruction software routine on the GPU, paid by every thread of
+//   every copy kernel when the ring size is not a power of two.
 //
 // No fmt, no error.hpp: this header is compiled into device code.
 #pragma once
@@ -44,9 +47,19 @@ FERRY_HD constexpr placement place(std::uint64_t pos, std::uint64_t reserved, st
   return {start, start + reserved};
 }
 
-struct cursor {
-  std::uint64_t pos{0};  ///< virtual end of the last placed entry
-  std::uint64_t dyn{0};  ///< dynamic entries placed so far (size-slot counter)
+/// The device-side placement rule, on physical offsets: where an entry of `reserved` bytes starts when the
+/// ring's write offset is `phys` (in [0, ring_bytes)). Same decision as place(): phys == pos % ring_bytes.
+FERRY_HD constexpr std::uint64_t place_phys(std::uint64_t phys, std::uint64_t reserved, std::uint64_t ring_bytes) noexcept
+{
+  return phys + reserved > ring_bytes ? 0 : phys;
+}
+
+/// A device cursor. Both fields are kept reduced (no division on the device):
+///   phys      physical offset of the end of the last placed entry, in [0, ring_bytes)
+///   dyn_slot  size slot of the next dynamic entry, in [0, size_slot_count) (0 without a size ring)
+struct alignas(16) cursor {
+  std::uint64_t phys{0};
+  std::uint64_t dyn_slot{0};
 };
 
 /// Device memory, one per channel. `produced` is the GPU-local produced-entry counter; only the
@@ -58,38 +71,41 @@ struct alignas(128) device_state {
 
 /// The view a writer kernel uses for one entry. Trivially copyable: pass it by value to a kernel.
 ///   data()            where to write (any thread; a pure read of the current cursor slot)
+///   offset()          the same, as a physical offset in the ring
 ///   capacity()        reserved bytes (the entry's upper bound)
 ///   commit()          exactly one thread of the writer grid, exactly once: advances the cursor
 ///   commit(actual)    same, for a dynamic entry: also writes the actual size into its size slot
 /// The channel publishes the entry after the writer kernel (stream order is the join).
 struct ring_ref {
   std::byte* ring{nullptr};
-  std::uint64_t ring_bytes{0};
   device_state* state{nullptr};
   std::uint64_t* size_slots{nullptr};  ///< device view of the size ring (null without one)
-  std::uint64_t size_slot_count{0};
+  std::uint64_t ring_bytes{0};
   std::uint64_t reserved{0};
+  std::uint32_t size_slot_count{0};
   std::uint32_t parity{0};
   std::uint32_t dynamic{0};
 
-  [[nodiscard]] FERRY_HD placement where() const noexcept { return place(state->slot[parity].pos, reserved, ring_bytes); }
-  [[nodiscard]] FERRY_HD std::byte* data() const noexcept
+  [[nodiscard]] FERRY_HD std::uint64_t offset() const noexcept
   {
-    const std::uint64_t start = where().start;
-    return ring + ((ring_bytes & (ring_bytes - 1)) == 0 ? start & (ring_bytes - 1) : start % ring_bytes);
+    return place_phys(state->slot[parity].phys, reserved, ring_bytes);
   }
+  [[nodiscard]] FERRY_HD std::byte* data() const noexcept { return ring + offset(); }
   [[nodiscard]] FERRY_HD std::uint64_t capacity() const noexcept { return reserved; }
 
   FERRY_HD void commit() const noexcept
   {
     const cursor c = state->slot[parity];
-    state->slot[parity ^ 1U] = cursor{place(c.pos, reserved, ring_bytes).end, c.dyn + dynamic};
+    const std::uint64_t end = place_phys(c.phys, reserved, ring_bytes) + reserved;  // <= ring_bytes
+    std::uint64_t slot = c.dyn_slot;
+    if (dynamic != 0) { slot = slot + 1 >= size_slot_count ? 0 : slot + 1; }
+    state->slot[parity ^ 1U] = cursor{end == ring_bytes ? 0 : end, slot};
   }
   /// For a dynamic entry. `actual` may exceed capacity(): the drain then rejects the entry (the writer
   /// must not have written beyond capacity()).
   FERRY_HD void commit(std::uint64_t actual) const noexcept
   {
-    if (dynamic != 0 && size_slot_count != 0) { size_slots[state->slot[parity].dyn % size_slot_count] = actual; }
+    if (dynamic != 0 && size_slot_count != 0) { size_slots[state->slot[parity].dyn_slot] = actual; }
     commit();
   }
 };

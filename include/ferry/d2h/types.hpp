@@ -61,7 +61,20 @@ struct config {
   drain_mode drain{drain_mode::thread};
   std::uint32_t fifo_capacity{8192};       ///< outstanding entries (reserved, not yet delivered)
   std::uint32_t max_copies_in_flight{64};  ///< coalesced D2H copies queued on the drain stream
-  std::size_t fused_copy_max_bytes{32 << 10};  ///< entries up to this size: one-block copy with fused publish
+  // Copy-kernel launch shape (capture()). Performance knobs only: every choice is equally correct (writers
+  // are joined by a block barrier inside a one-block kernel, or by stream order before a 1-thread publish
+  // kernel; never by a grid join). bench/d2h `--benchmark_filter=variants` measures the alternatives.
+  //   * an entry is copied by ceil(vecs / (copy_block_threads * copy_vecs_per_thread)) blocks (at most
+  //     enough to fill every SM), each thread moving copy_vecs_per_thread 16-byte vectors per pass with
+  //     all its loads issued before its stores;
+  //   * the entry that completes a batch of K (publish_every) is, when <= fused_copy_max_bytes, copied by
+  //     ONE block with the release fused after its block barrier; otherwise a 1-thread publish kernel follows;
+  //   * entries <= single_block_copy_max_bytes always use the one-block kernel (the layout before these
+  //     knobs was single_block_copy_max_bytes = fused_copy_max_bytes = 32 KiB, copy_vecs_per_thread = 1).
+  std::size_t fused_copy_max_bytes{32 << 10};       ///< batch-completing entries up to this size: one block, fused release
+  std::size_t single_block_copy_max_bytes{0};       ///< every entry up to this size: one block
+  std::uint32_t copy_block_threads{128};            ///< threads per block of the multi-block copy (32..1024, multiple of 32)
+  std::uint32_t copy_vecs_per_thread{2};            ///< 16-byte vectors per thread per pass: 1, 2, 4 or 8
   std::chrono::microseconds drain_idle_sleep{20};  ///< drain thread sleep when idle
   debug_fault debug{debug_fault::none};
   /// Test-only: extra delay before every D2H on the drain stream (host backend only; widens races).

@@ -18,6 +18,7 @@ struct copy_args {
   const std::uint64_t* actual_size{nullptr};  ///< device memory; dynamic entries only
   std::uint64_t head_n{0};
   std::uint64_t* head{nullptr};  ///< device address of published_head
+  std::uint32_t vecs_per_thread{1};  ///< 16-byte vectors per thread per pass (1, 2, 4, 8): loads before stores
 };
 
 /// One thread: produced += n; store_release_system(head, produced). When `normalize` is set (forward
