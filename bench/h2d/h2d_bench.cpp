@@ -4,7 +4,9 @@
 // Built twice: ferry_bench_h2d (CUDA backend, FERRY_BENCH_CUDA) and ferry_bench_h2d_host (host backend,
 // a demo that runs anywhere). Measured like shared/anchors-h200.md:
 //   GPU span : event before the first upload operation -> end of a first-consumer kernel that reads every
-//              published member (checksum kernel), median of many iterations after a warm-up;
+//              published byte (checksum kernel: one block of 256 threads per 4 KiB chunk of a member, one
+//              16-byte load per thread, chunk descriptors in the kernel parameters: a realistic cheap first
+//              consumer, the same for every variant), median of many iterations after a warm-up;
 //   floor    : the same span with no upload (event, consumer, event);
 //   CPU      : wall time of publish() (eager: validation + arena header + enqueue) or stage() (graph).
 // Eager spans include the CPU's enqueue latency (the GPU is idle when the first event runs), as in the
@@ -12,7 +14,10 @@
 // and last iteration, and the process exits non-zero on a mismatch.
 //
 //   --ferry_json=PATH  write {"device","commit","date","command","cases":{...}} (stripped before gbench)
-//   FERRY_BENCH_ITERS  iterations per JSON cell (default 1000; 200 on the host backend)
+//   FERRY_BENCH_ITERS  iterations per JSON cell (default 1000; 200 on the host backend); the "variants"
+//                      grid (scatter tile bytes x threads x speculation, graph, decode256 and small64) uses
+//                      half as many
+//   FERRY_BENCH_VARIANTS=0  skip the variants grid
 #include <ferry/backend.hpp>
 #include <ferry/h2d.hpp>
 #include <ferry/h2d/detail/kernels.hpp>
@@ -91,10 +96,17 @@ double median(std::vector<double> v)
 
 enum class variant { floor, upload };
 
+/// Scatter knobs of one measurement (0 / -1: the publisher's defaults).
+struct knobs {
+  std::size_t tile_bytes{0};
+  std::uint32_t threads{0};
+  int speculation{-1};
+};
+
 /// One configured measurement: a publisher over `members` with backend `k`, eager or in a graph.
 class runner {
  public:
-  runner(const std::vector<member>& members, variant v, fh::upload_backend k, bool graph)
+  runner(const std::vector<member>& members, variant v, fh::upload_backend k, bool graph, knobs kn = {})
     : members_{members}, variant_{v}, backend_{k}, graph_{graph}
   {
     stream_.emplace(b_);
@@ -110,18 +122,30 @@ class runner {
     c.backend = k;
     c.device = b_.current_device();
     c.calibration_iterations = 25;
+    if (kn.tile_bytes != 0) { c.tile_bytes = kn.tile_bytes; }
+    if (kn.threads != 0) { c.threads_per_tile = kn.threads; }
+    c.speculation = kn.speculation;
     pub_->initialize(c, stream_->view());
-    // Consumer tables: every member's destination and published bytes.
-    std::vector<std::uint64_t> src, bytes;
+    // Consumer chunks: every member's published bytes, cut into consumer_chunk pieces (one block each).
+    std::vector<ferry::h2d::detail::checksum_chunk> chunks;
     for (std::size_t i = 0; i < members_.size(); ++i) {
-      src.push_back(reinterpret_cast<std::uintptr_t>(pub_->device_pointer(handles_[i])));
-      bytes.push_back(members_[i].bytes());
+      const auto base = reinterpret_cast<std::uintptr_t>(pub_->device_pointer(handles_[i]));
+      const std::size_t n = members_[i].bytes();
+      for (std::size_t off = 0; off < n; off += consumer_chunk) {
+        chunks.push_back({base + off, std::min(consumer_chunk, n - off)});
+      }
     }
-    src_table_.emplace(8 * src.size(), b_);
-    bytes_table_.emplace(8 * bytes.size(), b_);
-    out_.emplace(8 * consumer_threads * members_.size(), b_);
-    upload(src_table_->data(), src.data(), 8 * src.size());
-    upload(bytes_table_->data(), bytes.data(), 8 * bytes.size());
+    constexpr std::size_t inl = ferry::h2d::detail::checksum_params::inline_max;
+    consumer_.count = static_cast<std::uint32_t>(chunks.size());
+    for (std::size_t i = 0; i < chunks.size() && i < inl; ++i) { consumer_.chunk[i] = chunks[i]; }
+    if (chunks.size() > inl) {
+      const std::size_t extra = (chunks.size() - inl) * sizeof(chunks[0]);
+      more_.emplace(extra, b_);
+      upload(more_->data(), chunks.data() + inl, extra);
+      consumer_.more = more_->template as<const ferry::h2d::detail::checksum_chunk>();
+    }
+    out_.emplace(8 * consumer_threads * chunks.size(), b_);
+    consumer_.out = out_->template as<std::uint64_t>();
     // Random non-zero data in both slots' sources; the stamp word changes every iteration.
     std::mt19937_64 rng{0xF3EE + members_.size()};
     for (std::size_t slot = 0; slot < 2; ++slot) {
@@ -147,6 +171,11 @@ class runner {
   {
     return std::string{fh::to_string(pub_->info("meta").backend)};
   }
+  [[nodiscard]] std::string chosen_graph() const
+  {
+    return std::string{fh::to_string(pub_->info("meta").graph_backend)};
+  }
+  [[nodiscard]] std::uint32_t tiles() const { return pub_->info("meta").tiles; }
 
   /// One iteration: returns {gpu span us, cpu publish/stage us}.
   std::pair<double, double> iterate(std::uint64_t i, bool verify)
@@ -211,15 +240,13 @@ class runner {
   }
 
  private:
-  static constexpr std::uint32_t consumer_threads = 128;
+  static constexpr std::uint32_t consumer_threads = 256;
+  static constexpr std::size_t consumer_chunk = 16 * consumer_threads;  // one 16-byte load per thread
 
   void consume(fb::stream_view<B> s)
   {
-    ferry::h2d::detail::checksum_params p{src_table_->template as<const std::uint64_t>(),
-                                          bytes_table_->template as<const std::uint64_t>(),
-                                          out_->template as<std::uint64_t>()};
-    b_.launch(ferry::h2d::detail::checksum_kernel(B::tag{}),
-              fb::launch_config{{static_cast<std::uint32_t>(members_.size())}, {consumer_threads}, 0}, s.handle(), p);
+    b_.launch(ferry::h2d::detail::checksum_kernel(B::tag{}), fb::launch_config{{consumer_.count}, {consumer_threads}, 0},
+              s.handle(), consumer_);
   }
 
   void upload(void* dst, const void* src, std::size_t n)
@@ -263,7 +290,8 @@ class runner {
   std::optional<fb::event<B>> t0_, t1_;
   std::unique_ptr<fh::publisher<B>> pub_;
   std::vector<fh::buffer_handle> handles_;
-  std::optional<fb::device_buffer<B>> src_table_, bytes_table_, out_;
+  ferry::h2d::detail::checksum_params consumer_{};
+  std::optional<fb::device_buffer<B>> more_, out_;
   std::vector<fb::graph_exec<B>> graphs_;
 };
 
@@ -290,6 +318,93 @@ std::string json_escape(std::string s)
     if (static_cast<unsigned char>(c) >= 0x20) { o.push_back(c); }
   }
   return o;
+}
+
+/// CPU cost of the bare API calls publish() makes (no validation): packed = one H2D copy of `bytes` from
+/// pinned memory + one scatter-sized launch; zerocopy = the launch alone. publish()'s CPU time minus these
+/// is ferry's own overhead.
+std::string api_floor_json(int iters)
+{
+  B b{};
+  fb::stream<B> st{b};
+  const std::size_t bytes = 80 * 1024;
+  fb::pinned_buffer<B> host{bytes, b};
+  fb::device_buffer<B> dev{bytes, b};
+  std::memset(host.data(), 1, bytes);
+  ferry::h2d::detail::scatter_params p{};
+  p.tile_count = 0;  // launches, copies nothing
+  auto k = ferry::h2d::detail::scatter_kernel(B::tag{});
+  b.preload(k);
+  auto time = [&](bool copy) {
+    std::vector<double> v;
+    for (int i = 0; i < iters + 50; ++i) {
+      const auto c0 = std::chrono::steady_clock::now();
+      if (copy) { b.memcpy_async(dev.data(), host.data(), bytes, fb::memcpy_kind::host_to_device, st.handle()); }
+      b.launch(k, fb::launch_config{{28}, {128}, 0}, st.handle(), p);
+      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - c0).count();
+      st.synchronize();
+      if (i >= 50) { v.push_back(us); }
+    }
+    return median(std::move(v));
+  };
+  const double both = time(true);
+  const double launch = time(false);
+  std::fprintf(stderr, "ferry_bench_h2d: bare API CPU: memcpy(80 KiB)+launch %.2f us, launch %.2f us\n", both, launch);
+  return fmt::format(",\n  \"api_cpu_us\": {{\"memcpy_plus_launch\": {}, \"launch\": {}}}", json_num(both),
+                     json_num(launch));
+}
+
+/// Scatter knob grid (graph and eager) for decode256 and small64: tile bytes x threads per tile, packed and
+/// zerocopy (graph: speculation 1 and 2 for zerocopy), plus speculation 0 at the default tile.
+std::string variants_json(int iters)
+{
+  struct row {
+    std::string backend;
+    std::size_t tile;
+    std::uint32_t threads;
+    int spec;
+    bool graph;
+    double us;
+  };
+  std::string out = ",\n  \"variants\": {";
+  bool first_case = true;
+  for (auto& c : anchor_cases()) {
+    if (std::string_view{c.name} != "decode256" && std::string_view{c.name} != "small64") { continue; }
+    std::vector<row> rows;
+    auto run = [&](fh::upload_backend k, std::size_t tile, std::uint32_t th, int spec, bool graph) {
+      runner r{c.members, variant::upload, k, graph, knobs{tile, th, spec}};
+      rows.push_back({std::string{fh::to_string(k)}, tile, th, spec, graph, r.measure(iters).gpu_us});
+    };
+    for (std::size_t tile : {1024, 2048, 4096, 8192}) {
+      for (std::uint32_t th : {64u, 128u, 256u}) {
+        run(fh::upload_backend::packed, tile, th, -1, true);
+        run(fh::upload_backend::zerocopy, tile, th, 1, true);
+        run(fh::upload_backend::zerocopy, tile, th, 2, true);
+        run(fh::upload_backend::packed, tile, th, -1, false);
+        run(fh::upload_backend::zerocopy, tile, th, -1, false);
+      }
+    }
+    run(fh::upload_backend::packed, 4096, 128, 0, true);
+    run(fh::upload_backend::zerocopy, 4096, 128, 0, true);
+    std::fprintf(stderr, "\nvariants %s (us, median of %d): tile threads | graph: packed zc(spec1) zc(spec2) | eager: packed zc\n",
+                 c.name, iters);
+    for (std::size_t i = 0; i + 5 <= rows.size() - 2; i += 5) {
+      std::fprintf(stderr, "  %5zu %4u | %7.2f %7.2f %7.2f | %7.2f %7.2f\n", rows[i].tile, rows[i].threads, rows[i].us,
+                   rows[i + 1].us, rows[i + 2].us, rows[i + 3].us, rows[i + 4].us);
+    }
+    std::fprintf(stderr, "  spec0 at 4096/128 graph: packed %.2f zc %.2f\n", rows[rows.size() - 2].us, rows.back().us);
+    out += fmt::format("{}\n    \"{}\": [", first_case ? "" : ",", c.name);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      out += fmt::format("{}\n      {{\"backend\": \"{}\", \"tile_bytes\": {}, \"threads\": {}, \"speculation\": {}, "
+                         "\"graph\": {}, \"us\": {}}}",
+                         i == 0 ? "" : ",", r.backend, r.tile, r.threads, r.spec, r.graph ? "true" : "false", json_num(r.us));
+    }
+    out += "\n    ]";
+    first_case = false;
+  }
+  out += "\n  }";
+  return out;
 }
 
 int write_json(const std::string& path)
@@ -322,7 +437,11 @@ int write_json(const std::string& path)
         const auto st = r.measure(iters);
         cell[kn + "_us"] = json_num(st.gpu_us);
         cell[kn + "_cpu_us"] = json_num(st.cpu_us);
-        if (k == fh::upload_backend::automatic) { cell["auto_choice"] = "\"" + r.chosen() + "\""; }
+        if (k == fh::upload_backend::automatic) {
+          cell["auto_choice"] = "\"" + r.chosen() + "\"";
+          cell["auto_graph_choice"] = "\"" + r.chosen_graph() + "\"";
+        }
+        if (k == fh::upload_backend::packed) { cell["tiles"] = fmt::format("{}", r.tiles()); }
       }
       if (k == fh::upload_backend::batch) {
         cell["batch_graph_us"] = "null";  // cudaMemcpyBatchAsync cannot be captured
@@ -340,7 +459,12 @@ int write_json(const std::string& path)
     first_case = false;
     std::fprintf(stderr, "ferry_bench_h2d: %s done\n", c.name);
   }
-  out += "\n  }\n}\n";
+  out += "\n  }";
+  out += api_floor_json(iters);
+  if (env("FERRY_BENCH_VARIANTS") != "0" && !std::is_same_v<B, fb::host_backend>) {
+    out += variants_json(std::max(1, iters / 2));
+  }
+  out += "\n}\n";
   std::ofstream f{path};
   f << out;
   std::fputs(out.c_str(), stdout);

@@ -54,44 +54,121 @@ FERRY_HD inline void copy_share(unsigned char* dst, const unsigned char* src, st
   for (std::uint64_t i = done + thread; i < len; i += threads) { dst[i] = src[i]; }
 }
 
-/// Scatter: block `block` of `blocks` walks the tile table with a grid stride. A tile beyond the member's
-/// published count (from the arena header) is skipped, so bytes past the prefix stay untouched.
+/// Most 16-byte loads a thread issues before its first store (registers: 2 x max_inflight x 64 bit).
+inline constexpr std::uint32_t max_inflight = 8;
+
+/// Stores the first `n` (< 16) bytes of `v` (kept in registers: no address taken).
+FERRY_HD inline void store_partial(unsigned char* dst, const vec16& v, std::uint32_t n)
+{
+  for (std::uint32_t k = 0; k < n; ++k) {
+    const std::uint64_t w = k < 8 ? v.x : v.y;
+    dst[k] = static_cast<unsigned char>(w >> (8 * (k & 7u)));
+  }
+}
+
+/// One tile: bytes [0, min(td.len, count - td.start)) of the tile. With `speculative`, the payload loads
+/// (up to the capacity-clipped tile, padded to 16 bytes: inside the arena) are issued before the count is
+/// known, so a zero-copy tile costs one PCIe round trip instead of two.
+FERRY_HD inline void scatter_tile(const ferry::h2d::detail::scatter_params& p, const ferry::h2d::detail::tile_desc& td,
+                                  std::int64_t count, bool speculative, std::uint32_t thread, std::uint32_t threads)
+{
+  const unsigned char* src = p.arena + td.src;
+  auto* dst = reinterpret_cast<unsigned char*>(static_cast<std::uintptr_t>(td.dst));
+  auto avail_of = [&](std::int64_t c) -> std::uint32_t {
+    if (c <= 0 || static_cast<std::uint64_t>(c) <= td.start) { return 0; }
+    const std::uint64_t rest = static_cast<std::uint64_t>(c) - td.start;
+    return rest < td.len ? static_cast<std::uint32_t>(rest) : td.len;
+  };
+  if ((td.dst & 15u) != 0) {
+    // A misaligned bound destination (e.g. a tensor view): count first, then 8- or 1-byte moves.
+    copy_share(dst, src, avail_of(count), thread, threads);
+    return;
+  }
+  std::uint32_t avail = speculative ? td.len : avail_of(count);
+  const std::uint32_t vecs = (avail + 15u) / 16u;
+  const auto* s = reinterpret_cast<const vec16*>(src);
+  auto* d = reinterpret_cast<vec16*>(dst);
+  for (std::uint32_t base = thread; base < vecs; base += threads * max_inflight) {
+    vec16 r[max_inflight];
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#pragma unroll
+#endif
+    for (std::uint32_t u = 0; u < max_inflight; ++u) {
+      const std::uint32_t i = base + u * threads;
+      if (i < vecs) { r[u] = s[i]; }
+    }
+    if (speculative) { avail = avail_of(count); }  // the count load was issued with the payload loads
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#pragma unroll
+#endif
+    for (std::uint32_t u = 0; u < max_inflight; ++u) {
+      const std::uint32_t i = base + u * threads;
+      if (i < vecs) {
+        const std::uint32_t lo = i * 16u;
+        if (lo + 16u <= avail) {
+          d[i] = r[u];
+        } else if (lo < avail) {
+          store_partial(dst + lo, r[u], avail - lo);
+        }
+      }
+    }
+  }
+}
+
+/// Scatter: block `block` of `blocks` walks the tile table with a grid stride (the grid covers every tile
+/// in one wave unless the table is very large). Bytes past a member's published count stay untouched.
 FERRY_HD inline void scatter_share(const ferry::h2d::detail::scatter_params& p, std::uint32_t block,
                                    std::uint32_t blocks, std::uint32_t thread, std::uint32_t threads)
 {
   for (std::uint32_t t = block; t < p.tile_count; t += blocks) {
     const ferry::h2d::detail::tile_desc td = p.tiles[t];
-    const std::int64_t offset = p.header[2 * td.member];
+    if (p.counts_inline != 0) {
+      // Eager: the count travelled in the parameters; a tile past it reads nothing.
+      const auto count = static_cast<std::int64_t>(p.count[td.member]);
+      if (count <= 0 || static_cast<std::uint64_t>(count) <= td.start) { continue; }
+      scatter_tile(p, td, count, true, thread, threads);
+      continue;
+    }
+    const bool speculative = p.spec >= 2 || (p.spec == 1 && td.start == 0);
     const std::int64_t count = p.header[2 * td.member + 1];
-    const std::uint64_t start = static_cast<std::uint64_t>(td.tile) * p.tile_bytes;
-    if (count <= 0 || start >= static_cast<std::uint64_t>(count)) { continue; }
-    const std::uint64_t rest = static_cast<std::uint64_t>(count) - start;
-    const std::uint64_t len = rest < p.tile_bytes ? rest : p.tile_bytes;
-    auto* dst = reinterpret_cast<unsigned char*>(p.dst_table[td.member]) + start;
-    const unsigned char* src = p.arena + offset + start;
-    copy_share(dst, src, len, thread, threads);
+    scatter_tile(p, td, count, speculative, thread, threads);
   }
 }
 
-/// Checksum: block `member` XORs its member's bytes; each thread writes its own partial (no atomics).
-FERRY_HD inline void checksum_share(const ferry::h2d::detail::checksum_params& p, std::uint32_t member,
+/// Checksum (the benchmark's first consumer): block `block` XORs its chunk with 16-byte loads (all of a
+/// thread's loads issued before the first use); each thread writes its own partial (no atomics).
+FERRY_HD inline void checksum_share(const ferry::h2d::detail::checksum_params& p, std::uint32_t block,
                                     std::uint32_t thread, std::uint32_t threads)
 {
-  const auto* src = reinterpret_cast<const unsigned char*>(p.src_table[member]);
-  const std::uint64_t len = p.bytes_table[member];
+  if (block >= p.count) { return; }
+  const ferry::h2d::detail::checksum_chunk c =
+    block < ferry::h2d::detail::checksum_params::inline_max ? p.chunk[block]
+                                                           : p.more[block - ferry::h2d::detail::checksum_params::inline_max];
+  const auto* src = reinterpret_cast<const unsigned char*>(static_cast<std::uintptr_t>(c.src));
+  const std::uint64_t len = c.bytes;
   std::uint64_t acc = 0;
   std::uint64_t done = 0;
   if ((reinterpret_cast<std::uintptr_t>(src) & 15u) == 0) {
     const auto* s = reinterpret_cast<const vec16*>(src);
     const std::uint64_t vecs = len / 16;
-    for (std::uint64_t i = thread; i < vecs; i += threads) {
-      const vec16 v = s[i];
-      acc ^= v.x * 31u + v.y;
+    for (std::uint64_t base = thread; base < vecs; base += static_cast<std::uint64_t>(threads) * 4) {
+      vec16 r[4];
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#pragma unroll
+#endif
+      for (std::uint32_t u = 0; u < 4; ++u) {
+        const std::uint64_t i = base + static_cast<std::uint64_t>(u) * threads;
+        r[u] = i < vecs ? s[i] : vec16{0, 0};
+      }
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#pragma unroll
+#endif
+      for (std::uint32_t u = 0; u < 4; ++u) { acc ^= r[u].x * 31u + r[u].y; }
     }
     done = vecs * 16;
   }
   for (std::uint64_t i = done + thread; i < len; i += threads) { acc ^= static_cast<std::uint64_t>(src[i]) << (i % 8); }
-  p.out[static_cast<std::uint64_t>(member) * threads + thread] = acc;
+  p.out[static_cast<std::uint64_t>(block) * threads + thread] = acc;
 }
 
 }  // namespace ferry::kernels::h2d

@@ -914,7 +914,13 @@ TYPED_TEST_P(H2d, AutoPicksAMeasuredBackendPerGroup)
                    : i.backend == fh::upload_backend::batch ? 1
                    : i.backend == fh::upload_backend::packed ? 2
                                                              : 3;
-  EXPECT_EQ(i.calibration_us[static_cast<std::size_t>(idx)], best);
+  // The fastest, or zero-copy within 3% of it (near-tie preference: one operation, least CPU).
+  if (i.backend == fh::upload_backend::zerocopy) {
+    EXPECT_LE(i.calibration_us[3], best * 1.03);
+  } else {
+    EXPECT_EQ(i.calibration_us[static_cast<std::size_t>(idx)], best);
+    EXPECT_GT(i.calibration_us[3], best * 1.03);
+  }
   // The graph choice is the fastest replayed-graph candidate (batch is never capturable).
   ASSERT_EQ(i.calibration_graph_us.size(), 4U);
   EXPECT_LT(i.calibration_graph_us[1], 0.0);
@@ -924,7 +930,12 @@ TYPED_TEST_P(H2d, AutoPicksAMeasuredBackendPerGroup)
     if (v >= 0) { best_graph = std::min(best_graph, v); }
   }
   const auto gidx = i.graph_backend == fh::upload_backend::direct ? 0 : i.graph_backend == fh::upload_backend::packed ? 2 : 3;
-  EXPECT_EQ(i.calibration_graph_us[static_cast<std::size_t>(gidx)], best_graph);
+  if (i.graph_backend == fh::upload_backend::zerocopy) {
+    EXPECT_LE(i.calibration_graph_us[3], best_graph * 1.03);
+  } else {
+    EXPECT_EQ(i.calibration_graph_us[static_cast<std::size_t>(gidx)], best_graph);
+    EXPECT_GT(i.calibration_graph_us[3], best_graph * 1.03);
+  }
   // Calibration never wrote the destinations.
   typename TestFixture::model md;
   for (auto h : {m.ids, m.positions, m.bf16, m.mask, m.table}) { md.bytes[h.value].assign(pub.capacity_bytes(h), poison); }

@@ -238,8 +238,21 @@ class publisher {
     FERRY_EXPECTS(cfg.slots >= 2, logic_error, "h2d publisher: expected >= 2 slots, got {}", cfg.slots);
     FERRY_EXPECTS(cfg.tile_bytes >= 16 && cfg.tile_bytes % 16 == 0, logic_error,
                   "h2d publisher: tile_bytes must be a multiple of 16, got {}", cfg.tile_bytes);
+    FERRY_EXPECTS(cfg.threads_per_tile >= 32 && cfg.threads_per_tile <= 1024 && cfg.threads_per_tile % 32 == 0,
+                  logic_error, "h2d publisher: threads_per_tile must be a multiple of 32 in [32, 1024], got {}",
+                  cfg.threads_per_tile);
+    FERRY_EXPECTS(cfg.speculation >= -1 && cfg.speculation <= 2, logic_error,
+                  "h2d publisher: speculation must be -1, 0, 1 or 2, got {}", cfg.speculation);
     FERRY_EXPECTS(!bufs_.empty(), logic_error, "h2d publisher: initialize() with no declared buffer");
     cfg_ = cfg;
+    if (cfg_.speculation < 0) {
+      if (const char* env = std::getenv("FERRY_H2D_SPECULATION"); env != nullptr && *env != '\0') {
+        const std::string_view v{env};
+        FERRY_EXPECTS(v == "0" || v == "1" || v == "2", logic_error,
+                      "h2d publisher: FERRY_H2D_SPECULATION='{}' is not 0, 1 or 2", env);
+        cfg_.speculation = v[0] - '0';
+      }
+    }
     if (cfg.backend) {
       requested_ = *cfg.backend;
     } else if (const char* env = std::getenv("FERRY_H2D_BACKEND"); env != nullptr && *env != '\0') {
@@ -434,7 +447,7 @@ class publisher {
       if (k == upload_backend::direct) {
         for (auto m : gr.members) { copy_direct(m, s, s.counts[m] * bufs_[m].unit_bytes, stream); }
       } else {
-        enqueue_scatter(gr, s, k, gr.arena_bytes, stream);
+        enqueue_scatter(gr, s, k, gr.arena_bytes, stream, false);
         for (auto m : gr.direct_members) { copy_direct(m, s, s.counts[m] * bufs_[m].unit_bytes, stream); }
       }
     });
@@ -601,7 +614,6 @@ class publisher {
     std::size_t arena_bytes{0};  ///< 0: no arena (direct copies)
     std::uint32_t tile_count{0};
     std::uint32_t grid{1};
-    std::optional<device_buffer> dst_table;
     std::optional<device_buffer> tile_table;
     std::vector<double> calibration_us;
     std::vector<double> calibration_graph_us;
@@ -743,12 +755,13 @@ class publisher {
   }
 
   /// packed: one DMA of the arena prefix [0, dma_bytes) then the scatter; zerocopy: the scatter alone,
-  /// reading the mapped pinned arena.
+  /// reading the mapped pinned arena. `eager`: the counts are final (publish, calibration) and travel in the
+  /// kernel parameters, so no tile waits for the header; otherwise (capture) the tiles read the header.
   void enqueue_scatter(const group_rt& g, slot_rt& s, upload_backend k, std::size_t dma_bytes, stream_view stream,
-                       const std::uint64_t* dst_table = nullptr)
+                       bool eager, const detail::tile_desc* tiles = nullptr)
   {
     const auto gi = static_cast<std::size_t>(&g - groups_.data());
-    detail::scatter_params p{};
+    detail::scatter_params p;
     if (k == upload_backend::packed) {
       b_.memcpy_async(s.staging[gi].data(), s.arenas[gi].data(), dma_bytes, ferry::backend::memcpy_kind::host_to_device,
                       stream.handle());
@@ -757,10 +770,20 @@ class publisher {
       p.arena = s.arenas[gi].template device_as<const unsigned char>();
     }
     p.header = reinterpret_cast<const std::int64_t*>(p.arena);
-    p.dst_table = dst_table != nullptr ? dst_table : g.dst_table->template as<const std::uint64_t>();
-    p.tiles = g.tile_table->template as<const detail::tile_desc>();
+    p.tiles = tiles != nullptr ? tiles : g.tile_table->template as<const detail::tile_desc>();
     p.tile_count = g.tile_count;
     p.tile_bytes = static_cast<std::uint32_t>(cfg_.tile_bytes);
+    p.spec = static_cast<std::uint32_t>(cfg_.speculation >= 0 ? cfg_.speculation
+                                        : k == upload_backend::packed ? 2
+                                                                      : 1);
+    const std::size_t n = g.packed_members.size();
+    p.counts_inline = eager && n <= detail::scatter_params::inline_counts_max ? 1u : 0u;
+    if (p.counts_inline != 0) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto m = g.packed_members[i];
+        p.count[i] = static_cast<std::uint64_t>(s.counts[m] * bufs_[m].unit_bytes);
+      }
+    }
     b_.launch(detail::scatter_kernel(typename B::tag{}),
               ferry::backend::launch_config{{g.grid}, {cfg_.threads_per_tile}, 0}, stream.handle(), p);
   }
@@ -835,7 +858,7 @@ class publisher {
       }
       write_header(g, s);
       const std::size_t dma = bufs_[last].arena_offset + s.counts[last] * bufs_[last].unit_bytes;
-      enqueue_scatter(g, s, g.backend, dma, stream);
+      enqueue_scatter(g, s, g.backend, dma, stream, true);
     }, g.name);
   }
 
@@ -954,6 +977,8 @@ class publisher {
         s.arenas[gi] = mapped_buffer{groups_[gi].arena_bytes, b_};
         std::memset(s.arenas[gi].data(), 0, groups_[gi].arena_bytes);
         s.staging[gi] = device_buffer{groups_[gi].arena_bytes, b_};
+        // Zeroed once: speculative scatter loads may read staging bytes past the DMA'd prefix (never stored).
+        b_.memset_async(s.staging[gi].data(), 0, groups_[gi].arena_bytes, owner_->handle());
       }
       s.standalone = pinned_buffer{standalone_bytes_, b_};
       s.done.emplace(b_, ferry::backend::event_flags::disable_timing);
@@ -963,30 +988,45 @@ class publisher {
       s.published_by.assign(bufs_.size(), 0);
     }
     acquire_.emplace(b_, ferry::backend::event_flags::disable_timing);
+    b_.stream_synchronize(owner_->handle());
   }
 
-  /// Fixed device tables: destination address per arena member and the tile table (from capacities).
+  /// The tile table of group `g` for destinations `dsts` (per packed member): every member's capacity cut
+  /// into tile_bytes tiles, interleaved round-robin across members (tile 0 of every member first) so that a
+  /// grid smaller than the table still spreads a large member over many blocks.
+  [[nodiscard]] std::vector<detail::tile_desc> make_tiles(const group_rt& g, const std::vector<std::uint64_t>& dsts) const
+  {
+    std::vector<detail::tile_desc> tiles;
+    for (std::uint32_t i = 0; i < g.packed_members.size(); ++i) {
+      const auto& r = bufs_[g.packed_members[i]];
+      for (std::size_t start = 0; start < r.cap_bytes; start += cfg_.tile_bytes) {
+        detail::tile_desc t{};
+        t.dst = dsts[i] + start;
+        t.src = r.arena_offset + start;
+        t.start = start;
+        t.member = i;
+        t.len = static_cast<std::uint32_t>(std::min(cfg_.tile_bytes, r.cap_bytes - start));
+        tiles.push_back(t);
+      }
+    }
+    std::stable_sort(tiles.begin(), tiles.end(),
+                     [&](const detail::tile_desc& a, const detail::tile_desc& b) { return a.start < b.start; });
+    return tiles;
+  }
+
+  /// Fixed device tile table per arena group (from capacities and destinations) and the scatter grid: every
+  /// tile in one wave (as many resident blocks as the SMs hold), grid-stride beyond.
   void build_tables()
   {
+    const std::size_t per_sm = std::max<std::size_t>(1, 2048 / cfg_.threads_per_tile);
     for (auto& g : groups_) {
       if (g.arena_bytes == 0) { continue; }
       std::vector<std::uint64_t> dsts;
-      std::vector<detail::tile_desc> tiles;
-      for (std::uint32_t i = 0; i < g.packed_members.size(); ++i) {
-        const auto& r = bufs_[g.packed_members[i]];
-        dsts.push_back(reinterpret_cast<std::uintptr_t>(r.dst));
-        const std::size_t n = (r.cap_bytes + cfg_.tile_bytes - 1) / cfg_.tile_bytes;
-        for (std::size_t t = 0; t < n; ++t) { tiles.push_back({i, static_cast<std::uint32_t>(t)}); }
-      }
-      // Interleave members' tiles round-robin so a grid smaller than the table still spreads a large
-      // member over many blocks.
-      std::stable_sort(tiles.begin(), tiles.end(),
-                       [](const detail::tile_desc& a, const detail::tile_desc& b) { return a.tile < b.tile; });
+      for (auto m : g.packed_members) { dsts.push_back(reinterpret_cast<std::uintptr_t>(bufs_[m].dst)); }
+      const auto tiles = make_tiles(g, dsts);
       g.tile_count = static_cast<std::uint32_t>(tiles.size());
-      g.grid = static_cast<std::uint32_t>(std::min<std::size_t>(tiles.size(), static_cast<std::size_t>(sm_count_) * 8));
-      g.dst_table.emplace(dsts.size() * sizeof(std::uint64_t), b_);
+      g.grid = static_cast<std::uint32_t>(std::min<std::size_t>(tiles.size(), static_cast<std::size_t>(sm_count_) * per_sm));
       g.tile_table.emplace(tiles.size() * sizeof(detail::tile_desc), b_);
-      upload_now(g.dst_table->data(), dsts.data(), dsts.size() * sizeof(std::uint64_t));
       upload_now(g.tile_table->data(), tiles.data(), tiles.size() * sizeof(detail::tile_desc));
     }
   }
@@ -1000,7 +1040,10 @@ class publisher {
   }
 
   /// `automatic`: per arena group, time each candidate (full counts, scratch destinations so bound storage
-  /// is never written) and keep the fastest; the graph choice is the fastest capturable one.
+  /// is never written) and keep the fastest; the graph choice is the fastest capturable one. Candidates are
+  /// timed round-robin (one span of each per round), so that clock or load drift during calibration hits
+  /// them alike. A zero-copy candidate within 3% of the fastest wins the near-tie: one operation, the least
+  /// CPU enqueue time, and no copy engine.
   void calibrate()
   {
     slot_rt& s = slots_[0];
@@ -1016,14 +1059,17 @@ class publisher {
         dptr.push_back(p);
         s.counts[m] = bufs_[m].spec.capacity;
       }
-      device_buffer table{dsts.size() * sizeof(std::uint64_t), b_};
-      upload_now(table.data(), dsts.data(), dsts.size() * sizeof(std::uint64_t));
+      const auto tiles = make_tiles(g, dsts);
+      device_buffer table{tiles.size() * sizeof(detail::tile_desc), b_};
+      upload_now(table.data(), tiles.data(), tiles.size() * sizeof(detail::tile_desc));
+      const auto* tt = table.template as<const detail::tile_desc>();
       write_header(g, s);
       event t0{b_, ferry::backend::event_flags::timing};
       event t1{b_, ferry::backend::event_flags::timing};
-      const upload_backend cands[] = {upload_backend::direct, upload_backend::batch, upload_backend::packed,
-                                      upload_backend::zerocopy};
-      auto enqueue = [&](upload_backend k) {
+      constexpr int nc = 4;
+      const upload_backend cands[nc] = {upload_backend::direct, upload_backend::batch, upload_backend::packed,
+                                        upload_backend::zerocopy};
+      auto enqueue = [&](upload_backend k, bool eager) {
         if (k == upload_backend::direct) {
           for (std::size_t i = 0; i < g.packed_members.size(); ++i) {
             const auto m = g.packed_members[i];
@@ -1033,44 +1079,71 @@ class publisher {
         } else if (k == upload_backend::batch) {
           enqueue_batch(g, s, *owner_, dptr.data());
         } else {
-          enqueue_scatter(g, s, k, g.arena_bytes, *owner_, table.template as<const std::uint64_t>());
+          enqueue_scatter(g, s, k, g.arena_bytes, *owner_, eager, tt);
         }
       };
-      // Median span of `iters` runs after 3 warm-ups: eager (enqueue included, as publish() runs) and as a
-      // replayed graph (capturable candidates only), each with full counts.
-      const int iters = std::max(3, cfg_.calibration_iterations);
-      auto span_us = [&](auto&& body) {
-        std::vector<double> us;
-        for (int it = 0; it < iters + 3; ++it) {
-          t0.record(*owner_);
-          body();
-          t1.record(*owner_);
-          t1.synchronize();
-          if (it >= 3) { us.push_back(static_cast<double>(t1.elapsed_ms_since(t0)) * 1000.0); }
-        }
-        std::nth_element(us.begin(), us.begin() + static_cast<std::ptrdiff_t>(us.size() / 2), us.end());
-        return us[us.size() / 2];
+      auto span = [&](auto&& body) {
+        t0.record(*owner_);
+        body();
+        t1.record(*owner_);
+        t1.synchronize();
+        return static_cast<double>(t1.elapsed_ms_since(t0)) * 1000.0;
       };
-      g.calibration_us.assign(4, -1.0);
-      g.calibration_graph_us.assign(4, -1.0);
-      for (int c = 0; c < 4; ++c) {
+      bool eager_ok[nc]{};
+      bool graph_ok[nc]{};
+      std::vector<ferry::backend::graph_exec<B>> graphs;
+      int graph_index[nc]{-1, -1, -1, -1};
+      for (int c = 0; c < nc; ++c) {
         const auto k = cands[c];
-        if (k == upload_backend::batch && !batch_native()) { continue; }
-        g.calibration_us[static_cast<std::size_t>(c)] = span_us([&] { enqueue(k); });
-        if (k == upload_backend::batch) { continue; }
-        auto x = ferry::backend::graph_exec<B>::capture(*owner_, [&](stream_view) { enqueue(k); });
-        g.calibration_graph_us[static_cast<std::size_t>(c)] = span_us([&] { x.launch(*owner_); });
+        eager_ok[c] = k != upload_backend::batch || batch_native();
+        graph_ok[c] = k != upload_backend::batch;
+        if (graph_ok[c]) {
+          graph_index[c] = static_cast<int>(graphs.size());
+          graphs.push_back(ferry::backend::graph_exec<B>::capture(*owner_, [&](stream_view) { enqueue(k, false); }));
+        }
+      }
+      // Median of `iters` rounds after 3 warm-up rounds: eager (enqueue included, as publish() runs) and as a
+      // replayed graph, each with full counts.
+      const int iters = std::max(3, cfg_.calibration_iterations);
+      std::vector<double> eager_us[nc];
+      std::vector<double> graph_us[nc];
+      for (int it = 0; it < iters + 3; ++it) {
+        for (int c = 0; c < nc; ++c) {
+          if (eager_ok[c]) {
+            const double v = span([&] { enqueue(cands[c], true); });
+            if (it >= 3) { eager_us[c].push_back(v); }
+          }
+          if (graph_ok[c]) {
+            const double v = span([&] { graphs[static_cast<std::size_t>(graph_index[c])].launch(*owner_); });
+            if (it >= 3) { graph_us[c].push_back(v); }
+          }
+        }
+      }
+      auto med = [](std::vector<double>& v) {
+        if (v.empty()) { return -1.0; }
+        std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+        return v[v.size() / 2];
+      };
+      g.calibration_us.assign(nc, -1.0);
+      g.calibration_graph_us.assign(nc, -1.0);
+      for (int c = 0; c < nc; ++c) {
+        g.calibration_us[static_cast<std::size_t>(c)] = med(eager_us[c]);
+        g.calibration_graph_us[static_cast<std::size_t>(c)] = med(graph_us[c]);
       }
       auto pick = [&](const std::vector<double>& v) {
         int best = -1;
-        for (int c = 0; c < 4; ++c) {
+        for (int c = 0; c < nc; ++c) {
           if (v[static_cast<std::size_t>(c)] < 0) { continue; }
           if (best < 0 || v[static_cast<std::size_t>(c)] < v[static_cast<std::size_t>(best)]) { best = c; }
         }
+        constexpr std::size_t zc = 3;
+        if (v[zc] >= 0 && v[zc] <= v[static_cast<std::size_t>(best)] * 1.03) { best = static_cast<int>(zc); }
         return cands[best];
       };
       g.backend = pick(g.calibration_us);
       g.graph_backend = pick(g.calibration_graph_us);
+      graphs.clear();
+      b_.stream_synchronize(owner_->handle());
       for (auto m : g.packed_members) { s.counts[m] = 0; }
       std::memset(s.arenas[gi].data(), 0, g.header_bytes);
     }

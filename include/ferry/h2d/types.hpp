@@ -93,8 +93,14 @@ struct config {
   std::optional<upload_backend> backend{};        ///< nullopt: FERRY_H2D_BACKEND (read once), default packed
   ferry::backend::device_id device{};             ///< the device every publication must run on
   std::size_t tile_bytes{4096};                   ///< scatter tile (multiple of 16)
-  std::uint32_t threads_per_tile{128};            ///< scatter block size
+  std::uint32_t threads_per_tile{128};            ///< scatter block size (multiple of 32, <= 1024)
   int calibration_iterations{25};                 ///< per candidate, for `automatic`
+  /// Scatter payload loads issued before the member's count is known (graph replays read the count from
+  /// the arena header; eager publications pass the counts in the kernel parameters and never speculate
+  /// past them). -1: per backend (packed 2: device-local over-reads are cheap; zerocopy 1: an over-read
+  /// crosses PCIe), 0: never, 1: the first tile of each member, 2: every tile (reads whole capacities).
+  /// FERRY_H2D_SPECULATION overrides -1.
+  int speculation{-1};
 };
 
 /// Per-group facts chosen at initialization (for logs, tests and benchmarks).

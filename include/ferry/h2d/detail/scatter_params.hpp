@@ -7,30 +7,59 @@
 
 namespace ferry::h2d::detail {
 
-/// One tile of the scatter grid: `tile`-th tile_bytes chunk of member `member`'s capacity.
-struct tile_desc {
-  std::uint32_t member;
-  std::uint32_t tile;
+/// One tile of the scatter grid, fully resolved at initialization so that a block needs a single table load
+/// before it issues its payload loads (no dependent header -> offset -> data chain):
+///   bytes [start, start + len) of member `member` (len <= tile_bytes, clipped to the member's capacity),
+///   read from arena offset `src`, written to device address `dst` (the member's destination + start).
+/// The member's published count (header word 2*member+1) is read concurrently with the payload and only
+/// the bytes below it are stored.
+struct alignas(16) tile_desc {
+  std::uint64_t dst;     ///< device address of this tile's first byte
+  std::uint64_t src;     ///< arena offset of this tile's first byte (16-byte aligned)
+  std::uint64_t start;   ///< byte offset of the tile inside its member
+  std::uint32_t member;  ///< header index
+  std::uint32_t len;     ///< tile bytes within the member's capacity (the arena is padded to 16 bytes)
 };
 
 /// Arena layout (one per group and slot, 16-byte aligned everywhere):
 ///   [ member_count x { int64 offset_in_arena, int64 count_bytes } ][ payload 0 ][ payload 1 ] ...
-/// The scatter reads the pairs from the arena it scatters (the device copy, or the mapped pinned arena).
+/// The scatter reads the counts from the arena it scatters (the device copy, or the mapped pinned arena).
+///
+/// Where a tile learns its member's count:
+///  * eager publication with <= inline_counts_max members: `count[]` in the kernel parameters (the CPU knows
+///    the counts; no header read at all), `counts_inline != 0`;
+///  * otherwise (graph replay: the counts change after capture) the header word, read concurrently with the
+///    payload loads when the tile is speculative (`spec`), or before them otherwise.
+/// Speculative loads read up to the member's capacity (always in bounds: the arena is allocated to capacity)
+/// and store only the published prefix. spec: 0 = never, 1 = first tile of each member, 2 = every tile.
 struct scatter_params {
+  static constexpr std::uint32_t inline_counts_max = 64;
   const std::int64_t* header;      ///< arena header as the device sees it
   const unsigned char* arena;      ///< arena base as the device sees it
-  const std::uint64_t* dst_table;  ///< per member: device destination address (fixed at initialization)
-  const tile_desc* tiles;          ///< precomputed from capacities at initialization
+  const tile_desc* tiles;          ///< precomputed from capacities and destinations at initialization
   std::uint32_t tile_count;
   std::uint32_t tile_bytes;
+  std::uint32_t spec;              ///< speculative payload loads (see above)
+  std::uint32_t counts_inline;     ///< nonzero: count[] holds every member's published bytes
+  std::uint64_t count[inline_counts_max];
 };
 
-/// Reader used by tests and benchmarks as a "first consumer": block m XORs member m's first bytes[m]
-/// bytes (16-byte loads when aligned) and each thread writes its partial to out[m * blockDim + thread].
+/// One block of the benchmark/test "first consumer": `bytes` bytes at device address `src`.
+struct checksum_chunk {
+  std::uint64_t src;
+  std::uint64_t bytes;
+};
+
+/// Reader used by tests and benchmarks as a realistic cheap first consumer: block b reads chunk b (its
+/// share of one member, 16-byte loads when aligned, several in flight per thread) and XORs it; each thread
+/// writes its partial to out[b * blockDim + thread]. The first `inline_max` chunks travel in the kernel
+/// parameters (no dependent table load); chunks beyond come from the device table `more`.
 struct checksum_params {
-  const std::uint64_t* src_table;    ///< per member: device address
-  const std::uint64_t* bytes_table;  ///< per member: bytes to read
-  std::uint64_t* out;                ///< members * threads partials
+  static constexpr std::uint32_t inline_max = 96;
+  checksum_chunk chunk[inline_max];
+  const checksum_chunk* more;  ///< chunks [inline_max, count) (device), or null
+  std::uint32_t count;
+  std::uint64_t* out;          ///< count * threads partials
 };
 
 }  // namespace ferry::h2d::detail
