@@ -1080,7 +1080,8 @@ class channel {
         for (int pass = 0; pass < 1000; ++pass) {
           try {
             drain_stream.synchronize();
-          } catch (...) {
+          } catch (const std::exception& e) {
+            fail(e.what());  // an asynchronous copy error: what was delivered may be incomplete
           }
           const std::size_t n = drain_step();
           if (n == 0 && inflight.empty()) { break; }
