@@ -93,8 +93,15 @@ class H2d : public ::testing::Test {
     c.backend = k;
     c.device = b.current_device();
     c.calibration_iterations = 3;
+    c.tile_bytes = knob_tile_bytes;
+    c.threads_per_tile = knob_threads;
+    c.speculation = knob_speculation;
     pub.initialize(c, owner->view());
   }
+  // Scatter knobs used by init() (tests of the tile / speculation paths change them).
+  std::size_t knob_tile_bytes{4096};
+  std::uint32_t knob_threads{128};
+  int knob_speculation{-1};
 
   /// Host model of each buffer's device bytes.
   struct model {
@@ -892,6 +899,57 @@ TYPED_TEST_P(H2d, CapturedUploadReplaysWithStagedCounts)
   }
 }
 
+// Every scatter knob keeps the exact bytes: small tiles (a member spans many tiles, partial last vectors),
+// warp-sized blocks, each speculation mode, eager (counts in the parameters) and replayed (counts from the
+// header) publications with changing counts.
+TYPED_TEST_P(H2d, ScatterKnobsKeepExactBytes)
+{
+  using B = TypeParam;
+  for (std::size_t tile : {std::size_t{32}, std::size_t{48}, std::size_t{4096}}) {
+    for (std::uint32_t th : {32u, 128u}) {
+      for (int spec : {0, 1, 2}) {
+        for (auto k : {fh::upload_backend::packed, fh::upload_backend::zerocopy}) {
+          SCOPED_TRACE(fmt::format("{} tile {} threads {} spec {}", fh::to_string(k), tile, th, spec));
+          this->knob_tile_bytes = tile;
+          this->knob_threads = th;
+          this->knob_speculation = spec;
+          fh::publisher<B> pub{this->b};
+          auto m = this->declare_mixed(pub);
+          this->remember(pub, m);
+          this->init(pub, k);
+          typename TestFixture::model md;
+          this->poison_all(pub, md, {m.ids, m.positions, m.bf16, m.mask, m.table});
+          std::vector<fb::graph_exec<B>> graphs;
+          for (std::size_t slot = 0; slot < 2; ++slot) {
+            graphs.push_back(fb::graph_exec<B>::capture(this->owner->view(), [&](fb::stream_view<B> s) {
+              pub.capture_upload("step", slot, s);
+            }));
+          }
+          for (std::size_t step = 0; step < 6; ++step) {
+            auto s = pub.begin(step % 2);
+            const std::size_t n = (step * 37 + 5) % 64;
+            this->produce(pub, "step", &md,
+                          {{m.ids, n}, {m.positions, n}, {m.bf16, 2 * n}, {m.mask, std::min<std::size_t>(n, 61)},
+                           {m.table, 4 * n}},
+                          900 + step);
+            if (step % 2 == 0) {
+              pub.publish("step", this->owner->view());
+            } else {
+              pub.stage("step");
+              graphs[step % 2].launch(this->owner->view());
+            }
+            s.finish();
+            this->expect_model(pub, md, "knobs");
+          }
+        }
+      }
+    }
+  }
+  this->knob_tile_bytes = 4096;
+  this->knob_threads = 128;
+  this->knob_speculation = -1;
+}
+
 TYPED_TEST_P(H2d, AutoPicksAMeasuredBackendPerGroup)
 {
   using B = TypeParam;
@@ -946,7 +1004,7 @@ TYPED_TEST_P(H2d, AutoPicksAMeasuredBackendPerGroup)
   this->expect_model(pub, md, "auto");
 }
 
-REGISTER_TYPED_TEST_SUITE_P(H2d, ExactValuesForEveryBackendAndUnit, UntouchedTailsAndChangingBatchSizes,
+REGISTER_TYPED_TEST_SUITE_P(H2d, ScatterKnobsKeepExactBytes, ExactValuesForEveryBackendAndUnit, UntouchedTailsAndChangingBatchSizes,
                             GraphPaddingIsPublished, DelayedSourceReuseMakesBeginWait, PipelineRotationOverThreeSlots,
                             TwoBatchOverlapResumesTheSameEpoch, ProducerReentryIsRejectedAndSourcesStayIntact,
                             SecondPublicationNeedsReasonAndStallsUntilSourceRead,
