@@ -15,7 +15,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 jobs=$(nproc)
 cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
       -DFERRY_ENABLE_CUDA=ON > "$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
-cmake --build build-h200 -j"$jobs" > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
+cmake --build build-h200 -j"$jobs" ${FERRY_BUILD_TARGETS:+--target $FERRY_BUILD_TARGETS} > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
 rc=0
 if has bench; then
   for bin in build-h200/bench/*/ferry_bench_${FERRY_BENCH:-*}; do
