@@ -190,6 +190,10 @@ std::uint64_t d2h_scenario(fb::fault_plan& plan, std::uint64_t fail_i, bool stic
       t.expect(contains(ch->invalidation_reason(), name),
                tag + ": invalidation reason does not name " + name + ": " + ch->invalidation_reason());
     }
+    // A failed capture_end (injected before the backend's own end) leaves the test stream capturing: end it.
+    test_side([&] {
+      if (hb.stream_is_capturing(s.handle())) { hb.graph_destroy(hb.capture_end(s.handle())); }
+    });
     ch.reset();  // destruction: waits for the drain stream; ASan checks no DMA touched freed storage
   }
   if (counting) {

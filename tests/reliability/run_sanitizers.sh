@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# CI stage: ferry's reliability harnesses under sanitizers (clang-14; no GPU).
+#   * ThreadSanitizer tree (build-tsan):  CI-mode stress (>= 10^6 D2H entries, H2D random steps)
+#   * AddressSanitizer + libFuzzer tree (build-asan): fault sweeps (ASan/LSan), the stress, both fuzzers (bounded -runs)
+# Ends with one line "reliability: N passed, M failed". FERRY_STRESS_NIGHTLY=1 raises the stress to 10^8 entries.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+jobs=${FERRY_JOBS:-2}
+fuzz_runs=${FERRY_FUZZ_RUNS:-20000}
+passed=0; failed=0
+step() {  # step <name> <command...>
+  local name=$1; shift
+  local t0=$SECONDS
+  echo "== $name"
+  if "$@"; then passed=$((passed + 1)); echo "-- $name: passed ($((SECONDS - t0)) s)"
+  else failed=$((failed + 1)); echo "-- $name: FAILED ($((SECONDS - t0)) s)"; fi
+}
+configure() {  # configure <dir> <flags> [extra cmake args]
+  local dir=$1 flags=$2; shift 2
+  CC=clang-14 CXX=clang++-14 cmake -S "$root" -B "$dir" -G Ninja -DFERRY_ENABLE_CUDA=OFF -DFERRY_BUILD_BENCH=OFF \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS=$flags" "$@" > "$dir.configure.log" 2>&1 \
+    || { cat "$dir.configure.log"; return 1; }
+}
+tsan="$root/build-tsan"; asan="$root/build-asan"
+export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
+export ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-}"
+step "configure+build tsan" bash -c "$(declare -f configure); root=$root; configure $tsan '-fsanitize=thread -g -O1' \
+  && ninja -C $tsan -j$jobs ferry_rel_stress"
+step "configure+build asan+fuzz" bash -c "$(declare -f configure); root=$root; configure $asan \
+  '-fsanitize=address,fuzzer-no-link -fno-omit-frame-pointer -g -O1' -DFERRY_RELIABILITY_FUZZ=ON \
+  && ninja -C $asan -j$jobs ferry_rel_stress ferry_rel_sweep ferry_rel_fuzz_h2d ferry_rel_fuzz_d2h"
+rel=tests/reliability
+step "stress (tsan)" "$tsan/$rel/ferry_rel_stress"
+step "stress quick (asan)" "$asan/$rel/ferry_rel_stress" --quick
+step "fault sweep d2h (asan/lsan)" "$asan/$rel/ferry_rel_sweep" d2h
+step "fault sweep h2d sticky (asan/lsan)" "$asan/$rel/ferry_rel_sweep" h2d
+for f in h2d d2h; do
+  work=$(mktemp -d); cp "$root/$rel/fuzz/corpus_$f"/* "$work/"
+  step "fuzz $f ($fuzz_runs runs)" "$asan/$rel/ferry_rel_fuzz_$f" -runs="$fuzz_runs" -max_total_time=60 \
+    -artifact_prefix="$asan/fuzz-$f-" "$work"
+  rm -rf "$work"
+done
+echo "reliability: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
