@@ -83,6 +83,7 @@ class H2d : public ::testing::Test {
                           .element_size = 1, .capacity = 61});
     m.table = pub.declare({.name = "block_table", .groups = {"step"}, .unit = fh::count_unit::rows, .element_size = 4,
                            .row_size = 4 * 9, .capacity = 300});
+    remember(pub, m);
     return m;
   }
 
@@ -118,9 +119,24 @@ class H2d : public ::testing::Test {
     owner->synchronize();
   }
 
+  /// The standard mixed group, initialized with backend `k` and every destination poisoned (recorded in md).
+  mixed prepare(fh::publisher<B>& pub, fh::upload_backend k, model& md, std::size_t slots = 2)
+  {
+    auto m = declare_mixed(pub);
+    init(pub, k, slots);
+    poison_all(pub, md, {m.ids, m.positions, m.bf16, m.mask, m.table});
+    return m;
+  }
+
+  /// Counts of the standard "step" publication for batch size n (mask capped at its capacity).
+  static std::vector<std::pair<fh::buffer_handle, std::size_t>> step_counts(const mixed& m, std::size_t n)
+  {
+    return {{m.ids, n}, {m.positions, n}, {m.bf16, 2 * n}, {m.mask, std::min<std::size_t>(n, 61)}, {m.table, 4 * n}};
+  }
+
   /// Producer work: fills `count` units of each buffer with data from `seed` and sets the count.
   void produce(fh::publisher<B>& pub, std::string_view group, model* md,
-               std::initializer_list<std::pair<fh::buffer_handle, std::size_t>> counts, std::uint64_t seed)
+               const std::vector<std::pair<fh::buffer_handle, std::size_t>>& counts, std::uint64_t seed)
   {
     auto p = pub.producer(group);
     for (auto [h, n] : counts) {
@@ -190,10 +206,7 @@ class H2d : public ::testing::Test {
                   std::uint64_t seed)
   {
     auto s = pub.begin(slot);
-    produce(pub, "step", &md,
-            {{m.ids, batch}, {m.positions, batch}, {m.bf16, 2 * batch}, {m.mask, std::min<std::size_t>(batch, 61)},
-             {m.table, batch * 4}},
-            seed);
+    produce(pub, "step", &md, this->step_counts(m, batch), seed);
     pub.publish("step", owner->view());
     s.finish();
   }
@@ -215,7 +228,6 @@ TYPED_TEST_P(H2d, ExactValuesForEveryBackendAndUnit)
     SCOPED_TRACE(std::string{fh::to_string(k)});
     fh::publisher<B> pub{this->b};
     auto m = this->declare_mixed(pub);
-    this->remember(pub, m);
     this->init(pub, k);
     EXPECT_EQ(pub.info("step").arena_bytes > 0, k != fh::upload_backend::direct);
     typename TestFixture::model md;
@@ -233,11 +245,8 @@ TYPED_TEST_P(H2d, UntouchedTailsAndChangingBatchSizes)
   for (auto k : {fh::upload_backend::packed, fh::upload_backend::zerocopy, fh::upload_backend::direct}) {
     SCOPED_TRACE(std::string{fh::to_string(k)});
     fh::publisher<B> pub{this->b};
-    auto m = this->declare_mixed(pub);
-    this->remember(pub, m);
-    this->init(pub, k);
     typename TestFixture::model md;
-    this->poison_all(pub, md, {m.ids, m.positions, m.bf16, m.mask, m.table});
+    auto m = this->prepare(pub, k, md);
     // Shrinking and growing batches: bytes past each prefix keep what the last longer publication left.
     const std::size_t sizes[] = {64, 3, 40, 1, 0, 17, 64, 2};
     std::uint64_t seed = 7;
@@ -252,11 +261,8 @@ TYPED_TEST_P(H2d, GraphPaddingIsPublished)
 {
   using B = TypeParam;
   fh::publisher<B> pub{this->b};
-  auto m = this->declare_mixed(pub);
-  this->remember(pub, m);
-  this->init(pub, fh::upload_backend::packed);
   typename TestFixture::model md;
-  this->poison_all(pub, md, {m.ids, m.positions, m.bf16, m.mask, m.table});
+  auto m = this->prepare(pub, fh::upload_backend::packed, md);
   // 5 real requests padded to the captured graph batch of 8: padding rows are producer data too.
   auto s = pub.begin(0);
   {
@@ -297,11 +303,8 @@ TYPED_TEST_P(H2d, DelayedSourceReuseMakesBeginWait)
   for (auto k : {fh::upload_backend::packed, fh::upload_backend::zerocopy, fh::upload_backend::direct}) {
     SCOPED_TRACE(std::string{fh::to_string(k)});
     fh::publisher<B> pub{this->b};
-    auto m = this->declare_mixed(pub);
-    this->remember(pub, m);
-    this->init(pub, k);
     typename TestFixture::model md;
-    this->poison_all(pub, md, {m.ids, m.positions, m.bf16, m.mask, m.table});
+    auto m = this->prepare(pub, k, md);
     // Stall the owner stream: a kernel spins until the CPU releases the flag.
     fb::mapped_buffer<B> flag{64, this->b};
     fb::device_buffer<B> sink{64, this->b};
@@ -341,11 +344,8 @@ TYPED_TEST_P(H2d, PipelineRotationOverThreeSlots)
   using B = TypeParam;
   this->jitter(20);
   fh::publisher<B> pub{this->b};
-  auto m = this->declare_mixed(pub);
-  this->remember(pub, m);
-  this->init(pub, fh::upload_backend::packed, 3);
   typename TestFixture::model md;
-  this->poison_all(pub, md, {m.ids, m.positions, m.bf16, m.mask, m.table});
+  auto m = this->prepare(pub, fh::upload_backend::packed, md, 3);
   // Back to back without any CPU synchronization: each slot's sources stay intact until its upload read them.
   for (std::size_t step = 0; step < 12; ++step) { this->step_cycle(pub, m, md, step % 3, 1 + (step * 5) % 64, 40 + step); }
   this->expect_model(pub, md, "after rotation");
@@ -398,11 +398,8 @@ TYPED_TEST_P(H2d, ProducerReentryIsRejectedAndSourcesStayIntact)
   using B = TypeParam;
   this->jitter(20);
   fh::publisher<B> pub{this->b};
-  auto m = this->declare_mixed(pub);
-  this->remember(pub, m);
-  this->init(pub, fh::upload_backend::packed);
   typename TestFixture::model md;
-  this->poison_all(pub, md, {m.ids, m.positions, m.bf16, m.mask, m.table});
+  auto m = this->prepare(pub, fh::upload_backend::packed, md);
   auto s = pub.begin(0);
   {
     auto p = pub.producer("step");
@@ -442,11 +439,8 @@ TYPED_TEST_P(H2d, SecondPublicationNeedsReasonAndStallsUntilSourceRead)
   using B = TypeParam;
   this->jitter(20);
   fh::publisher<B> pub{this->b};
-  auto m = this->declare_mixed(pub);
-  this->remember(pub, m);
-  this->init(pub, fh::upload_backend::packed);
   typename TestFixture::model md;
-  this->poison_all(pub, md, {m.ids, m.positions, m.bf16, m.mask, m.table});
+  auto m = this->prepare(pub, fh::upload_backend::packed, md);
   fb::mapped_buffer<B> flag{64, this->b};
   fb::device_buffer<B> sink{64, this->b};
   auto* f = flag.template as<std::uint64_t>();
@@ -508,7 +502,6 @@ TYPED_TEST_P(H2d, CoveredGroupKeepsCheckedDirectCopiesWithoutArena)
   using B = TypeParam;
   fh::publisher<B> pub{this->b};
   auto m = this->declare_mixed(pub);
-  this->remember(pub, m);
   this->init(pub, fh::upload_backend::packed);
   const auto step = pub.info("step");
   const auto sampling = pub.info("sampling");
@@ -535,11 +528,8 @@ TYPED_TEST_P(H2d, CoveredGroupThenCombinedGroupIsDuplicate)
 {
   using B = TypeParam;
   fh::publisher<B> pub{this->b};
-  auto m = this->declare_mixed(pub);
-  this->remember(pub, m);
-  this->init(pub, fh::upload_backend::packed);
   typename TestFixture::model md;
-  this->poison_all(pub, md, {m.ids, m.positions, m.bf16, m.mask, m.table});
+  auto m = this->prepare(pub, fh::upload_backend::packed, md);
   auto s = pub.begin(0);
   this->produce(pub, "sampling", &md, {{m.bf16, 6}, {m.mask, 3}}, 5);
   pub.publish("sampling", this->owner->view());
@@ -562,7 +552,6 @@ TYPED_TEST_P(H2d, DirectFallbackFromEnvironmentAndStridedBindings)
   ::setenv("FERRY_H2D_BACKEND", "direct", 1);
   fh::publisher<B> pub{this->b};
   auto m = this->declare_mixed(pub);
-  this->remember(pub, m);
   fh::config c;
   c.device = this->b.current_device();
   pub.initialize(c, this->owner->view());  // reads FERRY_H2D_BACKEND once
@@ -626,11 +615,8 @@ TYPED_TEST_P(H2d, SingleActiveMemberUsesOneDirectCopy)
   B pb = this->b;
   if constexpr (is_faulty<B>) { pb = B{&plan}; }
   fh::publisher<B> pub{pb};
-  auto m = this->declare_mixed(pub);
-  this->remember(pub, m);
-  this->init(pub, fh::upload_backend::packed);
   typename TestFixture::model md;
-  this->poison_all(pub, md, {m.ids, m.positions, m.bf16, m.mask, m.table});
+  auto m = this->prepare(pub, fh::upload_backend::packed, md);
   this->step_cycle(pub, m, md, 0, 64, 1);  // a packed publication first
   this->step_cycle(pub, m, md, 1, 64, 2);
   auto s = pub.begin(0);
@@ -666,11 +652,8 @@ TYPED_TEST_P(H2d, EveryValidationFailureLeavesStateAndMemoryUnchanged)
   for (auto k : {fh::upload_backend::packed, fh::upload_backend::zerocopy, fh::upload_backend::direct}) {
     SCOPED_TRACE(std::string{fh::to_string(k)});
     fh::publisher<B> pub{this->b};
-    auto m = this->declare_mixed(pub);
-    this->remember(pub, m);
-    this->init(pub, k);
     typename TestFixture::model md;
-    this->poison_all(pub, md, {m.ids, m.positions, m.bf16, m.mask, m.table});
+    auto m = this->prepare(pub, k, md);
     this->step_cycle(pub, m, md, 0, 10, 1);
     const auto image0 = this->device_image(pub, md);
 
@@ -763,11 +746,8 @@ TYPED_TEST_P(H2d, FaultAtEachBackendCallInvalidatesAndRetainsStorage)
       std::uint64_t n_calls = 0;
       {
         fh::publisher<B> pub{fb_backend};
-        auto m = this->declare_mixed(pub);
-        this->remember(pub, m);
-        this->init(pub, k);
         typename TestFixture::model md;
-        this->poison_all(pub, md, {m.ids, m.positions, m.bf16, m.mask, m.table});
+        auto m = this->prepare(pub, k, md);
         this->step_cycle(pub, m, md, 0, 9, 1);
         plan.reset_count();
         this->step_cycle(pub, m, md, 0, 9, 2);
@@ -782,11 +762,8 @@ TYPED_TEST_P(H2d, FaultAtEachBackendCallInvalidatesAndRetainsStorage)
         SCOPED_TRACE("fail call " + std::to_string(i));
         plan.disarm();
         fh::publisher<B> pub{fb_backend};
-        auto m = this->declare_mixed(pub);
-        this->remember(pub, m);
-        this->init(pub, k);
         typename TestFixture::model md;
-        this->poison_all(pub, md, {m.ids, m.positions, m.bf16, m.mask, m.table});
+        auto m = this->prepare(pub, k, md);
         this->step_cycle(pub, m, md, 0, 9, 1);
         this->owner->synchronize();
         const auto storage = pub.storage();
@@ -829,11 +806,8 @@ TYPED_TEST_P(H2d, FirstConsumerInGraphReplayReadsPublishedValues)
                  fh::upload_backend::automatic}) {
     SCOPED_TRACE(std::string{fh::to_string(k)});
     fh::publisher<B> pub{this->b};
-    auto m = this->declare_mixed(pub);
-    this->remember(pub, m);
-    this->init(pub, k);
     typename TestFixture::model md;
-    this->poison_all(pub, md, {m.ids, m.positions, m.bf16, m.mask, m.table});
+    auto m = this->prepare(pub, k, md);
     // The consumer graph (captured once): copies every destination into a result buffer on the device.
     const fh::buffer_handle all[] = {m.ids, m.positions, m.bf16, m.mask, m.table};
     std::size_t total = 0;
@@ -873,11 +847,8 @@ TYPED_TEST_P(H2d, CapturedUploadReplaysWithStagedCounts)
   for (auto k : {fh::upload_backend::packed, fh::upload_backend::zerocopy}) {
     SCOPED_TRACE(std::string{fh::to_string(k)});
     fh::publisher<B> pub{this->b};
-    auto m = this->declare_mixed(pub);
-    this->remember(pub, m);
-    this->init(pub, k);
     typename TestFixture::model md;
-    this->poison_all(pub, md, {m.ids, m.positions, m.bf16, m.mask, m.table});
+    auto m = this->prepare(pub, k, md);
     std::vector<fb::graph_exec<B>> graphs;
     for (std::size_t slot = 0; slot < 2; ++slot) {
       graphs.push_back(fb::graph_exec<B>::capture(this->owner->view(), [&](fb::stream_view<B> s) {
@@ -888,7 +859,7 @@ TYPED_TEST_P(H2d, CapturedUploadReplaysWithStagedCounts)
     for (std::size_t step = 0; step < 6; ++step) {
       auto s = pub.begin(step % 2);
       const std::size_t n = (step * 23) % 64;
-      this->produce(pub, "step", &md, {{m.ids, n}, {m.positions, n}, {m.bf16, 2 * n}, {m.mask, std::min<std::size_t>(n, 61)}, {m.table, 4 * n}},
+      this->produce(pub, "step", &md, this->step_counts(m, n),
                     700 + step);
       pub.stage("step");
       EXPECT_THROW(pub.publish("step", this->owner->view()), ferry::logic_error);
@@ -914,11 +885,8 @@ TYPED_TEST_P(H2d, ScatterKnobsKeepExactBytes)
           this->knob_threads = th;
           this->knob_speculation = spec;
           fh::publisher<B> pub{this->b};
-          auto m = this->declare_mixed(pub);
-          this->remember(pub, m);
-          this->init(pub, k);
           typename TestFixture::model md;
-          this->poison_all(pub, md, {m.ids, m.positions, m.bf16, m.mask, m.table});
+          auto m = this->prepare(pub, k, md);
           std::vector<fb::graph_exec<B>> graphs;
           for (std::size_t slot = 0; slot < 2; ++slot) {
             graphs.push_back(fb::graph_exec<B>::capture(this->owner->view(), [&](fb::stream_view<B> s) {
@@ -929,8 +897,7 @@ TYPED_TEST_P(H2d, ScatterKnobsKeepExactBytes)
             auto s = pub.begin(step % 2);
             const std::size_t n = (step * 37 + 5) % 64;
             this->produce(pub, "step", &md,
-                          {{m.ids, n}, {m.positions, n}, {m.bf16, 2 * n}, {m.mask, std::min<std::size_t>(n, 61)},
-                           {m.table, 4 * n}},
+                          this->step_counts(m, n),
                           900 + step);
             if (step % 2 == 0) {
               pub.publish("step", this->owner->view());
@@ -955,7 +922,6 @@ TYPED_TEST_P(H2d, AutoPicksAMeasuredBackendPerGroup)
   using B = TypeParam;
   fh::publisher<B> pub{this->b};
   auto m = this->declare_mixed(pub);
-  this->remember(pub, m);
   this->init(pub, fh::upload_backend::automatic);
   const auto i = pub.info("step");
   ASSERT_EQ(i.calibration_us.size(), 4U);
