@@ -29,6 +29,11 @@ if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
 fi
 ctest --test-dir "$build" -L "$labels" --output-on-failure -j"$jobs" --timeout 900
 
+# Reliability under sanitizers (clang-14): TSan/ASan stress, fault sweeps with LSan, bounded libFuzzer runs.
+if command -v clang++-14 > /dev/null && [[ "${FERRY_SKIP_SANITIZERS:-0}" != 1 ]]; then
+  bash "$root/tests/reliability/run_sanitizers.sh"
+fi
+
 if command -v hipcc > /dev/null && [[ "${FERRY_SKIP_HIP:-0}" != 1 ]]; then
   echo "== HIP compile check (gfx90a) =="
   cmake -S "$root" -B "$root/build/test-hip" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_ENABLE_CUDA=OFF \

@@ -21,7 +21,8 @@ configure() {  # configure <dir> <flags> [extra cmake args]
     -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS=$flags" "$@" > "$dir.configure.log" 2>&1 \
     || { cat "$dir.configure.log"; return 1; }
 }
-tsan="$root/build-tsan"; asan="$root/build-asan"
+mkdir -p "$root/build"
+tsan="$root/build/tsan"; asan="$root/build/asan"
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 export ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-}"
 step "configure+build tsan" bash -c "$(declare -f configure); root=$root; configure $tsan '-fsanitize=thread -g -O1' \

@@ -109,10 +109,24 @@ class faulty : public B {
   FERRY_FAULTY_FORWARD(copy, memset_async)
   FERRY_FAULTY_FORWARD(launch, launch)
   FERRY_FAULTY_FORWARD(graph, capture_begin)
-  FERRY_FAULTY_FORWARD(graph, capture_end)
   FERRY_FAULTY_FORWARD(graph, graph_instantiate)
   FERRY_FAULTY_FORWARD(graph, graph_launch)
 #undef FERRY_FAULTY_FORWARD
+
+  /// An injected capture_end failure still ends the capture (as a failed cudaStreamEndCapture does: the
+  /// stream leaves capture mode and the partial graph is discarded), so the stream stays usable and the
+  /// graph is not leaked.
+  [[nodiscard]] typename B::graph_type capture_end(typename B::stream_type s) const
+  {
+    if (plan_ != nullptr && plan_->on_call(call_kind::graph, "capture_end")) {
+      try {
+        B::graph_destroy(B::capture_end(s));
+      } catch (...) {  // the injected error is the one reported
+      }
+      B::raise_injected(call_kind::graph, "capture_end", __FILE__ ":" FERRY_STRINGIFY(__LINE__));
+    }
+    return B::capture_end(s);
+  }
 
  private:
   void check(call_kind kind, const char* name) const

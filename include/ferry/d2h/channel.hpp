@@ -1088,9 +1088,17 @@ class channel {
         }
         fifo.refresh();
         const std::size_t left = fifo.readable();
+        // The final drain pass above acquired the head: an entry below it was published and is left only
+        // because staging stayed full (views not released); the others were never published.
+        const std::uint64_t head = ferry::backend::host_load_acquire(head_host);
         for (std::size_t i = 0; i < left; ++i) {
-          rep.unpublished.push_back(entry_seq{fifo.peek(i).seq});
-          rep.unpublished_hooks.push_back(hook_id{fifo.peek(i).hook});
+          const auto& e = fifo.peek(i);
+          if (e.seq < head) {
+            rep.undrained.push_back(entry_seq{e.seq});
+          } else {
+            rep.unpublished.push_back(entry_seq{e.seq});
+            rep.unpublished_hooks.push_back(hook_id{e.hook});
+          }
         }
       }
       rep.delivered = c_drained.load();

@@ -42,8 +42,11 @@ struct shutdown_report {
   std::uint64_t pending_pop{0};            ///< delivered entries still waiting in try_pop's queue
   std::vector<entry_seq> unpublished;      ///< reserved, never published before the timeout
   std::vector<hook_id> unpublished_hooks;  ///< their hooks, same order
+  /// Published, but never copied: pinned staging stayed full because views the consumer had not released
+  /// (try_pop queue, or views kept alive) held it. Their ring space is retained; nothing was overwritten.
+  std::vector<entry_seq> undrained;
   bool forward_open{false};                ///< close() found begin_forward without end_forward
-  [[nodiscard]] bool clean() const noexcept { return unpublished.empty() && !forward_open; }
+  [[nodiscard]] bool clean() const noexcept { return unpublished.empty() && undrained.empty() && !forward_open; }
 };
 
 /// close() could not drain every reserved entry (listed in report()). Entries published before were
@@ -53,9 +56,14 @@ class shutdown_error : public ferry::error {
   explicit shutdown_error(shutdown_report r)
     : error(ferry::detail::format(
         "ferry: d2h channel close: expected every reserved entry published and drained, got {} entries never "
-        "published (first seq {}){}",
+        "published (first seq {}){}{}",
         r.unpublished.size(), r.unpublished.empty() ? 0 : r.unpublished.front().value,
-        std::string{r.forward_open ? "; a forward was still open (begin_forward without end_forward)" : ""})),
+        std::string{r.forward_open ? "; a forward was still open (begin_forward without end_forward)" : ""},
+        r.undrained.empty()
+          ? std::string{}
+          : ferry::detail::format("; {} published entries (first seq {}) not copied: staging held by {} views the "
+                                  "consumer has not released",
+                                  r.undrained.size(), r.undrained.front().value, r.pending_pop))),
       report_{std::move(r)}
   {
   }

@@ -49,7 +49,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   cfg.timeout = std::chrono::milliseconds{50};
   std::optional<fd::channel<FB>> ch;
   try {
-    ch.emplace(cfg, b);
+    // A consumer that releases every view at once: staging never stays held, so every published entry
+    // must drain (a consumer that keeps views can legitimately stall the drain: close() then reports
+    // those entries as `undrained`).
+    ch.emplace(cfg, b, [](fd::entry_view&&) {});
   } catch (const ferry::logic_error&) {
     return 0;  // bad configuration: rejected
   }
