@@ -129,4 +129,29 @@ TEST(d2hHostOnly, PlacementRuleNeverStraddles)
   }
 }
 
+// Regression (found by the D2H fuzzer): with the ring and staging empty at a position P, an entry larger
+// than P but no larger than the ring must still be placed at the wrap. The old rule counted the skipped
+// padding as used space, so such an entry could never fit (fail-fast rejected it forever; a blocking
+// producer timed out).
+TEST(d2hHostOnly, EntryLargerThanTheReclaimedPrefixFitsAnEmptyRing)
+{
+  using B = fb::host_backend;
+  fb::stream<B> s;
+  fb::device_buffer<B> src{8192};
+  fd::config cfg;
+  cfg.ring_bytes = 8192;     // staging defaults to the ring size
+  cfg.publish_every = 1;
+  cfg.on_full = fd::full_policy::fail_fast;
+  std::atomic<std::uint64_t> got{0};
+  fd::channel<B> ch{cfg, B{}, [&](fd::entry_view&& e) { got += e.size(); }};
+  for (std::uint64_t bytes : {3000ULL, 6000ULL, 7000ULL, 8192ULL, 100ULL, 8000ULL}) {
+    ch.begin_forward(s);
+    ch.capture(fd::hook_id{1}, src.data(), bytes, s);  // fail_fast: throws if it does not fit
+    (void)ch.end_forward(s);
+    const std::uint64_t want = got.load() + bytes;
+    ASSERT_TRUE(wait_until<B>([&] { return got.load() == want; })) << bytes << " bytes never delivered";
+  }
+  EXPECT_TRUE(ch.close().clean());
+}
+
 }  // namespace ferry::test

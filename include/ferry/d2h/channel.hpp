@@ -569,7 +569,11 @@ class channel {
     /// Does `n_entries` more entries ending at virtual position `end` (with `n_dyn` dynamic) fit?
     [[nodiscard]] bool fits(std::uint64_t end, std::size_t n_entries, std::uint64_t n_dyn) const noexcept
     {
-      const bool ring_ok = end - tail_pos.load(std::memory_order_acquire) <= cfg.ring_bytes;
+      // `end - tail` counts the wrap padding the new entries skip. When the ring is empty (every reserved
+      // byte reclaimed) one entry always fits (reserved <= ring_bytes is checked): its padding holds no
+      // data, and without this an entry larger than the reclaimed prefix could never be placed.
+      const std::uint64_t tail = tail_pos.load(std::memory_order_acquire);
+      const bool ring_ok = end - tail <= cfg.ring_bytes || (tail == head_pos && n_entries == 1);
       const bool fifo_ok = fifo.free_slots() >= n_entries;
       const bool dyn_ok = n_dyn == 0 || dyn_next + n_dyn - dyn_freed.load(std::memory_order_acquire) <= cfg.size_slots;
       return ring_ok && fifo_ok && dyn_ok;

@@ -29,14 +29,14 @@ class staging_pool {
   [[nodiscard]] bool can_alloc(std::uint64_t n) const
   {
     std::lock_guard lock{m_};
-    return place(head_, n, bytes_).end - tail_ <= bytes_;
+    return fits(place(head_, n, bytes_));
   }
   /// A contiguous region of n bytes shared by `refs` views; its virtual start (physical = start % bytes()).
   [[nodiscard]] std::optional<std::uint64_t> alloc(std::uint64_t n, std::uint32_t refs)
   {
     std::lock_guard lock{m_};
     const placement p = place(head_, n, bytes_);
-    if (p.end - tail_ > bytes_) { return std::nullopt; }
+    if (!fits(p)) { return std::nullopt; }
     head_ = p.end;
     regions_.push_back(region{p.start, p.end, refs});
     if (refs == 0) { advance(); }
@@ -65,6 +65,12 @@ class staging_pool {
     std::uint64_t end;
     std::uint32_t refs;
   };
+  /// `end - tail` counts the wrap padding; an empty pool takes any region of at most bytes_ (the padding
+  /// holds nothing), otherwise a region larger than the released prefix could never be placed.
+  [[nodiscard]] bool fits(const placement& p) const noexcept
+  {
+    return p.end - tail_ <= bytes_ || (regions_.empty() && p.end - p.start <= bytes_);
+  }
   void advance() noexcept
   {
     while (!regions_.empty() && regions_.front().refs == 0) {
