@@ -28,8 +28,15 @@ if has bench; then
   done
 fi
 if has tests; then
-  ctest --test-dir build-h200 -L gpu --output-on-failure -j4 --timeout "${FERRY_TEST_TIMEOUT:-60}" > "$OUT/ctest_gpu.log" 2>&1 || rc=1
+  ctest --test-dir build-h200 -L gpu ${FERRY_CTEST_EXCLUDE:+-E $FERRY_CTEST_EXCLUDE} --output-on-failure -j4 --timeout "${FERRY_TEST_TIMEOUT:-60}" > "$OUT/ctest_gpu.log" 2>&1 || rc=1
   grep -E "tests passed|tests failed|Failed|Skipped" "$OUT/ctest_gpu.log" | tail -15
+fi
+if has stress; then
+  # D2H stress on the GPU with an L2-hammering kernel beside it (tests/reliability/gpu_stress)
+  bin=build-h200/tests/reliability/gpu_stress/ferry_gpu_stress
+  timeout "${FERRY_STRESS_TIMEOUT:-200}" "$bin" --entries "${FERRY_GPU_STRESS_ENTRIES:-10000000}" --json "$OUT/gpu_stress.json" \
+    > "$OUT/gpu_stress.log" 2>&1 || rc=1
+  tail -12 "$OUT/gpu_stress.log"
 fi
 for tool in memcheck synccheck initcheck; do
   has $tool || continue
