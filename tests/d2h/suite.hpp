@@ -299,7 +299,12 @@ TYPED_TEST_P(D2hChannel, RingSpaceNotReusedBeforeCopyCompletes)
       }
       (void)ch.end_forward(s);
       EXPECT_TRUE(ch.close().clean());
-      if (fault == fd::debug_fault::none) { EXPECT_GT(ch.stats().stalls, 0U) << "the ring never filled up"; }
+      // The host backend delays every drain copy (debug_copy_delay), so the 4 KiB ring must fill; on a GPU the
+      // delay hook does not exist and whether the ring fills depends on timing (under compute-sanitizer
+      // memcheck the drain keeps up), so only the data checks below are required there.
+      if constexpr (is_host_v<B>) {
+        if (fault == fd::debug_fault::none) { EXPECT_GT(ch.stats().stalls, 0U) << "the ring never filled up"; }
+      }
     }
     EXPECT_EQ(chk.got, n);
     if (fault == fd::debug_fault::none) {
