@@ -83,12 +83,7 @@ struct checker {
       return;
     }
     const auto bytes = v.bytes();
-    for (std::size_t i = 0; i < bytes.size(); ++i) {
-      if (static_cast<std::uint8_t>(bytes[i]) != ferry::detail::pattern_byte(seq, i)) {
-        ++bad_entries;
-        break;
-      }
-    }
+    if (ferry::detail::first_pattern_mismatch(bytes.data(), bytes.size(), seq) != bytes.size()) { ++bad_entries; }
   }
   auto callback()
   {

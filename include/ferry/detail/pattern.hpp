@@ -5,7 +5,9 @@
 
 #include <ferry/backend/system_atomic.hpp>  // FERRY_HD
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace ferry::detail {
 
@@ -28,6 +30,23 @@ FERRY_HD constexpr std::uint64_t pattern_word(std::uint64_t seq, std::uint64_t i
 FERRY_HD constexpr std::uint8_t pattern_byte(std::uint64_t seq, std::uint64_t b) noexcept
 {
   return static_cast<std::uint8_t>(pattern_word(seq, b / 8) >> ((b % 8) * 8));
+}
+
+/// Host side: byte offset of the first part of `n` bytes at `p` that differs from the sequence-derived stream
+/// of `seq` (word-aligned offsets compare whole 64-bit words, the tail byte by byte), or `n` when all match.
+/// An offset below `n / 8 * 8` is the start of the first mismatching word.
+inline std::uint64_t first_pattern_mismatch(const std::byte* p, std::uint64_t n, std::uint64_t seq) noexcept
+{
+  const std::uint64_t words = n / 8;
+  for (std::uint64_t i = 0; i < words; ++i) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i * 8, 8);
+    if (w != pattern_word(seq, i)) { return i * 8; }
+  }
+  for (std::uint64_t i = words * 8; i < n; ++i) {
+    if (static_cast<std::uint8_t>(p[i]) != pattern_byte(seq, i)) { return i; }
+  }
+  return n;
 }
 
 }  // namespace ferry::detail

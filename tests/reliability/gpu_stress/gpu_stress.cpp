@@ -187,22 +187,16 @@ class checker {
       return;
     }
     const auto b = v.bytes();
-    const auto* p = reinterpret_cast<const std::uint8_t*>(b.data());
     const std::size_t words = b.size() / 8;
-    for (std::size_t i = 0; i < words; ++i) {
+    const std::uint64_t bad = ferry::detail::first_pattern_mismatch(b.data(), b.size(), s);
+    if (bad < words * 8) {
+      const std::size_t i = bad / 8;
       std::uint64_t w;
-      std::memcpy(&w, p + i * 8, 8);
-      if (w != ferry::detail::pattern_word(s, i)) {
-        classify(s, i, w, at + ": payload word " + std::to_string(i) + " of " + std::to_string(words));
-        return;
-      }
-    }
-    for (std::size_t i = words * 8; i < b.size(); ++i) {
-      if (p[i] != ferry::detail::pattern_byte(s, i)) {
-        ++f_.torn;
-        report(at + ": payload byte " + std::to_string(i) + " of " + std::to_string(b.size()));
-        return;
-      }
+      std::memcpy(&w, b.data() + bad, 8);
+      classify(s, i, w, at + ": payload word " + std::to_string(i) + " of " + std::to_string(words));
+    } else if (bad < b.size()) {
+      ++f_.torn;
+      report(at + ": payload byte " + std::to_string(bad) + " of " + std::to_string(b.size()));
     }
   }
 

@@ -114,21 +114,12 @@ struct d2h_checker {
     }
     const auto b = v.bytes();
     bytes += b.size();
-    const auto* p = reinterpret_cast<const std::uint8_t*>(b.data());
     const std::size_t words = b.size() / 8;
-    for (std::size_t i = 0; i < words; ++i) {
-      std::uint64_t w;
-      std::memcpy(&w, p + i * 8, 8);
-      if (w != ferry::detail::pattern_word(seq, i)) {
-        note("seq " + std::to_string(seq) + ": payload word " + std::to_string(i));
-        return;
-      }
-    }
-    for (std::size_t i = words * 8; i < b.size(); ++i) {
-      if (p[i] != ferry::detail::pattern_byte(seq, i)) {
-        note("seq " + std::to_string(seq) + ": payload byte " + std::to_string(i));
-        return;
-      }
+    const std::uint64_t at = ferry::detail::first_pattern_mismatch(b.data(), b.size(), seq);
+    if (at < words * 8) {
+      note("seq " + std::to_string(seq) + ": payload word " + std::to_string(at / 8));
+    } else if (at < b.size()) {
+      note("seq " + std::to_string(seq) + ": payload byte " + std::to_string(at));
     }
   }
   auto callback()
