@@ -14,7 +14,7 @@ gpu=0
 if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1 && command -v nvcc > /dev/null; then gpu=1; fi
 cuda_flags=(-DFERRY_ENABLE_CUDA=OFF)
 ((gpu)) && cuda_flags=(-DFERRY_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
-build="$root/build/bench"
+build="$root/build/bench-run"  # not build/bench: a top-level build/ tree has its own bench/ subdirectory
 out="$root/build/bench-results"
 mkdir -p "$out"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_BUILD_TESTS=OFF "${cuda_flags[@]}"
