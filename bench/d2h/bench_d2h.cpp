@@ -121,10 +121,32 @@ struct shape_opts {
   std::uint32_t vpt{fd::config{}.copy_vecs_per_thread};
   std::uint64_t single_max{fd::config{}.single_block_copy_max_bytes};
   std::uint64_t fused_max{fd::config{}.fused_copy_max_bytes};
+  bool programmatic{fd::config{}.programmatic_launch};  ///< programmatic dependent launch (sm_90+ only)
 };
 /// The layout before the shape knobs (one 1-vector-per-thread block up to 32 KiB, 256-thread blocks above):
 /// today's published numbers. The old-design baselines (per-entry flag) keep it: one block, no grid join.
-shape_opts legacy_shape() { return {"legacy", 256, 1, 32 * KiB, 32 * KiB}; }
+shape_opts legacy_shape() { return {"legacy", 256, 1, 32 * KiB, 32 * KiB, false}; }
+/// The default layout launched plainly (no programmatic dependent launch): what PDL buys.
+shape_opts plain_shape()
+{
+  shape_opts o;
+  o.label = "plain";
+  o.programmatic = false;
+  return o;
+}
+
+/// Whether the copy-only baseline may be launched programmatically: the same rule as ferry's channel
+/// (device sm_90+ and the loaded code contains griddepcontrol.wait).
+bool programmatic_ok()
+{
+  static const bool ok = [] {
+    B b{};
+    const auto a = b.attributes(fb::device_id{0});
+    return a.compute_capability_major >= 9 &&
+           b.preload(bk::bench_copy_kernel(typename B::tag{})) >= ferry::backend::grid_dependency_min_arch;
+  }();
+  return ok;
+}
 
 void apply(fd::config& cfg, const shape_opts& o)
 {
@@ -132,6 +154,7 @@ void apply(fd::config& cfg, const shape_opts& o)
   cfg.copy_vecs_per_thread = o.vpt;
   cfg.single_block_copy_max_bytes = o.single_max;
   cfg.fused_copy_max_bytes = o.fused_max;
+  cfg.programmatic_launch = o.programmatic;
 }
 
 /// Mirrors channel::launch_copy for a non-publishing entry.
@@ -141,12 +164,12 @@ fb::launch_config copy_shape(std::uint64_t bytes, int sms, const shape_opts& o)
   const std::uint64_t per_thread = ((bytes + 15) / 16 + vpt - 1) / vpt;
   if (bytes <= o.single_max) {
     const auto threads = static_cast<std::uint32_t>(std::clamp<std::uint64_t>((per_thread + 31) / 32 * 32, 32, 1024));
-    return {{1}, {threads}, 0};
+    return {{1}, {threads}, 0, o.programmatic && programmatic_ok()};
   }
   const std::uint64_t threads = std::clamp<std::uint64_t>((o.threads + 31) / 32 * 32, 32, 1024);
   const std::uint64_t max_blocks = static_cast<std::uint64_t>(sms) * std::max<std::uint64_t>(1, 2048 / threads);
   const auto blocks = static_cast<std::uint32_t>(std::clamp<std::uint64_t>((per_thread + threads - 1) / threads, 1, max_blocks));
-  return {{blocks}, {static_cast<std::uint32_t>(threads)}, 0};
+  return {{blocks}, {static_cast<std::uint32_t>(threads)}, 0, o.programmatic && programmatic_ok()};
 }
 std::uint32_t vpt_of(const shape_opts& o) { return o.vpt == 8 || o.vpt == 4 || o.vpt == 2 ? o.vpt : 1; }
 
@@ -480,6 +503,7 @@ std::vector<shape_opts> variant_shapes()
 {
   std::vector<shape_opts> v;
   v.push_back(legacy_shape());
+  v.push_back(plain_shape());
   for (std::uint32_t vpt : {2U, 4U}) { v.push_back({"single_x" + std::to_string(vpt), 256, vpt, 32 * KiB, 32 * KiB}); }
   for (auto [t, vpt] : std::vector<std::pair<std::uint32_t, std::uint32_t>>{
          {64, 1}, {128, 1}, {256, 1}, {64, 2}, {128, 2}, {256, 2}, {128, 4}, {256, 4}, {128, 8}}) {
@@ -542,6 +566,9 @@ void register_variants()
   register_fwd_variant("ferry/default_drain_paused", variant::ferry, {def, 16, true});
   register_fwd_variant("ferry/default_k_inf", variant::ferry, {def, 1U << 30, false});
   register_fwd_variant("ferry/default_k_inf_drain_paused", variant::ferry, {def, 1U << 30, true});
+  register_fwd_variant("copy_only/plain", variant::copy_only, {plain_shape()});
+  register_fwd_variant("ferry/plain", variant::ferry, {plain_shape()});
+  register_fwd_variant("ferry/default_k64", variant::ferry, {def, 64, false});
   for (const shape_opts& sh : variant_shapes()) {
     if (sh.label == "s64x1" || sh.label == "s128x1" || sh.label == "s256x2" || sh.label == "s128x4") {
       register_fwd_variant("copy_only/" + sh.label, variant::copy_only, {sh});
@@ -586,6 +613,23 @@ void register_all()
         ->Unit(benchmark::kMicrosecond);
     }
   }
+  for (auto P : sizes) {  // the same two launched plainly (no programmatic dependent launch)
+    for (variant v : {variant::copy_only, variant::ferry}) {
+      const std::string key = std::string{v == variant::ferry ? "ferry_k16" : "copy_only"} + "_plain";
+      benchmark::RegisterBenchmark(("per_hook_graph/" + key + "/" + std::to_string(P)).c_str(),
+                                   [v, P, key](benchmark::State& st) {
+                                     for (auto _ : st) {
+                                       const double us = per_hook_us(v, P, 16, fd::head_placement::managed, plain_shape());
+                                       st.SetIterationTime(us / 1e6);
+                                       st.counters["us_per_hook"] = us;
+                                       results().per_hook[P][key] = us;
+                                     }
+                                   })
+        ->Iterations(1)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+    }
+  }
   for (auto P : sizes) {
     benchmark::RegisterBenchmark(("per_hook_graph/ferry_k16_pinned/" + std::to_string(P)).c_str(),
                                  [P](benchmark::State& st) {
@@ -599,6 +643,23 @@ void register_all()
       ->Iterations(1)
       ->UseManualTime()
       ->Unit(benchmark::kMicrosecond);
+  }
+  for (std::uint64_t H : {28ULL, 341ULL}) {
+    for (variant v : {variant::copy_only, variant::ferry}) {
+      const std::string key = std::string{name(v)} + "_plain";
+      benchmark::RegisterBenchmark(("forward/" + key + "/hooks:" + std::to_string(H)).c_str(),
+                                   [v, H, key](benchmark::State& st) {
+                                     for (auto _ : st) {
+                                       const double us = forward_us(v, H, fd::head_placement::managed, {plain_shape()});
+                                       st.SetIterationTime(us / 1e6);
+                                       st.counters["us_per_forward"] = us;
+                                       results().forward[H][key] = us;
+                                     }
+                                   })
+        ->Iterations(1)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+    }
   }
   for (std::uint64_t H : {28ULL, 341ULL}) {
     benchmark::RegisterBenchmark(("forward/ferry_pinned/hooks:" + std::to_string(H)).c_str(), [H](benchmark::State& st) {
@@ -684,12 +745,14 @@ void write_json(const std::string& path)
     j += std::string(first ? "" : ",") + "\n    \"hooks" + std::to_string(H) + "\": {";
     first = false;
     bool f2 = true;
-    for (const char* k : {"no_capture", "copy_only", "old_volatile", "per_entry_release", "ferry", "ferry_pinned"}) {
+    for (const char* k : {"no_capture", "copy_only", "old_volatile", "per_entry_release", "ferry", "ferry_pinned",
+                          "copy_only_plain", "ferry_plain"}) {
       j += std::string(f2 ? "" : ", ") + "\"" + k + "_us\": " + json_num(lookup(m, k));
       f2 = false;
     }
     const auto base = lookup(m, "no_capture");
-    for (const char* k : {"copy_only", "old_volatile", "per_entry_release", "ferry", "ferry_pinned"}) {
+    for (const char* k : {"copy_only", "old_volatile", "per_entry_release", "ferry", "ferry_pinned", "copy_only_plain",
+                          "ferry_plain"}) {
       const auto x = lookup(m, k);
       j += std::string(", \"") + k + "_overhead_pct\": " +
            json_num(base && x && *base > 0 ? std::optional<double>{(*x / *base - 1.0) * 100.0} : std::nullopt);
@@ -697,6 +760,10 @@ void write_json(const std::string& path)
     const auto copy = lookup(m, "copy_only"), fer = lookup(m, "ferry");
     j += ", \"ferry_publication_over_copy_pct\": " +
          json_num(copy && fer && base && *base > 0 ? std::optional<double>{(*fer - *copy) / *base * 100.0} : std::nullopt);
+    const auto copy_p = lookup(m, "copy_only_plain"), fer_p = lookup(m, "ferry_plain");
+    j += ", \"ferry_plain_publication_over_copy_plain_pct\": " +
+         json_num(copy_p && fer_p && base && *base > 0 ? std::optional<double>{(*fer_p - *copy_p) / *base * 100.0}
+                                                       : std::nullopt);
     j += "}";
   }
   j += "\n  },\n  \"per_hook_graph_us\": {";
@@ -707,7 +774,7 @@ void write_json(const std::string& path)
     first = false;
     bool f2 = true;
     for (const char* k : {"copy_only", "old_volatile", "per_entry_release", "ferry_k1", "ferry_k4", "ferry_k16", "ferry_k64",
-                          "ferry_k16_pinned"}) {
+                          "ferry_k16_pinned", "copy_only_plain", "ferry_k16_plain"}) {
       j += std::string(f2 ? "" : ", ") + "\"" + k + "\": " + json_num(lookup(m, k));
       f2 = false;
     }
@@ -787,7 +854,7 @@ int main(int argc, char** argv)
     const auto& m = R.forward[H];
     const auto base = lookup(m, "no_capture");
     if (!base) { continue; }
-    for (const char* k : {"copy_only", "old_volatile", "per_entry_release", "ferry", "ferry_pinned"}) {
+    for (const char* k : {"copy_only", "old_volatile", "per_entry_release", "ferry", "ferry_pinned", "copy_only_plain", "ferry_plain"}) {
       if (const auto x = lookup(m, k)) {
         std::printf("forward hooks=%llu %-18s %9.1f us  %+6.2f%% vs no capture\n", static_cast<unsigned long long>(H), k,
                     *x, (*x / *base - 1) * 100);

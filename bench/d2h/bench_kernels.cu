@@ -3,6 +3,7 @@
 #include "bench_kernels.hpp"
 #include "detail/d2h_kernels.cuh"  // copy_bytes: the same vectorized copy ferry uses
 
+#include <ferry/backend/grid_dependency.hpp>
 #include <ferry/backend/system_atomic.hpp>
 #include <ferry/detail/pattern.hpp>
 
@@ -35,7 +36,13 @@ __device__ inline bool join_all(const copy_args& a)
   return true;
 }
 
-__global__ void bench_copy(copy_args a) { copy_grid(a); }
+/// Launched exactly as ferry launches its copy kernel (programmatic where ferry's is), with the same waits.
+__global__ void bench_copy(copy_args a)
+{
+  ferry::backend::grid_dependency_launch_dependents();
+  ferry::backend::grid_dependency_wait();
+  copy_grid(a);
+}
 
 __global__ void baseline_volatile_flag(copy_args a)
 {

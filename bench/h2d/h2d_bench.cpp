@@ -375,7 +375,7 @@ std::string variants_json(int iters)
       runner r{c.members, variant::upload, k, graph, knobs{tile, th, spec}};
       rows.push_back({std::string{fh::to_string(k)}, tile, th, spec, graph, r.measure(iters).gpu_us});
     };
-    for (std::size_t tile : {1024, 2048, 4096, 8192}) {
+    for (std::size_t tile : {1024, 2048, 4096, 8192, 16384, 32768}) {
       for (std::uint32_t th : {64u, 128u, 256u}) {
         run(fh::upload_backend::packed, tile, th, -1, true);
         run(fh::upload_backend::zerocopy, tile, th, 1, true);

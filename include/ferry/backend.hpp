@@ -8,6 +8,7 @@
 #include <ferry/backend/event.hpp>
 #include <ferry/backend/faulty.hpp>
 #include <ferry/backend/graph.hpp>
+#include <ferry/backend/grid_dependency.hpp>
 #include <ferry/backend/host/backend.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/backend/system_atomic.hpp>

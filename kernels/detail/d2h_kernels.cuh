@@ -108,31 +108,58 @@ __device__ __forceinline__ void copy_vec(DstFn&& dst_of, const std::byte* src, s
 }
 #endif
 
-/// Block `blk` of `nblk` (thread `t` of `nt` per block) copies its share of the entry.
-///
-/// On the GPU (16-byte aligned source: entries start on 16-byte boundaries in a 256-byte-aligned ring, so
-/// only the source decides) the first vectors of this thread's share are loaded BEFORE the ring cursor is
-/// read, so the source loads and the cursor load are in flight together instead of one after the other
-/// (the cursor read is the only dependent step a graph-safe placement adds over a plain copy). A dynamic
-/// entry reads its size first (the length bounds the loads).
+/// Block `blk` of `nblk` (thread `t` of `nt` per block) copies its share of the entry (the host backend's
+/// form: the cursor is read through data(), the commit is a separate phase; the GPU kernels use
+/// copy_commit_phase below).
 FERRY_HD inline void copy_phase(const copy_args& a, std::uint32_t blk, std::uint32_t nblk, std::uint32_t t,
                                 std::uint32_t nt) noexcept
 {
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-  if ((reinterpret_cast<std::uintptr_t>(a.src) & 15U) == 0) {
-    copy_vec([&] { return a.dst.data(); }, a.src, copy_length(a), a.vecs_per_thread, blk, nblk, t, nt);
-    return;
-  }
-#endif
   const std::uint64_t bt = static_cast<std::uint64_t>(blk) * nt + t;
   copy_bytes(a.dst.data(), a.src, copy_length(a), bt, static_cast<std::uint64_t>(nblk) * nt);
 }
 
-/// One block (the fused kernel, and the host backend's per-thread loop): thread `t` of `nt`.
+/// One block (the host backend's per-thread loop of the fused kernel): thread `t` of `nt`.
 FERRY_HD inline void copy_phase(const copy_args& a, std::uint64_t t, std::uint64_t nt) noexcept
 {
   copy_phase(a, 0U, 1U, static_cast<std::uint32_t>(t), static_cast<std::uint32_t>(nt));
 }
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+/// The GPU copy of block `blk` of `nblk` (thread `t` of `nt`), with the commit folded in: every thread reads
+/// the cursor once (after its first source loads were issued: the two loads are in flight together), and
+/// the grid's thread (0, 0) writes the next cursor slot from that same value at once, before its payload
+/// stores. That is safe because the slot it writes (parity ^ 1) is read by no thread of this kernel, only
+/// by the next writer kernel on the stream, after this one completed (kernel boundary or
+/// grid_dependency_wait). A dynamic entry reads its size first (the length bounds the loads).
+__device__ __forceinline__ void copy_commit_phase(const copy_args& a, std::uint32_t blk, std::uint32_t nblk,
+                                                  std::uint32_t t, std::uint32_t nt)
+{
+  const bool committer = blk == 0 && t == 0;
+  std::uint64_t actual = a.bytes;
+  std::uint64_t n = a.bytes;
+  if (a.dst.dynamic != 0) {
+    actual = *a.actual_size;
+    n = actual < a.dst.reserved ? actual : a.dst.reserved;
+  }
+  auto place = [&] {
+    const ferry::d2h::cursor c = a.dst.load();
+    if (committer) {
+      if (a.dst.dynamic != 0) {
+        a.dst.commit(c, actual);
+      } else {
+        a.dst.commit(c);
+      }
+    }
+    return a.dst.ring + a.dst.offset(c);
+  };
+  if ((reinterpret_cast<std::uintptr_t>(a.src) & 15U) == 0) {  // entries start 16-byte aligned in the ring
+    copy_vec(place, a.src, n, a.vecs_per_thread, blk, nblk, t, nt);
+    return;
+  }
+  std::byte* dst = place();
+  copy_bytes(dst, a.src, n, static_cast<std::uint64_t>(blk) * nt + t, static_cast<std::uint64_t>(nblk) * nt);
+}
+#endif
 
 /// Exactly one thread of the grid: advance the cursor (and write the size slot of a dynamic entry).
 /// Reads cursor slot `parity`, writes slot `parity ^ 1`: no other thread of this kernel reads that slot.

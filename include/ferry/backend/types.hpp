@@ -38,6 +38,13 @@ struct launch_config {
   dim3 grid{};
   dim3 block{};
   std::size_t shared_bytes{0};
+  /// Programmatic dependent launch (CUDA on sm_90+; HIP and host: ignored, plain stream order): the
+  /// kernel may be SCHEDULED before the kernel ahead of it on the stream completes. Only for kernels that
+  /// execute ferry::backend::grid_dependency_wait() (backend/grid_dependency.hpp) in every thread before
+  /// any memory access that the earlier work may produce or consume: that wait returns once the
+  /// preceding grid has completed and its writes are visible, so it joins exactly as stream order does.
+  /// Use only where the kernel's code was compiled with the wait (preload() reports the architecture).
+  bool programmatic{false};
 };
 
 enum class memcpy_kind { host_to_device, device_to_host, device_to_device, host_to_host, automatic };

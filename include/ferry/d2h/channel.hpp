@@ -24,6 +24,7 @@
 #include <ferry/backend/concepts.hpp>
 #include <ferry/backend/event.hpp>
 #include <ferry/backend/graph.hpp>
+#include <ferry/backend/grid_dependency.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/backend/system_atomic.hpp>
 #include <ferry/d2h/detail/kernels.hpp>
@@ -217,6 +218,9 @@ class channel {
 
   [[nodiscard]] counters stats() const { return impl_->stats(); }
   [[nodiscard]] const config& cfg() const noexcept { return impl_->cfg; }
+  /// Whether ferry's kernels are launched programmatically (config::programmatic_launch, and the device
+  /// and the loaded kernel code support it).
+  [[nodiscard]] bool programmatic_launch() const noexcept { return impl_->programmatic; }
   [[nodiscard]] ferry::backend::device_id device() const noexcept { return impl_->dev; }
   /// Ring view with no entry (ring base/size, state), e.g. for tests and tools.
   [[nodiscard]] std::uint64_t ring_bytes() const noexcept { return impl_->cfg.ring_bytes; }
@@ -278,6 +282,7 @@ class channel {
     ferry::backend::device_id dev{};
     std::uint64_t staging_bytes{0};
     int sm_count{1};
+    bool programmatic{false};  ///< launch ferry's kernels with launch_config::programmatic (see construction)
     bool registered{false};
     ferry::backend::stream<B> drain_stream;
     ferry::backend::device_buffer<B> ring;
@@ -417,9 +422,13 @@ class channel {
         }
         // Load every kernel the channel launches now: a lazy module load at a first launch would wait for
         // kernels already running on the device (see backend preload).
-        b.preload(detail::publish_head_kernel(typename B::tag{}));
-        b.preload(detail::copy_entry_publish_kernel(typename B::tag{}));
-        b.preload(detail::copy_entry_kernel(typename B::tag{}));
+        const int arch = std::min({b.preload(detail::publish_head_kernel(typename B::tag{})),
+                                   b.preload(detail::copy_entry_publish_kernel(typename B::tag{})),
+                                   b.preload(detail::copy_entry_kernel(typename B::tag{}))});
+        // Programmatic launch only where the device has it AND the code that runs contains the
+        // grid_dependency_wait (code JIT-compiled from compute_80 PTX does not: it must not be launched so).
+        programmatic = cfg.programmatic_launch && attrs.compute_capability_major >= 9 &&
+                       arch >= ferry::backend::grid_dependency_min_arch;
         drain_stream.synchronize();  // the zeroed state block is in place before any kernel reads it
       } catch (...) {
         unregister();
@@ -546,7 +555,8 @@ class channel {
     void launch_publish(stream_type s, std::uint64_t n, std::uint32_t normalize)
     {
       detail::head_args a{state_buf.template as<device_state>(), head_dev, n, normalize};
-      b.launch(detail::publish_head_kernel(typename B::tag{}), ferry::backend::launch_config{{1}, {1}, 0}, s, a);
+      b.launch(detail::publish_head_kernel(typename B::tag{}), ferry::backend::launch_config{{1}, {1}, 0, programmatic}, s,
+               a);
       c_publishes.fetch_add(1, std::memory_order_relaxed);
     }
 
@@ -629,19 +639,20 @@ class channel {
     {
       const std::uint32_t v = cfg.copy_vecs_per_thread;
       a.vecs_per_thread = v == 8 || v == 4 || v == 2 ? v : 1;
+      a.debug_skip_wait = cfg.debug == debug_fault::programmatic_without_wait ? 1U : 0U;
       const std::uint64_t vecs = (bytes + 15) / 16;
       const std::uint64_t per_thread = (vecs + a.vecs_per_thread - 1) / a.vecs_per_thread;
       if (fuse) {
         const auto threads = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(align_up(per_thread, 32), 32, 1024));
         b.launch(detail::copy_entry_publish_kernel(typename B::tag{}),
-                 ferry::backend::launch_config{{1}, {threads}, 0}, s, a);
+                 ferry::backend::launch_config{{1}, {threads}, 0, programmatic}, s, a);
       } else {
         const std::uint64_t threads = std::clamp<std::uint64_t>(align_up(cfg.copy_block_threads, 32), 32, 1024);
         const std::uint64_t max_blocks = static_cast<std::uint64_t>(sm_count) * std::max<std::uint64_t>(1, 2048 / threads);
         const auto blocks =
           static_cast<std::uint32_t>(std::clamp<std::uint64_t>((per_thread + threads - 1) / threads, 1, max_blocks));
         b.launch(detail::copy_entry_kernel(typename B::tag{}),
-                 ferry::backend::launch_config{{blocks}, {static_cast<std::uint32_t>(threads)}, 0}, s, a);
+                 ferry::backend::launch_config{{blocks}, {static_cast<std::uint32_t>(threads)}, 0, programmatic}, s, a);
       }
     }
 

@@ -86,27 +86,31 @@ struct ring_ref {
   std::uint32_t parity{0};
   std::uint32_t dynamic{0};
 
-  [[nodiscard]] FERRY_HD std::uint64_t offset() const noexcept
-  {
-    return place_phys(state->slot[parity].phys, reserved, ring_bytes);
-  }
+  [[nodiscard]] FERRY_HD std::uint64_t offset() const noexcept { return offset(load()); }
   [[nodiscard]] FERRY_HD std::byte* data() const noexcept { return ring + offset(); }
   [[nodiscard]] FERRY_HD std::uint64_t capacity() const noexcept { return reserved; }
 
-  FERRY_HD void commit() const noexcept
+  FERRY_HD void commit() const noexcept { commit(load()); }
+  /// For a dynamic entry. `actual` may exceed capacity(): the drain then rejects the entry (the writer
+  /// must not have written beyond capacity()).
+  FERRY_HD void commit(std::uint64_t actual) const noexcept { commit(load(), actual); }
+
+  // The same operations on a cursor value read once (ferry's copy kernel reads the cursor once per thread
+  // and commits from that value, so the committing thread issues no second, dependent load).
+  /// The cursor this entry places itself from (one 16-byte load).
+  [[nodiscard]] FERRY_HD cursor load() const noexcept { return state->slot[parity]; }
+  [[nodiscard]] FERRY_HD std::uint64_t offset(cursor c) const noexcept { return place_phys(c.phys, reserved, ring_bytes); }
+  FERRY_HD void commit(cursor c) const noexcept
   {
-    const cursor c = state->slot[parity];
-    const std::uint64_t end = place_phys(c.phys, reserved, ring_bytes) + reserved;  // <= ring_bytes
+    const std::uint64_t end = offset(c) + reserved;  // <= ring_bytes
     std::uint64_t slot = c.dyn_slot;
     if (dynamic != 0) { slot = slot + 1 >= size_slot_count ? 0 : slot + 1; }
     state->slot[parity ^ 1U] = cursor{end == ring_bytes ? 0 : end, slot};
   }
-  /// For a dynamic entry. `actual` may exceed capacity(): the drain then rejects the entry (the writer
-  /// must not have written beyond capacity()).
-  FERRY_HD void commit(std::uint64_t actual) const noexcept
+  FERRY_HD void commit(cursor c, std::uint64_t actual) const noexcept
   {
-    if (dynamic != 0 && size_slot_count != 0) { size_slots[state->slot[parity].dyn_slot] = actual; }
-    commit();
+    if (dynamic != 0 && size_slot_count != 0) { size_slots[c.dyn_slot] = actual; }
+    commit(c);
   }
 };
 

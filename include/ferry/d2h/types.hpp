@@ -48,6 +48,7 @@ enum class debug_fault {
   none,
   drain_without_acquire,        ///< enqueue D2H for every FIFO entry, ignoring published_head
   reclaim_before_copy_complete, ///< reclaim ring space when the D2H is enqueued, not when it completed
+  programmatic_without_wait,    ///< copy kernels skip griddepcontrol.wait under programmatic launch (GPU, sm_90+)
 };
 
 struct config {
@@ -75,6 +76,13 @@ struct config {
   std::size_t single_block_copy_max_bytes{0};       ///< every entry up to this size: one block
   std::uint32_t copy_block_threads{128};            ///< threads per block of the multi-block copy (32..1024, multiple of 32)
   std::uint32_t copy_vecs_per_thread{2};            ///< 16-byte vectors per thread per pass: 1, 2, 4 or 8
+  /// Launch ferry's copy and publish kernels as programmatic dependent launches where the device and the
+  /// loaded code support it (CUDA, sm_90+): a kernel is scheduled while the one ahead of it on the stream
+  /// still runs and waits in griddepcontrol.wait for its completion (the same join as stream order; see
+  /// backend/grid_dependency.hpp), which hides most of the launch gap between back-to-back hooks. A
+  /// performance knob only. A user kernel launched programmatically right after one of ferry's kernels
+  /// must itself wait (cudaGridDependencySynchronize) before reading what came earlier, as PDL requires.
+  bool programmatic_launch{true};
   std::chrono::microseconds drain_idle_sleep{20};  ///< drain thread sleep when idle
   debug_fault debug{debug_fault::none};
   /// Test-only: extra delay before every D2H on the drain stream (host backend only; widens races).

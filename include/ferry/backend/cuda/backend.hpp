@@ -64,6 +64,23 @@ inline cudaError_t mem_advise(void* p, std::size_t bytes, mem_advice advice, int
 #endif
 }
 
+/// cudaLaunchKernelExC with programmatic stream serialization allowed (see launch_config::programmatic).
+inline cudaError_t launch_programmatic(const void* fn, ::dim3 grid, ::dim3 block, void** argv, std::size_t shmem,
+                                       cudaStream_t s)
+{
+  cudaLaunchAttribute attr[1]{};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t lc{};
+  lc.gridDim = grid;
+  lc.blockDim = block;
+  lc.dynamicSmemBytes = shmem;
+  lc.stream = s;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  return cudaLaunchKernelExC(&lc, fn, argv);
+}
+
 inline bool stream_mem_ops_64(int device)
 {
   // cudaDeviceAttr shares the driver's numbering; 122 is CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS.
@@ -94,6 +111,9 @@ inline bool stream_mem_ops_64(int device)
 #define FERRY_GPU_HOST_FREE cudaFreeHost
 #define FERRY_GPU_MEM_ADVISE ::ferry::backend::cuda_detail::mem_advise
 #define FERRY_GPU_EVENT_RECORD_EXTERNAL(e, s) cudaEventRecordWithFlags(e, s, cudaEventRecordExternal)
+#define FERRY_GPU_COMPILED_ARCH(attr) (attr).ptxVersion
+#define FERRY_GPU_PROGRAMMATIC_LAUNCH(fn, grid, block, argv, shmem, s) \
+  FERRY_GPU_TRY(::ferry::backend::cuda_detail::launch_programmatic(fn, grid, block, argv, shmem, s))
 
 #include <ferry/backend/detail/gpu_backend.inl>
 

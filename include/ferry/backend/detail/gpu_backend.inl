@@ -215,6 +215,12 @@ struct FERRY_GPU_BACKEND {
     void* argv[sizeof...(Args) > 0 ? sizeof...(Args) : 1] = {static_cast<void*>(&args)...};
     const ::dim3 grid{cfg.grid.x, cfg.grid.y, cfg.grid.z};
     const ::dim3 block{cfg.block.x, cfg.block.y, cfg.block.z};
+#if defined(FERRY_GPU_PROGRAMMATIC_LAUNCH)
+    if (cfg.programmatic) {
+      FERRY_GPU_PROGRAMMATIC_LAUNCH(k.fn, grid, block, argv, cfg.shared_bytes, s);
+      return;
+    }
+#endif
     FERRY_GPU_TRY(FERRY_GPU(LaunchKernel)(k.fn, grid, block, argv, cfg.shared_bytes, s));
   }
 
@@ -222,11 +228,15 @@ struct FERRY_GPU_BACKEND {
   /// kernel loads its module, and that load waits for the kernels already running: a first launch queued
   /// behind a kernel that spins on a CPU flag would deadlock the CPU thread that must release the flag.
   /// ferry preloads every kernel it launches when an owner (channel, publisher) is constructed.
+  /// Returns the virtual architecture the kernel's loaded code was compiled for (major * 10 + minor, e.g.
+  /// 90; HIP: 0): code built for compute_80 and JIT-compiled on an sm_90 device reports 80, so a caller
+  /// can tell whether sm_90-only instructions (griddepcontrol) are in the code that will run.
   template <class... Args>
-  void preload(kernel_type<Args...> k) const
+  int preload(kernel_type<Args...> k) const
   {
     FERRY_GPU(FuncAttributes) attr{};
     FERRY_GPU_TRY(FERRY_GPU(FuncGetAttributes)(&attr, k.fn));
+    return FERRY_GPU_COMPILED_ARCH(attr);
   }
 
   // ---- graphs ------------------------------------------------------------------------------------

@@ -61,6 +61,7 @@ inline hipError_t mem_advise(void* p, std::size_t bytes, mem_advice advice, int 
 #define FERRY_GPU_MEM_ADVISE ::ferry::backend::hip_detail::mem_advise
 // ROCm 5.2 has no hipEventRecordWithFlags; a plain record is a graph node under HIP capture.
 #define FERRY_GPU_EVENT_RECORD_EXTERNAL(e, s) hipEventRecord(e, s)
+#define FERRY_GPU_COMPILED_ARCH(attr) 0  // no programmatic launch on HIP: launch_config::programmatic is ignored
 
 #include <ferry/backend/detail/gpu_backend.inl>
 

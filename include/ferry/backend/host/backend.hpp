@@ -131,10 +131,12 @@ struct host_backend {
       };
     });
   }
-  /// Kernels are host functions: nothing to load (see the GPU backends' preload).
+  /// Kernels are host functions: nothing to load (see the GPU backends' preload); no device architecture (0).
+  /// launch_config::programmatic is ignored: every launch runs in plain stream order.
   template <class... Args>
-  void preload(kernel_type<Args...>) const noexcept
+  int preload(kernel_type<Args...>) const noexcept
   {
+    return 0;
   }
   /// Enqueue an arbitrary host callable (the host backend's cudaLaunchHostFunc).
   void host_func(stream_type s, std::function<void()> f) const;
