@@ -3,6 +3,7 @@
 #include "detail/backend_probe.cuh"
 #include "detail/gpu_kernel.cuh"
 
+#include <ferry/backend/grid_dependency.hpp>
 #include <ferry/backend/probe.hpp>
 
 namespace ferry::kernels::probe {
@@ -22,6 +23,21 @@ __global__ void consume(const std::uint64_t* flag, std::uint64_t seq, const std:
   consume_copy(src, dst, words, threadIdx.x, blockDim.x);
 }
 
+__global__ void late_fill(std::uint64_t* dst, std::uint64_t words, std::uint64_t seq, std::uint64_t delay_ns)
+{
+  ferry::backend::grid_dependency_launch_dependents();
+#if defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
+  std::uint64_t t0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  for (;;) {
+    std::uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (t - t0 >= delay_ns) { break; }
+  }
+#endif
+  publish_write(dst, words, seq, threadIdx.x, blockDim.x);
+}
+
 }  // namespace ferry::kernels::probe
 
 namespace ferry::backend::probe {
@@ -35,6 +51,11 @@ FERRY_KERNEL_HANDLE<const std::uint64_t*, std::uint64_t, const std::uint64_t*, s
 consume_kernel(FERRY_KERNEL_TAG)
 {
   return {reinterpret_cast<const void*>(&ferry::kernels::probe::consume), "probe_consume"};
+}
+
+FERRY_KERNEL_HANDLE<std::uint64_t*, std::uint64_t, std::uint64_t, std::uint64_t> late_fill_kernel(FERRY_KERNEL_TAG)
+{
+  return {reinterpret_cast<const void*>(&ferry::kernels::probe::late_fill), "probe_late_fill"};
 }
 
 }  // namespace ferry::backend::probe

@@ -26,7 +26,17 @@ void consume_body(const host_detail::launch_ctx& ctx, const std::uint64_t* flag,
     kernels::probe::consume_copy(src, dst, words, t, ctx.block_dim.x);
   }
 }
+void late_fill_body(const host_detail::launch_ctx& ctx, std::uint64_t* dst, std::uint64_t words, std::uint64_t seq,
+                    std::uint64_t /*delay_ns: the host backend runs a stream's work in order*/)
+{
+  for (std::uint32_t t = 0; t < ctx.block_dim.x; ++t) { kernels::probe::publish_write(dst, words, seq, t, ctx.block_dim.x); }
+}
 }  // namespace
+
+host_kernel<std::uint64_t*, std::uint64_t, std::uint64_t, std::uint64_t> late_fill_kernel(host_tag)
+{
+  return {&late_fill_body, "probe_late_fill"};
+}
 
 host_kernel<std::uint64_t*, std::uint64_t, std::uint64_t*, std::uint64_t> publish_kernel(host_tag)
 {

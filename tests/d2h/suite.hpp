@@ -356,45 +356,40 @@ TYPED_TEST_P(D2hChannel, GraphReplaysLandInTheRightPlaceAcrossWrap)
   }
 }
 
-// Under programmatic dependent launch (sm_90+) a copy kernel is scheduled while the one ahead of it still
-// runs; its griddepcontrol.wait is what keeps it from reading the cursor (and the source) before that kernel
-// completed. Back-to-back entries in a graph replay: with the wait every entry is exact; the mutant that
-// skips it (debug_fault::programmatic_without_wait) must be caught by the same checks.
+// Under programmatic dependent launch (sm_90+) a copy kernel may be scheduled while the kernel ahead of it on
+// the stream still runs; its griddepcontrol.wait is what keeps it from reading the source (and the cursor)
+// before that kernel completed. Each entry's source is written by a PDL-aware producer (probe late_fill:
+// it lets its dependents be scheduled at once, then writes after ~20 us): with the wait every entry is
+// exact; the mutant that skips it (debug_fault::programmatic_without_wait) must be caught by the same checks.
 TYPED_TEST_P(D2hChannel, ProgrammaticLaunchJoinsLikeStreamOrder)
 {
   using B = TypeParam;
   for (auto fault : {fd::debug_fault::none, fd::debug_fault::programmatic_without_wait}) {
     fb::stream<B> s{this->b};
-    constexpr std::uint64_t n = 256, stride = 1024, replays = 8;
+    constexpr std::uint64_t n = 256, stride = 1024;
     fb::device_buffer<B> dsrc{n * stride, this->b};
-    fb::pinned_buffer<B> all{replays * n * stride, this->b};
-    auto* h = static_cast<std::uint8_t*>(all.data());
-    for (std::uint64_t k = 0; k < replays * n; ++k) {
-      for (std::uint64_t i = 0; i < stride; ++i) { h[k * stride + i] = ferry::detail::pattern_byte(k, i); }
-    }
+    this->b.memset_async(dsrc.data(), 0, n * stride, s.handle());
     checker chk;
-    auto cfg = this->small_config(1 << 20, 64);
+    auto cfg = this->small_config(1 << 20, 16);
     cfg.debug = fault;
     fd::channel<B> ch{cfg, this->b, chk.callback()};
     if (!ch.programmatic_launch()) {
       GTEST_SKIP() << "no programmatic dependent launch on " << B::name() << " (needs CUDA on sm_90+)";
     }
-    fd::forward_plan plan;
-    auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
-      ch.begin_forward(cs);
-      for (std::uint64_t j = 0; j < n; ++j) {
-        ch.capture(fd::hook_id{7}, static_cast<const std::byte*>(dsrc.data()) + j * stride, stride, cs);
-      }
-      plan = ch.end_forward(cs);
-    });
-    for (std::uint64_t r = 0; r < replays; ++r) {
-      for (std::uint64_t j = 0; j < n; ++j) { chk.expect(r * n + j, 7, stride); }
-      this->b.memcpy_async(dsrc.data(), h + r * n * stride, n * stride, fb::memcpy_kind::host_to_device, s.handle());
-      ch.replay(g, plan, s);
+    (void)this->b.preload(fb::probe::late_fill_kernel(typename B::tag{}));
+    s.synchronize();
+    ch.begin_forward(s);
+    for (std::uint64_t j = 0; j < n; ++j) {
+      auto* src = static_cast<std::uint64_t*>(dsrc.data()) + j * stride / 8;
+      this->b.launch(fb::probe::late_fill_kernel(typename B::tag{}), fb::launch_config{{1}, {128}, 0}, s.handle(), src,
+                     std::uint64_t{stride / 8}, std::uint64_t{j}, std::uint64_t{20'000});
+      chk.expect(j, 7, stride);
+      ch.capture(fd::hook_id{7}, src, stride, s);
     }
+    (void)ch.end_forward(s);
     (void)ch.close();
     if (fault == fd::debug_fault::none) {
-      EXPECT_EQ(chk.got, replays * n);
+      EXPECT_EQ(chk.got, n);
       EXPECT_EQ(chk.bad_entries, 0U);
       EXPECT_EQ(chk.bad_meta, 0U);
     } else {

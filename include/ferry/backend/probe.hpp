@@ -5,6 +5,10 @@
 //                  `flag == seq` must then read the whole payload.
 //   probe_consume: one thread spins load_acquire_system(flag) until >= seq, the block joins, then every
 //                  thread copies src -> dst (the CPU wrote src, then host_store_release(flag, seq)).
+//   late_fill:     lets the next kernel on the stream be scheduled at once (griddepcontrol.launch_dependents,
+//                  as a PDL-aware producer does), then after ~`delay_ns` writes pattern_word(seq, i) into
+//                  dst: a consumer launched programmatically behind it sees the data only if it waits
+//                  (griddepcontrol.wait) for this kernel to complete.
 // One block each (the join is the block barrier). Defined in kernels/backend_probe.cu (CUDA, HIP) and
 // src/host_kernels.cpp (host).
 #pragma once
@@ -26,5 +30,9 @@ cuda_kernel<const std::uint64_t*, std::uint64_t, const std::uint64_t*, std::uint
 consume_kernel(cuda_tag);
 hip_kernel<const std::uint64_t*, std::uint64_t, const std::uint64_t*, std::uint64_t*, std::uint64_t>
 consume_kernel(hip_tag);
+
+host_kernel<std::uint64_t*, std::uint64_t, std::uint64_t, std::uint64_t> late_fill_kernel(host_tag);
+cuda_kernel<std::uint64_t*, std::uint64_t, std::uint64_t, std::uint64_t> late_fill_kernel(cuda_tag);
+hip_kernel<std::uint64_t*, std::uint64_t, std::uint64_t, std::uint64_t> late_fill_kernel(hip_tag);
 
 }  // namespace ferry::backend::probe
