@@ -204,7 +204,8 @@ std::string env_or(const char* k, const char* d)
 // ---------------------------------------------------------------------------------------------------
 // 1. per hook in a graph
 double per_hook_us(variant v, std::uint64_t P, std::uint32_t K,
-                   fd::head_placement placement = fd::head_placement::managed, std::optional<shape_opts> shape = {})
+                   fd::head_placement placement = fd::head_placement::managed, std::optional<shape_opts> shape = {},
+                   std::uint32_t cursor_mode = 0)
 {
   const shape_opts sh = shape ? *shape : (v == variant::ferry || v == variant::copy_only ? shape_opts{} : legacy_shape());
   B b{};
@@ -261,7 +262,8 @@ double per_hook_us(variant v, std::uint64_t P, std::uint32_t K,
     auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
       for (std::uint64_t h = 0; h < hooks; ++h) {
         bk::copy_args a{static_cast<std::byte*>(ring.data()) + (h % slots) * P, static_cast<const std::byte*>(src.data()), P,
-                        flag.template device_as<std::uint64_t>(), fwd, hooks, h, join, vpt_of(sh)};
+                        flag.template device_as<std::uint64_t>(), fwd, hooks, h, join, vpt_of(sh), cursor_mode,
+                        fwd + 16};  // aux[128..136): zero, its own line
         b.launch(baseline_kernel(v, typename B::tag{}), launch, cs.handle(), a);
       }
     });
@@ -552,6 +554,14 @@ void register_variants()
         register_variant(sh.label + "/ferry_k16_sep", P, [sep, P] { return per_hook_us(variant::ferry, P, 16, fd::head_placement::managed, sep); });
       }
     }
+  }
+  for (std::uint64_t P : {4 * KiB, 16 * KiB, 64 * KiB}) {
+    register_variant("default/copy_only_cursor_read", P, [P] {
+      return per_hook_us(variant::copy_only, P, 0, fd::head_placement::managed, shape_opts{}, 1);
+    });
+    register_variant("default/copy_only_cursor_chain", P, [P] {
+      return per_hook_us(variant::copy_only, P, 0, fd::head_placement::managed, shape_opts{}, 2);
+    });
   }
   const shape_opts def{};
   shape_opts def_sep = def;

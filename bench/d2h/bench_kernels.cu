@@ -14,8 +14,14 @@ namespace ferry::bench::gpu {
 __device__ inline void copy_grid(const copy_args& a)
 {
   if (((reinterpret_cast<std::uintptr_t>(a.dst) | reinterpret_cast<std::uintptr_t>(a.src)) & 15U) == 0) {
-    ferry::kernels::d2h::copy_vec([&] { return a.dst; }, a.src, a.bytes, a.vecs_per_thread, blockIdx.x, gridDim.x,
-                                  threadIdx.x, blockDim.x);
+    ferry::kernels::d2h::copy_vec(
+      [&] {
+        if (a.cursor_mode == 0) { return a.dst; }
+        const std::uint64_t c = *a.cursor;  // always 0
+        if (a.cursor_mode == 2 && blockIdx.x == 0 && threadIdx.x == 0) { *a.cursor = c; }
+        return a.dst + c;
+      },
+      a.src, a.bytes, a.vecs_per_thread, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
     return;
   }
   const std::uint64_t t = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -24,6 +24,11 @@ struct copy_args {
   std::uint64_t hook{0};
   unsigned* join{nullptr};              ///< grid-join counter (multi-block baselines)
   std::uint32_t vecs_per_thread{1};     ///< 16-byte vectors per thread per pass (same body as ferry's copy)
+  /// Diagnostic (copy-only kernel): 0 none; 1 every thread adds a device word (always 0) to dst, read after
+  /// its first source loads as ferry reads its cursor; 2 the same, and thread (0, 0) rewrites that word,
+  /// so each kernel reads a line the kernel before it just wrote (ferry's cursor chain). GPU only.
+  std::uint32_t cursor_mode{0};
+  std::uint64_t* cursor{nullptr};
 };
 
 struct layer_args {

@@ -100,7 +100,7 @@ class H2d : public ::testing::Test {
     pub.initialize(c, owner->view());
   }
   // Scatter knobs used by init() (tests of the tile / speculation paths change them).
-  std::size_t knob_tile_bytes{4096};
+  std::size_t knob_tile_bytes{fh::config{}.tile_bytes};
   std::uint32_t knob_threads{128};
   int knob_speculation{-1};
 
@@ -876,7 +876,7 @@ TYPED_TEST_P(H2d, CapturedUploadReplaysWithStagedCounts)
 TYPED_TEST_P(H2d, ScatterKnobsKeepExactBytes)
 {
   using B = TypeParam;
-  for (std::size_t tile : {std::size_t{32}, std::size_t{48}, std::size_t{4096}}) {
+  for (std::size_t tile : {std::size_t{32}, std::size_t{48}, std::size_t{4096}, std::size_t{8192}}) {
     for (std::uint32_t th : {32u, 128u}) {
       for (int spec : {0, 1, 2}) {
         for (auto k : {fh::upload_backend::packed, fh::upload_backend::zerocopy}) {
@@ -912,7 +912,7 @@ TYPED_TEST_P(H2d, ScatterKnobsKeepExactBytes)
       }
     }
   }
-  this->knob_tile_bytes = 4096;
+  this->knob_tile_bytes = fh::config{}.tile_bytes;
   this->knob_threads = 128;
   this->knob_speculation = -1;
 }
