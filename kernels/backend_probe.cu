@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // GPU wrappers of the probe kernels (see ferry/backend/probe.hpp).
 #include "detail/backend_probe.cuh"
+#include "detail/device_clock.cuh"
 #include "detail/gpu_kernel.cuh"
 
 #include <ferry/backend/grid_dependency.hpp>
@@ -27,13 +28,7 @@ __global__ void late_fill(std::uint64_t* dst, std::uint64_t words, std::uint64_t
 {
   ferry::backend::grid_dependency_launch_dependents();
 #if defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
-  std::uint64_t t0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  for (;;) {
-    std::uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    if (t - t0 >= delay_ns) { break; }
-  }
+  ferry::kernels::spin_until(ferry::kernels::globaltimer_ns(), delay_ns);
 #endif
   publish_write(dst, words, seq, threadIdx.x, blockDim.x);
 }

@@ -142,8 +142,7 @@ bool programmatic_ok()
   static const bool ok = [] {
     B b{};
     const auto a = b.attributes(fb::device_id{0});
-    return a.compute_capability_major >= 9 &&
-           b.preload(bk::bench_copy_kernel(typename B::tag{})) >= ferry::backend::grid_dependency_min_arch;
+    return fb::programmatic_launch_ok(a.compute_capability_major, b.preload(bk::bench_copy_kernel(typename B::tag{})));
   }();
   return ok;
 }
@@ -162,14 +161,15 @@ fb::launch_config copy_shape(std::uint64_t bytes, int sms, const shape_opts& o)
 {
   const std::uint64_t vpt = o.vpt == 8 || o.vpt == 4 || o.vpt == 2 ? o.vpt : 1;
   const std::uint64_t per_thread = ((bytes + 15) / 16 + vpt - 1) / vpt;
+  const bool programmatic = o.programmatic && programmatic_ok();
   if (bytes <= o.single_max) {
     const auto threads = static_cast<std::uint32_t>(std::clamp<std::uint64_t>((per_thread + 31) / 32 * 32, 32, 1024));
-    return {{1}, {threads}, 0, o.programmatic && programmatic_ok()};
+    return {{1}, {threads}, 0, programmatic};
   }
   const std::uint64_t threads = std::clamp<std::uint64_t>((o.threads + 31) / 32 * 32, 32, 1024);
   const std::uint64_t max_blocks = static_cast<std::uint64_t>(sms) * std::max<std::uint64_t>(1, 2048 / threads);
   const auto blocks = static_cast<std::uint32_t>(std::clamp<std::uint64_t>((per_thread + threads - 1) / threads, 1, max_blocks));
-  return {{blocks}, {static_cast<std::uint32_t>(threads)}, 0, o.programmatic && programmatic_ok()};
+  return {{blocks}, {static_cast<std::uint32_t>(threads)}, 0, programmatic};
 }
 std::uint32_t vpt_of(const shape_opts& o) { return o.vpt == 8 || o.vpt == 4 || o.vpt == 2 ? o.vpt : 1; }
 
@@ -514,32 +514,41 @@ std::vector<shape_opts> variant_shapes()
   return v;
 }
 
-void register_variant(const std::string& name, std::uint64_t P, std::function<double()> fn)
+/// One measurement registered as a Google Benchmark run (one iteration, manual time in us): `measure` runs
+/// it and returns the figure, reported under the counter `counter` ("us_per_hook" / "us_per_forward"), and
+/// `record` files it into results() for the JSON summary.
+void register_us(const std::string& bench_name, const char* counter, std::function<double()> measure,
+                 std::function<void(double)> record)
 {
-  benchmark::RegisterBenchmark(("variants/" + name + "/" + std::to_string(P)).c_str(),
-                               [name, P, fn](benchmark::State& st) {
-                                 for (auto _ : st) {
-                                   const double us = fn();
-                                   st.SetIterationTime(us / 1e6);
-                                   st.counters["us_per_hook"] = us;
-                                   results().variants[name][P] = us;
-                                 }
-                               })
-    ->Iterations(1)
-    ->UseManualTime()
-    ->Unit(benchmark::kMicrosecond);
-}
-
-void register_fwd_variant(const std::string& name, variant v, fwd_opts o)
-{
-  benchmark::RegisterBenchmark(("variants/fwd341/" + name).c_str(), [name, v, o](benchmark::State& st) {
+  benchmark::RegisterBenchmark(bench_name.c_str(), [counter, measure, record](benchmark::State& st) {
     for (auto _ : st) {
-      const double us = forward_us(v, 341, fd::head_placement::managed, o);
+      const double us = measure();
       st.SetIterationTime(us / 1e6);
-      st.counters["us_per_forward"] = us;
-      results().fwd_variants[name] = us;
+      st.counters[counter] = us;
+      record(us);
     }
   })->Iterations(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+}
+void register_per_hook(const std::string& key, std::uint64_t P, std::function<double()> measure)
+{
+  register_us("per_hook_graph/" + key + "/" + std::to_string(P), "us_per_hook", std::move(measure),
+              [key, P](double us) { results().per_hook[P][key] = us; });
+}
+void register_forward(const std::string& key, std::uint64_t H, std::function<double()> measure)
+{
+  register_us("forward/" + key + "/hooks:" + std::to_string(H), "us_per_forward", std::move(measure),
+              [key, H](double us) { results().forward[H][key] = us; });
+}
+void register_variant(const std::string& name, std::uint64_t P, std::function<double()> fn)
+{
+  register_us("variants/" + name + "/" + std::to_string(P), "us_per_hook", std::move(fn),
+              [name, P](double us) { results().variants[name][P] = us; });
+}
+void register_fwd_variant(const std::string& name, variant v, fwd_opts o)
+{
+  register_us("variants/fwd341/" + name, "us_per_forward",
+              [v, o] { return forward_us(v, 341, fd::head_placement::managed, o); },
+              [name](double us) { results().fwd_variants[name] = us; });
 }
 
 void register_variants()
@@ -595,107 +604,35 @@ void register_all()
                                                                                   16 * MiB, 64 * MiB};
   for (auto P : sizes) {
     for (variant v : {variant::copy_only, variant::old_volatile, variant::per_entry_release}) {
-      benchmark::RegisterBenchmark(("per_hook_graph/" + std::string{name(v)} + "/" + std::to_string(P)).c_str(),
-                                   [v, P](benchmark::State& st) {
-                                     for (auto _ : st) {
-                                       const double us = per_hook_us(v, P, 0);
-                                       st.SetIterationTime(us / 1e6);
-                                       st.counters["us_per_hook"] = us;
-                                       results().per_hook[P][name(v)] = us;
-                                     }
-                                   })
-        ->Iterations(1)
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond);
+      register_per_hook(name(v), P, [v, P] { return per_hook_us(v, P, 0); });
     }
     for (std::uint32_t K : {1U, 4U, 16U, 64U}) {
-      benchmark::RegisterBenchmark(("per_hook_graph/ferry_k" + std::to_string(K) + "/" + std::to_string(P)).c_str(),
-                                   [K, P](benchmark::State& st) {
-                                     for (auto _ : st) {
-                                       const double us = per_hook_us(variant::ferry, P, K);
-                                       st.SetIterationTime(us / 1e6);
-                                       st.counters["us_per_hook"] = us;
-                                       results().per_hook[P]["ferry_k" + std::to_string(K)] = us;
-                                     }
-                                   })
-        ->Iterations(1)
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond);
+      register_per_hook("ferry_k" + std::to_string(K), P, [K, P] { return per_hook_us(variant::ferry, P, K); });
     }
   }
   for (auto P : sizes) {  // the same two launched plainly (no programmatic dependent launch)
-    for (variant v : {variant::copy_only, variant::ferry}) {
-      const std::string key = std::string{v == variant::ferry ? "ferry_k16" : "copy_only"} + "_plain";
-      benchmark::RegisterBenchmark(("per_hook_graph/" + key + "/" + std::to_string(P)).c_str(),
-                                   [v, P, key](benchmark::State& st) {
-                                     for (auto _ : st) {
-                                       const double us = per_hook_us(v, P, 16, fd::head_placement::managed, plain_shape());
-                                       st.SetIterationTime(us / 1e6);
-                                       st.counters["us_per_hook"] = us;
-                                       results().per_hook[P][key] = us;
-                                     }
-                                   })
-        ->Iterations(1)
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond);
-    }
+    register_per_hook("copy_only_plain", P,
+                      [P] { return per_hook_us(variant::copy_only, P, 16, fd::head_placement::managed, plain_shape()); });
+    register_per_hook("ferry_k16_plain", P,
+                      [P] { return per_hook_us(variant::ferry, P, 16, fd::head_placement::managed, plain_shape()); });
   }
   for (auto P : sizes) {
-    benchmark::RegisterBenchmark(("per_hook_graph/ferry_k16_pinned/" + std::to_string(P)).c_str(),
-                                 [P](benchmark::State& st) {
-                                   for (auto _ : st) {
-                                     const double us = per_hook_us(variant::ferry, P, 16, fd::head_placement::pinned_mapped);
-                                     st.SetIterationTime(us / 1e6);
-                                     st.counters["us_per_hook"] = us;
-                                     results().per_hook[P]["ferry_k16_pinned"] = us;
-                                   }
-                                 })
-      ->Iterations(1)
-      ->UseManualTime()
-      ->Unit(benchmark::kMicrosecond);
+    register_per_hook("ferry_k16_pinned", P,
+                      [P] { return per_hook_us(variant::ferry, P, 16, fd::head_placement::pinned_mapped); });
   }
   for (std::uint64_t H : {28ULL, 341ULL}) {
     for (variant v : {variant::copy_only, variant::ferry}) {
-      const std::string key = std::string{name(v)} + "_plain";
-      benchmark::RegisterBenchmark(("forward/" + key + "/hooks:" + std::to_string(H)).c_str(),
-                                   [v, H, key](benchmark::State& st) {
-                                     for (auto _ : st) {
-                                       const double us = forward_us(v, H, fd::head_placement::managed, {plain_shape()});
-                                       st.SetIterationTime(us / 1e6);
-                                       st.counters["us_per_forward"] = us;
-                                       results().forward[H][key] = us;
-                                     }
-                                   })
-        ->Iterations(1)
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond);
+      register_forward(std::string{name(v)} + "_plain", H,
+                       [v, H] { return forward_us(v, H, fd::head_placement::managed, {plain_shape()}); });
     }
   }
   for (std::uint64_t H : {28ULL, 341ULL}) {
-    benchmark::RegisterBenchmark(("forward/ferry_pinned/hooks:" + std::to_string(H)).c_str(), [H](benchmark::State& st) {
-      for (auto _ : st) {
-        const double us = forward_us(variant::ferry, H, fd::head_placement::pinned_mapped);
-        st.SetIterationTime(us / 1e6);
-        st.counters["us_per_forward"] = us;
-        results().forward[H]["ferry_pinned"] = us;
-      }
-    })->Iterations(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+    register_forward("ferry_pinned", H, [H] { return forward_us(variant::ferry, H, fd::head_placement::pinned_mapped); });
   }
   for (std::uint64_t H : {28ULL, 341ULL}) {
     for (variant v : {variant::no_capture, variant::copy_only, variant::old_volatile, variant::per_entry_release,
                       variant::ferry}) {
-      benchmark::RegisterBenchmark(("forward/" + std::string{name(v)} + "/hooks:" + std::to_string(H)).c_str(),
-                                   [v, H](benchmark::State& st) {
-                                     for (auto _ : st) {
-                                       const double us = forward_us(v, H);
-                                       st.SetIterationTime(us / 1e6);
-                                       st.counters["us_per_forward"] = us;
-                                       results().forward[H][name(v)] = us;
-                                     }
-                                   })
-        ->Iterations(1)
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond);
+      register_forward(name(v), H, [v, H] { return forward_us(v, H); });
     }
   }
   if (env_or("FERRY_D2H_VARIANTS", "1") != std::string{"0"}) { register_variants(); }
@@ -767,13 +704,14 @@ void write_json(const std::string& path)
       j += std::string(", \"") + k + "_overhead_pct\": " +
            json_num(base && x && *base > 0 ? std::optional<double>{(*x / *base - 1.0) * 100.0} : std::nullopt);
     }
-    const auto copy = lookup(m, "copy_only"), fer = lookup(m, "ferry");
-    j += ", \"ferry_publication_over_copy_pct\": " +
-         json_num(copy && fer && base && *base > 0 ? std::optional<double>{(*fer - *copy) / *base * 100.0} : std::nullopt);
-    const auto copy_p = lookup(m, "copy_only_plain"), fer_p = lookup(m, "ferry_plain");
-    j += ", \"ferry_plain_publication_over_copy_plain_pct\": " +
-         json_num(copy_p && fer_p && base && *base > 0 ? std::optional<double>{(*fer_p - *copy_p) / *base * 100.0}
+    // ferry's time above the copy-only baseline launched the same way, as % of the no-capture forward
+    auto over_copy = [&](const char* ferry_key, const char* copy_key) {
+      const auto copy = lookup(m, copy_key), fer = lookup(m, ferry_key);
+      return json_num(copy && fer && base && *base > 0 ? std::optional<double>{(*fer - *copy) / *base * 100.0}
                                                        : std::nullopt);
+    };
+    j += ", \"ferry_publication_over_copy_pct\": " + over_copy("ferry", "copy_only");
+    j += ", \"ferry_plain_publication_over_copy_plain_pct\": " + over_copy("ferry_plain", "copy_only_plain");
     j += "}";
   }
   j += "\n  },\n  \"per_hook_graph_us\": {";

@@ -14,16 +14,20 @@ namespace ferry::kernels::d2h {
 using ferry::d2h::detail::copy_args;
 using ferry::d2h::detail::head_args;
 
-/// Bytes the copy writes: the static size, or min(actual, reserved) for a dynamic entry (never beyond
-/// the reservation; an oversize actual is reported through the size slot and rejected by the drain).
-FERRY_HD inline std::uint64_t copy_length(const copy_args& a) noexcept
+/// The entry's actual size: the static size, or the GPU-resolved size of a dynamic entry (one load; it
+/// may exceed the reservation: the size slot reports it and the drain rejects the entry).
+FERRY_HD inline std::uint64_t actual_length(const copy_args& a) noexcept
 {
-  if (a.dst.dynamic != 0) {
-    const std::uint64_t actual = *a.actual_size;
-    return actual < a.dst.reserved ? actual : a.dst.reserved;
-  }
-  return a.bytes;
+  return a.dst.dynamic != 0 ? *a.actual_size : a.bytes;
 }
+
+/// Bytes the copy writes for an entry of actual size `actual`: never beyond the reservation (a static
+/// entry's size is always within it).
+FERRY_HD inline std::uint64_t copy_length(const copy_args& a, std::uint64_t actual) noexcept
+{
+  return actual < a.dst.reserved ? actual : a.dst.reserved;
+}
+FERRY_HD inline std::uint64_t copy_length(const copy_args& a) noexcept { return copy_length(a, actual_length(a)); }
 
 /// Thread `t` of `nt` copies its share: 16-byte vector moves when both sides are 16-byte aligned, bytes
 /// otherwise (the tail, or a misaligned source).
@@ -134,22 +138,11 @@ FERRY_HD inline void copy_phase(const copy_args& a, std::uint64_t t, std::uint64
 __device__ __forceinline__ void copy_commit_phase(const copy_args& a, std::uint32_t blk, std::uint32_t nblk,
                                                   std::uint32_t t, std::uint32_t nt)
 {
-  const bool committer = blk == 0 && t == 0;
-  std::uint64_t actual = a.bytes;
-  std::uint64_t n = a.bytes;
-  if (a.dst.dynamic != 0) {
-    actual = *a.actual_size;
-    n = actual < a.dst.reserved ? actual : a.dst.reserved;
-  }
+  const std::uint64_t actual = actual_length(a);
+  const std::uint64_t n = copy_length(a, actual);
   auto place = [&] {
     const ferry::d2h::cursor c = a.dst.load();
-    if (committer) {
-      if (a.dst.dynamic != 0) {
-        a.dst.commit(c, actual);
-      } else {
-        a.dst.commit(c);
-      }
-    }
+    if (blk == 0 && t == 0) { a.dst.commit(c, actual); }  // the size slot is written for dynamic entries only
     return a.dst.ring + a.dst.offset(c);
   };
   if ((reinterpret_cast<std::uintptr_t>(a.src) & 15U) == 0) {  // entries start 16-byte aligned in the ring
@@ -165,11 +158,7 @@ __device__ __forceinline__ void copy_commit_phase(const copy_args& a, std::uint3
 /// Reads cursor slot `parity`, writes slot `parity ^ 1`: no other thread of this kernel reads that slot.
 FERRY_HD inline void commit_phase(const copy_args& a) noexcept
 {
-  if (a.dst.dynamic != 0) {
-    a.dst.commit(*a.actual_size);
-  } else {
-    a.dst.commit();
-  }
+  a.dst.commit(actual_length(a));  // the size slot is written for dynamic entries only
 }
 
 /// One thread, after every payload writer of the batch is joined (block barrier or stream order):

@@ -43,4 +43,13 @@ FERRY_HD inline void grid_dependency_launch_dependents() noexcept
 /// contains the wait: programmatic launch is safe only for kernels compiled for at least this.
 inline constexpr int grid_dependency_min_arch = 90;
 
+/// Host side, the one rule for launch_config::programmatic: the device (compute capability major
+/// `device_cc_major`) has programmatic dependent launch AND the code that will run (`code_arch`, from
+/// preload(); the minimum over a set of kernels) contains grid_dependency_wait. Code JIT-compiled from
+/// compute_80 PTX reports 80 and must be launched plainly.
+constexpr bool programmatic_launch_ok(int device_cc_major, int code_arch) noexcept
+{
+  return device_cc_major >= 9 && code_arch >= grid_dependency_min_arch;
+}
+
 }  // namespace ferry::backend

@@ -425,10 +425,9 @@ class channel {
         const int arch = std::min({b.preload(detail::publish_head_kernel(typename B::tag{})),
                                    b.preload(detail::copy_entry_publish_kernel(typename B::tag{})),
                                    b.preload(detail::copy_entry_kernel(typename B::tag{}))});
-        // Programmatic launch only where the device has it AND the code that runs contains the
-        // grid_dependency_wait (code JIT-compiled from compute_80 PTX does not: it must not be launched so).
-        programmatic = cfg.programmatic_launch && attrs.compute_capability_major >= 9 &&
-                       arch >= ferry::backend::grid_dependency_min_arch;
+        // Programmatic launch only where the device and the code that will run both support it.
+        programmatic =
+          cfg.programmatic_launch && ferry::backend::programmatic_launch_ok(attrs.compute_capability_major, arch);
         drain_stream.synchronize();  // the zeroed state block is in place before any kernel reads it
       } catch (...) {
         unregister();
