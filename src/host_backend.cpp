@@ -8,8 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <memory>
 #include <exception>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <random>
@@ -70,9 +71,24 @@ void aligned_free(void* p) noexcept
 
 namespace host_detail {
 
+struct stream;
 struct graph {
   std::vector<node> nodes;
+  std::uint64_t id{0};
+  stream* origin{nullptr};
+  std::vector<stream*> joined;  ///< streams that joined the capture through an event wait (forks)
 };
+/// Captures in progress, by id (ids are never reused, so a stale event record never matches).
+std::mutex& capture_mutex()
+{
+  static std::mutex m;
+  return m;
+}
+std::map<std::uint64_t, graph*>& open_captures()
+{
+  static std::map<std::uint64_t, graph*> m;
+  return m;
+}
 struct graph_exec {
   std::vector<node> nodes;
 };
@@ -85,6 +101,8 @@ struct stream {
   bool busy{false};
   bool stop{false};
   graph* capturing{nullptr};
+  std::uint64_t cap_nodes{0};        ///< operations this stream added to the capture
+  std::uint64_t cap_joined_upto{0};  ///< of those, how many the origin stream has waited for
   std::string error;  // first failure of an operation, reported at the next synchronize
   std::thread worker;
 
@@ -142,6 +160,10 @@ struct event_state {
   std::uint64_t completed{0};  // highest generation reached by its stream
   std::chrono::steady_clock::time_point when{};
   bool timing{true};
+  // The latest record, when it was made on a capturing stream (a capture dependency, not a node).
+  std::uint64_t cap_id{0};  ///< graph::id of that capture (0: the latest record was not captured)
+  stream* cap_stream{nullptr};
+  std::uint64_t cap_count{0};  ///< cap_stream's captured operations at the record
 };
 
 /// The handle owns a share of the state; queued record/wait operations own the rest, so destroying an
@@ -179,6 +201,7 @@ void enqueue(stream* s, node n)
   std::lock_guard lock{s->m};
   if (s->capturing != nullptr) {
     s->capturing->nodes.push_back(std::move(n));
+    ++s->cap_nodes;
     return;
   }
   s->queue.push_back(n());
@@ -273,6 +296,25 @@ void host_backend::event_destroy(event_type e) const noexcept { delete e; }
 
 void host_backend::event_record(event_type ev, stream_type s) const
 {
+  {
+    std::lock_guard lock{s->m};
+    if (s->capturing != nullptr) {  // a capture dependency only
+      std::lock_guard el{ev->st->m};
+      ev->st->cap_id = s->capturing->id;
+      ev->st->cap_stream = s;
+      ev->st->cap_count = s->cap_nodes;
+      return;
+    }
+  }
+  {
+    std::lock_guard el{ev->st->m};
+    ev->st->cap_id = 0;
+  }
+  event_record_external(ev, s);
+}
+
+void host_backend::event_record_external(event_type ev, stream_type s) const
+{
   enqueue(s, [e = ev->st]() -> host_detail::op {
     std::uint64_t gen = 0;
     {
@@ -322,6 +364,40 @@ float host_backend::event_elapsed_ms(event_type start_ev, event_type end_ev) con
 
 void host_backend::stream_wait_event(stream_type s, event_type ev) const
 {
+  std::uint64_t cap_id = 0, count = 0;
+  host_detail::stream* from = nullptr;
+  {
+    std::lock_guard el{ev->st->m};
+    cap_id = ev->st->cap_id;
+    from = ev->st->cap_stream;
+    count = ev->st->cap_count;
+  }
+  if (cap_id != 0) {
+    // A wait on a record made during a capture: if that capture is still open, `s` joins it (or, already in
+    // it, gains the dependency, which capture order gives at replay), and the origin's wait joins the
+    // recording stream back up to the record. No node either way.
+    std::lock_guard reg{host_detail::capture_mutex()};
+    auto it = host_detail::open_captures().find(cap_id);
+    if (it != host_detail::open_captures().end()) {
+      host_detail::graph* g = it->second;
+      {
+        std::lock_guard lock{s->m};
+        if (s->capturing == nullptr) {
+          s->capturing = g;
+          s->cap_nodes = 0;
+          s->cap_joined_upto = 0;
+          g->joined.push_back(s);
+        } else if (s->capturing != g) {
+          host_fail(905, "stream_capture_isolation", "stream_wait_event", "the stream is capturing another graph");
+        }
+      }
+      if (s == g->origin && from != nullptr && from != s) {
+        std::lock_guard fl{from->m};
+        from->cap_joined_upto = std::max(from->cap_joined_upto, count);
+      }
+      return;
+    }
+  }
   enqueue(s, [e = ev->st]() -> std::function<void()> {
     std::uint64_t target = 0;
     {
@@ -404,16 +480,42 @@ void host_backend::check_launch(bool has_fn, const char* name, const launch_conf
 
 void host_backend::capture_begin(stream_type s) const
 {
+  static std::atomic<std::uint64_t> next_id{0};
+  std::lock_guard reg{host_detail::capture_mutex()};
   std::lock_guard lock{s->m};
   if (s->capturing != nullptr) { host_fail(900, "stream_capture_unsupported", "capture_begin", "already capturing"); }
-  s->capturing = new host_detail::graph();
+  auto* g = new host_detail::graph();
+  g->id = ++next_id;
+  g->origin = s;
+  s->capturing = g;
+  s->cap_nodes = 0;
+  host_detail::open_captures().emplace(g->id, g);
 }
 
 host_backend::graph_type host_backend::capture_end(stream_type s) const
 {
-  std::lock_guard lock{s->m};
-  if (s->capturing == nullptr) { host_fail(901, "stream_capture_invalidated", "capture_end", "stream is not capturing"); }
-  return std::exchange(s->capturing, nullptr);
+  std::lock_guard reg{host_detail::capture_mutex()};
+  host_detail::graph* g = nullptr;
+  {
+    std::lock_guard lock{s->m};
+    if (s->capturing == nullptr) { host_fail(901, "stream_capture_invalidated", "capture_end", "stream is not capturing"); }
+    if (s->capturing->origin != s) {
+      host_fail(904, "stream_capture_unmatched", "capture_end", "the stream joined a capture begun on another stream");
+    }
+    g = std::exchange(s->capturing, nullptr);
+  }
+  host_detail::open_captures().erase(g->id);
+  bool unjoined = false;
+  for (host_detail::stream* j : g->joined) {  // every fork must have been joined back to the origin
+    std::lock_guard lock{j->m};
+    unjoined = unjoined || j->cap_nodes > j->cap_joined_upto;
+    j->capturing = nullptr;
+  }
+  if (unjoined) {
+    delete g;
+    host_fail(904, "stream_capture_unjoined", "capture_end", "a stream that joined the capture was not joined back");
+  }
+  return g;
 }
 
 host_backend::graph_exec_type host_backend::graph_instantiate(graph_type g) const

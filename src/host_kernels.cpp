@@ -6,6 +6,9 @@
 #include <ferry/backend/host/backend.hpp>
 #include <ferry/backend/probe.hpp>
 
+#include <chrono>
+#include <thread>
+
 namespace ferry::backend::probe {
 
 namespace {
@@ -27,8 +30,11 @@ void consume_body(const host_detail::launch_ctx& ctx, const std::uint64_t* flag,
   }
 }
 void late_fill_body(const host_detail::launch_ctx& ctx, std::uint64_t* dst, std::uint64_t words, std::uint64_t seq,
-                    std::uint64_t /*delay_ns: the host backend runs a stream's work in order*/)
+                    std::uint64_t delay_ns)
 {
+  // The host backend runs a stream's work in order (nothing to trigger early); the delay still holds the
+  // stream, so work on other streams that should have waited for this kernel races it.
+  std::this_thread::sleep_for(std::chrono::nanoseconds(delay_ns));
   for (std::uint32_t t = 0; t < ctx.block_dim.x; ++t) { kernels::probe::publish_write(dst, words, seq, t, ctx.block_dim.x); }
 }
 }  // namespace

@@ -122,6 +122,8 @@ struct shape_opts {
   std::uint64_t single_max{fd::config{}.single_block_copy_max_bytes};
   std::uint64_t fused_max{fd::config{}.fused_copy_max_bytes};
   bool programmatic{fd::config{}.programmatic_launch};  ///< programmatic dependent launch (sm_90+ only)
+  bool branch{fd::config{}.branch_publish};             ///< batch releases on a forked branch (ferry only)
+  bool drain_paused{false};  ///< per-hook ferry runs: drain in poll mode, polled only between replays
 };
 /// The layout before the shape knobs (one 1-vector-per-thread block up to 32 KiB, 256-thread blocks above):
 /// today's published numbers. The old-design baselines (per-entry flag) keep it: one block, no grid join.
@@ -154,6 +156,8 @@ void apply(fd::config& cfg, const shape_opts& o)
   cfg.single_block_copy_max_bytes = o.single_max;
   cfg.fused_copy_max_bytes = o.fused_max;
   cfg.programmatic_launch = o.programmatic;
+  cfg.branch_publish = o.branch;
+  if (o.drain_paused) { cfg.drain = fd::drain_mode::poll; }
 }
 
 /// Mirrors channel::launch_copy for a non-publishing entry.
@@ -173,7 +177,9 @@ fb::launch_config copy_shape(std::uint64_t bytes, int sms, const shape_opts& o)
 }
 std::uint32_t vpt_of(const shape_opts& o) { return o.vpt == 8 || o.vpt == 4 || o.vpt == 2 ? o.vpt : 1; }
 
-enum class variant { no_capture, copy_only, old_volatile, per_entry_release, ferry };
+/// ferry_kernel (diagnostic): ferry's own copy kernel (copy_entry, real ring_ref and cursor chain) launched
+/// by the copy-only harness, with no channel: no FIFO, no drain, no release kernels.
+enum class variant { no_capture, copy_only, old_volatile, per_entry_release, ferry, ferry_kernel };
 const char* name(variant v)
 {
   switch (v) {
@@ -182,6 +188,7 @@ const char* name(variant v)
     case variant::old_volatile: return "old_volatile";
     case variant::per_entry_release: return "per_entry_release";
     case variant::ferry: return "ferry";
+    case variant::ferry_kernel: return "ferry_kernel";
   }
   return "?";
 }
@@ -202,12 +209,30 @@ std::string env_or(const char* k, const char* d)
 }
 
 // ---------------------------------------------------------------------------------------------------
+/// variant::ferry_kernel: ferry's multi-block copy kernel for the h-th entry of a forward, as the channel
+/// would launch it (ring_ref over `ring`, cursor slot parity h % 2), without a channel.
+void launch_ferry_kernel(B b, fb::stream_view<B> cs, const fb::launch_config& launch, void* ring,
+                         std::uint64_t ring_bytes, void* state, std::uint64_t h, std::uint64_t bytes,
+                         std::uint32_t vpt, const void* src)
+{
+  fd::ring_ref r;
+  r.ring = static_cast<std::byte*>(ring);
+  r.state = static_cast<fd::device_state*>(state);
+  r.ring_bytes = ring_bytes;
+  r.reserved = fd::align_up(bytes, fd::entry_alignment);
+  r.parity = static_cast<std::uint32_t>(h % 2);
+  fd::detail::copy_args a{r, static_cast<const std::byte*>(src), bytes};
+  a.vecs_per_thread = vpt;
+  b.launch(fd::detail::copy_entry_kernel(typename B::tag{}), launch, cs.handle(), a);
+}
+
+// ---------------------------------------------------------------------------------------------------
 // 1. per hook in a graph
 double per_hook_us(variant v, std::uint64_t P, std::uint32_t K,
                    fd::head_placement placement = fd::head_placement::managed, std::optional<shape_opts> shape = {},
                    std::uint32_t cursor_mode = 0)
 {
-  const shape_opts sh = shape ? *shape : (v == variant::ferry || v == variant::copy_only ? shape_opts{} : legacy_shape());
+  const shape_opts sh = shape ? *shape : (v == variant::ferry || v == variant::copy_only || v == variant::ferry_kernel ? shape_opts{} : legacy_shape());
   B b{};
   b.set_device(fb::device_id{0});
   const int sms = b.attributes(fb::device_id{0}).sm_count;
@@ -247,6 +272,13 @@ double per_hook_us(variant v, std::uint64_t P, std::uint32_t K,
       e1.record(s);
       e1.synchronize();
       if (r >= 3) { ms.push_back(e1.elapsed_ms_since(e0)); }
+      if (sh.drain_paused) {  // drain this replay outside the timed region
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (ch.stats().entries_drained < static_cast<std::uint64_t>(r + 1) * hooks &&
+               std::chrono::steady_clock::now() < deadline) {
+          if (ch.poll() == 0) { std::this_thread::sleep_for(std::chrono::microseconds(20)); }
+        }
+      }
     }
     (void)ch.close();
   } else {
@@ -259,8 +291,15 @@ double per_hook_us(variant v, std::uint64_t P, std::uint32_t K,
     auto* fwd = aux.template as<std::uint64_t>();
     auto* join = reinterpret_cast<unsigned*>(static_cast<std::byte*>(aux.data()) + 64);
     const auto launch = copy_shape(P, sms, sh);
+    fb::device_buffer<B> state{sizeof(fd::device_state), b};
+    b.memset_async(state.data(), 0, sizeof(fd::device_state), s.handle());
+    s.synchronize();
     auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
       for (std::uint64_t h = 0; h < hooks; ++h) {
+        if (v == variant::ferry_kernel) {
+          launch_ferry_kernel(b, cs, launch, ring.data(), slots * P, state.data(), h, P, vpt_of(sh), src.data());
+          continue;
+        }
         bk::copy_args a{static_cast<std::byte*>(ring.data()) + (h % slots) * P, static_cast<const std::byte*>(src.data()), P,
                         flag.template device_as<std::uint64_t>(), fwd, hooks, h, join, vpt_of(sh), cursor_mode,
                         fwd + 16};  // aux[128..136): zero, its own line
@@ -342,7 +381,7 @@ struct fwd_opts {
 double forward_us(variant v, std::uint64_t H, fd::head_placement placement = fd::head_placement::managed,
                   const fwd_opts& o = {})
 {
-  const shape_opts sh = o.shape ? *o.shape : (v == variant::ferry || v == variant::copy_only ? shape_opts{} : legacy_shape());
+  const shape_opts sh = o.shape ? *o.shape : (v == variant::ferry || v == variant::copy_only || v == variant::ferry_kernel ? shape_opts{} : legacy_shape());
   B b{};
   b.set_device(fb::device_id{0});
   const int sms = b.attributes(fb::device_id{0}).sm_count;
@@ -352,9 +391,11 @@ double forward_us(variant v, std::uint64_t H, fd::head_placement placement = fd:
   fb::device_buffer<B> act{H * bytes, b};
   fb::device_buffer<B> ring{3 * H * bytes, b};
   fb::device_buffer<B> aux{256, b};
+  fb::device_buffer<B> state{sizeof(fd::device_state), b};
   fb::mapped_buffer<B> flag{128, b};
   fb::host_store_release(flag.template as<std::uint64_t>(), 0);
   b.memset_async(aux.data(), 0, 256, s.handle());
+  b.memset_async(state.data(), 0, sizeof(fd::device_state), s.handle());
   s.synchronize();
   auto* fwd = aux.template as<std::uint64_t>();
   auto* join = reinterpret_cast<unsigned*>(static_cast<std::byte*>(aux.data()) + 64);
@@ -390,6 +431,8 @@ double forward_us(variant v, std::uint64_t H, fd::head_placement placement = fd:
           const std::byte* src = static_cast<const std::byte*>(act.data()) + h * bytes;
           if (v == variant::ferry) {
             ch->capture(fd::hook_id{static_cast<std::uint32_t>(h)}, src, bytes, cs);
+          } else if (v == variant::ferry_kernel) {
+            launch_ferry_kernel(b, cs, shape, ring.data(), 3 * H * bytes, state.data(), h, bytes, vpt_of(sh), src);
           } else {
             bk::copy_args a{static_cast<std::byte*>(ring.data()) + (frame * H + h) * bytes, src, bytes,
                             flag.template device_as<std::uint64_t>(), fwd, H, h, join, vpt_of(sh)};
@@ -571,6 +614,16 @@ void register_variants()
     register_variant("default/copy_only_cursor_chain", P, [P] {
       return per_hook_us(variant::copy_only, P, 0, fd::head_placement::managed, shape_opts{}, 2);
     });
+    // Where ferry's per-entry time over copy-only goes: its kernel alone (no channel), the channel with
+    // only the forward-end release (k_inf), the same with the drain polled only between replays.
+    register_variant("default/ferry_kernel", P, [P] { return per_hook_us(variant::ferry_kernel, P, 0); });
+    register_variant("default/ferry_k_inf", P, [P] { return per_hook_us(variant::ferry, P, 1U << 30); });
+    shape_opts paused;
+    paused.drain_paused = true;
+    register_variant("default/ferry_k_inf_drain_paused", P,
+                     [P, paused] { return per_hook_us(variant::ferry, P, 1U << 30, fd::head_placement::managed, paused); });
+    register_variant("default/ferry_k16_drain_paused", P,
+                     [P, paused] { return per_hook_us(variant::ferry, P, 16, fd::head_placement::managed, paused); });
   }
   const shape_opts def{};
   shape_opts def_sep = def;
@@ -588,6 +641,12 @@ void register_variants()
   register_fwd_variant("copy_only/plain", variant::copy_only, {plain_shape()});
   register_fwd_variant("ferry/plain", variant::ferry, {plain_shape()});
   register_fwd_variant("ferry/default_k64", variant::ferry, {def, 64, false});
+  register_fwd_variant("ferry_kernel/default", variant::ferry_kernel, {def});
+  shape_opts br = def;
+  br.branch = true;
+  register_fwd_variant("ferry/branch", variant::ferry, {br});
+  register_fwd_variant("ferry/branch_k64", variant::ferry, {br, 64, false});
+  register_fwd_variant("ferry/branch_drain_paused", variant::ferry, {br, 16, true});
   for (const shape_opts& sh : variant_shapes()) {
     if (sh.label == "s64x1" || sh.label == "s128x1" || sh.label == "s256x2" || sh.label == "s128x4") {
       register_fwd_variant("copy_only/" + sh.label, variant::copy_only, {sh});
@@ -616,6 +675,14 @@ void register_all()
     register_per_hook("ferry_k16_plain", P,
                       [P] { return per_hook_us(variant::ferry, P, 16, fd::head_placement::managed, plain_shape()); });
   }
+  for (auto P : sizes) {  // batch releases on a forked branch (config::branch_publish)
+    for (std::uint32_t K : {16U, 64U}) {
+      shape_opts br;
+      br.branch = true;
+      register_per_hook("ferry_k" + std::to_string(K) + "_branch", P,
+                        [P, K, br] { return per_hook_us(variant::ferry, P, K, fd::head_placement::managed, br); });
+    }
+  }
   for (auto P : sizes) {
     register_per_hook("ferry_k16_pinned", P,
                       [P] { return per_hook_us(variant::ferry, P, 16, fd::head_placement::pinned_mapped); });
@@ -625,6 +692,11 @@ void register_all()
       register_forward(std::string{name(v)} + "_plain", H,
                        [v, H] { return forward_us(v, H, fd::head_placement::managed, {plain_shape()}); });
     }
+  }
+  for (std::uint64_t H : {28ULL, 341ULL}) {
+    shape_opts br;
+    br.branch = true;
+    register_forward("ferry_branch", H, [H, br] { return forward_us(variant::ferry, H, fd::head_placement::managed, {br}); });
   }
   for (std::uint64_t H : {28ULL, 341ULL}) {
     register_forward("ferry_pinned", H, [H] { return forward_us(variant::ferry, H, fd::head_placement::pinned_mapped); });
@@ -693,13 +765,13 @@ void write_json(const std::string& path)
     first = false;
     bool f2 = true;
     for (const char* k : {"no_capture", "copy_only", "old_volatile", "per_entry_release", "ferry", "ferry_pinned",
-                          "copy_only_plain", "ferry_plain"}) {
+                          "copy_only_plain", "ferry_plain", "ferry_branch"}) {
       j += std::string(f2 ? "" : ", ") + "\"" + k + "_us\": " + json_num(lookup(m, k));
       f2 = false;
     }
     const auto base = lookup(m, "no_capture");
     for (const char* k : {"copy_only", "old_volatile", "per_entry_release", "ferry", "ferry_pinned", "copy_only_plain",
-                          "ferry_plain"}) {
+                          "ferry_plain", "ferry_branch"}) {
       const auto x = lookup(m, k);
       j += std::string(", \"") + k + "_overhead_pct\": " +
            json_num(base && x && *base > 0 ? std::optional<double>{(*x / *base - 1.0) * 100.0} : std::nullopt);
@@ -712,6 +784,7 @@ void write_json(const std::string& path)
     };
     j += ", \"ferry_publication_over_copy_pct\": " + over_copy("ferry", "copy_only");
     j += ", \"ferry_plain_publication_over_copy_plain_pct\": " + over_copy("ferry_plain", "copy_only_plain");
+    j += ", \"ferry_branch_publication_over_copy_pct\": " + over_copy("ferry_branch", "copy_only");
     j += "}";
   }
   j += "\n  },\n  \"per_hook_graph_us\": {";
@@ -722,7 +795,7 @@ void write_json(const std::string& path)
     first = false;
     bool f2 = true;
     for (const char* k : {"copy_only", "old_volatile", "per_entry_release", "ferry_k1", "ferry_k4", "ferry_k16", "ferry_k64",
-                          "ferry_k16_pinned", "copy_only_plain", "ferry_k16_plain"}) {
+                          "ferry_k16_pinned", "copy_only_plain", "ferry_k16_plain", "ferry_k16_branch", "ferry_k64_branch"}) {
       j += std::string(f2 ? "" : ", ") + "\"" + k + "\": " + json_num(lookup(m, k));
       f2 = false;
     }

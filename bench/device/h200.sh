@@ -23,7 +23,7 @@ if has bench; then
     [[ -x $bin ]] || continue
     name=$(basename "$bin")
     FERRY_COMMAND="$bin --ferry_json=$OUT/${name}.json" timeout "${FERRY_BENCH_TIMEOUT:-240}" "$bin" --ferry_json="$OUT/${name}.json" \
-      --benchmark_out="$OUT/${name}_gbench.json" --benchmark_out_format=json > "$OUT/${name}.log" 2>&1 || rc=1
+      --benchmark_out="$OUT/${name}_gbench.json" --benchmark_out_format=json ${FERRY_BENCH_ARGS:-} > "$OUT/${name}.log" 2>&1 || rc=1
     tail -40 "$OUT/${name}.log"
   done
 fi

@@ -219,6 +219,58 @@ TYPED_TEST_P(BackendContract, GraphReplayRepeatsCapturedWork)
   s.synchronize();
 }
 
+// A capture may fork: a second stream that waits on an event recorded on the capturing stream joins the
+// capture, and must be joined back (the origin waits on an event recorded after its last operation) before
+// the capture ends; the replay runs the branch after its fork point and before the join. An unjoined fork
+// makes capture_end fail with a typed error.
+TYPED_TEST_P(BackendContract, CaptureForksAndJoinsThroughEvents)
+{
+  using B = TypeParam;
+  constexpr std::uint64_t words = 1024;
+  fb::stream<B> s{this->b}, side{this->b};
+  fb::device_buffer<B> payload{words * 8, this->b}, copy{words * 8, this->b};
+  fb::managed_buffer<B> flag{64, this->b};
+  fb::pinned_buffer<B> out{words * 8, this->b};
+  fb::event<B> fork{this->b, fb::event_flags::disable_timing}, join{this->b, fb::event_flags::disable_timing};
+  fb::event<B> done{this->b};
+  auto* f = flag.template as<std::uint64_t>();
+  fb::host_store_release(f, 0);
+  auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
+    this->b.launch(fb::probe::publish_kernel(typename B::tag{}), fb::launch_config{{1}, {128}, 0}, cs.handle(),
+                   payload.template as<std::uint64_t>(), words, f, std::uint64_t{9});
+    fork.record(cs);
+    fork.wait(side.view());
+    EXPECT_TRUE(this->b.stream_is_capturing(side.handle())) << "the waiting stream joins the capture";
+    this->b.memcpy_async(copy.data(), payload.data(), words * 8, fb::memcpy_kind::device_to_device, side.handle());
+    join.record(side.view());
+    join.wait(cs);
+    this->b.memcpy_async(out.data(), copy.data(), words * 8, fb::memcpy_kind::device_to_host, cs.handle());
+    done.record_external(cs);
+  });
+  EXPECT_FALSE(this->b.stream_is_capturing(side.handle())) << "capture_end releases the joined stream";
+  EXPECT_EQ(fb::host_load_acquire(f), 0U) << "capture must not execute the work";
+  for (int replay = 0; replay < 3; ++replay) {
+    std::memset(out.data(), 0, words * 8);
+    g.launch(s.view());
+    done.synchronize();
+    EXPECT_EQ(out.template as<std::uint64_t>()[0], ferry::detail::pattern_word(9, 0));
+    EXPECT_EQ(out.template as<std::uint64_t>()[words - 1], ferry::detail::pattern_word(9, words - 1));
+  }
+  s.synchronize();
+  auto unjoined = [&] {
+    (void)fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
+      fork.record(cs);
+      fork.wait(side.view());
+      this->b.memset_async(copy.data(), 0, 8, side.handle());  // never joined back
+    });
+  };
+  EXPECT_THROW(unjoined(), ferry::backend_error);
+  EXPECT_FALSE(this->b.stream_is_capturing(side.handle()));
+  EXPECT_FALSE(this->b.stream_is_capturing(s.handle()));
+  s.synchronize();
+  side.synchronize();
+}
+
 TYPED_TEST_P(BackendContract, ErrorsAreTypedAndNameTheCall)
 {
   using B = TypeParam;
@@ -284,6 +336,7 @@ REGISTER_TYPED_TEST_SUITE_P(BackendContract, AttributesAreReadable, StreamOrderA
                             EventCompletesOnlyWhenReached, TimingEventsMeasureElapsedTime,
                             CrossStreamWaitOrdersTheWaiter, DeviceReleaseHostAcquireHandOff,
                             HostReleaseDeviceAcquireHandOff, GraphReplayRepeatsCapturedWork,
+                            CaptureForksAndJoinsThroughEvents,
                             ErrorsAreTypedAndNameTheCall, FaultInjectionFailsTheChosenCallWithTheBackendsError);
 
 }  // namespace ferry::test

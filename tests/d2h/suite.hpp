@@ -165,12 +165,14 @@ class D2hChannel : public ::testing::Test {
 
 TYPED_TEST_SUITE_P(D2hChannel);
 
-// Random sizes and K, both head placements, a small ring (many wraps), eager mode, drain thread.
+// Random sizes and K, both head placements, releases inline or on the branch (config::branch_publish), a
+// small ring (many wraps: the producer's flush releases join the branch back), eager mode, drain thread.
 TYPED_TEST_P(D2hChannel, EagerRandomSizesAndKAcrossWrap)
 {
   using B = TypeParam;
   std::mt19937_64 rng{12345};
-  for (auto placement : {fd::head_placement::managed, fd::head_placement::pinned_mapped}) {
+  for (auto [placement, branch] : {std::pair{fd::head_placement::managed, false}, std::pair{fd::head_placement::managed, true},
+                                   std::pair{fd::head_placement::pinned_mapped, false}, std::pair{fd::head_placement::pinned_mapped, true}}) {
     for (std::uint32_t k : {1U, 3U, 16U}) {
       fb::stream<B> s{this->b};
       constexpr std::uint64_t n = 160, stride = 3000;
@@ -178,6 +180,7 @@ TYPED_TEST_P(D2hChannel, EagerRandomSizesAndKAcrossWrap)
       checker chk;
       auto cfg = this->small_config(24 << 10, k);
       cfg.placement = placement;
+      cfg.branch_publish = branch;
       {
         fd::channel<B> ch{cfg, this->b, chk.callback()};
         std::uint64_t seq = 0;
@@ -199,10 +202,10 @@ TYPED_TEST_P(D2hChannel, EagerRandomSizesAndKAcrossWrap)
         EXPECT_EQ(st.entries_published, n);
         EXPECT_LE(st.high_watermark, cfg.ring_bytes);
       }
-      EXPECT_EQ(chk.got, n) << "K " << k;
-      EXPECT_EQ(chk.bad_entries, 0U) << "K " << k;
-      EXPECT_EQ(chk.bad_meta, 0U) << "K " << k;
-      EXPECT_EQ(chk.out_of_order, 0U) << "K " << k;
+      EXPECT_EQ(chk.got, n) << "K " << k << " branch " << branch;
+      EXPECT_EQ(chk.bad_entries, 0U) << "K " << k << " branch " << branch;
+      EXPECT_EQ(chk.bad_meta, 0U) << "K " << k << " branch " << branch;
+      EXPECT_EQ(chk.out_of_order, 0U) << "K " << k << " branch " << branch;
     }
   }
 }
@@ -311,11 +314,12 @@ TYPED_TEST_P(D2hChannel, RingSpaceNotReusedBeforeCopyCompletes)
 }
 
 // Graph mode: capture one forward (odd entry count: exercises the cursor parity normalization), plan
-// and replay it many times; replays land in the right ring place across wraps.
+// and replay it many times; replays land in the right ring place across wraps. With branch_publish the
+// batch releases are a forked branch of the graph, joined back before the forward-end release.
 TYPED_TEST_P(D2hChannel, GraphReplaysLandInTheRightPlaceAcrossWrap)
 {
   using B = TypeParam;
-  for (std::uint32_t k : {2U, 16U}) {
+  for (auto [k, branch] : {std::pair{2U, false}, std::pair{16U, false}, std::pair{2U, true}}) {
     fb::stream<B> s{this->b};
     const std::vector<std::uint64_t> sizes{1000, 48, 4096, 333, 2048};
     constexpr std::uint64_t stride = 4096, replays = 24;
@@ -332,6 +336,7 @@ TYPED_TEST_P(D2hChannel, GraphReplaysLandInTheRightPlaceAcrossWrap)
     }
     checker chk;
     auto cfg = this->small_config(13 << 10, k);  // not a multiple of the forward: wraps move around
+    cfg.branch_publish = branch;
     fd::channel<B> ch{cfg, this->b, chk.callback()};
     fd::forward_plan plan;
     auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
@@ -395,6 +400,51 @@ TYPED_TEST_P(D2hChannel, ProgrammaticLaunchJoinsLikeStreamOrder)
     } else {
       EXPECT_GT(chk.bad_entries + chk.bad_meta, 0U)
         << "the test must detect copy kernels that skip the programmatic-launch join";
+    }
+  }
+}
+
+// config::branch_publish: each batch release runs on the channel's branch stream, forked by an event
+// recorded after the batch's last copy. Each entry's source is written by a slow producer kernel (probe
+// late_fill, ~20 us, plain launch) right before its copy, so a release that does not wait for the fork
+// (debug_fault::branch_publish_without_fork) publishes entries whose copies have not run: the drain reads
+// stale ring bytes and the checker must see them. With the fork every entry is exact, and the end_forward
+// release (producer stream, after joining the branch back) keeps published_head monotonic.
+TYPED_TEST_P(D2hChannel, BranchPublishWaitsForTheFork)
+{
+  using B = TypeParam;
+  for (auto fault : {fd::debug_fault::none, fd::debug_fault::branch_publish_without_fork}) {
+    fb::stream<B> s{this->b};
+    constexpr std::uint64_t n = 96, stride = 1024;
+    fb::device_buffer<B> dsrc{n * stride, this->b};
+    this->b.memset_async(dsrc.data(), 0, n * stride, s.handle());
+    checker chk;
+    auto cfg = this->small_config(1 << 20, 4);
+    cfg.branch_publish = true;
+    cfg.debug = fault;
+    fd::channel<B> ch{cfg, this->b, chk.callback()};
+    (void)this->b.preload(fb::probe::late_fill_kernel(typename B::tag{}));
+    s.synchronize();
+    for (std::uint64_t f = 0; f < 3; ++f) {
+      ch.begin_forward(s);
+      for (std::uint64_t j = f * n / 3; j < (f + 1) * n / 3; ++j) {
+        auto* src = static_cast<std::uint64_t*>(dsrc.data()) + j * stride / 8;
+        this->b.launch(fb::probe::late_fill_kernel(typename B::tag{}), fb::launch_config{{1}, {128}, 0}, s.handle(),
+                       src, std::uint64_t{stride / 8}, std::uint64_t{j}, std::uint64_t{20'000});
+        chk.expect(j, 9, stride);
+        ch.capture(fd::hook_id{9}, src, stride, s);
+      }
+      (void)ch.end_forward(s);
+    }
+    (void)ch.close();
+    if (fault == fd::debug_fault::none) {
+      EXPECT_EQ(chk.got, n);
+      EXPECT_EQ(chk.bad_entries, 0U);
+      EXPECT_EQ(chk.bad_meta, 0U);
+      EXPECT_EQ(ch.stats().publishes, 3U * (n / 3 / 4) + 3U) << "one branch release per K = 4, one per forward";
+    } else {
+      EXPECT_GT(chk.bad_entries + chk.bad_meta, 0U)
+        << "the test must detect a branch release that does not wait for the batch's copies";
     }
   }
 }
@@ -689,6 +739,7 @@ REGISTER_TYPED_TEST_SUITE_P(D2hChannel, EagerRandomSizesAndKAcrossWrap, Publishe
                             GraphReplaysLandInTheRightPlaceAcrossWrap, FullRingFailFast, FullRingBlocksThenTimesOut,
                             DelayedDrainLosesNothing, SizeRingCarriesGpuSizesAndRejectsOverflow,
                             ShutdownDrainsOrReportsEverything, MisuseIsATypedErrorAndLosesNothing,
-                            ChannelsOnTwoDevicesDoNotInterfere, ProgrammaticLaunchJoinsLikeStreamOrder);
+                            ChannelsOnTwoDevicesDoNotInterfere, ProgrammaticLaunchJoinsLikeStreamOrder,
+                            BranchPublishWaitsForTheFork);
 
 }  // namespace ferry::test

@@ -296,6 +296,11 @@ class channel {
     detail::spsc_fifo<detail::entry_meta> fifo;
     std::vector<ferry::backend::event<B>> events;
     std::vector<std::size_t> free_events;
+    // config::branch_publish: batch releases run on pub_stream, forked from the producer stream by fork_ev
+    // (recorded after the batch's last writer) and joined back by join_ev before any release issued on the
+    // producer stream itself.
+    std::optional<ferry::backend::stream<B>> pub_stream;
+    std::optional<ferry::backend::event<B>> fork_ev, join_ev;
 
     // -- producer state (producer thread only) --
     std::thread::id owner{};
@@ -308,6 +313,7 @@ class channel {
     std::uint64_t dyn_next{0};
     std::uint64_t next_seq{0};
     bool write_open{false};
+    bool branch_open{false};  ///< a release was enqueued on pub_stream and not yet joined back
     stream_type last_stream{};
     bool have_last_stream{false};
     forward_plan recording;
@@ -415,6 +421,11 @@ class channel {
         auto pinned = std::make_shared<ferry::backend::pinned_buffer<B>>(staging_bytes, b);
         auto* base = static_cast<std::byte*>(pinned->data());
         staging = std::make_shared<detail::staging_pool>(base, staging_bytes, std::shared_ptr<void>(pinned, pinned.get()));
+        if (cfg.branch_publish) {
+          pub_stream.emplace(b);
+          fork_ev.emplace(b, ferry::backend::event_flags::disable_timing);
+          join_ev.emplace(b, ferry::backend::event_flags::disable_timing);
+        }
         events.reserve(cfg.max_copies_in_flight);
         for (std::uint32_t i = 0; i < cfg.max_copies_in_flight; ++i) {
           events.emplace_back(b, ferry::backend::event_flags::disable_timing);
@@ -471,6 +482,7 @@ class channel {
       stop.store(true);
       if (drain_thread.joinable()) { drain_thread.join(); }
       try {
+        if (pub_stream) { pub_stream->synchronize(); }  // nor the state block under a queued release
         drain_stream.synchronize();  // never free the ring or staging under a queued copy
       } catch (...) {
       }
@@ -551,11 +563,38 @@ class channel {
       return forward_plan{};
     }
 
+    /// A release on the producer stream `s` (the forward boundary, an eager flush, close): stream order after
+    /// every writer enqueued on `s` is the join. An open branch is joined back first (join_ev recorded on
+    /// pub_stream, waited by `s`), so this release also follows every branch release: published_head and
+    /// `produced` are only ever advanced by releases in one chain.
     void launch_publish(stream_type s, std::uint64_t n, std::uint32_t normalize)
     {
+      if (branch_open) {
+        join_ev->record(pub_stream->view());
+        b.stream_wait_event(s, join_ev->handle());
+        branch_open = false;
+      }
       detail::head_args a{state_buf.template as<device_state>(), head_dev, n, normalize};
       b.launch(detail::publish_head_kernel(typename B::tag{}), ferry::backend::launch_config{{1}, {1}, 0, programmatic}, s,
                a);
+      c_publishes.fetch_add(1, std::memory_order_relaxed);
+    }
+
+    /// A batch release on the branch (config::branch_publish): fork_ev recorded on `s` after the batch's
+    /// last writer, pub_stream waits for it (that wait is the writer join: every kernel enqueued on `s`
+    /// before the record has completed), then the 1-thread release. Releases on pub_stream follow each
+    /// other in stream order. Launched plainly: the kernel ahead of it on pub_stream is not its only
+    /// dependency.
+    void launch_branch_publish(stream_type s, std::uint64_t n)
+    {
+      if (cfg.debug != debug_fault::branch_publish_without_fork) {
+        b.event_record(fork_ev->handle(), s);
+        fork_ev->wait(pub_stream->view());
+      }
+      detail::head_args a{state_buf.template as<device_state>(), head_dev, n, 0};
+      b.launch(detail::publish_head_kernel(typename B::tag{}), ferry::backend::launch_config{{1}, {1}, 0, false},
+               pub_stream->handle(), a);
+      branch_open = true;
       c_publishes.fetch_add(1, std::memory_order_relaxed);
     }
 
@@ -677,6 +716,8 @@ class channel {
       if (after >= cfg.publish_every) {
         if (publish_fused) {
           c_publishes.fetch_add(1, std::memory_order_relaxed);
+        } else if (cfg.branch_publish) {
+          launch_branch_publish(s, after);  // the fork event after the copy kernel is the join
         } else {
           launch_publish(s, after, 0);  // stream order after the copy kernel is the join
         }
@@ -703,7 +744,8 @@ class channel {
           return false;
         }
       }
-      const bool publish_now = unpublished + 1 >= cfg.publish_every;
+      // Branch releases never fuse into a copy kernel (the release would sit on the producer stream).
+      const bool publish_now = unpublished + 1 >= cfg.publish_every && !cfg.branch_publish;
       const bool fuse = reserved <= cfg.single_block_copy_max_bytes || (publish_now && reserved <= cfg.fused_copy_max_bytes);
       detail::copy_args a{make_ref(reserved, dynamic), static_cast<const std::byte*>(src), bytes, actual,
                           fuse && publish_now ? unpublished + 1 : 0, head_dev};

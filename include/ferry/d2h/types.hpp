@@ -49,6 +49,7 @@ enum class debug_fault {
   drain_without_acquire,        ///< enqueue D2H for every FIFO entry, ignoring published_head
   reclaim_before_copy_complete, ///< reclaim ring space when the D2H is enqueued, not when it completed
   programmatic_without_wait,    ///< copy kernels skip griddepcontrol.wait under programmatic launch (GPU, sm_90+)
+  branch_publish_without_fork,  ///< branch_publish: the branch's publish kernel does not wait for the fork event
 };
 
 struct config {
@@ -83,6 +84,12 @@ struct config {
   /// performance knob only. A user kernel launched programmatically right after one of ferry's kernels
   /// must itself wait (cudaGridDependencySynchronize) before reading what came earlier, as PDL requires.
   bool programmatic_launch{true};
+  /// Issue the batch releases (every K hooks) on a branch: a channel-owned stream forked from the producer
+  /// stream by an event recorded after the batch's last writer, so the copies after it do not wait for the
+  /// release (in a captured graph the fork and join are graph edges). The forward-boundary release, and any
+  /// release the producer stream issues itself, first joins the branch back (one event wait), so releases
+  /// stay ordered and published_head stays monotonic. With it, no copy kernel fuses a release.
+  bool branch_publish{false};
   std::chrono::microseconds drain_idle_sleep{20};  ///< drain thread sleep when idle
   debug_fault debug{debug_fault::none};
   /// Test-only: extra delay before every D2H on the drain stream (host backend only; widens races).

@@ -9,7 +9,12 @@
 // * Events complete when the stream reaches them; stream_wait_event blocks the waiting stream's worker
 //   until the generation recorded at enqueue time has completed.
 // * Kernels are host callables run over the grid, block by block, on the stream's worker.
-// * Stream capture records operations into a graph; graph_launch enqueues them again, in order.
+// * Stream capture records operations into a graph; graph_launch enqueues them again, in order. As in
+//   CUDA, an event recorded on a capturing stream is a capture dependency only (record_external is the
+//   node that completes at replay), and a stream that waits on such an event joins the capture (a fork);
+//   capture_end fails (stream_capture_unjoined) unless every joined stream's last operation was waited on
+//   by the origin stream (joined back). A graph replays its branches in capture order on the launching
+//   stream: one valid order of the captured dependencies.
 // * System-scope atomics are std::atomic_ref operations (see system_atomic.hpp).
 // * FERRY_HOST_DEVICES (default 2) emulated devices, so per-device code can be exercised.
 #pragma once
@@ -96,7 +101,7 @@ struct host_backend {
   [[nodiscard]] event_type event_create(event_flags flags) const;
   void event_destroy(event_type e) const noexcept;
   void event_record(event_type e, stream_type s) const;
-  void event_record_external(event_type e, stream_type s) const { event_record(e, s); }
+  void event_record_external(event_type e, stream_type s) const;
   [[nodiscard]] bool event_query(event_type e) const;
   void event_synchronize(event_type e) const;
   [[nodiscard]] float event_elapsed_ms(event_type start, event_type end) const;
