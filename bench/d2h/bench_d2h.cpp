@@ -296,13 +296,20 @@ double per_hook_us(variant v, std::uint64_t P, std::uint32_t K,
     s.synchronize();
     auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
       for (std::uint64_t h = 0; h < hooks; ++h) {
-        if (v == variant::ferry_kernel) {
-          launch_ferry_kernel(b, cs, launch, ring.data(), slots * P, state.data(), h, P, vpt_of(sh), src.data());
+        if (v == variant::ferry_kernel) {  // cursor_mode 1: every entry at parity 0 (no cursor chain)
+          launch_ferry_kernel(b, cs, launch, ring.data(), slots * P, state.data(), cursor_mode == 1 ? 0 : h, P,
+                              vpt_of(sh), src.data());
           continue;
         }
         bk::copy_args a{static_cast<std::byte*>(ring.data()) + (h % slots) * P, static_cast<const std::byte*>(src.data()), P,
                         flag.template device_as<std::uint64_t>(), fwd, hooks, h, join, vpt_of(sh), cursor_mode,
                         fwd + 16};  // aux[128..136): zero, its own line
+        if (cursor_mode >= 3) {
+          a.cursor = state.template as<std::uint64_t>();
+          a.parity = static_cast<std::uint32_t>(h % 2);
+          a.ring = static_cast<std::byte*>(ring.data());
+          a.ring_bytes = slots * P;
+        }
         b.launch(baseline_kernel(v, typename B::tag{}), launch, cs.handle(), a);
       }
     });
@@ -617,6 +624,22 @@ void register_variants()
     // Where ferry's per-entry time over copy-only goes: its kernel alone (no channel), the channel with
     // only the forward-end release (k_inf), the same with the drain polled only between replays.
     register_variant("default/ferry_kernel", P, [P] { return per_hook_us(variant::ferry_kernel, P, 0); });
+    register_variant("default/ferry_kernel_no_chain", P, [P] {
+      return per_hook_us(variant::ferry_kernel, P, 0, fd::head_placement::managed, shape_opts{}, 1);
+    });
+    register_variant("default/copy_only_two_slot", P, [P] {
+      return per_hook_us(variant::copy_only, P, 0, fd::head_placement::managed, shape_opts{}, 3);
+    });
+    register_variant("default/copy_only_two_slot_placed", P, [P] {
+      return per_hook_us(variant::copy_only, P, 0, fd::head_placement::managed, shape_opts{}, 4);
+    });
+    shape_opts plain_o = plain_shape();
+    register_variant("plain/ferry_kernel", P, [P, plain_o] {
+      return per_hook_us(variant::ferry_kernel, P, 0, fd::head_placement::managed, plain_o);
+    });
+    register_variant("plain/copy_only_cursor_chain", P, [P, plain_o] {
+      return per_hook_us(variant::copy_only, P, 0, fd::head_placement::managed, plain_o, 2);
+    });
     register_variant("default/ferry_k_inf", P, [P] { return per_hook_us(variant::ferry, P, 1U << 30); });
     shape_opts paused;
     paused.drain_paused = true;

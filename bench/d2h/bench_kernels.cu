@@ -18,6 +18,13 @@ __device__ inline void copy_grid(const copy_args& a)
     ferry::kernels::d2h::copy_vec(
       [&] {
         if (a.cursor_mode == 0) { return a.dst; }
+        if (a.cursor_mode >= 3) {
+          auto* slots = reinterpret_cast<ulonglong2*>(a.cursor);
+          const ulonglong2 c = slots[a.parity];
+          const std::uint64_t phys = c.x + a.bytes > a.ring_bytes ? 0 : c.x;
+          if (blockIdx.x == 0 && threadIdx.x == 0) { slots[a.parity ^ 1U] = ulonglong2{phys + a.bytes, c.y}; }
+          return a.cursor_mode == 3 ? a.dst : a.ring + phys;
+        }
         const std::uint64_t c = *a.cursor;  // always 0
         if (a.cursor_mode == 2 && blockIdx.x == 0 && threadIdx.x == 0) { *a.cursor = c; }
         return a.dst + c;

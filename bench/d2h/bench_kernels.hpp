@@ -26,9 +26,15 @@ struct copy_args {
   std::uint32_t vecs_per_thread{1};     ///< 16-byte vectors per thread per pass (same body as ferry's copy)
   /// Diagnostic (copy-only kernel): 0 none; 1 every thread adds a device word (always 0) to dst, read after
   /// its first source loads as ferry reads its cursor; 2 the same, and thread (0, 0) rewrites that word,
-  /// so each kernel reads a line the kernel before it just wrote (ferry's cursor chain). GPU only.
+  /// so each kernel reads a line the kernel before it just wrote (ferry's cursor chain); 3, 4 below. GPU only.
   std::uint32_t cursor_mode{0};
   std::uint64_t* cursor{nullptr};
+  /// cursor_modes 3 and 4 (ferry's two-slot cursor, rebuilt here): `cursor` points at {phys, dyn} x 2; the
+  /// kernel reads slot[parity] (16 bytes) and thread (0, 0) writes slot[parity ^ 1] = {phys + bytes (wrapped
+  /// at ring_bytes), dyn}. Mode 3 still writes to dst; mode 4 writes to ring + phys (ferry's placement).
+  std::uint32_t parity{0};
+  std::byte* ring{nullptr};
+  std::uint64_t ring_bytes{0};
 };
 
 struct layer_args {
