@@ -227,101 +227,165 @@ void launch_ferry_kernel(B b, fb::stream_view<B> cs, const fb::launch_config& la
 }
 
 // ---------------------------------------------------------------------------------------------------
-// 1. per hook in a graph
+// 1. per hook in a graph. A contestant is one captured graph of `hooks` back-to-back hooks, plus what runs
+// around each of its replays (ferry: plan() before; with a paused drain, polling after). Contestants are
+// replayed round-robin and each one's median replay time is taken: slow drifts (clocks, the machine) hit
+// every contestant alike, so their differences are what the design costs.
+struct per_hook_rig {
+  B b{};
+  std::uint64_t P, hooks, slots;
+  int sms;
+  fb::stream<B> s{b};
+  fb::device_buffer<B> src, ring, aux, state;
+  fb::mapped_buffer<B> flag;
+  static std::uint64_t ring_cap() { return host_mode ? 64 * MiB : 1024 * MiB; }
+  explicit per_hook_rig(std::uint64_t p)
+    : P{p}, hooks{std::max<std::uint64_t>(1, std::min<std::uint64_t>(host_mode ? 64 : 512, ring_cap() / p / 2))},
+      slots{std::max<std::uint64_t>(1, std::min<std::uint64_t>(hooks, ring_cap() / p))},
+      sms{b.attributes(fb::device_id{0}).sm_count}, src{p, b}, ring{slots * p, b}, aux{256, b},
+      state{sizeof(fd::device_state), b}, flag{128, b}
+  {
+    fill_device(b, s, src.data(), P, 7);
+    b.memset_async(aux.data(), 0, 256, s.handle());  // [0] forward counter (u64), [64] join counter (u32)
+    b.memset_async(state.data(), 0, sizeof(fd::device_state), s.handle());
+    s.synchronize();
+  }
+  [[nodiscard]] int rounds() const { return host_mode ? 5 : (P <= MiB ? 40 : 15); }
+};
+
+struct contestant {
+  std::string name;
+  std::optional<fb::graph_exec<B>> g;
+  std::function<void()> before{[] {}};
+  std::function<void(int)> after{[](int) {}};  ///< argument: replays of this contestant so far
+  std::shared_ptr<fd::channel<B>> ch;
+  std::vector<double> ms;
+  int replays{0};
+  [[nodiscard]] double us_per_hook(std::uint64_t hooks) const { return median(ms) * 1000.0 / static_cast<double>(hooks); }
+};
+
+/// A contestant of the copy harness: copy only / old volatile / per-entry release (bench kernels), or
+/// ferry's own copy kernel without a channel (variant::ferry_kernel). `cursor_mode` as in bk::copy_args.
+contestant copy_contestant(per_hook_rig& r, std::string name, variant v, const shape_opts& sh, std::uint32_t cursor_mode = 0)
+{
+  contestant c;
+  c.name = std::move(name);
+  auto* fwd = r.aux.template as<std::uint64_t>();
+  auto* join = reinterpret_cast<unsigned*>(static_cast<std::byte*>(r.aux.data()) + 64);
+  const auto launch = copy_shape(r.P, r.sms, sh);
+  c.g.emplace(fb::graph_exec<B>::capture(r.s.view(), [&](fb::stream_view<B> cs) {
+    for (std::uint64_t h = 0; h < r.hooks; ++h) {
+      if (v == variant::ferry_kernel) {  // cursor_mode 1: every entry at parity 0 (no cursor chain)
+        launch_ferry_kernel(r.b, cs, launch, r.ring.data(), r.slots * r.P, r.state.data(), cursor_mode == 1 ? 0 : h,
+                            r.P, vpt_of(sh), r.src.data());
+        continue;
+      }
+      bk::copy_args a{static_cast<std::byte*>(r.ring.data()) + (h % r.slots) * r.P,
+                      static_cast<const std::byte*>(r.src.data()), r.P, r.flag.template device_as<std::uint64_t>(), fwd,
+                      r.hooks, h, join, vpt_of(sh), cursor_mode, fwd + 16};  // aux[128..136): zero, its own line
+      if (cursor_mode >= 3) {
+        a.cursor = r.state.template as<std::uint64_t>();
+        a.parity = static_cast<std::uint32_t>(h % 2);
+        a.ring = static_cast<std::byte*>(r.ring.data());
+        a.ring_bytes = r.slots * r.P;
+      }
+      r.b.launch(baseline_kernel(v, typename B::tag{}), launch, cs.handle(), a);
+    }
+  }));
+  return c;
+}
+
+/// A ferry channel (publish_every = K) capturing the hooks; every delivered entry is checked.
+contestant ferry_contestant(per_hook_rig& r, std::string name, std::uint32_t K, fd::head_placement placement,
+                            const shape_opts& sh)
+{
+  contestant c;
+  c.name = std::move(name);
+  fd::config cfg;
+  cfg.ring_bytes = fd::align_up(r.hooks * r.P * 2, 16);
+  cfg.staging_bytes = std::min<std::uint64_t>(cfg.ring_bytes, host_mode ? 64 * MiB : 256 * MiB);
+  cfg.publish_every = K;
+  cfg.placement = placement;
+  cfg.fifo_capacity = 4096;
+  apply(cfg, sh);
+  cfg.timeout = std::chrono::seconds(30);
+  auto& R = results();
+  const std::uint64_t P = r.P;
+  c.ch = std::make_shared<fd::channel<B>>(cfg, r.b, [&R, P](fd::entry_view&& e) {
+    R.checked.fetch_add(1);
+    if (!e.ok() || e.size() != P || !check_words(e.bytes().data(), P, 7, false)) { R.bad.fetch_add(1); }
+  });
+  auto plan = std::make_shared<fd::forward_plan>();
+  auto* ch = c.ch.get();
+  c.g.emplace(fb::graph_exec<B>::capture(r.s.view(), [&](fb::stream_view<B> cs) {
+    ch->begin_forward(cs);
+    for (std::uint64_t h = 0; h < r.hooks; ++h) { ch->capture(fd::hook_id{static_cast<std::uint32_t>(h)}, r.src.data(), r.P, cs); }
+    *plan = ch->end_forward(cs);
+  }));
+  c.before = [ch, plan] { ch->plan(*plan); };
+  if (sh.drain_paused) {  // drain each replay outside the timed region
+    const std::uint64_t hooks = r.hooks;
+    c.after = [ch, hooks](int done) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (ch->stats().entries_drained < static_cast<std::uint64_t>(done) * hooks &&
+             std::chrono::steady_clock::now() < deadline) {
+        if (ch->poll() == 0) { std::this_thread::sleep_for(std::chrono::microseconds(20)); }
+      }
+    };
+  }
+  return c;
+}
+
+/// `rounds` rounds (after 3 warm-up rounds), each replaying every contestant once, in order.
+void run_rounds(per_hook_rig& r, const std::vector<contestant*>& cs, int rounds)
+{
+  fb::event<B> e0{r.b, fb::event_flags::timing}, e1{r.b, fb::event_flags::timing};
+  for (int k = 0; k < rounds + 3; ++k) {
+    for (contestant* c : cs) {
+      c->before();
+      e0.record(r.s);
+      c->g->launch(r.s);
+      e1.record(r.s);
+      e1.synchronize();
+      c->after(++c->replays);
+      if (k >= 3) { c->ms.push_back(e1.elapsed_ms_since(e0)); }
+    }
+  }
+}
+
+/// One contestant alone (the variant sweep).
 double per_hook_us(variant v, std::uint64_t P, std::uint32_t K,
                    fd::head_placement placement = fd::head_placement::managed, std::optional<shape_opts> shape = {},
                    std::uint32_t cursor_mode = 0)
 {
   const shape_opts sh = shape ? *shape : (v == variant::ferry || v == variant::copy_only || v == variant::ferry_kernel ? shape_opts{} : legacy_shape());
-  B b{};
-  b.set_device(fb::device_id{0});
-  const int sms = b.attributes(fb::device_id{0}).sm_count;
-  fb::stream<B> s{b};
-  const std::uint64_t ring_cap = host_mode ? 64 * MiB : 1024 * MiB;
-  const std::uint64_t hooks = std::max<std::uint64_t>(1, std::min<std::uint64_t>(host_mode ? 64 : 512, ring_cap / P / 2));
-  const int replays = host_mode ? 5 : (P <= MiB ? 60 : 20);
-  fb::device_buffer<B> src{P, b};
-  fill_device(b, s, src.data(), P, 7);
-  fb::event<B> e0{b, fb::event_flags::timing}, e1{b, fb::event_flags::timing};
-  std::vector<double> ms;
+  per_hook_rig r{P};
+  contestant c = v == variant::ferry ? ferry_contestant(r, "ferry", K, placement, sh) : copy_contestant(r, name(v), v, sh, cursor_mode);
+  run_rounds(r, {&c}, r.rounds());
+  if (c.ch) { (void)c.ch->close(); }
+  return c.us_per_hook(r.hooks);
+}
 
-  if (v == variant::ferry) {
-    fd::config cfg;
-    cfg.ring_bytes = fd::align_up(hooks * P * 2, 16);
-    cfg.staging_bytes = std::min<std::uint64_t>(cfg.ring_bytes, host_mode ? 64 * MiB : 256 * MiB);
-    cfg.publish_every = K;
-    cfg.placement = placement;
-    cfg.fifo_capacity = 4096;
-    apply(cfg, sh);
-    cfg.timeout = std::chrono::seconds(30);
-    auto& R = results();
-    fd::channel<B> ch{cfg, b, [&R, P](fd::entry_view&& e) {
-                        R.checked.fetch_add(1);
-                        if (!e.ok() || e.size() != P || !check_words(e.bytes().data(), P, 7, false)) { R.bad.fetch_add(1); }
-                      }};
-    fd::forward_plan plan;
-    auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
-      ch.begin_forward(cs);
-      for (std::uint64_t h = 0; h < hooks; ++h) { ch.capture(fd::hook_id{static_cast<std::uint32_t>(h)}, src.data(), P, cs); }
-      plan = ch.end_forward(cs);
-    });
-    for (int r = 0; r < replays + 3; ++r) {
-      ch.plan(plan);
-      e0.record(s);
-      g.launch(s);
-      e1.record(s);
-      e1.synchronize();
-      if (r >= 3) { ms.push_back(e1.elapsed_ms_since(e0)); }
-      if (sh.drain_paused) {  // drain this replay outside the timed region
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-        while (ch.stats().entries_drained < static_cast<std::uint64_t>(r + 1) * hooks &&
-               std::chrono::steady_clock::now() < deadline) {
-          if (ch.poll() == 0) { std::this_thread::sleep_for(std::chrono::microseconds(20)); }
-        }
-      }
-    }
-    (void)ch.close();
-  } else {
-    const std::uint64_t slots = std::max<std::uint64_t>(1, std::min<std::uint64_t>(hooks, ring_cap / P));
-    fb::device_buffer<B> ring{slots * P, b};
-    fb::mapped_buffer<B> flag{128, b};
-    fb::device_buffer<B> aux{256, b};  // [0] forward counter (u64), [64] join counter (u32)
-    b.memset_async(aux.data(), 0, 256, s.handle());
-    s.synchronize();
-    auto* fwd = aux.template as<std::uint64_t>();
-    auto* join = reinterpret_cast<unsigned*>(static_cast<std::byte*>(aux.data()) + 64);
-    const auto launch = copy_shape(P, sms, sh);
-    fb::device_buffer<B> state{sizeof(fd::device_state), b};
-    b.memset_async(state.data(), 0, sizeof(fd::device_state), s.handle());
-    s.synchronize();
-    auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
-      for (std::uint64_t h = 0; h < hooks; ++h) {
-        if (v == variant::ferry_kernel) {  // cursor_mode 1: every entry at parity 0 (no cursor chain)
-          launch_ferry_kernel(b, cs, launch, ring.data(), slots * P, state.data(), cursor_mode == 1 ? 0 : h, P,
-                              vpt_of(sh), src.data());
-          continue;
-        }
-        bk::copy_args a{static_cast<std::byte*>(ring.data()) + (h % slots) * P, static_cast<const std::byte*>(src.data()), P,
-                        flag.template device_as<std::uint64_t>(), fwd, hooks, h, join, vpt_of(sh), cursor_mode,
-                        fwd + 16};  // aux[128..136): zero, its own line
-        if (cursor_mode >= 3) {
-          a.cursor = state.template as<std::uint64_t>();
-          a.parity = static_cast<std::uint32_t>(h % 2);
-          a.ring = static_cast<std::byte*>(ring.data());
-          a.ring_bytes = slots * P;
-        }
-        b.launch(baseline_kernel(v, typename B::tag{}), launch, cs.handle(), a);
-      }
-    });
-    for (int r = 0; r < replays + 3; ++r) {
-      e0.record(s);
-      g.launch(s);
-      e1.record(s);
-      e1.synchronize();
-      if (r >= 3) { ms.push_back(e1.elapsed_ms_since(e0)); }
-    }
+/// The per-hook table for payload P: the copy-harness baselines are replayed in every round, beside one
+/// ferry configuration at a time (one channel per device), so each ferry figure and the baselines' medians
+/// come from interleaved replays.
+void per_hook_table(std::uint64_t P, const std::vector<std::pair<std::string, std::function<contestant(per_hook_rig&)>>>& ferries,
+                    std::vector<std::pair<std::string, std::function<contestant(per_hook_rig&)>>> baselines,
+                    std::map<std::string, double>& out)
+{
+  per_hook_rig r{P};
+  std::vector<contestant> base;
+  for (auto& [n, make] : baselines) { base.push_back(make(r)); }
+  for (const auto& [n, make] : ferries) {
+    contestant f = make(r);
+    std::vector<contestant*> all;
+    for (auto& c : base) { all.push_back(&c); }
+    all.push_back(&f);
+    run_rounds(r, all, r.rounds());
+    (void)f.ch->close();
+    out[n] = f.us_per_hook(r.hooks);
   }
-  return median(ms) * 1000.0 / static_cast<double>(hooks);
+  for (auto& c : base) { out[c.name] = c.us_per_hook(r.hooks); }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -579,11 +643,6 @@ void register_us(const std::string& bench_name, const char* counter, std::functi
     }
   })->Iterations(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
 }
-void register_per_hook(const std::string& key, std::uint64_t P, std::function<double()> measure)
-{
-  register_us("per_hook_graph/" + key + "/" + std::to_string(P), "us_per_hook", std::move(measure),
-              [key, P](double us) { results().per_hook[P][key] = us; });
-}
 void register_forward(const std::string& key, std::uint64_t H, std::function<double()> measure)
 {
   register_us("forward/" + key + "/hooks:" + std::to_string(H), "us_per_forward", std::move(measure),
@@ -614,39 +673,43 @@ void register_variants()
       }
     }
   }
+  // Where ferry's per-entry time over copy-only goes, replayed round-robin (per_hook_table): copy-only
+  // with a cursor read / the kernel-to-kernel cursor chain / ferry's two-slot cursor (with and without
+  // its placement), ferry's own copy kernel without a channel (with and without the chain), and the
+  // channel with K = 16, K = 16 on the branch, and only the forward-end release (k_inf), drain running
+  // or polled between replays. Filed under variants as "diag/<name>".
   for (std::uint64_t P : {4 * KiB, 16 * KiB, 64 * KiB}) {
-    register_variant("default/copy_only_cursor_read", P, [P] {
-      return per_hook_us(variant::copy_only, P, 0, fd::head_placement::managed, shape_opts{}, 1);
-    });
-    register_variant("default/copy_only_cursor_chain", P, [P] {
-      return per_hook_us(variant::copy_only, P, 0, fd::head_placement::managed, shape_opts{}, 2);
-    });
-    // Where ferry's per-entry time over copy-only goes: its kernel alone (no channel), the channel with
-    // only the forward-end release (k_inf), the same with the drain polled only between replays.
-    register_variant("default/ferry_kernel", P, [P] { return per_hook_us(variant::ferry_kernel, P, 0); });
-    register_variant("default/ferry_kernel_no_chain", P, [P] {
-      return per_hook_us(variant::ferry_kernel, P, 0, fd::head_placement::managed, shape_opts{}, 1);
-    });
-    register_variant("default/copy_only_two_slot", P, [P] {
-      return per_hook_us(variant::copy_only, P, 0, fd::head_placement::managed, shape_opts{}, 3);
-    });
-    register_variant("default/copy_only_two_slot_placed", P, [P] {
-      return per_hook_us(variant::copy_only, P, 0, fd::head_placement::managed, shape_opts{}, 4);
-    });
-    shape_opts plain_o = plain_shape();
-    register_variant("plain/ferry_kernel", P, [P, plain_o] {
-      return per_hook_us(variant::ferry_kernel, P, 0, fd::head_placement::managed, plain_o);
-    });
-    register_variant("plain/copy_only_cursor_chain", P, [P, plain_o] {
-      return per_hook_us(variant::copy_only, P, 0, fd::head_placement::managed, plain_o, 2);
-    });
-    register_variant("default/ferry_k_inf", P, [P] { return per_hook_us(variant::ferry, P, 1U << 30); });
-    shape_opts paused;
-    paused.drain_paused = true;
-    register_variant("default/ferry_k_inf_drain_paused", P,
-                     [P, paused] { return per_hook_us(variant::ferry, P, 1U << 30, fd::head_placement::managed, paused); });
-    register_variant("default/ferry_k16_drain_paused", P,
-                     [P, paused] { return per_hook_us(variant::ferry, P, 16, fd::head_placement::managed, paused); });
+    register_us("variants/diag/" + std::to_string(P), "us_per_hook",
+                [P] {
+                  const shape_opts def{}, plain = plain_shape();
+                  shape_opts br, paused;
+                  br.branch = true;
+                  paused.drain_paused = true;
+                  using maker = std::function<contestant(per_hook_rig&)>;
+                  auto copy = [](std::string n, variant v, shape_opts sh, std::uint32_t mode) -> std::pair<std::string, maker> {
+                    return {n, [=](per_hook_rig& r) { return copy_contestant(r, n, v, sh, mode); }};
+                  };
+                  auto fer = [](std::string n, std::uint32_t K, shape_opts sh) -> std::pair<std::string, maker> {
+                    return {n, [=](per_hook_rig& r) { return ferry_contestant(r, n, K, fd::head_placement::managed, sh); }};
+                  };
+                  std::map<std::string, double> out;
+                  per_hook_table(P,
+                                 {fer("ferry_k16", 16, def), fer("ferry_k16_branch", 16, br), fer("ferry_k_inf", 1U << 30, def),
+                                  fer("ferry_k_inf_drain_paused", 1U << 30, paused)},
+                                 {copy("copy_only", variant::copy_only, def, 0),
+                                  copy("copy_only_cursor_read", variant::copy_only, def, 1),
+                                  copy("copy_only_cursor_chain", variant::copy_only, def, 2),
+                                  copy("copy_only_two_slot", variant::copy_only, def, 3),
+                                  copy("copy_only_two_slot_placed", variant::copy_only, def, 4),
+                                  copy("ferry_kernel", variant::ferry_kernel, def, 0),
+                                  copy("ferry_kernel_no_chain", variant::ferry_kernel, def, 1),
+                                  copy("copy_only_plain", variant::copy_only, plain, 0),
+                                  copy("ferry_kernel_plain", variant::ferry_kernel, plain, 0)},
+                                 out);
+                  for (const auto& [n, us] : out) { results().variants["diag/" + n][P] = us; }
+                  return out["ferry_k16"];
+                },
+                [](double) {});
   }
   const shape_opts def{};
   shape_opts def_sep = def;
@@ -684,31 +747,40 @@ void register_all()
   const std::vector<std::uint64_t> sizes = host_mode ? std::vector<std::uint64_t>{4 * KiB, 16 * KiB, 64 * KiB, MiB}
                                                      : std::vector<std::uint64_t>{4 * KiB, 16 * KiB, 64 * KiB, MiB,
                                                                                   16 * MiB, 64 * MiB};
+  // Per payload size, one table: the copy-harness baselines replayed in every round beside each ferry
+  // configuration in turn (per_hook_table). "_plain": launched without programmatic dependent launch;
+  // "_branch": batch releases on a forked branch (config::branch_publish); "_pinned": published_head in
+  // pinned mapped memory.
   for (auto P : sizes) {
-    for (variant v : {variant::copy_only, variant::old_volatile, variant::per_entry_release}) {
-      register_per_hook(name(v), P, [v, P] { return per_hook_us(v, P, 0); });
-    }
-    for (std::uint32_t K : {1U, 4U, 16U, 64U}) {
-      register_per_hook("ferry_k" + std::to_string(K), P, [K, P] { return per_hook_us(variant::ferry, P, K); });
-    }
-  }
-  for (auto P : sizes) {  // the same two launched plainly (no programmatic dependent launch)
-    register_per_hook("copy_only_plain", P,
-                      [P] { return per_hook_us(variant::copy_only, P, 16, fd::head_placement::managed, plain_shape()); });
-    register_per_hook("ferry_k16_plain", P,
-                      [P] { return per_hook_us(variant::ferry, P, 16, fd::head_placement::managed, plain_shape()); });
-  }
-  for (auto P : sizes) {  // batch releases on a forked branch (config::branch_publish)
-    for (std::uint32_t K : {16U, 64U}) {
-      shape_opts br;
-      br.branch = true;
-      register_per_hook("ferry_k" + std::to_string(K) + "_branch", P,
-                        [P, K, br] { return per_hook_us(variant::ferry, P, K, fd::head_placement::managed, br); });
-    }
-  }
-  for (auto P : sizes) {
-    register_per_hook("ferry_k16_pinned", P,
-                      [P] { return per_hook_us(variant::ferry, P, 16, fd::head_placement::pinned_mapped); });
+    register_us("per_hook_graph/" + std::to_string(P), "us_per_hook_ferry_k16",
+                [P] {
+                  using maker = std::function<contestant(per_hook_rig&)>;
+                  auto copy = [](std::string n, variant v, shape_opts sh) -> std::pair<std::string, maker> {
+                    return {n, [=](per_hook_rig& r) { return copy_contestant(r, n, v, sh); }};
+                  };
+                  auto fer = [](std::string n, std::uint32_t K, fd::head_placement pl, shape_opts sh) -> std::pair<std::string, maker> {
+                    return {n, [=](per_hook_rig& r) { return ferry_contestant(r, n, K, pl, sh); }};
+                  };
+                  const auto managed = fd::head_placement::managed;
+                  shape_opts br;
+                  br.branch = true;
+                  std::vector<std::pair<std::string, maker>> ferries;
+                  for (std::uint32_t K : {1U, 4U, 16U, 64U}) { ferries.push_back(fer("ferry_k" + std::to_string(K), K, managed, {})); }
+                  ferries.push_back(fer("ferry_k16_plain", 16, managed, plain_shape()));
+                  ferries.push_back(fer("ferry_k16_branch", 16, managed, br));
+                  ferries.push_back(fer("ferry_k64_branch", 64, managed, br));
+                  ferries.push_back(fer("ferry_k16_pinned", 16, fd::head_placement::pinned_mapped, {}));
+                  std::map<std::string, double> out;
+                  per_hook_table(P, ferries,
+                                 {copy("copy_only", variant::copy_only, {}),
+                                  copy("old_volatile", variant::old_volatile, legacy_shape()),
+                                  copy("per_entry_release", variant::per_entry_release, legacy_shape()),
+                                  copy("copy_only_plain", variant::copy_only, plain_shape())},
+                                 out);
+                  for (const auto& [n, us] : out) { results().per_hook[P][n] = us; }
+                  return out["ferry_k16"];
+                },
+                [](double) {});
   }
   for (std::uint64_t H : {28ULL, 341ULL}) {
     for (variant v : {variant::copy_only, variant::ferry}) {
