@@ -243,11 +243,11 @@ struct per_hook_rig {
     : P{p}, hooks{std::max<std::uint64_t>(1, std::min<std::uint64_t>(host_mode ? 64 : 512, ring_cap() / p / 2))},
       slots{std::max<std::uint64_t>(1, std::min<std::uint64_t>(hooks, ring_cap() / p))},
       sms{b.attributes(fb::device_id{0}).sm_count}, src{p, b}, ring{slots * p, b}, aux{256, b},
-      state{sizeof(fd::device_state), b}, flag{128, b}
+      state{256, b}, flag{128, b}
   {
     fill_device(b, s, src.data(), P, 7);
     b.memset_async(aux.data(), 0, 256, s.handle());  // [0] forward counter (u64), [64] join counter (u32)
-    b.memset_async(state.data(), 0, sizeof(fd::device_state), s.handle());
+    b.memset_async(state.data(), 0, 256, s.handle());  // a device_state, or cursor_mode 5's two lines
     s.synchronize();
   }
   [[nodiscard]] int rounds() const { return host_mode ? 5 : (P <= MiB ? 40 : 15); }
@@ -701,6 +701,8 @@ void register_variants()
                                   copy("copy_only_cursor_chain", variant::copy_only, def, 2),
                                   copy("copy_only_two_slot", variant::copy_only, def, 3),
                                   copy("copy_only_two_slot_placed", variant::copy_only, def, 4),
+                                  copy("copy_only_two_slot_two_lines", variant::copy_only, def, 5),
+                                  copy("copy_only_two_slot_8b", variant::copy_only, def, 6),
                                   copy("ferry_kernel", variant::ferry_kernel, def, 0),
                                   copy("ferry_kernel_no_chain", variant::ferry_kernel, def, 1),
                                   copy("copy_only_plain", variant::copy_only, plain, 0),

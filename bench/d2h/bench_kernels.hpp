@@ -31,7 +31,8 @@ struct copy_args {
   std::uint64_t* cursor{nullptr};
   /// cursor_modes 3 and 4 (ferry's two-slot cursor, rebuilt here): `cursor` points at {phys, dyn} x 2; the
   /// kernel reads slot[parity] (16 bytes) and thread (0, 0) writes slot[parity ^ 1] = {phys + bytes (wrapped
-  /// at ring_bytes), dyn}. Mode 3 still writes to dst; mode 4 writes to ring + phys (ferry's placement).
+  /// at ring_bytes), dyn}. Mode 3 still writes to dst; mode 4 writes to ring + phys (ferry's placement);
+  /// mode 5 is mode 4 with the two slots 128 bytes apart; mode 6 is mode 4 with 8-byte slots {phys}.
   std::uint32_t parity{0};
   std::byte* ring{nullptr};
   std::uint64_t ring_bytes{0};
