@@ -88,8 +88,9 @@ struct config {
   /// stream by an event recorded after the batch's last writer, so the copies after it do not wait for the
   /// release (in a captured graph the fork and join are graph edges). The forward-boundary release, and any
   /// release the producer stream issues itself, first joins the branch back (one event wait), so releases
-  /// stay ordered and published_head stays monotonic. With it, no copy kernel fuses a release.
-  bool branch_publish{false};
+  /// stay ordered and published_head stays monotonic. With it, no copy kernel fuses a release (the
+  /// fused_copy_max_bytes knob applies only when this is off). Measured on the H200: docs/perf/README.md.
+  bool branch_publish{true};
   std::chrono::microseconds drain_idle_sleep{20};  ///< drain thread sleep when idle
   debug_fault debug{debug_fault::none};
   /// Test-only: extra delay before every D2H on the drain stream (host backend only; widens races).

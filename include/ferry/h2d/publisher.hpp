@@ -1042,11 +1042,12 @@ class publisher {
   /// `automatic`: per arena group, time each candidate (full counts, scratch destinations so bound storage
   /// is never written) and keep the fastest; the graph choice is the fastest capturable one. Candidates are
   /// timed round-robin (one span of each per round), so that clock or load drift during calibration hits
-  /// them alike. A zero-copy candidate within 3% of the fastest wins the near-tie: one operation, the least
-  /// CPU enqueue time, and no copy engine.
+  /// them alike; round r uses runner slot r % slots (each slot has its own pinned arena and sources, whose
+  /// upload times can differ), so every candidate's median covers every slot alike. A zero-copy candidate
+  /// within 3% of the fastest wins the near-tie: one operation, the least CPU enqueue time, and no copy engine.
   void calibrate()
   {
-    slot_rt& s = slots_[0];
+    const std::size_t nslots = slots_.size();
     for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
       auto& g = groups_[gi];
       if (g.arena_bytes == 0) { continue; }
@@ -1057,19 +1058,19 @@ class publisher {
         auto* p = scratch.template as<unsigned char>() + bufs_[m].arena_offset;
         dsts.push_back(reinterpret_cast<std::uintptr_t>(p));
         dptr.push_back(p);
-        s.counts[m] = bufs_[m].spec.capacity;
+        for (auto& s : slots_) { s.counts[m] = bufs_[m].spec.capacity; }
       }
       const auto tiles = make_tiles(g, dsts);
       device_buffer table{tiles.size() * sizeof(detail::tile_desc), b_};
       upload_now(table.data(), tiles.data(), tiles.size() * sizeof(detail::tile_desc));
       const auto* tt = table.template as<const detail::tile_desc>();
-      write_header(g, s);
+      for (auto& s : slots_) { write_header(g, s); }
       event t0{b_, ferry::backend::event_flags::timing};
       event t1{b_, ferry::backend::event_flags::timing};
       constexpr int nc = 4;
       const upload_backend cands[nc] = {upload_backend::direct, upload_backend::batch, upload_backend::packed,
                                         upload_backend::zerocopy};
-      auto enqueue = [&](upload_backend k, bool eager) {
+      auto enqueue = [&](upload_backend k, bool eager, slot_rt& s) {
         if (k == upload_backend::direct) {
           for (std::size_t i = 0; i < g.packed_members.size(); ++i) {
             const auto m = g.packed_members[i];
@@ -1091,7 +1092,7 @@ class publisher {
       };
       bool eager_ok[nc]{};
       bool graph_ok[nc]{};
-      std::vector<ferry::backend::graph_exec<B>> graphs;
+      std::vector<ferry::backend::graph_exec<B>> graphs;  // candidate c, slot si: graphs[graph_index[c] + si]
       int graph_index[nc]{-1, -1, -1, -1};
       for (int c = 0; c < nc; ++c) {
         const auto k = cands[c];
@@ -1099,7 +1100,9 @@ class publisher {
         graph_ok[c] = k != upload_backend::batch;
         if (graph_ok[c]) {
           graph_index[c] = static_cast<int>(graphs.size());
-          graphs.push_back(ferry::backend::graph_exec<B>::capture(*owner_, [&](stream_view) { enqueue(k, false); }));
+          for (auto& s : slots_) {
+            graphs.push_back(ferry::backend::graph_exec<B>::capture(*owner_, [&](stream_view) { enqueue(k, false, s); }));
+          }
         }
       }
       // Median of `iters` rounds after 3 warm-up rounds: eager (enqueue included, as publish() runs) and as a
@@ -1107,14 +1110,17 @@ class publisher {
       const int iters = std::max(3, cfg_.calibration_iterations);
       std::vector<double> eager_us[nc];
       std::vector<double> graph_us[nc];
-      for (int it = 0; it < iters + 3; ++it) {
+      const int rounds = static_cast<int>(((static_cast<std::size_t>(iters) + nslots - 1) / nslots) * nslots);
+      for (int it = 0; it < rounds + 3; ++it) {
+        const std::size_t si = static_cast<std::size_t>(it) % nslots;
         for (int c = 0; c < nc; ++c) {
           if (eager_ok[c]) {
-            const double v = span([&] { enqueue(cands[c], true); });
+            const double v = span([&] { enqueue(cands[c], true, slots_[si]); });
             if (it >= 3) { eager_us[c].push_back(v); }
           }
           if (graph_ok[c]) {
-            const double v = span([&] { graphs[static_cast<std::size_t>(graph_index[c])].launch(*owner_); });
+            const double v =
+              span([&] { graphs[static_cast<std::size_t>(graph_index[c]) + si].launch(*owner_); });
             if (it >= 3) { graph_us[c].push_back(v); }
           }
         }
@@ -1144,8 +1150,10 @@ class publisher {
       g.graph_backend = pick(g.calibration_graph_us);
       graphs.clear();
       b_.stream_synchronize(owner_->handle());
-      for (auto m : g.packed_members) { s.counts[m] = 0; }
-      std::memset(s.arenas[gi].data(), 0, g.header_bytes);
+      for (auto& s : slots_) {
+        for (auto m : g.packed_members) { s.counts[m] = 0; }
+        std::memset(s.arenas[gi].data(), 0, g.header_bytes);
+      }
     }
   }
 
