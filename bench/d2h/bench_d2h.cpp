@@ -3,9 +3,10 @@
 // (every word in the simulated forward, sampled words in the large-payload runs); the binary exits
 // non-zero when any entry is bad.
 //
-//   1. per_hook_graph/<variant>/<bytes>: hooks captured back to back in one graph; GPU time of a replay
-//      (events), median over replays, divided by the hooks: copy only, old volatile flag, per-entry
-//      st.release.sys, ferry with K in {1, 4, 16, 64}.
+//   1. per_hook_graph/<bytes>: hooks captured back to back in one graph; GPU time of a replay (events),
+//      median over replays, divided by the hooks: copy only, old volatile flag, per-entry st.release.sys,
+//      ferry with K in {1, 4, 16, 64} (+ plain launch, inline releases, pinned head). The baselines are
+//      replayed round-robin beside each ferry configuration (per_hook_table), so drift hits all alike.
 //   2. forward/<variant>/hooks:<28|341>: 28 layers of a ~60 us spin kernel, 16 KiB per hook, graph replay,
 //      drain running: no capture, copy only, old volatile, per-entry release, ferry (K = 16).
 //   3. drain/64MiB: ferry's drain bandwidth with 64 MiB entries, and the plain pinned D2H ceiling.
@@ -676,14 +677,14 @@ void register_variants()
   // Where ferry's per-entry time over copy-only goes, replayed round-robin (per_hook_table): copy-only
   // with a cursor read / the kernel-to-kernel cursor chain / ferry's two-slot cursor (with and without
   // its placement), ferry's own copy kernel without a channel (with and without the chain), and the
-  // channel with K = 16, K = 16 on the branch, and only the forward-end release (k_inf), drain running
+  // channel with K = 16, K = 16 with inline releases, and only the forward-end release (k_inf), drain running
   // or polled between replays. Filed under variants as "diag/<name>".
   for (std::uint64_t P : {4 * KiB, 16 * KiB, 64 * KiB}) {
     register_us("variants/diag/" + std::to_string(P), "us_per_hook",
                 [P] {
                   const shape_opts def{}, plain = plain_shape();
-                  shape_opts br, paused;
-                  br.branch = true;
+                  shape_opts in, paused;
+                  in.branch = false;
                   paused.drain_paused = true;
                   using maker = std::function<contestant(per_hook_rig&)>;
                   auto copy = [](std::string n, variant v, shape_opts sh, std::uint32_t mode) -> std::pair<std::string, maker> {
@@ -694,7 +695,7 @@ void register_variants()
                   };
                   std::map<std::string, double> out;
                   per_hook_table(P,
-                                 {fer("ferry_k16", 16, def), fer("ferry_k16_branch", 16, br), fer("ferry_k_inf", 1U << 30, def),
+                                 {fer("ferry_k16", 16, def), fer("ferry_k16_inline", 16, in), fer("ferry_k_inf", 1U << 30, def),
                                   fer("ferry_k_inf_drain_paused", 1U << 30, paused)},
                                  {copy("copy_only", variant::copy_only, def, 0),
                                   copy("copy_only_cursor_read", variant::copy_only, def, 1),
@@ -730,11 +731,10 @@ void register_variants()
   register_fwd_variant("ferry/plain", variant::ferry, {plain_shape()});
   register_fwd_variant("ferry/default_k64", variant::ferry, {def, 64, false});
   register_fwd_variant("ferry_kernel/default", variant::ferry_kernel, {def});
-  shape_opts br = def;
-  br.branch = true;
-  register_fwd_variant("ferry/branch", variant::ferry, {br});
-  register_fwd_variant("ferry/branch_k64", variant::ferry, {br, 64, false});
-  register_fwd_variant("ferry/branch_drain_paused", variant::ferry, {br, 16, true});
+  shape_opts in = def;
+  in.branch = false;
+  register_fwd_variant("ferry/inline", variant::ferry, {in});
+  register_fwd_variant("ferry/inline_k64", variant::ferry, {in, 64, false});
   for (const shape_opts& sh : variant_shapes()) {
     if (sh.label == "s64x1" || sh.label == "s128x1" || sh.label == "s256x2" || sh.label == "s128x4") {
       register_fwd_variant("copy_only/" + sh.label, variant::copy_only, {sh});
@@ -751,8 +751,8 @@ void register_all()
                                                                                   16 * MiB, 64 * MiB};
   // Per payload size, one table: the copy-harness baselines replayed in every round beside each ferry
   // configuration in turn (per_hook_table). "_plain": launched without programmatic dependent launch;
-  // "_branch": batch releases on a forked branch (config::branch_publish); "_pinned": published_head in
-  // pinned mapped memory.
+  // "_inline": batch releases on the producer stream (config::branch_publish = false; the release fused
+  // into the batch-completing copy where it fits); "_pinned": published_head in pinned mapped memory.
   for (auto P : sizes) {
     register_us("per_hook_graph/" + std::to_string(P), "us_per_hook_ferry_k16",
                 [P] {
@@ -764,13 +764,13 @@ void register_all()
                     return {n, [=](per_hook_rig& r) { return ferry_contestant(r, n, K, pl, sh); }};
                   };
                   const auto managed = fd::head_placement::managed;
-                  shape_opts br;
-                  br.branch = true;
+                  shape_opts in;
+                  in.branch = false;
                   std::vector<std::pair<std::string, maker>> ferries;
                   for (std::uint32_t K : {1U, 4U, 16U, 64U}) { ferries.push_back(fer("ferry_k" + std::to_string(K), K, managed, {})); }
                   ferries.push_back(fer("ferry_k16_plain", 16, managed, plain_shape()));
-                  ferries.push_back(fer("ferry_k16_branch", 16, managed, br));
-                  ferries.push_back(fer("ferry_k64_branch", 64, managed, br));
+                  ferries.push_back(fer("ferry_k16_inline", 16, managed, in));
+                  ferries.push_back(fer("ferry_k64_inline", 64, managed, in));
                   ferries.push_back(fer("ferry_k16_pinned", 16, fd::head_placement::pinned_mapped, {}));
                   std::map<std::string, double> out;
                   per_hook_table(P, ferries,
@@ -790,10 +790,10 @@ void register_all()
                        [v, H] { return forward_us(v, H, fd::head_placement::managed, {plain_shape()}); });
     }
   }
-  for (std::uint64_t H : {28ULL, 341ULL}) {
-    shape_opts br;
-    br.branch = true;
-    register_forward("ferry_branch", H, [H, br] { return forward_us(variant::ferry, H, fd::head_placement::managed, {br}); });
+  for (std::uint64_t H : {28ULL, 341ULL}) {  // batch releases on the producer stream (branch_publish off)
+    shape_opts in;
+    in.branch = false;
+    register_forward("ferry_inline", H, [H, in] { return forward_us(variant::ferry, H, fd::head_placement::managed, {in}); });
   }
   for (std::uint64_t H : {28ULL, 341ULL}) {
     register_forward("ferry_pinned", H, [H] { return forward_us(variant::ferry, H, fd::head_placement::pinned_mapped); });
@@ -862,13 +862,13 @@ void write_json(const std::string& path)
     first = false;
     bool f2 = true;
     for (const char* k : {"no_capture", "copy_only", "old_volatile", "per_entry_release", "ferry", "ferry_pinned",
-                          "copy_only_plain", "ferry_plain", "ferry_branch"}) {
+                          "copy_only_plain", "ferry_plain", "ferry_inline"}) {
       j += std::string(f2 ? "" : ", ") + "\"" + k + "_us\": " + json_num(lookup(m, k));
       f2 = false;
     }
     const auto base = lookup(m, "no_capture");
     for (const char* k : {"copy_only", "old_volatile", "per_entry_release", "ferry", "ferry_pinned", "copy_only_plain",
-                          "ferry_plain", "ferry_branch"}) {
+                          "ferry_plain", "ferry_inline"}) {
       const auto x = lookup(m, k);
       j += std::string(", \"") + k + "_overhead_pct\": " +
            json_num(base && x && *base > 0 ? std::optional<double>{(*x / *base - 1.0) * 100.0} : std::nullopt);
@@ -881,7 +881,7 @@ void write_json(const std::string& path)
     };
     j += ", \"ferry_publication_over_copy_pct\": " + over_copy("ferry", "copy_only");
     j += ", \"ferry_plain_publication_over_copy_plain_pct\": " + over_copy("ferry_plain", "copy_only_plain");
-    j += ", \"ferry_branch_publication_over_copy_pct\": " + over_copy("ferry_branch", "copy_only");
+    j += ", \"ferry_inline_publication_over_copy_pct\": " + over_copy("ferry_inline", "copy_only");
     j += "}";
   }
   j += "\n  },\n  \"per_hook_graph_us\": {";
@@ -892,7 +892,7 @@ void write_json(const std::string& path)
     first = false;
     bool f2 = true;
     for (const char* k : {"copy_only", "old_volatile", "per_entry_release", "ferry_k1", "ferry_k4", "ferry_k16", "ferry_k64",
-                          "ferry_k16_pinned", "copy_only_plain", "ferry_k16_plain", "ferry_k16_branch", "ferry_k64_branch"}) {
+                          "ferry_k16_pinned", "copy_only_plain", "ferry_k16_plain", "ferry_k16_inline", "ferry_k64_inline"}) {
       j += std::string(f2 ? "" : ", ") + "\"" + k + "\": " + json_num(lookup(m, k));
       f2 = false;
     }
