@@ -17,18 +17,20 @@ def f(v, nd=2):
 print(f"### D2H — {d2h['device']}, commit {d2h['commit']}, {d2h['date']}\n")
 print(f"Command: `{d2h['command']}`\n")
 print("Simulated forward (28 layers of ~60 us, 16 KiB per hook, CUDA graph replay, drain running, every word checked):\n")
-print("| hooks/forward | no capture | copy only | old volatile (invalid) | per-entry release | ferry (managed head) | ferry (pinned head) | ferry publication above copy | copy only, plain launch | ferry, plain launch | anchor: naive batched / copy only |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| hooks/forward | no capture | copy only | old volatile (invalid) | per-entry release | ferry (managed head) | ferry (pinned head) | ferry publication above copy | ferry, inline releases (publication above copy) | copy only, plain launch | ferry, plain launch | anchor: naive batched / copy only |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 anchor = {"hooks28": "+3.31% / +3.08%", "hooks341": "+39.1% / +37.5%"}
 for h in ("hooks28", "hooks341"):
     r = d2h["forward"][h]
     print(f"| {h[5:]} | {f(r['no_capture_us'],1)} us | +{f(r['copy_only_overhead_pct'])}% | +{f(r['old_volatile_overhead_pct'])}% "
           f"| +{f(r['per_entry_release_overhead_pct'])}% | +{f(r['ferry_overhead_pct'])}% | +{f(r['ferry_pinned_overhead_pct'])}% "
-          f"| {f(r['ferry_publication_over_copy_pct'])}% | +{f(r.get('copy_only_plain_overhead_pct'))}% "
+          f"| {f(r['ferry_publication_over_copy_pct'])}% "
+          f"| +{f(r.get('ferry_inline_overhead_pct'))}% ({f(r.get('ferry_inline_publication_over_copy_pct'))}%) "
+          f"| +{f(r.get('copy_only_plain_overhead_pct'))}% "
           f"| +{f(r.get('ferry_plain_overhead_pct'))}% | {anchor[h]} |")
 print("\nPer hook in a CUDA graph (us per hook, GPU time):\n")
 cols = ["copy_only", "old_volatile", "per_entry_release", "ferry_k1", "ferry_k4", "ferry_k16", "ferry_k64", "ferry_k16_pinned",
-        "copy_only_plain", "ferry_k16_plain"]
+        "ferry_k16_inline", "ferry_k64_inline", "copy_only_plain", "ferry_k16_plain"]
 print("| payload | " + " | ".join(cols) + " | anchor copy only / per-entry release / release kernel every 16 |")
 print("|---|" + "---|" * len(cols) + "---|")
 anchors = {"4096": "0.934 / 1.909 / 1.022", "65536": "1.015 / 2.174 / 1.097", "1048576": "1.287 / 2.653 / 1.371",
