@@ -15,19 +15,9 @@ namespace ferry::bench::gpu {
 __device__ inline void copy_grid(const copy_args& a)
 {
   if (((reinterpret_cast<std::uintptr_t>(a.dst) | reinterpret_cast<std::uintptr_t>(a.src)) & 15U) == 0) {
-    std::uint64_t early = 0;
-    if (a.cursor_mode == 10) { early = *a.cursor; }  // read before the source loads are issued
     ferry::kernels::d2h::copy_vec(
       [&] {
         if (a.cursor_mode == 0) { return a.dst; }
-        if (a.cursor_mode == 10) { return a.dst + early; }
-        if (a.cursor_mode == 7) { return a.dst + __ldg(a.cursor); }  // read-only (non-coherent) path
-        if (a.cursor_mode == 8) {  // one load per warp, broadcast by shuffle
-          std::uint64_t c = 0;
-          if ((threadIdx.x & 31U) == 0) { c = *a.cursor; }
-          return a.dst + __shfl_sync(0xffffffffU, c, 0);
-        }
-        if (a.cursor_mode == 9) { return a.dst + *reinterpret_cast<const volatile std::uint64_t*>(a.cursor); }
         if (a.cursor_mode == 5) {  // the two slots on separate 128-byte lines
           auto* slots = reinterpret_cast<ulonglong2*>(a.cursor);
           const ulonglong2 c = slots[a.parity * 8];

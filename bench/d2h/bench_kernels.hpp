@@ -33,8 +33,6 @@ struct copy_args {
   /// kernel reads slot[parity] (16 bytes) and thread (0, 0) writes slot[parity ^ 1] = {phys + bytes (wrapped
   /// at ring_bytes), dyn}. Mode 3 still writes to dst; mode 4 writes to ring + phys (ferry's placement);
   /// mode 5 is mode 4 with the two slots 128 bytes apart; mode 6 is mode 4 with 8-byte slots {phys}.
-  /// Modes 7-10 read the word of mode 1 differently: 7 through the read-only path (__ldg), 8 one lane per
-  /// warp plus a shuffle, 9 a volatile load, 10 before the source loads are issued.
   std::uint32_t parity{0};
   std::byte* ring{nullptr};
   std::uint64_t ring_bytes{0};
