@@ -130,19 +130,18 @@ FERRY_HD inline void copy_phase(const copy_args& a, std::uint64_t t, std::uint64
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 /// The GPU copy of block `blk` of `nblk` (thread `t` of `nt`), with the commit folded in: every thread reads
-/// the cursor once, BEFORE it issues its source loads (the stores need both; a cursor load issued after the
-/// source loads measurably lengthens the kernel at 1-4 blocks: docs/perf/README.md), and the grid's thread
-/// (0, 0) writes the next cursor slot from that same value once its first source loads are issued, before
-/// its payload stores. That is safe because the slot it writes (parity ^ 1) is read by no thread of this
-/// kernel, only by the next writer kernel on the stream, after this one completed (kernel boundary or
+/// the cursor once (after its first source loads were issued: the two loads are in flight together), and
+/// the grid's thread (0, 0) writes the next cursor slot from that same value at once, before its payload
+/// stores. That is safe because the slot it writes (parity ^ 1) is read by no thread of this kernel, only
+/// by the next writer kernel on the stream, after this one completed (kernel boundary or
 /// grid_dependency_wait). A dynamic entry reads its size first (the length bounds the loads).
 __device__ __forceinline__ void copy_commit_phase(const copy_args& a, std::uint32_t blk, std::uint32_t nblk,
                                                   std::uint32_t t, std::uint32_t nt)
 {
   const std::uint64_t actual = actual_length(a);
   const std::uint64_t n = copy_length(a, actual);
-  const ferry::d2h::cursor c = a.dst.load();
   auto place = [&] {
+    const ferry::d2h::cursor c = a.dst.load();
     if (blk == 0 && t == 0) { a.dst.commit(c, actual); }  // the size slot is written for dynamic entries only
     return a.dst.ring + a.dst.offset(c);
   };
