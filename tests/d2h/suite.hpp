@@ -3,6 +3,7 @@
 // Every payload byte is sequence-derived (pattern_byte(seq, i)), so a stale, torn or misplaced byte fails.
 #pragma once
 
+#include "support/d2h_checker.hpp"
 #include "support/gpu.hpp"
 
 #include <ferry/backend.hpp>
@@ -39,62 +40,7 @@ void set_jitter(std::chrono::microseconds us)
 }
 
 /// Checks every delivered entry against what the test expects for its sequence number.
-struct checker {
-  struct expect_t {
-    std::uint32_t hook;
-    std::uint64_t size;
-    bool overflow;
-  };
-  std::mutex m;
-  std::map<std::uint64_t, expect_t> expected;
-  std::uint64_t got = 0, bad_entries = 0, bad_meta = 0, out_of_order = 0, overflows = 0;
-  std::int64_t last_seq = -1;
-
-  void expect(std::uint64_t seq, std::uint32_t hook, std::uint64_t size, bool overflow = false)
-  {
-    std::lock_guard lock{m};
-    expected[seq] = {hook, size, overflow};
-  }
-  void check(const fd::entry_view& v)
-  {
-    std::lock_guard lock{m};
-    ++got;
-    const auto seq = v.seq().value;
-    if (static_cast<std::int64_t>(seq) <= last_seq) { ++out_of_order; }
-    last_seq = static_cast<std::int64_t>(seq);
-    const auto it = expected.find(seq);
-    if (it == expected.end() || it->second.hook != v.hook().value || it->second.size != v.size()) {
-      ++bad_meta;
-      return;
-    }
-    if (it->second.overflow) {
-      overflows += v.status() == fd::entry_status::size_overflow ? 1 : 0;
-      bool threw = false;
-      try {
-        (void)v.bytes();
-      } catch (const fd::size_overflow_error& e) {
-        threw = e.seq().value == seq && e.actual() == v.size();
-      }
-      if (!threw) { ++bad_meta; }
-      return;
-    }
-    if (!v.ok()) {
-      ++bad_meta;
-      return;
-    }
-    const auto bytes = v.bytes();
-    if (ferry::detail::first_pattern_mismatch(bytes.data(), bytes.size(), seq) != bytes.size()) { ++bad_entries; }
-  }
-  auto callback()
-  {
-    return [this](fd::entry_view&& v) { check(v); };
-  }
-  std::uint64_t received()
-  {
-    std::lock_guard lock{m};
-    return got;
-  }
-};
+using checker = d2h_checker;  // tests/support/d2h_checker.hpp (increasing seq order)
 
 /// Device memory holding sequence-derived payloads: slot k (stride bytes) holds pattern(first_seq + k).
 template <class B>

@@ -3,6 +3,8 @@
 // device memory, a D2H entry checker, an H2D byte model, and a plain pass/fail tally.
 #pragma once
 
+#include "support/d2h_checker.hpp"
+
 #include <ferry/backend.hpp>
 #include <ferry/d2h.hpp>
 #include <ferry/detail/pattern.hpp>
@@ -64,68 +66,9 @@ struct sources {
   [[nodiscard]] const void* at(std::uint64_t k) const { return static_cast<const std::byte*>(dev.data()) + k * stride; }
 };
 
-/// Checks delivered D2H entries: in order, expected hook/size, payload == pattern(seq).
-struct d2h_checker {
-  struct expect_t {
-    std::uint32_t hook;
-    std::uint64_t size;
-    bool overflow;
-  };
-  std::mutex m;
-  std::map<std::uint64_t, expect_t> expected;
-  std::uint64_t got{0}, bad{0}, bytes{0};
-  std::int64_t last{-1};
-  std::string first_bad;
-  void expect(std::uint64_t seq, std::uint32_t hook, std::uint64_t size, bool overflow = false)
-  {
-    std::lock_guard lock{m};
-    expected[seq] = {hook, size, overflow};
-  }
-  void note(const std::string& s)
-  {
-    if (first_bad.empty()) { first_bad = s; }
-    ++bad;
-  }
-  void check(const fd::entry_view& v)
-  {
-    std::lock_guard lock{m};
-    ++got;
-    const auto seq = v.seq().value;
-    if (static_cast<std::int64_t>(seq) != last + 1) { note("seq " + std::to_string(seq) + " after " + std::to_string(last)); }
-    last = static_cast<std::int64_t>(seq);
-    const auto it = expected.find(seq);
-    if (it == expected.end()) {
-      note("unexpected seq " + std::to_string(seq));
-      return;
-    }
-    const auto e = it->second;
-    expected.erase(it);
-    if (e.hook != v.hook().value || e.size != v.size()) {
-      note("seq " + std::to_string(seq) + ": hook/size mismatch");
-      return;
-    }
-    if (e.overflow) {
-      if (v.status() != fd::entry_status::size_overflow) { note("seq " + std::to_string(seq) + ": overflow not reported"); }
-      return;
-    }
-    if (!v.ok()) {
-      note("seq " + std::to_string(seq) + ": status not ok");
-      return;
-    }
-    const auto b = v.bytes();
-    bytes += b.size();
-    const std::size_t words = b.size() / 8;
-    const std::uint64_t at = ferry::detail::first_pattern_mismatch(b.data(), b.size(), seq);
-    if (at < words * 8) {
-      note("seq " + std::to_string(seq) + ": payload word " + std::to_string(at / 8));
-    } else if (at < b.size()) {
-      note("seq " + std::to_string(seq) + ": payload byte " + std::to_string(at));
-    }
-  }
-  auto callback()
-  {
-    return [this](fd::entry_view&& v) { check(v); };
-  }
+/// Every entry, in order: the shared checker (tests/support/d2h_checker.hpp) requiring consecutive seqs.
+struct d2h_checker : ferry::test::d2h_checker {
+  d2h_checker() : ferry::test::d2h_checker{ferry::test::seq_order::consecutive} {}
 };
 
 /// Reads `n` device bytes back through an own stream (test-side, after the producer synchronized).

@@ -119,7 +119,7 @@ d2h_round_result d2h_channel_run(int dev, std::uint64_t n, std::uint64_t seed, t
     t.fail(tag + ": " + e.what());
   }
   std::lock_guard lock{chk.m};
-  if (chk.bad > 0) { t.fail(tag + ": " + std::to_string(chk.bad) + " bad entries, first: " + chk.first_bad); }
+  if (chk.bad() > 0) { t.fail(tag + ": " + std::to_string(chk.bad()) + " bad entries, first: " + chk.first_bad); }
   if (!chk.expected.empty()) { t.fail(tag + ": " + std::to_string(chk.expected.size()) + " entries never delivered"); }
   res.checked = chk.got;
   return res;

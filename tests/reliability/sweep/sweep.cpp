@@ -214,7 +214,7 @@ std::uint64_t d2h_scenario(fb::fault_plan& plan, std::uint64_t fail_i, bool stic
   } else {
     ++st.not_reached;
   }
-  t.expect(chk.bad == 0, tag + ": corrupt delivery: " + chk.first_bad);
+  t.expect(chk.bad() == 0, tag + ": corrupt delivery: " + chk.first_bad);
   st.delivered += chk.got;
   ++st.scenarios;
   const auto n = plan.calls();
