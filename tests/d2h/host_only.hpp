@@ -154,4 +154,36 @@ TEST(d2hHostOnly, EntryLargerThanTheReclaimedPrefixFitsAnEmptyRing)
   EXPECT_TRUE(ch.close().clean());
 }
 
+// With branch releases (the default) a captured forward forks the capture at its first batch release; a
+// capture that ends without end_forward leaves that branch unjoined, and the capture fails with the
+// backend's typed error (CUDA: cudaErrorStreamCaptureUnjoined) instead of yielding a graph whose batch
+// releases are never joined and whose last entries are never published. The channel reports the open
+// forward at close; its release stream has left the failed capture.
+TEST(d2hHostOnly, CaptureEndingWithoutEndForwardFails)
+{
+  using B = fb::host_backend;
+  fb::stream<B> s;
+  fb::device_buffer<B> src{4096};
+  fd::config cfg;
+  cfg.ring_bytes = 1 << 20;
+  cfg.publish_every = 2;
+  ASSERT_TRUE(cfg.branch_publish);
+  fd::channel<B> ch{cfg, B{}, [](fd::entry_view&&) {}};
+  auto forget_end = [&] {
+    (void)fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
+      ch.begin_forward(cs);
+      for (std::uint32_t h = 0; h < 4; ++h) { ch.capture(fd::hook_id{h}, src.data(), 1024, cs); }
+    });
+  };
+  EXPECT_THROW(forget_end(), ferry::backend_error);
+  EXPECT_FALSE(B{}.stream_is_capturing(s.handle()));
+  try {
+    (void)ch.close();
+    ADD_FAILURE() << "close() must report the forward left open";
+  } catch (const fd::shutdown_error& e) {
+    EXPECT_TRUE(e.report().forward_open);
+    EXPECT_TRUE(e.report().unpublished.empty()) << "a captured forward reserves nothing until plan()";
+  }
+}
+
 }  // namespace ferry::test
