@@ -611,9 +611,10 @@ double memcpy_gbps()
 
 // ---------------------------------------------------------------------------------------------------
 // 4. variant sweep (--benchmark_filter=variants): copy layouts x publication placement, side by side.
-//   per hook (graph, K = 16 for ferry): <layout>/copy_only, <layout>/ferry_k16 (batch-completing entry:
-//   one block with the fused release), <layout>/ferry_k16_sep (every entry multi-block, 1-thread publish
-//   kernel every 16); layouts "single_xV" copy every entry <= 32 KiB with one block.
+//   per hook (graph, K = 16 for ferry): <layout>/copy_only, <layout>/ferry_k16 (the layout's releases:
+//   on the branch by default), <layout>/ferry_k16_sep (inline releases, never fused: every entry
+//   multi-block and a 1-thread publish kernel every 16 on the compute stream); layouts "single_xV" copy
+//   every entry <= 32 KiB with one block. One configuration at a time (not round-robin).
 //   forward (341 hooks): which part of ferry's cost over copy-only comes from the layout, the drain
 //   running during the forward (drain_paused) or the publications (k_inf: only the forward-end release).
 std::vector<shape_opts> variant_shapes()
@@ -668,8 +669,9 @@ void register_variants()
       register_variant(sh.label + "/copy_only", P, [sh, P] { return per_hook_us(variant::copy_only, P, 0, fd::head_placement::managed, sh); });
       register_variant(sh.label + "/ferry_k16", P, [sh, P] { return per_hook_us(variant::ferry, P, 16, fd::head_placement::managed, sh); });
       if (sh.single_max == 0) {
-        shape_opts sep = sh;
+        shape_opts sep = sh;  // inline releases, never fused: a 1-thread publish kernel every 16
         sep.fused_max = 0;
+        sep.branch = false;
         register_variant(sh.label + "/ferry_k16_sep", P, [sep, P] { return per_hook_us(variant::ferry, P, 16, fd::head_placement::managed, sep); });
       }
     }
@@ -715,8 +717,9 @@ void register_variants()
                 [](double) {});
   }
   const shape_opts def{};
-  shape_opts def_sep = def;
+  shape_opts def_sep = def;  // inline releases, never fused
   def_sep.fused_max = 0;
+  def_sep.branch = false;
   register_fwd_variant("no_capture", variant::no_capture, {});
   register_fwd_variant("copy_only/default", variant::copy_only, {def});
   register_fwd_variant("copy_only/legacy", variant::copy_only, {legacy_shape()});
