@@ -61,6 +61,33 @@ struct sources {
   [[nodiscard]] const void* at(std::uint64_t k) const { return static_cast<const std::byte*>(dev.data()) + k * stride; }
 };
 
+/// Zeroed device slots whose payloads a slow producer writes just before each capture: slot j is filled with
+/// pattern(j) by the probe late_fill kernel ~20 us after it starts (it lets a programmatic dependent start
+/// at once), so a copy or a release that does not wait for that kernel sees stale bytes.
+template <class B>
+struct late_sources {
+  B b;
+  fb::device_buffer<B> dev;
+  std::uint64_t stride;
+  late_sources(B be, fb::stream_view<B> s, std::uint64_t count, std::uint64_t stride_bytes)
+    : b{be}, dev{count * stride_bytes, be}, stride{stride_bytes}
+  {
+    b.memset_async(dev.data(), 0, count * stride, s.handle());
+    (void)b.preload(fb::probe::late_fill_kernel(typename B::tag{}));
+    s.synchronize();
+  }
+  /// Enqueues the slow fill of slot j on `s`, then captures it as entry j of `hook` (expected by `chk`).
+  template <class Checker>
+  void fill_and_capture(fd::channel<B>& ch, Checker& chk, fb::stream_view<B> s, std::uint64_t j, std::uint32_t hook)
+  {
+    auto* src = static_cast<std::uint64_t*>(dev.data()) + j * stride / 8;
+    b.launch(fb::probe::late_fill_kernel(typename B::tag{}), fb::launch_config{{1}, {128}, 0}, s.handle(), src,
+             std::uint64_t{stride / 8}, std::uint64_t{j}, std::uint64_t{20'000});
+    chk.expect(j, hook, stride);
+    ch.capture(fd::hook_id{hook}, src, stride, s);
+  }
+};
+
 /// Blocks a stream until the CPU opens it (the probe consume kernel spins on a system-scope acquire).
 template <class B>
 struct gate {
@@ -318,8 +345,7 @@ TYPED_TEST_P(D2hChannel, ProgrammaticLaunchJoinsLikeStreamOrder)
   for (auto fault : {fd::debug_fault::none, fd::debug_fault::programmatic_without_wait}) {
     fb::stream<B> s{this->b};
     constexpr std::uint64_t n = 256, stride = 1024;
-    fb::device_buffer<B> dsrc{n * stride, this->b};
-    this->b.memset_async(dsrc.data(), 0, n * stride, s.handle());
+    late_sources<B> src{this->b, s, n, stride};
     checker chk;
     auto cfg = this->small_config(1 << 20, 16);
     cfg.debug = fault;
@@ -327,16 +353,8 @@ TYPED_TEST_P(D2hChannel, ProgrammaticLaunchJoinsLikeStreamOrder)
     if (!ch.programmatic_launch()) {
       GTEST_SKIP() << "no programmatic dependent launch on " << B::name() << " (needs CUDA on sm_90+)";
     }
-    (void)this->b.preload(fb::probe::late_fill_kernel(typename B::tag{}));
-    s.synchronize();
     ch.begin_forward(s);
-    for (std::uint64_t j = 0; j < n; ++j) {
-      auto* src = static_cast<std::uint64_t*>(dsrc.data()) + j * stride / 8;
-      this->b.launch(fb::probe::late_fill_kernel(typename B::tag{}), fb::launch_config{{1}, {128}, 0}, s.handle(), src,
-                     std::uint64_t{stride / 8}, std::uint64_t{j}, std::uint64_t{20'000});
-      chk.expect(j, 7, stride);
-      ch.capture(fd::hook_id{7}, src, stride, s);
-    }
+    for (std::uint64_t j = 0; j < n; ++j) { src.fill_and_capture(ch, chk, s, j, 7); }
     (void)ch.end_forward(s);
     (void)ch.close();
     if (fault == fd::debug_fault::none) {
@@ -362,24 +380,15 @@ TYPED_TEST_P(D2hChannel, BranchPublishWaitsForTheFork)
   for (auto fault : {fd::debug_fault::none, fd::debug_fault::branch_publish_without_fork}) {
     fb::stream<B> s{this->b};
     constexpr std::uint64_t n = 96, stride = 1024;
-    fb::device_buffer<B> dsrc{n * stride, this->b};
-    this->b.memset_async(dsrc.data(), 0, n * stride, s.handle());
+    late_sources<B> src{this->b, s, n, stride};
     checker chk;
     auto cfg = this->small_config(1 << 20, 4);
     cfg.branch_publish = true;
     cfg.debug = fault;
     fd::channel<B> ch{cfg, this->b, chk.callback()};
-    (void)this->b.preload(fb::probe::late_fill_kernel(typename B::tag{}));
-    s.synchronize();
     for (std::uint64_t f = 0; f < 3; ++f) {
       ch.begin_forward(s);
-      for (std::uint64_t j = f * n / 3; j < (f + 1) * n / 3; ++j) {
-        auto* src = static_cast<std::uint64_t*>(dsrc.data()) + j * stride / 8;
-        this->b.launch(fb::probe::late_fill_kernel(typename B::tag{}), fb::launch_config{{1}, {128}, 0}, s.handle(),
-                       src, std::uint64_t{stride / 8}, std::uint64_t{j}, std::uint64_t{20'000});
-        chk.expect(j, 9, stride);
-        ch.capture(fd::hook_id{9}, src, stride, s);
-      }
+      for (std::uint64_t j = f * n / 3; j < (f + 1) * n / 3; ++j) { src.fill_and_capture(ch, chk, s, j, 9); }
       (void)ch.end_forward(s);
     }
     (void)ch.close();

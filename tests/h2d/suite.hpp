@@ -128,6 +128,18 @@ class H2d : public ::testing::Test {
     return m;
   }
 
+  /// One captured graph per runner slot, each uploading group "step" from that slot (replay graphs[slot]).
+  std::vector<fb::graph_exec<B>> step_graphs(fh::publisher<B>& pub, std::size_t slots = 2)
+  {
+    std::vector<fb::graph_exec<B>> graphs;
+    for (std::size_t slot = 0; slot < slots; ++slot) {
+      graphs.push_back(fb::graph_exec<B>::capture(owner->view(), [&](fb::stream_view<B> s) {
+        pub.capture_upload("step", slot, s);
+      }));
+    }
+    return graphs;
+  }
+
   /// Counts of the standard "step" publication for batch size n (mask capped at its capacity).
   static std::vector<std::pair<fh::buffer_handle, std::size_t>> step_counts(const mixed& m, std::size_t n)
   {
@@ -849,12 +861,7 @@ TYPED_TEST_P(H2d, CapturedUploadReplaysWithStagedCounts)
     fh::publisher<B> pub{this->b};
     typename TestFixture::model md;
     auto m = this->prepare(pub, k, md);
-    std::vector<fb::graph_exec<B>> graphs;
-    for (std::size_t slot = 0; slot < 2; ++slot) {
-      graphs.push_back(fb::graph_exec<B>::capture(this->owner->view(), [&](fb::stream_view<B> s) {
-        pub.capture_upload("step", slot, s);
-      }));
-    }
+    auto graphs = this->step_graphs(pub);
     // batch is never capturable
     for (std::size_t step = 0; step < 6; ++step) {
       auto s = pub.begin(step % 2);
@@ -887,12 +894,7 @@ TYPED_TEST_P(H2d, ScatterKnobsKeepExactBytes)
           fh::publisher<B> pub{this->b};
           typename TestFixture::model md;
           auto m = this->prepare(pub, k, md);
-          std::vector<fb::graph_exec<B>> graphs;
-          for (std::size_t slot = 0; slot < 2; ++slot) {
-            graphs.push_back(fb::graph_exec<B>::capture(this->owner->view(), [&](fb::stream_view<B> s) {
-              pub.capture_upload("step", slot, s);
-            }));
-          }
+          auto graphs = this->step_graphs(pub);
           for (std::size_t step = 0; step < 6; ++step) {
             auto s = pub.begin(step % 2);
             const std::size_t n = (step * 37 + 5) % 64;
