@@ -243,10 +243,13 @@ struct per_hook_rig {
   explicit per_hook_rig(std::uint64_t p)
     : P{p}, hooks{std::max<std::uint64_t>(1, std::min<std::uint64_t>(host_mode ? 64 : 512, ring_cap() / p / 2))},
       slots{std::max<std::uint64_t>(1, std::min<std::uint64_t>(hooks, ring_cap() / p))},
-      sms{b.attributes(fb::device_id{0}).sm_count}, src{p, b}, ring{slots * p, b}, aux{256, b},
+      sms{b.attributes(fb::device_id{0}).sm_count}, src{p + 256, b}, ring{slots * p + 256, b}, aux{256, b},
       state{256, b}, flag{128, b}
   {
     fill_device(b, s, src.data(), P, 7);
+    // A zero word past the payload and past the ring's last slot (diagnostic cursor_modes 7 and 8).
+    b.memset_async(static_cast<std::byte*>(src.data()) + P, 0, 256, s.handle());
+    b.memset_async(static_cast<std::byte*>(ring.data()) + slots * P, 0, 256, s.handle());
     b.memset_async(aux.data(), 0, 256, s.handle());  // [0] forward counter (u64), [64] join counter (u32)
     b.memset_async(state.data(), 0, 256, s.handle());  // a device_state, or cursor_mode 5's two lines
     s.synchronize();
@@ -284,7 +287,9 @@ contestant copy_contestant(per_hook_rig& r, std::string name, variant v, const s
       bk::copy_args a{static_cast<std::byte*>(r.ring.data()) + (h % r.slots) * r.P,
                       static_cast<const std::byte*>(r.src.data()), r.P, r.flag.template device_as<std::uint64_t>(), fwd,
                       r.hooks, h, join, vpt_of(sh), cursor_mode, fwd + 16};  // aux[128..136): zero, its own line
-      if (cursor_mode >= 3) {
+      if (cursor_mode == 7) { a.cursor = reinterpret_cast<std::uint64_t*>(static_cast<std::byte*>(r.src.data()) + r.P); }
+      if (cursor_mode == 8) { a.cursor = reinterpret_cast<std::uint64_t*>(static_cast<std::byte*>(r.ring.data()) + r.slots * r.P); }
+      if (cursor_mode >= 3 && cursor_mode <= 6) {
         a.cursor = r.state.template as<std::uint64_t>();
         a.parity = static_cast<std::uint32_t>(h % 2);
         a.ring = static_cast<std::byte*>(r.ring.data());
@@ -706,6 +711,10 @@ void register_variants()
                                   copy("copy_only_two_slot_placed", variant::copy_only, def, 4),
                                   copy("copy_only_two_slot_two_lines", variant::copy_only, def, 5),
                                   copy("copy_only_two_slot_8b", variant::copy_only, def, 6),
+                                  copy("copy_only_word_in_src", variant::copy_only, def, 7),
+                                  copy("copy_only_word_in_ring", variant::copy_only, def, 8),
+                                  copy("copy_only_word_block_bcast", variant::copy_only, def, 9),
+                                  copy("copy_only_word_ldg", variant::copy_only, def, 10),
                                   copy("ferry_kernel", variant::ferry_kernel, def, 0),
                                   copy("ferry_kernel_no_chain", variant::ferry_kernel, def, 1),
                                   copy("copy_only_plain", variant::copy_only, plain, 0),

@@ -38,6 +38,14 @@ __device__ inline void copy_grid(const copy_args& a)
           if (blockIdx.x == 0 && threadIdx.x == 0) { slots[a.parity ^ 1U] = ulonglong2{phys + a.bytes, c.y}; }
           return a.cursor_mode == 3 ? a.dst : a.ring + phys;
         }
+        if (a.cursor_mode == 9) {  // one load per block (thread 0), broadcast through shared memory
+          __shared__ std::uint64_t word;
+          if (threadIdx.x == 0) { word = *a.cursor; }
+          __syncthreads();
+          return a.dst + word;
+        }
+        if (a.cursor_mode == 10) { return a.dst + __ldg(a.cursor); }  // the read-only (non-coherent) path
+        // modes 1, 2, 7 (word in the source allocation), 8 (word in the ring allocation)
         const std::uint64_t c = *a.cursor;  // always 0
         if (a.cursor_mode == 2 && blockIdx.x == 0 && threadIdx.x == 0) { *a.cursor = c; }
         return a.dst + c;

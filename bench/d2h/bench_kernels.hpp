@@ -33,6 +33,9 @@ struct copy_args {
   /// kernel reads slot[parity] (16 bytes) and thread (0, 0) writes slot[parity ^ 1] = {phys + bytes (wrapped
   /// at ring_bytes), dyn}. Mode 3 still writes to dst; mode 4 writes to ring + phys (ferry's placement);
   /// mode 5 is mode 4 with the two slots 128 bytes apart; mode 6 is mode 4 with 8-byte slots {phys}.
+  /// Where the mode-1 word lives or how it is read: 7 in the source's allocation (just past the payload),
+  /// 8 in the ring's allocation (past the last slot), 9 one load per block broadcast through shared memory,
+  /// 10 through the read-only data path (__ldg).
   std::uint32_t parity{0};
   std::byte* ring{nullptr};
   std::uint64_t ring_bytes{0};

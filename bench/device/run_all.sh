@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
-# One device-tool call: bench/device/h200.sh with the given steps (+ "probe": the exploratory H2D upload
-# probe), every output packed into $OUT/results.tgz (the device tool returns at most 8 files).
+# One device-tool call: bench/device/h200.sh with the given steps (+ "probe": every exploratory probe in
+# bench/device/probes/, or "probe=<name>": one), every output packed into $OUT/results.tgz (the device tool
+# returns at most 8 files).
 set -uo pipefail
 final=${OUT:?}
 export OUT=$final/r
 mkdir -p "$OUT"
 rc=0
 steps=()
-probe=0
+probes=()
 for s in "$@"; do
-  if [[ $s == probe ]]; then probe=1; else steps+=("$s"); fi
+  case $s in
+    probe) probes+=(bench/device/probes/*.cu) ;;
+    probe=*) probes+=("bench/device/probes/${s#probe=}.cu") ;;
+    *) steps+=("$s") ;;
+  esac
 done
 if ((${#steps[@]})); then bash bench/device/h200.sh "${steps[@]}" || rc=1; fi
-if ((probe)); then
-  /usr/local/cuda/bin/nvcc -O3 -std=c++17 -arch=sm_90 bench/device/probes/h2d_upload_probe.cu -o "$OUT/../probe.bin" &&
-    "$OUT/../probe.bin" | tee "$OUT/h2d_upload_probe.txt"
-  rm -f "$OUT/../probe.bin"
-fi
+for p in "${probes[@]}"; do
+  n=$(basename "$p" .cu)
+  { /usr/local/cuda/bin/nvcc -O3 -std=c++17 -arch=sm_90 "$p" -o "$OUT/../$n.bin" &&
+    "$OUT/../$n.bin" | tee "$OUT/$n.txt"; } || rc=1
+  rm -f "$OUT/../$n.bin"
+done
 tar czf "$final/results.tgz" -C "$final" r && rm -rf "$final/r"
 exit $rc

@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: Apache-2.0
+// Exploratory probe (not a ferry benchmark): can small per-step metadata travel IN the scatter kernel's
+// parameters (no DMA, no zero-copy read after the start event)? In a graph the CPU rewrites the kernel
+// node's parameters before each replay (cudaGraphExecKernelNodeSetParams: it applies to the next launch,
+// not to launches in flight). Each cell: GPU span from an event before the launch to an event after the
+// consumer, median of 400 after 20 warm-ups, random data changed every iteration and checked afterwards.
+//   floor    : [consumer]
+//   param_g  : graph [params kernel -> consumer], node parameters rewritten before every replay
+//   param_e  : eager params kernel + consumer
+//   zc8_g    : graph [8-block kernel reads the bytes from mapped pinned memory -> consumer]
+//   dma_g    : graph [memcpy H2D -> consumer]
+// plus the CPU cost of one node-parameter rewrite (set_us) and of one eager launch (launch_us).
+// Build: nvcc -O3 -std=c++17 -arch=sm_90 h2d_params_probe.cu -o h2d_params_probe
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#define CK(x)                                                                                    \
+  do {                                                                                           \
+    cudaError_t e_ = (x);                                                                        \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+template <size_t N>
+struct payload {
+  uint4* dst;
+  uint4 v[N / 16];
+};
+
+template <size_t N>
+__global__ void from_params(const __grid_constant__ payload<N> p)
+{
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < N / 16; i += (size_t)gridDim.x * blockDim.x) {
+    p.dst[i] = p.v[i];
+  }
+}
+
+__global__ void consume(const uint4* p, size_t n16, unsigned long long* out)
+{
+  unsigned long long acc = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16; i += (size_t)gridDim.x * blockDim.x) {
+    const uint4 v = p[i];
+    acc += v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x123456789ULL) { *out = acc; }
+}
+
+__global__ void zc_copy(uint4* dst, const uint4* src, size_t n16)
+{
+  constexpr int V = 8;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t base = blockIdx.x * (size_t)blockDim.x + threadIdx.x; base < n16; base += stride * V) {
+    uint4 r[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const size_t i = base + j * stride;
+      if (i < n16) { r[j] = src[i]; }
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const size_t i = base + j * stride;
+      if (i < n16) { dst[i] = r[j]; }
+    }
+  }
+}
+
+static float median(std::vector<float> v)
+{
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct timer {
+  cudaEvent_t a, b;
+  timer()
+  {
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+  }
+  float us() const
+  {
+    float t;
+    CK(cudaEventElapsedTime(&t, a, b));
+    return t * 1000.f;
+  }
+};
+
+template <class F>
+float time_graph(cudaStream_t s, F&& body)
+{
+  cudaGraph_t g;
+  cudaGraphExec_t x;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  body(s);
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&x, g, 0));
+  timer t;
+  std::vector<float> us;
+  for (int i = 0; i < 420; ++i) {
+    CK(cudaEventRecord(t.a, s));
+    CK(cudaGraphLaunch(x, s));
+    CK(cudaEventRecord(t.b, s));
+    CK(cudaEventSynchronize(t.b));
+    if (i >= 20) { us.push_back(t.us()); }
+  }
+  CK(cudaGraphExecDestroy(x));
+  CK(cudaGraphDestroy(g));
+  return median(us);
+}
+
+template <size_t N>
+void row(cudaStream_t s, void* h_mapped, void* d_mapped, uint4* d_dst, unsigned long long* d_out, std::mt19937_64& rng)
+{
+  const size_t n16 = N / 16;
+  const unsigned cblocks = static_cast<unsigned>(std::max<size_t>(1, N / 4096));
+  const unsigned pblocks = static_cast<unsigned>(std::max<size_t>(1, N / 4096));
+  auto consumer = [&](cudaStream_t st) { consume<<<cblocks, 256, 0, st>>>(d_dst, n16, d_out); };
+  const float floor = time_graph(s, consumer);
+  const float zc8 = time_graph(s, [&](cudaStream_t st) {
+    zc_copy<<<8, 128, 0, st>>>(d_dst, static_cast<const uint4*>(d_mapped), n16);
+    consumer(st);
+  });
+  const float dma = time_graph(s, [&](cudaStream_t st) {
+    CK(cudaMemcpyAsync(d_dst, h_mapped, N, cudaMemcpyHostToDevice, st));
+    consumer(st);
+  });
+
+  auto* p = new payload<N>{};
+  p->dst = d_dst;
+  void* args[] = {p};
+  // graph [params kernel -> consumer], built explicitly so the kernel node is at hand
+  cudaGraph_t g;
+  CK(cudaGraphCreate(&g, 0));
+  cudaKernelNodeParams kp{};
+  kp.func = reinterpret_cast<void*>(&from_params<N>);
+  kp.gridDim = dim3(pblocks);
+  kp.blockDim = dim3(256);
+  kp.kernelParams = args;
+  cudaGraphNode_t kn, cn;
+  CK(cudaGraphAddKernelNode(&kn, g, nullptr, 0, &kp));
+  const uint4* cdst = d_dst;
+  void* cargs[] = {&cdst, const_cast<size_t*>(&n16), &d_out};
+  cudaKernelNodeParams cp{};
+  cp.func = reinterpret_cast<void*>(&consume);
+  cp.gridDim = dim3(cblocks);
+  cp.blockDim = dim3(256);
+  cp.kernelParams = cargs;
+  CK(cudaGraphAddKernelNode(&cn, g, &kn, 1, &cp));
+  cudaGraphExec_t x;
+  CK(cudaGraphInstantiate(&x, g, 0));
+  timer t;
+  std::vector<float> gus, eus, set_us, launch_us;
+  std::vector<uint4> back(n16);
+  long bad = 0;
+  auto fill = [&] {
+    auto* w = reinterpret_cast<unsigned long long*>(p->v);
+    for (size_t i = 0; i < N / 8; ++i) { w[i] = rng() | 1; }
+  };
+  auto check = [&] {
+    CK(cudaMemcpy(back.data(), d_dst, N, cudaMemcpyDeviceToHost));
+    if (std::memcmp(back.data(), p->v, N) != 0) { ++bad; }
+  };
+  for (int i = 0; i < 420; ++i) {
+    fill();
+    const auto c0 = std::chrono::steady_clock::now();
+    CK(cudaGraphExecKernelNodeSetParams(x, kn, &kp));
+    const auto c1 = std::chrono::steady_clock::now();
+    CK(cudaEventRecord(t.a, s));
+    CK(cudaGraphLaunch(x, s));
+    CK(cudaEventRecord(t.b, s));
+    CK(cudaEventSynchronize(t.b));
+    if (i >= 20) {
+      gus.push_back(t.us());
+      set_us.push_back(std::chrono::duration<float, std::micro>(c1 - c0).count());
+    }
+    if (i % 8 == 0) { check(); }
+  }
+  for (int i = 0; i < 420; ++i) {
+    fill();
+    CK(cudaEventRecord(t.a, s));
+    const auto c0 = std::chrono::steady_clock::now();
+    from_params<N><<<pblocks, 256, 0, s>>>(*p);
+    const auto c1 = std::chrono::steady_clock::now();
+    consumer(s);
+    CK(cudaEventRecord(t.b, s));
+    CK(cudaEventSynchronize(t.b));
+    if (i >= 20) {
+      eus.push_back(t.us());
+      launch_us.push_back(std::chrono::duration<float, std::micro>(c1 - c0).count());
+    }
+    if (i % 8 == 0) { check(); }
+  }
+  // eager floor: consumer alone
+  std::vector<float> efl;
+  for (int i = 0; i < 420; ++i) {
+    CK(cudaEventRecord(t.a, s));
+    consumer(s);
+    CK(cudaEventRecord(t.b, s));
+    CK(cudaEventSynchronize(t.b));
+    if (i >= 20) { efl.push_back(t.us()); }
+  }
+  std::printf("%8zu %7.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %5ld\n", N, floor, median(gus), zc8, dma,
+              median(efl), median(eus), median(set_us), median(launch_us), bad);
+  CK(cudaGraphExecDestroy(x));
+  CK(cudaGraphDestroy(g));
+  delete p;
+}
+
+int main()
+{
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const size_t maxb = 64 << 10;
+  void* h_mapped;
+  CK(cudaHostAlloc(&h_mapped, maxb, cudaHostAllocMapped));
+  std::mt19937_64 rng{42};
+  auto* w = static_cast<unsigned long long*>(h_mapped);
+  for (size_t i = 0; i < maxb / 8; ++i) { w[i] = rng() | 1; }
+  void *d_dst, *d_out, *dm;
+  CK(cudaMalloc(&d_dst, maxb));
+  CK(cudaMalloc(&d_out, 64));
+  CK(cudaHostGetDevicePointer(&dm, h_mapped, 0));
+  std::printf("%8s %7s %8s %8s %8s %8s %8s %8s %9s %5s\n", "bytes", "floor_g", "param_g", "zc8_g", "dma_g", "floor_e",
+              "param_e", "set_us", "launch_us", "bad");
+  auto* dst = static_cast<uint4*>(d_dst);
+  auto* out = static_cast<unsigned long long*>(d_out);
+  row<256>(s, h_mapped, dm, dst, out, rng);
+  row<1024>(s, h_mapped, dm, dst, out, rng);
+  row<4096>(s, h_mapped, dm, dst, out, rng);
+  row<8192>(s, h_mapped, dm, dst, out, rng);
+  row<16384>(s, h_mapped, dm, dst, out, rng);
+  row<32000>(s, h_mapped, dm, dst, out, rng);
+  return 0;
+}
