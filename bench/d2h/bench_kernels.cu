@@ -31,7 +31,7 @@ __device__ inline void copy_grid(const copy_args& a)
           if (blockIdx.x == 0 && threadIdx.x == 0) { a.cursor[a.parity ^ 1U] = phys + a.bytes; }
           return a.ring + phys;
         }
-        if (a.cursor_mode >= 3) {
+        if (a.cursor_mode == 3 || a.cursor_mode == 4) {
           auto* slots = reinterpret_cast<ulonglong2*>(a.cursor);
           const ulonglong2 c = slots[a.parity];
           const std::uint64_t phys = c.x + a.bytes > a.ring_bytes ? 0 : c.x;
