@@ -19,7 +19,7 @@ done
 if ((${#steps[@]})); then bash bench/device/h200.sh "${steps[@]}" || rc=1; fi
 for p in "${probes[@]}"; do
   n=$(basename "$p" .cu)
-  { /usr/local/cuda/bin/nvcc -O3 -std=c++17 -arch=sm_90 "$p" -o "$OUT/../$n.bin" &&
+  { /usr/local/cuda/bin/nvcc -O3 -std=c++20 -arch=sm_90 -I include -I kernels "$p" -o "$OUT/../$n.bin" &&
     "$OUT/../$n.bin" | tee "$OUT/$n.txt"; } || rc=1
   rm -f "$OUT/../$n.bin"
 done

@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: Apache-2.0
+// Exploratory probe (not a ferry benchmark): where ferry's zero-copy scatter spends its time in a graph,
+// against a plain zero-copy copy of the same bytes. Uses ferry's own scatter body (kernels/detail/
+// h2d_scatter.cuh) on the anchor cases' layouts. Each cell: GPU span from an event before the graph launch
+// to an event after it, median of 400 replays after 20 warm-ups; the destinations are checked.
+//   floor       : [consumer]
+//   plain8      : [8-block copy of the arena's payload bytes, contiguous, no tiles -> consumer]
+//   dev_s1/s2   : ferry's scatter, tile table in device memory, counts from the mapped header, spec 1 / 2
+//   dev_ci      : tile table in device memory, counts in the kernel parameters (no header read)
+//   par_s2      : tile table in the kernel parameters, counts from the header, spec 2
+//   par_ci      : tile table and counts in the kernel parameters
+// Build (repo root): nvcc -O3 -std=c++20 -arch=sm_90 -I include -I kernels bench/device/probes/h2d_scatter_probe.cu
+#include "detail/h2d_scatter.cuh"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#define CK(x)                                                                                    \
+  do {                                                                                           \
+    cudaError_t e_ = (x);                                                                        \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+using ferry::h2d::detail::scatter_params;
+using ferry::h2d::detail::tile_desc;
+
+constexpr int max_tiles = 64;
+struct inline_tiles {
+  scatter_params p;
+  tile_desc t[max_tiles];
+};
+
+__global__ void scatter_dev(scatter_params p) { ferry::kernels::h2d::scatter_share(p, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x); }
+
+__global__ void scatter_par(const __grid_constant__ inline_tiles a)
+{
+  const scatter_params& p = a.p;
+  for (std::uint32_t t = blockIdx.x; t < p.tile_count; t += gridDim.x) {
+    const tile_desc& td = a.t[t];
+    if (p.counts_inline != 0) {
+      const auto count = static_cast<std::int64_t>(p.count[td.member]);
+      if (count <= 0 || static_cast<std::uint64_t>(count) <= td.start) { continue; }
+      ferry::kernels::h2d::scatter_tile(p, td, count, true, threadIdx.x, blockDim.x);
+      continue;
+    }
+    ferry::kernels::h2d::scatter_tile(p, td, p.header[2 * td.member + 1], p.spec >= 2 || td.start == 0, threadIdx.x,
+                                      blockDim.x);
+  }
+}
+
+__global__ void consume(const uint4* p, size_t n16, unsigned long long* out)
+{
+  unsigned long long acc = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16; i += (size_t)gridDim.x * blockDim.x) {
+    const uint4 v = p[i];
+    acc += v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x123456789ULL) { *out = acc; }
+}
+
+__global__ void plain_copy(uint4* dst, const uint4* src, size_t n16)
+{
+  constexpr int V = 8;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t base = blockIdx.x * (size_t)blockDim.x + threadIdx.x; base < n16; base += stride * V) {
+    uint4 r[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const size_t i = base + j * stride;
+      if (i < n16) { r[j] = src[i]; }
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const size_t i = base + j * stride;
+      if (i < n16) { dst[i] = r[j]; }
+    }
+  }
+}
+
+template <class F>
+float time_graph(cudaStream_t s, F&& body)
+{
+  cudaGraph_t g;
+  cudaGraphExec_t x;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  body(s);
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&x, g, 0));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int i = 0; i < 420; ++i) {
+    CK(cudaEventRecord(a, s));
+    CK(cudaGraphLaunch(x, s));
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float t;
+    CK(cudaEventElapsedTime(&t, a, b));
+    if (i >= 20) { ms.push_back(t); }
+  }
+  std::sort(ms.begin(), ms.end());
+  CK(cudaGraphExecDestroy(x));
+  CK(cudaGraphDestroy(g));
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  return ms[ms.size() / 2] * 1000.f;
+}
+
+void run_case(const char* name, const std::vector<size_t>& sizes, cudaStream_t s, int sms)
+{
+  constexpr size_t tile_bytes = 8192;
+  constexpr unsigned threads = 128;
+  const size_t n = sizes.size();
+  // arena: header (n x {offset, count}) then payloads, 16-byte aligned; destinations 256-byte aligned
+  std::vector<size_t> aoff(n), doff(n);
+  size_t a = 16 * n, d = 0;
+  for (size_t i = 0; i < n; ++i) {
+    aoff[i] = a;
+    a += (sizes[i] + 15) / 16 * 16;
+    doff[i] = d;
+    d += (sizes[i] + 255) / 256 * 256;
+  }
+  const size_t arena_bytes = a, dst_bytes = d;
+  void* h;
+  CK(cudaHostAlloc(&h, arena_bytes, cudaHostAllocMapped));
+  void* hd;
+  CK(cudaHostGetDevicePointer(&hd, h, 0));
+  std::mt19937_64 rng{7};
+  for (size_t i = 0; i < arena_bytes; ++i) { static_cast<unsigned char*>(h)[i] = static_cast<unsigned char>(rng() | 1); }
+  auto* hdr = static_cast<std::int64_t*>(h);
+  for (size_t i = 0; i < n; ++i) {
+    hdr[2 * i] = static_cast<std::int64_t>(aoff[i]);
+    hdr[2 * i + 1] = static_cast<std::int64_t>(sizes[i]);
+  }
+  unsigned char* dst;
+  CK(cudaMalloc(&dst, dst_bytes));
+  unsigned long long* out;
+  CK(cudaMalloc(&out, 64));
+  std::vector<tile_desc> tiles;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    for (size_t st = 0; st < sizes[i]; st += tile_bytes) {
+      tile_desc t{};
+      t.dst = reinterpret_cast<std::uintptr_t>(dst) + doff[i] + st;
+      t.src = aoff[i] + st;
+      t.start = st;
+      t.member = i;
+      t.len = static_cast<std::uint32_t>(std::min(tile_bytes, sizes[i] - st));
+      tiles.push_back(t);
+    }
+  }
+  std::stable_sort(tiles.begin(), tiles.end(), [](const tile_desc& x, const tile_desc& y) { return x.start < y.start; });
+  tile_desc* dtiles;
+  CK(cudaMalloc(&dtiles, tiles.size() * sizeof(tile_desc)));
+  CK(cudaMemcpy(dtiles, tiles.data(), tiles.size() * sizeof(tile_desc), cudaMemcpyHostToDevice));
+  const unsigned grid = static_cast<unsigned>(std::min<size_t>(tiles.size(), static_cast<size_t>(sms) * (2048 / threads)));
+  auto params = [&](int spec, bool ci) {
+    scatter_params p{};
+    p.header = static_cast<const std::int64_t*>(hd);
+    p.arena = static_cast<const unsigned char*>(hd);
+    p.tiles = dtiles;
+    p.tile_count = static_cast<std::uint32_t>(tiles.size());
+    p.tile_bytes = tile_bytes;
+    p.spec = static_cast<std::uint32_t>(spec);
+    p.counts_inline = ci ? 1u : 0u;
+    if (ci) {
+      for (size_t i = 0; i < n; ++i) { p.count[i] = sizes[i]; }
+    }
+    return p;
+  };
+  const size_t c16 = dst_bytes / 16;
+  const unsigned cblocks = static_cast<unsigned>(std::max<size_t>(1, dst_bytes / 4096));
+  auto consumer = [&](cudaStream_t st) { consume<<<cblocks, 256, 0, st>>>(reinterpret_cast<const uint4*>(dst), c16, out); };
+  auto check = [&](const char* what) {
+    std::vector<unsigned char> back(dst_bytes);
+    CK(cudaMemcpy(back.data(), dst, dst_bytes, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; ++i) {
+      if (std::memcmp(back.data() + doff[i], static_cast<unsigned char*>(h) + aoff[i], sizes[i]) != 0) {
+        std::printf("  %s: member %zu WRONG\n", what, i);
+        return;
+      }
+    }
+  };
+  auto dev = [&](int spec, bool ci, const char* what) {
+    CK(cudaMemset(dst, 0, dst_bytes));
+    const scatter_params p = params(spec, ci);
+    const float us = time_graph(s, [&](cudaStream_t st) {
+      scatter_dev<<<grid, threads, 0, st>>>(p);
+      consumer(st);
+    });
+    check(what);
+    return us;
+  };
+  auto par = [&](int spec, bool ci, const char* what) {
+    if (tiles.size() > max_tiles) { return -1.f; }
+    CK(cudaMemset(dst, 0, dst_bytes));
+    inline_tiles it{};
+    it.p = params(spec, ci);
+    std::copy(tiles.begin(), tiles.end(), it.t);
+    const float us = time_graph(s, [&](cudaStream_t st) {
+      scatter_par<<<grid, threads, 0, st>>>(it);
+      consumer(st);
+    });
+    check(what);
+    return us;
+  };
+  const float floor = time_graph(s, consumer);
+  const size_t pay16 = (arena_bytes - 16 * n) / 16;
+  const float plain = time_graph(s, [&](cudaStream_t st) {
+    plain_copy<<<8, 128, 0, st>>>(reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(static_cast<char*>(hd) + 16 * n),
+                                  std::min(pay16, c16));
+    consumer(st);
+  });
+  const float s1 = dev(1, false, "dev_s1"), s2 = dev(2, false, "dev_s2"), ci = dev(1, true, "dev_ci");
+  const float p2 = par(2, false, "par_s2"), pci = par(1, true, "par_ci");
+  std::printf("%-10s %5zu %6zu %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f\n", name, tiles.size(), arena_bytes, floor, plain,
+              s1, s2, ci, p2, pci);
+  CK(cudaFreeHost(h));
+  CK(cudaFree(dst));
+  CK(cudaFree(out));
+  CK(cudaFree(dtiles));
+}
+
+int main()
+{
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  std::printf("%-10s %5s %6s %7s %7s %7s %7s %7s %7s %7s\n", "case", "tiles", "arena", "floor", "plain8", "dev_s1", "dev_s2",
+              "dev_ci", "par_s2", "par_ci");
+  run_case("tiny4", std::vector<size_t>(4, 64), s, sms);
+  run_case("small32", std::vector<size_t>(32, 256), s, sms);
+  run_case("small64", std::vector<size_t>(64, 512), s, sms);
+  run_case("decode256", {1024, 2048, 1024, 2048, 65536, 1028, 1024, 1024, 1024, 1024, 2048, 1024}, s, sms);
+  return 0;
+}
