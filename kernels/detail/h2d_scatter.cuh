@@ -66,6 +66,43 @@ FERRY_HD inline void store_partial(unsigned char* dst, const vec16& v, std::uint
   }
 }
 
+/// Copies the first avail() bytes of [0, load_len) with 16-byte moves (a partial last vector by bytes):
+/// every load of a pass is issued before avail() is consulted, so with a speculative `load_len` the
+/// count's load overlaps the payload's.
+template <class Avail>
+FERRY_HD inline void scatter_vecs(unsigned char* dst, const unsigned char* src, std::uint32_t load_len,
+                                  std::uint32_t thread, std::uint32_t threads, Avail&& avail_fn)
+{
+  const std::uint32_t vecs = (load_len + 15u) / 16u;
+  const auto* s = reinterpret_cast<const vec16*>(src);
+  auto* d = reinterpret_cast<vec16*>(dst);
+  for (std::uint32_t base = thread; base < vecs; base += threads * max_inflight) {
+    vec16 r[max_inflight];
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#pragma unroll
+#endif
+    for (std::uint32_t u = 0; u < max_inflight; ++u) {
+      const std::uint32_t i = base + u * threads;
+      if (i < vecs) { r[u] = s[i]; }
+    }
+    const std::uint32_t avail = avail_fn();
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#pragma unroll
+#endif
+    for (std::uint32_t u = 0; u < max_inflight; ++u) {
+      const std::uint32_t i = base + u * threads;
+      if (i < vecs) {
+        const std::uint32_t lo = i * 16u;
+        if (lo + 16u <= avail) {
+          d[i] = r[u];
+        } else if (lo < avail) {
+          store_partial(dst + lo, r[u], avail - lo);
+        }
+      }
+    }
+  }
+}
+
 /// One tile: bytes [0, min(td.len, count - td.start)) of the tile. With `speculative`, the payload loads
 /// (up to the capacity-clipped tile, padded to 16 bytes: inside the arena) are issued before the count is
 /// known, so a zero-copy tile costs one PCIe round trip instead of two.
@@ -84,34 +121,14 @@ FERRY_HD inline void scatter_tile(const ferry::h2d::detail::scatter_params& p, c
     copy_share(dst, src, avail_of(count), thread, threads);
     return;
   }
-  std::uint32_t avail = speculative ? td.len : avail_of(count);
-  const std::uint32_t vecs = (avail + 15u) / 16u;
-  const auto* s = reinterpret_cast<const vec16*>(src);
-  auto* d = reinterpret_cast<vec16*>(dst);
-  for (std::uint32_t base = thread; base < vecs; base += threads * max_inflight) {
-    vec16 r[max_inflight];
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-#pragma unroll
-#endif
-    for (std::uint32_t u = 0; u < max_inflight; ++u) {
-      const std::uint32_t i = base + u * threads;
-      if (i < vecs) { r[u] = s[i]; }
-    }
-    if (speculative) { avail = avail_of(count); }  // the count load was issued with the payload loads
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-#pragma unroll
-#endif
-    for (std::uint32_t u = 0; u < max_inflight; ++u) {
-      const std::uint32_t i = base + u * threads;
-      if (i < vecs) {
-        const std::uint32_t lo = i * 16u;
-        if (lo + 16u <= avail) {
-          d[i] = r[u];
-        } else if (lo < avail) {
-          store_partial(dst + lo, r[u], avail - lo);
-        }
-      }
-    }
+  // Two code paths, not one with `speculative ? len : avail_of(count)`: compiled as a select, that made the
+  // loop bound (and so every payload load) wait for the count, i.e. two PCIe round trips per zero-copy
+  // tile instead of one (probe bench/device/probes/h2d_scatter_probe.cu: +1.1-1.4 us per graph replay).
+  if (speculative) {
+    scatter_vecs(dst, src, td.len, thread, threads, [&] { return avail_of(count); });
+  } else {
+    const std::uint32_t avail = avail_of(count);
+    scatter_vecs(dst, src, avail, thread, threads, [avail] { return avail; });
   }
 }
 
