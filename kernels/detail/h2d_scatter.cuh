@@ -103,11 +103,22 @@ FERRY_HD inline void scatter_vecs(unsigned char* dst, const unsigned char* src, 
   }
 }
 
-/// One tile: bytes [0, min(td.len, count - td.start)) of the tile. With `speculative`, the payload loads
-/// (up to the capacity-clipped tile, padded to 16 bytes: inside the arena) are issued before the count is
-/// known, so a zero-copy tile costs one PCIe round trip instead of two.
+/// The published count of a header word, loaded where it is written in the program: volatile, so the
+/// compiler can neither hoist the load (or, through it, the count's uses) above the payload loads of a
+/// speculative tile. The GPU issues in order: an instruction that uses a pending load stalls the warp,
+/// so a use placed before the payload loads makes them wait for the header's PCIe round trip.
+FERRY_HD inline std::int64_t load_count(const std::int64_t* word)
+{
+  return *static_cast<const volatile std::int64_t*>(word);
+}
+
+/// One tile: bytes [0, min(td.len, count - td.start)) of the tile, `count_of()` giving the member's
+/// published count. With `speculative`, the payload loads (up to the capacity-clipped tile, padded to 16
+/// bytes: inside the arena) are issued before the count is loaded, so a zero-copy tile costs one PCIe
+/// round trip instead of two.
+template <class CountFn>
 FERRY_HD inline void scatter_tile(const ferry::h2d::detail::scatter_params& p, const ferry::h2d::detail::tile_desc& td,
-                                  std::int64_t count, bool speculative, std::uint32_t thread, std::uint32_t threads)
+                                  CountFn&& count_of, bool speculative, std::uint32_t thread, std::uint32_t threads)
 {
   const unsigned char* src = p.arena + td.src;
   auto* dst = reinterpret_cast<unsigned char*>(static_cast<std::uintptr_t>(td.dst));
@@ -118,16 +129,15 @@ FERRY_HD inline void scatter_tile(const ferry::h2d::detail::scatter_params& p, c
   };
   if ((td.dst & 15u) != 0) {
     // A misaligned bound destination (e.g. a tensor view): count first, then 8- or 1-byte moves.
-    copy_share(dst, src, avail_of(count), thread, threads);
+    copy_share(dst, src, avail_of(count_of()), thread, threads);
     return;
   }
-  // Two code paths, not one with `speculative ? len : avail_of(count)`: compiled as a select, that made the
-  // loop bound (and so every payload load) wait for the count, i.e. two PCIe round trips per zero-copy
-  // tile instead of one (probe bench/device/probes/h2d_scatter_probe.cu: +1.1-1.4 us per graph replay).
+  // Two code paths, not one loop bounded by `speculative ? len : avail_of(count)`: that bound made every
+  // payload load wait for the count (probe bench/device/probes/h2d_scatter_probe.cu).
   if (speculative) {
-    scatter_vecs(dst, src, td.len, thread, threads, [&] { return avail_of(count); });
+    scatter_vecs(dst, src, td.len, thread, threads, [&] { return avail_of(count_of()); });
   } else {
-    const std::uint32_t avail = avail_of(count);
+    const std::uint32_t avail = avail_of(count_of());
     scatter_vecs(dst, src, avail, thread, threads, [avail] { return avail; });
   }
 }
@@ -143,12 +153,12 @@ FERRY_HD inline void scatter_share(const ferry::h2d::detail::scatter_params& p, 
       // Eager: the count travelled in the parameters; a tile past it reads nothing.
       const auto count = static_cast<std::int64_t>(p.count[td.member]);
       if (count <= 0 || static_cast<std::uint64_t>(count) <= td.start) { continue; }
-      scatter_tile(p, td, count, true, thread, threads);
+      scatter_tile(p, td, [count] { return count; }, true, thread, threads);
       continue;
     }
     const bool speculative = p.spec >= 2 || (p.spec == 1 && td.start == 0);
-    const std::int64_t count = p.header[2 * td.member + 1];
-    scatter_tile(p, td, count, speculative, thread, threads);
+    const std::int64_t* word = p.header + 2 * td.member + 1;
+    scatter_tile(p, td, [word] { return load_count(word); }, speculative, thread, threads);
   }
 }
 

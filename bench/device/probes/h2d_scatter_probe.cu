@@ -49,11 +49,12 @@ __global__ void scatter_par(const __grid_constant__ inline_tiles a)
     if (p.counts_inline != 0) {
       const auto count = static_cast<std::int64_t>(p.count[td.member]);
       if (count <= 0 || static_cast<std::uint64_t>(count) <= td.start) { continue; }
-      ferry::kernels::h2d::scatter_tile(p, td, count, true, threadIdx.x, blockDim.x);
+      ferry::kernels::h2d::scatter_tile(p, td, [count] { return count; }, true, threadIdx.x, blockDim.x);
       continue;
     }
-    ferry::kernels::h2d::scatter_tile(p, td, p.header[2 * td.member + 1], p.spec >= 2 || td.start == 0, threadIdx.x,
-                                      blockDim.x);
+    const std::int64_t* word = p.header + 2 * td.member + 1;
+    ferry::kernels::h2d::scatter_tile(p, td, [word] { return ferry::kernels::h2d::load_count(word); },
+                                      p.spec >= 2 || td.start == 0, threadIdx.x, blockDim.x);
   }
 }
 
