@@ -103,15 +103,6 @@ FERRY_HD inline void scatter_vecs(unsigned char* dst, const unsigned char* src, 
   }
 }
 
-/// The published count of a header word, loaded where it is written in the program: volatile, so the
-/// compiler can neither hoist the load (or, through it, the count's uses) above the payload loads of a
-/// speculative tile. The GPU issues in order: an instruction that uses a pending load stalls the warp,
-/// so a use placed before the payload loads makes them wait for the header's PCIe round trip.
-FERRY_HD inline std::int64_t load_count(const std::int64_t* word)
-{
-  return *static_cast<const volatile std::int64_t*>(word);
-}
-
 /// One tile: bytes [0, min(td.len, count - td.start)) of the tile, `count_of()` giving the member's
 /// published count. With `speculative`, the payload loads (up to the capacity-clipped tile, padded to 16
 /// bytes: inside the arena) are issued before the count is loaded, so a zero-copy tile costs one PCIe
@@ -158,7 +149,13 @@ FERRY_HD inline void scatter_share(const ferry::h2d::detail::scatter_params& p, 
     }
     const bool speculative = p.spec >= 2 || (p.spec == 1 && td.start == 0);
     const std::int64_t* word = p.header + 2 * td.member + 1;
-    scatter_tile(p, td, [word] { return load_count(word); }, speculative, thread, threads);
+    // The load happens where count_of() is called: inside the copy loop, after the payload loads of the
+    // pass. The loop's stores may alias the header, so the compiler cannot hoist it (or, through it, the
+    // count's uses) above them -- it did hoist avail_of(count) when the count was loaded out here, and the
+    // GPU issues in order: a use of a pending load stalls the warp, so every payload load waited for the
+    // header's PCIe round trip (+1.1-1.4 us per zero-copy graph replay, probe h2d_scatter_probe). A
+    // volatile load is no cure: it is not merged across a warp's lanes (32 serial round trips).
+    scatter_tile(p, td, [word] { return *word; }, speculative, thread, threads);
   }
 }
 

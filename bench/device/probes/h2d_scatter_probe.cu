@@ -53,7 +53,7 @@ __global__ void scatter_par(const __grid_constant__ inline_tiles a)
       continue;
     }
     const std::int64_t* word = p.header + 2 * td.member + 1;
-    ferry::kernels::h2d::scatter_tile(p, td, [word] { return ferry::kernels::h2d::load_count(word); },
+    ferry::kernels::h2d::scatter_tile(p, td, [word] { return *word; },
                                       p.spec >= 2 || td.start == 0, threadIdx.x, blockDim.x);
   }
 }
