@@ -9,6 +9,7 @@
 //   dev_ci      : tile table in device memory, counts in the kernel parameters (no header read)
 //   par_s2      : tile table in the kernel parameters, counts from the header, spec 2
 //   par_ci      : tile table and counts in the kernel parameters
+//   small_s1    : dev_s1 with a 40-byte parameter block (no inline count array)
 // Build (repo root): nvcc -O3 -std=c++20 -arch=sm_90 -I include -I kernels bench/device/probes/h2d_scatter_probe.cu
 #include "detail/h2d_scatter.cuh"
 
@@ -40,6 +41,26 @@ struct inline_tiles {
 };
 
 __global__ void scatter_dev(scatter_params p) { ferry::kernels::h2d::scatter_share(p, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x); }
+
+/// The graph path's fields only (no inline counts): is a 560-byte parameter block slower to launch?
+struct small_params {
+  const std::int64_t* header;
+  const unsigned char* arena;
+  const tile_desc* tiles;
+  std::uint32_t tile_count;
+  std::uint32_t spec;
+};
+__global__ void scatter_small(small_params a)
+{
+  for (std::uint32_t t = blockIdx.x; t < a.tile_count; t += gridDim.x) {
+    const tile_desc td = a.tiles[t];
+    scatter_params p;
+    p.arena = a.arena;
+    const std::int64_t* word = a.header + 2 * td.member + 1;
+    ferry::kernels::h2d::scatter_tile(p, td, [word] { return *word; }, a.spec >= 2 || td.start == 0, threadIdx.x,
+                                      blockDim.x);
+  }
+}
 
 __global__ void scatter_par(const __grid_constant__ inline_tiles a)
 {
@@ -214,6 +235,17 @@ void run_case(const char* name, const std::vector<size_t>& sizes, cudaStream_t s
     check(what);
     return us;
   };
+  auto small = [&](int spec, const char* what) {
+    CK(cudaMemset(dst, 0, dst_bytes));
+    const scatter_params p = params(spec, false);
+    const small_params sp{p.header, p.arena, p.tiles, p.tile_count, p.spec};
+    const float us = time_graph(s, [&](cudaStream_t st) {
+      scatter_small<<<grid, threads, 0, st>>>(sp);
+      consumer(st);
+    });
+    check(what);
+    return us;
+  };
   const float floor = time_graph(s, consumer);
   const size_t pay16 = (arena_bytes - 16 * n) / 16;
   const float plain = time_graph(s, [&](cudaStream_t st) {
@@ -223,8 +255,9 @@ void run_case(const char* name, const std::vector<size_t>& sizes, cudaStream_t s
   });
   const float s1 = dev(1, false, "dev_s1"), s2 = dev(2, false, "dev_s2"), ci = dev(1, true, "dev_ci");
   const float p2 = par(2, false, "par_s2"), pci = par(1, true, "par_ci");
-  std::printf("%-10s %5zu %6zu %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f\n", name, tiles.size(), arena_bytes, floor, plain,
-              s1, s2, ci, p2, pci);
+  const float sm1 = small(1, "small_s1");
+  std::printf("%-10s %5zu %6zu %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %8.2f\n", name, tiles.size(), arena_bytes, floor,
+              plain, s1, s2, ci, p2, pci, sm1);
   CK(cudaFreeHost(h));
   CK(cudaFree(dst));
   CK(cudaFree(out));
@@ -237,8 +270,8 @@ int main()
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  std::printf("%-10s %5s %6s %7s %7s %7s %7s %7s %7s %7s\n", "case", "tiles", "arena", "floor", "plain8", "dev_s1", "dev_s2",
-              "dev_ci", "par_s2", "par_ci");
+  std::printf("%-10s %5s %6s %7s %7s %7s %7s %7s %7s %7s %8s\n", "case", "tiles", "arena", "floor", "plain8", "dev_s1",
+              "dev_s2", "dev_ci", "par_s2", "par_ci", "small_s1");
   run_case("tiny4", std::vector<size_t>(4, 64), s, sms);
   run_case("small32", std::vector<size_t>(32, 256), s, sms);
   run_case("small64", std::vector<size_t>(64, 512), s, sms);
