@@ -407,8 +407,11 @@ struct baseline_drain {
   std::atomic<std::uint64_t> consumed{0};
   std::atomic<bool> stop{false};
   std::thread t;
+  // One staging slot per ring slot (3 frames): the replay loop lets the drain fall up to three forwards
+  // behind, so a batch [next, f) may hold entries e and e + H; with one frame of staging they shared a slot
+  // and the first was overwritten before it was checked (reported as bad entries of the baseline).
   baseline_drain(B be, std::uint64_t h, std::uint64_t by, const std::byte* r, const std::uint64_t* f)
-    : b{be}, H{h}, bytes{by}, ring{r}, flag{f}, s{be}, staging{h * by, be}
+    : b{be}, H{h}, bytes{by}, ring{r}, flag{f}, s{be}, staging{3 * h * by, be}
   {
     t = std::thread([this] { run(); });
   }
@@ -425,13 +428,13 @@ struct baseline_drain {
       }
       for (std::uint64_t e = next; e < f; ++e) {
         const std::uint64_t frame = (e / H) % 3, h = e % H;
-        b.memcpy_async(static_cast<std::byte*>(staging.data()) + h * bytes, ring + (frame * H + h) * bytes, bytes,
+        b.memcpy_async(static_cast<std::byte*>(staging.data()) + (frame * H + h) * bytes, ring + (frame * H + h) * bytes, bytes,
                        fb::memcpy_kind::device_to_host, s.handle());
       }
       s.synchronize();
       for (std::uint64_t e = next; e < f; ++e) {
         R.baseline_checked.fetch_add(1);
-        if (!check_words(static_cast<const std::byte*>(staging.data()) + (e % H) * bytes, bytes, e, true)) {
+        if (!check_words(static_cast<const std::byte*>(staging.data()) + (e % (3 * H)) * bytes, bytes, e, true)) {
           R.baseline_bad.fetch_add(1);
         }
       }

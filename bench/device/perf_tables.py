@@ -39,7 +39,7 @@ for size, r in d2h["per_hook_graph_us"].items():
     print(f"| {int(size) // 1024} KiB | " + " | ".join(f(r.get(c), 3) for c in cols) + f" | {anchors.get(size, '')} |")
 print(f"\nDrain bandwidth, 64 MiB entries: {f(d2h['drain_gbps_64MiB'], 1)} GB/s (plain pinned D2H memcpy in the same run: "
       f"{f(d2h.get('memcpy_d2h_gbps_64MiB'), 1)} GB/s). Entries checked: {d2h['entries_checked']}, bad: {d2h['entries_bad']}"
-      f" (the invalid old-volatile baseline's own drain: {d2h.get('baseline_entries_checked')} checked, {d2h.get('baseline_entries_bad')} bad).\n")
+      f" (the two per-entry baselines' own drain, old volatile and per-entry release: {d2h.get('baseline_entries_checked')} checked, {d2h.get('baseline_entries_bad')} bad).\n")
 
 print(f"### H2D — {h2d['device']}, commit {h2d['commit']}, {h2d['date']}\n")
 print(f"Command: `{h2d['command']}` (median of {h2d.get('iterations', '?')} iterations per cell)\n")
