@@ -11,6 +11,8 @@
 //   dma_g    : graph [memcpy H2D -> consumer]
 // plus the CPU cost of one node-parameter rewrite (set_us) and of one eager launch (launch_us).
 // Build: nvcc -O3 -std=c++17 -arch=sm_90 h2d_params_probe.cu -o h2d_params_probe
+#include "probe_common.cuh"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,15 +22,6 @@
 #include <cstring>
 #include <random>
 #include <vector>
-
-#define CK(x)                                                                                    \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 template <size_t N>
 struct payload {
@@ -42,79 +35,6 @@ __global__ void from_params(const __grid_constant__ payload<N> p)
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < N / 16; i += (size_t)gridDim.x * blockDim.x) {
     p.dst[i] = p.v[i];
   }
-}
-
-__global__ void consume(const uint4* p, size_t n16, unsigned long long* out)
-{
-  unsigned long long acc = 0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16; i += (size_t)gridDim.x * blockDim.x) {
-    const uint4 v = p[i];
-    acc += v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x123456789ULL) { *out = acc; }
-}
-
-__global__ void zc_copy(uint4* dst, const uint4* src, size_t n16)
-{
-  constexpr int V = 8;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t base = blockIdx.x * (size_t)blockDim.x + threadIdx.x; base < n16; base += stride * V) {
-    uint4 r[V];
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const size_t i = base + j * stride;
-      if (i < n16) { r[j] = src[i]; }
-    }
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const size_t i = base + j * stride;
-      if (i < n16) { dst[i] = r[j]; }
-    }
-  }
-}
-
-static float median(std::vector<float> v)
-{
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-struct timer {
-  cudaEvent_t a, b;
-  timer()
-  {
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-  }
-  float us() const
-  {
-    float t;
-    CK(cudaEventElapsedTime(&t, a, b));
-    return t * 1000.f;
-  }
-};
-
-template <class F>
-float time_graph(cudaStream_t s, F&& body)
-{
-  cudaGraph_t g;
-  cudaGraphExec_t x;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  body(s);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&x, g, 0));
-  timer t;
-  std::vector<float> us;
-  for (int i = 0; i < 420; ++i) {
-    CK(cudaEventRecord(t.a, s));
-    CK(cudaGraphLaunch(x, s));
-    CK(cudaEventRecord(t.b, s));
-    CK(cudaEventSynchronize(t.b));
-    if (i >= 20) { us.push_back(t.us()); }
-  }
-  CK(cudaGraphExecDestroy(x));
-  CK(cudaGraphDestroy(g));
-  return median(us);
 }
 
 template <size_t N>

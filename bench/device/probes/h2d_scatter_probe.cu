@@ -13,6 +13,7 @@
 //   computed    : uniform layouts only: the tile descriptor computed from blockIdx (no table load)
 // Build (repo root): nvcc -O3 -std=c++20 -arch=sm_90 -I include -I kernels bench/device/probes/h2d_scatter_probe.cu
 #include "detail/h2d_scatter.cuh"
+#include "probe_common.cuh"
 
 #include <cuda_runtime.h>
 
@@ -22,15 +23,6 @@
 #include <cstring>
 #include <random>
 #include <vector>
-
-#define CK(x)                                                                                    \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 using ferry::h2d::detail::scatter_params;
 using ferry::h2d::detail::tile_desc;
@@ -95,65 +87,6 @@ __global__ void scatter_par(const __grid_constant__ inline_tiles a)
     ferry::kernels::h2d::scatter_tile(p, td, [word] { return *word; },
                                       p.spec >= 2 || td.start == 0, threadIdx.x, blockDim.x);
   }
-}
-
-__global__ void consume(const uint4* p, size_t n16, unsigned long long* out)
-{
-  unsigned long long acc = 0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16; i += (size_t)gridDim.x * blockDim.x) {
-    const uint4 v = p[i];
-    acc += v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x123456789ULL) { *out = acc; }
-}
-
-__global__ void plain_copy(uint4* dst, const uint4* src, size_t n16)
-{
-  constexpr int V = 8;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t base = blockIdx.x * (size_t)blockDim.x + threadIdx.x; base < n16; base += stride * V) {
-    uint4 r[V];
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const size_t i = base + j * stride;
-      if (i < n16) { r[j] = src[i]; }
-    }
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const size_t i = base + j * stride;
-      if (i < n16) { dst[i] = r[j]; }
-    }
-  }
-}
-
-template <class F>
-float time_graph(cudaStream_t s, F&& body)
-{
-  cudaGraph_t g;
-  cudaGraphExec_t x;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  body(s);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&x, g, 0));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < 420; ++i) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(x, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float t;
-    CK(cudaEventElapsedTime(&t, a, b));
-    if (i >= 20) { ms.push_back(t); }
-  }
-  std::sort(ms.begin(), ms.end());
-  CK(cudaGraphExecDestroy(x));
-  CK(cudaGraphDestroy(g));
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  return ms[ms.size() / 2] * 1000.f;
 }
 
 void run_case(const char* name, const std::vector<size_t>& sizes, cudaStream_t s, int sms)
@@ -267,7 +200,7 @@ void run_case(const char* name, const std::vector<size_t>& sizes, cudaStream_t s
   const float floor = time_graph(s, consumer);
   const size_t pay16 = (arena_bytes - 16 * n) / 16;
   const float plain = time_graph(s, [&](cudaStream_t st) {
-    plain_copy<<<8, 128, 0, st>>>(reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(static_cast<char*>(hd) + 16 * n),
+    zc_copy<<<8, 128, 0, st>>>(reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(static_cast<char*>(hd) + 16 * n),
                                   std::min(pay16, c16));
     consumer(st);
   });

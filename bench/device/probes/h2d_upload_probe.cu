@@ -6,6 +6,8 @@
 //   dma_<kind>: graph = [memcpy H2D S bytes -> consumer]
 //   zc_<n>    : graph = [n-block kernel copies S bytes from mapped pinned memory -> consumer]
 // Build: nvcc -O3 -std=c++17 -arch=sm_90 h2d_upload_probe.cu -o h2d_upload_probe
+#include "probe_common.cuh"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,74 +16,6 @@
 #include <cstring>
 #include <random>
 #include <vector>
-
-#define CK(x)                                                                                    \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
-
-__global__ void consume(const uint4* p, size_t n16, unsigned long long* out)
-{
-  unsigned long long acc = 0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16; i += (size_t)gridDim.x * blockDim.x) {
-    const uint4 v = p[i];
-    acc += v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x123456789ULL) { *out = acc; }
-}
-
-__global__ void zc_copy(uint4* dst, const uint4* src, size_t n16)
-{
-  constexpr int V = 8;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t base = blockIdx.x * (size_t)blockDim.x + threadIdx.x; base < n16; base += stride * V) {
-    uint4 r[V];
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const size_t i = base + j * stride;
-      if (i < n16) { r[j] = src[i]; }
-    }
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const size_t i = base + j * stride;
-      if (i < n16) { dst[i] = r[j]; }
-    }
-  }
-}
-
-template <class F>
-float time_graph(cudaStream_t s, F&& body)
-{
-  cudaGraph_t g;
-  cudaGraphExec_t x;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  body(s);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&x, g, 0));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < 420; ++i) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(x, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float t;
-    CK(cudaEventElapsedTime(&t, a, b));
-    if (i >= 20) { ms.push_back(t); }
-  }
-  std::sort(ms.begin(), ms.end());
-  CK(cudaGraphExecDestroy(x));
-  CK(cudaGraphDestroy(g));
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  return ms[ms.size() / 2] * 1000.f;
-}
 
 int main()
 {
