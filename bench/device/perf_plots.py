@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Draws the plots of docs/perf/README.md as plain SVG from docs/perf/h200/{d2h,h2d}.json (no GPU, no
+plotting library needed). Usage: python3 bench/device/perf_plots.py [d2h.json] [h2d.json] [out_dir]"""
+import json
+import math
+import sys
+
+d2h_path = sys.argv[1] if len(sys.argv) > 1 else "docs/perf/h200/d2h.json"
+h2d_path = sys.argv[2] if len(sys.argv) > 2 else "docs/perf/h200/h2d.json"
+out_dir = sys.argv[3] if len(sys.argv) > 3 else "docs/perf"
+d2h = json.load(open(d2h_path))
+h2d = json.load(open(h2d_path))
+
+COLORS = ["#4e79a7", "#e15759", "#f28e2b", "#59a14f", "#76b7b2", "#b07aa1", "#9c755f", "#bab0ac"]
+W, H = 760, 420
+L, R, T, B = 70, 210, 50, 60  # margins (legend on the right)
+
+
+def esc(s):
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class svg:
+    def __init__(self, title, subtitle):
+        self.parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
+                      f'font-family="sans-serif" font-size="12">',
+                      f'<rect width="{W}" height="{H}" fill="white"/>',
+                      f'<text x="{L}" y="22" font-size="15" font-weight="bold">{esc(title)}</text>',
+                      f'<text x="{L}" y="38" fill="#555">{esc(subtitle)}</text>']
+
+    def add(self, s):
+        self.parts.append(s)
+
+    def text(self, x, y, s, anchor="start", color="#000", size=12, rotate=None):
+        tr = f' transform="rotate({rotate} {x} {y})"' if rotate is not None else ""
+        self.add(f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" fill="{color}" font-size="{size}"{tr}>{esc(s)}</text>')
+
+    def line(self, x1, y1, x2, y2, color="#000", width=1, dash=None):
+        d = f' stroke-dasharray="{dash}"' if dash else ""
+        self.add(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{color}" stroke-width="{width}"{d}/>')
+
+    def legend(self, names):
+        for i, n in enumerate(names):
+            y = T + 8 + i * 18
+            self.add(f'<rect x="{W - R + 14}" y="{y - 9}" width="12" height="12" fill="{COLORS[i % len(COLORS)]}"/>')
+            self.text(W - R + 32, y + 1, n)
+
+    def save(self, path):
+        self.add("</svg>")
+        with open(path, "w") as f:
+            f.write("\n".join(self.parts) + "\n")
+
+
+def log_ticks(lo, hi):
+    out = []
+    e = math.floor(math.log10(lo))
+    while 10 ** e <= hi:
+        for m in (1, 2, 5):
+            v = m * 10 ** e
+            if lo <= v <= hi:
+                out.append(v)
+        e += 1
+    return out
+
+
+def per_hook_plot(path):
+    """D2H: GPU time per hook in a graph vs payload, log-log."""
+    rows = d2h["per_hook_graph_us"]
+    sizes = sorted(int(s) for s in rows)
+    series = [("copy_only", "copy only"), ("old_volatile", "old volatile (invalid)"),
+              ("per_entry_release", "per-entry st.release.sys"), ("ferry_k1", "ferry K=1"),
+              ("ferry_k16", "ferry K=16"), ("ferry_k64", "ferry K=64")]
+    vals = [rows[str(s)][k] for s in sizes for k, _ in series if rows[str(s)].get(k)]
+    ylo, yhi = 10 ** math.floor(math.log10(min(vals))), 10 ** math.ceil(math.log10(max(vals)))
+    xlo, xhi = sizes[0], sizes[-1]
+    pw, ph = W - L - R, H - T - B
+    X = lambda s: L + (math.log(s) - math.log(xlo)) / (math.log(xhi) - math.log(xlo)) * pw
+    Y = lambda v: T + ph - (math.log(v) - math.log(ylo)) / (math.log(yhi) - math.log(ylo)) * ph
+    g = svg("D2H: GPU time per hook in a CUDA graph", f"{d2h['device']}, commit {d2h['commit']}, {d2h['date'][:10]}; "
+            "512 back-to-back hooks, median of round-robin replays")
+    for v in log_ticks(ylo, yhi):
+        g.line(L, Y(v), L + pw, Y(v), "#ddd")
+        g.text(L - 6, Y(v) + 4, f"{v:g}", "end")
+    for s in sizes:
+        g.line(X(s), T, X(s), T + ph, "#eee")
+        g.text(X(s), T + ph + 16, f"{s // 1024} KiB" if s < 1 << 20 else f"{s >> 20} MiB", "middle")
+    g.line(L, T + ph, L + pw, T + ph)
+    g.line(L, T, L, T + ph)
+    g.text(L + pw / 2, H - 18, "payload per hook", "middle")
+    g.text(18, T + ph / 2, "us per hook (log)", "middle", rotate=-90)
+    for i, (k, _) in enumerate(series):
+        pts = [(X(s), Y(rows[str(s)][k])) for s in sizes if rows[str(s)].get(k)]
+        c = COLORS[i]
+        g.add('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>' % (c, " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)))
+        for x, y in pts:
+            g.add(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{c}"/>')
+    g.legend([n for _, n in series])
+    g.save(path)
+
+
+def bars(path, title, subtitle, groups, names, ylabel, targets=None):
+    """Grouped bars. groups: [(label, [value or None per name])]; targets: {group label: value} drawn as a dash."""
+    vals = [v for _, vs in groups for v in vs if v is not None] + list((targets or {}).values())
+    top = max(vals) * 1.12
+    pw, ph = W - L - R, H - T - B
+    Y = lambda v: T + ph - v / top * ph
+    g = svg(title, subtitle)
+    step = 10 ** math.floor(math.log10(top / 4))
+    for m in (1, 2, 5, 10):
+        if top / (m * step) <= 6:
+            step *= m
+            break
+    v = 0.0
+    while v <= top:
+        g.line(L, Y(v), L + pw, Y(v), "#ddd")
+        g.text(L - 6, Y(v) + 4, f"{v:g}", "end")
+        v += step
+    g.line(L, T + ph, L + pw, T + ph)
+    g.line(L, T, L, T + ph)
+    g.text(18, T + ph / 2, ylabel, "middle", rotate=-90)
+    gw = pw / len(groups)
+    bw = gw * 0.8 / len(names)
+    for gi, (label, vs) in enumerate(groups):
+        x0 = L + gi * gw + gw * 0.1
+        for i, v in enumerate(vs):
+            if v is None:
+                continue
+            x = x0 + i * bw
+            g.add(f'<rect x="{x:.1f}" y="{Y(v):.1f}" width="{bw * 0.9:.1f}" height="{T + ph - Y(v):.1f}" fill="{COLORS[i % len(COLORS)]}"/>')
+            g.text(x + bw * 0.45, Y(v) - 3, f"{v:.1f}", "middle", size=9)
+        g.text(L + gi * gw + gw / 2, T + ph + 16, label, "middle")
+        if targets and label in targets:
+            t = targets[label]
+            g.line(L + gi * gw + 4, Y(t), L + (gi + 1) * gw - 4, Y(t), "#000", 2, "6,3")
+    leg = list(names) + (["target (dashed)"] if targets else [])
+    g.legend(leg)
+    if targets:  # the legend swatch of the target is a dash, not a box
+        y = T + 8 + len(names) * 18
+        g.add(f'<rect x="{W - R + 13}" y="{y - 10}" width="14" height="14" fill="white"/>')
+        g.line(W - R + 13, y - 3, W - R + 27, y - 3, "#000", 2, "6,3")
+    g.save(path)
+
+
+def forward_plot(path):
+    """D2H: whole-forward overhead vs no capture, 28 and 341 hooks."""
+    keys = [("copy_only_overhead_pct", "copy only"), ("old_volatile_overhead_pct", "old volatile (invalid)"),
+            ("per_entry_release_overhead_pct", "per-entry st.release.sys"), ("ferry_overhead_pct", "ferry (K=16)")]
+    groups = [(f"{h[5:]} hooks / forward", [d2h["forward"][h][k] for k, _ in keys]) for h in ("hooks28", "hooks341")]
+    bars(path, "D2H: simulated forward, overhead vs no capture (%)",
+         f"{d2h['device']}, commit {d2h['commit']}, {d2h['date'][:10]}; 28 layers of ~60 us, 16 KiB per hook, graph replay",
+         groups, [n for _, n in keys], "% over no capture",
+         {"28 hooks / forward": 2.5, "341 hooks / forward": 25.0})
+
+
+def h2d_plot(path):
+    """H2D: graph spans per anchor case, with the issue's targets."""
+    keys = [("floor_graph_us", "floor (consumer only)"), ("packed_graph_us", "packed"),
+            ("zerocopy_graph_us", "zerocopy"), ("auto_graph_us", "auto")]
+    cases = ["decode256", "tiny4", "small32", "small64"]
+    groups = [(c, [h2d["cases"][c].get(k) for k, _ in keys]) for c in cases]
+    bars(path, "H2D: GPU span in a CUDA graph (us), event -> upload -> first consumer",
+         f"{h2d['device']}, commit {h2d['commit']}, {h2d['date'][:10]}; median of 1000 round-robin replays",
+         groups, [n for _, n in keys], "us", {"decode256": 10.0, "tiny4": 5.0, "small64": 7.0})
+
+
+per_hook_plot(f"{out_dir}/d2h_per_hook.svg")
+forward_plot(f"{out_dir}/d2h_forward.svg")
+h2d_plot(f"{out_dir}/h2d_graph.svg")
+print(f"wrote {out_dir}/d2h_per_hook.svg, {out_dir}/d2h_forward.svg, {out_dir}/h2d_graph.svg")
