@@ -718,6 +718,7 @@ void register_variants()
                                   copy("copy_only_word_in_ring", variant::copy_only, def, 8),
                                   copy("copy_only_word_block_bcast", variant::copy_only, def, 9),
                                   copy("copy_only_word_ldg", variant::copy_only, def, 10),
+                                  copy("copy_only_word_const", variant::copy_only, def, 11),
                                   copy("ferry_kernel", variant::ferry_kernel, def, 0),
                                   copy("ferry_kernel_no_chain", variant::ferry_kernel, def, 1),
                                   copy("copy_only_plain", variant::copy_only, plain, 0),
