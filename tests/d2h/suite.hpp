@@ -5,6 +5,7 @@
 
 #include "support/d2h_checker.hpp"
 #include "support/gpu.hpp"
+#include "support/sanitizer.hpp"
 
 #include <ferry/backend.hpp>
 #include <ferry/backend/probe.hpp>
@@ -214,7 +215,7 @@ TYPED_TEST_P(D2hChannel, PublishesOncePerKAndCoalescesCopies)
 TYPED_TEST_P(D2hChannel, DrainNeverCopiesBeforeAcquire)
 {
   using B = TypeParam;
-  for (auto fault : {fd::debug_fault::none, fd::debug_fault::drain_without_acquire}) {
+  for (auto fault : with_mutant(fd::debug_fault::drain_without_acquire)) {
     fb::stream<B> s{this->b};
     sources<B> src{this->b, s, 0, 8, 4096};
     gate<B> g{this->b};
@@ -252,7 +253,9 @@ TYPED_TEST_P(D2hChannel, RingSpaceNotReusedBeforeCopyCompletes)
 {
   using B = TypeParam;
   std::vector<fd::debug_fault> faults{fd::debug_fault::none};
-  if constexpr (is_host_v<B>) { faults.push_back(fd::debug_fault::reclaim_before_copy_complete); }
+  if constexpr (is_host_v<B>) {
+    if (!under_tsan) { faults.push_back(fd::debug_fault::reclaim_before_copy_complete); }  // support/sanitizer.hpp
+  }
   for (auto fault : faults) {
     fb::stream<B> s{this->b};
     constexpr std::uint64_t n = 96;
@@ -342,7 +345,7 @@ TYPED_TEST_P(D2hChannel, GraphReplaysLandInTheRightPlaceAcrossWrap)
 TYPED_TEST_P(D2hChannel, ProgrammaticLaunchJoinsLikeStreamOrder)
 {
   using B = TypeParam;
-  for (auto fault : {fd::debug_fault::none, fd::debug_fault::programmatic_without_wait}) {
+  for (auto fault : with_mutant(fd::debug_fault::programmatic_without_wait)) {
     fb::stream<B> s{this->b};
     constexpr std::uint64_t n = 256, stride = 1024;
     late_sources<B> src{this->b, s, n, stride};
@@ -377,7 +380,7 @@ TYPED_TEST_P(D2hChannel, ProgrammaticLaunchJoinsLikeStreamOrder)
 TYPED_TEST_P(D2hChannel, BranchPublishWaitsForTheFork)
 {
   using B = TypeParam;
-  for (auto fault : {fd::debug_fault::none, fd::debug_fault::branch_publish_without_fork}) {
+  for (auto fault : with_mutant(fd::debug_fault::branch_publish_without_fork)) {
     fb::stream<B> s{this->b};
     constexpr std::uint64_t n = 96, stride = 1024;
     late_sources<B> src{this->b, s, n, stride};
