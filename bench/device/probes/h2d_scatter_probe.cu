@@ -11,6 +11,8 @@
 //   par_ci      : tile table and counts in the kernel parameters
 //   small_s1    : dev_s1 with a 40-byte parameter block (no inline count array)
 //   computed    : uniform layouts only: the tile descriptor computed from blockIdx (no table load)
+//   plain_grid  : plain8's contiguous copy launched with ferry's grid (one 128-thread block per tile)
+//   warp_tile   : ferry's scatter with one warp per tile (4 tiles per block), spec 1
 // Build (repo root): nvcc -O3 -std=c++20 -arch=sm_90 -I include -I kernels bench/device/probes/h2d_scatter_probe.cu
 #include "detail/h2d_scatter.cuh"
 #include "probe_common.cuh"
@@ -69,6 +71,18 @@ __global__ void scatter_computed(scatter_params p, std::uint64_t dst_base, std::
     td.dst = dst_base + static_cast<std::uint64_t>(t) * dst_stride;
     const std::int64_t* word = p.header + 2 * td.member + 1;
     ferry::kernels::h2d::scatter_tile(p, td, [word] { return *word; }, true, threadIdx.x, blockDim.x);
+  }
+}
+
+/// One warp per tile (4 tiles per 128-thread block): is ferry's one-block-per-tile grid the cost for many
+/// small members?
+__global__ void scatter_warp(scatter_params p)
+{
+  const std::uint32_t warps = blockDim.x / 32, lane = threadIdx.x % 32;
+  for (std::uint32_t t = blockIdx.x * warps + threadIdx.x / 32; t < p.tile_count; t += gridDim.x * warps) {
+    const tile_desc td = p.tiles[t];
+    const std::int64_t* word = p.header + 2 * td.member + 1;
+    ferry::kernels::h2d::scatter_tile(p, td, [word] { return *word; }, p.spec >= 2 || td.start == 0, lane, 32);
   }
 }
 
@@ -207,6 +221,23 @@ void run_case(const char* name, const std::vector<size_t>& sizes, cudaStream_t s
   const float s1 = dev(1, false, "dev_s1"), s2 = dev(2, false, "dev_s2"), ci = dev(1, true, "dev_ci");
   const float p2 = par(2, false, "par_s2"), pci = par(1, true, "par_ci");
   const float sm1 = small(1, "small_s1");
+  float plain_grid = 0.f, warp_tile = 0.f;
+  {
+    const size_t pay16 = (arena_bytes - 16 * n) / 16;
+    plain_grid = time_graph(s, [&](cudaStream_t st) {
+      zc_copy<<<grid, threads, 0, st>>>(reinterpret_cast<uint4*>(dst),
+                                        reinterpret_cast<const uint4*>(static_cast<char*>(hd) + 16 * n), std::min(pay16, c16));
+      consumer(st);
+    });
+    CK(cudaMemset(dst, 0, dst_bytes));
+    const scatter_params p = params(1, false);
+    const unsigned wgrid = static_cast<unsigned>((tiles.size() + 3) / 4);
+    warp_tile = time_graph(s, [&](cudaStream_t st) {
+      scatter_warp<<<wgrid, 128, 0, st>>>(p);
+      consumer(st);
+    });
+    check("warp_tile");
+  }
   float comp = -1.f;
   if (std::all_of(sizes.begin(), sizes.end(), [&](size_t x) { return x == sizes[0] && x <= tile_bytes; })) {
     CK(cudaMemset(dst, 0, dst_bytes));
@@ -220,8 +251,8 @@ void run_case(const char* name, const std::vector<size_t>& sizes, cudaStream_t s
     });
     check("computed");
   }
-  std::printf("%-10s %5zu %6zu %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %8.2f %8.2f\n", name, tiles.size(), arena_bytes,
-              floor, plain, s1, s2, ci, p2, pci, sm1, comp);
+  std::printf("%-10s %5zu %6zu %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %8.2f %8.2f %10.2f %9.2f\n", name, tiles.size(),
+              arena_bytes, floor, plain, s1, s2, ci, p2, pci, sm1, comp, plain_grid, warp_tile);
   CK(cudaFreeHost(h));
   CK(cudaFree(dst));
   CK(cudaFree(out));
@@ -234,8 +265,8 @@ int main()
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  std::printf("%-10s %5s %6s %7s %7s %7s %7s %7s %7s %7s %8s %8s\n", "case", "tiles", "arena", "floor", "plain8", "dev_s1",
-              "dev_s2", "dev_ci", "par_s2", "par_ci", "small_s1", "computed");
+  std::printf("%-10s %5s %6s %7s %7s %7s %7s %7s %7s %7s %8s %8s %10s %9s\n", "case", "tiles", "arena", "floor", "plain8", "dev_s1",
+              "dev_s2", "dev_ci", "par_s2", "par_ci", "small_s1", "computed", "plain_grid", "warp_tile");
   run_case("tiny4", std::vector<size_t>(4, 64), s, sms);
   run_case("small32", std::vector<size_t>(32, 256), s, sms);
   run_case("small64", std::vector<size_t>(64, 512), s, sms);
