@@ -101,7 +101,7 @@ class H2d : public ::testing::Test {
   }
   // Scatter knobs used by init() (tests of the tile / speculation paths change them).
   std::size_t knob_tile_bytes{fh::config{}.tile_bytes};
-  std::uint32_t knob_threads{128};
+  std::uint32_t knob_threads{fh::config{}.threads_per_tile};
   int knob_speculation{-1};
 
   /// Host model of each buffer's device bytes.
@@ -884,7 +884,7 @@ TYPED_TEST_P(H2d, ScatterKnobsKeepExactBytes)
 {
   using B = TypeParam;
   for (std::size_t tile : {std::size_t{32}, std::size_t{48}, std::size_t{4096}, std::size_t{8192}}) {
-    for (std::uint32_t th : {32u, 128u}) {
+    for (std::uint32_t th : {32u, 128u, 256u}) {
       for (int spec : {0, 1, 2}) {
         for (auto k : {fh::upload_backend::packed, fh::upload_backend::zerocopy}) {
           SCOPED_TRACE(fmt::format("{} tile {} threads {} spec {}", fh::to_string(k), tile, th, spec));
@@ -915,7 +915,7 @@ TYPED_TEST_P(H2d, ScatterKnobsKeepExactBytes)
     }
   }
   this->knob_tile_bytes = fh::config{}.tile_bytes;
-  this->knob_threads = 128;
+  this->knob_threads = fh::config{}.threads_per_tile;
   this->knob_speculation = -1;
 }
 
