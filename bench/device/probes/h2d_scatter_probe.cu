@@ -212,101 +212,54 @@ void run_case(const char* name, const std::vector<size_t>& sizes, cudaStream_t s
       }
     }
   };
-  auto dev = [&](int spec, bool ci, const char* what) {
+  // One cell: clear the destinations, time [launch(stream) -> consumer] in a graph, check every member.
+  auto cell = [&](const char* what, auto&& launch) {
     CK(cudaMemset(dst, 0, dst_bytes));
-    const scatter_params p = params(spec, ci);
     const float us = time_graph(s, [&](cudaStream_t st) {
-      scatter_dev<<<grid, threads, 0, st>>>(p);
+      launch(st);
       consumer(st);
     });
     check(what);
     return us;
+  };
+  auto dev = [&](int spec, bool ci, const char* what) {
+    const scatter_params p = params(spec, ci);
+    return cell(what, [&](cudaStream_t st) { scatter_dev<<<grid, threads, 0, st>>>(p); });
   };
   auto par = [&](int spec, bool ci, const char* what) {
     if (tiles.size() > max_tiles) { return -1.f; }
-    CK(cudaMemset(dst, 0, dst_bytes));
     inline_tiles it{};
     it.p = params(spec, ci);
     std::copy(tiles.begin(), tiles.end(), it.t);
-    const float us = time_graph(s, [&](cudaStream_t st) {
-      scatter_par<<<grid, threads, 0, st>>>(it);
-      consumer(st);
-    });
-    check(what);
-    return us;
+    return cell(what, [&](cudaStream_t st) { scatter_par<<<grid, threads, 0, st>>>(it); });
   };
-  auto small = [&](int spec, const char* what) {
-    CK(cudaMemset(dst, 0, dst_bytes));
-    const scatter_params p = params(spec, false);
-    const small_params sp{p.header, p.arena, p.tiles, p.tile_count, p.spec};
-    const float us = time_graph(s, [&](cudaStream_t st) {
-      scatter_small<<<grid, threads, 0, st>>>(sp);
+  const size_t pay16 = std::min((arena_bytes - 16 * n) / 16, c16);
+  const auto* payload = reinterpret_cast<const uint4*>(static_cast<char*>(hd) + 16 * n);
+  auto plain_copy = [&](unsigned blocks) {  // contiguous: no check (the destinations are 256-byte aligned)
+    return time_graph(s, [&](cudaStream_t st) {
+      zc_copy<<<blocks, threads, 0, st>>>(reinterpret_cast<uint4*>(dst), payload, pay16);
       consumer(st);
     });
-    check(what);
-    return us;
   };
   const float floor = time_graph(s, consumer);
-  const size_t pay16 = (arena_bytes - 16 * n) / 16;
-  const float plain = time_graph(s, [&](cudaStream_t st) {
-    zc_copy<<<8, 128, 0, st>>>(reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(static_cast<char*>(hd) + 16 * n),
-                                  std::min(pay16, c16));
-    consumer(st);
-  });
+  const float plain = plain_copy(8);
   const float s1 = dev(1, false, "dev_s1"), s2 = dev(2, false, "dev_s2"), ci = dev(1, true, "dev_ci");
   const float p2 = par(2, false, "par_s2"), pci = par(1, true, "par_ci");
-  const float sm1 = small(1, "small_s1");
-  float plain_grid = 0.f, warp_tile = 0.f;
-  {
-    const size_t pay16 = (arena_bytes - 16 * n) / 16;
-    plain_grid = time_graph(s, [&](cudaStream_t st) {
-      zc_copy<<<grid, threads, 0, st>>>(reinterpret_cast<uint4*>(dst),
-                                        reinterpret_cast<const uint4*>(static_cast<char*>(hd) + 16 * n), std::min(pay16, c16));
-      consumer(st);
-    });
-    CK(cudaMemset(dst, 0, dst_bytes));
-    const scatter_params p = params(1, false);
-    const unsigned wgrid = static_cast<unsigned>((tiles.size() + 3) / 4);
-    warp_tile = time_graph(s, [&](cudaStream_t st) {
-      scatter_warp<<<wgrid, 128, 0, st>>>(p);
-      consumer(st);
-    });
-    check("warp_tile");
-  }
-  float lean = 0.f;
-  {
-    CK(cudaMemset(dst, 0, dst_bytes));
-    const scatter_params p = params(1, false);
-    lean = time_graph(s, [&](cudaStream_t st) {
-      scatter_lean<<<grid, threads, 0, st>>>(p);
-      consumer(st);
-    });
-    check("lean");
-  }
+  const scatter_params p1 = params(1, false), p1ci = params(1, true);
+  const small_params sp{p1.header, p1.arena, p1.tiles, p1.tile_count, p1.spec};
+  const float sm1 = cell("small_s1", [&](cudaStream_t st) { scatter_small<<<grid, threads, 0, st>>>(sp); });
+  const float plain_grid = plain_copy(grid);
+  const auto wgrid = static_cast<unsigned>((tiles.size() + 3) / 4);
+  const float warp_tile = cell("warp_tile", [&](cudaStream_t st) { scatter_warp<<<wgrid, 128, 0, st>>>(p1); });
+  const float lean = cell("lean", [&](cudaStream_t st) { scatter_lean<<<grid, threads, 0, st>>>(p1); });
   float comp = -1.f, comp_ci = -1.f;
   if (std::all_of(sizes.begin(), sizes.end(), [&](size_t x) { return x == sizes[0] && x <= tile_bytes; })) {
-    {
-      CK(cudaMemset(dst, 0, dst_bytes));
-      const scatter_params p = params(1, true);
-      const auto b = static_cast<std::uint32_t>(sizes[0]);
-      const auto stride = static_cast<std::uint32_t>((sizes[0] + 255) / 256 * 256);
-      comp_ci = time_graph(s, [&](cudaStream_t st) {
-        scatter_computed<<<grid, threads, 0, st>>>(p, reinterpret_cast<std::uintptr_t>(dst), b, stride,
-                                                    static_cast<std::uint32_t>(n));
-        consumer(st);
-      });
-      check("computed_ci");
-    }
-    CK(cudaMemset(dst, 0, dst_bytes));
-    const scatter_params p = params(1, false);
     const auto b = static_cast<std::uint32_t>(sizes[0]);
     const auto stride = static_cast<std::uint32_t>((sizes[0] + 255) / 256 * 256);
-    comp = time_graph(s, [&](cudaStream_t st) {
-      scatter_computed<<<grid, threads, 0, st>>>(p, reinterpret_cast<std::uintptr_t>(dst), b, stride,
-                                                  static_cast<std::uint32_t>(n));
-      consumer(st);
-    });
-    check("computed");
+    const auto base = reinterpret_cast<std::uintptr_t>(dst);
+    const auto nn = static_cast<std::uint32_t>(n);
+    comp_ci = cell("computed_ci", [&](cudaStream_t st) { scatter_computed<<<grid, threads, 0, st>>>(p1ci, base, b, stride, nn); });
+    comp = cell("computed", [&](cudaStream_t st) { scatter_computed<<<grid, threads, 0, st>>>(p1, base, b, stride, nn); });
   }
   std::printf("%-10s %5zu %6zu %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %8.2f %8.2f %10.2f %9.2f %11.2f %6.2f\n", name,
               tiles.size(), arena_bytes, floor, plain, s1, s2, ci, p2, pci, sm1, comp, plain_grid, warp_tile, comp_ci, lean);
