@@ -67,6 +67,43 @@ TYPED_TEST_P(BackendContract, StreamOrderAcrossCopiesOfEveryMemoryKind)
   }
 }
 
+// memcpy_batch_h2d_async: every range lands (odd sizes, a large one), bytes between the ranges stay untouched,
+// the call is ordered after earlier work on the stream and before later work, and n == 0 enqueues nothing.
+TYPED_TEST_P(BackendContract, BatchCopyLandsEveryRangeInStreamOrder)
+{
+  using B = TypeParam;
+  const std::vector<std::size_t> sizes{1, 15, 16, 4096, 70000, 3};
+  constexpr std::size_t stride = 72 * 1024;  // each range at its own offset; the rest of the stride is poison
+  const std::size_t total = sizes.size() * stride;
+  fb::stream<B> s{this->b};
+  fb::pinned_buffer<B> src{total, this->b};
+  fb::device_buffer<B> dev{total, this->b};
+  fb::pinned_buffer<B> back{total, this->b};
+  for (int round = 0; round < 3; ++round) {
+    fill_random(src.template as<std::uint64_t>(), total / 8, 77 + round);
+    std::vector<void*> dsts;
+    std::vector<const void*> srcs;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      dsts.push_back(static_cast<std::byte*>(dev.data()) + i * stride);
+      srcs.push_back(static_cast<const std::byte*>(src.data()) + i * stride);
+    }
+    this->b.memset_async(dev.data(), 0xA5, total, s.handle());  // earlier work the batch must follow
+    this->b.memcpy_batch_h2d_async(dsts.data(), srcs.data(), sizes.data(), 0, this->b.current_device(), s.handle());
+    this->b.memcpy_batch_h2d_async(dsts.data(), srcs.data(), sizes.data(), sizes.size(), this->b.current_device(),
+                                   s.handle());
+    this->b.memcpy_async(back.data(), dev.data(), total, fb::memcpy_kind::device_to_host, s.handle());  // later work
+    s.synchronize();
+    const auto* got = static_cast<const unsigned char*>(back.data());
+    const auto* want = static_cast<const unsigned char*>(src.data());
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      ASSERT_EQ(0, std::memcmp(got + i * stride, want + i * stride, sizes[i])) << "range " << i << " round " << round;
+      for (std::size_t k = sizes[i]; k < stride; ++k) {
+        ASSERT_EQ(got[i * stride + k], 0xA5) << "byte " << k << " past range " << i << " was written";
+      }
+    }
+  }
+}
+
 TYPED_TEST_P(BackendContract, EventCompletesOnlyWhenReached)
 {
   using B = TypeParam;
@@ -311,6 +348,10 @@ TYPED_TEST_P(BackendContract, FaultInjectionFailsTheChosenCallWithTheBackendsErr
     fb::pinned_buffer<F> h{4096, f};
     fb::event<F> e{f};
     f.memcpy_async(d.data(), h.data(), 4096, fb::memcpy_kind::host_to_device, s.handle());
+    void* dst = d.data();
+    const void* srcp = h.data();
+    const std::size_t len = 64;
+    f.memcpy_batch_h2d_async(&dst, &srcp, &len, 1, f.current_device(), s.handle());
     f.launch(fb::probe::publish_kernel(typename B::tag{}), fb::launch_config{{1}, {32}, 0}, s.handle(),
              d.template as<std::uint64_t>(), std::uint64_t{8}, d.template as<std::uint64_t>() + 100, std::uint64_t{1});
     e.record(s);
@@ -338,6 +379,7 @@ TYPED_TEST_P(BackendContract, FaultInjectionFailsTheChosenCallWithTheBackendsErr
 }
 
 REGISTER_TYPED_TEST_SUITE_P(BackendContract, AttributesAreReadable, StreamOrderAcrossCopiesOfEveryMemoryKind,
+                            BatchCopyLandsEveryRangeInStreamOrder,
                             EventCompletesOnlyWhenReached, TimingEventsMeasureElapsedTime,
                             CrossStreamWaitOrdersTheWaiter, DeviceReleaseHostAcquireHandOff,
                             HostReleaseDeviceAcquireHandOff, GraphReplayRepeatsCapturedWork,

@@ -52,6 +52,9 @@ concept backend = std::copyable<B> &&
     b.mem_advise(p, n, mem_advice::read_mostly, d);
     b.memcpy_async(p, cp, n, memcpy_kind::automatic, s);
     b.memset_async(p, 0, n, s);
+    { B::batch_native() } -> std::same_as<bool>;
+    b.memcpy_batch_h2d_async(static_cast<void* const*>(nullptr), static_cast<const void* const*>(nullptr),
+                             static_cast<const std::size_t*>(nullptr), n, d, s);
     // graphs (stream capture)
     b.capture_begin(s);
     { b.capture_end(s) } -> std::same_as<typename B::graph_type>;

@@ -107,6 +107,7 @@ class faulty : public B {
   FERRY_FAULTY_FORWARD(allocate, mem_advise)
   FERRY_FAULTY_FORWARD(copy, memcpy_async)
   FERRY_FAULTY_FORWARD(copy, memset_async)
+  FERRY_FAULTY_FORWARD(copy, memcpy_batch_h2d_async)
   FERRY_FAULTY_FORWARD(launch, launch)
   FERRY_FAULTY_FORWARD(graph, capture_begin)
   FERRY_FAULTY_FORWARD(graph, graph_instantiate)

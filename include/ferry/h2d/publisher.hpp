@@ -25,10 +25,6 @@
 #include <ferry/h2d/detail/scatter_params.hpp>
 #include <ferry/h2d/types.hpp>
 
-#if defined(FERRY_HAS_CUDA)
-#include <ferry/h2d/detail/batch_cuda.hpp>
-#endif
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -501,14 +497,8 @@ class publisher {
     return i;
   }
   [[nodiscard]] upload_backend requested_backend() const noexcept { return requested_; }
-  [[nodiscard]] static constexpr bool batch_native() noexcept
-  {
-#if defined(FERRY_HAS_CUDA)
-    return std::is_same_v<typename B::tag, ferry::backend::cuda_tag> && detail::cuda_batch_available();
-#else
-    return false;
-#endif
-  }
+  /// Whether the `batch` backend is one runtime call here (cudaMemcpyBatchAsync) rather than per-member copies.
+  [[nodiscard]] static constexpr bool batch_native() noexcept { return B::batch_native(); }
   /// The fixed device destination of `buf` (ferry-allocated or bound).
   [[nodiscard]] void* device_pointer(buffer_handle buf) const { return buf_at(buf).dst; }
   [[nodiscard]] std::size_t capacity_bytes(buffer_handle buf) const { return buf_at(buf).cap_bytes; }
@@ -788,37 +778,25 @@ class publisher {
               ferry::backend::launch_config{{g.grid}, {cfg_.threads_per_tile}, 0}, stream.handle(), p);
   }
 
-  /// Batch: one cudaMemcpyBatchAsync where the runtime has it; per-member copies elsewhere.
+  /// Batch: the published ranges of the group's members in one backend call (one cudaMemcpyBatchAsync where
+  /// the runtime has it, per-member copies elsewhere: backend::memcpy_batch_h2d_async).
   void enqueue_batch(group_rt& g, slot_rt& s, stream_view stream, void* const* dsts = nullptr)
   {
-    if constexpr (batch_native()) {
-#if defined(FERRY_HAS_CUDA)
-      g.batch_dst.clear();
-      g.batch_src.clear();
-      g.batch_size.clear();
-      for (std::size_t i = 0; i < g.packed_members.size(); ++i) {
-        const auto m = g.packed_members[i];
-        const std::size_t n = s.counts[m] * bufs_[m].unit_bytes;
-        if (n == 0) { continue; }
-        g.batch_dst.push_back(dsts != nullptr ? dsts[i] : bufs_[m].dst);
-        g.batch_src.push_back(source_ptr(m, s));
-        g.batch_size.push_back(n);
-      }
-      if (!g.batch_dst.empty()) {
-        detail::cuda_batch_h2d(g.batch_dst.data(), g.batch_src.data(), g.batch_size.data(), g.batch_dst.size(),
-                               cfg_.device.value, stream.handle());
-      }
-#endif
-    } else {
-      for (std::size_t i = 0; i < g.packed_members.size(); ++i) {
-        const auto m = g.packed_members[i];
-        const std::size_t n = s.counts[m] * bufs_[m].unit_bytes;
-        if (n == 0) { continue; }
-        b_.memcpy_async(dsts != nullptr ? dsts[i] : bufs_[m].dst, source_ptr(m, s), n,
-                        ferry::backend::memcpy_kind::host_to_device, stream.handle());
-      }
+    g.batch_dst.clear();
+    g.batch_src.clear();
+    g.batch_size.clear();
+    for (std::size_t i = 0; i < g.packed_members.size(); ++i) {
+      const auto m = g.packed_members[i];
+      const std::size_t n = s.counts[m] * bufs_[m].unit_bytes;
+      if (n == 0) { continue; }
+      g.batch_dst.push_back(dsts != nullptr ? dsts[i] : bufs_[m].dst);
+      g.batch_src.push_back(source_ptr(m, s));
+      g.batch_size.push_back(n);
     }
+    b_.memcpy_batch_h2d_async(g.batch_dst.data(), g.batch_src.data(), g.batch_size.data(), g.batch_dst.size(), cfg_.device,
+                              stream.handle());
   }
+
 
   void commit_and_enqueue(group_handle gh, slot_rt& s, stream_view stream)
   {

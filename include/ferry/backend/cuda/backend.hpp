@@ -81,6 +81,36 @@ inline cudaError_t launch_programmatic(const void* fn, ::dim3 grid, ::dim3 block
   return cudaLaunchKernelExC(&lc, fn, argv);
 }
 
+/// True when this build's runtime has cudaMemcpyBatchAsync (CUDA 12.8+).
+inline constexpr bool batch_native = CUDART_VERSION >= 12080;
+
+/// One batched H2D submission of `n` copies (cudaMemcpyBatchAsync), source access in stream order: the
+/// sources may be reused only after the stream passed this point, as with cudaMemcpyAsync. Not capturable.
+inline cudaError_t memcpy_batch_h2d(void* const* dsts, const void* const* srcs, const std::size_t* sizes, std::size_t n,
+                                    int device, cudaStream_t s)
+{
+#if CUDART_VERSION >= 12080
+  cudaMemcpyAttributes attr{};
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  attr.srcLocHint.type = cudaMemLocationTypeHost;
+  attr.srcLocHint.id = 0;
+  attr.dstLocHint.type = cudaMemLocationTypeDevice;
+  attr.dstLocHint.id = device;
+  attr.flags = 0;
+  std::size_t attr_idx = 0;
+#if CUDART_VERSION >= 13000
+  return cudaMemcpyBatchAsync(dsts, srcs, sizes, n, &attr, &attr_idx, 1, s);
+#else
+  std::size_t fail_idx = 0;
+  return cudaMemcpyBatchAsync(const_cast<void**>(dsts), const_cast<void**>(srcs), const_cast<std::size_t*>(sizes), n,
+                              &attr, &attr_idx, 1, &fail_idx, s);
+#endif
+#else
+  (void)dsts, (void)srcs, (void)sizes, (void)n, (void)device, (void)s;
+  return cudaErrorNotSupported;
+#endif
+}
+
 inline bool stream_mem_ops_64(int device)
 {
   // cudaDeviceAttr shares the driver's numbering; 122 is CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS.
@@ -114,6 +144,8 @@ inline bool stream_mem_ops_64(int device)
 #define FERRY_GPU_COMPILED_ARCH(attr) (attr).ptxVersion
 #define FERRY_GPU_PROGRAMMATIC_LAUNCH(fn, grid, block, argv, shmem, s) \
   FERRY_GPU_TRY(::ferry::backend::cuda_detail::launch_programmatic(fn, grid, block, argv, shmem, s))
+#define FERRY_GPU_BATCH_NATIVE ::ferry::backend::cuda_detail::batch_native
+#define FERRY_GPU_MEMCPY_BATCH_H2D ::ferry::backend::cuda_detail::memcpy_batch_h2d
 
 #include <ferry/backend/detail/gpu_backend.inl>
 

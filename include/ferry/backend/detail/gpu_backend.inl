@@ -207,6 +207,21 @@ struct FERRY_GPU_BACKEND {
   {
     FERRY_GPU_TRY(FERRY_GPU(MemsetAsync)(dst, value, bytes, s));
   }
+  /// Whether memcpy_batch_h2d_async is one runtime call (cudaMemcpyBatchAsync, CUDA 12.8+).
+  [[nodiscard]] static constexpr bool batch_native() noexcept { return FERRY_GPU_BATCH_NATIVE; }
+  /// `n` host-to-device copies (dsts[i] <- srcs[i], sizes[i] bytes) on `s`: one batched submission where the
+  /// runtime has it, else one copy per range. The sources are read in stream order. Not graph-capturable
+  /// when native. n == 0 enqueues nothing.
+  void memcpy_batch_h2d_async(void* const* dsts, const void* const* srcs, const std::size_t* sizes, std::size_t n,
+                              device_id d, stream_type s) const
+  {
+    if (n == 0) { return; }
+    if constexpr (batch_native()) {
+      FERRY_GPU_TRY(FERRY_GPU_MEMCPY_BATCH_H2D(dsts, srcs, sizes, n, d.value, s));
+    } else {
+      for (std::size_t i = 0; i < n; ++i) { memcpy_async(dsts[i], srcs[i], sizes[i], memcpy_kind::host_to_device, s); }
+    }
+  }
 
   // ---- kernels -----------------------------------------------------------------------------------
   template <class... Args>

@@ -118,6 +118,13 @@ struct host_backend {
   void mem_advise(void* p, std::size_t bytes, mem_advice advice, device_id d) const;
   void memcpy_async(void* dst, const void* src, std::size_t bytes, memcpy_kind kind, stream_type s) const;
   void memset_async(void* dst, int value, std::size_t bytes, stream_type s) const;
+  /// No batched copy API to emulate: memcpy_batch_h2d_async issues one copy per range (as on HIP).
+  [[nodiscard]] static constexpr bool batch_native() noexcept { return false; }
+  void memcpy_batch_h2d_async(void* const* dsts, const void* const* srcs, const std::size_t* sizes, std::size_t n,
+                              device_id, stream_type s) const
+  {
+    for (std::size_t i = 0; i < n; ++i) { memcpy_async(dsts[i], srcs[i], sizes[i], memcpy_kind::host_to_device, s); }
+  }
 
   // kernels
   template <class... Args>
