@@ -89,6 +89,19 @@ struct late_sources {
   }
 };
 
+/// The verdict of a join test on late_sources: with the join (`fault` none) all `n` entries arrive exact;
+/// the mutant that drops it must be caught by the same checks (`missing_join` says what it dropped).
+inline void expect_join_verdict(const checker& chk, fd::debug_fault fault, std::uint64_t n, const char* missing_join)
+{
+  if (fault == fd::debug_fault::none) {
+    EXPECT_EQ(chk.got, n);
+    EXPECT_EQ(chk.bad_entries, 0U);
+    EXPECT_EQ(chk.bad_meta, 0U);
+  } else {
+    EXPECT_GT(chk.bad_entries + chk.bad_meta, 0U) << "the test must detect " << missing_join;
+  }
+}
+
 /// Blocks a stream until the CPU opens it (the probe consume kernel spins on a system-scope acquire).
 template <class B>
 struct gate {
@@ -360,14 +373,7 @@ TYPED_TEST_P(D2hChannel, ProgrammaticLaunchJoinsLikeStreamOrder)
     for (std::uint64_t j = 0; j < n; ++j) { src.fill_and_capture(ch, chk, s, j, 7); }
     (void)ch.end_forward(s);
     (void)ch.close();
-    if (fault == fd::debug_fault::none) {
-      EXPECT_EQ(chk.got, n);
-      EXPECT_EQ(chk.bad_entries, 0U);
-      EXPECT_EQ(chk.bad_meta, 0U);
-    } else {
-      EXPECT_GT(chk.bad_entries + chk.bad_meta, 0U)
-        << "the test must detect copy kernels that skip the programmatic-launch join";
-    }
+    expect_join_verdict(chk, fault, n, "copy kernels that skip the programmatic-launch join");
   }
 }
 
@@ -395,14 +401,9 @@ TYPED_TEST_P(D2hChannel, BranchPublishWaitsForTheFork)
       (void)ch.end_forward(s);
     }
     (void)ch.close();
+    expect_join_verdict(chk, fault, n, "a branch release that does not wait for the batch's copies");
     if (fault == fd::debug_fault::none) {
-      EXPECT_EQ(chk.got, n);
-      EXPECT_EQ(chk.bad_entries, 0U);
-      EXPECT_EQ(chk.bad_meta, 0U);
       EXPECT_EQ(ch.stats().publishes, 3U * (n / 3 / 4) + 3U) << "one branch release per K = 4, one per forward";
-    } else {
-      EXPECT_GT(chk.bad_entries + chk.bad_meta, 0U)
-        << "the test must detect a branch release that does not wait for the batch's copies";
     }
   }
 }
