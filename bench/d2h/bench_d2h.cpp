@@ -372,12 +372,24 @@ double per_hook_us(variant v, std::uint64_t P, std::uint32_t K,
   return c.us_per_hook(r.hooks);
 }
 
+/// A named contestant, built on the table's rig when the table runs.
+using contestant_maker = std::pair<std::string, std::function<contestant(per_hook_rig&)>>;
+/// A copy-harness contestant (copy_contestant).
+contestant_maker copy_maker(std::string n, variant v, shape_opts sh, std::uint32_t cursor_mode = 0)
+{
+  return {n, [=](per_hook_rig& r) { return copy_contestant(r, n, v, sh, cursor_mode); }};
+}
+/// A ferry channel contestant (ferry_contestant).
+contestant_maker ferry_maker(std::string n, std::uint32_t K, fd::head_placement placement, shape_opts sh)
+{
+  return {n, [=](per_hook_rig& r) { return ferry_contestant(r, n, K, placement, sh); }};
+}
+
 /// The per-hook table for payload P: the copy-harness baselines are replayed in every round, beside one
 /// ferry configuration at a time (one channel per device), so each ferry figure and the baselines' medians
 /// come from interleaved replays.
-void per_hook_table(std::uint64_t P, const std::vector<std::pair<std::string, std::function<contestant(per_hook_rig&)>>>& ferries,
-                    std::vector<std::pair<std::string, std::function<contestant(per_hook_rig&)>>> baselines,
-                    std::map<std::string, double>& out)
+void per_hook_table(std::uint64_t P, const std::vector<contestant_maker>& ferries,
+                    const std::vector<contestant_maker>& baselines, std::map<std::string, double>& out)
 {
   per_hook_rig r{P};
   std::vector<contestant> base;
@@ -696,33 +708,28 @@ void register_variants()
                   shape_opts in, paused;
                   in.branch = false;
                   paused.drain_paused = true;
-                  using maker = std::function<contestant(per_hook_rig&)>;
-                  auto copy = [](std::string n, variant v, shape_opts sh, std::uint32_t mode) -> std::pair<std::string, maker> {
-                    return {n, [=](per_hook_rig& r) { return copy_contestant(r, n, v, sh, mode); }};
-                  };
-                  auto fer = [](std::string n, std::uint32_t K, shape_opts sh) -> std::pair<std::string, maker> {
-                    return {n, [=](per_hook_rig& r) { return ferry_contestant(r, n, K, fd::head_placement::managed, sh); }};
-                  };
+                  const auto managed = fd::head_placement::managed;
                   std::map<std::string, double> out;
                   per_hook_table(P,
-                                 {fer("ferry_k16", 16, def), fer("ferry_k16_inline", 16, in), fer("ferry_k_inf", 1U << 30, def),
-                                  fer("ferry_k_inf_drain_paused", 1U << 30, paused)},
-                                 {copy("copy_only", variant::copy_only, def, 0),
-                                  copy("copy_only_cursor_read", variant::copy_only, def, 1),
-                                  copy("copy_only_cursor_chain", variant::copy_only, def, 2),
-                                  copy("copy_only_two_slot", variant::copy_only, def, 3),
-                                  copy("copy_only_two_slot_placed", variant::copy_only, def, 4),
-                                  copy("copy_only_two_slot_two_lines", variant::copy_only, def, 5),
-                                  copy("copy_only_two_slot_8b", variant::copy_only, def, 6),
-                                  copy("copy_only_word_in_src", variant::copy_only, def, 7),
-                                  copy("copy_only_word_in_ring", variant::copy_only, def, 8),
-                                  copy("copy_only_word_block_bcast", variant::copy_only, def, 9),
-                                  copy("copy_only_word_ldg", variant::copy_only, def, 10),
-                                  copy("copy_only_word_const", variant::copy_only, def, 11),
-                                  copy("ferry_kernel", variant::ferry_kernel, def, 0),
-                                  copy("ferry_kernel_no_chain", variant::ferry_kernel, def, 1),
-                                  copy("copy_only_plain", variant::copy_only, plain, 0),
-                                  copy("ferry_kernel_plain", variant::ferry_kernel, plain, 0)},
+                                 {ferry_maker("ferry_k16", 16, managed, def), ferry_maker("ferry_k16_inline", 16, managed, in),
+                                  ferry_maker("ferry_k_inf", 1U << 30, managed, def),
+                                  ferry_maker("ferry_k_inf_drain_paused", 1U << 30, managed, paused)},
+                                 {copy_maker("copy_only", variant::copy_only, def, 0),
+                                  copy_maker("copy_only_cursor_read", variant::copy_only, def, 1),
+                                  copy_maker("copy_only_cursor_chain", variant::copy_only, def, 2),
+                                  copy_maker("copy_only_two_slot", variant::copy_only, def, 3),
+                                  copy_maker("copy_only_two_slot_placed", variant::copy_only, def, 4),
+                                  copy_maker("copy_only_two_slot_two_lines", variant::copy_only, def, 5),
+                                  copy_maker("copy_only_two_slot_8b", variant::copy_only, def, 6),
+                                  copy_maker("copy_only_word_in_src", variant::copy_only, def, 7),
+                                  copy_maker("copy_only_word_in_ring", variant::copy_only, def, 8),
+                                  copy_maker("copy_only_word_block_bcast", variant::copy_only, def, 9),
+                                  copy_maker("copy_only_word_ldg", variant::copy_only, def, 10),
+                                  copy_maker("copy_only_word_const", variant::copy_only, def, 11),
+                                  copy_maker("ferry_kernel", variant::ferry_kernel, def, 0),
+                                  copy_maker("ferry_kernel_no_chain", variant::ferry_kernel, def, 1),
+                                  copy_maker("copy_only_plain", variant::copy_only, plain, 0),
+                                  copy_maker("ferry_kernel_plain", variant::ferry_kernel, plain, 0)},
                                  out);
                   for (const auto& [n, us] : out) { results().variants["diag/" + n][P] = us; }
                   return out["ferry_k16"];
@@ -772,28 +779,21 @@ void register_all()
   for (auto P : sizes) {
     register_us("per_hook_graph/" + std::to_string(P), "us_per_hook_ferry_k16",
                 [P] {
-                  using maker = std::function<contestant(per_hook_rig&)>;
-                  auto copy = [](std::string n, variant v, shape_opts sh) -> std::pair<std::string, maker> {
-                    return {n, [=](per_hook_rig& r) { return copy_contestant(r, n, v, sh); }};
-                  };
-                  auto fer = [](std::string n, std::uint32_t K, fd::head_placement pl, shape_opts sh) -> std::pair<std::string, maker> {
-                    return {n, [=](per_hook_rig& r) { return ferry_contestant(r, n, K, pl, sh); }};
-                  };
                   const auto managed = fd::head_placement::managed;
                   shape_opts in;
                   in.branch = false;
-                  std::vector<std::pair<std::string, maker>> ferries;
-                  for (std::uint32_t K : {1U, 4U, 16U, 64U}) { ferries.push_back(fer("ferry_k" + std::to_string(K), K, managed, {})); }
-                  ferries.push_back(fer("ferry_k16_plain", 16, managed, plain_shape()));
-                  ferries.push_back(fer("ferry_k16_inline", 16, managed, in));
-                  ferries.push_back(fer("ferry_k64_inline", 64, managed, in));
-                  ferries.push_back(fer("ferry_k16_pinned", 16, fd::head_placement::pinned_mapped, {}));
+                  std::vector<contestant_maker> ferries;
+                  for (std::uint32_t K : {1U, 4U, 16U, 64U}) { ferries.push_back(ferry_maker("ferry_k" + std::to_string(K), K, managed, {})); }
+                  ferries.push_back(ferry_maker("ferry_k16_plain", 16, managed, plain_shape()));
+                  ferries.push_back(ferry_maker("ferry_k16_inline", 16, managed, in));
+                  ferries.push_back(ferry_maker("ferry_k64_inline", 64, managed, in));
+                  ferries.push_back(ferry_maker("ferry_k16_pinned", 16, fd::head_placement::pinned_mapped, {}));
                   std::map<std::string, double> out;
                   per_hook_table(P, ferries,
-                                 {copy("copy_only", variant::copy_only, {}),
-                                  copy("old_volatile", variant::old_volatile, legacy_shape()),
-                                  copy("per_entry_release", variant::per_entry_release, legacy_shape()),
-                                  copy("copy_only_plain", variant::copy_only, plain_shape())},
+                                 {copy_maker("copy_only", variant::copy_only, {}),
+                                  copy_maker("old_volatile", variant::old_volatile, legacy_shape()),
+                                  copy_maker("per_entry_release", variant::per_entry_release, legacy_shape()),
+                                  copy_maker("copy_only_plain", variant::copy_only, plain_shape())},
                                  out);
                   for (const auto& [n, us] : out) { results().per_hook[P][n] = us; }
                   return out["ferry_k16"];

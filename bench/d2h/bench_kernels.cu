@@ -21,24 +21,18 @@ __device__ inline void copy_grid(const copy_args& a)
     ferry::kernels::d2h::copy_vec(
       [&] {
         if (a.cursor_mode == 0) { return a.dst; }
-        if (a.cursor_mode == 5) {  // the two slots on separate 128-byte lines
-          auto* slots = reinterpret_cast<ulonglong2*>(a.cursor);
-          const ulonglong2 c = slots[a.parity * 8];
-          const std::uint64_t phys = c.x + a.bytes > a.ring_bytes ? 0 : c.x;
-          if (blockIdx.x == 0 && threadIdx.x == 0) { slots[(a.parity ^ 1U) * 8] = ulonglong2{phys + a.bytes, c.y}; }
-          return a.ring + phys;
-        }
         if (a.cursor_mode == 6) {  // 8-byte cursor slots (no size-slot half)
           const std::uint64_t c = a.cursor[a.parity];
           const std::uint64_t phys = c + a.bytes > a.ring_bytes ? 0 : c;
           if (blockIdx.x == 0 && threadIdx.x == 0) { a.cursor[a.parity ^ 1U] = phys + a.bytes; }
           return a.ring + phys;
         }
-        if (a.cursor_mode == 3 || a.cursor_mode == 4) {
+        if (a.cursor_mode >= 3 && a.cursor_mode <= 5) {  // the two-slot cursor; mode 5: slots on separate 128-byte lines
           auto* slots = reinterpret_cast<ulonglong2*>(a.cursor);
-          const ulonglong2 c = slots[a.parity];
+          const std::uint32_t apart = a.cursor_mode == 5 ? 8U : 1U;
+          const ulonglong2 c = slots[a.parity * apart];
           const std::uint64_t phys = c.x + a.bytes > a.ring_bytes ? 0 : c.x;
-          if (blockIdx.x == 0 && threadIdx.x == 0) { slots[a.parity ^ 1U] = ulonglong2{phys + a.bytes, c.y}; }
+          if (blockIdx.x == 0 && threadIdx.x == 0) { slots[(a.parity ^ 1U) * apart] = ulonglong2{phys + a.bytes, c.y}; }
           return a.cursor_mode == 3 ? a.dst : a.ring + phys;
         }
         if (a.cursor_mode == 9) {  // one load per block (thread 0), broadcast through shared memory
