@@ -460,12 +460,10 @@ int write_json(const std::string& path)
         }
       }
     }
+    cell["batch_graph_us"] = "null";
     for (auto& x : rs) {
       cell[x.key + "_us"] = json_num(median(x.gpu));
       if (x.key.rfind("floor", 0) != 0) { cell[x.key + "_cpu_us"] = json_num(median(x.cpu)); }
-    }
-    cell["batch_graph_us"] = "null";
-    for (auto& x : rs) {
       if (x.key == "auto") {
         cell["auto_choice"] = "\"" + x.r->chosen() + "\"";
         cell["auto_graph_choice"] = "\"" + x.r->chosen_graph() + "\"";

@@ -797,7 +797,6 @@ class publisher {
                               stream.handle());
   }
 
-
   void commit_and_enqueue(group_handle gh, slot_rt& s, stream_view stream)
   {
     auto& g = groups_[gh.value];
