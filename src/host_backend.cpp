@@ -500,7 +500,7 @@ host_backend::graph_type host_backend::capture_end(stream_type s) const
     std::lock_guard lock{s->m};
     if (s->capturing == nullptr) { host_fail(901, "stream_capture_invalidated", "capture_end", "stream is not capturing"); }
     if (s->capturing->origin != s) {
-      host_fail(904, "stream_capture_unmatched", "capture_end", "the stream joined a capture begun on another stream");
+      host_fail(903, "stream_capture_unmatched", "capture_end", "the stream joined a capture begun on another stream");
     }
     g = std::exchange(s->capturing, nullptr);
   }
