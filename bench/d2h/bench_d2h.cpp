@@ -21,7 +21,7 @@
 
 #include <ferry/backend.hpp>
 #include <ferry/d2h.hpp>
-#include <ferry/detail/pattern.hpp>
+#include <ferry/testing/pattern.hpp>
 
 #if defined(FERRY_BENCH_CUDA)
 #include <ferry/backend/cuda/backend.hpp>
@@ -90,7 +90,7 @@ bool check_words(const std::byte* p, std::uint64_t bytes, std::uint64_t seq, boo
   auto ok = [&](std::uint64_t i) {
     std::uint64_t w;
     std::memcpy(&w, p + i * 8, 8);
-    return w == ferry::detail::pattern_word(seq, i);
+    return w == ferry::testing::pattern_word(seq, i);
   };
   if (words == 0) { return true; }
   if (all) {
@@ -109,7 +109,7 @@ void fill_device(B b, fb::stream<B>& s, void* dev, std::uint64_t bytes, std::uin
 {
   fb::pinned_buffer<B> h{bytes, b};
   auto* w = h.template as<std::uint64_t>();
-  for (std::uint64_t i = 0; i < bytes / 8; ++i) { w[i] = ferry::detail::pattern_word(seq, i); }
+  for (std::uint64_t i = 0; i < bytes / 8; ++i) { w[i] = ferry::testing::pattern_word(seq, i); }
   b.memcpy_async(dev, h.data(), bytes, fb::memcpy_kind::host_to_device, s.handle());
   s.synchronize();
 }

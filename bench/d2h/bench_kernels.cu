@@ -6,7 +6,7 @@
 
 #include <ferry/backend/grid_dependency.hpp>
 #include <ferry/backend/system_atomic.hpp>
-#include <ferry/detail/pattern.hpp>
+#include <ferry/testing/pattern.hpp>
 
 namespace ferry::bench::gpu {
 
@@ -103,7 +103,7 @@ __global__ void layer(layer_args a)
     const std::uint64_t h = a.first_hook + k;
     const std::uint64_t seq = f * a.hooks_per_fwd + h;
     auto* dst = reinterpret_cast<std::uint64_t*>(a.act + h * a.bytes);
-    for (std::uint64_t i = t; i < words; i += nt) { dst[i] = ferry::detail::pattern_word(seq, i); }
+    for (std::uint64_t i = t; i < words; i += nt) { dst[i] = ferry::testing::pattern_word(seq, i); }
   }
   if (t == 0) { ferry::kernels::spin_until(start, a.spin_ns); }
 }

@@ -5,7 +5,7 @@
 
 #include <ferry/backend/host/backend.hpp>
 #include <ferry/backend/system_atomic.hpp>
-#include <ferry/detail/pattern.hpp>
+#include <ferry/testing/pattern.hpp>
 
 #include <chrono>
 
@@ -44,7 +44,7 @@ void layer_body(const launch_ctx& ctx, layer_args a)
   for (std::uint64_t k = 0; k < a.n_hooks; ++k) {
     const std::uint64_t h = a.first_hook + k;
     auto* dst = reinterpret_cast<std::uint64_t*>(a.act + h * a.bytes);
-    for (std::uint64_t i = 0; i < a.bytes / 8; ++i) { dst[i] = ferry::detail::pattern_word(f * a.hooks_per_fwd + h, i); }
+    for (std::uint64_t i = 0; i < a.bytes / 8; ++i) { dst[i] = ferry::testing::pattern_word(f * a.hooks_per_fwd + h, i); }
   }
   while (std::chrono::steady_clock::now() - start < std::chrono::nanoseconds(a.spin_ns)) {
   }

@@ -4,7 +4,7 @@
 #pragma once
 
 #include <ferry/backend/system_atomic.hpp>
-#include <ferry/detail/pattern.hpp>
+#include <ferry/testing/pattern.hpp>
 
 #include <cstdint>
 
@@ -13,7 +13,7 @@ namespace ferry::kernels::probe {
 FERRY_HD inline void publish_write(std::uint64_t* payload, std::uint64_t words, std::uint64_t seq,
                                    std::uint32_t thread, std::uint32_t threads)
 {
-  for (std::uint64_t i = thread; i < words; i += threads) { payload[i] = ferry::detail::pattern_word(seq, i); }
+  for (std::uint64_t i = thread; i < words; i += threads) { payload[i] = ferry::testing::pattern_word(seq, i); }
 }
 
 /// After the block join: one thread publishes with a system-scope release.

@@ -7,7 +7,7 @@
 
 #include <ferry/backend.hpp>
 #include <ferry/backend/probe.hpp>
-#include <ferry/detail/pattern.hpp>
+#include <ferry/testing/pattern.hpp>
 
 #include <gtest/gtest.h>
 
@@ -193,7 +193,7 @@ TYPED_TEST_P(BackendContract, DeviceReleaseHostAcquireHandOff)
                    payload.template device_as<std::uint64_t>(), words, f, seq);
     while (fb::host_load_acquire(f) < seq) {
     }
-    for (std::uint64_t i = 0; i < words; ++i) { bad += host_payload[i] != ferry::detail::pattern_word(seq, i); }
+    for (std::uint64_t i = 0; i < words; ++i) { bad += host_payload[i] != ferry::testing::pattern_word(seq, i); }
     s.synchronize();  // the next launch overwrites the payload
   }
   EXPECT_EQ(bad, 0U);
@@ -216,13 +216,13 @@ TYPED_TEST_P(BackendContract, HostReleaseDeviceAcquireHandOff)
                    static_cast<const std::uint64_t*>(src.template device_as<std::uint64_t>()),
                    dst.template as<std::uint64_t>(), words);
     auto* h = src.template as<std::uint64_t>();
-    for (std::uint64_t i = 0; i < words; ++i) { h[i] = ferry::detail::pattern_word(seq, i); }
+    for (std::uint64_t i = 0; i < words; ++i) { h[i] = ferry::testing::pattern_word(seq, i); }
     fb::host_store_release(f, seq);  // publishes the words above to the spinning kernel
     this->b.memcpy_async(back.data(), dst.data(), words * 8, fb::memcpy_kind::device_to_host, s.handle());
     s.synchronize();
     const auto* r = back.template as<const std::uint64_t>();
     std::uint64_t bad = 0;
-    for (std::uint64_t i = 0; i < words; ++i) { bad += r[i] != ferry::detail::pattern_word(seq, i); }
+    for (std::uint64_t i = 0; i < words; ++i) { bad += r[i] != ferry::testing::pattern_word(seq, i); }
     ASSERT_EQ(bad, 0U) << "seq " << seq;
   }
 }
@@ -251,7 +251,7 @@ TYPED_TEST_P(BackendContract, GraphReplayRepeatsCapturedWork)
     g.launch(s.view());
     done.synchronize();  // an external record is observable from the CPU at replay
     EXPECT_EQ(fb::host_load_acquire(f), 7U);
-    EXPECT_EQ(out.template as<std::uint64_t>()[words - 1], ferry::detail::pattern_word(7, words - 1));
+    EXPECT_EQ(out.template as<std::uint64_t>()[words - 1], ferry::testing::pattern_word(7, words - 1));
   }
   s.synchronize();
 }
@@ -295,8 +295,8 @@ TYPED_TEST_P(BackendContract, CaptureForksAndJoinsThroughEvents)
     std::memset(out.data(), 0, words * 8);
     g.launch(s.view());
     done.synchronize();
-    EXPECT_EQ(out.template as<std::uint64_t>()[0], ferry::detail::pattern_word(9, 0));
-    EXPECT_EQ(out.template as<std::uint64_t>()[words - 1], ferry::detail::pattern_word(9, words - 1));
+    EXPECT_EQ(out.template as<std::uint64_t>()[0], ferry::testing::pattern_word(9, 0));
+    EXPECT_EQ(out.template as<std::uint64_t>()[words - 1], ferry::testing::pattern_word(9, words - 1));
   }
   s.synchronize();
   auto unjoined = [&] {

@@ -27,7 +27,7 @@ void user_fill(const fb::host_detail::launch_ctx& ctx, fd::ring_ref ref, std::ui
   auto* dst = reinterpret_cast<std::uint8_t*>(ref.data());
   const std::uint64_t n = std::min(bytes, ref.capacity());
   for (std::uint32_t t = 0; t < ctx.block_dim.x; ++t) {
-    for (std::uint64_t i = t; i < n; i += ctx.block_dim.x) { dst[i] = ferry::detail::pattern_byte(seq, i); }
+    for (std::uint64_t i = t; i < n; i += ctx.block_dim.x) { dst[i] = ferry::testing::pattern_byte(seq, i); }
   }
   if (ref.dynamic != 0) {
     ref.commit(actual);

@@ -10,7 +10,7 @@
 #include <ferry/backend.hpp>
 #include <ferry/backend/probe.hpp>
 #include <ferry/d2h.hpp>
-#include <ferry/detail/pattern.hpp>
+#include <ferry/testing/pattern.hpp>
 
 #include <gtest/gtest.h>
 
@@ -54,7 +54,7 @@ struct sources {
     fb::pinned_buffer<B> host{count * stride_bytes, b};
     auto* h = static_cast<std::uint8_t*>(host.data());
     for (std::uint64_t k = 0; k < count; ++k) {
-      for (std::uint64_t i = 0; i < stride; ++i) { h[k * stride + i] = ferry::detail::pattern_byte(first_seq + k, i); }
+      for (std::uint64_t i = 0; i < stride; ++i) { h[k * stride + i] = ferry::testing::pattern_byte(first_seq + k, i); }
     }
     b.memcpy_async(dev.data(), host.data(), count * stride, fb::memcpy_kind::host_to_device, s.handle());
     s.synchronize();
@@ -319,7 +319,7 @@ TYPED_TEST_P(D2hChannel, GraphReplaysLandInTheRightPlaceAcrossWrap)
     for (std::uint64_t r = 0; r < replays; ++r) {
       for (std::uint64_t j = 0; j < n; ++j) {
         for (std::uint64_t i = 0; i < stride; ++i) {
-          h[(r * n + j) * stride + i] = ferry::detail::pattern_byte(r * n + j, i);
+          h[(r * n + j) * stride + i] = ferry::testing::pattern_byte(r * n + j, i);
         }
       }
     }

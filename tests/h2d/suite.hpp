@@ -8,7 +8,7 @@
 
 #include <ferry/backend.hpp>
 #include <ferry/backend/probe.hpp>
-#include <ferry/detail/pattern.hpp>
+#include <ferry/testing/pattern.hpp>
 #include <ferry/h2d.hpp>
 
 #include <gtest/gtest.h>
@@ -39,7 +39,7 @@ constexpr std::uint8_t poison = 0xEE;
 /// Random, never-zero bytes derived from (seed, i).
 inline std::uint8_t data_byte(std::uint64_t seed, std::size_t i)
 {
-  const auto v = ferry::detail::pattern_byte(seed, i);
+  const auto v = ferry::testing::pattern_byte(seed, i);
   return v == 0 ? std::uint8_t{0x5A} : v;
 }
 

@@ -7,7 +7,7 @@
 #pragma once
 
 #include <ferry/d2h.hpp>
-#include <ferry/detail/pattern.hpp>
+#include <ferry/testing/pattern.hpp>
 
 #include <cstdint>
 #include <map>
@@ -91,7 +91,7 @@ struct d2h_checker {
     }
     const auto b = v.bytes();
     bytes += b.size();
-    const std::size_t at = ferry::detail::first_pattern_mismatch(b.data(), b.size(), seq);
+    const std::size_t at = ferry::testing::first_pattern_mismatch(b.data(), b.size(), seq);
     if (at != b.size()) { fail(bad_entries, "seq " + std::to_string(seq) + ": payload byte " + std::to_string(at)); }
   }
 

@@ -28,6 +28,7 @@
 #include <ferry/backend/stream.hpp>
 #include <ferry/backend/system_atomic.hpp>
 #include <ferry/d2h/detail/kernels.hpp>
+#include <ferry/d2h/detail/launch_shape.hpp>
 #include <ferry/d2h/detail/spsc_fifo.hpp>
 #include <ferry/d2h/detail/staging.hpp>
 #include <ferry/d2h/entry_view.hpp>
@@ -675,22 +676,14 @@ class channel {
     /// enough blocks for one pass over the entry, at most enough to fill every SM.
     void launch_copy(detail::copy_args a, std::uint64_t bytes, bool fuse, stream_type s)
     {
-      const std::uint32_t v = cfg.copy_vecs_per_thread;
-      a.vecs_per_thread = v == 8 || v == 4 || v == 2 ? v : 1;
+      const detail::launch_shape sh = detail::copy_launch_shape(cfg, bytes, fuse, sm_count);
+      a.vecs_per_thread = sh.vecs_per_thread;
       a.debug_skip_wait = cfg.debug == debug_fault::programmatic_without_wait ? 1U : 0U;
-      const std::uint64_t vecs = (bytes + 15) / 16;
-      const std::uint64_t per_thread = (vecs + a.vecs_per_thread - 1) / a.vecs_per_thread;
-      if (fuse) {
-        const auto threads = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(align_up(per_thread, 32), 32, 1024));
-        b.launch(detail::copy_entry_publish_kernel(typename B::tag{}),
-                 ferry::backend::launch_config{{1}, {threads}, 0, programmatic}, s, a);
+      const ferry::backend::launch_config lc{{sh.blocks}, {sh.threads}, 0, programmatic};
+      if (sh.one_block) {
+        b.launch(detail::copy_entry_publish_kernel(typename B::tag{}), lc, s, a);
       } else {
-        const std::uint64_t threads = std::clamp<std::uint64_t>(align_up(cfg.copy_block_threads, 32), 32, 1024);
-        const std::uint64_t max_blocks = static_cast<std::uint64_t>(sm_count) * std::max<std::uint64_t>(1, 2048 / threads);
-        const auto blocks =
-          static_cast<std::uint32_t>(std::clamp<std::uint64_t>((per_thread + threads - 1) / threads, 1, max_blocks));
-        b.launch(detail::copy_entry_kernel(typename B::tag{}),
-                 ferry::backend::launch_config{{blocks}, {static_cast<std::uint32_t>(threads)}, 0, programmatic}, s, a);
+        b.launch(detail::copy_entry_kernel(typename B::tag{}), lc, s, a);
       }
     }
 
@@ -746,7 +739,7 @@ class channel {
       }
       // Branch releases never fuse into a copy kernel (the release would sit on the producer stream).
       const bool publish_now = unpublished + 1 >= cfg.publish_every && !cfg.branch_publish;
-      const bool fuse = reserved <= cfg.single_block_copy_max_bytes || (publish_now && reserved <= cfg.fused_copy_max_bytes);
+      const bool fuse = detail::one_block_copy(cfg, reserved, publish_now);
       detail::copy_args a{make_ref(reserved, dynamic), static_cast<const std::byte*>(src), bytes, actual,
                           fuse && publish_now ? unpublished + 1 : 0, head_dev};
       launch_copy(a, bytes, fuse, s.handle());

@@ -27,7 +27,7 @@
 
 #include <ferry/backend.hpp>
 #include <ferry/d2h.hpp>
-#include <ferry/detail/pattern.hpp>
+#include <ferry/testing/pattern.hpp>
 #if defined(FERRY_HAS_CUDA)
 #include <ferry/backend/cuda/backend.hpp>
 #endif
@@ -188,7 +188,7 @@ class checker {
     }
     const auto b = v.bytes();
     const std::size_t words = b.size() / 8;
-    const std::uint64_t bad = ferry::detail::first_pattern_mismatch(b.data(), b.size(), s);
+    const std::uint64_t bad = ferry::testing::first_pattern_mismatch(b.data(), b.size(), s);
     if (bad < words * 8) {
       const std::size_t i = bad / 8;
       std::uint64_t w;
@@ -218,9 +218,9 @@ class checker {
   void classify(std::uint64_t s, std::size_t i, std::uint64_t w, const std::string& what)
   {
     for (std::uint64_t d = 1; d <= 4096; ++d) {
-      if ((s >= d && w == ferry::detail::pattern_word(s - d, i)) || w == ferry::detail::pattern_word(s + d, i)) {
+      if ((s >= d && w == ferry::testing::pattern_word(s - d, i)) || w == ferry::testing::pattern_word(s + d, i)) {
         ++f_.stale;
-        report(what + ": stale (word of seq " + std::to_string(s >= d && w == ferry::detail::pattern_word(s - d, i) ? s - d : s + d) + ")");
+        report(what + ": stale (word of seq " + std::to_string(s >= d && w == ferry::testing::pattern_word(s - d, i) ? s - d : s + d) + ")");
         return;
       }
     }

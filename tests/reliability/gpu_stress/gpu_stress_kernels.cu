@@ -12,7 +12,7 @@ __global__ void stress_fill(fill_args a)
   const std::uint64_t cap = a.caps[slot];
   auto* w = reinterpret_cast<std::uint64_t*>(a.src + a.offsets[slot]);
   const std::uint64_t words = (cap + 7) / 8;
-  for (std::uint64_t i = threadIdx.x; i < words; i += blockDim.x) { w[i] = ferry::detail::pattern_word(seq, i); }
+  for (std::uint64_t i = threadIdx.x; i < words; i += blockDim.x) { w[i] = ferry::testing::pattern_word(seq, i); }
   if (threadIdx.x == 0) { a.actual[slot] = dyn_actual(seq, cap); }
 }
 

@@ -9,7 +9,7 @@
 #pragma once
 
 #include <ferry/backend/types.hpp>
-#include <ferry/detail/pattern.hpp>
+#include <ferry/testing/pattern.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -36,11 +36,11 @@ struct hammer_args {
 /// exceeds the (16-rounded) reservation and must be delivered as entry_status::size_overflow.
 FERRY_HD constexpr bool dyn_overflows(std::uint64_t seq) noexcept
 {
-  return (ferry::detail::splitmix64(seq ^ 0xD1A5EED5ULL) & 255U) == 7U;
+  return (ferry::testing::splitmix64(seq ^ 0xD1A5EED5ULL) & 255U) == 7U;
 }
 FERRY_HD constexpr std::uint64_t dyn_actual(std::uint64_t seq, std::uint64_t cap) noexcept
 {
-  const std::uint64_t h = ferry::detail::splitmix64(seq ^ 0xD1A5EED5ULL);
+  const std::uint64_t h = ferry::testing::splitmix64(seq ^ 0xD1A5EED5ULL);
   if ((h & 255U) == 7U) { return (cap + 15) / 16 * 16 + 1 + ((h >> 20) % 64); }
   return 1 + ((h >> 12) % cap);
 }

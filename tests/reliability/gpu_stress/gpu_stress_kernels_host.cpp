@@ -20,7 +20,7 @@ void fill_body(const launch_ctx& ctx, fill_args a)
   const std::uint64_t cap = a.caps[slot];
   auto* w = reinterpret_cast<std::uint64_t*>(a.src + a.offsets[slot]);
   const std::uint64_t words = (cap + 7) / 8;
-  for (std::uint64_t i = 0; i < words; ++i) { w[i] = ferry::detail::pattern_word(seq, i); }
+  for (std::uint64_t i = 0; i < words; ++i) { w[i] = ferry::testing::pattern_word(seq, i); }
   a.actual[slot] = dyn_actual(seq, cap);
 }
 

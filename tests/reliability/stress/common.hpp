@@ -7,7 +7,7 @@
 
 #include <ferry/backend.hpp>
 #include <ferry/d2h.hpp>
-#include <ferry/detail/pattern.hpp>
+#include <ferry/testing/pattern.hpp>
 #include <ferry/h2d.hpp>
 
 #include <cstdint>
@@ -59,7 +59,7 @@ struct sources {
     auto* h = static_cast<std::uint8_t*>(host.data());
     for (std::uint64_t k = 0; k < count; ++k) {
       auto* w = reinterpret_cast<std::uint64_t*>(h + k * stride);
-      for (std::uint64_t i = 0; i < (n + 7) / 8; ++i) { w[i] = ferry::detail::pattern_word(first + k, i); }
+      for (std::uint64_t i = 0; i < (n + 7) / 8; ++i) { w[i] = ferry::testing::pattern_word(first + k, i); }
     }
     b.memcpy_async(dev.data(), host.data(), count * stride, fb::memcpy_kind::host_to_device, s);
   }

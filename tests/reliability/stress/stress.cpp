@@ -200,7 +200,7 @@ std::uint64_t h2d_run(std::uint64_t steps, std::uint64_t seed, tally& t)
         auto src = p.template source<std::uint8_t>(bufs[i].h);
         auto& w = want[i];
         w.assign(n * bufs[i].unit_bytes, 0);
-        for (std::size_t j = 0; j < w.size(); ++j) { w[j] = src[j] = ferry::detail::pattern_byte(key * 7 + i, j); }
+        for (std::size_t j = 0; j < w.size(); ++j) { w[j] = src[j] = ferry::testing::pattern_byte(key * 7 + i, j); }
         p.set_count(bufs[i].h, n);
       }
     };

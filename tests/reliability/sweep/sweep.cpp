@@ -268,7 +268,7 @@ std::map<std::uint32_t, std::vector<std::uint8_t>> h2d_produce(fh::publisher<FB>
     auto src = p.template source<std::uint8_t>(h);
     auto& w = want[h.value];
     for (std::size_t i = 0; i < n * unit[j]; ++i) {
-      src[i] = ferry::detail::pattern_byte(seed * 131 + h.value, i);
+      src[i] = ferry::testing::pattern_byte(seed * 131 + h.value, i);
       w.push_back(src[i]);
     }
     p.set_count(h, n);

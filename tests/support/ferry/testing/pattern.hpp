@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace ferry::detail {
+namespace ferry::testing {
 
 FERRY_HD constexpr std::uint64_t splitmix64(std::uint64_t x) noexcept
 {
@@ -49,4 +49,4 @@ inline std::uint64_t first_pattern_mismatch(const std::byte* p, std::uint64_t n,
   return n;
 }
 
-}  // namespace ferry::detail
+}  // namespace ferry::testing

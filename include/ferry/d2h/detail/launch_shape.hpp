@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0
+// The copy kernel's launch shape as a pure function of the configuration and the entry: used by the
+// channel's producer to launch capture()'s copy and by bench/d2h to launch the same shape for its
+// copy-only baselines (one definition, so the two cannot drift). Unit-tested in tests/d2h.
+#pragma once
+
+#include <ferry/d2h/ring_ref.hpp>
+#include <ferry/d2h/types.hpp>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace ferry::d2h::detail {
+
+/// Which copy kernel and what grid: `one_block` selects copy_entry_publish_kernel (one block; it may fuse
+/// the batch release after its block barrier), otherwise copy_entry_kernel on `blocks` blocks.
+struct launch_shape {
+  bool one_block{true};
+  std::uint32_t blocks{1};
+  std::uint32_t threads{32};
+  std::uint32_t vecs_per_thread{1};  ///< 16-byte vectors per thread per pass: 1, 2, 4 or 8
+  friend constexpr bool operator==(const launch_shape&, const launch_shape&) = default;
+};
+
+/// config::copy_vecs_per_thread normalised to a supported value (1, 2, 4, 8; anything else is 1).
+[[nodiscard]] constexpr std::uint32_t vecs_per_thread(const config& cfg) noexcept
+{
+  const std::uint32_t v = cfg.copy_vecs_per_thread;
+  return v == 8 || v == 4 || v == 2 ? v : 1;
+}
+
+/// Whether the entry of `reserved` bytes is copied by the one-block kernel: always up to
+/// single_block_copy_max_bytes, and up to fused_copy_max_bytes when it completes a batch of K
+/// (`publish_now`) and branch releases are off (the release then fuses into the copy).
+[[nodiscard]] constexpr bool one_block_copy(const config& cfg, std::uint64_t reserved, bool publish_now) noexcept
+{
+  return reserved <= cfg.single_block_copy_max_bytes || (publish_now && reserved <= cfg.fused_copy_max_bytes);
+}
+
+/// The grid for copying `bytes` payload bytes. `one_block`: one block of enough threads for one pass
+/// (32..1024); else blocks of copy_block_threads (32..1024, a multiple of 32), enough for one pass over the
+/// entry and at most enough to fill every SM (`sm_count` x 2048 threads).
+[[nodiscard]] constexpr launch_shape copy_launch_shape(const config& cfg, std::uint64_t bytes, bool one_block,
+                                                      int sm_count) noexcept
+{
+  launch_shape s;
+  s.one_block = one_block;
+  s.vecs_per_thread = vecs_per_thread(cfg);
+  const std::uint64_t vecs = (bytes + 15) / 16;
+  const std::uint64_t per_thread = (vecs + s.vecs_per_thread - 1) / s.vecs_per_thread;
+  if (one_block) {
+    s.blocks = 1;
+    s.threads = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(align_up(per_thread, 32), 32, 1024));
+    return s;
+  }
+  const std::uint64_t threads = std::clamp<std::uint64_t>(align_up(cfg.copy_block_threads, 32), 32, 1024);
+  const std::uint64_t sms = sm_count > 0 ? static_cast<std::uint64_t>(sm_count) : 1;
+  const std::uint64_t max_blocks = sms * std::max<std::uint64_t>(1, 2048 / threads);
+  s.threads = static_cast<std::uint32_t>(threads);
+  s.blocks = static_cast<std::uint32_t>(std::clamp<std::uint64_t>((per_thread + threads - 1) / threads, 1, max_blocks));
+  return s;
+}
+
+}  // namespace ferry::d2h::detail
