@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # ferry's main demo/benchmark command (README): installs what it needs, builds, runs the D2H and H2D
-# benchmarks side by side. On a machine with an NVIDIA GPU it runs the CUDA benchmarks at full size and
-# writes docs-style JSON summaries; otherwise it runs the same benchmarks on the host-emulated device at
-# small sizes (the protocols and the checking are the same; the timings are of the emulation).
-# Usage: bash bench/run.sh   (results in <repo>/build/bench-results/)
+# benchmarks, and ends with one screen: ferry's headline figures beside the reference ("anchor") figures
+# they replace. On a machine with an NVIDIA GPU it runs the CUDA benchmarks at full size; otherwise the same
+# benchmarks on the host-emulated device at small sizes (same protocols and checks; the timings are of the
+# emulation).
+# Usage: bash bench/run.sh
+# Writes to <repo>/build/bench-results/: build.log, d2h.log and h2d.log (the raw benchmark output),
+# d2h_gbench.json and h2d_gbench.json (Google Benchmark's JSON), d2h.json and h2d.json (the summaries,
+# docs/perf/h200's format), and the plots (*.svg). Anchors: $FERRY_ANCHORS, else shared/anchors-h200.md
+# in or beside the repository ("n/a" when absent).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$root/cmake/setup-deps.sh"
@@ -17,18 +22,50 @@ cuda_flags=(-DFERRY_ENABLE_CUDA=OFF)
 build="$root/build/bench-run"  # not build/bench: a top-level build/ tree has its own bench/ subdirectory
 out="$root/build/bench-results"
 mkdir -p "$out"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_BUILD_TESTS=OFF "${cuda_flags[@]}"
+rm -f "$out"/*.json "$out"/*.log "$out"/*.svg
 suffix=_host
 ((gpu)) && suffix=
-cmake --build "$build" -j"$(nproc)" --target ferry_bench_d2h$suffix ferry_bench_h2d$suffix
+where=$( ((gpu)) && echo GPU || echo "host-emulated device")
+
+echo "ferry: building the benchmarks ($where; log: $out/build.log)"
+if ! { cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_BUILD_TESTS=OFF "${cuda_flags[@]}" &&
+  cmake --build "$build" -j"$(nproc)" --target ferry_bench_d2h$suffix ferry_bench_h2d$suffix; } > "$out/build.log" 2>&1; then
+  tail -30 "$out/build.log"
+  echo "ferry: build failed (log: $out/build.log)" >&2
+  exit 1
+fi
 
 export FERRY_COMMIT=${FERRY_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2> /dev/null || echo unknown)}
 export FERRY_DATE=${FERRY_DATE:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}
 status=0
 for side in d2h h2d; do
   bin="$build/bench/$side/ferry_bench_$side$suffix"
-  echo "== $side ($([[ $gpu == 1 ]] && echo GPU || echo host-emulated device)) =="
-  FERRY_COMMAND="$bin --ferry_json=$out/$side.json" "$bin" --ferry_json="$out/$side.json" || status=1
+  args=(--benchmark_out="$out/${side}_gbench.json" --benchmark_out_format=json)
+  [[ $side == h2d ]] && args+=(--ferry_json="$out/h2d.json")  # the H2D binary writes its own summary
+  echo "ferry: running the $side benchmarks (log: $out/$side.log)"
+  start=$SECONDS
+  FERRY_COMMAND="$bin ${args[*]}" "$bin" "${args[@]}" > "$out/$side.log" 2>&1 || {
+    status=1
+    tail -5 "$out/$side.log"
+    echo "ferry: $side benchmark failed or found a bad entry (log: $out/$side.log)" >&2
+  }
+  echo "ferry: $side done in $((SECONDS - start)) s"
 done
-echo "JSON summaries: $out/d2h.json $out/h2d.json"
+
+py="$root/bench/device"
+if [[ -s $out/d2h_gbench.json ]]; then
+  FERRY_COMMAND="$build/bench/d2h/ferry_bench_d2h$suffix" python3 "$py/perf_tables.py" d2h-summary "$out/d2h_gbench.json" "$out/d2h.json" ||
+    status=1
+fi
+python3 "$py/perf_plots.py" "$out/d2h.json" "$out/h2d.json" "$out" || status=1
+
+anchors=${FERRY_ANCHORS:-}
+if [[ -z $anchors ]]; then
+  for a in "$root/shared/anchors-h200.md" "$root/../shared/anchors-h200.md"; do
+    [[ -f $a ]] && anchors=$(cd "$(dirname "$a")" && pwd)/$(basename "$a") && break
+  done
+fi
+echo
+echo "raw output: $out/{d2h,h2d}.log; JSON: $out/{d2h,h2d}.json (Google Benchmark's: *_gbench.json); plots: $out/*.svg"
+python3 "$py/perf_tables.py" headline "$out/d2h.json" "$out/h2d.json" "${anchors:-shared/anchors-h200.md}" || status=1
 exit $status

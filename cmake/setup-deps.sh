@@ -1,26 +1,58 @@
 # SPDX-License-Identifier: Apache-2.0
 # Sourced by tests/run.sh and bench/run.sh: installs ferry's build dependencies from Debian's packages
 # when they are missing (as root, with apt-get; nothing is downloaded at configure time).
-ferry_install_deps() {
-  local purpose=$1
-  local pkgs=(cmake ninja-build g++ libfmt-dev libgtest-dev libbenchmark-dev git)
-  if [[ $purpose == test ]]; then
-    pkgs+=(hipcc libamdhip64-dev clang-14 libclang-rt-14-dev relacy-dev spin)
-  fi
-  local missing=()
-  for p in "${pkgs[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2> /dev/null | grep -q "install ok installed" || missing+=("$p")
+# A dependency counts as present when its tool is on PATH or its header/library is found (so a machine
+# that ships cmake, ninja, ... outside dpkg, like a GPU image, installs nothing), else when dpkg lists its
+# package; only what is still missing is passed to apt-get.
+
+# "package probe...": probes are cmd:NAME (on PATH) or file:GLOB (exists); any one satisfies.
+_ferry_deps_bench=(
+  "cmake cmd:cmake"
+  "ninja-build cmd:ninja"
+  "g++ cmd:g++"
+  "git cmd:git"
+  "libfmt-dev file:/usr/include/fmt/core.h file:/usr/local/include/fmt/core.h"
+  "libgtest-dev file:/usr/include/gtest/gtest.h file:/usr/local/include/gtest/gtest.h"
+  "libbenchmark-dev file:/usr/include/benchmark/benchmark.h file:/usr/local/include/benchmark/benchmark.h"
+)
+_ferry_deps_test=(
+  "hipcc cmd:hipcc"
+  "libamdhip64-dev file:/usr/include/hip/hip_runtime.h file:/opt/rocm/include/hip/hip_runtime.h"
+  "clang-14 cmd:clang++-14"
+  "libclang-rt-14-dev file:/usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.tsan-x86_64.a"
+  "relacy-dev file:/usr/include/relacy/relacy.hpp"
+  "spin cmd:spin"
+)
+
+_ferry_dep_present() {
+  local probe g
+  for probe in "${@:2}"; do
+    case $probe in
+      cmd:*) command -v "${probe#cmd:}" > /dev/null 2>&1 && return 0 ;;
+      file:*) for g in ${probe#file:}; do [[ -e $g ]] && return 0; done ;;
+    esac
   done
-  if ((${#missing[@]})); then
-    if [[ $(id -u) -ne 0 ]] || ! command -v apt-get > /dev/null; then
-      echo "ferry: missing packages (${missing[*]}); install them or run as root on Debian/Ubuntu" >&2
-      # on machines that ship the tools outside dpkg (e.g. a GPU image), carry on and let CMake decide
-      return 0
-    fi
-    echo "ferry: installing ${missing[*]}"
-    if ! apt-get update -qq || ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      "${missing[@]}" > /dev/null; then
-      echo "ferry: could not install ${missing[*]} (offline?); continuing with what is installed" >&2
-    fi
+  command -v dpkg-query > /dev/null 2>&1 &&
+    dpkg-query -W -f='${Status}' "$1" 2> /dev/null | grep -q "install ok installed"
+}
+
+ferry_install_deps() {
+  local purpose=$1 entry
+  local deps=("${_ferry_deps_bench[@]}")
+  [[ $purpose == test ]] && deps+=("${_ferry_deps_test[@]}")
+  local missing=()
+  for entry in "${deps[@]}"; do
+    # shellcheck disable=SC2086
+    _ferry_dep_present $entry || missing+=("${entry%% *}")
+  done
+  ((${#missing[@]})) || return 0
+  if [[ $(id -u) -ne 0 ]] || ! command -v apt-get > /dev/null; then
+    echo "ferry: missing (${missing[*]}); install them, or run as root on Debian/Ubuntu" >&2
+    return 0  # carry on and let CMake say what it cannot find
+  fi
+  echo "ferry: installing ${missing[*]}"
+  if ! apt-get update -qq || ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" > /dev/null; then
+    echo "ferry: could not install ${missing[*]} (offline?); continuing with what is installed" >&2
   fi
 }

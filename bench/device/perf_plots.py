@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Draws the plots of docs/perf/README.md as plain SVG from docs/perf/h200/{d2h,h2d}.json (no GPU, no
-plotting library needed). Usage: python3 bench/device/perf_plots.py [d2h.json] [h2d.json] [out_dir]"""
+"""Draws the plots of docs/perf/README.md as plain SVG from the benchmark summaries (docs/perf/h200/{d2h,h2d}.json
+or bench/run.sh's), no GPU or plotting library needed. A plot whose figures are missing is skipped.
+Usage: python3 bench/device/perf_plots.py [d2h.json] [h2d.json] [out_dir]"""
 import json
 import math
 import sys
@@ -8,8 +9,18 @@ import sys
 d2h_path = sys.argv[1] if len(sys.argv) > 1 else "docs/perf/h200/d2h.json"
 h2d_path = sys.argv[2] if len(sys.argv) > 2 else "docs/perf/h200/h2d.json"
 out_dir = sys.argv[3] if len(sys.argv) > 3 else "docs/perf"
-d2h = json.load(open(d2h_path))
-h2d = json.load(open(h2d_path))
+
+
+def load(path):
+    try:
+        return json.load(open(path))
+    except (OSError, ValueError) as e:
+        print(f"perf_plots: {path}: {e}", file=sys.stderr)
+        return {}
+
+
+d2h = load(d2h_path)
+h2d = load(h2d_path)
 
 COLORS = ["#4e79a7", "#e15759", "#f28e2b", "#59a14f", "#76b7b2", "#b07aa1", "#9c755f", "#bab0ac"]
 W, H = 760, 420
@@ -66,7 +77,7 @@ def log_ticks(lo, hi):
 def per_hook_plot(path):
     """D2H: GPU time per hook in a graph vs payload, log-log."""
     rows = d2h["per_hook_graph_us"]
-    sizes = sorted(int(s) for s in rows)
+    sizes = sorted(int(s) for s in rows if any(v is not None for v in rows[s].values()))
     series = [("copy_only", "copy only"), ("old_volatile", "old volatile (invalid)"),
               ("per_entry_release", "per-entry st.release.sys"), ("ferry_k1", "ferry K=1"),
               ("ferry_k16", "ferry K=16"), ("ferry_k64", "ferry K=64")]
@@ -76,8 +87,9 @@ def per_hook_plot(path):
     pw, ph = W - L - R, H - T - B
     X = lambda s: L + (math.log(s) - math.log(xlo)) / (math.log(xhi) - math.log(xlo)) * pw
     Y = lambda v: T + ph - (math.log(v) - math.log(ylo)) / (math.log(yhi) - math.log(ylo)) * ph
+    hooks = 64 if d2h.get("backend") == "host" else 512
     g = svg("D2H: GPU time per hook in a CUDA graph", f"{d2h['device']}, commit {d2h['commit']}, {d2h['date'][:10]}; "
-            "512 back-to-back hooks, median of round-robin replays")
+            f"{hooks} back-to-back hooks, median of round-robin replays")
     for v in log_ticks(ylo, yhi):
         g.line(L, Y(v), L + pw, Y(v), "#ddd")
         g.text(L - 6, Y(v) + 4, f"{v:g}", "end")
@@ -145,7 +157,7 @@ def forward_plot(path):
     """D2H: whole-forward overhead vs no capture, 28 and 341 hooks."""
     keys = [("copy_only_overhead_pct", "copy only"), ("old_volatile_overhead_pct", "old volatile (invalid)"),
             ("per_entry_release_overhead_pct", "per-entry st.release.sys"), ("ferry_overhead_pct", "ferry (K=16)")]
-    groups = [(f"{h[5:]} hooks / forward", [d2h["forward"][h][k] for k, _ in keys]) for h in ("hooks28", "hooks341")]
+    groups = [(f"{h[5:]} hooks / forward", [d2h["forward"][h].get(k) for k, _ in keys]) for h in ("hooks28", "hooks341")]
     bars(path, "D2H: simulated forward, overhead vs no capture (%)",
          f"{d2h['device']}, commit {d2h['commit']}, {d2h['date'][:10]}; 28 layers of ~60 us, 16 KiB per hook, graph replay",
          groups, [n for _, n in keys], "% over no capture",
@@ -157,13 +169,17 @@ def h2d_plot(path):
     keys = [("floor_graph_us", "floor (consumer only)"), ("packed_graph_us", "packed"),
             ("zerocopy_graph_us", "zerocopy"), ("auto_graph_us", "auto")]
     cases = ["decode256", "tiny4", "small32", "small64"]
-    groups = [(c, [h2d["cases"][c].get(k) for k, _ in keys]) for c in cases]
+    groups = [(c, [h2d["cases"][c].get(k) for k, _ in keys]) for c in cases if c in h2d["cases"]]
     bars(path, "H2D: GPU span in a CUDA graph (us), event -> upload -> first consumer",
-         f"{h2d['device']}, commit {h2d['commit']}, {h2d['date'][:10]}; median of 1000 round-robin replays",
+         f"{h2d['device']}, commit {h2d['commit']}, {h2d['date'][:10]}; median of {h2d.get('iterations', '?')} round-robin replays",
          groups, [n for _, n in keys], "us", {"decode256": 10.0, "tiny4": 5.0, "small64": 7.0})
 
 
-per_hook_plot(f"{out_dir}/d2h_per_hook.svg")
-forward_plot(f"{out_dir}/d2h_forward.svg")
-h2d_plot(f"{out_dir}/h2d_graph.svg")
-print(f"wrote {out_dir}/d2h_per_hook.svg, {out_dir}/d2h_forward.svg, {out_dir}/h2d_graph.svg")
+wrote = []
+for fn, name in ((per_hook_plot, "d2h_per_hook.svg"), (forward_plot, "d2h_forward.svg"), (h2d_plot, "h2d_graph.svg")):
+    try:
+        fn(f"{out_dir}/{name}")
+        wrote.append(f"{out_dir}/{name}")
+    except (KeyError, ValueError, TypeError, ZeroDivisionError) as e:  # figures missing from the summary
+        print(f"perf_plots: {name} skipped ({type(e).__name__}: {e})", file=sys.stderr)
+print("wrote " + (", ".join(wrote) if wrote else "no plot"))

@@ -1,55 +1,286 @@
 #!/usr/bin/env python3
-"""Prints the markdown tables of docs/perf/README.md from docs/perf/h200/{d2h,h2d}.json (no GPU needed).
-Usage: python3 bench/device/perf_tables.py [d2h.json] [h2d.json]"""
+"""ferry's benchmark figures, from the benchmarks' JSON (stdlib only, no GPU needed).
+
+  perf_tables.py d2h-summary GBENCH_JSON OUT_JSON
+      Derives the D2H summary (docs/perf/h200/d2h.json's keys: per-variant us, overheads vs no capture,
+      publication above the copy-only baseline, per-hook us, variants, drain GB/s, entries checked) from
+      ferry_bench_d2h's Google Benchmark JSON (--benchmark_out=... --benchmark_out_format=json).
+      commit/date/command: FERRY_COMMIT / FERRY_DATE / FERRY_COMMAND from the environment, else from the
+      benchmark's context.
+  perf_tables.py headline D2H_JSON H2D_JSON [ANCHORS_MD]
+      One screen: ferry's headline figures beside the anchors they replace (shared/anchors-h200.md; "n/a"
+      where a file or figure is absent).
+  perf_tables.py tables [D2H_JSON] [H2D_JSON]      (default: docs/perf/h200/{d2h,h2d}.json)
+      The markdown tables of docs/perf/README.md.
+  perf_tables.py variants [D2H_JSON]
+      The D2H variant sweeps and diagnostics as text tables.
+"""
 import json
+import os
+import re
 import sys
 
-d2h_path = sys.argv[1] if len(sys.argv) > 1 else "docs/perf/h200/d2h.json"
-h2d_path = sys.argv[2] if len(sys.argv) > 2 else "docs/perf/h200/h2d.json"
-d2h = json.load(open(d2h_path))
-h2d = json.load(open(h2d_path))
+SIZES = (4096, 16384, 65536, 1048576, 16777216, 67108864)
+FWD_KEYS = ("no_capture", "copy_only", "old_volatile", "per_entry_release", "ferry", "ferry_pinned",
+            "copy_only_plain", "ferry_plain", "ferry_inline")
+HOOK_KEYS = ("copy_only", "old_volatile", "per_entry_release", "ferry_k1", "ferry_k4", "ferry_k16", "ferry_k64",
+             "ferry_k16_pinned", "copy_only_plain", "ferry_k16_plain", "ferry_k16_inline", "ferry_k64_inline")
+CHECK_KEYS = ("entries_checked", "entries_bad", "baseline_entries_checked", "baseline_entries_bad")
+
+
+def r4(v):
+    return None if v is None else round(v, 4)
 
 
 def f(v, nd=2):
     return "n/a" if v is None else f"{v:.{nd}f}"
 
 
-print(f"### D2H — {d2h['device']}, commit {d2h['commit']}, {d2h['date']}\n")
-print(f"Command: `{d2h['command']}`\n")
-print("Simulated forward (28 layers of ~60 us, 16 KiB per hook, CUDA graph replay, drain running, every word checked):\n")
-print("| hooks/forward | no capture | copy only | old volatile (invalid) | per-entry release | ferry (managed head) | ferry (pinned head) | ferry publication above copy | ferry, inline releases (publication above copy) | copy only, plain launch | ferry, plain launch | anchor: naive batched / copy only |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-anchor = {"hooks28": "+3.31% / +3.08%", "hooks341": "+39.1% / +37.5%"}
-for h in ("hooks28", "hooks341"):
-    r = d2h["forward"][h]
-    print(f"| {h[5:]} | {f(r['no_capture_us'],1)} us | +{f(r['copy_only_overhead_pct'])}% | +{f(r['old_volatile_overhead_pct'])}% "
-          f"| +{f(r['per_entry_release_overhead_pct'])}% | +{f(r['ferry_overhead_pct'])}% | +{f(r['ferry_pinned_overhead_pct'])}% "
-          f"| {f(r['ferry_publication_over_copy_pct'])}% "
-          f"| +{f(r.get('ferry_inline_overhead_pct'))}% ({f(r.get('ferry_inline_publication_over_copy_pct'))}%) "
-          f"| +{f(r.get('copy_only_plain_overhead_pct'))}% "
-          f"| +{f(r.get('ferry_plain_overhead_pct'))}% | {anchor[h]} |")
-print("\nPer hook in a CUDA graph (us per hook, GPU time):\n")
-cols = ["copy_only", "old_volatile", "per_entry_release", "ferry_k1", "ferry_k4", "ferry_k16", "ferry_k64", "ferry_k16_pinned",
-        "ferry_k16_inline", "ferry_k64_inline", "copy_only_plain", "ferry_k16_plain"]
-print("| payload | " + " | ".join(cols) + " | anchor copy only / per-entry release / release kernel every 16 |")
-print("|---|" + "---|" * len(cols) + "---|")
-anchors = {"4096": "0.934 / 1.909 / 1.022", "65536": "1.015 / 2.174 / 1.097", "1048576": "1.287 / 2.653 / 1.371",
-           "16777216": "8.113 / 9.132 / 8.200", "67108864": "37.04 / 38.05 / 37.19"}
-for size, r in d2h["per_hook_graph_us"].items():
-    print(f"| {int(size) // 1024} KiB | " + " | ".join(f(r.get(c), 3) for c in cols) + f" | {anchors.get(size, '')} |")
-print(f"\nDrain bandwidth, 64 MiB entries: {f(d2h['drain_gbps_64MiB'], 1)} GB/s (plain pinned D2H memcpy in the same run: "
-      f"{f(d2h.get('memcpy_d2h_gbps_64MiB'), 1)} GB/s). Entries checked: {d2h['entries_checked']}, bad: {d2h['entries_bad']}"
-      f" (the two per-entry baselines' own drain, old volatile and per-entry release: {d2h.get('baseline_entries_checked')} checked, {d2h.get('baseline_entries_bad')} bad).\n")
+# ---- d2h-summary -----------------------------------------------------------------------------------
+def d2h_summary(gbench_path, out_path):
+    g = json.load(open(gbench_path))
+    ctx = g.get("context", {})
+    forward, per_hook, variants, fwd_variants = {}, {}, {}, {}
+    drain = memcpy = None
+    checks = dict.fromkeys(CHECK_KEYS, 0)
+    for b in g.get("benchmarks", []):
+        if b.get("run_type", "iteration") != "iteration":
+            continue
+        name = re.sub(r"(/iterations:\d+|/manual_time|/repeats:\d+)+$", "", b["name"])
+        for k in CHECK_KEYS:
+            checks[k] += int(b.get(k, 0))
+        parts = name.split("/")
+        if parts[0] == "forward" and len(parts) == 3:  # forward/<key>/hooks:<H>
+            forward.setdefault(int(parts[2].split(":")[1]), {})[parts[1]] = b["us_per_forward"]
+        elif parts[0] == "per_hook_graph":  # per_hook_graph/<P>: one counter per contestant
+            per_hook[int(parts[1])] = {k: v for k, v in b.items() if k in HOOK_KEYS}
+        elif parts[0] == "variants" and parts[1] == "fwd341":
+            fwd_variants["/".join(parts[2:])] = b["us_per_forward"]
+        elif parts[0] == "variants" and parts[1] == "diag":
+            for k, v in b.items():
+                if isinstance(v, float) and k not in CHECK_KEYS and k not in ("real_time", "cpu_time"):
+                    variants.setdefault("diag/" + k, {})[int(parts[2])] = v
+        elif parts[0] == "variants":
+            variants.setdefault("/".join(parts[1:-1]), {})[int(parts[-1])] = b["us_per_hook"]
+        elif name == "drain/ferry_64MiB":
+            drain = b["GBps"]
+        elif name == "drain/memcpy_ceiling_64MiB":
+            memcpy = b["GBps"]
 
-print(f"### H2D — {h2d['device']}, commit {h2d['commit']}, {h2d['date']}\n")
-print(f"Command: `{h2d['command']}` (median of {h2d.get('iterations', '?')} iterations per cell)\n")
-print("GPU span, us, from an event before the first upload operation to the end of the first-consumer kernel:\n")
-keys = ["floor_us", "floor_graph_us", "direct_us", "batch_us", "packed_us", "zerocopy_us", "auto_us", "direct_graph_us",
-        "packed_graph_us", "zerocopy_graph_us", "auto_graph_us", "packed_cpu_us", "auto_cpu_us"]
-print("| case | " + " | ".join(k.replace("_us", "") for k in keys) + " | auto choice |")
-print("|---|" + "---|" * len(keys) + "---|")
-for c, r in h2d["cases"].items():
-    print(f"| {c} | " + " | ".join(f(r.get(k), 1) for k in keys) + f" | {r.get('auto_choice', '')} |")
-print("\nAnchors (reference implementations, same definition): decode256 direct 48-50, batch 19.4, DMA+scatter graph 17.8, "
-      "zero-copy graph 13.6, direct graph 56, floor 5.3 / 3.1; tiny4 graph 6.3-6.7; small64 zero-copy graph 8.3; "
-      "CPU pack+enqueue 15-17 (packed, memcpy into the arena included).")
+    def env(k, default):
+        return os.environ.get(k) or ctx.get(k) or default
+
+    out = {"device": ctx.get("ferry_device", "?"), "commit": env("FERRY_COMMIT", "unknown"),
+           "date": env("FERRY_DATE", ctx.get("date", "unknown")), "command": env("FERRY_COMMAND", "ferry_bench_d2h"),
+           "backend": ctx.get("ferry_backend", "?"), "forward": {}}
+    for H in (28, 341):
+        m = forward.get(H, {})
+        row = {f"{k}_us": r4(m.get(k)) for k in FWD_KEYS}
+        base = m.get("no_capture")
+        for k in FWD_KEYS[1:]:
+            x = m.get(k)
+            row[f"{k}_overhead_pct"] = r4((x / base - 1) * 100) if base and x is not None else None
+
+        def over(fer, cop):  # ferry's time above the copy-only baseline launched the same way, % of no capture
+            x, c = m.get(fer), m.get(cop)
+            return r4((x - c) / base * 100) if base and x is not None and c is not None else None
+
+        row["ferry_publication_over_copy_pct"] = over("ferry", "copy_only")
+        row["ferry_plain_publication_over_copy_plain_pct"] = over("ferry_plain", "copy_only_plain")
+        row["ferry_inline_publication_over_copy_pct"] = over("ferry_inline", "copy_only")
+        out["forward"][f"hooks{H}"] = row
+    out["per_hook_graph_us"] = {str(P): {k: r4(per_hook[P].get(k)) for k in HOOK_KEYS} for P in SIZES if P in per_hook}
+    out["variants"] = {
+        "per_hook_graph_us": {n: {str(P): r4(m.get(P)) for P in (4096, 16384, 65536)} for n, m in sorted(variants.items())},
+        "forward341_us": {n: r4(v) for n, v in sorted(fwd_variants.items())}}
+    out["drain_gbps_64MiB"] = r4(drain)
+    out["memcpy_d2h_gbps_64MiB"] = r4(memcpy)
+    out.update(checks)
+    with open(out_path, "w") as fh:
+        json.dump(out, fh, indent=2)
+        fh.write("\n")
+    print(f"wrote {out_path}: entries checked {checks['entries_checked']}, bad {checks['entries_bad']}")
+
+
+# ---- headline --------------------------------------------------------------------------------------
+def num(cell):
+    m = re.search(r"-?\d[\d,]*\.?\d*", cell or "")
+    return float(m.group(0).replace(",", "")) if m else None
+
+
+def md_tables(text):
+    """Every markdown table of `text` as (header cells, rows of cells)."""
+    tables, cur = [], None
+    for line in text.splitlines():
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if cur is None:
+                cur = (cells, [])
+                tables.append(cur)
+            elif not all(set(c) <= set("-: ") for c in cells):
+                cur[1].append(cells)
+        else:
+            cur = None
+    return tables
+
+
+def read_anchors(path):
+    """{'fwd': {28: {...}, 341: {...}}, 'h2d': {case: {...}}, 'd2h_gbps': x}; empty where absent."""
+    a = {"fwd": {}, "h2d": {}, "d2h_gbps": None}
+    try:
+        text = open(path).read()
+    except OSError:
+        return a
+    m = re.search(r"D2H ([\d.]+) GB/s at 512 MiB", text)
+    a["d2h_gbps"] = float(m.group(1)) if m else None
+    for head, rows in md_tables(text):
+        h = [c.lower() for c in head]
+        col = lambda *keys: next((i for i, c in enumerate(h) if all(k in c for k in keys)), None)
+        if h and "hooks / forward" in h[0]:
+            cols = {"no_capture": col("no capture"), "copy_only": col("copy only"),
+                    "per_entry_release": col("st.release.sys"), "batched": col("release every 16")}
+            for r in rows:
+                a["fwd"][int(num(r[0]))] = {k: (num(r[i]) if i is not None and i < len(r) else None) for k, i in cols.items()}
+        elif h and h[0] == "case" and col("cudamemcpybatchasync") is not None:
+            cols = {"direct": col("one cudamemcpyasync"), "batch": col("cudamemcpybatchasync"),
+                    "floor": col("floor")}
+            eager = [col("one-block-per-member scatter")]
+            graph = [i for i, c in enumerate(h) if "graph" in c and "floor" not in c]
+            for r in rows:
+                members = int(num(r[1]))
+                case = r[0].split()
+                key = "decode" + case[-1] if case[0] == "decode" else case[0] + str(members)
+                low = lambda i: min(float(x) for x in re.findall(r"\d+\.?\d*", r[i])) if i is not None and i < len(r) else None
+                e = {k: low(i) for k, i in cols.items()}
+                floors = [float(x) for x in re.findall(r"\d+\.?\d*", r[cols["floor"]])] if cols["floor"] is not None else []
+                e["floor"] = floors[0] if floors else None
+                e["floor_graph"] = floors[1] if len(floors) > 1 else None
+                vals = [low(i) for i in [cols["direct"], cols["batch"]] + eager if i is not None]
+                e["best_eager"] = min(vals) if vals else None
+                gv = [low(i) for i in graph]
+                e["best_graph"] = min(gv) if gv else None
+                a["h2d"][key] = e
+    return a
+
+
+def headline(d2h_path, h2d_path, anchors_path):
+    def load(p):
+        try:
+            return json.load(open(p))
+        except (OSError, ValueError):
+            return {}
+
+    d2h, h2d = load(d2h_path), load(h2d_path)
+    a = read_anchors(anchors_path)
+    host = "host" in (d2h.get("backend", ""), h2d.get("backend", "")) or "host" in d2h.get("device", "").lower()
+    dev = d2h.get("device") or h2d.get("device") or "?"
+    pct = lambda v: "n/a" if v is None else f"{v:+.2f}%"
+    apct = lambda v: "n/a" if v is None else f"+{v:.2f}%"
+    print("=" * 104)
+    print(f"ferry headline: {dev} ({d2h.get('backend') or h2d.get('backend', '?')}), "
+          f"D2H commit {d2h.get('commit', '?')} {d2h.get('date', '?')}, H2D commit {h2d.get('commit', '?')} {h2d.get('date', '?')}")
+    if host:
+        print("host-emulated device: timings are of the emulation (the anchors are H200 figures)")
+    print(f"anchors: {anchors_path if a['fwd'] or a['h2d'] else 'n/a (' + anchors_path + ' not found)'}")
+    print("\nD2H simulated forward (28 layers of ~60 us, 16 KiB per hook, graph replay, drain running)")
+    print(f"  {'overhead vs no capture':<44}{'28 hooks':>12}{'anchor':>10}{'341 hooks':>13}{'anchor':>10}")
+    fw = d2h.get("forward", {})
+    rows = [("no capture (us per forward)", "no_capture_us", "no_capture", lambda v: f(v, 1), lambda v: f(v, 1)),
+            ("copy only", "copy_only_overhead_pct", "copy_only", pct, apct),
+            ("per-entry st.release.sys", "per_entry_release_overhead_pct", "per_entry_release", pct, apct),
+            ("ferry (K=16) | anchor: a release every 16", "ferry_overhead_pct", "batched", pct, apct)]
+    for label, k, ak, fmt, afmt in rows:
+        cells = []
+        for H in (28, 341):
+            cells += [fmt(fw.get(f"hooks{H}", {}).get(k)), afmt(a["fwd"].get(H, {}).get(ak))]
+        print(f"  {label:<44}{cells[0]:>12}{cells[1]:>10}{cells[2]:>13}{cells[3]:>10}")
+    print(f"\nD2H drain, 64 MiB entries: {f(d2h.get('drain_gbps_64MiB'), 1)} GB/s; plain pinned D2H memcpy: this run "
+          f"{f(d2h.get('memcpy_d2h_gbps_64MiB'), 1)}, anchor {f(a['d2h_gbps'], 1)} (512 MiB)")
+    print(f"D2H entries checked {d2h.get('entries_checked', 'n/a')}, bad {d2h.get('entries_bad', 'n/a')}")
+    print("\nH2D GPU span, us (event -> upload -> first-consumer kernel), ferry | anchor")
+    print(f"  {'case':<10}{'floor eager/graph':>20}{'direct':>16}{'batch API':>15}{'ferry eager':>22}{'ferry graph':>22}")
+    pair = lambda x, y, w: f"{f(x, 1)} | {f(y, 1)}".rjust(w)
+    for c, r in h2d.get("cases", {}).items():
+        e = a["h2d"].get(c, {})
+        fl = f"{f(r.get('floor_us'), 1)}/{f(r.get('floor_graph_us'), 1)} | {f(e.get('floor'), 1)}/{f(e.get('floor_graph'), 1)}"
+        ch = lambda k: (r.get(k) or "?")[:8]
+        fe = f"{f(r.get('auto_us'), 1)} {ch('auto_choice')} | {f(e.get('best_eager'), 1)}"
+        fg = f"{f(r.get('auto_graph_us'), 1)} {ch('auto_graph_choice')} | {f(e.get('best_graph'), 1)}"
+        print(f"  {c:<10}{fl:>20}{pair(r.get('direct_us'), e.get('direct'), 16)}{pair(r.get('batch_us'), e.get('batch'), 15)}"
+              f"{fe:>22}{fg:>22}")
+    print("  ferry eager/graph: the upload ferry's calibration chose (auto), beside the best reference design of that")
+    print("  mode (eager: direct, batch API, DMA + scatter; graph: every graph column). Anchor cells: the lower of 2 runs.")
+    print("=" * 104)
+
+
+# ---- tables (docs/perf/README.md) ------------------------------------------------------------------
+def tables(d2h_path, h2d_path):
+    d2h = json.load(open(d2h_path))
+    h2d = json.load(open(h2d_path))
+    print(f"### D2H — {d2h['device']}, commit {d2h['commit']}, {d2h['date']}\n")
+    print("Simulated forward (28 layers of ~60 us, 16 KiB per hook, CUDA graph replay, drain running, every word checked), "
+          "overhead vs no capture:\n")
+    print("| hooks | no capture | copy only | old volatile (invalid) | per-entry release | ferry | ferry, pinned head "
+          "| ferry publication above copy | ferry, inline releases | anchor: copy only / per-entry / batched |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    anchor = {"hooks28": "+3.08% / +4.16% / +3.31%", "hooks341": "+37.5% / +51.0% / +39.1%"}
+    for h in ("hooks28", "hooks341"):
+        r = d2h["forward"][h]
+        print(f"| {h[5:]} | {f(r['no_capture_us'], 1)} us | +{f(r['copy_only_overhead_pct'])}% | +{f(r['old_volatile_overhead_pct'])}% "
+              f"| +{f(r['per_entry_release_overhead_pct'])}% | **+{f(r['ferry_overhead_pct'])}%** | +{f(r['ferry_pinned_overhead_pct'])}% "
+              f"| {f(r['ferry_publication_over_copy_pct'])}% | +{f(r.get('ferry_inline_overhead_pct'))}% | {anchor[h]} |")
+    print("\nPer hook in a CUDA graph (us per hook, GPU time, round-robin medians):\n")
+    cols = ["copy_only", "old_volatile", "per_entry_release", "ferry_k1", "ferry_k16", "ferry_k64", "ferry_k16_pinned",
+            "ferry_k16_inline"]
+    print("| payload | " + " | ".join(cols) + " | anchor: copy only / per-entry / release kernel every 16 |")
+    print("|---|" + "---|" * len(cols) + "---|")
+    anchors = {"4096": "0.934 / 1.909 / 1.022", "65536": "1.015 / 2.174 / 1.097", "1048576": "1.287 / 2.653 / 1.371",
+               "16777216": "8.113 / 9.132 / 8.200", "67108864": "37.04 / 38.05 / 37.19"}
+    for size, r in d2h["per_hook_graph_us"].items():
+        label = f"{int(size) // 1024} KiB" if int(size) < 1 << 20 else f"{int(size) >> 20} MiB"
+        print(f"| {label} | " + " | ".join(f(r.get(c), 3) for c in cols) + f" | {anchors.get(size, '')} |")
+    print(f"\nDrain, 64 MiB entries: {f(d2h['drain_gbps_64MiB'], 1)} GB/s (plain pinned D2H memcpy in the same run: "
+          f"{f(d2h.get('memcpy_d2h_gbps_64MiB'), 1)} GB/s). Entries checked: {d2h['entries_checked']}, bad: {d2h['entries_bad']}.\n")
+    print(f"### H2D — {h2d['device']}, commit {h2d['commit']}, {h2d['date']}\n")
+    print("GPU span, us, from an event before the first upload to the end of the first-consumer kernel "
+          f"(median of {h2d.get('iterations', '?')} round-robin iterations per cell):\n")
+    keys = ["floor_us", "floor_graph_us", "direct_us", "batch_us", "packed_us", "zerocopy_us", "auto_us", "direct_graph_us",
+            "packed_graph_us", "zerocopy_graph_us", "auto_graph_us", "auto_cpu_us"]
+    print("| case | " + " | ".join(k.replace("_us", "") for k in keys) + " | auto choice |")
+    print("|---|" + "---|" * len(keys) + "---|")
+    for c, r in h2d["cases"].items():
+        print(f"| {c} | " + " | ".join(f(r.get(k), 1) for k in keys) + f" | {r.get('auto_choice', '')} |")
+
+
+def variant_tables(d2h_path):
+    d2h = json.load(open(d2h_path))
+    v = d2h.get("variants", {})
+    print(f"variants: us/hook in a graph (K = 16 for ferry)\n{'variant':<36}{'4K':>9}{'16K':>9}{'64K':>9}")
+    for n, m in v.get("per_hook_graph_us", {}).items():
+        print(f"{n:<36}" + "".join(f"{f(m.get(P), 3):>9}" for P in ("4096", "16384", "65536")))
+    fw = v.get("forward341_us", {})
+    base, copy = fw.get("no_capture"), fw.get("copy_only/default")
+    print("variants: forward, 341 hooks x 16 KiB (us; % vs no_capture; us/hook over copy_only/default)")
+    for n, us in fw.items():
+        extra = f"  {(us / base - 1) * 100:+6.2f}%" if base and us is not None else ""
+        extra += f"  {(us - copy) / 341:+6.3f} us/hook" if copy and us is not None else ""
+        print(f"{n:<36}{f(us, 1):>10} us{extra}")
+
+
+def main(argv):
+    cmd = argv[1] if len(argv) > 1 else "tables"
+    if cmd == "d2h-summary" and len(argv) == 4:
+        d2h_summary(argv[2], argv[3])
+    elif cmd == "headline" and len(argv) in (4, 5):
+        headline(argv[2], argv[3], argv[4] if len(argv) == 5 else "../shared/anchors-h200.md")
+    elif cmd == "variants":
+        variant_tables(argv[2] if len(argv) > 2 else "docs/perf/h200/d2h.json")
+    elif cmd == "tables" or cmd.endswith(".json"):
+        rest = argv[2:] if cmd == "tables" else argv[1:]
+        tables(rest[0] if rest else "docs/perf/h200/d2h.json", rest[1] if len(rest) > 1 else "docs/perf/h200/h2d.json")
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: Apache-2.0
+// forward/<variant>/hooks:<28|341>: a simulated forward (28 layers of a ~60 us spin kernel, 16 KiB per
+// hook, graph replay, the drain running, every word of every entry checked): no capture, copy only, old
+// volatile, per-entry release, ferry (K = 16), and ferry's launch/placement variants. The figure is the
+// median us per forward; overheads are derived by bench/device/perf_tables.py.
+#include "common.hpp"
+
+#include <chrono>
+#include <thread>
+
+namespace ferry::bench {
+
+namespace {
+
+/// Per-entry D2H after the CPU sees the entry's flag (the old design's consumer), with verification.
+struct baseline_drain {
+  B b;
+  std::uint64_t H, bytes;
+  const std::byte* ring;  // 3 frames of H entries
+  const std::uint64_t* flag;
+  fb::stream<B> s;
+  fb::pinned_buffer<B> staging;
+  std::atomic<std::uint64_t> consumed{0};
+  std::atomic<bool> stop{false};
+  std::thread t;
+  // One staging slot per ring slot (3 frames): the replay loop lets the drain fall up to three forwards
+  // behind, so a batch [next, f) may hold entries e and e + H; with one frame of staging they would share a
+  // slot and the first would be overwritten before it was checked.
+  baseline_drain(B be, std::uint64_t h, std::uint64_t by, const std::byte* r, const std::uint64_t* f)
+    : b{be}, H{h}, bytes{by}, ring{r}, flag{f}, s{be}, staging{3 * h * by, be}
+  {
+    t = std::thread([this] { run(); });
+  }
+  void run()
+  {
+    b.set_device(fb::device_id{0});
+    auto& k = checks();
+    std::uint64_t next = 0;
+    while (!stop.load()) {
+      const std::uint64_t f = fb::host_load_acquire(flag);
+      if (f <= next) {
+        std::this_thread::yield();
+        continue;
+      }
+      for (std::uint64_t e = next; e < f; ++e) {
+        const std::uint64_t frame = (e / H) % 3, h = e % H;
+        b.memcpy_async(static_cast<std::byte*>(staging.data()) + (frame * H + h) * bytes, ring + (frame * H + h) * bytes, bytes,
+                       fb::memcpy_kind::device_to_host, s.handle());
+      }
+      s.synchronize();
+      for (std::uint64_t e = next; e < f; ++e) {
+        k.baseline_checked.fetch_add(1);
+        if (!check_words(static_cast<const std::byte*>(staging.data()) + (e % (3 * H)) * bytes, bytes, e, true)) {
+          k.baseline_bad.fetch_add(1);
+        }
+      }
+      next = f;
+      consumed.store(next);
+    }
+  }
+  baseline_drain(const baseline_drain&) = delete;
+  baseline_drain& operator=(const baseline_drain&) = delete;
+  ~baseline_drain()
+  {
+    stop.store(true);
+    t.join();
+  }
+};
+
+}  // namespace
+
+double forward_us(variant v, std::uint64_t H, fd::head_placement placement, const fwd_opts& o)
+{
+  const shape_opts sh = o.shape ? *o.shape : default_shape(v);
+  B b{};
+  b.set_device(fb::device_id{0});
+  const int sms = b.attributes(fb::device_id{0}).sm_count;
+  fb::stream<B> s{b};
+  constexpr std::uint64_t layers = 28, bytes = 16 * KiB, spin_ns = 60'000;
+  const int replays = host_mode ? 5 : 200;
+  fb::device_buffer<B> act{H * bytes, b};
+  fb::device_buffer<B> ring{3 * H * bytes, b};
+  fb::device_buffer<B> aux{256, b};
+  fb::device_buffer<B> state{sizeof(fd::device_state), b};
+  fb::mapped_buffer<B> flag{128, b};
+  fb::host_store_release(flag.template as<std::uint64_t>(), 0);
+  b.memset_async(aux.data(), 0, 256, s.handle());
+  b.memset_async(state.data(), 0, sizeof(fd::device_state), s.handle());
+  s.synchronize();
+  auto* fwd = aux.template as<std::uint64_t>();
+  auto* join = reinterpret_cast<unsigned*>(static_cast<std::byte*>(aux.data()) + 64);
+  const auto shape = copy_shape(bytes, sms, sh);
+  const fb::launch_config layer_shape{{host_mode ? 1U : static_cast<std::uint32_t>(sms)}, {256}, 0};
+  std::atomic<std::uint64_t> delivered{0};
+
+  std::optional<fd::channel<B>> ch;
+  if (v == variant::ferry) {
+    fd::config cfg;
+    cfg.ring_bytes = 4 * H * bytes;
+    cfg.publish_every = o.K;
+    cfg.placement = placement;
+    cfg.timeout = std::chrono::seconds(30);
+    apply(cfg, sh);
+    if (o.drain_paused) { cfg.drain = fd::drain_mode::poll; }
+    ch.emplace(cfg, b, [&delivered](fd::entry_view&& e) {
+      auto& k = checks();
+      delivered.fetch_add(1);
+      k.checked.fetch_add(1);
+      if (!e.ok() || e.size() != bytes || !check_words(e.bytes().data(), bytes, e.seq().value, true)) { k.bad.fetch_add(1); }
+    });
+  }
+  fd::forward_plan plan;
+  auto capture_forward = [&](std::uint64_t frame) {
+    return fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
+      if (ch) { ch->begin_forward(cs); }
+      for (std::uint64_t l = 0; l < layers; ++l) {
+        const std::uint64_t first = l * H / layers, last = (l + 1) * H / layers;
+        layer_args la{fwd, H, first, last - first, static_cast<std::byte*>(act.data()), bytes, spin_ns};
+        b.launch(layer_kernel(typename B::tag{}), layer_shape, cs.handle(), la);
+        for (std::uint64_t h = first; h < last && v != variant::no_capture; ++h) {
+          const std::byte* src = static_cast<const std::byte*>(act.data()) + h * bytes;
+          if (v == variant::ferry) {
+            ch->capture(fd::hook_id{static_cast<std::uint32_t>(h)}, src, bytes, cs);
+          } else if (v == variant::ferry_kernel) {
+            launch_ferry_kernel(b, cs, shape, ring.data(), 3 * H * bytes, state.data(), h, bytes, vpt_of(sh), src);
+          } else {
+            copy_args a{static_cast<std::byte*>(ring.data()) + (frame * H + h) * bytes, src, bytes,
+                        flag.template device_as<std::uint64_t>(), fwd, H, h, join, vpt_of(sh)};
+            launch_baseline(b, v, shape, cs, a);
+          }
+        }
+      }
+      if (ch) { plan = ch->end_forward(cs); }
+      b.launch(next_forward_kernel(typename B::tag{}), fb::launch_config{{1}, {1}, 0}, cs.handle(), fwd);
+    });
+  };
+  const bool framed = v == variant::old_volatile || v == variant::per_entry_release;
+  std::vector<fb::graph_exec<B>> graphs;
+  for (std::uint64_t f = 0; f < (framed ? 3U : 1U); ++f) { graphs.push_back(capture_forward(f)); }
+  std::unique_ptr<baseline_drain> drain;
+  if (framed) {
+    drain = std::make_unique<baseline_drain>(b, H, bytes, static_cast<const std::byte*>(ring.data()),
+                                             flag.template as<std::uint64_t>());
+  }
+  fb::event<B> e0{b, fb::event_flags::timing}, e1{b, fb::event_flags::timing};
+  std::vector<double> ms;
+  const int total = replays + 3;
+  for (int r = 0; r < total; ++r) {
+    if (ch) { ch->plan(plan); }
+    if (drain) {  // the frame this replay overwrites was consumed (backpressure, as ferry's plan() gives)
+      while (static_cast<std::int64_t>(drain->consumed.load()) < (r - 2) * static_cast<std::int64_t>(H)) {
+        std::this_thread::yield();
+      }
+    }
+    e0.record(s);
+    graphs[framed ? r % 3 : 0].launch(s);
+    e1.record(s);
+    e1.synchronize();
+    if (r >= 3) { ms.push_back(e1.elapsed_ms_since(e0)); }
+    if (ch && o.drain_paused) {  // drain this replay's entries now, outside the timed region
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (delivered.load() < static_cast<std::uint64_t>(r + 1) * H && std::chrono::steady_clock::now() < deadline) {
+        if (ch->poll() == 0) { std::this_thread::sleep_for(std::chrono::microseconds(20)); }
+      }
+    }
+  }
+  if (drain) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (drain->consumed.load() < static_cast<std::uint64_t>(total) * H && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    drain.reset();
+  }
+  if (ch) { (void)ch->close(); }
+  return median(ms) * 1000.0;
+}
+
+void register_forward()
+{
+  auto add = [](const std::string& key, std::uint64_t H, std::function<double()> fn) {
+    register_us("forward/" + key + "/hooks:" + std::to_string(H), "us_per_forward", std::move(fn));
+  };
+  const auto managed = fd::head_placement::managed;
+  for (std::uint64_t H : {28ULL, 341ULL}) {
+    for (variant v : {variant::copy_only, variant::ferry}) {
+      add(std::string{name(v)} + "_plain", H, [v, H, managed] { return forward_us(v, H, managed, {plain_shape()}); });
+    }
+  }
+  for (std::uint64_t H : {28ULL, 341ULL}) {  // batch releases on the producer stream (branch_publish off)
+    add("ferry_inline", H, [H, managed] { return forward_us(variant::ferry, H, managed, {inline_shape()}); });
+  }
+  for (std::uint64_t H : {28ULL, 341ULL}) {
+    add("ferry_pinned", H, [H] { return forward_us(variant::ferry, H, fd::head_placement::pinned_mapped); });
+  }
+  for (std::uint64_t H : {28ULL, 341ULL}) {
+    for (variant v : {variant::no_capture, variant::copy_only, variant::old_volatile, variant::per_entry_release,
+                      variant::ferry}) {
+      add(name(v), H, [v, H] { return forward_us(v, H); });
+    }
+  }
+}
+
+}  // namespace ferry::bench
