@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Build, test and benchmark ferry on the lent H200 (device tool). Writes logs and JSON under $OUT.
 # Usage (from the repo root on the device machine):
-#   bash bench/device/h200.sh [steps...]   steps: tests memcheck synccheck initcheck bench (default: all of them)
-# FERRY_SANITIZER_TIMEOUT (default 150 s) bounds each compute-sanitizer run.
+#   bash bench/device/h200.sh [steps...]   steps: tests memcheck synccheck initcheck bench stress
+#                                          (default: tests memcheck synccheck initcheck bench)
+# Output names are the ones docs/perf/h200 keeps (bench_d2h.log, d2h.json, ..., ctest_gpu.log,
+# sanitizers.txt, gpu_stress.{json,log}); bench/device/publish.sh copies them there.
+# FERRY_BENCH (d2h, h2d or both), FERRY_BENCH_ARGS (e.g. --benchmark_filter=...), FERRY_BENCH_TIMEOUT
+# (default 330 s per binary), FERRY_SANITIZER_TIMEOUT (default 150 s per compute-sanitizer run),
+# FERRY_ANCHORS (default shared/anchors-h200.md: the headline table prints n/a without it).
 set -uo pipefail
 steps=" ${*:-tests memcheck synccheck initcheck bench} "
 has() { [[ $steps == *" $1 "* ]]; }
@@ -18,14 +23,23 @@ cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHIT
 cmake --build build-h200 -j"$jobs" ${FERRY_BUILD_TARGETS:+--target $FERRY_BUILD_TARGETS} > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
 rc=0
 if has bench; then
-  for bin in build-h200/bench/*/ferry_bench_${FERRY_BENCH:-*}; do
-    [[ $bin == *_host ]] && continue
+  # Names as docs/perf/h200 keeps them: d2h.json (summary), d2h_gbench.json (Google Benchmark's JSON),
+  # bench_d2h.log; h2d.json, h2d_gbench.json, bench_h2d.log.
+  for side in ${FERRY_BENCH:-d2h h2d}; do
+    bin=build-h200/bench/$side/ferry_bench_$side
     [[ -x $bin ]] || continue
-    name=$(basename "$bin")
-    FERRY_COMMAND="$bin --ferry_json=$OUT/${name}.json" timeout "${FERRY_BENCH_TIMEOUT:-240}" "$bin" --ferry_json="$OUT/${name}.json" \
-      --benchmark_out="$OUT/${name}_gbench.json" --benchmark_out_format=json ${FERRY_BENCH_ARGS:-} > "$OUT/${name}.log" 2>&1 || rc=1
-    tail -40 "$OUT/${name}.log"
+    args=(--benchmark_out="$OUT/${side}_gbench.json" --benchmark_out_format=json)
+    [[ $side == h2d ]] && args+=(--ferry_json="$OUT/h2d.json")
+    # shellcheck disable=SC2086
+    FERRY_COMMAND="$bin ${args[*]} ${FERRY_BENCH_ARGS:-}" timeout "${FERRY_BENCH_TIMEOUT:-330}" "$bin" "${args[@]}" \
+      ${FERRY_BENCH_ARGS:-} > "$OUT/bench_$side.log" 2>&1 || rc=1
+    if [[ $side == d2h && -s $OUT/d2h_gbench.json ]]; then
+      FERRY_COMMAND="$bin ${FERRY_BENCH_ARGS:-}" python3 bench/device/perf_tables.py d2h-summary "$OUT/d2h_gbench.json" "$OUT/d2h.json" || rc=1
+    fi
+    tail -3 "$OUT/bench_$side.log"
   done
+  anchors=${FERRY_ANCHORS:-shared/anchors-h200.md}
+  python3 bench/device/perf_tables.py headline "$OUT/d2h.json" "$OUT/h2d.json" "$anchors"
 fi
 if has tests; then
   ctest --test-dir build-h200 -L gpu ${FERRY_CTEST_EXCLUDE:+-E $FERRY_CTEST_EXCLUDE} --output-on-failure -j4 --timeout "${FERRY_TEST_TIMEOUT:-60}" > "$OUT/ctest_gpu.log" 2>&1 || rc=1
@@ -56,6 +70,7 @@ for tool in memcheck synccheck initcheck; do
         --gtest_brief=1 --gtest_filter="$filter" > "$OUT/sanitizer_${name}_${tool}.log" 2>&1
       s=$?
       echo "compute-sanitizer $tool $name: exit $s ($(grep -E 'ERROR SUMMARY|tests ran|PASSED|FAILED' "$OUT/sanitizer_${name}_${tool}.log" | tr '\n' ' '))"
+      { echo "== sanitizer_${name}_${tool}.log (exit $s)"; grep -E 'ERROR SUMMARY|PASSED|FAILED' "$OUT/sanitizer_${name}_${tool}.log"; } >> "$OUT/sanitizers.txt"
       [[ $s -eq 0 ]] || rc=1
     }
   done

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Copies the files docs/perf keeps from one device run (run_all.sh's results.tgz, or its unpacked r/
+# folder) into docs/perf/h200 under the same names, redraws the plots and prints the README's tables.
+# Only the files the run produced are replaced; docs/perf/h200 holds at most these 12 names.
+# Usage (repo root): bash bench/device/publish.sh <results.tgz | results dir>
+set -euo pipefail
+src=${1:?usage: bash bench/device/publish.sh <results.tgz | results dir>}
+if [[ -f $src ]]; then
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  tar xzf "$src" -C "$tmp"
+  src=$tmp/r
+fi
+dst=docs/perf/h200
+kept=(d2h.json d2h_gbench.json h2d.json bench_d2h.log bench_h2d.log ctest_gpu.log sanitizers.txt gpu_stress.json
+      gpu_stress.log h2d_upload_probe.txt h2d_scatter_probe.txt h2d_params_probe.txt)
+for f in "${kept[@]}"; do
+  if [[ -f $src/$f ]]; then
+    cp "$src/$f" "$dst/$f"
+    echo "updated $dst/$f"
+  fi
+done
+python3 bench/device/perf_plots.py "$dst/d2h.json" "$dst/h2d.json" docs/perf
+python3 bench/device/perf_tables.py tables "$dst/d2h.json" "$dst/h2d.json"
