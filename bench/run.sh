@@ -5,7 +5,7 @@
 # benchmarks on the host-emulated device at small sizes (same protocols and checks; the timings are of the
 # emulation).
 # Usage: bash bench/run.sh
-# Writes to <repo>/build/bench-results/: build.log, d2h.log and h2d.log (the raw benchmark output),
+# Writes to <repo>/build/bench-results/ (or $FERRY_BENCH_RESULTS): build.log, d2h.log and h2d.log (the raw benchmark output),
 # d2h_gbench.json and h2d_gbench.json (Google Benchmark's JSON), d2h.json and h2d.json (the summaries,
 # docs/perf/h200's format), and the plots (*.svg). Anchors: $FERRY_ANCHORS, else shared/anchors-h200.md
 # in or beside the repository ("n/a" when absent).
@@ -20,7 +20,7 @@ if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1 && comman
 cuda_flags=(-DFERRY_ENABLE_CUDA=OFF)
 ((gpu)) && cuda_flags=(-DFERRY_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
 build="$root/build/bench-run"  # not build/bench: a top-level build/ tree has its own bench/ subdirectory
-out="$root/build/bench-results"
+out=${FERRY_BENCH_RESULTS:-$root/build/bench-results}
 mkdir -p "$out"
 rm -f "$out"/*.json "$out"/*.log "$out"/*.svg
 suffix=_host
@@ -54,7 +54,7 @@ done
 
 py="$root/bench/device"
 if [[ -s $out/d2h_gbench.json ]]; then
-  FERRY_COMMAND="$build/bench/d2h/ferry_bench_d2h$suffix" python3 "$py/perf_tables.py" d2h-summary "$out/d2h_gbench.json" "$out/d2h.json" ||
+  python3 "$py/perf_tables.py" d2h-summary "$out/d2h_gbench.json" "$out/d2h.json" ||
     status=1
 fi
 python3 "$py/perf_plots.py" "$out/d2h.json" "$out/h2d.json" "$out" || status=1

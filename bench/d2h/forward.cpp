@@ -180,14 +180,14 @@ void register_forward()
   auto add = [](const std::string& key, std::uint64_t H, std::function<double()> fn) {
     register_us("forward/" + key + "/hooks:" + std::to_string(H), "us_per_forward", std::move(fn));
   };
-  const auto managed = fd::head_placement::managed;
+  constexpr auto managed = fd::head_placement::managed;
   for (std::uint64_t H : {28ULL, 341ULL}) {
     for (variant v : {variant::copy_only, variant::ferry}) {
-      add(std::string{name(v)} + "_plain", H, [v, H, managed] { return forward_us(v, H, managed, {plain_shape()}); });
+      add(std::string{name(v)} + "_plain", H, [v, H] { return forward_us(v, H, managed, {plain_shape()}); });
     }
   }
   for (std::uint64_t H : {28ULL, 341ULL}) {  // batch releases on the producer stream (branch_publish off)
-    add("ferry_inline", H, [H, managed] { return forward_us(variant::ferry, H, managed, {inline_shape()}); });
+    add("ferry_inline", H, [H] { return forward_us(variant::ferry, H, managed, {inline_shape()}); });
   }
   for (std::uint64_t H : {28ULL, 341ULL}) {
     add("ferry_pinned", H, [H] { return forward_us(variant::ferry, H, fd::head_placement::pinned_mapped); });

@@ -34,7 +34,7 @@ if has bench; then
     FERRY_COMMAND="$bin ${args[*]} ${FERRY_BENCH_ARGS:-}" timeout "${FERRY_BENCH_TIMEOUT:-330}" "$bin" "${args[@]}" \
       ${FERRY_BENCH_ARGS:-} > "$OUT/bench_$side.log" 2>&1 || rc=1
     if [[ $side == d2h && -s $OUT/d2h_gbench.json ]]; then
-      FERRY_COMMAND="$bin ${FERRY_BENCH_ARGS:-}" python3 bench/device/perf_tables.py d2h-summary "$OUT/d2h_gbench.json" "$OUT/d2h.json" || rc=1
+      python3 bench/device/perf_tables.py d2h-summary "$OUT/d2h_gbench.json" "$OUT/d2h.json" || rc=1
     fi
     tail -3 "$OUT/bench_$side.log"
   done

@@ -198,7 +198,7 @@ def headline(d2h_path, h2d_path, anchors_path):
           f"{f(d2h.get('memcpy_d2h_gbps_64MiB'), 1)}, anchor {f(a['d2h_gbps'], 1)} (512 MiB)")
     print(f"D2H entries checked {d2h.get('entries_checked', 'n/a')}, bad {d2h.get('entries_bad', 'n/a')}")
     print("\nH2D GPU span, us (event -> upload -> first-consumer kernel), ferry | anchor")
-    print(f"  {'case':<10}{'floor eager/graph':>20}{'direct':>16}{'batch API':>15}{'ferry eager':>22}{'ferry graph':>22}")
+    print(f"  {'case':<10}{'floor eager/graph':>21}{'direct':>17}{'batch API':>15}{'ferry eager':>22}{'ferry graph':>22}")
     pair = lambda x, y, w: f"{f(x, 1)} | {f(y, 1)}".rjust(w)
     for c, r in h2d.get("cases", {}).items():
         e = a["h2d"].get(c, {})
@@ -206,7 +206,7 @@ def headline(d2h_path, h2d_path, anchors_path):
         ch = lambda k: (r.get(k) or "?")[:8]
         fe = f"{f(r.get('auto_us'), 1)} {ch('auto_choice')} | {f(e.get('best_eager'), 1)}"
         fg = f"{f(r.get('auto_graph_us'), 1)} {ch('auto_graph_choice')} | {f(e.get('best_graph'), 1)}"
-        print(f"  {c:<10}{fl:>20}{pair(r.get('direct_us'), e.get('direct'), 16)}{pair(r.get('batch_us'), e.get('batch'), 15)}"
+        print(f"  {c:<10}{fl:>21}{pair(r.get('direct_us'), e.get('direct'), 17)}{pair(r.get('batch_us'), e.get('batch'), 15)}"
               f"{fe:>22}{fg:>22}")
     print("  ferry eager/graph: the upload ferry's calibration chose (auto), beside the best reference design of that")
     print("  mode (eager: direct, batch API, DMA + scatter; graph: every graph column). Anchor cells: the lower of 2 runs.")
