@@ -10,8 +10,9 @@
   perf_tables.py headline D2H_JSON H2D_JSON [ANCHORS_MD]
       One screen: ferry's headline figures beside the anchors they replace (shared/anchors-h200.md; "n/a"
       where a file or figure is absent).
-  perf_tables.py tables [D2H_JSON] [H2D_JSON]      (default: docs/perf/h200/{d2h,h2d}.json)
-      The markdown tables of docs/perf/README.md.
+  perf_tables.py tables [D2H_JSON] [H2D_JSON] [--write README]   (default: docs/perf/h200/{d2h,h2d}.json)
+      The markdown tables of docs/perf/README.md; --write replaces them in README between its
+      <!-- d2h-tables --> / <!-- h2d-tables --> and <!-- /tables --> markers.
   perf_tables.py variants [D2H_JSON]
       The D2H variant sweeps and diagnostics as text tables.
 """
@@ -214,9 +215,30 @@ def headline(d2h_path, h2d_path, anchors_path):
 
 
 # ---- tables (docs/perf/README.md) ------------------------------------------------------------------
-def tables(d2h_path, h2d_path):
-    d2h = json.load(open(d2h_path))
-    h2d = json.load(open(h2d_path))
+def tables(d2h_path, h2d_path, readme=None):
+    """Prints the D2H and H2D tables, or writes them into `readme` between its <!-- d2h-tables --> and
+    <!-- h2d-tables --> markers (each block ends at <!-- /tables -->)."""
+    import contextlib
+    import io
+    d2h_buf, h2d_buf = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(d2h_buf):
+        d2h_tables(json.load(open(d2h_path)))
+    with contextlib.redirect_stdout(h2d_buf):
+        h2d_tables(json.load(open(h2d_path)))
+    if readme is None:
+        print(d2h_buf.getvalue() + "\n" + h2d_buf.getvalue(), end="")
+        return
+    text = open(readme).read()
+    for tag, body in (("d2h-tables", d2h_buf.getvalue()), ("h2d-tables", h2d_buf.getvalue())):
+        text, n = re.subn(rf"(<!-- {tag} -->\n).*?(<!-- /tables -->)", lambda m: m.group(1) + "\n" + body + "\n" + m.group(2),
+                          text, flags=re.S)
+        if n != 1:
+            sys.exit(f"perf_tables: {readme}: expected one <!-- {tag} --> ... <!-- /tables --> block, found {n}")
+    open(readme, "w").write(text)
+    print(f"updated the tables of {readme}")
+
+
+def d2h_tables(d2h):
     print(f"Measured at: commit {d2h['commit']}, {d2h['date']}, {d2h['device']} ({d2h.get('backend', '?')}).\n")
     print("Simulated forward (28 layers of ~60 us, 16 KiB per hook, CUDA graph replay, drain running, every word checked), "
           "overhead vs no capture:\n")
@@ -240,7 +262,10 @@ def tables(d2h_path, h2d_path):
         label = f"{int(size) // 1024} KiB" if int(size) < 1 << 20 else f"{int(size) >> 20} MiB"
         print(f"| {label} | " + " | ".join(f(r.get(c), 3) for c in cols) + f" | {anchors.get(size, '')} |")
     print(f"\nDrain, 64 MiB entries: {f(d2h['drain_gbps_64MiB'], 1)} GB/s (plain pinned D2H memcpy in the same run: "
-          f"{f(d2h.get('memcpy_d2h_gbps_64MiB'), 1)} GB/s). Entries checked: {d2h['entries_checked']}, bad: {d2h['entries_bad']}.\n")
+          f"{f(d2h.get('memcpy_d2h_gbps_64MiB'), 1)} GB/s). Entries checked: {d2h['entries_checked']}, bad: {d2h['entries_bad']}.")
+
+
+def h2d_tables(h2d):
     print(f"Measured at: commit {h2d['commit']}, {h2d['date']}, {h2d['device']} ({h2d.get('backend', '?')}).\n")
     print("GPU span, us, from an event before the first upload to the end of the first-consumer kernel "
           f"(median of {h2d.get('iterations', '?')} round-robin iterations per cell):\n")
@@ -279,7 +304,12 @@ def main(argv):
         variant_tables(argv[2] if len(argv) > 2 else "docs/perf/h200/d2h.json")
     elif cmd == "tables" or cmd.endswith(".json"):
         rest = argv[2:] if cmd == "tables" else argv[1:]
-        tables(rest[0] if rest else "docs/perf/h200/d2h.json", rest[1] if len(rest) > 1 else "docs/perf/h200/h2d.json")
+        readme = None
+        if "--write" in rest:
+            i = rest.index("--write")
+            readme = rest[i + 1]
+            rest = rest[:i] + rest[i + 2:]
+        tables(rest[0] if rest else "docs/perf/h200/d2h.json", rest[1] if len(rest) > 1 else "docs/perf/h200/h2d.json", readme)
     else:
         sys.exit(__doc__)
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Copies the files docs/perf keeps from one device run (run_all.sh's results.tgz, or its unpacked r/
-# folder) into docs/perf/h200 under the same names, redraws the plots and prints the README's tables.
+# folder) into docs/perf/h200 under the same names, redraws the plots and rewrites docs/perf/README.md's
+# measured tables (the targets table above them is written by hand).
 # Only the files the run produced are replaced; docs/perf/h200 holds at most these 12 names.
 # Usage (repo root): bash bench/device/publish.sh <results.tgz | results dir>
 set -euo pipefail
@@ -21,4 +22,4 @@ for f in "${kept[@]}"; do
   fi
 done
 python3 bench/device/perf_plots.py "$dst/d2h.json" "$dst/h2d.json" docs/perf
-python3 bench/device/perf_tables.py tables "$dst/d2h.json" "$dst/h2d.json"
+python3 bench/device/perf_tables.py tables "$dst/d2h.json" "$dst/h2d.json" --write docs/perf/README.md
