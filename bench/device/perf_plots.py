@@ -165,7 +165,7 @@ def forward_plot(path):
 
 
 def h2d_plot(path):
-    """H2D: graph spans per anchor case, with the issue's targets."""
+    """H2D: graph spans per anchor case, with the targets (dashed)."""
     keys = [("floor_graph_us", "floor (consumer only)"), ("packed_graph_us", "packed"),
             ("zerocopy_graph_us", "zerocopy"), ("auto_graph_us", "auto")]
     cases = ["decode256", "tiny4", "small32", "small64"]
