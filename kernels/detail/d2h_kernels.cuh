@@ -116,21 +116,22 @@ __device__ __forceinline__ void copy_vec(DstFn&& dst_of, const std::byte* src, s
 ///   1. the entry's actual size (a dynamic entry's GPU-resolved size bounds the copy);
 ///   2. `copy(place, n)` copies n bytes; it calls `place()` once, where its first stores need the destination
 ///      (the GPU copy issues its first source loads before, so the two loads are in flight together);
-///   3. place() reads the cursor once, and the grid's thread (0, 0) (`first`) writes the next cursor slot from
-///      that same value at once, before its payload stores.
+///   3. place() reads the cursor once, and the grid's thread (0, 0) (block `blk`, thread `t`; the host runs a
+///      block as its thread 0) writes the next cursor slot from that same value at once, before its payload
+///      stores.
 /// That is safe because the slot it writes (parity ^ 1) is read by no thread of this kernel, only by the next
 /// writer kernel on the stream, after this one completed (kernel boundary or grid_dependency_wait).
 #if defined(__CUDACC__)
 #pragma nv_exec_check_disable
 #endif
 template <class CopyFn>
-FERRY_HD inline void copy_commit(const copy_args& a, bool first, CopyFn&& copy)
+FERRY_HD inline void copy_commit(const copy_args& a, std::uint32_t blk, std::uint32_t t, CopyFn&& copy)
 {
   const std::uint64_t actual = actual_length(a);
   const std::uint64_t n = copy_length(a, actual);
   auto place = [&] {
     const ferry::d2h::cursor c = a.dst.load();
-    if (first) { a.dst.commit(c, actual); }  // the size slot is written for dynamic entries only
+    if (blk == 0 && t == 0) { a.dst.commit(c, actual); }  // the size slot is written for dynamic entries only
     return a.dst.ring + a.dst.offset(c);
   };
   copy(place, n);
@@ -142,7 +143,7 @@ FERRY_HD inline void copy_commit(const copy_args& a, bool first, CopyFn&& copy)
 __device__ __forceinline__ void copy_commit_phase(const copy_args& a, std::uint32_t blk, std::uint32_t nblk,
                                                   std::uint32_t t, std::uint32_t nt)
 {
-  copy_commit(a, blk == 0 && t == 0, [&](auto&& place, std::uint64_t n) {
+  copy_commit(a, blk, t, [&](auto&& place, std::uint64_t n) {
     if ((reinterpret_cast<std::uintptr_t>(a.src) & 15U) == 0) {  // entries start 16-byte aligned in the ring
       copy_vec(place, a.src, n, a.vecs_per_thread, blk, nblk, t, nt);
       return;
@@ -158,7 +159,7 @@ __device__ __forceinline__ void copy_commit_phase(const copy_args& a, std::uint3
 /// 0; bytes in segments of nt from an unaligned source), each segment as one memcpy.
 inline void copy_commit_block_host(const copy_args& a, std::uint32_t blk, std::uint32_t nblk, std::uint32_t nt)
 {
-  copy_commit(a, blk == 0, [&](auto&& place, std::uint64_t n) {
+  copy_commit(a, blk, 0U, [&](auto&& place, std::uint64_t n) {
     std::byte* dst = place();
     const bool vec = (reinterpret_cast<std::uintptr_t>(a.src) & 15U) == 0;
     const std::uint64_t unit = vec ? 16 : 1;
