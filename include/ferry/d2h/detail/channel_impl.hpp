@@ -29,6 +29,8 @@ class channel_impl {
  public:
   using callback_type = typename drainer<B>::callback_type;
 
+  /// Members in order: the shared state (config validated), then its device resources (init_resources, run
+  /// before the parts that use them are built), the release chain, the producer, the drainer (its events).
   channel_impl(config cfg, B b, callback_type cb)
     : st{cfg, b}, rel{(init_resources(), st)}, prod{st, rel, progress_fn()}, drain{st, std::move(cb)}
   {
