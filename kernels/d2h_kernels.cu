@@ -23,7 +23,7 @@ using ferry::backend::grid_dependency_wait;
 __global__ void copy_entry_publish(copy_args a)
 {
   grid_dependency_launch_dependents();
-  if (a.debug_skip_wait == 0) { grid_dependency_wait(); }
+  if (a.test_skip_wait == 0) { grid_dependency_wait(); }
   copy_commit_phase(a, 0U, 1U, threadIdx.x, blockDim.x);
   if (a.head_n != 0) {
     __syncthreads();  // the writer join: every payload store of the block happens-before thread 0's release
@@ -35,7 +35,7 @@ __global__ void copy_entry_publish(copy_args a)
 __global__ void copy_entry(copy_args a)
 {
   grid_dependency_launch_dependents();
-  if (a.debug_skip_wait == 0) { grid_dependency_wait(); }
+  if (a.test_skip_wait == 0) { grid_dependency_wait(); }
   copy_commit_phase(a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
 }
 

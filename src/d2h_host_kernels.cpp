@@ -1,13 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host-backend versions of the D2H kernels: the same bodies as the GPU kernels (kernels/detail/d2h_kernels.cuh),
-// each block's threads run one after another, the block join between phases.
+// Host-backend versions of the D2H kernels: the GPU kernels' order (kernels/detail/d2h_kernels.cuh,
+// copy_commit: size, cursor read, commit by the grid's first thread, payload stores), one block at a time
+// (the host backend runs a grid's blocks in order), the block join between the copy and the fused release.
 #include "../kernels/detail/d2h_kernels.cuh"
 
 #include <ferry/backend/host/backend.hpp>
 #include <ferry/d2h/detail/kernels.hpp>
-
-#include <algorithm>
-#include <cstring>
 
 namespace ferry::d2h::detail {
 
@@ -16,32 +14,15 @@ using ferry::backend::host_detail::launch_ctx;
 
 void copy_entry_publish_body(const launch_ctx& ctx, copy_args a)
 {
-  // Phase 1: every thread of the (single) block copies its share; thread 0 commits the cursor.
-  for (std::uint32_t t = 0; t < ctx.block_dim.x; ++t) { kernels::d2h::copy_phase(a, t, ctx.block_dim.x); }
-  kernels::d2h::commit_phase(a);
+  // Phase 1: the (single) block copies, its thread 0 committing the cursor first (copy_commit).
+  kernels::d2h::copy_commit_block_host(a, 0, 1, ctx.block_dim.x);
   // Block join, then phase 2: thread 0 publishes.
   if (a.head_n != 0) { kernels::d2h::publish_phase(a.dst.state, a.head, a.head_n); }
 }
 
 void copy_entry_body(const launch_ctx& ctx, copy_args a)
 {
-  // Same bytes as the GPU's strided threads write, in contiguous segments (the block's threads own
-  // chunk indices [block * bd, block * bd + bd) of every stride): cache-friendly on the CPU.
-  const std::uint64_t bd = ctx.block_dim.x;
-  const std::uint64_t nt = static_cast<std::uint64_t>(ctx.grid_dim.x) * bd;
-  std::byte* dst = a.dst.data();
-  const std::uint64_t n = kernels::d2h::copy_length(a);
-  const bool vec = ((reinterpret_cast<std::uintptr_t>(dst) | reinterpret_cast<std::uintptr_t>(a.src)) & 15U) == 0;
-  const std::uint64_t unit = vec ? 16 : 1;
-  const std::uint64_t units = vec ? n / 16 : n;
-  for (std::uint64_t base = ctx.block_idx.x * bd; base < units; base += nt) {
-    const std::uint64_t k = std::min(bd, units - base);
-    std::memcpy(dst + base * unit, a.src + base * unit, k * unit);
-  }
-  if (vec && ctx.block_idx.x == 0) {  // the byte tail, as the GPU's first threads copy it
-    for (std::uint64_t i = units * 16; i < n; ++i) { dst[i] = a.src[i]; }
-  }
-  if (ctx.block_idx.x == 0) { kernels::d2h::commit_phase(a); }
+  kernels::d2h::copy_commit_block_host(a, ctx.block_idx.x, ctx.grid_dim.x, ctx.block_dim.x);
 }
 
 void publish_head_body(const launch_ctx& ctx, head_args a)

@@ -8,3 +8,4 @@
 #include <ferry/d2h/forward_plan.hpp>
 #include <ferry/d2h/ring_ref.hpp>
 #include <ferry/d2h/types.hpp>
+#include <ferry/d2h/write_ticket.hpp>

@@ -112,31 +112,20 @@ __device__ __forceinline__ void copy_vec(DstFn&& dst_of, const std::byte* src, s
 }
 #endif
 
-/// Block `blk` of `nblk` (thread `t` of `nt` per block) copies its share of the entry (the host backend's
-/// form: the cursor is read through data(), the commit is a separate phase; the GPU kernels use
-/// copy_commit_phase below).
-FERRY_HD inline void copy_phase(const copy_args& a, std::uint32_t blk, std::uint32_t nblk, std::uint32_t t,
-                                std::uint32_t nt) noexcept
-{
-  const std::uint64_t bt = static_cast<std::uint64_t>(blk) * nt + t;
-  copy_bytes(a.dst.data(), a.src, copy_length(a), bt, static_cast<std::uint64_t>(nblk) * nt);
-}
-
-/// One block (the host backend's per-thread loop of the fused kernel): thread `t` of `nt`.
-FERRY_HD inline void copy_phase(const copy_args& a, std::uint64_t t, std::uint64_t nt) noexcept
-{
-  copy_phase(a, 0U, 1U, static_cast<std::uint32_t>(t), static_cast<std::uint32_t>(nt));
-}
-
-#if defined(__CUDACC__) || defined(__HIPCC__)
-/// The GPU copy of block `blk` of `nblk` (thread `t` of `nt`), with the commit folded in: every thread reads
-/// the cursor once (after its first source loads were issued: the two loads are in flight together), and
-/// the grid's thread (0, 0) writes the next cursor slot from that same value at once, before its payload
-/// stores. That is safe because the slot it writes (parity ^ 1) is read by no thread of this kernel, only
-/// by the next writer kernel on the stream, after this one completed (kernel boundary or
-/// grid_dependency_wait). A dynamic entry reads its size first (the length bounds the loads).
-__device__ __forceinline__ void copy_commit_phase(const copy_args& a, std::uint32_t blk, std::uint32_t nblk,
-                                                  std::uint32_t t, std::uint32_t nt)
+/// The copy-and-commit order of one writer thread (GPU) or one block (host backend), ONE code path for both:
+///   1. the entry's actual size (a dynamic entry's GPU-resolved size bounds the copy);
+///   2. `copy(place, n)` copies n bytes; it calls `place()` once, where its first stores need the destination
+///      (the GPU copy issues its first source loads before, so the two loads are in flight together);
+///   3. place() reads the cursor once, and the grid's thread (0, 0) (block `blk`, thread `t`; the host runs a
+///      block as its thread 0) writes the next cursor slot from that same value at once, before its payload
+///      stores.
+/// That is safe because the slot it writes (parity ^ 1) is read by no thread of this kernel, only by the next
+/// writer kernel on the stream, after this one completed (kernel boundary or grid_dependency_wait).
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
+template <class CopyFn>
+FERRY_HD inline void copy_commit(const copy_args& a, std::uint32_t blk, std::uint32_t t, CopyFn&& copy)
 {
   const std::uint64_t actual = actual_length(a);
   const std::uint64_t n = copy_length(a, actual);
@@ -145,20 +134,49 @@ __device__ __forceinline__ void copy_commit_phase(const copy_args& a, std::uint3
     if (blk == 0 && t == 0) { a.dst.commit(c, actual); }  // the size slot is written for dynamic entries only
     return a.dst.ring + a.dst.offset(c);
   };
-  if ((reinterpret_cast<std::uintptr_t>(a.src) & 15U) == 0) {  // entries start 16-byte aligned in the ring
-    copy_vec(place, a.src, n, a.vecs_per_thread, blk, nblk, t, nt);
-    return;
-  }
-  std::byte* dst = place();
-  copy_bytes(dst, a.src, n, static_cast<std::uint64_t>(blk) * nt + t, static_cast<std::uint64_t>(nblk) * nt);
+  copy(place, n);
+}
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+/// The GPU copy of block `blk` of `nblk` (thread `t` of `nt`) in copy_commit's order: 16-byte vectors
+/// (copy_vec: V per thread per pass, loads before stores) from an aligned source, bytes otherwise.
+__device__ __forceinline__ void copy_commit_phase(const copy_args& a, std::uint32_t blk, std::uint32_t nblk,
+                                                  std::uint32_t t, std::uint32_t nt)
+{
+  copy_commit(a, blk, t, [&](auto&& place, std::uint64_t n) {
+    if ((reinterpret_cast<std::uintptr_t>(a.src) & 15U) == 0) {  // entries start 16-byte aligned in the ring
+      copy_vec(place, a.src, n, a.vecs_per_thread, blk, nblk, t, nt);
+      return;
+    }
+    std::byte* dst = place();
+    copy_bytes(dst, a.src, n, static_cast<std::uint64_t>(blk) * nt + t, static_cast<std::uint64_t>(nblk) * nt);
+  });
 }
 #endif
 
-/// Exactly one thread of the grid: advance the cursor (and write the size slot of a dynamic entry).
-/// Reads cursor slot `parity`, writes slot `parity ^ 1`: no other thread of this kernel reads that slot.
-FERRY_HD inline void commit_phase(const copy_args& a) noexcept
+/// The host backend's copy of block `blk` of `nblk` (`nt` threads) in copy_commit's order, moving the same
+/// bytes the GPU block's threads move (copy_vec's chunks of nt * V vectors per pass, the byte tail by block
+/// 0; bytes in segments of nt from an unaligned source), each segment as one memcpy.
+inline void copy_commit_block_host(const copy_args& a, std::uint32_t blk, std::uint32_t nblk, std::uint32_t nt)
 {
-  a.dst.commit(actual_length(a));  // the size slot is written for dynamic entries only
+  copy_commit(a, blk, 0U, [&](auto&& place, std::uint64_t n) {
+    std::byte* dst = place();
+    const bool vec = (reinterpret_cast<std::uintptr_t>(a.src) & 15U) == 0;
+    const std::uint64_t unit = vec ? 16 : 1;
+    const std::uint64_t units = n / unit;
+    const std::uint64_t v = vec ? (a.vecs_per_thread == 8 || a.vecs_per_thread == 4 || a.vecs_per_thread == 2
+                                     ? a.vecs_per_thread
+                                     : 1)
+                                : 1;
+    const std::uint64_t chunk = static_cast<std::uint64_t>(nt) * v;
+    for (std::uint64_t base = blk * chunk; base < units; base += chunk * nblk) {
+      const std::uint64_t k = chunk < units - base ? chunk : units - base;
+      std::memcpy(dst + base * unit, a.src + base * unit, k * unit);
+    }
+    if (vec && blk == 0) {
+      for (std::uint64_t i = units * 16; i < n; ++i) { dst[i] = a.src[i]; }
+    }
+  });
 }
 
 /// One thread, after every payload writer of the batch is joined (block barrier or stream order):

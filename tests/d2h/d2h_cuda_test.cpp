@@ -1,10 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// The D2H suite on the CUDA backend (H200, FERRY_REQUIRE_GPU=1).
-#include "d2h/suite.hpp"
+// The D2H typed suites on the CUDA backend (H200, FERRY_REQUIRE_GPU=1).
+#include "d2h/capacity.hpp"
+#include "d2h/failure.hpp"
+#include "d2h/graph.hpp"
+#include "d2h/lifecycle.hpp"
+#include "d2h/multi_channel.hpp"
+#include "d2h/ordering.hpp"
 
 #include <ferry/backend/cuda/backend.hpp>
 
 namespace ferry::test {
 using CudaBackends = ::testing::Types<fb::cuda_backend>;
-INSTANTIATE_TYPED_TEST_SUITE_P(d2h_cuda, D2hChannel, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(cuda, D2hOrdering, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(cuda, D2hCapacity, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(cuda, D2hGraph, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(cuda, D2hLifecycle, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(cuda, D2hFailure, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(cuda, D2hMultiChannel, CudaBackends);
 }  // namespace ferry::test

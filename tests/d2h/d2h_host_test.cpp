@@ -1,10 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// The D2H suite on the host backend (CI) and the fault-injecting decorator, plus host-only tests.
-#include "d2h/suite.hpp"
+// The D2H typed suites on the host backend (CI) and the fault-injecting decorator, plus host-only tests.
+#include "d2h/capacity.hpp"
+#include "d2h/failure.hpp"
+#include "d2h/graph.hpp"
+#include "d2h/lifecycle.hpp"
+#include "d2h/multi_channel.hpp"
+#include "d2h/ordering.hpp"
 
 namespace ferry::test {
 using HostBackends = ::testing::Types<fb::host_backend, fb::faulty<fb::host_backend>>;
-INSTANTIATE_TYPED_TEST_SUITE_P(d2h_host, D2hChannel, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(host, D2hOrdering, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(host, D2hCapacity, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(host, D2hGraph, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(host, D2hLifecycle, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(host, D2hFailure, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(host, D2hMultiChannel, HostBackends);
 }  // namespace ferry::test
 
 #include "d2h/host_only.hpp"

@@ -3,7 +3,7 @@
 // that lacks concurrentManagedAccess, poller-thread misuse.
 #pragma once
 
-#include "d2h/suite.hpp"
+#include "d2h/fixture.hpp"
 
 namespace ferry::test {
 
@@ -40,7 +40,7 @@ const fb::host_kernel<fd::ring_ref, std::uint64_t, std::uint64_t, std::uint64_t>
 
 }  // namespace
 
-TEST(d2hHostOnly, ManagedPlacementNeedsConcurrentManagedAccess)
+TEST(D2hHostOnly, ManagedPlacementNeedsConcurrentManagedAccess)
 {
   fd::config cfg;
   cfg.ring_bytes = 1 << 16;
@@ -56,7 +56,7 @@ TEST(d2hHostOnly, ManagedPlacementNeedsConcurrentManagedAccess)
   EXPECT_TRUE(ok.close().clean());
 }
 
-TEST(d2hHostOnly, UserKernelWritesThroughRingRef)
+TEST(D2hHostOnly, UserKernelWritesThroughRingRef)
 {
   using B = fb::host_backend;
   B b{};
@@ -101,7 +101,7 @@ TEST(d2hHostOnly, UserKernelWritesThroughRingRef)
   EXPECT_EQ(chk.bad_meta, 0U);
 }
 
-TEST(d2hHostOnly, PollFromASecondThreadIsMisuse)
+TEST(D2hHostOnly, PollFromASecondThreadIsMisuse)
 {
   using B = fb::host_backend;
   fd::config cfg;
@@ -114,7 +114,7 @@ TEST(d2hHostOnly, PollFromASecondThreadIsMisuse)
   EXPECT_TRUE(ch.close().clean());
 }
 
-TEST(d2hHostOnly, PlacementRuleNeverStraddles)
+TEST(D2hHostOnly, PlacementRuleNeverStraddles)
 {
   constexpr std::uint64_t R = 1024;
   std::mt19937_64 rng{7};
@@ -133,7 +133,7 @@ TEST(d2hHostOnly, PlacementRuleNeverStraddles)
 // than P but no larger than the ring must still be placed at the wrap. The old rule counted the skipped
 // padding as used space, so such an entry could never fit (fail-fast rejected it forever; a blocking
 // producer timed out).
-TEST(d2hHostOnly, EntryLargerThanTheReclaimedPrefixFitsAnEmptyRing)
+TEST(D2hHostOnly, EntryLargerThanTheReclaimedPrefixFitsAnEmptyRing)
 {
   using B = fb::host_backend;
   fb::stream<B> s;
@@ -159,7 +159,7 @@ TEST(d2hHostOnly, EntryLargerThanTheReclaimedPrefixFitsAnEmptyRing)
 // backend's typed error (CUDA: cudaErrorStreamCaptureUnjoined) instead of yielding a graph whose batch
 // releases are never joined and whose last entries are never published. The channel reports the open
 // forward at close; its release stream has left the failed capture.
-TEST(d2hHostOnly, CaptureEndingWithoutEndForwardFails)
+TEST(D2hHostOnly, CaptureEndingWithoutEndForwardFails)
 {
   using B = fb::host_backend;
   fb::stream<B> s;

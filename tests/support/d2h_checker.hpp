@@ -30,6 +30,7 @@ struct d2h_checker {
   explicit d2h_checker(seq_order o = seq_order::increasing) : order{o} {}
 
   seq_order order;
+  std::uint64_t pattern_base{0};  ///< entry seq s carries pattern(pattern_base + s): channels sharing a device differ
   std::mutex m;
   std::map<std::uint64_t, expect_t> expected;  ///< entries not delivered yet
   std::uint64_t got{0};           ///< entries delivered
@@ -91,7 +92,7 @@ struct d2h_checker {
     }
     const auto b = v.bytes();
     bytes += b.size();
-    const std::size_t at = ferry::testing::first_pattern_mismatch(b.data(), b.size(), seq);
+    const std::size_t at = ferry::testing::first_pattern_mismatch(b.data(), b.size(), pattern_base + seq);
     if (at != b.size()) { fail(bad_entries, "seq " + std::to_string(seq) + ": payload byte " + std::to_string(at)); }
   }
 

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// Test support: whether this test binary runs under ThreadSanitizer, and the debug faults (mutants) a test
-// may run there. A mutant of the D2H channel removes an ordering edge on purpose (drain without acquire,
+// Test support: whether this test binary runs under ThreadSanitizer, and the D2H faults (mutants, set through
+// ferry::testing::d2h_access) a test may run there. A mutant of the D2H channel removes an ordering edge on purpose (drain without acquire,
 // reclaim before the copy completed, ...): on the host backend that IS a data race, which TSan reports and
 // stops on. Under TSan the tests therefore run their correct half only; the plain build runs both halves and
 // requires the checker to catch each mutant.
 #pragma once
 
-#include <ferry/d2h/types.hpp>
+#include <ferry/d2h/detail/test_hooks.hpp>
 
 #include <vector>
 
@@ -25,10 +25,10 @@ inline constexpr bool under_tsan = false;
 #endif
 
 /// {none, mutant}, or {none} under TSan (see above).
-inline std::vector<ferry::d2h::debug_fault> with_mutant(ferry::d2h::debug_fault mutant)
+inline std::vector<ferry::d2h::detail::debug_fault> with_mutant(ferry::d2h::detail::debug_fault mutant)
 {
-  if (under_tsan) { return {ferry::d2h::debug_fault::none}; }
-  return {ferry::d2h::debug_fault::none, mutant};
+  if (under_tsan) { return {ferry::d2h::detail::debug_fault::none}; }
+  return {ferry::d2h::detail::debug_fault::none, mutant};
 }
 
 }  // namespace ferry::test

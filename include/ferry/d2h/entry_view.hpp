@@ -15,11 +15,17 @@
 
 namespace ferry::d2h {
 
+namespace detail {
+struct access;
+}
+
+/// How a delivered entry ended.
 enum class entry_status {
   ok,
   size_overflow,  ///< dynamic entry: GPU-resolved size > reservation; no bytes (bytes() throws)
 };
 
+/// One delivered entry (move-only). An empty (default-constructed or moved-from) view holds nothing.
 class entry_view {
  public:
   entry_view() = default;
@@ -71,7 +77,8 @@ class entry_view {
     data_ = nullptr;
   }
 
-  /// Constructed by the channel's drain.
+ private:
+  friend struct detail::access;  // the drainer constructs views
   struct parts {
     std::shared_ptr<detail::staging_pool> pool;
     std::uint64_t region;
@@ -88,7 +95,6 @@ class entry_view {
   {
   }
 
- private:
   std::shared_ptr<detail::staging_pool> pool_;
   std::uint64_t region_{0};
   const std::byte* data_{nullptr};

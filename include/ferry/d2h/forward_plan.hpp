@@ -3,7 +3,6 @@
 // was captured into a graph; channel::plan() reserves ring space and fills the CPU FIFO for one replay.
 #pragma once
 
-#include <ferry/backend/concepts.hpp>
 #include <ferry/d2h/types.hpp>
 
 #include <cstddef>
@@ -12,8 +11,9 @@
 
 namespace ferry::d2h {
 
-template <ferry::backend::backend B>
-class channel;
+namespace detail {
+struct access;
+}
 
 struct plan_entry {
   hook_id hook{};
@@ -22,6 +22,7 @@ struct plan_entry {
   bool dynamic{false};
 };
 
+/// The entries of one captured forward (what plan() reserves for a replay). Returned by end_forward().
 class forward_plan {
  public:
   forward_plan() = default;
@@ -32,8 +33,7 @@ class forward_plan {
   [[nodiscard]] const void* owner() const noexcept { return owner_; }
 
  private:
-  template <ferry::backend::backend B>
-  friend class channel;
+  friend struct detail::access;
   const void* owner_{nullptr};
   std::vector<plan_entry> entries_;
 };

@@ -42,16 +42,7 @@ enum class drain_mode {
   poll,    ///< the caller drives it with channel::poll() (and producer calls drive it while they wait)
 };
 
-/// Test-only fault switches: each one removes one ordering step so the test that guards it can be seen
-/// to fail. Never set them outside tests.
-enum class debug_fault {
-  none,
-  drain_without_acquire,        ///< enqueue D2H for every FIFO entry, ignoring published_head
-  reclaim_before_copy_complete, ///< reclaim ring space when the D2H is enqueued, not when it completed
-  programmatic_without_wait,    ///< copy kernels skip griddepcontrol.wait under programmatic launch (GPU, sm_90+)
-  branch_publish_without_fork,  ///< branch_publish: the branch's publish kernel does not wait for the fork event
-};
-
+/// A channel's configuration (fixed at construction).
 struct config {
   std::size_t ring_bytes{std::size_t{64} << 20};  ///< payload ring (device memory); multiple of 16
   std::size_t staging_bytes{0};                   ///< pinned host staging; 0 = ring_bytes
@@ -92,9 +83,6 @@ struct config {
   /// fused_copy_max_bytes knob applies only when this is off). Measured on the H200: docs/perf/README.md.
   bool branch_publish{true};
   std::chrono::microseconds drain_idle_sleep{20};  ///< drain thread sleep when idle
-  debug_fault debug{debug_fault::none};
-  /// Test-only: extra delay before every D2H on the drain stream (host backend only; widens races).
-  std::chrono::microseconds debug_copy_delay{0};
 };
 
 /// Monotonic counters, readable at any time from any thread (a snapshot).

@@ -19,7 +19,7 @@
 // about twice the H200 L2 (128 MiB; 8 MiB on the host backend) until the stress ends.
 //
 //   ferry_gpu_stress [--host] [--entries N] [--seed S] [--json PATH] [--hammer-mib M] [--no-hammer] [--fault F]
-//     default entries: 10^7 (CUDA), 10^5 (host). --fault F (config::debug_fault, test-only) is a negative
+//     default entries: 10^7 (CUDA), 10^5 (host). --fault F (ferry::testing::d2h_fault, test-only) is a negative
 //     control: the run must then report forbidden outcomes and fail.
 // Last line: "gpu_stress: N entries checked, F forbidden, O overflow-reported, T s".
 // Exit status 1 if F > 0 or fewer than N entries were checked.
@@ -27,6 +27,7 @@
 
 #include <ferry/backend.hpp>
 #include <ferry/d2h.hpp>
+#include <ferry/testing/d2h_access.hpp>
 #include <ferry/testing/pattern.hpp>
 #if defined(FERRY_HAS_CUDA)
 #include <ferry/backend/cuda/backend.hpp>
@@ -63,7 +64,7 @@ struct options {
   std::string json;
   std::uint64_t hammer_mib{0};  // 0: backend default
   bool hammer{true};
-  ferry::d2h::debug_fault fault{ferry::d2h::debug_fault::none};  // negative control: the checker must fail
+  ferry::testing::d2h_fault fault{ferry::testing::d2h_fault::none};  // negative control: the checker must fail
 };
 
 /// Shape of the run per backend: a real GPU gets big rings and windows, the host backend small ones.
@@ -414,11 +415,11 @@ class stress {
       cfg.fifo_capacity = sh_.fifo_capacity;
       cfg.timeout = 30s;
       cfg.drain = fd::drain_mode::thread;
-      cfg.debug = opt_.fault;
-      if (opt_.fault != fd::debug_fault::none && std::string_view{B::name()} == "host") {
-        cfg.debug_copy_delay = std::chrono::microseconds{50};  // widen the window the fault opens
-      }
       fd::channel<B> ch{cfg, b_, [&chk](fd::entry_view&& v) { chk.check(v); }};
+      ferry::testing::d2h_access::set_fault(ch, opt_.fault);
+      if (opt_.fault != ferry::testing::d2h_fault::none && std::string_view{B::name()} == "host") {
+        ferry::testing::d2h_access::set_copy_delay(ch, std::chrono::microseconds{50});  // widen the fault's window
+      }
 
       auto expect = [&](std::uint64_t q, std::uint32_t hook, bool dynamic, std::uint64_t size, std::uint32_t slot) {
         if (dynamic) {
@@ -633,9 +634,9 @@ int main(int argc, char** argv)
       o.json = argv[++i];
     } else if (a == "--fault" && i + 1 < argc) {
       const std::string_view f = argv[++i];
-      o.fault = f == "drain_without_acquire"          ? ferry::d2h::debug_fault::drain_without_acquire
-                : f == "reclaim_before_copy_complete" ? ferry::d2h::debug_fault::reclaim_before_copy_complete
-                                                      : ferry::d2h::debug_fault::none;
+      o.fault = f == "drain_without_acquire"          ? ferry::testing::d2h_fault::drain_without_acquire
+                : f == "reclaim_before_copy_complete" ? ferry::testing::d2h_fault::reclaim_before_copy_complete
+                                                      : ferry::testing::d2h_fault::none;
     } else if (a == "--hammer-mib" && i + 1 < argc) {
       o.hammer_mib = std::strtoull(argv[++i], nullptr, 10);
     } else {

@@ -4,8 +4,8 @@
 // D2H: rounds of two channels at once (emulated devices 0 and 1, each driven by a thread whose current
 // device is the channel's), random ring sizes, K, entry sizes, size-ring widths, dynamic entries (some
 // overflowing), head placements, drain thread or poll, drain delays (host_backend::set_jitter and
-// config::debug_copy_delay). Every payload word is pattern_word(seq, i); every delivered entry is checked
-// (order, hook, size, bytes) and every produced entry must be delivered.
+// ferry::testing::d2h_access::set_copy_delay). Every payload word is pattern_word(seq, i); every delivered
+// entry is checked (order, hook, size, bytes) and every produced entry must be delivered.
 // H2D: random declarations (units, capacities, group membership), slot counts, upload backends; random
 // counts per step, slot rotation, late resume + rewrite (republish); device bytes checked after each step.
 //
@@ -13,6 +13,8 @@
 //     default: CI mode, >= 10^6 D2H entries;  --quick: 10^5 (ctest);  FERRY_STRESS_NIGHTLY=1: 10^8
 // Prints "stress: N entries checked, M failures"; exits 1 on failures.
 #include "common.hpp"
+
+#include <ferry/testing/d2h_access.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -51,7 +53,7 @@ d2h_round_result d2h_channel_run(int dev, std::uint64_t n, std::uint64_t seed, t
   cfg.fifo_capacity = static_cast<std::uint32_t>(64 + rng() % 512);
   cfg.fused_copy_max_bytes = rng() % 2 ? 0 : 1024;
   cfg.timeout = 30s;
-  if (rng() % 8 == 0) { cfg.debug_copy_delay = std::chrono::microseconds{rng() % 20}; }
+  const auto copy_delay = std::chrono::microseconds{rng() % 8 == 0 ? rng() % 20 : 0};  // test hook, set below
   const std::uint64_t max_size = std::min<std::uint64_t>(cfg.ring_bytes / 4, 1 + rng() % 2048);
   const std::uint64_t stride = (max_size + 15) / 16 * 16;
   constexpr std::uint64_t batch = 64;
@@ -64,6 +66,7 @@ d2h_round_result d2h_channel_run(int dev, std::uint64_t n, std::uint64_t seed, t
   d2h_checker chk;
   try {
     fd::channel<HB> ch{cfg, b, chk.callback()};
+    ferry::testing::d2h_access::set_copy_delay(ch, copy_delay);
     std::uint64_t seq = 0;
     while (seq < n) {
       // New batch of sources: the previous batch's copy kernels have read theirs (stream synchronized).

@@ -19,7 +19,7 @@ struct copy_args {
   std::uint64_t head_n{0};
   std::uint64_t* head{nullptr};  ///< device address of published_head
   std::uint32_t vecs_per_thread{1};  ///< 16-byte vectors per thread per pass (1, 2, 4, 8): loads before stores
-  std::uint32_t debug_skip_wait{0};  ///< test-only (debug_fault::programmatic_without_wait): omit the join
+  std::uint32_t test_skip_wait{0};  ///< test hook (detail::debug_fault::programmatic_without_wait): omit the join
 };
 
 /// One thread: produced += n; store_release_system(head, produced). When `normalize` is set (forward

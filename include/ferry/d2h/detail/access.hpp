@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: Apache-2.0
+// The channel's parts reach the private members of the public value types (forward_plan, write_ticket,
+// entry_view) through this one friend: the producer records plans and opens tickets, the drainer makes views.
+#pragma once
+
+#include <ferry/d2h/entry_view.hpp>
+#include <ferry/d2h/forward_plan.hpp>
+#include <ferry/d2h/write_ticket.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+namespace ferry::d2h::detail {
+
+struct access {
+  // ---- forward_plan (producer) ----
+  static void start_recording(forward_plan& p, const void* owner)
+  {
+    p = forward_plan{};
+    p.owner_ = owner;
+  }
+  static void record(forward_plan& p, const plan_entry& e) { p.entries_.push_back(e); }
+
+  // ---- write_ticket (producer) ----
+  static write_ticket open_ticket(const ring_ref& ref, hook_id hook, std::uint64_t bytes, placement where)
+  {
+    write_ticket t;
+    t.ref_ = ref;
+    t.hook_ = hook;
+    t.bytes_ = bytes;
+    t.where_ = where;
+    t.live_ = true;
+    return t;
+  }
+  [[nodiscard]] static bool live(const write_ticket& t) noexcept { return t.live_; }
+  static void close_ticket(write_ticket& t) noexcept { t.live_ = false; }
+  [[nodiscard]] static hook_id hook(const write_ticket& t) noexcept { return t.hook_; }
+  [[nodiscard]] static std::uint64_t bytes(const write_ticket& t) noexcept { return t.bytes_; }
+  [[nodiscard]] static placement where(const write_ticket& t) noexcept { return t.where_; }
+
+  // ---- entry_view (drainer) ----
+  /// A delivered entry whose payload lies in staging region `region` at `data`.
+  [[nodiscard]] static entry_view ok_view(std::shared_ptr<staging_pool> pool, std::uint64_t region,
+                                          const std::byte* data, std::uint64_t size, std::uint64_t reserved,
+                                          hook_id hook, entry_seq seq) noexcept
+  {
+    return entry_view{entry_view::parts{std::move(pool), region, data, size, reserved, hook, seq, entry_status::ok}};
+  }
+  /// A rejected dynamic entry (GPU-resolved `size` > `reserved`): no bytes.
+  [[nodiscard]] static entry_view overflow_view(std::uint64_t size, std::uint64_t reserved, hook_id hook,
+                                                entry_seq seq) noexcept
+  {
+    return entry_view{
+      entry_view::parts{nullptr, 0, nullptr, size, reserved, hook, seq, entry_status::size_overflow}};
+  }
+};
+
+}  // namespace ferry::d2h::detail

@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: Apache-2.0
+// detail::channel_impl<B>: one channel's parts and its life: construction (device resources, kernel
+// preload, the drain thread), close (drain what was published, report the rest) and destruction (wait for
+// every queued copy and release before freeing). Channels are independent: each owns its ring, state block,
+// published_head, drain stream and drain thread, so any number may live on one device.
+//   channel_state  shared state (channel_state.hpp)
+//   release_chain  every release of published_head (release_chain.hpp)
+//   producer       forwards, reservation, copies, plans (producer.hpp)
+//   drainer        acquire, coalesce, D2H, reclaim, deliver (drainer.hpp)
+#pragma once
+
+#include <ferry/backend/grid_dependency.hpp>
+#include <ferry/d2h/detail/channel_state.hpp>
+#include <ferry/d2h/detail/drainer.hpp>
+#include <ferry/d2h/detail/producer.hpp>
+#include <ferry/d2h/detail/release_chain.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+namespace ferry::d2h::detail {
+
+template <ferry::backend::backend B>
+class channel_impl {
+ public:
+  using callback_type = typename drainer<B>::callback_type;
+
+  /// Members in order: the shared state (config validated), then its device resources (init_resources, run
+  /// before the parts that use them are built), the release chain, the producer, the drainer (its events).
+  channel_impl(config cfg, B b, callback_type cb)
+    : st{cfg, b}, rel{(init_resources(), st)}, prod{st, rel, progress_fn()}, drain{st, std::move(cb)}
+  {
+    st.drain_stream.synchronize();  // the zeroed state block and ring are in place before any kernel reads them
+    if (st.cfg.drain == drain_mode::thread) {
+      drain_thread = std::thread([this] { drain.run_loop(stop); });
+    }
+  }
+  channel_impl(const channel_impl&) = delete;
+  channel_impl& operator=(const channel_impl&) = delete;
+
+  ~channel_impl()
+  {
+    stop.store(true);
+    if (drain_thread.joinable()) { drain_thread.join(); }
+    try {
+      rel.synchronize();               // nor the state block under a queued release
+      st.drain_stream.synchronize();  // never free the ring or staging under a queued copy
+    } catch (...) {
+    }
+  }
+
+  /// Drains every published entry (up to `timeout`), stops the drain and reports; see channel::close().
+  shutdown_report close(std::chrono::milliseconds timeout);
+
+  channel_state<B> st;
+  release_chain<B> rel;
+  producer<B> prod;
+  drainer<B> drain;
+
+ private:
+  /// The producer's wait for ring space: poll mode drives one drain step itself (nobody else drains);
+  /// thread mode waits for the drain thread's reclaim (space_cv).
+  typename producer<B>::progress_fn progress_fn()
+  {
+    if (st.cfg.drain == drain_mode::poll) {
+      return [this] {
+        std::unique_lock lock{drain.mutex()};
+        if (drain.step() == 0) {
+          lock.unlock();
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+      };
+    }
+    return [this] {
+      std::unique_lock lock{st.space_mu};
+      st.space_cv.wait_for(lock, std::chrono::milliseconds(1));
+    };
+  }
+
+  void init_resources();
+  void throw_if_failed(const shutdown_report& rep) const;
+
+  std::atomic<bool> stop{false};
+  std::thread drain_thread;
+  std::mutex close_mu;
+  std::optional<shutdown_report> final_report;
+};
+
+template <ferry::backend::backend B>
+void channel_impl<B>::init_resources()
+{
+  auto& b = st.b;
+  const auto attrs = b.attributes(st.dev);
+  st.sm_count = std::max(1, attrs.sm_count);
+  FERRY_EXPECTS(st.cfg.placement != head_placement::managed || attrs.concurrent_managed_access, ferry::logic_error,
+                "d2h channel on {} device {} ({}): published_head placement 'managed' expected "
+                "concurrentManagedAccess == 1, got 0; use head_placement::pinned_mapped",
+                B::name(), st.dev.value, attrs.name);
+  st.ring = ferry::backend::device_buffer<B>{st.cfg.ring_bytes, b};
+  st.state_buf = ferry::backend::device_buffer<B>{sizeof(device_state), b};
+  b.memset_async(st.state_buf.data(), 0, sizeof(device_state), st.drain_stream.handle());
+  // Coalesced drain copies span the alignment padding between entries; give those bytes a defined value
+  // once, so no D2H ever reads memory nothing wrote (compute-sanitizer initcheck stays clean).
+  b.memset_async(st.ring.data(), 0, st.cfg.ring_bytes, st.drain_stream.handle());
+  if (st.cfg.placement == head_placement::managed) {
+    st.head_managed = ferry::backend::managed_buffer<B>{cache_line, b};  // its own cache line
+    st.head_managed.advise(ferry::backend::mem_advice::preferred_location_host, st.dev);
+    st.head_managed.advise(ferry::backend::mem_advice::accessed_by_device, st.dev);
+    st.head_host = st.head_managed.template as<std::uint64_t>();
+    st.head_dev = st.head_host;
+  } else {
+    st.head_mapped = ferry::backend::mapped_buffer<B>{cache_line, b};
+    st.head_host = st.head_mapped.template as<std::uint64_t>();
+    st.head_dev = st.head_mapped.template device_as<std::uint64_t>();
+  }
+  ferry::backend::host_store_release(st.head_host, 0);
+  if (st.cfg.size_slots > 0) {
+    st.size_ring = ferry::backend::managed_buffer<B>{align_up(st.cfg.size_slots * 8ULL, cache_line), b};
+    st.size_ring.advise(ferry::backend::mem_advice::preferred_location_host, st.dev);
+    st.size_ring.advise(ferry::backend::mem_advice::accessed_by_device, st.dev);
+  }
+  auto pinned = std::make_shared<ferry::backend::pinned_buffer<B>>(st.staging_bytes, b);
+  auto* base = static_cast<std::byte*>(pinned->data());
+  st.staging = std::make_shared<staging_pool>(base, st.staging_bytes, std::shared_ptr<void>(pinned, pinned.get()));
+  // Load every kernel the channel launches now: a lazy module load at a first launch would wait for kernels
+  // already running on the device (see backend preload).
+  const int arch = std::min({b.preload(publish_head_kernel(typename B::tag{})),
+                             b.preload(copy_entry_publish_kernel(typename B::tag{})),
+                             b.preload(copy_entry_kernel(typename B::tag{}))});
+  // Programmatic launch only where the device and the code that will run both support it.
+  st.programmatic =
+    st.cfg.programmatic_launch && ferry::backend::programmatic_launch_ok(attrs.compute_capability_major, arch);
+}
+
+template <ferry::backend::backend B>
+shutdown_report channel_impl<B>::close(std::chrono::milliseconds timeout)
+{
+  std::lock_guard close_lock{close_mu};
+  if (final_report) {
+    throw_if_failed(*final_report);
+    return *final_report;
+  }
+  shutdown_report rep;
+  rep.forward_open = prod.close_open_forward();
+  st.closed.store(true);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto outstanding = [&] { return st.c_reserved.load() - st.c_drained.load(std::memory_order_acquire); };
+  while (outstanding() > 0 && std::chrono::steady_clock::now() < deadline) {
+    if (st.cfg.drain == drain_mode::poll || !drain_thread.joinable()) {
+      std::lock_guard lock{drain.mutex()};
+      if (drain.step() == 0) { std::this_thread::sleep_for(std::chrono::microseconds(100)); }
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  stop.store(true, std::memory_order_release);
+  if (drain_thread.joinable()) { drain_thread.join(); }
+  {
+    // Final pass: every published entry is copied and delivered; in-flight copies complete first.
+    std::lock_guard lock{drain.mutex()};
+    for (int pass = 0; pass < 1000; ++pass) {
+      try {
+        st.drain_stream.synchronize();
+      } catch (const std::exception& e) {
+        st.fail(e.what());  // an asynchronous copy error: what was delivered may be incomplete
+      }
+      const std::size_t n = drain.step();
+      if (n == 0 && drain.idle()) { break; }
+    }
+    st.fifo.refresh();
+    const std::size_t left = st.fifo.readable();
+    // The final drain pass above acquired the head: an entry below it was published and is left only
+    // because staging stayed full (views not released); the others were never published.
+    const std::uint64_t head = ferry::backend::host_load_acquire(st.head_host);
+    for (std::size_t i = 0; i < left; ++i) {
+      const auto& e = st.fifo.peek(i);
+      if (e.seq < head) {
+        rep.undrained.push_back(entry_seq{e.seq});
+      } else {
+        rep.unpublished.push_back(entry_seq{e.seq});
+        rep.unpublished_hooks.push_back(hook_id{e.hook});
+      }
+    }
+  }
+  rep.delivered = st.c_drained.load();
+  rep.pending_pop = drain.pending_pop();
+  final_report = rep;
+  throw_if_failed(rep);
+  if (!rep.clean()) { throw shutdown_error(rep); }
+  return rep;
+}
+
+template <ferry::backend::backend B>
+void channel_impl<B>::throw_if_failed(const shutdown_report& rep) const
+{
+  if (!st.is_failed()) { return; }
+  FERRY_FAIL(ferry::invalidated_error,
+             "d2h channel close: expected no failed backend call, got: {}; {} of {} reserved entries delivered, "
+             "{} never published, {} copies with unobservable completion (ring and staging retained)",
+             st.failure_reason(), rep.delivered, st.c_reserved.load(), rep.unpublished.size(), drain.stuck());
+}
+
+}  // namespace ferry::d2h::detail

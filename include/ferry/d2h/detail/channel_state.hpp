@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: Apache-2.0
+// The state every part of a channel shares: configuration, device resources (ring, state block,
+// published_head, size ring, staging), the FIFO, the ring tail, the failure flag and the counters.
+// Producer (producer.hpp), release chain (release_chain.hpp) and drainer (drainer.hpp) each hold a reference;
+// channel_impl.hpp creates it and tears it down. Who writes what:
+//   producer thread   FIFO push side, dyn counter (in producer)
+//   drainer           FIFO pop side, tail_pos (reclaim), dyn_freed
+//   any thread        failure (fail), counters (relaxed atomics)
+#pragma once
+
+#include <ferry/backend/buffer.hpp>
+#include <ferry/backend/concepts.hpp>
+#include <ferry/backend/stream.hpp>
+#include <ferry/d2h/detail/entry_meta.hpp>
+#include <ferry/d2h/detail/spsc_fifo.hpp>
+#include <ferry/d2h/detail/staging.hpp>
+#include <ferry/d2h/detail/test_hooks.hpp>
+#include <ferry/d2h/errors.hpp>
+#include <ferry/d2h/ring_ref.hpp>
+#include <ferry/d2h/types.hpp>
+#include <ferry/error.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace ferry::d2h::detail {
+
+template <ferry::backend::backend B>
+struct channel_state {
+  using stream_type = typename B::stream_type;
+
+  channel_state(config c, B be)
+    : cfg{validate(c)}, b{be}, dev{be.current_device()},
+      staging_bytes{c.staging_bytes != 0 ? c.staging_bytes : c.ring_bytes}, drain_stream{be}, fifo{c.fifo_capacity}
+  {
+  }
+
+  // -- configuration and resources (set at construction, read-only after) --
+  config cfg;
+  B b;
+  ferry::backend::device_id dev{};
+  std::uint64_t staging_bytes{0};
+  int sm_count{1};
+  bool programmatic{false};  ///< launch ferry's kernels with launch_config::programmatic (see channel_impl)
+  ferry::backend::stream<B> drain_stream;
+  ferry::backend::device_buffer<B> ring;
+  ferry::backend::device_buffer<B> state_buf;
+  ferry::backend::managed_buffer<B> head_managed;
+  ferry::backend::mapped_buffer<B> head_mapped;
+  ferry::backend::managed_buffer<B> size_ring;
+  std::uint64_t* head_host{nullptr};
+  std::uint64_t* head_dev{nullptr};
+  std::shared_ptr<staging_pool> staging;
+  spsc_fifo<entry_meta> fifo;
+  test_hooks hooks;
+
+  // -- ring space, shared between producer and drainer --
+  std::atomic<std::uint64_t> tail_pos{0};   ///< virtual ring position below which every byte is reclaimed
+  std::atomic<std::uint64_t> dyn_freed{0};  ///< dynamic entries whose size slot the drainer consumed
+  std::mutex space_mu;
+  std::condition_variable space_cv;
+  std::atomic<bool> closed{false};
+
+  // -- counters (relaxed; stats() is a snapshot) --
+  std::atomic<std::uint64_t> c_reserved{0}, c_published{0}, c_drained{0}, c_bytes{0}, c_copies{0}, c_stalls{0},
+    c_high{0}, c_overflows{0}, c_cb_errors{0}, c_publishes{0};
+
+  [[nodiscard]] device_state* device_state_ptr() const noexcept { return state_buf.template as<device_state>(); }
+
+  /// The drainer gives ring bytes below `end` back to the producer (called only after the D2H reading them
+  /// completed; see drainer::complete_finished).
+  void reclaim(std::uint64_t end)
+  {
+    if (end > tail_pos.load(std::memory_order_relaxed)) {
+      {
+        std::lock_guard lock{space_mu};
+        tail_pos.store(end, std::memory_order_release);
+      }
+      space_cv.notify_all();
+    }
+  }
+
+  // -- failure (any thread) --
+  void fail(std::string_view what)
+  {
+    {
+      std::lock_guard lock{fail_mu};
+      if (failure.empty()) { failure = std::string{what}; }
+    }
+    failed.store(true);
+    space_cv.notify_all();
+  }
+  [[nodiscard]] bool is_failed() const noexcept { return failed.load(); }
+  [[nodiscard]] std::string failure_reason() const
+  {
+    std::lock_guard lock{fail_mu};
+    return failure;
+  }
+  void check_not_failed(const char* what) const
+  {
+    if (failed.load()) [[unlikely]] {
+      FERRY_FAIL(ferry::invalidated_error,
+                 "d2h channel {}: expected a usable channel, got one invalidated by a failed backend call: {}", what,
+                 failure_reason());
+    }
+  }
+
+  [[nodiscard]] counters stats() const
+  {
+    counters c;
+    c.entries_reserved = c_reserved.load();
+    c.entries_published = c_published.load();
+    c.entries_drained = c_drained.load();
+    c.bytes_drained = c_bytes.load();
+    c.copies = c_copies.load();
+    c.stalls = c_stalls.load();
+    c.high_watermark = c_high.load();
+    c.size_overflows = c_overflows.load();
+    c.callback_errors = c_cb_errors.load();
+    c.publishes = c_publishes.load();
+    return c;
+  }
+
+ private:
+  static const config& validate(const config& c)
+  {
+    FERRY_EXPECTS(c.publish_every >= 1, ferry::logic_error, "d2h channel: publish_every (K) expected >= 1, got {}",
+                  c.publish_every);
+    FERRY_EXPECTS(c.ring_bytes >= entry_alignment && c.ring_bytes % entry_alignment == 0, ferry::logic_error,
+                  "d2h channel: ring_bytes expected a non-zero multiple of {}, got {}", entry_alignment, c.ring_bytes);
+    FERRY_EXPECTS(c.staging_bytes == 0 || c.staging_bytes >= entry_alignment, ferry::logic_error,
+                  "d2h channel: staging_bytes expected 0 (= ring_bytes) or >= {}, got {}", entry_alignment,
+                  c.staging_bytes);
+    FERRY_EXPECTS(c.fifo_capacity >= 1, ferry::logic_error, "d2h channel: fifo_capacity expected >= 1, got {}",
+                  c.fifo_capacity);
+    FERRY_EXPECTS(c.max_copies_in_flight >= 1, ferry::logic_error,
+                  "d2h channel: max_copies_in_flight expected >= 1, got {}", c.max_copies_in_flight);
+    return c;
+  }
+
+  std::atomic<bool> failed{false};
+  mutable std::mutex fail_mu;
+  std::string failure;
+};
+
+}  // namespace ferry::d2h::detail

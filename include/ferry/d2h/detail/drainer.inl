@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: Apache-2.0
+// Definitions of detail::drainer<B> (declared in drainer.hpp).
+#pragma once
+
+namespace ferry::d2h::detail {
+
+template <ferry::backend::backend B>
+std::size_t drainer<B>::step()
+{
+  std::size_t progress = 0;
+  try {
+    progress += complete_finished();
+    // Step 4, the acquire: everything the GPU wrote before its release of `h` is visible to this thread, and
+    // so to the copies this same thread enqueues after this point (step 5, issue_copies).
+    const std::uint64_t h = st_.hooks.is(debug_fault::drain_without_acquire)
+                              ? ~std::uint64_t{0}
+                              : ferry::backend::host_load_acquire(st_.head_host);
+    if (h != ~std::uint64_t{0} && h > published_seen_) {
+      published_seen_ = h;
+      st_.c_published.store(h, std::memory_order_relaxed);
+    }
+    progress += issue_copies(h);
+    progress += complete_finished();
+  } catch (const std::exception& e) {
+    // A failed enqueue left nothing queued (the staging was released); the drain retries, so what was
+    // published is still delivered when the backend recovers, but the channel is invalidated.
+    if (drain_error_.empty()) {
+      drain_error_ = e.what();
+      std::fprintf(stderr, "ferry: d2h drain error (channel invalidated; drain retries): %s\n", e.what());
+    }
+    st_.fail(e.what());
+  }
+  return progress;
+}
+
+/// Step 5: one D2H per run (coalesce()) of entries below `head`, enqueued after the acquire that read it.
+template <ferry::backend::backend B>
+std::size_t drainer<B>::issue_copies(std::uint64_t head)
+{
+  std::size_t issued = 0;
+  auto& fifo = st_.fifo;
+  auto& staging = *st_.staging;
+  fifo.refresh();
+  const std::uint64_t R = st_.cfg.ring_bytes;
+  while (!free_events_.empty()) {
+    const std::size_t avail = fifo.readable();
+    if (avail == 0 || fifo.peek(0).seq >= head) { break; }
+    const run_plan rp = coalesce(
+      avail, [&](std::size_t i) -> const entry_meta& { return fifo.peek(i); }, head, R,
+      [&](const entry_meta& e) { return read_size_slot(e.slot); }, [&](std::uint64_t n) { return staging.can_alloc(n); });
+    if (rp.count == 0) { break; }  // staging full: the consumer has not released views yet
+    run r;
+    r.entries.reserve(rp.count);
+    for (std::size_t i = 0; i < rp.count; ++i) { r.entries.push_back(fifo.peek(i)); }
+    r.last_size = rp.last_size;
+    r.overflow = rp.overflow;
+    r.bytes = rp.bytes;
+    r.ring_end = r.entries.back().start + r.entries.back().reserved;
+    const std::size_t ev = free_events_.back();
+    if (!r.overflow) {
+      r.staging_start = *staging.alloc(r.bytes, static_cast<std::uint32_t>(r.entries.size()));  // fits: checked
+      try {
+        if (st_.hooks.copy_delay().count() > 0) { test_delay(); }
+        // The D2H is enqueued by the thread that performed the acquire, after it: the copy reads payload
+        // bytes ordered before the GPU's release.
+        st_.b.memcpy_async(staging.base() + r.staging_start % staging.bytes(),
+                           static_cast<const std::byte*>(st_.ring.data()) + r.entries.front().start % R, r.bytes,
+                           ferry::backend::memcpy_kind::device_to_host, st_.drain_stream.handle());
+      } catch (...) {
+        for (std::size_t k = 0; k < r.entries.size(); ++k) { staging.release(r.staging_start); }
+        throw;
+      }
+      st_.c_copies.fetch_add(1, std::memory_order_relaxed);
+    }
+    std::uint64_t n_dyn = 0;
+    for (const auto& e : r.entries) { n_dyn += e.dynamic ? 1 : 0; }
+    fifo.pop(r.entries.size());
+    if (n_dyn > 0) { st_.dyn_freed.fetch_add(n_dyn, std::memory_order_acq_rel); }  // sizes consumed
+    try {
+      events_[ev].record(st_.drain_stream.view());
+      r.event = ev;
+      r.has_event = true;
+      free_events_.pop_back();
+    } catch (const std::exception& e) {
+      st_.fail(e.what());
+      try {
+        st_.drain_stream.synchronize();  // completion without an event
+      } catch (...) {
+        stuck_.push_back(std::move(r));  // completion unobservable: never reclaim this run's ring or staging
+        throw;
+      }
+      r.has_event = false;
+    }
+    if (st_.hooks.is(debug_fault::reclaim_before_copy_complete)) { st_.reclaim(r.ring_end); }
+    inflight_.push_back(std::move(r));
+    ++issued;
+  }
+  return issued;
+}
+
+template <ferry::backend::backend B>
+void drainer<B>::test_delay()
+{
+  if constexpr (requires(const B& be) { be.host_func(typename B::stream_type{}, std::function<void()>{}); }) {
+    const auto d = st_.hooks.copy_delay();
+    st_.b.host_func(st_.drain_stream.handle(), [d] { std::this_thread::sleep_for(d); });
+  }
+}
+
+/// Step 7: a run's ring bytes are reclaimed only once its copy's event completed; then its entries are
+/// delivered, in order.
+template <ferry::backend::backend B>
+std::size_t drainer<B>::complete_finished()
+{
+  std::size_t delivered = 0;
+  while (!inflight_.empty()) {
+    run& r = inflight_.front();
+    if (r.has_event && !events_[r.event].query()) { break; }
+    if (r.has_event) { free_events_.push_back(r.event); }
+    st_.reclaim(r.ring_end);  // the copy completed: its ring bytes may be reused
+    run done = std::move(r);
+    inflight_.pop_front();
+    const std::size_t n = done.entries.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& e = done.entries[i];
+      const std::uint64_t size = i + 1 == n ? done.last_size : e.bytes;
+      if (done.overflow) {
+        st_.c_overflows.fetch_add(1, std::memory_order_relaxed);
+        deliver(access::overflow_view(size, e.reserved, hook_id{e.hook}, entry_seq{e.seq}));
+      } else {
+        const std::uint64_t off = e.start - done.entries.front().start;
+        const std::byte* data = st_.staging->base() + done.staging_start % st_.staging->bytes() + off;
+        deliver(access::ok_view(st_.staging, done.staging_start, data, size, e.reserved, hook_id{e.hook},
+                                entry_seq{e.seq}));
+      }
+      ++delivered;
+    }
+    st_.c_bytes.fetch_add(done.bytes, std::memory_order_relaxed);
+    st_.c_drained.fetch_add(n, std::memory_order_release);
+  }
+  return delivered;
+}
+
+template <ferry::backend::backend B>
+void drainer<B>::deliver(entry_view&& v)
+{
+  if (callback_) {
+    try {
+      callback_(std::move(v));
+    } catch (...) {
+      st_.c_cb_errors.fetch_add(1, std::memory_order_relaxed);
+    }
+  } else {
+    std::lock_guard lock{ready_mu_};
+    ready_.push_back(std::move(v));
+  }
+}
+
+}  // namespace ferry::d2h::detail

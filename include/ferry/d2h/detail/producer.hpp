@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: Apache-2.0
+// The producer side of a channel (one thread, the channel's device current): the forward state machine
+// (begin_forward / end_forward, eager or captured), ring reservation (wait_for_space), the copy launch
+// (capture), user-written entries (begin_write / end_write) and the pre-replay reservation (plan).
+// Ordering steps here (docs/design/d2h.md): the writer is enqueued on the producer stream before its
+// release (commit_entry -> release_chain), the forward boundary always releases (end_forward), and an eager
+// producer about to wait on a full ring first releases what it launched (wait_for_space).
+#pragma once
+
+#include <ferry/backend/stream.hpp>
+#include <ferry/d2h/detail/access.hpp>
+#include <ferry/d2h/detail/channel_state.hpp>
+#include <ferry/d2h/detail/launch_shape.hpp>
+#include <ferry/d2h/detail/release_chain.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace ferry::d2h::detail {
+
+/// Whether an entry's size is CPU-known (`fixed`) or resolved on the GPU through the size ring (`dynamic`).
+enum class entry_kind : bool { fixed, dynamic };
+
+/// What a producer call does when the ring, the FIFO or the size ring has no room.
+enum class when_full {
+  wait,         ///< full_policy::block_with_timeout: wait for the drain, timeout_error after config::timeout
+  throw_error,  ///< full_policy::fail_fast: out_of_memory at once
+  refuse,       ///< try_capture / try_plan: return false at once
+};
+
+/// The policy of the blocking calls (capture, plan, begin_write) under config::on_full.
+[[nodiscard]] constexpr when_full blocking_policy(const config& cfg) noexcept
+{
+  return cfg.on_full == full_policy::fail_fast ? when_full::throw_error : when_full::wait;
+}
+
+template <ferry::backend::backend B>
+class producer {
+ public:
+  using stream_type = typename B::stream_type;
+  using stream_view = ferry::backend::stream_view<B>;
+  /// Called while the producer waits for ring space: makes or awaits drain progress (poll mode: one drain
+  /// step; thread mode: a wait on the space condition). Injected by channel_impl.
+  using progress_fn = std::function<void()>;
+
+  producer(channel_state<B>& st, release_chain<B>& rel, progress_fn progress)
+    : st_{st}, rel_{rel}, progress_{std::move(progress)}
+  {
+  }
+
+  void begin_forward(stream_view s);
+  forward_plan end_forward(stream_view s);
+  bool capture(hook_id hook, const void* src, std::uint64_t bytes, const std::uint64_t* actual, entry_kind kind,
+               stream_view s, when_full full);
+  write_ticket begin_write(hook_id hook, std::uint64_t reserved_bytes, entry_kind kind, stream_view s);
+  void end_write(write_ticket&& t, stream_view s);
+  bool plan(const forward_plan& p, when_full full);
+
+  /// close(): an eager forward left open publishes what it launched, so nothing launched stays hidden.
+  /// Returns whether a forward was open.
+  bool close_open_forward()
+  {
+    if (!in_forward_) { return false; }
+    if (!capturing_ && unpublished_ > 0 && have_last_stream_) {
+      try {
+        st_.check_not_failed("close");
+        rel_.publish(last_stream_, unpublished_, 0);
+        unpublished_ = 0;
+      } catch (const std::exception& e) {
+        st_.fail(e.what());
+      }
+    }
+    return true;
+  }
+
+ private:
+  void check_thread(const char* what);
+  void check_producer(stream_view s, const char* what);
+  void check_entry(hook_id hook, std::uint64_t bytes, entry_kind kind, const char* what) const;
+  [[nodiscard]] ring_ref make_ref(std::uint64_t reserved, entry_kind kind) const noexcept;
+  [[nodiscard]] bool fits(std::uint64_t end, std::size_t n_entries, std::uint64_t n_dyn) const noexcept;
+  template <class Who>
+  bool wait_for_space(std::uint64_t end, std::size_t n_entries, std::uint64_t n_dyn, when_full full,
+                      std::optional<stream_type> flush_stream, Who&& who_fn);
+  void launch_copy(copy_args a, std::uint64_t bytes, bool one_block, stream_type s);
+  void commit_entry(hook_id hook, placement p, std::uint64_t reserved, std::uint64_t bytes, entry_kind kind,
+                    stream_type s, bool publish_fused);
+
+  channel_state<B>& st_;
+  release_chain<B>& rel_;
+  progress_fn progress_;
+  std::thread::id owner_{};
+  bool owner_bound_{false};
+  bool in_forward_{false};
+  bool capturing_{false};
+  bool write_open_{false};
+  std::uint32_t parity_{0};        ///< entries since begin_forward, mod 2: the device cursor slot
+  std::uint64_t unpublished_{0};   ///< entries launched since the last release
+  std::uint64_t head_pos_{0};      ///< virtual ring position after the last reserved entry
+  std::uint64_t dyn_next_{0};      ///< dynamic entries reserved (size slot = dyn_next % size_slots)
+  std::uint64_t next_seq_{0};
+  stream_type last_stream_{};
+  bool have_last_stream_{false};
+  forward_plan recording_;
+};
+
+}  // namespace ferry::d2h::detail
+
+#include <ferry/d2h/detail/producer.inl>

@@ -1,0 +1,306 @@
+// SPDX-License-Identifier: Apache-2.0
+// Definitions of detail::producer<B> (declared in producer.hpp).
+#pragma once
+
+namespace ferry::d2h::detail {
+
+template <ferry::backend::backend B>
+void producer<B>::check_thread(const char* what)
+{
+  const auto me = std::this_thread::get_id();
+  if (!owner_bound_) {
+    owner_ = me;
+    owner_bound_ = true;
+  }
+  FERRY_EXPECTS(owner_ == me, ferry::logic_error,
+                "d2h channel {}: expected the producer thread that made the first producer call, got another "
+                "thread (one producer thread per channel)",
+                what);
+  const auto cur = st_.b.current_device();
+  FERRY_EXPECTS(cur == st_.dev, ferry::logic_error, "d2h channel {}: expected device {} current, got device {}", what,
+                st_.dev.value, cur.value);
+  FERRY_EXPECTS(!st_.closed.load(), ferry::logic_error, "d2h channel {}: expected an open channel, got a closed one",
+                what);
+  st_.check_not_failed(what);
+}
+
+template <ferry::backend::backend B>
+void producer<B>::check_producer(stream_view s, const char* what)
+{
+  check_thread(what);
+  last_stream_ = s.handle();
+  have_last_stream_ = true;
+}
+
+template <ferry::backend::backend B>
+ring_ref producer<B>::make_ref(std::uint64_t reserved, entry_kind kind) const noexcept
+{
+  ring_ref r;
+  r.ring = static_cast<std::byte*>(st_.ring.data());
+  r.ring_bytes = st_.cfg.ring_bytes;
+  r.state = st_.device_state_ptr();
+  r.size_slots = st_.cfg.size_slots > 0 ? st_.size_ring.template device_as<std::uint64_t>() : nullptr;
+  r.size_slot_count = st_.cfg.size_slots;
+  r.reserved = reserved;
+  r.parity = parity_;
+  r.dynamic = kind == entry_kind::dynamic ? 1U : 0U;
+  return r;
+}
+
+template <ferry::backend::backend B>
+void producer<B>::begin_forward(stream_view s)
+{
+  check_producer(s, "begin_forward");
+  FERRY_EXPECTS(!in_forward_, ferry::logic_error,
+                "d2h channel begin_forward: expected no open forward, got begin_forward twice");
+  capturing_ = st_.b.stream_is_capturing(s.handle());
+  in_forward_ = true;
+  parity_ = 0;
+  unpublished_ = 0;
+  if (capturing_) { access::start_recording(recording_, &st_); }
+}
+
+template <ferry::backend::backend B>
+forward_plan producer<B>::end_forward(stream_view s)
+{
+  check_producer(s, "end_forward");
+  FERRY_EXPECTS(in_forward_, ferry::logic_error,
+                "d2h channel end_forward: expected an open forward, got end_forward without begin_forward");
+  FERRY_EXPECTS(!write_open_, ferry::logic_error,
+                "d2h channel end_forward: expected no open begin_write, got one (call end_write first)");
+  const bool cap_now = st_.b.stream_is_capturing(s.handle());
+  FERRY_EXPECTS(cap_now == capturing_, ferry::logic_error,
+                "d2h channel end_forward: expected the stream's capture state as at begin_forward ({}), got {}",
+                capturing_, cap_now);
+  // The forward boundary: one release covering every entry since the last one, and slot[0] = slot[parity].
+  rel_.publish(s.handle(), unpublished_, parity_);
+  unpublished_ = 0;
+  parity_ = 0;
+  in_forward_ = false;
+  if (capturing_) {
+    capturing_ = false;
+    return std::exchange(recording_, forward_plan{});
+  }
+  return forward_plan{};
+}
+
+template <ferry::backend::backend B>
+void producer<B>::check_entry(hook_id hook, std::uint64_t bytes, entry_kind kind, const char* what) const
+{
+  FERRY_EXPECTS(bytes > 0, ferry::logic_error, "d2h channel {}: hook {} expected an entry of > 0 bytes, got 0", what,
+                hook.value);
+  const std::uint64_t reserved = align_up(bytes, entry_alignment);
+  const std::uint64_t limit = std::min<std::uint64_t>(st_.cfg.ring_bytes, st_.staging_bytes);
+  FERRY_EXPECTS(reserved <= limit, ferry::logic_error,
+                "d2h channel {}: hook {} expected an entry of at most {} bytes (ring {} / staging {}), got {}", what,
+                hook.value, limit, st_.cfg.ring_bytes, st_.staging_bytes, bytes);
+  FERRY_EXPECTS(kind == entry_kind::fixed || st_.cfg.size_slots > 0, ferry::logic_error,
+                "d2h channel {}: hook {} is dynamic: expected config::size_slots > 0, got 0", what, hook.value);
+  FERRY_EXPECTS(in_forward_, ferry::logic_error,
+                "d2h channel {}: hook {} expected inside begin_forward/end_forward, got no open forward", what,
+                hook.value);
+}
+
+/// Does `n_entries` more entries ending at virtual position `end` (with `n_dyn` dynamic) fit?
+template <ferry::backend::backend B>
+bool producer<B>::fits(std::uint64_t end, std::size_t n_entries, std::uint64_t n_dyn) const noexcept
+{
+  // `end - tail` counts the wrap padding the new entries skip. When the ring is empty (every reserved byte
+  // reclaimed) one entry always fits (reserved <= ring_bytes is checked): its padding holds no data, and
+  // without this an entry larger than the reclaimed prefix could never be placed.
+  const std::uint64_t tail = st_.tail_pos.load(std::memory_order_acquire);
+  const bool ring_ok = end - tail <= st_.cfg.ring_bytes || (tail == head_pos_ && n_entries == 1);
+  const bool fifo_ok = st_.fifo.free_slots() >= n_entries;
+  const bool dyn_ok =
+    n_dyn == 0 || dyn_next_ + n_dyn - st_.dyn_freed.load(std::memory_order_acquire) <= st_.cfg.size_slots;
+  return ring_ok && fifo_ok && dyn_ok;
+}
+
+/// Waits until `fits` (per `full`). Returns false when full and `full` is refuse.
+template <ferry::backend::backend B>
+template <class Who>
+bool producer<B>::wait_for_space(std::uint64_t end, std::size_t n_entries, std::uint64_t n_dyn, when_full full,
+                                 std::optional<stream_type> flush_stream, Who&& who_fn)
+{
+  if (fits(end, n_entries, n_dyn)) [[likely]] { return true; }
+  const std::string who = who_fn();
+  st_.c_stalls.fetch_add(1, std::memory_order_relaxed);
+  if (full == when_full::refuse) { return false; }
+  if (full == when_full::throw_error) {
+    FERRY_FAIL(ferry::out_of_memory,
+               "d2h channel: {}: ring full (fail_fast): expected {} free bytes, {} FIFO slots and {} size slots, "
+               "got {} of {} ring bytes in use, {} FIFO slots free",
+               who, end - head_pos_, n_entries, n_dyn, head_pos_ - st_.tail_pos.load(), st_.cfg.ring_bytes,
+               st_.fifo.free_slots());
+  }
+  // Entries launched but not yet published cannot drain: publish them now (eager mode only).
+  if (flush_stream && unpublished_ > 0) {
+    rel_.publish(*flush_stream, unpublished_, 0);
+    unpublished_ = 0;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + st_.cfg.timeout;
+  while (!fits(end, n_entries, n_dyn)) {
+    st_.check_not_failed(who.c_str());
+    if (std::chrono::steady_clock::now() >= deadline) {
+      FERRY_FAIL(ferry::timeout_error,
+                 "d2h channel: {}: expected ring space within {} ms, got {} of {} ring bytes still in use and {} "
+                 "FIFO slots free (is the consumer releasing entries? is the drain running?)",
+                 who, st_.cfg.timeout.count(), head_pos_ - st_.tail_pos.load(), st_.cfg.ring_bytes,
+                 st_.fifo.free_slots());
+    }
+    progress_();
+  }
+  return true;
+}
+
+/// Launch shape: detail::copy_launch_shape (launch_shape.hpp), the same function bench/d2h uses.
+template <ferry::backend::backend B>
+void producer<B>::launch_copy(copy_args a, std::uint64_t bytes, bool one_block, stream_type s)
+{
+  const launch_shape sh = copy_launch_shape(st_.cfg, bytes, one_block, st_.sm_count);
+  a.vecs_per_thread = sh.vecs_per_thread;
+  a.test_skip_wait = st_.hooks.is(debug_fault::programmatic_without_wait) ? 1U : 0U;
+  const ferry::backend::launch_config lc{{sh.blocks}, {sh.threads}, 0, st_.programmatic};
+  if (sh.one_block) {
+    st_.b.launch(copy_entry_publish_kernel(typename B::tag{}), lc, s, a);
+  } else {
+    st_.b.launch(copy_entry_kernel(typename B::tag{}), lc, s, a);
+  }
+}
+
+/// Records one placed entry on the CPU side (after its writer was launched successfully), then releases
+/// the batch when it is complete: the release is enqueued after the writer (release_chain).
+template <ferry::backend::backend B>
+void producer<B>::commit_entry(hook_id hook, placement p, std::uint64_t reserved, std::uint64_t bytes, entry_kind kind,
+                               stream_type s, bool publish_fused)
+{
+  const bool dynamic = kind == entry_kind::dynamic;
+  const std::uint64_t after = unpublished_ + 1;
+  if (capturing_) {
+    access::record(recording_, plan_entry{hook, reserved, bytes, dynamic});
+  } else {
+    const entry_meta m{next_seq_, p.start, reserved, bytes, dynamic ? dyn_next_ : 0, hook.value, dynamic};
+    const bool pushed = st_.fifo.try_push(m);
+    (void)pushed;  // space was checked in wait_for_space; the producer is the only pusher
+    ++next_seq_;
+    head_pos_ = p.end;
+    if (dynamic) { ++dyn_next_; }
+    st_.c_reserved.fetch_add(1, std::memory_order_relaxed);
+    atomic_max(st_.c_high, head_pos_ - st_.tail_pos.load(std::memory_order_relaxed));
+  }
+  parity_ ^= 1U;
+  unpublished_ = after;
+  if (after >= st_.cfg.publish_every) {
+    rel_.release_batch(s, after, publish_fused);  // the fork event or stream order after the writer is the join
+    unpublished_ = 0;
+  }
+}
+
+template <ferry::backend::backend B>
+bool producer<B>::capture(hook_id hook, const void* src, std::uint64_t bytes, const std::uint64_t* actual,
+                          entry_kind kind, stream_view s, when_full full)
+{
+  const bool dynamic = kind == entry_kind::dynamic;
+  const char* what = dynamic ? "capture_dynamic" : "capture";
+  check_producer(s, what);
+  check_entry(hook, bytes, kind, what);
+  FERRY_EXPECTS(!write_open_, ferry::logic_error, "d2h channel capture: hook {} expected no open begin_write, got one",
+                hook.value);
+  FERRY_EXPECTS(src != nullptr && (!dynamic || actual != nullptr), ferry::logic_error,
+                "d2h channel capture: hook {} expected non-null source{}, got null", hook.value,
+                dynamic ? " and size pointer" : "");
+  const std::uint64_t reserved = align_up(bytes, entry_alignment);
+  placement p{};
+  if (!capturing_) {
+    p = place(head_pos_, reserved, st_.cfg.ring_bytes);
+    if (!wait_for_space(p.end, 1, dynamic ? 1 : 0, full, s.handle(),
+                        [&] { return ferry::detail::format("hook {} ({} bytes)", hook.value, bytes); })) {
+      return false;
+    }
+  }
+  // Branch releases never fuse into a copy kernel (the release would sit on the producer stream).
+  const bool publish_now = unpublished_ + 1 >= st_.cfg.publish_every && !st_.cfg.branch_publish;
+  const bool one_block = one_block_copy(st_.cfg, reserved, publish_now);
+  const copy_args a{make_ref(reserved, kind), static_cast<const std::byte*>(src), bytes, actual,
+                    one_block && publish_now ? unpublished_ + 1 : 0, st_.head_dev};
+  launch_copy(a, bytes, one_block, s.handle());
+  commit_entry(hook, p, reserved, bytes, kind, s.handle(), one_block && publish_now);
+  return true;
+}
+
+template <ferry::backend::backend B>
+write_ticket producer<B>::begin_write(hook_id hook, std::uint64_t reserved_bytes, entry_kind kind, stream_view s)
+{
+  check_producer(s, "begin_write");
+  check_entry(hook, reserved_bytes, kind, "begin_write");
+  FERRY_EXPECTS(!write_open_, ferry::logic_error,
+                "d2h channel begin_write: hook {} expected no open begin_write, got one", hook.value);
+  const std::uint64_t reserved = align_up(reserved_bytes, entry_alignment);
+  placement where{};
+  if (!capturing_) {
+    where = place(head_pos_, reserved, st_.cfg.ring_bytes);
+    (void)wait_for_space(where.end, 1, kind == entry_kind::dynamic ? 1 : 0, blocking_policy(st_.cfg), s.handle(),
+                         [&] { return ferry::detail::format("hook {} ({} bytes)", hook.value, reserved_bytes); });
+  }
+  write_open_ = true;
+  return access::open_ticket(make_ref(reserved, kind), hook, reserved_bytes, where);
+}
+
+template <ferry::backend::backend B>
+void producer<B>::end_write(write_ticket&& t, stream_view s)
+{
+  check_producer(s, "end_write");
+  FERRY_EXPECTS(access::live(t) && write_open_, ferry::logic_error,
+                "d2h channel end_write: hook {} expected a ticket from begin_write, got a used or empty one",
+                access::hook(t).value);
+  write_open_ = false;
+  access::close_ticket(t);
+  const ring_ref& ref = t.ref();
+  commit_entry(access::hook(t), access::where(t), ref.reserved, access::bytes(t),
+               ref.dynamic != 0 ? entry_kind::dynamic : entry_kind::fixed, s.handle(), false);
+}
+
+template <ferry::backend::backend B>
+bool producer<B>::plan(const forward_plan& p, when_full full)
+{
+  check_thread("plan");
+  FERRY_EXPECTS(p.owner() == &st_, ferry::logic_error, "d2h channel plan: expected a plan captured by this channel, got {}",
+                p.owner() == nullptr ? "an empty plan" : "a plan of another channel");
+  FERRY_EXPECTS(!in_forward_, ferry::logic_error,
+                "d2h channel plan: expected no open eager forward, got one (plan between forwards)");
+  FERRY_EXPECTS(p.size() <= st_.fifo.capacity(), ferry::logic_error,
+                "d2h channel plan: expected at most fifo_capacity = {} entries per forward, got {}",
+                st_.fifo.capacity(), p.size());
+  std::vector<placement> where;
+  where.reserve(p.size());
+  std::uint64_t pos = head_pos_;
+  std::uint64_t n_dyn = 0;
+  for (const auto& e : p.entries()) {
+    where.push_back(place(pos, e.reserved, st_.cfg.ring_bytes));
+    pos = where.back().end;
+    n_dyn += e.dynamic ? 1 : 0;
+  }
+  FERRY_EXPECTS(pos - head_pos_ <= st_.cfg.ring_bytes, ferry::logic_error,
+                "d2h channel plan: expected a forward of at most ring_bytes = {} (with wrap padding), got {}",
+                st_.cfg.ring_bytes, pos - head_pos_);
+  FERRY_EXPECTS(n_dyn <= st_.cfg.size_slots, ferry::logic_error,
+                "d2h channel plan: expected at most size_slots = {} dynamic entries per forward, got {}",
+                st_.cfg.size_slots, n_dyn);
+  if (!wait_for_space(pos, p.size(), n_dyn, full, std::nullopt,
+                      [&] { return ferry::detail::format("plan of {} entries", p.size()); })) {
+    return false;
+  }
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const auto& e = p.entries()[i];
+    const entry_meta m{next_seq_++, where[i].start, e.reserved, e.bytes, e.dynamic ? dyn_next_ : 0, e.hook.value,
+                       e.dynamic};
+    (void)st_.fifo.try_push(m);
+    if (e.dynamic) { ++dyn_next_; }
+  }
+  head_pos_ = pos;
+  st_.c_reserved.fetch_add(p.size(), std::memory_order_relaxed);
+  atomic_max(st_.c_high, head_pos_ - st_.tail_pos.load(std::memory_order_relaxed));
+  return true;
+}
+
+}  // namespace ferry::d2h::detail

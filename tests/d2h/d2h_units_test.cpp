@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: Apache-2.0
+// Pure unit tests of the D2H channel's decision functions (no backend): the drain's coalescing rule
+// (detail::coalesce) and the copy kernel's launch shape (detail::copy_launch_shape and its helpers).
+#include <ferry/d2h/detail/coalesce.hpp>
+#include <ferry/d2h/detail/launch_shape.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+namespace fd = ferry::d2h;
+using fd::detail::entry_meta;
+using fd::detail::run_plan;
+
+constexpr std::uint64_t R = 4096;  // ring bytes
+
+/// FIFO entries placed back to back from `pos` with place() (as the producer does); sizes are payload bytes,
+/// `dyn` marks dynamic entries.
+std::vector<entry_meta> placed(std::uint64_t pos, const std::vector<std::uint64_t>& sizes,
+                               const std::vector<bool>& dyn = {})
+{
+  std::vector<entry_meta> out;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const std::uint64_t reserved = fd::align_up(sizes[i], fd::entry_alignment);
+    const auto p = fd::place(pos, reserved, R);
+    const bool d = i < dyn.size() && dyn[i];
+    out.push_back(entry_meta{i, p.start, reserved, d ? 0 : sizes[i], i, 7, d});
+    pos = p.end;
+  }
+  return out;
+}
+
+/// coalesce() over `e` with head `h`, dynamic sizes `actual` (by slot) and `room` staging bytes.
+run_plan run(const std::vector<entry_meta>& e, std::uint64_t h, std::uint64_t room = ~0ULL,
+             const std::vector<std::uint64_t>& actual = {})
+{
+  return fd::detail::coalesce(
+    e.size(), [&](std::size_t i) -> const entry_meta& { return e[i]; }, h, R,
+    [&](const entry_meta& m) { return actual.at(m.slot); }, [&](std::uint64_t n) { return n <= room; });
+}
+
+TEST(D2hCoalesce, ContiguousPublishedEntriesAreOneRun)
+{
+  const auto e = placed(0, {100, 256, 40});
+  EXPECT_EQ(run(e, 3), (run_plan{3, 112 + 256 + 40, 40, false})) << "span from the first start to the last payload end";
+}
+
+TEST(D2hCoalesce, StopsAtTheAcquiredHead)
+{
+  const auto e = placed(0, {100, 256, 40});
+  EXPECT_EQ(run(e, 0).count, 0U) << "nothing is published: no copy";
+  EXPECT_EQ(run(e, 2), (run_plan{2, 112 + 256, 256, false}));
+}
+
+TEST(D2hCoalesce, SplitsAtTheWrap)
+{
+  const auto e = placed(R - 512, {256, 400, 64});  // the second entry does not fit before the end: it wraps
+  ASSERT_EQ(e[1].start % R, 0U);
+  EXPECT_EQ(run(e, 3), (run_plan{1, 256, 256, false}));
+  const std::vector<entry_meta> rest{e[1], e[2]};
+  EXPECT_EQ(run(rest, 3), (run_plan{2, 400 + 64, 64, false}));
+}
+
+TEST(D2hCoalesce, AnEntryThatStartsTheRingStartsARun)
+{
+  // Exactly filling the ring: the next entry lands at physical 0 without padding, still a new run.
+  const auto e = placed(R - 256, {256, 128});
+  ASSERT_EQ(e[1].start, e[0].start + e[0].reserved);
+  EXPECT_EQ(run(e, 2).count, 1U);
+}
+
+TEST(D2hCoalesce, AGapSplitsTheRun)
+{
+  auto e = placed(0, {64, 64});
+  e[1].start += 16;  // not contiguous
+  EXPECT_EQ(run(e, 2).count, 1U);
+}
+
+TEST(D2hCoalesce, ADynamicEntryEndsItsRunWithItsGpuSize)
+{
+  const auto e = placed(0, {64, 512, 32}, {false, true, false});
+  EXPECT_EQ(run(e, 3, ~0ULL, {0, 300, 0}), (run_plan{2, 64 + 300, 300, false}));
+}
+
+TEST(D2hCoalesce, AnOverflowingDynamicEntryIsARunOfItsOwnWithoutACopy)
+{
+  const auto e = placed(0, {64, 512, 32}, {false, true, false});
+  EXPECT_EQ(run(e, 3, ~0ULL, {0, 9000, 0}), (run_plan{1, 64, 64, false})) << "the run stops before it";
+  const std::vector<entry_meta> from_it{e[1], e[2]};
+  EXPECT_EQ(run(from_it, 3, ~0ULL, {0, 9000, 0}), (run_plan{1, 0, 9000, true}));
+}
+
+TEST(D2hCoalesce, StagingRoomLimitsTheRun)
+{
+  const auto e = placed(0, {256, 256, 256});
+  EXPECT_EQ(run(e, 3, 600), (run_plan{2, 512, 256, false}));
+  EXPECT_EQ(run(e, 3, 100).count, 0U) << "no room: nothing is copied";
+}
+
+TEST(D2hLaunchShape, VecsPerThreadIsNormalised)
+{
+  fd::config c;
+  for (std::uint32_t v : {1U, 2U, 4U, 8U}) {
+    c.copy_vecs_per_thread = v;
+    EXPECT_EQ(fd::detail::vecs_per_thread(c), v);
+  }
+  for (std::uint32_t v : {0U, 3U, 16U}) {
+    c.copy_vecs_per_thread = v;
+    EXPECT_EQ(fd::detail::vecs_per_thread(c), 1U);
+  }
+}
+
+TEST(D2hLaunchShape, OneBlockForSmallEntriesAndFusedBatchEnds)
+{
+  fd::config c;
+  c.single_block_copy_max_bytes = 1024;
+  c.fused_copy_max_bytes = 32 << 10;
+  EXPECT_TRUE(fd::detail::one_block_copy(c, 1024, false));
+  EXPECT_FALSE(fd::detail::one_block_copy(c, 1040, false));
+  EXPECT_TRUE(fd::detail::one_block_copy(c, 32 << 10, true));
+  EXPECT_FALSE(fd::detail::one_block_copy(c, (32 << 10) + 16, true));
+}
+
+TEST(D2hLaunchShape, OneBlockHasEnoughThreadsForOnePass)
+{
+  fd::config c;
+  c.copy_vecs_per_thread = 2;
+  EXPECT_EQ(fd::detail::copy_launch_shape(c, 16, true, 132), (fd::detail::launch_shape{true, 1, 32, 2}));
+  EXPECT_EQ(fd::detail::copy_launch_shape(c, 16 * 2 * 100, true, 132), (fd::detail::launch_shape{true, 1, 128, 2}));
+  EXPECT_EQ(fd::detail::copy_launch_shape(c, 1 << 30, true, 132), (fd::detail::launch_shape{true, 1, 1024, 2}));
+}
+
+TEST(D2hLaunchShape, GridCoversOnePassUpToOneWave)
+{
+  fd::config c;
+  c.copy_block_threads = 128;
+  c.copy_vecs_per_thread = 2;
+  // 64 KiB = 4096 vectors = 2048 per-thread units = 16 blocks of 128.
+  EXPECT_EQ(fd::detail::copy_launch_shape(c, 64 << 10, false, 132), (fd::detail::launch_shape{false, 16, 128, 2}));
+  // Capped at sm_count x (2048 / 128) blocks.
+  EXPECT_EQ(fd::detail::copy_launch_shape(c, 1ULL << 30, false, 4), (fd::detail::launch_shape{false, 64, 128, 2}));
+  c.copy_block_threads = 100;  // rounded up to a warp multiple
+  EXPECT_EQ(fd::detail::copy_launch_shape(c, 16, false, 0).threads, 128U);
+  EXPECT_EQ(fd::detail::copy_launch_shape(c, 16, false, 0).blocks, 1U);
+}
+
+}  // namespace

@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+// The D2H typed suite D2hFailure, over backends (host and faulty<host> in CI, cuda on the H200).
+// Failure: misuse is a typed error and loses nothing already published.
+#pragma once
+
+#include "d2h/fixture.hpp"
+
+namespace ferry::test {
+
+template <class B>
+class D2hFailure : public d2h_fixture<B> {};
+TYPED_TEST_SUITE_P(D2hFailure);
+
+TYPED_TEST_P(D2hFailure, MisuseIsATypedErrorAndLosesNothing)
+{
+  using B = TypeParam;
+  fb::stream<B> s{this->b};
+  sources<B> src{this->b, s, 0, 4, 256};
+  auto bad_k = this->small_config(1 << 16, 0);
+  EXPECT_THROW((fd::channel<B>{bad_k, this->b}), ferry::logic_error);
+  auto bad_ring = this->small_config(1000, 1);
+  EXPECT_THROW((fd::channel<B>{bad_ring, this->b}), ferry::logic_error);
+  checker chk;
+  auto cfg = this->small_config(1 << 16, 2);
+  cfg.size_slots = 0;
+  fd::channel<B> ch{cfg, this->b, chk.callback()};
+  {
+    fd::channel<B> second{cfg, this->b};  // any number of channels per device: no refusal, no interference
+    EXPECT_TRUE(second.close().clean());
+  }
+  EXPECT_THROW((void)ch.end_forward(s), ferry::logic_error) << "end_forward without begin_forward";
+  EXPECT_THROW(ch.capture(fd::hook_id{1}, src.at(0), 64, s), ferry::logic_error) << "capture outside a forward";
+  EXPECT_THROW(ch.poll(), ferry::logic_error) << "poll in drain_mode::thread";
+  ch.begin_forward(s);
+  chk.expect(0, 1, 256);
+  ch.capture(fd::hook_id{1}, src.at(0), 256, s);
+  EXPECT_THROW(ch.begin_forward(s), ferry::logic_error) << "begin_forward twice";
+  EXPECT_THROW(ch.capture(fd::hook_id{1}, src.at(1), 0, s), ferry::logic_error) << "zero-size entry";
+  EXPECT_THROW(ch.capture(fd::hook_id{1}, src.at(1), (1 << 16) + 1, s), ferry::logic_error) << "entry > ring";
+  EXPECT_THROW(ch.capture_dynamic(fd::hook_id{1}, src.at(1), 64, nullptr, s), ferry::logic_error)
+    << "dynamic entry without a size ring";
+  fd::forward_plan empty;
+  EXPECT_THROW(ch.plan(empty), ferry::logic_error) << "plan not captured by this channel";
+  {
+    std::thread other([&] {
+      EXPECT_THROW(ch.capture(fd::hook_id{1}, src.at(1), 64, s), ferry::logic_error) << "second producer thread";
+    });
+    other.join();
+  }
+  if (this->b.device_count() > 1) {
+    this->b.set_device(fb::device_id{1});
+    EXPECT_THROW(ch.capture(fd::hook_id{1}, src.at(1), 64, s), ferry::logic_error) << "wrong device";
+    this->b.set_device(fb::device_id{0});
+  }
+  chk.expect(1, 1, 256);
+  ch.capture(fd::hook_id{1}, src.at(1), 256, s);
+  (void)ch.end_forward(s);
+  EXPECT_TRUE(ch.close().clean());
+  EXPECT_EQ(chk.got, 2U) << "the entries published around the misuse all arrive";
+  EXPECT_EQ(chk.bad_entries, 0U);
+  EXPECT_EQ(chk.bad_meta, 0U);
+}
+
+REGISTER_TYPED_TEST_SUITE_P(D2hFailure, MisuseIsATypedErrorAndLosesNothing);
+
+}  // namespace ferry::test

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+// The D2H typed suite D2hLifecycle, over backends (host and faulty<host> in CI, cuda on the H200).
+// Lifecycle: shutdown drains or reports every entry; channels on several devices.
+#pragma once
+
+#include "d2h/fixture.hpp"
+
+namespace ferry::test {
+
+template <class B>
+class D2hLifecycle : public d2h_fixture<B> {};
+TYPED_TEST_SUITE_P(D2hLifecycle);
+
+TYPED_TEST_P(D2hLifecycle, ShutdownDrainsOrReportsEverything)
+{
+  using B = TypeParam;
+  fb::stream<B> s{this->b};
+  constexpr std::uint64_t n = 64;
+  sources<B> src{this->b, s, 0, n, 2048};
+  checker chk;
+  auto cfg = this->small_config(1 << 20, 8);
+  fd::channel<B> ch{cfg, this->b, chk.callback()};
+  ch.begin_forward(s);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    chk.expect(i, 8, 2048);
+    ch.capture(fd::hook_id{8}, src.at(i), 2048, s);
+  }
+  (void)ch.end_forward(s);
+  fd::forward_plan plan;
+  auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
+    ch.begin_forward(cs);
+    ch.capture(fd::hook_id{9}, src.at(0), 64, cs);
+    ch.capture(fd::hook_id{9}, src.at(1), 64, cs);
+    plan = ch.end_forward(cs);
+  });
+  ch.plan(plan);  // reserved, never launched
+  try {
+    (void)ch.close(300ms);
+    ADD_FAILURE() << "close() must report the unpublished entries";
+  } catch (const fd::shutdown_error& e) {
+    ASSERT_EQ(e.report().unpublished.size(), 2U);
+    EXPECT_EQ(e.report().unpublished[0].value, n);
+    EXPECT_EQ(e.report().unpublished_hooks[1].value, 9U);
+  }
+  EXPECT_EQ(chk.got, n) << "every published entry is delivered at shutdown";
+  EXPECT_EQ(chk.bad_entries, 0U);
+  s.synchronize();
+}
+
+TYPED_TEST_P(D2hLifecycle, ChannelsOnTwoDevicesDoNotInterfere)
+{
+  using B = TypeParam;
+  if (this->b.device_count() < 2) { GTEST_SKIP() << "needs 2 devices"; }
+  constexpr std::uint64_t n = 120;
+  checker chk[2];
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int d = 0; d < 2; ++d) {
+    threads.emplace_back([&, d] {
+      try {
+        B b{};
+        b.set_device(fb::device_id{d});
+        fb::stream<B> s{b};
+        sources<B> src{b, s, 0, n, 1500};
+        auto cfg = d2h_fixture<B>::small_config(8 << 10, 4 + d);
+        fd::channel<B> ch{cfg, b, chk[d].callback()};
+        for (std::uint64_t f = 0; f < n / 10; ++f) {
+          ch.begin_forward(s);
+          for (std::uint64_t j = 0; j < 10; ++j) {
+            const auto seq = f * 10 + j;
+            chk[d].expect(seq, static_cast<std::uint32_t>(d), 100 + seq * 11);
+            ch.capture(fd::hook_id{static_cast<std::uint32_t>(d)}, src.at(seq), 100 + seq * 11, s);
+          }
+          (void)ch.end_forward(s);
+        }
+        if (!ch.close().clean()) { ++failures; }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) { t.join(); }
+  EXPECT_EQ(failures.load(), 0);
+  for (auto& c : chk) {
+    EXPECT_EQ(c.got, n);
+    EXPECT_EQ(c.bad_entries, 0U);
+    EXPECT_EQ(c.bad_meta, 0U);
+  }
+}
+
+REGISTER_TYPED_TEST_SUITE_P(D2hLifecycle, ShutdownDrainsOrReportsEverything, ChannelsOnTwoDevicesDoNotInterfere);
+
+}  // namespace ferry::test
