@@ -13,7 +13,7 @@
 namespace ferry::testing::probe {
 
 namespace {
-void publish_body(const ferry::backend::host_detail::launch_ctx& ctx, std::uint64_t* payload, std::uint64_t words,
+void publish_body(const ferry::backend::host_launch_ctx& ctx, std::uint64_t* payload, std::uint64_t words,
                   std::uint64_t* flag, std::uint64_t seq)
 {
   for (std::uint32_t t = 0; t < ctx.block_dim.x; ++t) {
@@ -22,7 +22,7 @@ void publish_body(const ferry::backend::host_detail::launch_ctx& ctx, std::uint6
   kernels::publish_release(flag, seq);
 }
 
-void consume_body(const ferry::backend::host_detail::launch_ctx& ctx, const std::uint64_t* flag, std::uint64_t seq,
+void consume_body(const ferry::backend::host_launch_ctx& ctx, const std::uint64_t* flag, std::uint64_t seq,
                   const std::uint64_t* src, std::uint64_t* dst, std::uint64_t words)
 {
   kernels::consume_acquire(flag, seq);
@@ -30,7 +30,7 @@ void consume_body(const ferry::backend::host_detail::launch_ctx& ctx, const std:
     kernels::consume_copy(src, dst, words, t, ctx.block_dim.x);
   }
 }
-void late_fill_body(const ferry::backend::host_detail::launch_ctx& ctx, std::uint64_t* dst, std::uint64_t words, std::uint64_t seq,
+void late_fill_body(const ferry::backend::host_launch_ctx& ctx, std::uint64_t* dst, std::uint64_t words, std::uint64_t seq,
                     std::uint64_t delay_ns)
 {
   // The host backend runs a stream's work in order (nothing to trigger early); the delay still holds the
