@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-# cmake -P: every fenced code block of the given Markdown files compiles.
-#   DOCS      "|"-separated Markdown files        CXX   the C++ compiler      NVCC  nvcc (optional)
-#   INCLUDE   ferry's include dir                 CUDA_INCLUDE  CUDA's include dirs (optional)
+# cmake -P: every ```cpp (and, with nvcc, ```cuda) block of the given Markdown files compiles.
+#   DOCS      "|"-separated Markdown files        CXX   the compiler (a C++ compiler, or nvcc)
+#   INCLUDE   ferry's include dir                 CUDA_INCLUDE  "|"-separated CUDA include dirs (optional)
 #   PRELUDE   header declaring the user code the snippets call (run_layer, consume, ...)
 #   WORK_DIR  where the generated translation units go
 # Per document, the ```cpp blocks, in order, make one translation unit: `#include` lines are hoisted; a
@@ -12,6 +12,7 @@
 # depend on them. A document whose snippets use the CUDA backend is skipped (and says so) when no CUDA
 # include dir is given.
 string(REPLACE "|" ";" DOCS "${DOCS}")
+string(REPLACE "|" ";" CUDA_INCLUDE "${CUDA_INCLUDE}")
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 get_filename_component(_cxx_name "${CXX}" NAME)
