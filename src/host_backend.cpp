@@ -57,7 +57,7 @@ void* aligned_alloc_poisoned(std::size_t bytes)
 {
   const std::size_t n = std::max<std::size_t>(bytes, 1);
   void* p = ::operator new(n, std::align_val_t{device_alignment}, std::nothrow);
-  if (p == nullptr) { throw out_of_memory(fmt::format("ferry: host backend could not allocate {} bytes", bytes)); }
+  if (p == nullptr) { throw out_of_memory(ferry::detail::format("ferry: host backend could not allocate {} bytes", bytes)); }
   std::memset(p, poison_byte, n);
   return p;
 }
@@ -221,7 +221,7 @@ void host_backend::set_device(device_id d) const
 {
   if (d.value < 0 || d.value >= emulated_devices()) {
     host_fail(101, "invalid_device", "set_device",
-              fmt::format("device {} requested, {} emulated devices", d.value, emulated_devices()));
+              ferry::detail::format("device {} requested, {} emulated devices", d.value, emulated_devices()));
   }
   tls_device = d.value;
 }
@@ -229,11 +229,11 @@ void host_backend::set_device(device_id d) const
 device_attributes host_backend::attributes(device_id d) const
 {
   if (d.value < 0 || d.value >= emulated_devices()) {
-    host_fail(101, "invalid_device", "attributes", fmt::format("device {} of {}", d.value, emulated_devices()));
+    host_fail(101, "invalid_device", "attributes", ferry::detail::format("device {} of {}", d.value, emulated_devices()));
   }
   device_attributes a;
   a.device = d;
-  a.name = fmt::format("ferry host-emulated device {}", d.value);
+  a.name = ferry::detail::format("ferry host-emulated device {}", d.value);
   a.concurrent_managed_access = true;
   a.host_native_atomic_supported = true;
   a.pageable_memory_access = true;
@@ -437,7 +437,7 @@ void host_backend::mem_advise(void* p, std::size_t, mem_advice, device_id d) con
 {
   if (p == nullptr) { host_fail(1, "invalid_value", "mem_advise", "null pointer"); }
   if (d.value < 0 || d.value >= emulated_devices()) {
-    host_fail(101, "invalid_device", "mem_advise", fmt::format("device {}", d.value));
+    host_fail(101, "invalid_device", "mem_advise", ferry::detail::format("device {}", d.value));
   }
 }
 
@@ -445,7 +445,7 @@ void host_backend::memcpy_async(void* dst, const void* src, std::size_t bytes, m
 {
   if (bytes == 0) { return; }
   if (dst == nullptr || src == nullptr) {
-    host_fail(1, "invalid_value", "memcpy_async", fmt::format("null pointer (dst {}, src {})", dst, src));
+    host_fail(1, "invalid_value", "memcpy_async", ferry::detail::format("null pointer (dst {}, src {})", dst, src));
   }
   enqueue(s, [dst, src, bytes]() -> std::function<void()> {
     return [dst, src, bytes] { std::memcpy(dst, src, bytes); };
@@ -469,11 +469,11 @@ void host_backend::host_func(stream_type s, std::function<void()> f) const
 void host_backend::check_launch(bool has_fn, const char* name, const launch_config& cfg, stream_type s) const
 {
   if (s == nullptr) { host_fail(400, "invalid_resource_handle", "launch", "null stream"); }
-  if (!has_fn) { host_fail(98, "invalid_device_function", "launch", fmt::format("kernel '{}' has no body", name)); }
+  if (!has_fn) { host_fail(98, "invalid_device_function", "launch", ferry::detail::format("kernel '{}' has no body", name)); }
   const auto empty = [](const dim3& d) { return d.x == 0 || d.y == 0 || d.z == 0; };
   if (empty(cfg.grid) || empty(cfg.block) || cfg.block.x * cfg.block.y * cfg.block.z > 1024) {
     host_fail(9, "invalid_configuration", "launch",
-              fmt::format("kernel '{}': grid ({},{},{}) block ({},{},{})", name, cfg.grid.x, cfg.grid.y, cfg.grid.z,
+              ferry::detail::format("kernel '{}': grid ({},{},{}) block ({},{},{})", name, cfg.grid.x, cfg.grid.y, cfg.grid.z,
                           cfg.block.x, cfg.block.y, cfg.block.z));
   }
 }
@@ -536,7 +536,7 @@ void host_backend::graph_exec_destroy(graph_exec_type x) const noexcept { delete
 
 void host_backend::raise_injected(call_kind kind, std::string_view call, const char* where) const
 {
-  throw host_error("host", 999, fmt::format("injected_{}_fault", to_string(kind)), call, where, "fault injected");
+  throw host_error("host", 999, ferry::detail::format("injected_{}_fault", to_string(kind)), call, where, "fault injected");
 }
 
 }  // namespace ferry::backend

@@ -3,7 +3,8 @@
 #   * host-labelled tests always (backend contract on the host-emulated device, D2H/H2D protocols,
 #     consumer projects against the install and build trees, the PTX memory-ordering check);
 #   * gpu-labelled tests too when an NVIDIA GPU is present (FERRY_REQUIRE_GPU=1: a skip is a failure);
-#   * the HIP compile check (gfx90a) when hipcc is installed (CI installs it).
+#   * the HIP compile check (gfx90a) when hipcc is installed (CI installs it), and a .hip consumer of the
+#     installed ferry::hip.
 # Usage: bash tests/run.sh        (from anywhere; builds under <repo>/build/test-*)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -39,5 +40,9 @@ if command -v hipcc > /dev/null && [[ "${FERRY_SKIP_HIP:-0}" != 1 ]]; then
   cmake -S "$root" -B "$root/build/test-hip" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_ENABLE_CUDA=OFF \
         -DFERRY_ENABLE_HIP=ON -DCMAKE_HIP_ARCHITECTURES=gfx90a -DFERRY_BUILD_TESTS=OFF -DFERRY_BUILD_BENCH=OFF
   cmake --build "$root/build/test-hip" -j"$jobs"
-  echo "HIP compile check: ferry::hip built for gfx90a"
+  echo "HIP compile check: ferry::hip and the testing kernels built for gfx90a"
+  # A .hip consumer (hipcc, gfx90a) against the installed ferry::hip: both sides run on the host backend.
+  cmake -DFERRY_BINARY_DIR="$root/build/test-hip" -DCONSUMER_SOURCE_DIR="$root/tests/consumer" \
+        -DWORK_DIR="$root/build/test-hip-consumer" -DMODE=install -DEXPECT_HIP=ON -DHIP_ARCHITECTURES=gfx90a \
+        -DFERRY_CMAKE_DIR="$root/cmake" -P "$root/tests/consumer/run_consumer.cmake"
 fi

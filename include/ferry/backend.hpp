@@ -10,6 +10,7 @@
 #include <ferry/backend/graph.hpp>
 #include <ferry/backend/grid_dependency.hpp>
 #include <ferry/backend/host/backend.hpp>
+#include <ferry/backend/kernel.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/backend/system_atomic.hpp>
 #include <ferry/backend/types.hpp>

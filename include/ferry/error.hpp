@@ -14,7 +14,7 @@
 // Every message names the object, what was expected and what was found, and file:line.
 #pragma once
 
-#include <fmt/format.h>  // host compilers only: keep this header out of .cu kernel files
+#include <ferry/detail/format.hpp>  // dependency-free: this header compiles under g++, clang++, nvcc and hipcc
 
 #include <stdexcept>
 #include <string>
@@ -23,36 +23,35 @@
 namespace ferry {
 
 namespace detail {
-/// Runtime-checked formatting. ferry's headers are also compiled by nvcc and hipcc, whose front ends
-/// reject fmt's consteval format-string checks; vformat sidesteps them.
-template <class... A>
-[[nodiscard]] std::string format(std::string_view f, const A&... a)
-{
-  return fmt::vformat(f, fmt::make_format_args(a...));
-}
+/// "file:line" for error messages.
 [[nodiscard]] inline std::string where(const char* file, int line) { return format("{}:{}", file, line); }
 }  // namespace detail
 
+/// Base of everything ferry throws.
 class error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
+/// A contract violation by the caller (bad size, misuse, wrong thread...).
 class logic_error : public error {
  public:
   using error::error;
 };
 
+/// An allocation failed (device, pinned, managed), or a full ring on a fail-fast call.
 class out_of_memory : public error {
  public:
   using error::error;
 };
 
+/// A blocking wait gave up (full ring with a timeout).
 class timeout_error : public error {
  public:
   using error::error;
 };
 
+/// An owner refused work after an earlier enqueue failure.
 class invalidated_error : public error {
  public:
   using error::error;
@@ -62,6 +61,8 @@ class invalidated_error : public error {
 /// host backend's code), `call()` the call text as written at the call site, `where()` "file:line".
 class backend_error : public error {
  public:
+  /// `backend` "cuda"/"hip"/"host", `code` and `code_name` the runtime's status, `call` the call text,
+  /// `where` "file:line", `detail` an optional explanation (the runtime's error string).
   backend_error(std::string_view backend, int code, std::string_view code_name, std::string_view call,
                 std::string_view where, std::string_view detail = {})
     : error(detail::format("ferry: {} call '{}' failed at {}: {} ({}){}{}", backend, call, where, code_name, code,
@@ -81,14 +82,17 @@ class backend_error : public error {
   std::string where_;
 };
 
+/// A failed CUDA runtime call.
 class cuda_error : public backend_error {
  public:
   using backend_error::backend_error;
 };
+/// A failed HIP runtime call.
 class hip_error : public backend_error {
  public:
   using backend_error::backend_error;
 };
+/// A failed call on the host-emulated device (or a fault injected on it).
 class host_error : public backend_error {
  public:
   using backend_error::backend_error;
@@ -100,7 +104,8 @@ class host_error : public backend_error {
 #define FERRY_STRINGIFY_DETAIL(x) #x
 #define FERRY_STRINGIFY(x) FERRY_STRINGIFY_DETAIL(x)
 
-/// Throws `error_type` with a fmt-formatted message prefixed by file:line when `cond` is false.
+/// Throws `error_type` with a formatted message (fmt's "{}" syntax, ferry/detail/format.hpp) and file:line
+/// when `cond` is false.
 ///   FERRY_EXPECTS(k > 0, ferry::logic_error, "d2h channel: publish_every must be >= 1, got {}", k);
 #define FERRY_EXPECTS(cond, error_type, ...)                                                        \
   do {                                                                                              \

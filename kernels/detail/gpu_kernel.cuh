@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Compiled as CUDA (ferry::cuda) or as HIP (ferry::hip) from the same .cu sources: picks the kernel
-// handle type of the language being compiled. Kernel TUs include no fmt / error headers: nvcc's and
-// hipcc's front ends reject fmt's constexpr machinery, and device code needs none of it.
+// handle type of the language being compiled. Kernel TUs stay light (types.hpp, no runtime or error
+// headers): device code needs none of them.
 #pragma once
 
 #include <ferry/backend/types.hpp>

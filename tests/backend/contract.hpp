@@ -6,7 +6,7 @@
 #include "support/gpu.hpp"
 
 #include <ferry/backend.hpp>
-#include <ferry/backend/probe.hpp>
+#include <ferry/testing/probe.hpp>
 #include <ferry/testing/pattern.hpp>
 
 #include <gtest/gtest.h>
@@ -116,7 +116,7 @@ TYPED_TEST_P(BackendContract, EventCompletesOnlyWhenReached)
   fb::device_buffer<B> out{64, this->b};
   fb::event<B> done{this->b};
   // The consume kernel blocks the stream until the CPU releases the flag.
-  this->b.launch(fb::probe::consume_kernel(typename B::tag{}), fb::launch_config{{1}, {32}, 0}, s.handle(), f,
+  this->b.launch(ferry::testing::probe::consume_kernel(typename B::tag{}), fb::launch_config{{1}, {32}, 0}, s.handle(), f,
                  std::uint64_t{1}, f, out.template as<std::uint64_t>(), std::uint64_t{1});
   done.record(s);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -158,7 +158,7 @@ TYPED_TEST_P(BackendContract, CrossStreamWaitOrdersTheWaiter)
   fill_random(src.template as<std::uint64_t>(), words, 7);
   fb::event<B> produced{this->b};
   // producer: wait for the CPU's flag, then copy src -> mid (inside the kernel), then record.
-  this->b.launch(fb::probe::consume_kernel(typename B::tag{}), fb::launch_config{{1}, {256}, 0},
+  this->b.launch(ferry::testing::probe::consume_kernel(typename B::tag{}), fb::launch_config{{1}, {256}, 0},
                  producer.handle(), static_cast<const std::uint64_t*>(flag.template device_as<std::uint64_t>()),
                  std::uint64_t{1}, static_cast<const std::uint64_t*>(src.template device_as<std::uint64_t>()),
                  mid.template as<std::uint64_t>(), std::uint64_t{words});
@@ -189,7 +189,7 @@ TYPED_TEST_P(BackendContract, DeviceReleaseHostAcquireHandOff)
   const auto* host_payload = payload.template as<const std::uint64_t>();
   std::uint64_t bad = 0;
   for (std::uint64_t seq = 1; seq <= 64; ++seq) {
-    this->b.launch(fb::probe::publish_kernel(typename B::tag{}), fb::launch_config{{1}, {512}, 0}, s.handle(),
+    this->b.launch(ferry::testing::probe::publish_kernel(typename B::tag{}), fb::launch_config{{1}, {512}, 0}, s.handle(),
                    payload.template device_as<std::uint64_t>(), words, f, seq);
     while (fb::host_load_acquire(f) < seq) {
     }
@@ -211,7 +211,7 @@ TYPED_TEST_P(BackendContract, HostReleaseDeviceAcquireHandOff)
   auto* f = flag.template as<std::uint64_t>();
   fb::host_store_release(f, 0);
   for (std::uint64_t seq = 1; seq <= 16; ++seq) {
-    this->b.launch(fb::probe::consume_kernel(typename B::tag{}), fb::launch_config{{1}, {256}, 0}, s.handle(),
+    this->b.launch(ferry::testing::probe::consume_kernel(typename B::tag{}), fb::launch_config{{1}, {256}, 0}, s.handle(),
                    static_cast<const std::uint64_t*>(flag.template device_as<std::uint64_t>()), seq,
                    static_cast<const std::uint64_t*>(src.template device_as<std::uint64_t>()),
                    dst.template as<std::uint64_t>(), words);
@@ -239,7 +239,7 @@ TYPED_TEST_P(BackendContract, GraphReplayRepeatsCapturedWork)
   auto* f = flag.template as<std::uint64_t>();
   fb::host_store_release(f, 0);
   auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
-    this->b.launch(fb::probe::publish_kernel(typename B::tag{}), fb::launch_config{{1}, {128}, 0}, cs.handle(),
+    this->b.launch(ferry::testing::probe::publish_kernel(typename B::tag{}), fb::launch_config{{1}, {128}, 0}, cs.handle(),
                    payload.template as<std::uint64_t>(), words, f, std::uint64_t{7});
     this->b.memcpy_async(out.data(), payload.data(), words * 8, fb::memcpy_kind::device_to_host, cs.handle());
     done.record_external(cs);
@@ -278,7 +278,7 @@ TYPED_TEST_P(BackendContract, CaptureForksAndJoinsThroughEvents)
   this->b.memset_async(copy.data(), 0, words * 8, s.handle());
   s.synchronize();
   auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
-    this->b.launch(fb::probe::publish_kernel(typename B::tag{}), fb::launch_config{{1}, {128}, 0}, cs.handle(),
+    this->b.launch(ferry::testing::probe::publish_kernel(typename B::tag{}), fb::launch_config{{1}, {128}, 0}, cs.handle(),
                    payload.template as<std::uint64_t>(), words, f, std::uint64_t{9});
     fork.record(cs);
     fork.wait(side.view());
@@ -329,7 +329,7 @@ TYPED_TEST_P(BackendContract, ErrorsAreTypedAndNameTheCall)
     EXPECT_NE(e.code(), 0);
   }
   fb::stream<B> s{this->b};
-  EXPECT_THROW(this->b.launch(fb::probe::publish_kernel(typename B::tag{}), fb::launch_config{{0}, {32}, 0},
+  EXPECT_THROW(this->b.launch(ferry::testing::probe::publish_kernel(typename B::tag{}), fb::launch_config{{0}, {32}, 0},
                               s.handle(), nullptr, std::uint64_t{0}, nullptr, std::uint64_t{0}),
                typename B::error_type);
   s.synchronize();  // the backend stays usable after a rejected call
@@ -352,7 +352,7 @@ TYPED_TEST_P(BackendContract, FaultInjectionFailsTheChosenCallWithTheBackendsErr
     const void* srcp = h.data();
     const std::size_t len = 64;
     f.memcpy_batch_h2d_async(&dst, &srcp, &len, 1, f.current_device(), s.handle());
-    f.launch(fb::probe::publish_kernel(typename B::tag{}), fb::launch_config{{1}, {32}, 0}, s.handle(),
+    f.launch(ferry::testing::probe::publish_kernel(typename B::tag{}), fb::launch_config{{1}, {32}, 0}, s.handle(),
              d.template as<std::uint64_t>(), std::uint64_t{8}, d.template as<std::uint64_t>() + 100, std::uint64_t{1});
     e.record(s);
     e.synchronize();

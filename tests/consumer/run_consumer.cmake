@@ -1,11 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
-# MODE=install: install ferry into WORK_DIR/prefix, then configure/build/run the consumer against it.
-# MODE=build:   configure/build/run the consumer against the build tree (ferry_DIR=FERRY_BINARY_DIR).
+# Builds and runs tests/consumer against ferry (cmake -P):
+#   MODE=install: install ferry (FERRY_BINARY_DIR) into WORK_DIR/prefix, then use the install tree;
+#   MODE=build:   use the build tree (ferry_DIR=FERRY_BINARY_DIR).
+#   CXX=<compiler> builds the .cpp consumer with that C++ compiler; EXPECT_CUDA / EXPECT_HIP add the .cu /
+#   .hip consumers (CUDA_ARCHITECTURES, HIP_ARCHITECTURES, FERRY_CMAKE_DIR as the consumer needs them).
+# Every consumer that was built is run: all of them run both sides on the host backend.
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 if(MODE STREQUAL "install")
   execute_process(COMMAND ${CMAKE_COMMAND} --install "${FERRY_BINARY_DIR}" --prefix "${WORK_DIR}/prefix"
-                  RESULT_VARIABLE rc)
+                  OUTPUT_QUIET RESULT_VARIABLE rc)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "cmake --install failed: ${rc}")
   endif()
@@ -13,8 +17,21 @@ if(MODE STREQUAL "install")
 else()
   set(locate "-Dferry_DIR=${FERRY_BINARY_DIR}")
 endif()
+set(args ${locate} -DEXPECT_CUDA=${EXPECT_CUDA} -DEXPECT_HIP=${EXPECT_HIP})
+if(CXX)
+  list(APPEND args "-DCMAKE_CXX_COMPILER=${CXX}")
+endif()
+if(EXPECT_CUDA)
+  list(APPEND args "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}")
+endif()
+if(EXPECT_HIP)
+  list(APPEND args "-DCMAKE_HIP_ARCHITECTURES=${HIP_ARCHITECTURES}" "-DFERRY_CMAKE_DIR=${FERRY_CMAKE_DIR}")
+endif()
+if(NOT GENERATOR)
+  set(GENERATOR Ninja)
+endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -S "${CONSUMER_SOURCE_DIR}" -B "${WORK_DIR}/build" -G "${GENERATOR}"
-                        ${locate} -DEXPECT_CUDA=${EXPECT_CUDA} RESULT_VARIABLE rc)
+                        -DCMAKE_BUILD_TYPE=Release ${args} RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "consumer configure failed: ${rc}")
 endif()
@@ -22,11 +39,17 @@ execute_process(COMMAND ${CMAKE_COMMAND} --build "${WORK_DIR}/build" RESULT_VARI
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "consumer build failed: ${rc}")
 endif()
-execute_process(COMMAND "${WORK_DIR}/build/consumer" RESULT_VARIABLE rc)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "consumer run failed: ${rc}")
+set(programs consumer)
+if(EXPECT_CUDA)
+  list(APPEND programs consumer_cu)
 endif()
-if(EXPECT_CUDA AND NOT EXISTS "${WORK_DIR}/build/consumer_cuda")
-  message(FATAL_ERROR "consumer_cuda was not built")
+if(EXPECT_HIP)
+  list(APPEND programs consumer_hip)
 endif()
-message(STATUS "consumer (${MODE} tree) built and ran")
+foreach(p IN LISTS programs)
+  execute_process(COMMAND "${WORK_DIR}/build/${p}" RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${p} failed: ${rc}")
+  endif()
+endforeach()
+message(STATUS "consumer (${MODE} tree): ${programs} built and ran")

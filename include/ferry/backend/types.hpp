@@ -103,19 +103,19 @@ struct cuda_tag {};
 struct hip_tag {};
 
 /// Kernel handles, one per backend family. A GPU handle is the host stub of a __global__ function
-/// (launched through cudaLaunchKernel / hipLaunchKernel); the host handle is defined in host/backend.hpp.
+/// (launched through cudaLaunchKernel / hipLaunchKernel); the host handle is defined in backend/kernel.hpp.
 /// Kept here, free of fmt and runtime headers, so the .cu files that define kernels stay light.
 template <class... Args>
 struct host_kernel;
 template <class... Args>
 struct cuda_kernel {
-  const void* fn{nullptr};
-  const char* name{"?"};
+  const void* fn{nullptr};  ///< the __global__ function's host stub
+  const char* name{"?"};    ///< for error messages
 };
 template <class... Args>
 struct hip_kernel {
-  const void* fn{nullptr};
-  const char* name{"?"};
+  const void* fn{nullptr};  ///< the __global__ function's host stub
+  const char* name{"?"};    ///< for error messages
 };
 
 }  // namespace ferry::backend

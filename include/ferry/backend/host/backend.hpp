@@ -8,7 +8,8 @@
 //   host_backend::set_jitter) widens those windows so protocol races show up in tests.
 // * Events complete when the stream reaches them; stream_wait_event blocks the waiting stream's worker
 //   until the generation recorded at enqueue time has completed.
-// * Kernels are host callables run over the grid, block by block, on the stream's worker.
+// * Kernels are host functions run over the grid, block by block, on the stream's worker (how to write
+//   one: backend/kernel.hpp).
 // * Stream capture records operations into a graph; graph_launch enqueues them again, in order. As in
 //   CUDA, an event recorded on a capturing stream is a capture dependency only (record_external is the
 //   node that completes at replay), and a stream that waits on such an event joins the capture (a fork);
@@ -19,6 +20,7 @@
 // * FERRY_HOST_DEVICES (default 2) emulated devices, so per-device code can be exercised.
 #pragma once
 
+#include <ferry/backend/kernel.hpp>  // host_kernel, host_launch_ctx: how a user writes a host kernel
 #include <ferry/backend/types.hpp>
 #include <ferry/error.hpp>
 
@@ -37,12 +39,8 @@ struct event;
 struct graph;
 struct graph_exec;
 
-/// What a host kernel body sees: its block and the launch shape.
-struct launch_ctx {
-  dim3 block_idx;
-  dim3 grid_dim;
-  dim3 block_dim;
-};
+/// The earlier name of host_launch_ctx (backend/kernel.hpp), kept for existing host kernels.
+using launch_ctx = host_launch_ctx;
 
 /// What a stream worker runs. A `marker` (event completion) runs with the stream's lock held and the
 /// stream already idle when it was the last operation, so whoever sees the event complete also sees
@@ -60,13 +58,6 @@ using node = std::function<op()>;
 
 void enqueue(stream* s, node n);
 }  // namespace host_detail
-
-/// A host kernel: a function run once per block (the body loops over its threads itself).
-template <class... Args>
-struct host_kernel {
-  void (*fn)(const host_detail::launch_ctx&, Args...){nullptr};
-  const char* name{"?"};
-};
 
 struct host_backend {
   using tag = host_tag;
@@ -133,7 +124,7 @@ struct host_backend {
     check_launch(k.fn != nullptr, k.name, cfg, s);
     host_detail::enqueue(s, [k, cfg, args...]() -> std::function<void()> {
       return [k, cfg, args...]() {
-        host_detail::launch_ctx ctx{{}, cfg.grid, cfg.block};
+        host_launch_ctx ctx{{}, cfg.grid, cfg.block};
         for (std::uint32_t z = 0; z < cfg.grid.z; ++z)
           for (std::uint32_t y = 0; y < cfg.grid.y; ++y)
             for (std::uint32_t x = 0; x < cfg.grid.x; ++x) {

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// GPU wrappers of the probe kernels (see ferry/backend/probe.hpp).
-#include "detail/backend_probe.cuh"
-#include "detail/device_clock.cuh"
-#include "detail/gpu_kernel.cuh"
+// GPU wrappers of the probe kernels (see <ferry/testing/probe.hpp>); part of ferry::testing, not of ferry.
+#include "../detail/gpu_kernel.cuh"
+#include "detail/probe.cuh"
 
 #include <ferry/backend/grid_dependency.hpp>
-#include <ferry/backend/probe.hpp>
+#include <ferry/testing/device_clock.cuh>
+#include <ferry/testing/probe.hpp>
 
-namespace ferry::kernels::probe {
+namespace ferry::testing::probe::kernels {
 
 __global__ void publish(std::uint64_t* payload, std::uint64_t words, std::uint64_t* flag, std::uint64_t seq)
 {
@@ -28,29 +28,29 @@ __global__ void late_fill(std::uint64_t* dst, std::uint64_t words, std::uint64_t
 {
   ferry::backend::grid_dependency_launch_dependents();
 #if defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
-  ferry::kernels::spin_until(ferry::kernels::globaltimer_ns(), delay_ns);
+  ferry::testing::spin_until(ferry::testing::globaltimer_ns(), delay_ns);
 #endif
   publish_write(dst, words, seq, threadIdx.x, blockDim.x);
 }
 
-}  // namespace ferry::kernels::probe
+}  // namespace ferry::testing::probe::kernels
 
-namespace ferry::backend::probe {
+namespace ferry::testing::probe {
 
 FERRY_KERNEL_HANDLE<std::uint64_t*, std::uint64_t, std::uint64_t*, std::uint64_t> publish_kernel(FERRY_KERNEL_TAG)
 {
-  return {reinterpret_cast<const void*>(&ferry::kernels::probe::publish), "probe_publish"};
+  return {reinterpret_cast<const void*>(&kernels::publish), "probe_publish"};
 }
 
 FERRY_KERNEL_HANDLE<const std::uint64_t*, std::uint64_t, const std::uint64_t*, std::uint64_t*, std::uint64_t>
 consume_kernel(FERRY_KERNEL_TAG)
 {
-  return {reinterpret_cast<const void*>(&ferry::kernels::probe::consume), "probe_consume"};
+  return {reinterpret_cast<const void*>(&kernels::consume), "probe_consume"};
 }
 
 FERRY_KERNEL_HANDLE<std::uint64_t*, std::uint64_t, std::uint64_t, std::uint64_t> late_fill_kernel(FERRY_KERNEL_TAG)
 {
-  return {reinterpret_cast<const void*>(&ferry::kernels::probe::late_fill), "probe_late_fill"};
+  return {reinterpret_cast<const void*>(&kernels::late_fill), "probe_late_fill"};
 }
 
-}  // namespace ferry::backend::probe
+}  // namespace ferry::testing::probe

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Bodies of the probe kernels, shared by the GPU wrappers (backend_probe.cu) and the host backend
-// (src/host_kernels.cpp). Phase functions take a thread index; the wrappers put the block join between.
+// Bodies of the probe kernels, shared by the GPU wrappers (kernels/testing/probe.cu) and the host backend
+// (tests/support/src/probe_host.cpp). Phase functions take a thread index; the wrappers put the block join between.
 #pragma once
 
 #include <ferry/backend/system_atomic.hpp>
@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-namespace ferry::kernels::probe {
+namespace ferry::testing::probe::kernels {
 
 FERRY_HD inline void publish_write(std::uint64_t* payload, std::uint64_t words, std::uint64_t seq,
                                    std::uint32_t thread, std::uint32_t threads)
@@ -35,4 +35,4 @@ FERRY_HD inline void consume_copy(const std::uint64_t* src, std::uint64_t* dst, 
   for (std::uint64_t i = thread; i < words; i += threads) { dst[i] = src[i]; }
 }
 
-}  // namespace ferry::kernels::probe
+}  // namespace ferry::testing::probe::kernels

@@ -1,41 +1,42 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host-backend versions of ferry's kernels: the same bodies as the GPU kernels (kernels/detail),
-// with the block's threads run one after another and the block join between phases.
-#include "../kernels/detail/backend_probe.cuh"
+// Host-backend versions of the probe kernels: the same bodies as the GPU kernels
+// (kernels/testing/detail/probe.cuh), with the block's threads run one after another and the block join
+// between phases.
+#include "../../../kernels/testing/detail/probe.cuh"
 
 #include <ferry/backend/host/backend.hpp>
-#include <ferry/backend/probe.hpp>
+#include <ferry/testing/probe.hpp>
 
 #include <chrono>
 #include <thread>
 
-namespace ferry::backend::probe {
+namespace ferry::testing::probe {
 
 namespace {
-void publish_body(const host_detail::launch_ctx& ctx, std::uint64_t* payload, std::uint64_t words,
+void publish_body(const ferry::backend::host_launch_ctx& ctx, std::uint64_t* payload, std::uint64_t words,
                   std::uint64_t* flag, std::uint64_t seq)
 {
   for (std::uint32_t t = 0; t < ctx.block_dim.x; ++t) {
-    kernels::probe::publish_write(payload, words, seq, t, ctx.block_dim.x);
+    kernels::publish_write(payload, words, seq, t, ctx.block_dim.x);
   }
-  kernels::probe::publish_release(flag, seq);
+  kernels::publish_release(flag, seq);
 }
 
-void consume_body(const host_detail::launch_ctx& ctx, const std::uint64_t* flag, std::uint64_t seq,
+void consume_body(const ferry::backend::host_launch_ctx& ctx, const std::uint64_t* flag, std::uint64_t seq,
                   const std::uint64_t* src, std::uint64_t* dst, std::uint64_t words)
 {
-  kernels::probe::consume_acquire(flag, seq);
+  kernels::consume_acquire(flag, seq);
   for (std::uint32_t t = 0; t < ctx.block_dim.x; ++t) {
-    kernels::probe::consume_copy(src, dst, words, t, ctx.block_dim.x);
+    kernels::consume_copy(src, dst, words, t, ctx.block_dim.x);
   }
 }
-void late_fill_body(const host_detail::launch_ctx& ctx, std::uint64_t* dst, std::uint64_t words, std::uint64_t seq,
+void late_fill_body(const ferry::backend::host_launch_ctx& ctx, std::uint64_t* dst, std::uint64_t words, std::uint64_t seq,
                     std::uint64_t delay_ns)
 {
   // The host backend runs a stream's work in order (nothing to trigger early); the delay still holds the
   // stream, so work on other streams that should have waited for this kernel races it.
   std::this_thread::sleep_for(std::chrono::nanoseconds(delay_ns));
-  for (std::uint32_t t = 0; t < ctx.block_dim.x; ++t) { kernels::probe::publish_write(dst, words, seq, t, ctx.block_dim.x); }
+  for (std::uint32_t t = 0; t < ctx.block_dim.x; ++t) { kernels::publish_write(dst, words, seq, t, ctx.block_dim.x); }
 }
 }  // namespace
 
@@ -55,4 +56,4 @@ consume_kernel(host_tag)
   return {&consume_body, "probe_consume"};
 }
 
-}  // namespace ferry::backend::probe
+}  // namespace ferry::testing::probe
