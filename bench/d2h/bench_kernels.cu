@@ -2,7 +2,7 @@
 // CUDA versions of the benchmark-only kernels (see bench_kernels.hpp).
 #include "bench_kernels.hpp"
 #include "detail/d2h_kernels.cuh"  // copy_bytes: the same vectorized copy ferry uses
-#include "detail/device_clock.cuh"
+#include <ferry/testing/device_clock.cuh>
 
 #include <ferry/backend/grid_dependency.hpp>
 #include <ferry/backend/system_atomic.hpp>
@@ -94,7 +94,7 @@ __global__ void baseline_sysflag(copy_args a)
 
 __global__ void layer(layer_args a)
 {
-  const std::uint64_t start = ferry::kernels::globaltimer_ns();
+  const std::uint64_t start = ferry::testing::globaltimer_ns();
   const std::uint64_t f = *a.fwd;
   const std::uint64_t t = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::uint64_t nt = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -105,7 +105,7 @@ __global__ void layer(layer_args a)
     auto* dst = reinterpret_cast<std::uint64_t*>(a.act + h * a.bytes);
     for (std::uint64_t i = t; i < words; i += nt) { dst[i] = ferry::testing::pattern_word(seq, i); }
   }
-  if (t == 0) { ferry::kernels::spin_until(start, a.spin_ns); }
+  if (t == 0) { ferry::testing::spin_until(start, a.spin_ns); }
 }
 
 __global__ void next_forward(std::uint64_t* fwd)

@@ -9,7 +9,7 @@
 #include "support/sanitizer.hpp"
 
 #include <ferry/backend.hpp>
-#include <ferry/backend/probe.hpp>
+#include <ferry/testing/probe.hpp>
 #include <ferry/d2h.hpp>
 #include <ferry/testing/d2h_access.hpp>
 #include <ferry/testing/pattern.hpp>
@@ -78,7 +78,7 @@ struct late_sources {
     : b{be}, dev{count * stride_bytes, be}, stride{stride_bytes}
   {
     b.memset_async(dev.data(), 0, count * stride, s.handle());
-    (void)b.preload(fb::probe::late_fill_kernel(typename B::tag{}));
+    (void)b.preload(ferry::testing::probe::late_fill_kernel(typename B::tag{}));
     s.synchronize();
   }
   /// Enqueues the slow fill of slot j on `s`, then captures it as entry j of `hook` (expected by `chk`).
@@ -86,7 +86,7 @@ struct late_sources {
   void fill_and_capture(fd::channel<B>& ch, Checker& chk, fb::stream_view<B> s, std::uint64_t j, std::uint32_t hook)
   {
     auto* src = static_cast<std::uint64_t*>(dev.data()) + j * stride / 8;
-    b.launch(fb::probe::late_fill_kernel(typename B::tag{}), fb::launch_config{{1}, {128}, 0}, s.handle(), src,
+    b.launch(ferry::testing::probe::late_fill_kernel(typename B::tag{}), fb::launch_config{{1}, {128}, 0}, s.handle(), src,
              std::uint64_t{stride / 8}, std::uint64_t{j}, std::uint64_t{20'000});
     chk.expect(j, hook, stride);
     ch.capture(fd::hook_id{hook}, src, stride, s);
@@ -114,7 +114,7 @@ struct gate {
   void close_on(B b, fb::stream_view<B> s)
   {
     const auto* f = static_cast<const std::uint64_t*>(flag.template device_as<std::uint64_t>());
-    b.launch(fb::probe::consume_kernel(typename B::tag{}), fb::launch_config{{1}, {32}, 0}, s.handle(), f,
+    b.launch(ferry::testing::probe::consume_kernel(typename B::tag{}), fb::launch_config{{1}, {32}, 0}, s.handle(), f,
              std::uint64_t{1}, f, static_cast<std::uint64_t*>(nullptr), std::uint64_t{0});
   }
   void open() { fb::host_store_release(flag.template as<std::uint64_t>(), 1); }
