@@ -73,6 +73,11 @@ struct declarations {
                     "h2d buffer '{}': stride {} is smaller than the row size {}", spec.name, spec.stride,
                     spec.row_size);
     }
+    for (std::size_t i = 0; i < spec.groups.size(); ++i) {  // before any group is created: all-or-nothing
+      FERRY_EXPECTS(std::find(spec.groups.begin(), spec.groups.begin() + static_cast<std::ptrdiff_t>(i),
+                              spec.groups[i]) == spec.groups.begin() + static_cast<std::ptrdiff_t>(i),
+                    logic_error, "h2d buffer '{}': group '{}' listed twice", spec.name, spec.groups[i]);
+    }
     buffer_decl r;
     r.unit_bytes = spec.unit == count_unit::rows       ? spec.row_size
                    : spec.unit == count_unit::elements ? spec.element_size
@@ -87,8 +92,6 @@ struct declarations {
         groups.back().name = gname;
         it = groups.end() - 1;
       }
-      FERRY_EXPECTS(std::find(it->members.begin(), it->members.end(), self) == it->members.end(), logic_error,
-                    "h2d buffer '{}': group '{}' listed twice", spec.name, gname);
       it->members.push_back(self);
       r.groups.push_back(static_cast<std::uint32_t>(it - groups.begin()));
     }
