@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// H2D typed suite H2dCapacity: exact values for every backend and unit, untouched tails, changing batch sizes, a single active member, the scatter knobs.
+// H2D typed suite H2dCapacity: exact values for every backend and unit, untouched tails, changing batch
+// sizes, a single active member, the scatter knobs.
 // Instantiated in h2d_host_test.cpp (host) and h2d_cuda_test.cpp (cuda).
 #pragma once
 
@@ -125,6 +126,8 @@ TYPED_TEST_P(H2dCapacity, ScatterKnobsKeepExactBytes)
   this->knob_speculation = -1;
 }
 
-REGISTER_TYPED_TEST_SUITE_P(H2dCapacity, ExactValuesForEveryBackendAndUnit, UntouchedTailsAndChangingBatchSizes, SingleActiveMemberUsesOneDirectCopy, ScatterKnobsKeepExactBytes);
+REGISTER_TYPED_TEST_SUITE_P(H2dCapacity, ExactValuesForEveryBackendAndUnit,
+                                         UntouchedTailsAndChangingBatchSizes,
+                                         SingleActiveMemberUsesOneDirectCopy, ScatterKnobsKeepExactBytes);
 
 }  // namespace ferry::test::h2d

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// H2D typed suite H2dFailure: validation leaves state and memory unchanged; a backend failure invalidates, retains storage and recovers.
+// H2D typed suite H2dFailure: validation leaves state and memory unchanged; a backend failure invalidates,
+// retains storage and recovers.
 // Instantiated in h2d_host_test.cpp (host) and h2d_cuda_test.cpp (cuda).
 #pragma once
 
@@ -161,6 +162,7 @@ TYPED_TEST_P(H2dFailure, FaultAtEachBackendCallInvalidatesAndRetainsStorage)
   }
 }
 
-REGISTER_TYPED_TEST_SUITE_P(H2dFailure, EveryValidationFailureLeavesStateAndMemoryUnchanged, FaultAtEachBackendCallInvalidatesAndRetainsStorage);
+REGISTER_TYPED_TEST_SUITE_P(H2dFailure, EveryValidationFailureLeavesStateAndMemoryUnchanged,
+                                        FaultAtEachBackendCallInvalidatesAndRetainsStorage);
 
 }  // namespace ferry::test::h2d

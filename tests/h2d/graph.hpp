@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// H2D typed suite H2dGraph: graph padding, first consumers in a replayed graph, captured uploads replayed with staged counts.
+// H2D typed suite H2dGraph: graph padding, first consumers in a replayed graph, captured uploads replayed
+// with staged counts.
 // Instantiated in h2d_host_test.cpp (host) and h2d_cuda_test.cpp (cuda).
 #pragma once
 
@@ -114,6 +115,7 @@ TYPED_TEST_P(H2dGraph, CapturedUploadReplaysWithStagedCounts)
   }
 }
 
-REGISTER_TYPED_TEST_SUITE_P(H2dGraph, GraphPaddingIsPublished, FirstConsumerInGraphReplayReadsPublishedValues, CapturedUploadReplaysWithStagedCounts);
+REGISTER_TYPED_TEST_SUITE_P(H2dGraph, GraphPaddingIsPublished, FirstConsumerInGraphReplayReadsPublishedValues,
+                                      CapturedUploadReplaysWithStagedCounts);
 
 }  // namespace ferry::test::h2d

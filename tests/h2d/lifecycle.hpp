@@ -196,6 +196,10 @@ TYPED_TEST_P(H2dLifecycle, AutoPicksAMeasuredBackendPerGroup)
   this->expect_model(pub, md, "auto");
 }
 
-REGISTER_TYPED_TEST_SUITE_P(H2dLifecycle, OverlappingBindingsAreRejectedNamingBoth, CoveredGroupKeepsCheckedDirectCopiesWithoutArena, CoveredGroupThenCombinedGroupIsDuplicate, DirectFallbackFromEnvironmentAndStridedBindings, AutoPicksAMeasuredBackendPerGroup);
+REGISTER_TYPED_TEST_SUITE_P(H2dLifecycle, OverlappingBindingsAreRejectedNamingBoth,
+                                          CoveredGroupKeepsCheckedDirectCopiesWithoutArena,
+                                          CoveredGroupThenCombinedGroupIsDuplicate,
+                                          DirectFallbackFromEnvironmentAndStridedBindings,
+                                          AutoPicksAMeasuredBackendPerGroup);
 
 }  // namespace ferry::test::h2d

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// H2D typed suite H2dOrdering: slots, epochs, source reuse, two-batch overlap, producer reentry and deliberate second publications.
+// H2D typed suite H2dOrdering: slots, epochs, source reuse, two-batch overlap, producer reentry and
+// deliberate second publications.
 // Instantiated in h2d_host_test.cpp (host) and h2d_cuda_test.cpp (cuda).
 #pragma once
 
@@ -187,6 +188,9 @@ TYPED_TEST_P(H2dOrdering, SecondPublicationNeedsReasonAndStallsUntilSourceRead)
   this->expect_model(pub, second, "second publication");
 }
 
-REGISTER_TYPED_TEST_SUITE_P(H2dOrdering, DelayedSourceReuseMakesBeginWait, PipelineRotationOverThreeSlots, TwoBatchOverlapResumesTheSameEpoch, ProducerReentryIsRejectedAndSourcesStayIntact, SecondPublicationNeedsReasonAndStallsUntilSourceRead);
+REGISTER_TYPED_TEST_SUITE_P(H2dOrdering, DelayedSourceReuseMakesBeginWait, PipelineRotationOverThreeSlots,
+                                         TwoBatchOverlapResumesTheSameEpoch,
+                                         ProducerReentryIsRejectedAndSourcesStayIntact,
+                                         SecondPublicationNeedsReasonAndStallsUntilSourceRead);
 
 }  // namespace ferry::test::h2d
