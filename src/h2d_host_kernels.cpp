@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host-backend versions of the H2D kernels: the same bodies, the block's threads run one after another.
+// Host-backend version of the H2D scatter kernel: the same body, the block's threads run one after another.
 #include "../kernels/detail/h2d_scatter.cuh"
 
 #include <ferry/backend/host/backend.hpp>
@@ -14,22 +14,11 @@ void scatter_body(const ferry::backend::host_detail::launch_ctx& ctx, scatter_pa
     kernels::h2d::scatter_share(p, ctx.block_idx.x, ctx.grid_dim.x, t, ctx.block_dim.x);
   }
 }
-void checksum_body(const ferry::backend::host_detail::launch_ctx& ctx, checksum_params p)
-{
-  for (std::uint32_t t = 0; t < ctx.block_dim.x; ++t) {
-    kernels::h2d::checksum_share(p, ctx.block_idx.x, t, ctx.block_dim.x);
-  }
-}
 }  // namespace
 
 ferry::backend::host_kernel<scatter_params> scatter_kernel(ferry::backend::host_tag)
 {
   return {&scatter_body, "h2d_scatter"};
-}
-
-ferry::backend::host_kernel<checksum_params> checksum_kernel(ferry::backend::host_tag)
-{
-  return {&checksum_body, "h2d_checksum"};
 }
 
 }  // namespace ferry::h2d::detail

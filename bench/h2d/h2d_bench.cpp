@@ -20,7 +20,8 @@
 //   FERRY_BENCH_VARIANTS=0  skip the variants grid
 #include <ferry/backend.hpp>
 #include <ferry/h2d.hpp>
-#include <ferry/h2d/detail/kernels.hpp>
+#include <ferry/h2d/detail/kernels.hpp>  // scatter_kernel: the bare-API floor
+#include <ferry/testing/checksum.hpp>
 #if defined(FERRY_BENCH_CUDA)
 #include <ferry/backend/cuda/backend.hpp>
 #endif
@@ -127,7 +128,7 @@ class runner {
     c.speculation = kn.speculation;
     pub_->initialize(c, stream_->view());
     // Consumer chunks: every member's published bytes, cut into consumer_chunk pieces (one block each).
-    std::vector<ferry::h2d::detail::checksum_chunk> chunks;
+    std::vector<ferry::testing::checksum_chunk> chunks;
     for (std::size_t i = 0; i < members_.size(); ++i) {
       const auto base = reinterpret_cast<std::uintptr_t>(pub_->device_pointer(handles_[i]));
       const std::size_t n = members_[i].bytes();
@@ -135,14 +136,14 @@ class runner {
         chunks.push_back({base + off, std::min(consumer_chunk, n - off)});
       }
     }
-    constexpr std::size_t inl = ferry::h2d::detail::checksum_params::inline_max;
+    constexpr std::size_t inl = ferry::testing::checksum_params::inline_max;
     consumer_.count = static_cast<std::uint32_t>(chunks.size());
     for (std::size_t i = 0; i < chunks.size() && i < inl; ++i) { consumer_.chunk[i] = chunks[i]; }
     if (chunks.size() > inl) {
       const std::size_t extra = (chunks.size() - inl) * sizeof(chunks[0]);
       more_.emplace(extra, b_);
       upload(more_->data(), chunks.data() + inl, extra);
-      consumer_.more = more_->template as<const ferry::h2d::detail::checksum_chunk>();
+      consumer_.more = more_->template as<const ferry::testing::checksum_chunk>();
     }
     out_.emplace(8 * consumer_threads * chunks.size(), b_);
     consumer_.out = out_->template as<std::uint64_t>();
@@ -245,7 +246,7 @@ class runner {
 
   void consume(fb::stream_view<B> s)
   {
-    b_.launch(ferry::h2d::detail::checksum_kernel(B::tag{}), fb::launch_config{{consumer_.count}, {consumer_threads}, 0},
+    b_.launch(ferry::testing::checksum_kernel(B::tag{}), fb::launch_config{{consumer_.count}, {consumer_threads}, 0},
               s.handle(), consumer_);
   }
 
@@ -290,7 +291,7 @@ class runner {
   std::optional<fb::event<B>> t0_, t1_;
   std::unique_ptr<fh::publisher<B>> pub_;
   std::vector<fh::buffer_handle> handles_;
-  ferry::h2d::detail::checksum_params consumer_{};
+  ferry::testing::checksum_params consumer_{};
   std::optional<fb::device_buffer<B>> more_, out_;
   std::vector<fb::graph_exec<B>> graphs_;
 };

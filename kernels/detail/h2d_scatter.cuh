@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Bodies of the H2D scatter and checksum kernels, shared by the GPU wrappers (kernels/h2d_scatter.cu) and
+// Body of the H2D scatter kernel, shared by the GPU wrappers (kernels/h2d_scatter.cu) and
 // the host backend (src/h2d_host_kernels.cpp). Per-thread work over a tile: no block barrier needed.
 #pragma once
 
@@ -154,45 +154,9 @@ FERRY_HD inline void scatter_share(const ferry::h2d::detail::scatter_params& p, 
     // count's uses) above them -- it did hoist avail_of(count) when the count was loaded out here, and the
     // GPU issues in order: a use of a pending load stalls the warp, so every payload load waited for the
     // header's PCIe round trip (+1.1-1.4 us per zero-copy graph replay, probe h2d_scatter_probe). A
-    // volatile load in the loop is no cure: the probe measured it far slower (decode256 43 us, 3e8bde5).
+    // volatile load in the loop is no cure: the probe measured it far slower (decode256 43 us).
     scatter_tile(p, td, [word] { return *word; }, speculative, thread, threads);
   }
-}
-
-/// Checksum (the benchmark's first consumer): block `block` XORs its chunk with 16-byte loads (all of a
-/// thread's loads issued before the first use); each thread writes its own partial (no atomics).
-FERRY_HD inline void checksum_share(const ferry::h2d::detail::checksum_params& p, std::uint32_t block,
-                                    std::uint32_t thread, std::uint32_t threads)
-{
-  if (block >= p.count) { return; }
-  const ferry::h2d::detail::checksum_chunk c =
-    block < ferry::h2d::detail::checksum_params::inline_max ? p.chunk[block]
-                                                           : p.more[block - ferry::h2d::detail::checksum_params::inline_max];
-  const auto* src = reinterpret_cast<const unsigned char*>(static_cast<std::uintptr_t>(c.src));
-  const std::uint64_t len = c.bytes;
-  std::uint64_t acc = 0;
-  std::uint64_t done = 0;
-  if ((reinterpret_cast<std::uintptr_t>(src) & 15u) == 0) {
-    const auto* s = reinterpret_cast<const vec16*>(src);
-    const std::uint64_t vecs = len / 16;
-    for (std::uint64_t base = thread; base < vecs; base += static_cast<std::uint64_t>(threads) * 4) {
-      vec16 r[4];
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-#pragma unroll
-#endif
-      for (std::uint32_t u = 0; u < 4; ++u) {
-        const std::uint64_t i = base + static_cast<std::uint64_t>(u) * threads;
-        r[u] = i < vecs ? s[i] : vec16{0, 0};
-      }
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-#pragma unroll
-#endif
-      for (std::uint32_t u = 0; u < 4; ++u) { acc ^= r[u].x * 31u + r[u].y; }
-    }
-    done = vecs * 16;
-  }
-  for (std::uint64_t i = done + thread; i < len; i += threads) { acc ^= static_cast<std::uint64_t>(src[i]) << (i % 8); }
-  p.out[static_cast<std::uint64_t>(block) * threads + thread] = acc;
 }
 
 }  // namespace ferry::kernels::h2d

@@ -1,11 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
-// The same H2D contract suite on the CUDA backend (label gpu; FERRY_REQUIRE_GPU=1 turns skips into failures).
-#include "h2d/suite.hpp"
+// The same H2D typed suites on the CUDA backend (label gpu; FERRY_REQUIRE_GPU=1 turns skips into failures).
+#include "h2d/capacity.hpp"
+#include "h2d/failure.hpp"
+#include "h2d/graph.hpp"
+#include "h2d/lifecycle.hpp"
+#include "h2d/ordering.hpp"
 
 #include <ferry/backend/cuda/backend.hpp>
 
 namespace ferry::test::h2d {
 static_assert(fb::backend<fb::cuda_backend>);
 using CudaBackends = ::testing::Types<fb::cuda_backend, fb::faulty<fb::cuda_backend>>;
-INSTANTIATE_TYPED_TEST_SUITE_P(h2d_cuda, H2d, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(cuda, H2dOrdering, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(cuda, H2dCapacity, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(cuda, H2dGraph, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(cuda, H2dLifecycle, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(cuda, H2dFailure, CudaBackends);
 }  // namespace ferry::test::h2d

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: the H2D API (declare / initialize / begin / resume / producer + set_count / set_count /
 // publish / rewrite / finish) driven by fuzz bytes, on faulty<host_backend> with a plan that never fails.
-// On every reject (a ferry::error): publisher.snapshot() and storage() are unchanged, every destination's
-// device bytes are unchanged, and no backend operation was enqueued.
+// On every reject (a ferry::error): the publisher's snapshot and storage (ferry::testing::h2d_access) are
+// unchanged, every destination's device bytes are unchanged, and no backend operation was enqueued.
 #include "fuzz_common.hpp"
 
 #include <ferry/backend.hpp>
 #include <ferry/h2d.hpp>
+#include <ferry/testing/h2d_access.hpp>
 
 #include <cstring>
 #include <optional>
@@ -79,8 +80,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // Guard releases are the harness's own steps (a guard's destructor finishes / closes): before the snapshot.
     if (code != 3 && code != 4 && code != 8) { prod.reset(); }
     if (code == 0 || code == 1) { slot.reset(); }
-    const auto st = pub.snapshot();
-    const auto storage = pub.storage();
+    const auto st = ferry::testing::h2d_access::snapshot(pub);
+    const auto storage = ferry::testing::h2d_access::storage(pub);
     const auto img = image();
     const auto calls = fz::enqueued(plan);
     try {
@@ -106,8 +107,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } catch (const ferry::backend_error& e) {
       fz::violation(std::string{"backend error with a plan that never fails: "} + e.what());
     } catch (const ferry::error& e) {
-      if (!(pub.snapshot() == st)) { fz::violation(std::string{"state changed by a reject: "} + e.what()); }
-      if (pub.storage() != storage) { fz::violation(std::string{"storage changed by a reject: "} + e.what()); }
+      if (!(ferry::testing::h2d_access::snapshot(pub) == st)) { fz::violation(std::string{"state changed by a reject: "} + e.what()); }
+      if (ferry::testing::h2d_access::storage(pub) != storage) { fz::violation(std::string{"storage changed by a reject: "} + e.what()); }
       if (fz::enqueued(plan) != calls) { fz::violation(std::string{"backend op enqueued by a reject: "} + e.what()); }
       if (image() != img) { fz::violation(std::string{"device bytes changed by a reject: "} + e.what()); }
     }

@@ -8,6 +8,8 @@
 //   ferry_rel_sweep [d2h|h2d|all]      prints "sweep: N faults injected, M failures"; exit 1 on failures
 #include "../stress/common.hpp"
 
+#include <ferry/testing/h2d_access.hpp>
+
 #include <chrono>
 #include <cstdlib>
 #include <optional>
@@ -301,7 +303,7 @@ void h2d_sticky_case(fh::upload_backend k, fb::fault_plan& plan, std::uint64_t f
     s0.finish();
   }
   hb.stream_synchronize(owner.handle());
-  const auto storage = pub.storage();
+  const auto storage = ferry::testing::h2d_access::storage(pub);
   plan.reset_count();
   if (!counting) { plan.fail_at(fail_i, /*sticky=*/true); }
   std::string err;
@@ -336,7 +338,7 @@ void h2d_sticky_case(fh::upload_backend k, fb::fault_plan& plan, std::uint64_t f
   t.expect(contains(err, name), tag + ": error does not name " + name + ": " + err);
   t.expect(pub.invalidated(), tag + ": publisher not invalidated");
   t.expect(contains(pub.invalidation_reason(), name), tag + ": reason does not name " + name);
-  t.expect(pub.storage() == storage, tag + ": storage moved or was released");
+  t.expect(ferry::testing::h2d_access::storage(pub) == storage, tag + ": storage moved or was released");
   auto refused = [&](const char* what, auto&& f) {
     try {
       f();
@@ -359,7 +361,7 @@ void h2d_sticky_case(fh::upload_backend k, fb::fault_plan& plan, std::uint64_t f
   }
   t.expect(pub.invalidated(), tag + ": a failed recover() cleared the invalidation");
   refused("publish after failed recover", [&] { pub.publish("step", owner.view()); });
-  t.expect(pub.storage() == storage, tag + ": storage released after failed recover");
+  t.expect(ferry::testing::h2d_access::storage(pub) == storage, tag + ": storage released after failed recover");
   // The backend comes back: recover, publish on the other slot, bytes are exact.
   plan.disarm();
   try {
@@ -369,7 +371,7 @@ void h2d_sticky_case(fh::upload_backend k, fb::fault_plan& plan, std::uint64_t f
     pub.publish("step", owner.view());
     s1.finish();
     hb.stream_synchronize(owner.handle());
-    t.expect(pub.storage() == storage, tag + ": storage changed across recovery");
+    t.expect(ferry::testing::h2d_access::storage(pub) == storage, tag + ": storage changed across recovery");
     for (const auto& [id, bytes] : want) {
       const auto got = read_back(hb, pub.device_pointer(fh::buffer_handle{id}), bytes.size());
       t.expect(got == bytes, tag + ": device bytes wrong after recovery, buffer #" + std::to_string(id));

@@ -44,22 +44,4 @@ struct scatter_params {
   std::uint64_t count[inline_counts_max];
 };
 
-/// One block of the benchmark/test "first consumer": `bytes` bytes at device address `src`.
-struct checksum_chunk {
-  std::uint64_t src;
-  std::uint64_t bytes;
-};
-
-/// Reader used by tests and benchmarks as a realistic cheap first consumer: block b reads chunk b (its
-/// share of one member, 16-byte loads when aligned, several in flight per thread) and XORs it; each thread
-/// writes its partial to out[b * blockDim + thread]. The first `inline_max` chunks travel in the kernel
-/// parameters (no dependent table load); chunks beyond come from the device table `more`.
-struct checksum_params {
-  static constexpr std::uint32_t inline_max = 96;
-  checksum_chunk chunk[inline_max];
-  const checksum_chunk* more;  ///< chunks [inline_max, count) (device), or null
-  std::uint32_t count;
-  std::uint64_t* out;          ///< count * threads partials
-};
-
 }  // namespace ferry::h2d::detail

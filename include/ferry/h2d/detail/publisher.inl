@@ -1,0 +1,306 @@
+// SPDX-License-Identifier: Apache-2.0
+// Definitions of ferry::h2d::publisher<B> (declared in ferry/h2d/publisher.hpp): the order of the checks,
+// the backend calls and the failure handling around them. Layout, slot state, storage, enqueue and
+// calibration live in the other detail headers.
+#pragma once
+
+#include <ferry/h2d/detail/calibrate.hpp>
+#include <ferry/h2d/detail/env.hpp>
+#include <ferry/h2d/detail/kernels.hpp>
+
+#include <algorithm>
+#include <utility>
+
+namespace ferry::h2d {
+
+template <ferry::backend::backend B>
+publisher<B>::~publisher()
+{
+  if (owner_) {
+    try {
+      b_.stream_synchronize(owner_->handle());
+    } catch (...) {
+    }
+  }
+  for (std::size_t i = 0; i < std::min(store_.slots.size(), slots_.size()); ++i) {
+    if (slots_[i].recorded) {
+      try {
+        store_.slots[i].done->synchronize();
+      } catch (...) {
+      }
+    }
+  }
+}
+
+template <ferry::backend::backend B>
+buffer_handle publisher<B>::declare(buffer_spec spec)
+{
+  FERRY_EXPECTS(!initialized_, logic_error, "h2d buffer '{}': declare() after initialize()", spec.name);
+  return decl_.declare(std::move(spec));
+}
+
+template <ferry::backend::backend B>
+void publisher<B>::initialize(const config& cfg, stream_view owner)
+{
+  FERRY_EXPECTS(!initialized_, logic_error, "h2d publisher: initialize() called twice");
+  FERRY_EXPECTS(cfg.slots >= 2, logic_error, "h2d publisher: expected >= 2 slots, got {}", cfg.slots);
+  FERRY_EXPECTS(cfg.tile_bytes >= 16 && cfg.tile_bytes % 16 == 0, logic_error,
+                "h2d publisher: tile_bytes must be a multiple of 16, got {}", cfg.tile_bytes);
+  FERRY_EXPECTS(cfg.threads_per_tile >= 32 && cfg.threads_per_tile <= 1024 && cfg.threads_per_tile % 32 == 0,
+                logic_error, "h2d publisher: threads_per_tile must be a multiple of 32 in [32, 1024], got {}",
+                cfg.threads_per_tile);
+  FERRY_EXPECTS(cfg.speculation >= -1 && cfg.speculation <= 2, logic_error,
+                "h2d publisher: speculation must be -1, 0, 1 or 2, got {}", cfg.speculation);
+  FERRY_EXPECTS(!decl_.buffers.empty(), logic_error, "h2d publisher: initialize() with no declared buffer");
+  cfg_ = cfg;
+  detail::apply_env(cfg_);
+  requested_ = cfg_.backend.value_or(upload_backend::packed);
+  FERRY_EXPECTS(b_.current_device() == cfg.device, logic_error,
+                "h2d publisher: initialize() on device {} but config names device {}", b_.current_device().value,
+                cfg.device.value);
+  owner_.emplace(owner);
+  owner_thread_ = std::this_thread::get_id();
+  const auto attrs = b_.attributes(cfg.device);
+  // Load the scatter now: a lazy module load at its first launch would wait for kernels already running.
+  b_.preload(detail::scatter_kernel(typename B::tag{}));
+  plan_ = detail::plan_arenas(decl_, requested_ != upload_backend::direct);
+  store_.bind_destinations(b_, decl_);
+  detail::check_overlaps(decl_, plan_, store_.dst);
+  store_.allocate_slots(b_, plan_, cfg_.slots, requested_, owner);
+  acquire_.emplace(b_, ferry::backend::event_flags::disable_timing);
+  b_.stream_synchronize(owner.handle());
+  store_.build_tables(b_, decl_, plan_, cfg_, attrs.sm_count, owner);
+  slots_.reset(cfg_.slots, decl_.buffers.size());
+  if (requested_ == upload_backend::automatic) {
+    detail::calibrate(uploader(), slots_, owner, cfg_.calibration_iterations);
+  }
+  initialized_ = true;
+}
+
+template <ferry::backend::backend B>
+slot_guard<B> publisher<B>::begin(std::size_t slot)
+{
+  check_usable("begin");
+  slots_.check_begin(slot);
+  if (slots_[slot].recorded) {
+    guarded("begin: source reuse wait", [&] { store_.slots[slot].done->synchronize(); });
+  }
+  const auto epoch = slots_.start_epoch(slot);
+  return slot_guard<B>{this, slot, epoch};
+}
+
+template <ferry::backend::backend B>
+slot_guard<B> publisher<B>::resume(std::size_t slot)
+{
+  check_usable("resume");
+  const auto epoch = slots_.resume(slot);
+  return slot_guard<B>{this, slot, epoch};
+}
+
+template <ferry::backend::backend B>
+void publisher<B>::finish()
+{
+  check_usable("finish");
+  slots_.check_finish();
+  const auto slot = static_cast<std::size_t>(slots_.active());
+  guarded("finish: completion record", [&] { store_.slots[slot].done->record(*owner_); });
+  slots_.finished();
+}
+
+template <ferry::backend::backend B>
+producer_guard<B> publisher<B>::producer(group_handle g)
+{
+  check_usable("producer");
+  slots_.open_producer(decl_, g);
+  return producer_guard<B>{this, g, static_cast<std::size_t>(slots_.active()), slots_.current().epoch};
+}
+
+template <ferry::backend::backend B>
+void publisher<B>::set_count(buffer_handle buf, std::size_t count)
+{
+  check_usable("set_count");
+  slots_.set_count(decl_, buf, count);
+}
+
+template <ferry::backend::backend B>
+void publisher<B>::publish(group_handle g, stream_view stream)
+{
+  auto& s = validate_publication(g, stream, true);
+  const auto slot = static_cast<std::size_t>(slots_.active());
+  slots_.commit(decl_, g);
+  guarded("publish", [&] { uploader().publish(g.value, store_.slots[slot], s.counts, stream); },
+          decl_.groups[g.value].name);
+}
+
+template <ferry::backend::backend B>
+producer_guard<B> publisher<B>::rewrite(std::string_view group, std::string_view reason)
+{
+  check_usable("rewrite");
+  const group_handle g = group_of(group);
+  const auto& gr = decl_.group(g);
+  FERRY_EXPECTS(!reason.empty(), logic_error, "h2d group '{}': a second publication must supply a reason", gr.name);
+  FERRY_EXPECTS(slots_.active() >= 0, logic_error, "h2d group '{}': rewrite() with no active slot", gr.name);
+  check_owner_thread(gr.name);
+  slots_.check_rewrite(decl_, g);
+  guarded("rewrite: source acquire", [&] {
+    acquire_->record(*owner_);
+    acquire_->synchronize();
+  });
+  slots_.reopen(decl_, g);
+  last_reason_.assign(reason);
+  return producer(g);
+}
+
+template <ferry::backend::backend B>
+void publisher<B>::stage(group_handle g)
+{
+  auto& s = validate_publication(g, *owner_, false);
+  slots_.commit(decl_, g);
+  if (plan_.groups[g.value].arena_bytes > 0) {
+    uploader().header(g.value, store_.slots[static_cast<std::size_t>(slots_.active())], s.counts);
+  }
+}
+
+template <ferry::backend::backend B>
+void publisher<B>::capture_upload(std::string_view group, std::size_t slot, stream_view stream)
+{
+  check_usable("capture_upload");
+  const group_handle g = group_of(group);
+  const auto& gr = decl_.groups[g.value];
+  FERRY_EXPECTS(slot < slots_.size(), logic_error, "h2d group '{}': slot {} out of range", gr.name, slot);
+  FERRY_EXPECTS(stream == *owner_, logic_error, "h2d group '{}': capture on a stream other than the owner stream",
+                gr.name);
+  bool capturing = false;
+  guarded("capture_upload: capture query", [&] { capturing = b_.stream_is_capturing(stream.handle()); });
+  FERRY_EXPECTS(capturing, logic_error, "h2d group '{}': capture_upload() outside stream capture", gr.name);
+  const upload_backend k = plan_.groups[g.value].arena_bytes > 0 ? store_.groups[g.value].graph_backend
+                                                                 : upload_backend::direct;
+  FERRY_EXPECTS(k != upload_backend::batch, logic_error,
+                "h2d group '{}': the batch backend (cudaMemcpyBatchAsync) is not graph-capturable", gr.name);
+  if (k == upload_backend::direct) { slots_.check_direct_capture(decl_, g, slot); }
+  guarded("capture_upload: enqueue",
+          [&] { uploader().capture(g.value, store_.slots[slot], slots_[slot].counts, k, stream); });
+}
+
+template <ferry::backend::backend B>
+void publisher<B>::recover()
+{
+  FERRY_EXPECTS(initialized_, logic_error, "h2d publisher: recover() before initialize()");
+  FERRY_EXPECTS(invalid_, logic_error, "h2d publisher: recover() on a publisher that is not invalidated");
+  check_owner_thread("recover");
+  b_.stream_synchronize(owner_->handle());
+  for (std::size_t i = 0; i < store_.slots.size(); ++i) {
+    if (slots_[i].recorded) { store_.slots[i].done->synchronize(); }
+  }
+  invalid_ = false;
+  invalid_reason_.clear();
+  slots_.recover();
+}
+
+template <ferry::backend::backend B>
+group_info publisher<B>::info(std::string_view group) const
+{
+  const auto gi = group_of(group).value;
+  static const detail::group_layout unplanned{};  // before initialize()
+  const auto& gl = gi < plan_.groups.size() ? plan_.groups[gi] : unplanned;
+  const bool arena = gl.arena_bytes > 0;
+  group_info i;
+  i.name = decl_.groups[gi].name;
+  i.backend = arena ? store_.groups[gi].backend : upload_backend::direct;
+  i.covered = gl.covered;
+  i.batch_native = batch_native();
+  i.arena_bytes = gl.arena_bytes;
+  i.tiles = arena ? store_.groups[gi].tile_count : 0;
+  for (auto m : decl_.groups[gi].members) { i.members.push_back(decl_.buffers[m].spec.name); }
+  if (gi < store_.groups.size()) {
+    i.calibration_us = store_.groups[gi].calibration_us;
+    i.calibration_graph_us = store_.groups[gi].calibration_graph_us;
+  }
+  i.graph_backend = arena ? store_.groups[gi].graph_backend : upload_backend::direct;
+  return i;
+}
+
+// ---- guards' access --------------------------------------------------------------------------------
+
+template <ferry::backend::backend B>
+void publisher<B>::check_producer(group_handle g, buffer_handle buf, std::size_t slot, std::uint64_t epoch) const
+{
+  check_usable("producer");
+  slots_.check_producer(decl_, g, buf, slot, epoch);
+}
+
+template <ferry::backend::backend B>
+template <class T>
+std::span<T> publisher<B>::producer_source(group_handle g, buffer_handle buf, std::size_t slot,
+                                           std::uint64_t epoch) const
+{
+  check_producer(g, buf, slot, epoch);
+  const auto& r = decl_.buffers[buf.value];
+  FERRY_EXPECTS(r.cap_bytes % sizeof(T) == 0, logic_error,
+                "h2d buffer '{}': capacity {} bytes is not a multiple of sizeof(T) {}", r.spec.name, r.cap_bytes,
+                sizeof(T));
+  return {reinterpret_cast<T*>(detail::source_ptr(plan_, store_.slots[slot], buf.value)), r.cap_bytes / sizeof(T)};
+}
+
+// ---- checks and failure handling -------------------------------------------------------------------
+
+template <ferry::backend::backend B>
+void publisher<B>::check_usable(std::string_view what) const
+{
+  FERRY_EXPECTS(initialized_, logic_error, "h2d publisher: {}() before initialize()", what);
+  if (invalid_) [[unlikely]] {
+    FERRY_FAIL(invalidated_error,
+               "h2d publisher: {}() refused: invalidated by an earlier failure ({}); drain the consumer stream and "
+               "call recover()",
+               what, invalid_reason_);
+  }
+}
+
+template <ferry::backend::backend B>
+void publisher<B>::check_owner_thread(std::string_view who) const
+{
+  FERRY_EXPECTS(std::this_thread::get_id() == owner_thread_, logic_error,
+                "h2d group '{}': called from a thread that is not the owner thread", who);
+}
+
+template <ferry::backend::backend B>
+template <class F>
+void publisher<B>::guarded(std::string_view what, F&& f, std::string_view group)
+{
+  try {
+    f();
+  } catch (const ferry::backend_error& e) {
+    invalid_ = true;
+    invalid_reason_ = group.empty() ? ferry::detail::format("{}: {}", what, e.what())
+                                    : ferry::detail::format("{} '{}': {}", what, group, e.what());
+    slots_.deactivate();
+    throw;
+  }
+}
+
+template <ferry::backend::backend B>
+detail::slot_book& publisher<B>::validate_publication(group_handle g, stream_view stream, bool enqueue)
+{
+  check_usable("publish");
+  const auto& gr = decl_.group(g);
+  check_owner_thread(gr.name);
+  FERRY_EXPECTS(stream == *owner_, logic_error, "h2d group '{}': publication on a stream other than the owner stream",
+                gr.name);
+  const auto dev = b_.current_device();
+  FERRY_EXPECTS(dev == cfg_.device, logic_error, "h2d group '{}': expected device {}, current device is {}", gr.name,
+                cfg_.device.value, dev.value);
+  FERRY_EXPECTS(slots_.active() >= 0, logic_error,
+                "h2d group '{}': publication with no active slot (call begin() first)", gr.name);
+  if (enqueue) {
+    bool capturing = false;
+    guarded("publish: capture query", [&] { capturing = b_.stream_is_capturing(stream.handle()); });
+    FERRY_EXPECTS(!capturing, logic_error,
+                  "h2d group '{}': publication during stream capture (publish before capture/replay; graphs use "
+                  "stage() + capture_upload())",
+                  gr.name);
+  }
+  slots_.check_members(decl_, g);
+  return slots_.current();
+}
+
+}  // namespace ferry::h2d

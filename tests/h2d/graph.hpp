@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+// H2D typed suite H2dGraph: graph padding, first consumers in a replayed graph, captured uploads replayed
+// with staged counts.
+// Instantiated in h2d_host_test.cpp (host) and h2d_cuda_test.cpp (cuda).
+#pragma once
+
+#include "h2d/fixture.hpp"
+
+namespace ferry::test::h2d {
+
+template <class B>
+class H2dGraph : public h2d_fixture<B> {};
+TYPED_TEST_SUITE_P(H2dGraph);
+
+TYPED_TEST_P(H2dGraph, GraphPaddingIsPublished)
+{
+  using B = TypeParam;
+  fh::publisher<B> pub{this->b};
+  typename TestFixture::model md;
+  auto m = this->prepare(pub, fh::upload_backend::packed, md);
+  // 5 real requests padded to the captured graph batch of 8: padding rows are producer data too.
+  auto s = pub.begin(0);
+  {
+    auto p = pub.producer("step");
+    auto ids = p.template source<std::int32_t>(m.ids);
+    for (int i = 0; i < 8; ++i) { ids[static_cast<std::size_t>(i)] = i < 5 ? 1000 + i : -1; }
+    auto pos = p.template source<std::int64_t>(m.positions);
+    for (int i = 0; i < 8; ++i) { pos[static_cast<std::size_t>(i)] = i < 5 ? 77 * i : 0; }
+    p.set_count(m.ids, 8);
+    p.set_count(m.positions, 8);
+    p.set_count(m.bf16, 0);
+    p.set_count(m.mask, 0);
+    p.set_count(m.table, 0);
+  }
+  pub.publish("step", this->owner->view());
+  s.finish();
+  this->owner->synchronize();
+  auto ids = this->read_back(pub.device_pointer(m.ids), 8 * 4);
+  auto pos = this->read_back(pub.device_pointer(m.positions), 8 * 8);
+  for (int i = 0; i < 8; ++i) {
+    std::int32_t v;
+    std::memcpy(&v, ids.data() + 4 * i, 4);
+    EXPECT_EQ(v, i < 5 ? 1000 + i : -1);
+    std::int64_t w;
+    std::memcpy(&w, pos.data() + 8 * i, 8);
+    EXPECT_EQ(w, i < 5 ? 77 * i : 0);
+  }
+  auto tail = this->read_back(pub.device_pointer(m.ids), 64 * 4);
+  for (std::size_t i = 8 * 4; i < tail.size(); ++i) { ASSERT_EQ(tail[i], poison) << i; }
+}
+
+TYPED_TEST_P(H2dGraph, FirstConsumerInGraphReplayReadsPublishedValues)
+{
+  using B = TypeParam;
+  for (auto k : {fh::upload_backend::packed, fh::upload_backend::zerocopy, fh::upload_backend::direct,
+                 fh::upload_backend::automatic}) {
+    SCOPED_TRACE(std::string{fh::to_string(k)});
+    fh::publisher<B> pub{this->b};
+    typename TestFixture::model md;
+    auto m = this->prepare(pub, k, md);
+    // The consumer graph (captured once): copies every destination into a result buffer on the device.
+    const fh::buffer_handle all[] = {m.ids, m.positions, m.bf16, m.mask, m.table};
+    std::size_t total = 0;
+    for (auto h : all) { total += pub.capacity_bytes(h); }
+    fb::device_buffer<B> result{total, this->b};
+    auto g = fb::graph_exec<B>::capture(this->owner->view(), [&](fb::stream_view<B> s) {
+      std::size_t off = 0;
+      for (auto h : all) {
+        this->b.memcpy_async(result.template as<unsigned char>() + off, pub.device_pointer(h), pub.capacity_bytes(h),
+                             fb::memcpy_kind::device_to_device, s.handle());
+        off += pub.capacity_bytes(h);
+      }
+    });
+    for (std::size_t step = 0; step < 6; ++step) {
+      auto s = pub.begin(step % 2);
+      const std::size_t n = 1 + step * 11;
+      this->produce(pub, "step", &md, {{m.ids, n}, {m.positions, n}, {m.bf16, 2 * n}, {m.mask, n}, {m.table, 4 * n}},
+                    300 + step);
+      pub.publish("step", this->owner->view());  // before replay, on the consumer stream
+      g.launch(this->owner->view());
+      s.finish();
+      this->owner->synchronize();
+      const auto got = this->read_back(result.data(), total);
+      std::size_t off = 0;
+      for (auto h : all) {
+        const auto& want = md.bytes[h.value];
+        ASSERT_EQ(0, std::memcmp(got.data() + off, want.data(), want.size())) << "step " << step << " buffer " << h.value;
+        off += want.size();
+      }
+    }
+  }
+}
+
+TYPED_TEST_P(H2dGraph, CapturedUploadReplaysWithStagedCounts)
+{
+  using B = TypeParam;
+  for (auto k : {fh::upload_backend::packed, fh::upload_backend::zerocopy}) {
+    SCOPED_TRACE(std::string{fh::to_string(k)});
+    fh::publisher<B> pub{this->b};
+    typename TestFixture::model md;
+    auto m = this->prepare(pub, k, md);
+    auto graphs = this->step_graphs(pub);
+    // batch is never capturable
+    for (std::size_t step = 0; step < 6; ++step) {
+      auto s = pub.begin(step % 2);
+      const std::size_t n = (step * 23) % 64;
+      this->produce(pub, "step", &md, this->step_counts(m, n),
+                    700 + step);
+      pub.stage("step");
+      EXPECT_THROW(pub.publish("step", this->owner->view()), ferry::logic_error);
+      graphs[step % 2].launch(this->owner->view());
+      s.finish();
+      this->expect_model(pub, md, "graph replay");
+    }
+  }
+}
+
+REGISTER_TYPED_TEST_SUITE_P(H2dGraph, GraphPaddingIsPublished, FirstConsumerInGraphReplayReadsPublishedValues,
+                                      CapturedUploadReplaysWithStagedCounts);
+
+}  // namespace ferry::test::h2d
