@@ -11,10 +11,11 @@
 
 namespace ferry::test {
 using CudaBackends = ::testing::Types<fb::cuda_backend>;
-INSTANTIATE_TYPED_TEST_SUITE_P(cuda, D2hOrdering, CudaBackends);
-INSTANTIATE_TYPED_TEST_SUITE_P(cuda, D2hCapacity, CudaBackends);
-INSTANTIATE_TYPED_TEST_SUITE_P(cuda, D2hGraph, CudaBackends);
-INSTANTIATE_TYPED_TEST_SUITE_P(cuda, D2hLifecycle, CudaBackends);
-INSTANTIATE_TYPED_TEST_SUITE_P(cuda, D2hFailure, CudaBackends);
-INSTANTIATE_TYPED_TEST_SUITE_P(cuda, D2hMultiChannel, CudaBackends);
+// Instantiation prefix = suite name: ctest names the tests <Suite>.<Test><Backend> (one naming scheme).
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hOrdering, D2hOrdering, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hCapacity, D2hCapacity, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hGraph, D2hGraph, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hLifecycle, D2hLifecycle, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hFailure, D2hFailure, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hMultiChannel, D2hMultiChannel, CudaBackends);
 }  // namespace ferry::test

@@ -9,12 +9,13 @@
 
 namespace ferry::test {
 using HostBackends = ::testing::Types<fb::host_backend, fb::faulty<fb::host_backend>>;
-INSTANTIATE_TYPED_TEST_SUITE_P(host, D2hOrdering, HostBackends);
-INSTANTIATE_TYPED_TEST_SUITE_P(host, D2hCapacity, HostBackends);
-INSTANTIATE_TYPED_TEST_SUITE_P(host, D2hGraph, HostBackends);
-INSTANTIATE_TYPED_TEST_SUITE_P(host, D2hLifecycle, HostBackends);
-INSTANTIATE_TYPED_TEST_SUITE_P(host, D2hFailure, HostBackends);
-INSTANTIATE_TYPED_TEST_SUITE_P(host, D2hMultiChannel, HostBackends);
+// Instantiation prefix = suite name: ctest names the tests <Suite>.<Test><Backend> (one naming scheme).
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hOrdering, D2hOrdering, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hCapacity, D2hCapacity, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hGraph, D2hGraph, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hLifecycle, D2hLifecycle, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hFailure, D2hFailure, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hMultiChannel, D2hMultiChannel, HostBackends);
 }  // namespace ferry::test
 
 #include "d2h/host_only.hpp"

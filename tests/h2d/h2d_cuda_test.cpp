@@ -11,9 +11,10 @@
 namespace ferry::test::h2d {
 static_assert(fb::backend<fb::cuda_backend>);
 using CudaBackends = ::testing::Types<fb::cuda_backend, fb::faulty<fb::cuda_backend>>;
-INSTANTIATE_TYPED_TEST_SUITE_P(cuda, H2dOrdering, CudaBackends);
-INSTANTIATE_TYPED_TEST_SUITE_P(cuda, H2dCapacity, CudaBackends);
-INSTANTIATE_TYPED_TEST_SUITE_P(cuda, H2dGraph, CudaBackends);
-INSTANTIATE_TYPED_TEST_SUITE_P(cuda, H2dLifecycle, CudaBackends);
-INSTANTIATE_TYPED_TEST_SUITE_P(cuda, H2dFailure, CudaBackends);
+// Instantiation prefix = suite name: ctest names the tests <Suite>.<Test><Backend> (one naming scheme).
+INSTANTIATE_TYPED_TEST_SUITE_P(H2dOrdering, H2dOrdering, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(H2dCapacity, H2dCapacity, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(H2dGraph, H2dGraph, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(H2dLifecycle, H2dLifecycle, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(H2dFailure, H2dFailure, CudaBackends);
 }  // namespace ferry::test::h2d

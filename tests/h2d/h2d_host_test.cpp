@@ -8,9 +8,10 @@
 
 namespace ferry::test::h2d {
 using HostBackends = ::testing::Types<fb::host_backend, fb::faulty<fb::host_backend>>;
-INSTANTIATE_TYPED_TEST_SUITE_P(host, H2dOrdering, HostBackends);
-INSTANTIATE_TYPED_TEST_SUITE_P(host, H2dCapacity, HostBackends);
-INSTANTIATE_TYPED_TEST_SUITE_P(host, H2dGraph, HostBackends);
-INSTANTIATE_TYPED_TEST_SUITE_P(host, H2dLifecycle, HostBackends);
-INSTANTIATE_TYPED_TEST_SUITE_P(host, H2dFailure, HostBackends);
+// Instantiation prefix = suite name: ctest names the tests <Suite>.<Test><Backend> (one naming scheme).
+INSTANTIATE_TYPED_TEST_SUITE_P(H2dOrdering, H2dOrdering, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(H2dCapacity, H2dCapacity, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(H2dGraph, H2dGraph, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(H2dLifecycle, H2dLifecycle, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(H2dFailure, H2dFailure, HostBackends);
 }  // namespace ferry::test::h2d
