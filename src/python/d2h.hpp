@@ -364,7 +364,8 @@ void bind_d2h(nb::module_& m)
     .def_prop_ro("invalidated", &C::invalidated)
     .def_prop_ro_static("backend", [](nb::handle) { return traits<B>::name; });
 
-  nb::class_<py_stream<B>>(m, "Stream", "An owning stream of this backend.")
+  auto stream_cls =
+    nb::class_<py_stream<B>>(m, "Stream", "An owning stream of this backend.")
     .def(nb::init<int>(), nb::arg("device") = 0)
     .def_prop_ro("handle", [](const py_stream<B>& s) { return reinterpret_cast<std::uintptr_t>(s.handle()); })
     .def_prop_ro("device", [](const py_stream<B>& s) { return s.dev; })
@@ -378,11 +379,6 @@ void bind_d2h(nb::module_& m)
          [](py_stream<B>& s) {
            nb::gil_scoped_release g;
            s.s.reset();
-         })
-    .def("__cuda_stream__",
-         [](const py_stream<B>& s) {
-           FERRY_EXPECTS((!is_host<B>), ferry::logic_error, "ferry.Stream: a host backend stream has no CUDA handle");
-           return nb::make_tuple(0, reinterpret_cast<std::uintptr_t>(s.handle()));
          })
     .def("begin_capture",
          [](const py_stream<B>& s) {
@@ -401,6 +397,11 @@ void bind_d2h(nb::module_& m)
       x->exec = exec;
       return x;
     }, nb::rv_policy::take_ownership);
+  if constexpr (!is_host<B>) {  // the CUDA stream protocol: (version, cudaStream_t)
+    stream_cls.def("__cuda_stream__", [](const py_stream<B>& s) {
+      return nb::make_tuple(0, reinterpret_cast<std::uintptr_t>(s.handle()));
+    });
+  }
 
   nb::class_<py_graph<B>>(m, "Graph", "An executable graph captured with Stream.begin_capture/end_capture.")
     .def("launch", [](const py_graph<B>& x, nb::handle stream) {

@@ -219,8 +219,7 @@ template <class Array>
 [[nodiscard]] Array buffer_view(const py_buffer& b, void* p, nb::handle owner, int device_type, int device_id)
 {
   const auto shape = b.shape();
-  nb::dlpack::dtype dt = b.unit == "bytes" ? b.dtype : b.dtype;
-  return Array(p, shape.size(), shape.data(), owner, nullptr, dt, device_type, device_id);
+  return Array(p, shape.size(), shape.data(), owner, nullptr, b.dtype, device_type, device_id);
 }
 
 template <class B>
