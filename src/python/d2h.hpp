@@ -359,6 +359,20 @@ void bind_d2h(nb::module_& m)
     .def("poll", &C::poll, nb::arg("max_entries") = 1024, nb::arg("timeout").none() = 0.0)
     .def("stats", &C::stats)
     .def("close", &C::close, nb::arg("timeout").none() = nb::none())
+    .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+    .def("__exit__",
+         [](C& c, nb::args exc) {
+           // closes an open channel; an error of the with-body is not masked by a close() error
+           if (c.closed()) { return; }
+           if (nb::len(exc) == 0 || exc[0].is_none()) {
+             (void)c.close(std::nullopt);
+           } else {
+             try {
+               (void)c.close(std::nullopt);
+             } catch (const std::exception&) {
+             }
+           }
+         })
     .def_prop_ro("closed", &C::closed)
     .def_prop_ro("device", &C::device)
     .def_prop_ro("invalidated", &C::invalidated)

@@ -204,8 +204,17 @@ def test_close_keeps_undelivered_entries_for_poll(make_channel, stream):
         ch.poll(1)
 
 
-def test_channel_context_manager_style_close_then_reopen(make_channel, stream):
+def test_close_frees_the_device_and_with_closes(make_channel, stream, drain):
     ch = make_channel()
     ch.close()
-    ch2 = make_channel()  # the device slot is free again after close()
-    assert ch2.stats()["entries_reserved"] == 0
+    with ferry.Channel(backend="host", ring_bytes=1 << 16) as ch2:  # the device slot is free again
+        ch2.begin_forward(stream)
+        ch2.capture(5, np.ones(8, np.uint8), stream)
+        ch2.end_forward(stream)
+        (e,) = drain(ch2, 1)
+        assert e.hook == 5
+    assert ch2.closed
+    with pytest.raises(RuntimeError, match="body"):
+        with ferry.Channel(backend="host", ring_bytes=1 << 16) as ch3:
+            raise RuntimeError("body")
+    assert ch3.closed
