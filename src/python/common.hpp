@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: Apache-2.0
+// Shared pieces of the Python bindings: backend traits, the ferry.Stream owner, stream and array
+// resolution, and the error types.
+#pragma once
+
+#include <ferry/backend.hpp>
+#include <ferry/error.hpp>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#if defined(FERRY_PYTHON_CUDA)
+#include <ferry/backend/cuda/backend.hpp>
+#endif
+
+namespace ferry::python {
+
+namespace nb = nanobind;
+namespace fb = ferry::backend;
+
+template <class B>
+struct traits;
+
+template <>
+struct traits<fb::host_backend> {
+  static constexpr const char* name = "host";
+  static constexpr int dl_device = nb::device::cpu::value;  // host backend "device memory" is host memory
+  static constexpr const char* dl_device_name = "cpu";
+};
+
+#if defined(FERRY_PYTHON_CUDA)
+template <>
+struct traits<fb::cuda_backend> {
+  static constexpr const char* name = "cuda";
+  static constexpr int dl_device = nb::device::cuda::value;
+  static constexpr const char* dl_device_name = "cuda";
+};
+#endif
+
+template <class B>
+inline constexpr bool is_host = std::is_same_v<B, fb::host_backend>;
+
+/// ferry.Stream: an owning stream of backend B (the host backend's only stream type; on CUDA a
+/// non-blocking stream usable wherever an int handle or torch stream is).
+template <class B>
+struct py_stream {
+  explicit py_stream(int device)
+  {
+    B b{};
+    b.set_device(fb::device_id{device});
+    s.emplace(b);
+    dev = device;
+  }
+  std::optional<fb::stream<B>> s;
+  int dev{0};
+  [[nodiscard]] typename B::stream_type handle() const
+  {
+    FERRY_EXPECTS(s.has_value(), ferry::logic_error, "ferry.Stream: expected an open stream, got a closed one");
+    return s->handle();
+  }
+};
+
+[[nodiscard]] inline std::string type_of(nb::handle h)
+{
+  return nb::cast<std::string>(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(h.ptr()))).attr("__name__"));
+}
+
+/// Resolves a Python stream argument. Host backend: a ferry.Stream of the host backend. CUDA: a
+/// ferry.Stream, an int handle, an object with __cuda_stream__ (returns (version, handle)), a
+/// torch.cuda.Stream (its cuda_stream attribute), or None for torch's current stream on `device`.
+template <class B>
+[[nodiscard]] fb::stream_view<B> resolve_stream(nb::handle obj, int device, const char* who)
+{
+  using handle_type = typename B::stream_type;
+  if (nb::isinstance<py_stream<B>>(obj)) { return fb::stream_view<B>{B{}, nb::cast<py_stream<B>&>(obj).handle()}; }
+  if constexpr (!is_host<B>) {
+    auto from_int = [&](nb::handle v) {
+      return fb::stream_view<B>{B{}, reinterpret_cast<handle_type>(nb::cast<std::uintptr_t>(v))};
+    };
+    if (PyLong_Check(obj.ptr()) && !PyBool_Check(obj.ptr())) { return from_int(obj); }
+    if (nb::hasattr(obj, "__cuda_stream__")) {
+      nb::object t = obj.attr("__cuda_stream__")();
+      if (nb::isinstance<nb::tuple>(t) && nb::len(t) == 2) { return from_int(nb::tuple(t)[1]); }
+      throw nb::type_error(("ferry: " + std::string{who} + ": expected __cuda_stream__() to return (version, handle), got " +
+                            type_of(t))
+                             .c_str());
+    }
+    if (nb::hasattr(obj, "cuda_stream")) { return from_int(obj.attr("cuda_stream")); }
+    if (obj.is_none()) {
+      nb::dict mods = nb::borrow<nb::dict>(nb::module_::import_("sys").attr("modules"));
+      if (mods.contains("torch")) {
+        return from_int(mods["torch"].attr("cuda").attr("current_stream")(device).attr("cuda_stream"));
+      }
+    }
+    throw nb::type_error(("ferry: " + std::string{who} +
+                          ": expected a stream (ferry.Stream, an int handle, an object with __cuda_stream__, a "
+                          "torch.cuda.Stream, or None with torch imported), got " +
+                          type_of(obj))
+                           .c_str());
+  } else {
+    throw nb::type_error(("ferry: " + std::string{who} + ": expected a ferry.Stream of the host backend, got " +
+                          type_of(obj) + " (the host backend has no int, __cuda_stream__ or default streams)")
+                           .c_str());
+  }
+}
+
+using any_array = nb::ndarray<nb::ro>;
+
+/// Any object with __dlpack__ (or the buffer protocol) as an array; TypeError otherwise.
+[[nodiscard]] inline any_array as_array(nb::handle obj, const char* who)
+{
+  any_array a;
+  if (!nb::try_cast<any_array>(obj, a)) {
+    throw nb::type_error(("ferry: " + std::string{who} + ": expected an array (an object with __dlpack__), got " +
+                          type_of(obj))
+                           .c_str());
+  }
+  return a;
+}
+
+/// Bytes of a C-contiguous array (size-1 dimensions may have any stride); raises LogicError otherwise.
+[[nodiscard]] inline bool c_contiguous(const any_array& a)
+{
+  std::int64_t expect = 1;
+  for (std::size_t i = a.ndim(); i-- > 0;) {
+    if (a.shape(i) != 1 && a.stride(i) != expect) { return false; }
+    expect *= static_cast<std::int64_t>(a.shape(i));
+  }
+  return true;
+}
+
+[[nodiscard]] inline std::string dtype_str(nb::dlpack::dtype d)
+{
+  const char* k = "?";
+  switch (static_cast<nb::dlpack::dtype_code>(d.code)) {
+    case nb::dlpack::dtype_code::Int: k = "int"; break;
+    case nb::dlpack::dtype_code::UInt: k = "uint"; break;
+    case nb::dlpack::dtype_code::Float: k = "float"; break;
+    case nb::dlpack::dtype_code::Bfloat: k = "bfloat"; break;
+    case nb::dlpack::dtype_code::Bool: k = "bool"; break;
+    case nb::dlpack::dtype_code::Complex: k = "complex"; break;
+    default: break;
+  }
+  return std::string{k} + std::to_string(d.bits);
+}
+
+/// Checks that `a` is a C-contiguous array in backend B's device memory on `device`.
+template <class B>
+void check_device_array(const any_array& a, int device, const std::string& who)
+{
+  FERRY_EXPECTS(a.device_type() == traits<B>::dl_device, ferry::logic_error,
+                "{}: expected a {} array ({} backend), got one on DLPack device type {}{}", who,
+                traits<B>::dl_device_name, traits<B>::name, a.device_type(),
+                a.device_type() == nb::device::cpu::value ? " (a host array where a device tensor is needed)"
+                : is_host<B>                              ? " (a device tensor where the host backend needs a host array)"
+                                                          : "");
+  if constexpr (!is_host<B>) {
+    FERRY_EXPECTS(a.device_id() == device, ferry::logic_error, "{}: expected a tensor on device {}, got device {}",
+                  who, device, a.device_id());
+  }
+  FERRY_EXPECTS(c_contiguous(a), ferry::logic_error, "{}: expected a C-contiguous array, got a strided one ({}-d)",
+                who, a.ndim());
+}
+
+/// The Python exception types (ferry.Error and subclasses), created once by the module.
+struct exceptions {
+  PyObject* error{nullptr};
+  PyObject* logic{nullptr};
+  PyObject* oom{nullptr};
+  PyObject* timeout{nullptr};
+  PyObject* invalidated{nullptr};
+  PyObject* backend{nullptr};
+  PyObject* shutdown{nullptr};
+  PyObject* size_overflow{nullptr};
+};
+inline exceptions& errors()
+{
+  static exceptions e;
+  return e;
+}
+
+}  // namespace ferry::python

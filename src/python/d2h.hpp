@@ -1,0 +1,428 @@
+// SPDX-License-Identifier: Apache-2.0
+// ferry.Channel (D2H) for one backend: producer calls, poll() batches of entries, zero-copy numpy views.
+#pragma once
+
+#include "common.hpp"
+
+#include <ferry/d2h.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <thread>
+#include <vector>
+
+namespace ferry::python {
+
+namespace fd = ferry::d2h;
+
+/// One delivered entry. Views (numpy()) share `held`: the staging bytes go back when release() was called
+/// (or the entry died) AND the last view died.
+struct py_entry {
+  struct holder {
+    fd::entry_view v;
+  };
+  std::shared_ptr<holder> held;
+  std::uint32_t hook{0};
+  std::uint64_t seq{0};
+  std::uint64_t size{0};
+  std::uint64_t reserved{0};
+  bool ok{true};
+
+  explicit py_entry(fd::entry_view&& v)
+    : held{std::make_shared<holder>()}, hook{v.hook().value}, seq{v.seq().value}, size{v.size()},
+      reserved{v.reserved_bytes()}, ok{v.ok()}
+  {
+    held->v = std::move(v);
+  }
+
+  [[nodiscard]] nb::ndarray<nb::numpy, const std::uint8_t, nb::ndim<1>> numpy() const
+  {
+    FERRY_EXPECTS(held != nullptr, ferry::logic_error,
+                  "d2h entry {} of hook {}: expected a live entry, got a released one (numpy() after release())",
+                  seq, hook);
+    auto bytes = held->v.bytes();  // size_overflow_error for a rejected dynamic entry
+    auto* keep = new std::shared_ptr<holder>(held);
+    nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<holder>*>(p); });
+    const std::size_t shape[1] = {bytes.size()};
+    return {reinterpret_cast<const std::uint8_t*>(bytes.data()), 1, shape, owner};
+  }
+  [[nodiscard]] nb::bytes to_bytes() const
+  {
+    FERRY_EXPECTS(held != nullptr, ferry::logic_error,
+                  "d2h entry {} of hook {}: expected a live entry, got a released one (tobytes() after release())",
+                  seq, hook);
+    auto b = held->v.bytes();
+    return nb::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+  }
+  void release() noexcept { held.reset(); }
+  [[nodiscard]] bool released() const noexcept { return held == nullptr; }
+  /// numpy views alive (besides the entry itself).
+  [[nodiscard]] long views() const noexcept { return held ? held.use_count() - 1 : 0; }
+};
+
+/// A forward_plan captured by end_forward() in graph mode.
+struct py_plan {
+  fd::forward_plan p;
+  [[nodiscard]] std::size_t size() const noexcept { return p.size(); }
+};
+
+/// An executable graph (Stream.end_capture); the engine's own graphs (torch.cuda.CUDAGraph) work the same.
+template <class B>
+struct py_graph {
+  typename B::graph_exec_type exec{};
+  py_graph() = default;
+  py_graph(const py_graph&) = delete;
+  py_graph& operator=(const py_graph&) = delete;
+  ~py_graph() { B{}.graph_exec_destroy(exec); }
+};
+
+template <class B>
+class py_channel {
+ public:
+  py_channel(int device, fd::config cfg) : dev_{device}
+  {
+    B b{};
+    b.set_device(fb::device_id{device});
+    ch_.emplace(cfg, b);
+  }
+  ~py_channel()
+  {
+    nb::gil_scoped_release g;
+    ch_.reset();
+    leftovers_.clear();
+  }
+
+  void begin_forward(nb::handle stream)
+  {
+    auto s = resolve_stream<B>(stream, dev_, "Channel.begin_forward");
+    std::shared_lock lk{mu_};
+    auto& ch = live("begin_forward");
+    drop_completed_refs();
+    nb::gil_scoped_release g;
+    set_dev();
+    ch.begin_forward(s);
+  }
+
+  [[nodiscard]] py_plan end_forward(nb::handle stream)
+  {
+    auto s = resolve_stream<B>(stream, dev_, "Channel.end_forward");
+    std::shared_lock lk{mu_};
+    auto& ch = live("end_forward");
+    py_plan out;
+    bool capturing = false;
+    {
+      nb::gil_scoped_release g;
+      set_dev();
+      capturing = s.is_capturing();
+      out.p = ch.end_forward(s);
+    }
+    if constexpr (is_host<B>) {  // host "kernels" copy later, on the stream thread: hold the arrays until then
+      if (!capturing) {
+        auto done = std::make_shared<std::atomic<bool>>(false);
+        s.backend().host_func(s.handle(), [done] { done->store(true, std::memory_order_release); });
+        pending_.push_back({done, std::move(current_)});
+      } else {
+        graph_refs_.insert(graph_refs_.end(), current_.begin(), current_.end());
+      }
+      current_.clear();
+    }
+    return out;
+  }
+
+  void capture(std::uint32_t hook, nb::handle tensor, nb::handle stream)
+  {
+    auto s = resolve_stream<B>(stream, dev_, "Channel.capture");
+    const any_array t = as_array(tensor, "Channel.capture");
+    check_device_array<B>(t, dev_, fmt_who("Channel.capture", hook));
+    std::shared_lock lk{mu_};
+    auto& ch = live("capture");
+    {
+      nb::gil_scoped_release g;
+      set_dev();
+      ch.capture(fd::hook_id{hook}, t.data(), t.nbytes(), s);
+    }
+    if constexpr (is_host<B>) { current_.push_back(nb::borrow(tensor)); }
+  }
+
+  void plan(const py_plan& p)
+  {
+    std::shared_lock lk{mu_};
+    auto& ch = live("plan");
+    nb::gil_scoped_release g;
+    set_dev();
+    ch.plan(p.p);
+  }
+
+  /// Up to `max_entries` delivered entries: waits up to `timeout` seconds (None: forever) for the first one,
+  /// then takes whatever else is ready. The GIL is released while waiting; Ctrl-C is honoured.
+  [[nodiscard]] std::vector<py_entry> poll(std::size_t max_entries, std::optional<double> timeout)
+  {
+    FERRY_EXPECTS(max_entries > 0, ferry::logic_error, "Channel.poll: expected max_entries >= 1, got 0");
+    std::vector<py_entry> out;
+    const auto start = std::chrono::steady_clock::now();
+    const auto limit = timeout ? std::chrono::duration<double>(*timeout) : std::chrono::duration<double>::max();
+    for (;;) {
+      std::vector<fd::entry_view> got;
+      bool closed = false;
+      {
+        nb::gil_scoped_release g;
+        std::shared_lock lk{mu_};
+        closed = !ch_.has_value();
+        const auto slice_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+        for (;;) {
+          if (closed) {
+            std::lock_guard l2{leftover_mu_};
+            while (got.size() < max_entries && !leftovers_.empty()) {
+              got.push_back(std::move(leftovers_.front()));
+              leftovers_.pop_front();
+            }
+          } else {
+            while (got.size() < max_entries) {
+              auto v = ch_->try_pop();
+              if (!v) { break; }
+              got.push_back(std::move(*v));
+            }
+          }
+          const auto now = std::chrono::steady_clock::now();
+          if (!got.empty() || closed || now - start >= limit || now >= slice_end) { break; }
+          std::this_thread::sleep_for(std::chrono::microseconds(20));
+        }
+      }
+      for (auto& v : got) { out.emplace_back(std::move(v)); }
+      if (!out.empty()) { return out; }
+      FERRY_EXPECTS(!closed, ferry::logic_error,
+                    "Channel.poll: expected an open channel, got a closed one with no entries left");
+      if (std::chrono::steady_clock::now() - start >= limit) { return out; }
+      if (PyErr_CheckSignals() != 0) { throw nb::python_error(); }
+    }
+  }
+
+  [[nodiscard]] nb::dict stats() const
+  {
+    std::shared_lock lk{mu_};
+    const fd::counters c = ch_ ? ch_->stats() : final_stats_;
+    nb::dict d;
+    d["entries_reserved"] = c.entries_reserved;
+    d["entries_published"] = c.entries_published;
+    d["entries_drained"] = c.entries_drained;
+    d["bytes_drained"] = c.bytes_drained;
+    d["copies"] = c.copies;
+    d["stalls"] = c.stalls;
+    d["high_watermark"] = c.high_watermark;
+    d["size_overflows"] = c.size_overflows;
+    d["callback_errors"] = c.callback_errors;
+    d["publishes"] = c.publishes;
+    return d;
+  }
+
+  /// Drains, stops and destroys the C++ channel (the device slot is free again); entries delivered but
+  /// not polled stay available to poll(). Raises ShutdownError (with .report) when entries were lost.
+  [[nodiscard]] nb::dict close(std::optional<double> timeout)
+  {
+    std::optional<fd::shutdown_report> rep;
+    std::optional<fd::shutdown_error> err;
+    {
+      nb::gil_scoped_release g;
+      std::unique_lock lk{mu_};
+      FERRY_EXPECTS(ch_.has_value(), ferry::logic_error, "Channel.close: expected an open channel, got a closed one");
+      set_dev();
+      try {
+        rep = timeout ? ch_->close(std::chrono::milliseconds(static_cast<std::int64_t>(*timeout * 1000.0)))
+                      : ch_->close();
+      } catch (const fd::shutdown_error& e) {
+        err.emplace(e);
+      }
+      final_stats_ = ch_->stats();
+      {
+        std::lock_guard l2{leftover_mu_};
+        while (auto v = ch_->try_pop()) { leftovers_.push_back(std::move(*v)); }
+      }
+      ch_.reset();
+    }
+    current_.clear();
+    pending_.clear();
+    graph_refs_.clear();
+    if (err) { throw *err; }
+    return report_dict(*rep);
+  }
+
+  [[nodiscard]] bool closed() const noexcept { return !ch_.has_value(); }
+  [[nodiscard]] int device() const noexcept { return dev_; }
+  [[nodiscard]] bool invalidated() const
+  {
+    std::shared_lock lk{mu_};
+    return ch_ && ch_->invalidated();
+  }
+
+  static nb::dict report_dict(const fd::shutdown_report& r)
+  {
+    nb::dict d;
+    nb::list unpub, hooks, undrained;
+    for (auto s : r.unpublished) { unpub.append(s.value); }
+    for (auto h : r.unpublished_hooks) { hooks.append(h.value); }
+    for (auto s : r.undrained) { undrained.append(s.value); }
+    d["delivered"] = r.delivered;
+    d["pending_pop"] = r.pending_pop;
+    d["unpublished"] = unpub;
+    d["unpublished_hooks"] = hooks;
+    d["undrained"] = undrained;
+    d["forward_open"] = r.forward_open;
+    d["clean"] = r.clean();
+    return d;
+  }
+
+ private:
+  fd::channel<B>& live(const char* what)
+  {
+    FERRY_EXPECTS(ch_.has_value(), ferry::logic_error, "Channel.{}: expected an open channel, got a closed one", what);
+    return *ch_;
+  }
+  void set_dev() const
+  {
+    if constexpr (!is_host<B>) { B{}.set_device(fb::device_id{dev_}); }
+  }
+  static std::string fmt_who(const char* what, std::uint32_t hook)
+  {
+    return std::string{what} + " (hook " + std::to_string(hook) + ")";
+  }
+  void drop_completed_refs()
+  {
+    std::erase_if(pending_, [](const auto& p) { return p.first->load(std::memory_order_acquire); });
+  }
+
+  int dev_;
+  mutable std::shared_mutex mu_;  // shared: every call; unique: close()
+  std::optional<fd::channel<B>> ch_;
+  std::mutex leftover_mu_;
+  std::deque<fd::entry_view> leftovers_;
+  fd::counters final_stats_{};
+  // Host backend only: arrays captured in the open forward, in finished forwards not yet copied, in graphs.
+  std::vector<nb::object> current_;
+  std::vector<std::pair<std::shared_ptr<std::atomic<bool>>, std::vector<nb::object>>> pending_;
+  std::vector<nb::object> graph_refs_;
+};
+
+template <class B>
+fd::config channel_config(std::size_t ring_bytes, std::uint32_t publish_every, std::size_t staging_bytes,
+                          const std::string& placement, const std::string& on_full, double timeout,
+                          std::uint32_t fifo_capacity)
+{
+  fd::config c;
+  c.ring_bytes = ring_bytes;
+  c.publish_every = publish_every;
+  c.staging_bytes = staging_bytes;
+  if (placement == "managed") {
+    c.placement = fd::head_placement::managed;
+  } else if (placement == "pinned_mapped") {
+    c.placement = fd::head_placement::pinned_mapped;
+  } else {
+    FERRY_FAIL(ferry::logic_error, "Channel: expected placement 'managed' or 'pinned_mapped', got '{}'", placement);
+  }
+  if (on_full == "block") {
+    c.on_full = fd::full_policy::block_with_timeout;
+  } else if (on_full == "fail_fast") {
+    c.on_full = fd::full_policy::fail_fast;
+  } else {
+    FERRY_FAIL(ferry::logic_error, "Channel: expected on_full 'block' or 'fail_fast', got '{}'", on_full);
+  }
+  FERRY_EXPECTS(timeout >= 0, ferry::logic_error, "Channel: expected timeout >= 0 s, got {}", timeout);
+  c.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000.0));
+  c.fifo_capacity = fifo_capacity;
+  c.drain = fd::drain_mode::thread;
+  return c;
+}
+
+template <class B>
+void bind_d2h(nb::module_& m)
+{
+  using C = py_channel<B>;
+  nb::class_<C>(m, "Channel", "D2H channel: capture device tensors into a ring, poll() them on the host.")
+    .def(
+      "__init__",
+      [](C* self, int device, std::size_t ring_bytes, std::uint32_t publish_every, std::size_t staging_bytes,
+         const std::string& placement, const std::string& on_full, double timeout, std::uint32_t fifo_capacity) {
+        new (self) C(device, channel_config<B>(ring_bytes, publish_every, staging_bytes, placement, on_full, timeout,
+                                               fifo_capacity));
+      },
+      nb::arg("device") = 0, nb::arg("ring_bytes") = std::size_t{64} << 20, nb::arg("publish_every") = 16,
+      nb::arg("staging_bytes") = 0, nb::arg("placement") = "managed", nb::arg("on_full") = "block",
+      nb::arg("timeout") = 5.0, nb::arg("fifo_capacity") = 8192)
+    .def("begin_forward", &C::begin_forward, nb::arg("stream").none() = nb::none())
+    .def("end_forward", &C::end_forward, nb::arg("stream").none() = nb::none())
+    .def("capture", &C::capture, nb::arg("hook"), nb::arg("tensor").none(), nb::arg("stream").none() = nb::none())
+    .def("plan", &C::plan, nb::arg("plan"))
+    .def("poll", &C::poll, nb::arg("max_entries") = 1024, nb::arg("timeout").none() = 0.0)
+    .def("stats", &C::stats)
+    .def("close", &C::close, nb::arg("timeout").none() = nb::none())
+    .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+    .def("__exit__",
+         [](C& c, nb::args exc) {
+           // closes an open channel; an error of the with-body is not masked by a close() error
+           if (c.closed()) { return; }
+           if (nb::len(exc) == 0 || exc[0].is_none()) {
+             (void)c.close(std::nullopt);
+           } else {
+             try {
+               (void)c.close(std::nullopt);
+             } catch (const std::exception&) {
+             }
+           }
+         })
+    .def_prop_ro("closed", &C::closed)
+    .def_prop_ro("device", &C::device)
+    .def_prop_ro("invalidated", &C::invalidated)
+    .def_prop_ro_static("backend", [](nb::handle) { return traits<B>::name; });
+
+  auto stream_cls =
+    nb::class_<py_stream<B>>(m, "Stream", "An owning stream of this backend.")
+    .def(nb::init<int>(), nb::arg("device") = 0)
+    .def_prop_ro("handle", [](const py_stream<B>& s) { return reinterpret_cast<std::uintptr_t>(s.handle()); })
+    .def_prop_ro("device", [](const py_stream<B>& s) { return s.dev; })
+    .def("synchronize",
+         [](const py_stream<B>& s) {
+           auto h = s.handle();
+           nb::gil_scoped_release g;
+           B{}.stream_synchronize(h);
+         })
+    .def("close",
+         [](py_stream<B>& s) {
+           nb::gil_scoped_release g;
+           s.s.reset();
+         })
+    .def("begin_capture",
+         [](const py_stream<B>& s) {
+           auto h = s.handle();
+           nb::gil_scoped_release g;
+           B{}.capture_begin(h);
+         })
+    .def("end_capture", [](const py_stream<B>& s) {
+      auto h = s.handle();
+      nb::gil_scoped_release g;
+      B b{};
+      auto graph = b.capture_end(h);
+      auto exec = b.graph_instantiate(graph);
+      b.graph_destroy(graph);
+      auto* x = new py_graph<B>;
+      x->exec = exec;
+      return x;
+    }, nb::rv_policy::take_ownership);
+  if constexpr (!is_host<B>) {  // the CUDA stream protocol: (version, cudaStream_t)
+    stream_cls.def("__cuda_stream__", [](const py_stream<B>& s) {
+      return nb::make_tuple(0, reinterpret_cast<std::uintptr_t>(s.handle()));
+    });
+  }
+
+  nb::class_<py_graph<B>>(m, "Graph", "An executable graph captured with Stream.begin_capture/end_capture.")
+    .def("launch", [](const py_graph<B>& x, nb::handle stream) {
+      auto s = resolve_stream<B>(stream, 0, "Graph.launch");
+      nb::gil_scoped_release g;
+      B{}.graph_launch(x.exec, s.handle());
+    }, nb::arg("stream"));
+}
+
+}  // namespace ferry::python

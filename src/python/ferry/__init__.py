@@ -1,0 +1,132 @@
+# SPDX-License-Identifier: Apache-2.0
+"""ferry: GPU<->CPU transfer publication for inference engines.
+
+D2H: ``ferry.Channel`` captures device tensors into a device ring; ``poll()`` returns the entries as
+zero-copy numpy views of pinned staging. H2D: ``ferry.Publisher`` publishes per-forward metadata from
+pinned sources into fixed device destinations. See docs/api/python.md.
+
+Backends: ``"cuda"`` (built with FERRY_PYTHON_CUDA and a GPU present) or ``"host"`` (a host-emulated
+device, always available); ``"auto"`` picks cuda where it can, else host. The environment variable
+FERRY_PYTHON_BACKEND overrides what ``"auto"`` picks.
+"""
+
+from __future__ import annotations
+
+import abc as _abc
+import os as _os
+
+from . import _ferry
+from ._ferry import (  # noqa: F401  (re-exported)
+    BackendError,
+    Buffer,
+    Entry,
+    Error,
+    InvalidatedError,
+    LogicError,
+    OutOfMemory,
+    Plan,
+    ShutdownError,
+    SizeOverflowError,
+    TimeoutError,
+)
+
+__all__ = [
+    "BackendError", "Buffer", "Channel", "Entry", "Error", "Graph", "InvalidatedError", "LogicError",
+    "OutOfMemory", "Plan", "Producer", "Publisher", "ShutdownError", "SizeOverflowError", "Slot", "Stream",
+    "TimeoutError", "available_backends", "default_backend",
+]
+
+_BACKENDS = ("auto", "host", "cuda")
+
+
+def _cuda_devices() -> int:
+    if not _ferry.has_cuda:
+        return 0
+    try:
+        return int(_ferry.cuda.device_count())
+    except Error:  # no driver, no device
+        return 0
+
+
+def available_backends() -> list[str]:
+    """The backends usable here: always "host", and "cuda" when built with CUDA and a GPU is present."""
+    return ["cuda", "host"] if _cuda_devices() > 0 else ["host"]
+
+
+def default_backend() -> str:
+    """What backend="auto" picks: FERRY_PYTHON_BACKEND if set, else "cuda" where usable, else "host"."""
+    env = _os.environ.get("FERRY_PYTHON_BACKEND", "")
+    if env:
+        return _resolve(env)
+    return "cuda" if _cuda_devices() > 0 else "host"
+
+
+def _resolve(backend: str) -> str:
+    if not isinstance(backend, str) or backend not in _BACKENDS:
+        raise LogicError(f"ferry: expected backend one of {_BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        return default_backend()
+    if backend == "cuda":
+        if not _ferry.has_cuda:
+            raise LogicError("ferry: backend 'cuda' requested, but this ferry was built without CUDA "
+                             "(rebuild with FERRY_PYTHON_CUDA=ON)")
+        if _cuda_devices() == 0:
+            raise LogicError("ferry: backend 'cuda' requested, expected a CUDA device, got none")
+    return backend
+
+
+def _module(backend: str):
+    return getattr(_ferry, _resolve(backend))
+
+
+class _Factory(_abc.ABC):
+    """Constructing one returns the chosen backend's class instance; isinstance() holds for every backend."""
+
+    _name = ""
+
+    def __new__(cls, *args, backend: str = "auto", **kwargs):
+        return getattr(_module(backend), cls._name)(*args, **kwargs)
+
+
+class Channel(_Factory):
+    """ferry.Channel(device=0, ring_bytes=64 MiB, publish_every=16, *, backend="auto", staging_bytes=0,
+    placement="managed", on_full="block", timeout=5.0, fifo_capacity=8192).
+
+    begin_forward(stream), capture(hook, tensor, stream), end_forward(stream) -> Plan, plan(plan),
+    poll(max_entries=1024, timeout=0.0) -> list[Entry], stats() -> dict, close(timeout=None) -> dict.
+    """
+
+    _name = "Channel"
+
+
+class Publisher(_Factory):
+    """ferry.Publisher(device=0, *, backend="auto"): declare(), initialize(), begin(slot),
+    producer(group), publish(group, stream), stage(), capture_upload(), device_pointer(), device_array()."""
+
+    _name = "Publisher"
+
+
+class Stream(_Factory):
+    """ferry.Stream(device=0, *, backend="auto"): an owning stream (the host backend's stream type)."""
+
+    _name = "Stream"
+
+
+class Graph(_abc.ABC):
+    """An executable graph from Stream.end_capture(); launch(stream)."""
+
+
+class Slot(_abc.ABC):
+    """Publisher.begin(slot): one forward epoch of a runner slot (context manager; finish())."""
+
+
+class Producer(_abc.ABC):
+    """Publisher.producer(group): the group's producer scope (context manager; source(), write(), set_count())."""
+
+
+for _name in ("host", "cuda"):
+    _m = getattr(_ferry, _name, None)
+    if _m is not None:
+        for _abstract in (Channel, Publisher, Stream, Graph, Slot, Producer):
+            _abstract.register(getattr(_m, _abstract.__name__))
+del _name, _m

@@ -1,0 +1,365 @@
+// SPDX-License-Identifier: Apache-2.0
+// ferry.Publisher (H2D) for one backend: declare typed buffers, fill the slot's pinned sources through
+// zero-copy numpy views inside begin()/producer() scopes, publish into fixed device destinations.
+#pragma once
+
+#include "common.hpp"
+
+#include <ferry/h2d.hpp>
+
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ferry::python {
+
+namespace fh = ferry::h2d;
+
+/// A declared buffer as Python sees it (backend-independent).
+struct py_buffer {
+  std::uint32_t index{0};
+  std::string name;
+  nb::dlpack::dtype dtype{};
+  std::size_t itemsize{1};
+  std::string unit;        ///< "elements", "rows" or "bytes"
+  std::size_t row{0};      ///< elements per row (rows)
+  std::size_t capacity{0}; ///< in units
+  nb::object np_dtype;
+
+  [[nodiscard]] std::size_t unit_bytes() const noexcept
+  {
+    return unit == "rows" ? row * itemsize : unit == "elements" ? itemsize : 1;
+  }
+  [[nodiscard]] std::size_t bytes() const noexcept { return capacity * unit_bytes(); }
+  /// Shape of the numpy views of this buffer.
+  [[nodiscard]] std::vector<std::size_t> shape() const
+  {
+    if (unit == "rows") { return {capacity, row}; }
+    if (unit == "bytes") { return {capacity / itemsize}; }
+    return {capacity};
+  }
+};
+
+[[nodiscard]] inline nb::dlpack::dtype to_dlpack(nb::handle np_dtype, const std::string& who)
+{
+  const auto kind = nb::cast<std::string>(np_dtype.attr("kind"));
+  const auto size = nb::cast<std::size_t>(np_dtype.attr("itemsize"));
+  nb::dlpack::dtype d{};
+  d.bits = static_cast<std::uint8_t>(size * 8);
+  d.lanes = 1;
+  if (kind == "i") {
+    d.code = static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int);
+  } else if (kind == "u") {
+    d.code = static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt);
+  } else if (kind == "f") {
+    d.code = static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float);
+  } else if (kind == "b") {
+    d.code = static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bool);
+  } else {
+    FERRY_FAIL(ferry::logic_error, "{}: expected an int, uint, float or bool dtype, got numpy kind '{}'", who, kind);
+  }
+  return d;
+}
+
+template <class B>
+class py_publisher {
+ public:
+  explicit py_publisher(int device) : dev_{device}
+  {
+    B b{};
+    b.set_device(fb::device_id{device});
+    pub_ = std::make_unique<fh::publisher<B>>(b);
+  }
+  ~py_publisher()
+  {
+    nb::gil_scoped_release g;
+    pub_.reset();
+  }
+
+  [[nodiscard]] py_buffer declare(const std::string& name, nb::handle groups, nb::handle dtype, std::size_t capacity,
+                                  const std::string& unit, std::optional<std::size_t> row, nb::handle dst)
+  {
+    const std::string who = "Publisher.declare('" + name + "')";
+    py_buffer pb;
+    pb.name = name;
+    pb.np_dtype = nb::module_::import_("numpy").attr("dtype")(dtype);
+    pb.dtype = to_dlpack(pb.np_dtype, who);
+    pb.itemsize = pb.dtype.bits / 8;
+    pb.unit = unit;
+    pb.capacity = capacity;
+    fh::buffer_spec spec;
+    spec.name = name;
+    if (nb::isinstance<nb::str>(groups)) {
+      spec.groups.push_back(nb::cast<std::string>(groups));
+    } else {
+      for (nb::handle g : groups) { spec.groups.push_back(nb::cast<std::string>(g)); }
+    }
+    spec.element_size = pb.itemsize;
+    spec.capacity = capacity;
+    if (unit == "elements") {
+      spec.unit = fh::count_unit::elements;
+    } else if (unit == "rows") {
+      FERRY_EXPECTS(row.has_value() && *row > 0, ferry::logic_error,
+                    "{}: unit 'rows' needs row= (elements per row) >= 1, got {}", who, row ? *row : 0);
+      spec.unit = fh::count_unit::rows;
+      spec.row_size = *row * pb.itemsize;
+      pb.row = *row;
+    } else if (unit == "bytes") {
+      spec.unit = fh::count_unit::bytes;
+      FERRY_EXPECTS(capacity % pb.itemsize == 0, ferry::logic_error,
+                    "{}: unit 'bytes' needs a capacity that is a multiple of the item size {}, got {}", who,
+                    pb.itemsize, capacity);
+    } else {
+      FERRY_FAIL(ferry::logic_error, "{}: expected unit 'elements', 'rows' or 'bytes', got '{}'", who, unit);
+    }
+    if (!dst.is_none()) {
+      const any_array a = as_array(dst, "Publisher.declare");
+      check_device_array<B>(a, dev_, who + " dst");
+      FERRY_EXPECTS(a.dtype() == pb.dtype, ferry::logic_error, "{}: expected a dst of dtype {}, got {}", who,
+                    dtype_str(pb.dtype), dtype_str(a.dtype()));
+      FERRY_EXPECTS(a.nbytes() >= pb.bytes(), ferry::logic_error,
+                    "{}: expected a dst of at least {} bytes (capacity), got {} bytes", who, pb.bytes(), a.nbytes());
+      spec.device_ptr = const_cast<void*>(a.data());
+      keep_.push_back(nb::borrow(dst));
+    }
+    const auto h = pub_->declare(std::move(spec));
+    pb.index = h.value;
+    bufs_.push_back(pb);
+    return pb;
+  }
+
+  void initialize(std::size_t slots, nb::handle stream, std::optional<std::string> upload)
+  {
+    auto s = resolve_stream<B>(stream, dev_, "Publisher.initialize");
+    fh::config cfg;
+    cfg.slots = slots;
+    cfg.device = fb::device_id{dev_};
+    if (upload) {
+      const auto k = fh::parse_upload_backend(*upload);
+      FERRY_EXPECTS(k.has_value(), ferry::logic_error,
+                    "Publisher.initialize: expected upload one of packed, direct, batch, zerocopy, auto, got '{}'",
+                    *upload);
+      cfg.backend = *k;
+    }
+    keep_.push_back(nb::borrow(stream));  // the owner stream must outlive the publisher
+    nb::gil_scoped_release g;
+    set_dev();
+    pub_->initialize(cfg, s);
+  }
+
+  [[nodiscard]] fh::slot_guard<B> begin(std::size_t slot)
+  {
+    nb::gil_scoped_release g;
+    set_dev();
+    return pub_->begin(slot);
+  }
+  [[nodiscard]] fh::producer_guard<B> producer(const std::string& group) { return pub_->producer(group); }
+
+  void set_count(const py_buffer& b, std::size_t n) { pub_->set_count(fh::buffer_handle{b.index}, n); }
+  void publish(const std::string& group, nb::handle stream)
+  {
+    auto s = resolve_stream<B>(stream, dev_, "Publisher.publish");
+    nb::gil_scoped_release g;
+    set_dev();
+    pub_->publish(group, s);
+  }
+  void stage(const std::string& group) { pub_->stage(group); }
+  void capture_upload(const std::string& group, std::size_t slot, nb::handle stream)
+  {
+    auto s = resolve_stream<B>(stream, dev_, "Publisher.capture_upload");
+    nb::gil_scoped_release g;
+    set_dev();
+    pub_->capture_upload(group, slot, s);
+  }
+  void recover()
+  {
+    nb::gil_scoped_release g;
+    set_dev();
+    pub_->recover();
+  }
+  [[nodiscard]] std::uintptr_t device_pointer(const py_buffer& b) const
+  {
+    return reinterpret_cast<std::uintptr_t>(pub_->device_pointer(fh::buffer_handle{b.index}));
+  }
+  [[nodiscard]] nb::dict info(const std::string& group) const
+  {
+    const auto i = pub_->info(group);
+    nb::dict d;
+    d["name"] = i.name;
+    d["backend"] = std::string{fh::to_string(i.backend)};
+    d["graph_backend"] = std::string{fh::to_string(i.graph_backend)};
+    d["arena_bytes"] = i.arena_bytes;
+    d["members"] = i.members;
+    return d;
+  }
+  [[nodiscard]] fh::publisher<B>& get() { return *pub_; }
+  [[nodiscard]] int device() const noexcept { return dev_; }
+  [[nodiscard]] const py_buffer& buffer(const py_buffer& b) const
+  {
+    FERRY_EXPECTS(b.index < bufs_.size() && bufs_[b.index].name == b.name, ferry::logic_error,
+                  "Publisher: buffer '{}' was declared by another publisher", b.name);
+    return bufs_[b.index];
+  }
+
+ private:
+  void set_dev() const
+  {
+    if constexpr (!is_host<B>) { B{}.set_device(fb::device_id{dev_}); }
+  }
+  int dev_;
+  std::unique_ptr<fh::publisher<B>> pub_;
+  std::vector<py_buffer> bufs_;
+  std::vector<nb::object> keep_;  // bound destinations and the owner stream
+};
+
+/// View of `bytes` at `p` shaped like buffer `b` (owner keeps the storage alive).
+template <class Array>
+[[nodiscard]] Array buffer_view(const py_buffer& b, void* p, nb::handle owner, int device_type, int device_id)
+{
+  const auto shape = b.shape();
+  return Array(p, shape.size(), shape.data(), owner, nullptr, b.dtype, device_type, device_id);
+}
+
+template <class B>
+struct py_slot {
+  nb::object owner;  // the Publisher
+  std::optional<fh::slot_guard<B>> g;
+  void finish()
+  {
+    FERRY_EXPECTS(g.has_value(), ferry::logic_error, "Slot.finish: expected an active slot, got a finished one");
+    auto guard = std::move(g);
+    g.reset();
+    nb::gil_scoped_release rel;
+    guard->finish();
+  }
+};
+
+template <class B>
+struct py_producer {
+  nb::object owner;  // the Publisher
+  std::string group;
+  std::optional<fh::producer_guard<B>> g;
+
+  fh::producer_guard<B>& live(const char* what)
+  {
+    FERRY_EXPECTS(g.has_value(), ferry::logic_error, "Producer('{}').{}: expected an open producer scope, got a closed one",
+                  group, what);
+    return *g;
+  }
+  [[nodiscard]] nb::ndarray<nb::numpy> source(const py_buffer& pb)
+  {
+    auto& pub = nb::cast<py_publisher<B>&>(owner);
+    const auto& b = pub.buffer(pb);
+    auto span = live("source").template source<std::byte>(fh::buffer_handle{b.index});
+    return buffer_view<nb::ndarray<nb::numpy>>(b, span.data(), owner, nb::device::cpu::value, 0);
+  }
+  void set_count(const py_buffer& pb, std::size_t n) { live("set_count").set_count(fh::buffer_handle{pb.index}, n); }
+  /// Copies `array` (host, C-contiguous, the buffer's dtype) into the source and sets the count.
+  void write(const py_buffer& pb, nb::handle obj)
+  {
+    auto& pub = nb::cast<py_publisher<B>&>(owner);
+    const auto& b = pub.buffer(pb);
+    const std::string who = "Producer('" + group + "').write('" + b.name + "')";
+    const any_array a = as_array(obj, "Producer.write");
+    FERRY_EXPECTS(a.device_type() == nb::device::cpu::value, ferry::logic_error,
+                  "{}: expected a host array (the pinned source), got DLPack device type {}", who, a.device_type());
+    FERRY_EXPECTS(c_contiguous(a), ferry::logic_error, "{}: expected a C-contiguous array, got a strided one", who);
+    FERRY_EXPECTS(a.dtype() == b.dtype, ferry::logic_error, "{}: expected dtype {}, got {}", who, dtype_str(b.dtype),
+                  dtype_str(a.dtype()));
+    std::size_t count = 0;
+    if (b.unit == "rows") {
+      FERRY_EXPECTS(a.ndim() == 2 && a.shape(1) == b.row, ferry::logic_error,
+                    "{}: expected shape (n, {}), got a {}-d array", who, b.row, a.ndim());
+      count = a.shape(0);
+    } else {
+      count = b.unit == "bytes" ? a.nbytes() : a.size();
+    }
+    FERRY_EXPECTS(a.nbytes() <= b.bytes(), ferry::logic_error, "{}: expected at most {} bytes (capacity), got {}", who,
+                  b.bytes(), a.nbytes());
+    auto span = live("write").template source<std::byte>(fh::buffer_handle{b.index});
+    std::memcpy(span.data(), a.data(), a.nbytes());
+    g->set_count(fh::buffer_handle{b.index}, count);
+  }
+  void close() { g.reset(); }
+};
+
+template <class B>
+void bind_h2d(nb::module_& m)
+{
+  using P = py_publisher<B>;
+  nb::class_<py_slot<B>>(m, "Slot", "One forward epoch of a runner slot (Publisher.begin); a context manager.")
+    .def("finish", &py_slot<B>::finish)
+    .def_prop_ro("active", [](const py_slot<B>& s) { return s.g.has_value(); })
+    .def_prop_ro("slot", [](const py_slot<B>& s) { return s.g ? static_cast<long>(s.g->slot()) : -1L; })
+    .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+    .def("__exit__", [](py_slot<B>& s, nb::args) {
+      if (s.g) { s.finish(); }
+    });
+
+  nb::class_<py_producer<B>>(m, "Producer", "A group's producer scope (Publisher.producer); a context manager.")
+    .def("source", &py_producer<B>::source, nb::arg("buffer"))
+    .def("set_count", &py_producer<B>::set_count, nb::arg("buffer"), nb::arg("count"))
+    .def("write", &py_producer<B>::write, nb::arg("buffer"), nb::arg("array"))
+    .def("close", &py_producer<B>::close)
+    .def_prop_ro("group", [](const py_producer<B>& p) { return p.group; })
+    .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+    .def("__exit__", [](py_producer<B>& p, nb::args) { p.close(); });
+
+  nb::class_<P>(m, "Publisher", "H2D publisher: per-forward metadata into fixed device addresses.")
+    .def(nb::init<int>(), nb::arg("device") = 0)
+    .def("declare", &P::declare, nb::arg("name"), nb::arg("groups"), nb::arg("dtype") = "uint8",
+         nb::arg("capacity"), nb::arg("unit") = "elements", nb::arg("row").none() = nb::none(),
+         nb::arg("dst").none() = nb::none())
+    .def("initialize", &P::initialize, nb::arg("slots") = 2, nb::arg("stream").none() = nb::none(),
+         nb::arg("upload").none() = nb::none())
+    .def(
+      "begin",
+      [](nb::handle self, std::size_t slot) {
+        auto& p = nb::cast<P&>(self);
+        auto s = std::make_unique<py_slot<B>>();
+        s->owner = nb::borrow(self);
+        s->g.emplace(p.begin(slot));
+        return s.release();
+      },
+      nb::arg("slot"), nb::rv_policy::take_ownership)
+    .def(
+      "producer",
+      [](nb::handle self, const std::string& group) {
+        auto& p = nb::cast<P&>(self);
+        auto pr = std::make_unique<py_producer<B>>();
+        pr->owner = nb::borrow(self);
+        pr->group = group;
+        pr->g.emplace(p.producer(group));
+        return pr.release();
+      },
+      nb::arg("group"), nb::rv_policy::take_ownership)
+    .def("set_count", &P::set_count, nb::arg("buffer"), nb::arg("count"))
+    .def("publish", &P::publish, nb::arg("group"), nb::arg("stream").none() = nb::none())
+    .def("stage", &P::stage, nb::arg("group"))
+    .def("capture_upload", &P::capture_upload, nb::arg("group"), nb::arg("slot"),
+         nb::arg("stream").none() = nb::none())
+    .def("recover", &P::recover)
+    .def("device_pointer", &P::device_pointer, nb::arg("buffer"))
+    .def(
+      "device_array",
+      [](nb::handle self, const py_buffer& pb) -> nb::object {
+        auto& p = nb::cast<P&>(self);
+        const auto& b = p.buffer(pb);
+        void* ptr = reinterpret_cast<void*>(p.device_pointer(b));
+        if constexpr (is_host<B>) {
+          return nb::cast(buffer_view<nb::ndarray<nb::numpy>>(b, ptr, self, nb::device::cpu::value, 0));
+        } else {
+          return nb::cast(buffer_view<nb::ndarray<>>(b, ptr, self, traits<B>::dl_device, p.device()));
+        }
+      },
+      nb::arg("buffer"))
+    .def("info", &P::info, nb::arg("group"))
+    .def_prop_ro("invalidated", [](P& p) { return p.get().invalidated(); })
+    .def_prop_ro("invalidation_reason", [](P& p) { return p.get().invalidation_reason(); })
+    .def_prop_ro("device", &P::device)
+    .def_prop_ro_static("backend", [](nb::handle) { return traits<B>::name; });
+}
+
+}  // namespace ferry::python

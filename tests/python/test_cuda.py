@@ -1,0 +1,121 @@
+# SPDX-License-Identifier: Apache-2.0
+# The CUDA backend with torch tensors and streams (skipped without a CUDA build, a GPU or torch):
+# entries byte-exact, every stream form, torch.cuda.graph capture with plan(), H2D into a torch tensor,
+# and host/device mix-ups refused.
+import numpy as np
+import pytest
+
+import ferry
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif("cuda" not in ferry.available_backends() or not torch.cuda.is_available(),
+                                reason="needs ferry built with FERRY_PYTHON_CUDA=ON, a GPU and torch")
+
+
+@pytest.fixture
+def channel():
+    ch = ferry.Channel(0, ring_bytes=4 << 20, publish_every=4, backend="cuda")
+    yield ch
+    if not ch.closed:
+        ch.close()
+
+
+def drain(ch, n):
+    out = []
+    while len(out) < n:
+        got = ch.poll(n - len(out), timeout=5.0)
+        assert got
+        out += got
+    return out
+
+
+class CudaStreamProtocol:
+    def __init__(self, s):
+        self.s = s
+
+    def __cuda_stream__(self):
+        return (0, self.s.cuda_stream)
+
+
+def test_entries_exact_with_every_stream_form(channel):
+    s = torch.cuda.Stream()
+    xs = [torch.randn(1000, device="cuda"), torch.arange(77, device="cuda", dtype=torch.int64),
+          torch.randn(4, 33, device="cuda").to(torch.bfloat16)]
+    torch.cuda.synchronize()
+    forms = [s, s.cuda_stream, CudaStreamProtocol(s), None]
+    expected = []
+    with torch.cuda.stream(s):
+        for form in forms:
+            channel.begin_forward(form)
+            for h, x in enumerate(xs):
+                channel.capture(h, x, form)
+                expected.append((h, x.view(torch.uint8).cpu().numpy().tobytes()
+                                 if x.dtype != torch.bfloat16 else x.view(torch.int16).cpu().numpy().tobytes()))
+            channel.end_forward(form)
+    got = drain(channel, len(expected))
+    for e, (h, b) in zip(got, expected):
+        assert e.hook == h and e.numpy().tobytes() == b
+    assert channel.close()["clean"]
+
+
+def test_ferry_stream_and_cpu_tensor_refused(channel):
+    s = ferry.Stream(0, backend="cuda")
+    assert isinstance(s.__cuda_stream__()[1], int)
+    channel.begin_forward(s)
+    with pytest.raises(ferry.LogicError, match="host array where a device tensor is needed"):
+        channel.capture(1, torch.zeros(16), s)
+    with pytest.raises(ferry.LogicError, match="C-contiguous"):
+        channel.capture(1, torch.zeros(16, 16, device="cuda").t(), s)
+    with pytest.raises(ferry.LogicError, match="default stream"):
+        channel.capture(1, torch.zeros(16, device="cuda"), 0)
+    channel.capture(2, torch.ones(16, device="cuda"), s)
+    channel.end_forward(s)
+    (e,) = drain(channel, 1)
+    assert e.hook == 2 and (e.numpy().view(np.float32) == 1).all()
+
+
+def test_torch_cuda_graph_replay_with_plan(channel):
+    s = torch.cuda.Stream()
+    x = torch.zeros(256, device="cuda")
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        x.add_(0)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g, stream=s):
+        y = x * 2
+        channel.begin_forward(s)
+        channel.capture(1, x, s)
+        channel.capture(2, y, s)
+        plan = channel.end_forward(s)
+    assert len(plan) == 2
+    for step in range(5):
+        x.fill_(step)
+        torch.cuda.synchronize()
+        channel.plan(plan)
+        g.replay()
+        got = drain(channel, 2)
+        assert (got[0].numpy().view(np.float32) == step).all()
+        assert (got[1].numpy().view(np.float32) == 2 * step).all()
+
+
+def test_publisher_into_a_torch_tensor():
+    s = torch.cuda.Stream()
+    dst = torch.full((64,), -1, dtype=torch.int32, device="cuda")
+    pub = ferry.Publisher(0, backend="cuda")
+    ids = pub.declare("input_ids", ["tokens"], np.int32, 64, dst=dst)
+    pos = pub.declare("positions", ["tokens"], np.int64, 64)
+    with pytest.raises(ferry.LogicError, match="dtype int64, got int32"):
+        pub.declare("bad", ["tokens"], np.int64, 64, dst=dst)
+    with pytest.raises(ferry.LogicError, match="host array where a device tensor is needed"):
+        pub.declare("bad", ["tokens"], np.int32, 64, dst=torch.zeros(64, dtype=torch.int32))
+    pub.initialize(2, s)
+    for step in range(4):
+        n = 5 + step
+        with pub.begin(step % 2):
+            with pub.producer("tokens") as p:
+                p.write(ids, np.arange(n, dtype=np.int32) + step)
+                p.write(pos, np.arange(n, dtype=np.int64) * 2)
+            pub.publish("tokens", s)
+        s.synchronize()
+        assert dst[:n].tolist() == list(range(step, step + n)) and (dst[n:] == -1).all()
+        assert torch.from_dlpack(pub.device_array(pos))[:n].tolist() == [2 * i for i in range(n)]

@@ -1,0 +1,220 @@
+# SPDX-License-Identifier: Apache-2.0
+# ferry.Channel on the host backend: every call, entries byte-exact against numpy, poll batching,
+# view lifetime, graph plans, and staging reuse over 10^5 entries.
+import gc
+import time
+
+import numpy as np
+import pytest
+
+import ferry
+
+
+def test_channel_is_a_host_channel_and_reports_its_config(make_channel):
+    ch = make_channel(ring_bytes=1 << 16, publish_every=4)
+    assert isinstance(ch, ferry.Channel)
+    assert ch.backend == "host" and ch.device == 0 and not ch.closed and not ch.invalidated
+    st = ch.stats()
+    assert st["entries_reserved"] == 0 and st["entries_drained"] == 0
+
+
+def test_entries_are_byte_exact_in_order(make_channel, stream, drain):
+    ch = make_channel(ring_bytes=1 << 16, publish_every=3)
+    rng = np.random.default_rng(7)
+    arrays = [
+        rng.integers(0, 255, size=1, dtype=np.uint8),
+        rng.standard_normal(15).astype(np.float32),
+        rng.integers(-(1 << 40), 1 << 40, size=(4, 5), dtype=np.int64),
+        rng.standard_normal((3, 7, 2)).astype(np.float16),
+        np.arange(1000, dtype=np.int32),
+        np.full(16, 3, dtype=np.uint8),
+    ]
+    expected = []
+    for f in range(4):
+        ch.begin_forward(stream)
+        for h, a in enumerate(arrays):
+            a = a + f if a.dtype != np.uint8 else a ^ np.uint8(f)
+            ch.capture(h, a, stream)
+            expected.append((h, a.tobytes()))
+        plan = ch.end_forward(stream)
+        assert len(plan) == 0  # eager forward: no plan
+    got = drain(ch, len(expected))
+    assert [e.seq for e in got] == list(range(len(expected)))
+    for e, (h, b) in zip(got, expected):
+        assert e.hook == h and e.size == len(b) and e.ok
+        assert e.numpy().tobytes() == b
+        assert e.tobytes() == b
+        assert e.numpy().dtype == np.uint8 and not e.numpy().flags.writeable
+    report = ch.close()
+    assert report["clean"] and report["delivered"] == len(expected)
+
+
+def test_typed_view_of_an_entry(make_channel, stream, drain):
+    ch = make_channel()
+    x = np.linspace(0, 1, 64, dtype=np.float32).reshape(8, 8)
+    ch.begin_forward(stream)
+    ch.capture(9, x, stream)
+    ch.end_forward(stream)
+    (e,) = drain(ch, 1)
+    np.testing.assert_array_equal(e.numpy().view(np.float32).reshape(8, 8), x)
+
+
+def test_poll_batches(make_channel, stream):
+    ch = make_channel(publish_every=2)
+    x = np.arange(32, dtype=np.uint8)
+    ch.begin_forward(stream)
+    for h in range(10):
+        ch.capture(h, x, stream)
+    ch.end_forward(stream)
+    deadline = time.monotonic() + 5
+    while ch.stats()["entries_drained"] < 10:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    sizes = []
+    while sum(sizes) < 10:
+        sizes.append(len(ch.poll(max_entries=3, timeout=1.0)))
+    assert sizes == [3, 3, 3, 1]
+    t0 = time.monotonic()
+    assert ch.poll(5, timeout=0.0) == []
+    assert time.monotonic() - t0 < 0.5
+    t0 = time.monotonic()
+    assert ch.poll(5, timeout=0.05) == []
+    assert time.monotonic() - t0 >= 0.05
+
+
+def test_views_outliving_release(make_channel, stream, drain):
+    ch = make_channel()
+    x = np.arange(256, dtype=np.uint8)
+    ch.begin_forward(stream)
+    ch.capture(1, x, stream)
+    ch.end_forward(stream)
+    (e,) = drain(ch, 1)
+    v = e.numpy()
+    assert e.views == 1
+    e.release()
+    assert e.released
+    # the view holds the staging: still the entry's bytes
+    assert v.tobytes() == x.tobytes()
+    with pytest.raises(ferry.LogicError, match="released"):
+        e.numpy()
+    with pytest.raises(ferry.LogicError, match="released"):
+        e.tobytes()
+    e.release()  # idempotent
+    del v
+
+
+def test_entry_as_context_manager_releases(make_channel, stream, drain):
+    ch = make_channel()
+    ch.begin_forward(stream)
+    ch.capture(1, np.zeros(8, np.uint8), stream)
+    ch.end_forward(stream)
+    (e,) = drain(ch, 1)
+    with e:
+        assert e.numpy().sum() == 0
+    assert e.released
+
+
+def test_held_views_hold_staging_and_gc_gives_it_back(make_channel, stream, drain):
+    # staging for exactly 4 entries of 1 KiB: views kept alive stop the drain, dropping them resumes it
+    ch = make_channel(ring_bytes=8 << 10, staging_bytes=4 << 10, publish_every=1)
+    x = np.arange(1024, dtype=np.uint16).astype(np.uint8)
+    ch.begin_forward(stream)
+    for h in range(4):
+        ch.capture(h, x, stream)
+    ch.end_forward(stream)
+    held = [e.numpy() for e in drain(ch, 4)]  # the entries die here; their views hold staging
+    ch.begin_forward(stream)
+    for h in range(4):
+        ch.capture(10 + h, x, stream)
+    ch.end_forward(stream)
+    time.sleep(0.05)
+    assert ch.poll(8, timeout=0.05) == []  # staging full: nothing copied
+    assert ch.stats()["entries_drained"] == 4
+    del held
+    gc.collect()
+    more = drain(ch, 4)
+    assert [e.hook for e in more] == [10, 11, 12, 13]
+    assert all(e.numpy().tobytes() == x.tobytes() for e in more)
+
+
+def test_no_staging_leak_over_1e5_entries(make_channel, stream):
+    # ring and staging hold 256 entries of 64 bytes: 10^5 entries reuse them about 400 times, so one
+    # leaked view per entry would stop the drain (TimeoutError) within the first few forwards
+    ch = make_channel(ring_bytes=16 << 10, staging_bytes=16 << 10, publish_every=16, timeout=10.0)
+    x = np.arange(64, dtype=np.uint8)
+    total, per_forward, seen = 100_000, 100, 0
+    for f in range(total // per_forward):
+        ch.begin_forward(stream)
+        for h in range(per_forward):
+            ch.capture(h, x, stream)
+        ch.end_forward(stream)
+        while seen < f * per_forward:  # at most two forwards in flight
+            for e in ch.poll(1024, timeout=5.0):
+                v = e.numpy()  # a view, dropped with the entry at the end of the iteration
+                if e.seq % 997 == 0:
+                    assert v.tobytes() == x.tobytes()
+                seen += 1
+    while seen < total:
+        got = ch.poll(4096, timeout=5.0)
+        assert got
+        seen += len(got)
+    report = ch.close()
+    assert report["clean"] and report["delivered"] == total
+
+
+def test_graph_plan_replays(make_channel, stream, drain):
+    ch = make_channel(publish_every=2)
+    a = np.zeros(40, dtype=np.int32)
+    b = np.zeros(7, dtype=np.float64)
+    stream.begin_capture()
+    ch.begin_forward(stream)
+    ch.capture(1, a, stream)
+    ch.capture(2, b, stream)
+    ch.capture(3, a, stream)
+    plan = ch.end_forward(stream)
+    graph = stream.end_capture()
+    assert isinstance(plan, ferry.Plan) and isinstance(graph, ferry.Graph)
+    assert len(plan) == 3 and [h for h, _, _ in plan.entries] == [1, 2, 3]
+    for r in range(3):
+        a[:] = np.arange(40) * (r + 1)
+        b[:] = r + 0.5
+        ch.plan(plan)
+        graph.launch(stream)
+        got = drain(ch, 3)
+        assert [e.hook for e in got] == [1, 2, 3]
+        assert got[0].numpy().tobytes() == a.tobytes() and got[2].numpy().tobytes() == a.tobytes()
+        assert got[1].numpy().tobytes() == b.tobytes()
+        stream.synchronize()
+    assert ch.close()["clean"]
+
+
+def test_close_keeps_undelivered_entries_for_poll(make_channel, stream):
+    ch = make_channel()
+    ch.begin_forward(stream)
+    for h in range(5):
+        ch.capture(h, np.full(10, h, np.uint8), stream)
+    ch.end_forward(stream)
+    report = ch.close()
+    assert ch.closed and report["delivered"] == 5
+    got = ch.poll(100, timeout=0)
+    assert [e.hook for e in got] == list(range(5))
+    assert all((e.numpy() == e.hook).all() for e in got)
+    assert ch.stats()["entries_drained"] == 5  # the final counters
+    with pytest.raises(ferry.LogicError, match="closed"):
+        ch.poll(1)
+
+
+def test_close_frees_the_device_and_with_closes(make_channel, stream, drain):
+    ch = make_channel()
+    ch.close()
+    with ferry.Channel(backend="host", ring_bytes=1 << 16) as ch2:  # the device slot is free again
+        ch2.begin_forward(stream)
+        ch2.capture(5, np.ones(8, np.uint8), stream)
+        ch2.end_forward(stream)
+        (e,) = drain(ch2, 1)
+        assert e.hook == 5
+    assert ch2.closed
+    with pytest.raises(RuntimeError, match="body"):
+        with ferry.Channel(backend="host", ring_bytes=1 << 16) as ch3:
+            raise RuntimeError("body")
+    assert ch3.closed

@@ -1,0 +1,127 @@
+# SPDX-License-Identifier: Apache-2.0
+# Typed errors and bad input on the host backend: each raises a clear exception and loses nothing (the
+# channel keeps working and every earlier entry is still delivered).
+import numpy as np
+import pytest
+
+import ferry
+
+
+def test_exception_hierarchy():
+    for cls in (ferry.LogicError, ferry.OutOfMemory, ferry.TimeoutError, ferry.InvalidatedError,
+                ferry.BackendError, ferry.ShutdownError, ferry.SizeOverflowError):
+        assert issubclass(cls, ferry.Error)
+    assert issubclass(ferry.TimeoutError, TimeoutError)
+    assert issubclass(ferry.OutOfMemory, MemoryError)
+    assert ferry.LogicError.__module__ == "ferry"
+
+
+def test_bad_config_is_a_logic_error_with_the_cpp_message():
+    with pytest.raises(ferry.LogicError, match="publish_every|K"):
+        ferry.Channel(backend="host", ring_bytes=1 << 16, publish_every=0)
+    with pytest.raises(ferry.LogicError, match="placement"):
+        ferry.Channel(backend="host", ring_bytes=1 << 16, placement="nowhere")
+    with pytest.raises(ferry.LogicError, match="backend"):
+        ferry.Channel(backend="tpu")
+
+
+def test_backend_error_for_a_device_that_does_not_exist():
+    with pytest.raises(ferry.BackendError, match="set_device"):
+        ferry.Channel(device=99, backend="host", ring_bytes=1 << 16)
+
+
+def test_second_channel_on_a_device(make_channel):
+    make_channel()
+    with pytest.raises(ferry.LogicError, match="channel"):
+        ferry.Channel(backend="host", ring_bytes=1 << 16)
+
+
+def test_bad_tensors_and_streams_lose_nothing(make_channel, stream, drain, fake_cuda_array):
+    ch = make_channel()
+    x = np.arange(64, dtype=np.float32)
+    with pytest.raises(ferry.LogicError, match="forward"):
+        ch.capture(1, x, stream)  # capture outside a forward
+    ch.begin_forward(stream)
+    ch.capture(1, x, stream)
+    with pytest.raises(ferry.LogicError, match="C-contiguous"):
+        ch.capture(2, x[::2], stream)
+    with pytest.raises(ferry.LogicError, match="C-contiguous"):
+        ch.capture(2, np.arange(16, dtype=np.int32).reshape(4, 4).T, stream)
+    with pytest.raises(ferry.LogicError, match="device tensor where the host backend"):
+        ch.capture(2, fake_cuda_array(), stream)
+    with pytest.raises(TypeError, match="expected an array"):
+        ch.capture(2, [1, 2, 3], stream)
+    with pytest.raises(TypeError, match="ferry.Stream"):
+        ch.capture(2, x, 12345)
+    with pytest.raises(TypeError, match="ferry.Stream"):
+        ch.capture(2, x, None)
+    with pytest.raises(TypeError, match="ferry.Stream"):
+        ch.capture(2, x, object())
+    with pytest.raises(TypeError):
+        ch.capture("hook", x, stream)
+    ch.capture(3, x + 1, stream)
+    ch.end_forward(stream)
+    got = drain(ch, 2)
+    assert [(e.hook, e.seq) for e in got] == [(1, 0), (3, 1)]
+    assert got[0].numpy().tobytes() == x.tobytes() and got[1].numpy().tobytes() == (x + 1).tobytes()
+    assert ch.close()["clean"]
+
+
+def test_closed_channel(make_channel, stream):
+    ch = make_channel()
+    ch.close()
+    for call in (lambda: ch.begin_forward(stream), lambda: ch.end_forward(stream),
+                 lambda: ch.capture(1, np.zeros(4, np.uint8), stream), lambda: ch.close(), lambda: ch.poll(1)):
+        with pytest.raises(ferry.LogicError, match="closed"):
+            call()
+
+
+def test_closed_stream(make_channel):
+    ch = make_channel()
+    s = ferry.Stream(backend="host")
+    s.close()
+    with pytest.raises(ferry.LogicError, match="closed"):
+        ch.begin_forward(s)
+
+
+def test_fail_fast_full_ring_is_out_of_memory(make_channel, stream, drain):
+    ch = make_channel(ring_bytes=1 << 10, on_full="fail_fast", publish_every=64)
+    ch.begin_forward(stream)
+    x = np.zeros(512, np.uint8)
+    ch.capture(1, x, stream)
+    ch.capture(2, x, stream)
+    with pytest.raises(ferry.OutOfMemory):
+        ch.capture(3, x, stream)
+    ch.end_forward(stream)
+    assert [e.hook for e in drain(ch, 2)] == [1, 2]
+
+
+def test_blocked_full_ring_times_out(make_channel, stream, drain):
+    # staging for one entry, held by a view: the ring (one entry) cannot be reclaimed, the third capture times out
+    ch = make_channel(ring_bytes=1 << 10, staging_bytes=1 << 10, publish_every=1, timeout=0.2)
+    x = np.zeros(1024, np.uint8)
+    ch.begin_forward(stream)
+    ch.capture(1, x, stream)
+    ch.end_forward(stream)
+    held = drain(ch, 1)[0].numpy()
+    ch.begin_forward(stream)
+    ch.capture(2, x, stream)
+    with pytest.raises(ferry.TimeoutError):
+        ch.capture(3, x, stream)
+    ch.end_forward(stream)
+    del held
+    assert [e.hook for e in drain(ch, 1)] == [2]
+
+
+def test_close_with_an_open_forward_raises_shutdown_error_with_report(make_channel, stream):
+    ch = make_channel(publish_every=16, timeout=0.2)
+    ch.begin_forward(stream)
+    ch.capture(7, np.full(16, 7, np.uint8), stream)  # the forward is never ended
+    with pytest.raises(ferry.ShutdownError, match="forward was still open") as info:
+        ch.close(timeout=0.2)
+    report = info.value.report
+    assert report["forward_open"] and not report["clean"]
+    assert ch.closed
+    # nothing lost: close() published the entry; it is still there for poll()
+    (e,) = ch.poll(10)
+    assert e.hook == 7 and (e.numpy() == 7).all()
