@@ -56,3 +56,21 @@ ferry_install_deps() {
     echo "ferry: could not install ${missing[*]} (offline?); continuing with what is installed" >&2
   fi
 }
+
+# The Python package's build and test dependencies (PyPI): nanobind, scikit-build-core, numpy, pytest.
+# Installs only what `python3` cannot import; offline machines (the GPU image) already have them.
+# Returns non-zero when they are still missing (the caller then builds without the Python package).
+ferry_install_python_deps() {
+  local py=${PYTHON:-python3}
+  command -v "$py" > /dev/null 2>&1 || return 1
+  local mods=(nanobind scikit_build_core numpy pytest) pkgs=(nanobind scikit-build-core numpy pytest)
+  local missing=() i
+  for i in "${!mods[@]}"; do
+    "$py" -c "import ${mods[$i]}" > /dev/null 2>&1 || missing+=("${pkgs[$i]}")
+  done
+  ((${#missing[@]})) || return 0
+  echo "ferry: pip installing ${missing[*]}"
+  "$py" -m pip install -q "${missing[@]}" > /dev/null 2>&1 ||
+    echo "ferry: could not pip install ${missing[*]} (offline?)" >&2
+  for i in "${!mods[@]}"; do "$py" -c "import ${mods[$i]}" > /dev/null 2>&1 || return 1; done
+}

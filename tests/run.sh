@@ -3,6 +3,8 @@
 #   * host-labelled tests always (backend contract on the host-emulated device, D2H/H2D protocols,
 #     consumer projects against the install and build trees, the PTX memory-ordering check);
 #   * gpu-labelled tests too when an NVIDIA GPU is present (FERRY_REQUIRE_GPU=1: a skip is a failure);
+#   * the Python package's tests (pytest, tests/python, label host;python) when its build dependencies
+#     (nanobind, scikit-build-core, numpy, pytest: from PyPI) can be imported or pip-installed;
 #   * the HIP compile check (gfx90a) when hipcc is installed (CI installs it), and a .hip consumer of the
 #     installed ferry::hip.
 # Usage: bash tests/run.sh        (from anywhere; builds under <repo>/build/test-*)
@@ -10,6 +12,12 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$root/cmake/setup-deps.sh"
 ferry_install_deps test
+py_flags=(-DFERRY_BUILD_PYTHON=OFF)
+if ferry_install_python_deps; then
+  py_flags=(-DFERRY_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$("${PYTHON:-python3}" -c 'import sys; print(sys.executable)')")
+else
+  echo "ferry: the Python package's dependencies are missing: its tests do not run here" >&2
+fi
 
 export PATH="/usr/local/cuda/bin:$PATH"
 cuda_flags=(-DFERRY_ENABLE_CUDA=OFF)
@@ -20,7 +28,7 @@ if command -v nvcc > /dev/null; then
 fi
 jobs=$(nproc)
 build="$root/build/test"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cuda_flags[@]}"
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cuda_flags[@]}" "${py_flags[@]}"
 cmake --build "$build" -j"$jobs"
 
 labels="host"
