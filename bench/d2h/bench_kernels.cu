@@ -10,9 +10,9 @@
 
 namespace ferry::bench::gpu {
 
-/// Diagnostic cursor_mode 11: a destination word in constant memory (never written: zero).
-__constant__ std::uint64_t const_word;
-
+// No __constant__ variable in this module: one (a former constant-cache diagnostic) made every kernel of
+// the module lose the benefit of programmatic dependent launch (copy_only == copy_only_plain, +0.3 us per
+// hook; docs/perf/journal.md).
 /// The same copy body as ferry's copy kernels (copy_vec: V vectors per thread, loads before stores), with a
 /// fixed destination: the copy-only baseline is as fast as ferry's copy minus the cursor read.
 __device__ inline void copy_grid(const copy_args& a)
@@ -42,7 +42,6 @@ __device__ inline void copy_grid(const copy_args& a)
           return a.dst + word;
         }
         if (a.cursor_mode == 10) { return a.dst + __ldg(a.cursor); }  // the read-only (non-coherent) path
-        if (a.cursor_mode == 11) { return a.dst + const_word; }       // the constant cache
         // modes 1, 2, 7 (word in the source allocation), 8 (word in the ring allocation)
         const std::uint64_t c = *a.cursor;  // always 0
         if (a.cursor_mode == 2 && blockIdx.x == 0 && threadIdx.x == 0) { *a.cursor = c; }

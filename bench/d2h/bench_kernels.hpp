@@ -35,7 +35,7 @@ struct copy_args {
   /// mode 5 is mode 4 with the two slots 128 bytes apart; mode 6 is mode 4 with 8-byte slots {phys}.
   /// Where the mode-1 word lives or how it is read: 7 in the source's allocation (just past the payload),
   /// 8 in the ring's allocation (past the last slot), 9 one load per block broadcast through shared memory,
-  /// 10 through the read-only data path (__ldg), 11 a __constant__ word (the constant cache).
+  /// 10 through the read-only data path (__ldg).
   std::uint32_t parity{0};
   std::byte* ring{nullptr};
   std::uint64_t ring_bytes{0};

@@ -66,8 +66,8 @@ void register_diag()
                                          copy_maker("copy_only_cursor_read", variant::copy_only, def, 1),
                                          copy_maker("copy_only_cursor_chain", variant::copy_only, def, 2)};
       const char* modes[] = {"two_slot", "two_slot_placed", "two_slot_two_lines", "two_slot_8b", "word_in_src",
-                             "word_in_ring", "word_block_bcast", "word_ldg", "word_const"};
-      for (std::uint32_t m = 3; m <= 11; ++m) {
+                             "word_in_ring", "word_block_bcast", "word_ldg"};
+      for (std::uint32_t m = 3; m <= 10; ++m) {
         base.push_back(copy_maker(std::string{"copy_only_"} + modes[m - 3], variant::copy_only, def, m));
       }
       base.push_back(copy_maker("ferry_kernel", variant::ferry_kernel, def, 0));

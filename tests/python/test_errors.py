@@ -30,10 +30,24 @@ def test_backend_error_for_a_device_that_does_not_exist():
         ferry.Channel(device=99, backend="host", ring_bytes=1 << 16)
 
 
-def test_second_channel_on_a_device(make_channel):
-    make_channel()
-    with pytest.raises(ferry.LogicError, match="channel"):
-        ferry.Channel(backend="host", ring_bytes=1 << 16)
+def test_two_channels_on_one_device_are_independent(make_channel, drain):
+    # Engines run two models on one device (draft + target): each gets its own channel, ring and drain.
+    a, b = make_channel(), make_channel()
+    sa, sb = ferry.Stream(backend="host"), ferry.Stream(backend="host")
+    xa = [np.full(32 + i, i, dtype=np.uint8) for i in range(6)]
+    xb = [np.arange(8 + i, dtype=np.int64) * 7 for i in range(6)]
+    a.begin_forward(sa)
+    b.begin_forward(sb)
+    for i in range(6):  # interleaved forwards on two streams
+        a.capture(i, xa[i], sa)
+        b.capture(100 + i, xb[i], sb)
+    a.end_forward(sa)
+    b.end_forward(sb)
+    got_a, got_b = drain(a, 6), drain(b, 6)
+    assert [e.hook for e in got_a] == list(range(6)) and [e.hook for e in got_b] == [100 + i for i in range(6)]
+    assert [e.tobytes() for e in got_a] == [x.tobytes() for x in xa]
+    assert [e.tobytes() for e in got_b] == [x.tobytes() for x in xb]
+    assert a.close()["clean"] and b.close()["clean"]
 
 
 def test_bad_tensors_and_streams_lose_nothing(make_channel, stream, drain, fake_cuda_array):
