@@ -445,7 +445,7 @@ int write_json(const std::string& path)
     // The order within a round is shuffled every round (fixed seed): in a fixed order each cell always
     // followed the same predecessor, and auto's graph cell (the same zero-copy backend as zerocopy_graph,
     // right after a different eager cell) measured 0.03-0.38 us above zerocopy_graph for tiny4, small32
-    // and small64 in each of three runs (fbd4951, abaa0f1, c2af06c).
+    // and small64 in each of three runs (docs/perf/journal.md).
     std::vector<std::size_t> order(rs.size());
     for (std::size_t k = 0; k < order.size(); ++k) { order[k] = k; }
     std::mt19937 shuffle_rng{0x5EED};
