@@ -74,3 +74,22 @@ ferry_install_python_deps() {
     echo "ferry: could not pip install ${missing[*]} (offline?)" >&2
   for i in "${!mods[@]}"; do "$py" -c "import ${mods[$i]}" > /dev/null 2>&1 || return 1; done
 }
+
+# The torch layer's test dependencies (PyPI): torch and transformers. Optional: the torch ops extension and
+# its tests are built/run only where torch imports. Skipped with FERRY_SKIP_TORCH=1 or when offline.
+# Returns non-zero when torch still cannot be imported.
+ferry_install_torch_deps() {
+  local py=${PYTHON:-python3}
+  [[ "${FERRY_SKIP_TORCH:-0}" == 1 ]] && return 1
+  command -v "$py" > /dev/null 2>&1 || return 1
+  local missing=() m
+  for m in torch transformers; do
+    "$py" -c "import $m" > /dev/null 2>&1 || missing+=("$m")
+  done
+  if ((${#missing[@]})); then
+    echo "ferry: pip installing ${missing[*]} (torch layer tests)"
+    "$py" -m pip install -q "${missing[@]}" > /dev/null 2>&1 ||
+      echo "ferry: could not pip install ${missing[*]} (offline?): the torch layer is not tested here" >&2
+  fi
+  "$py" -c "import torch" > /dev/null 2>&1
+}

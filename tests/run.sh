@@ -4,7 +4,8 @@
 #     consumer projects against the install and build trees, the PTX memory-ordering check);
 #   * gpu-labelled tests too when an NVIDIA GPU is present (FERRY_REQUIRE_GPU=1: a skip is a failure);
 #   * the Python package's tests (pytest, tests/python, label host;python) when its build dependencies
-#     (nanobind, scikit-build-core, numpy, pytest: from PyPI) can be imported or pip-installed;
+#     (nanobind, scikit-build-core, numpy, pytest: from PyPI) can be imported or pip-installed; with torch
+#     and transformers (PyPI, skipped with FERRY_SKIP_TORCH=1) also the torch ops, hooks and presets tests;
 #   * the HIP compile check (gfx90a) when hipcc is installed (CI installs it), and a .hip consumer of the
 #     installed ferry::hip.
 # Usage: bash tests/run.sh        (from anywhere; builds under <repo>/build/test-*)
@@ -15,6 +16,7 @@ ferry_install_deps test
 py_flags=(-DFERRY_BUILD_PYTHON=OFF)
 if ferry_install_python_deps; then
   py_flags=(-DFERRY_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$("${PYTHON:-python3}" -c 'import sys; print(sys.executable)')")
+  ferry_install_torch_deps || echo "ferry: torch is missing: the torch layer's tests do not run here" >&2
 else
   echo "ferry: the Python package's dependencies are missing: its tests do not run here" >&2
 fi
