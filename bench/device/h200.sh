@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Build, test and benchmark ferry on the lent H200 (device tool). Writes logs and JSON under $OUT.
 # Usage (from the repo root on the device machine):
-#   bash bench/device/h200.sh [steps...]   steps: tests memcheck synccheck initcheck bench stress
+#   bash bench/device/h200.sh [steps...]   steps: tests memcheck synccheck initcheck bench stress python qwen3
 #                                          (default: tests memcheck synccheck initcheck bench)
+# python: the Python package with the CUDA backend (+ the torch ops where torch imports), its pytest suite on
+# the GPU (pytest_gpu.log); qwen3: bench/torch/qwen3_capture.py, the Qwen3-0.6B-shaped decode benchmark
+# (torch_qwen3.json, bench_qwen3.log).
 # Output names are the ones docs/perf/h200 keeps (bench_d2h.log, d2h.json, ..., ctest_gpu.log,
 # sanitizers.txt, gpu_stress.{json,log}); bench/device/publish.sh copies them there.
 # FERRY_BENCH (d2h, h2d or both), FERRY_BENCH_ARGS (e.g. --benchmark_filter=...), FERRY_BENCH_TIMEOUT
@@ -18,8 +21,12 @@ export FERRY_COMMIT=${FERRY_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || 
 export FERRY_DATE=${FERRY_DATE:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 jobs=$(nproc)
+py_flags=()
+if has python || has qwen3; then
+  py_flags=(-DFERRY_BUILD_PYTHON=ON -DFERRY_PYTHON_CUDA=ON "-DPython_EXECUTABLE=$(python3 -c 'import sys; print(sys.executable)')")
+fi
 cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-      -DFERRY_ENABLE_CUDA=ON > "$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
+      -DFERRY_ENABLE_CUDA=ON "${py_flags[@]}" > "$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
 cmake --build build-h200 -j"$jobs" ${FERRY_BUILD_TARGETS:+--target $FERRY_BUILD_TARGETS} > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
 rc=0
 if has bench; then
@@ -51,6 +58,18 @@ if has stress; then
   timeout "${FERRY_STRESS_TIMEOUT:-200}" "$bin" --entries "${FERRY_GPU_STRESS_ENTRIES:-10000000}" --json "$OUT/gpu_stress.json" \
     > "$OUT/gpu_stress.log" 2>&1 || rc=1
   tail -12 "$OUT/gpu_stress.log"
+fi
+if has python; then
+  PYTHONPATH=$PWD/build-h200/src/python FERRY_PYTHON_BACKEND=cuda timeout "${FERRY_PYTEST_TIMEOUT:-300}" \
+    python3 -m pytest -q -rs tests/python > "$OUT/pytest_gpu.log" 2>&1 || rc=1
+  tail -15 "$OUT/pytest_gpu.log"
+fi
+if has qwen3; then
+  cmd="python3 bench/torch/qwen3_capture.py --out $OUT/torch_qwen3.json ${FERRY_QWEN3_ARGS:-}"
+  # shellcheck disable=SC2086
+  PYTHONPATH=$PWD/build-h200/src/python FERRY_COMMAND="$cmd" timeout "${FERRY_QWEN3_TIMEOUT:-420}" $cmd \
+    > "$OUT/bench_qwen3.log" 2>&1 || rc=1
+  tail -30 "$OUT/bench_qwen3.log"
 fi
 for tool in memcheck synccheck initcheck; do
   has $tool || continue

@@ -2,7 +2,7 @@
 # Copies the files docs/perf keeps from one device run (run_all.sh's results.tgz, or its unpacked r/
 # folder) into docs/perf/h200 under the same names, redraws the plots and rewrites docs/perf/README.md's
 # measured tables (the targets table above them is written by hand).
-# Only the files the run produced are replaced; docs/perf/h200 holds at most these 12 names.
+# Only the files the run produced are replaced; docs/perf/h200 holds at most these 15 names.
 # Usage (repo root): bash bench/device/publish.sh <results.tgz | results dir>
 set -euo pipefail
 src=${1:?usage: bash bench/device/publish.sh <results.tgz | results dir>}
@@ -14,7 +14,8 @@ if [[ -f $src ]]; then
 fi
 dst=docs/perf/h200
 kept=(d2h.json d2h_gbench.json h2d.json bench_d2h.log bench_h2d.log ctest_gpu.log sanitizers.txt gpu_stress.json
-      gpu_stress.log h2d_upload_probe.txt h2d_scatter_probe.txt h2d_params_probe.txt)
+      gpu_stress.log h2d_upload_probe.txt h2d_scatter_probe.txt h2d_params_probe.txt torch_qwen3.json
+      bench_qwen3.log pytest_gpu.log)
 for f in "${kept[@]}"; do
   if [[ -f $src/$f ]]; then
     cp "$src/$f" "$dst/$f"
