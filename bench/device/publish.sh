@@ -24,3 +24,6 @@ for f in "${kept[@]}"; do
 done
 python3 bench/device/perf_plots.py "$dst/d2h.json" "$dst/h2d.json" docs/perf
 python3 bench/device/perf_tables.py tables "$dst/d2h.json" "$dst/h2d.json" --write docs/perf/README.md
+if [[ -f $dst/torch_qwen3.json ]]; then
+  python3 bench/device/torch_tables.py "$dst/torch_qwen3.json" --plot docs/perf/torch_qwen3.svg --write docs/perf/README.md
+fi

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""The torch Qwen3-0.6B benchmark's table and plot for docs/perf (from bench/torch/qwen3_capture.py's JSON).
+Usage: python3 bench/device/torch_tables.py [torch_qwen3.json] [--write docs/perf/README.md] [--plot OUT.svg]
+The table replaces the text between <!-- torch-qwen3 --> and <!-- /torch-qwen3 --> in README."""
+import json
+import sys
+
+MODES = [("b1_eager", "B=1 eager"), ("b1_graph", "B=1 graph"), ("b16_graph", "B=16 graph")]
+PRESETS = [("hidden_states", "hidden-states (28)"), ("vllm_full", "vllm-full (341)")]
+CONTESTANTS = [("ferry_ms", "ferry"), ("gather_ms", "ferry gather"), ("torch_copy_ms", "torch copies")]
+
+
+def pct(v, base):
+    return f"{v:.1f} ms ({(v / base - 1) * 100:+.2f}%)"
+
+
+def table(d):
+    rows = [f"Measured {d.get('date', '?')} on {d.get('device', '?')}, commit {d.get('commit', '?')}: "
+            f"`{d.get('command', '?')}`. Whole 128-token greedy generation (median); entries checked "
+            f"bit-exact: {d.get('entries_checked', 0)}, bad: {d.get('entries_bad', '?')}.", "",
+            "| decode | no capture | preset | " + " | ".join(n for _, n in CONTESTANTS) + " |",
+            "|---|---|---|" + "---|" * len(CONTESTANTS)]
+    for key, name in MODES:
+        m = d.get("decode", {}).get(key)
+        if not m:
+            continue
+        base = m["no_capture_ms"]
+        for pk, pname in PRESETS:
+            p = m.get(pk, {})
+            cells = [pct(p[c], base) if c in p else "-" for c, _ in CONTESTANTS]
+            rows.append(f"| {name} | {base:.1f} ms | {pname} | " + " | ".join(cells) + " |")
+    h = d.get("h2d_step")
+    if h:
+        rows += ["", "| H2D decode step, B=64 (GPU span to the first consumer) | per-tensor copies | ferry | ratio |",
+                 "|---|---|---|---|"]
+        for k in ("eager", "graph"):
+            if k in h:
+                t, f = h[k]["torch_copies_us"], h[k]["ferry_us"]
+                rows.append(f"| {k} | {t:.1f} us | {f:.1f} us | {f / t:.2f}x |")
+    return "\n".join(rows) + "\n"
+
+
+def plot(d, path):
+    """Overhead above no capture (%) per mode and preset, one bar per contestant (plain SVG)."""
+    bars = []
+    for key, name in MODES:
+        m = d.get("decode", {}).get(key)
+        if not m:
+            continue
+        for pk, pname in PRESETS:
+            p = m.get(pk, {})
+            bars.append((f"{name}, {pname.split()[0]}",
+                         [(p[c] / m["no_capture_ms"] - 1) * 100 if c in p else None for c, _ in CONTESTANTS]))
+    colors = ["#4e79a7", "#59a14f", "#e15759"]
+    W, H, L, T, B = 820, 420, 60, 50, 110
+    top = max([v for _, vs in bars for v in vs if v is not None] + [1.0])
+    group = (W - L - 160) / max(len(bars), 1)
+    bw = group / (len(CONTESTANTS) + 1)
+    y = lambda v: T + (H - T - B) * (1 - max(v, 0) / top)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
+           f'<rect width="{W}" height="{H}" fill="white"/>',
+           f'<text x="{L}" y="20" font-size="14" font-weight="bold">Qwen3-0.6B-shaped decode with capture: '
+           f'overhead above no capture (%)</text>',
+           f'<text x="{L}" y="36" fill="#555">{d.get("device", "?")}, commit {d.get("commit", "?")}, '
+           f'128 tokens, median</text>',
+           f'<line x1="{L}" y1="{H - B}" x2="{W - 160}" y2="{H - B}" stroke="#000"/>']
+    for i in range(5):
+        v = top * i / 4
+        out.append(f'<text x="{L - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.0f}</text>')
+        out.append(f'<line x1="{L}" y1="{y(v):.1f}" x2="{W - 160}" y2="{y(v):.1f}" stroke="#ddd"/>')
+    for g, (label, vs) in enumerate(bars):
+        x0 = L + g * group + bw / 2
+        for j, v in enumerate(vs):
+            if v is None:
+                continue
+            out.append(f'<rect x="{x0 + j * bw:.1f}" y="{y(v):.1f}" width="{bw * 0.9:.1f}" '
+                       f'height="{H - B - y(v):.1f}" fill="{colors[j]}"><title>{v:.2f}%</title></rect>')
+        cx = x0 + len(CONTESTANTS) * bw / 2
+        out.append(f'<text x="{cx:.1f}" y="{H - B + 14}" text-anchor="end" '
+                   f'transform="rotate(-35 {cx:.1f} {H - B + 14})">{label}</text>')
+    for j, (_, n) in enumerate(CONTESTANTS):
+        out.append(f'<rect x="{W - 145}" y="{T + j * 18}" width="12" height="12" fill="{colors[j]}"/>')
+        out.append(f'<text x="{W - 128}" y="{T + j * 18 + 10}">{n}</text>')
+    out.append("</svg>")
+    open(path, "w").write("\n".join(out) + "\n")
+
+
+def main(argv):
+    path = argv[0] if argv and not argv[0].startswith("--") else "docs/perf/h200/torch_qwen3.json"
+    d = json.load(open(path))
+    text = table(d)
+    if "--plot" in argv:
+        plot(d, argv[argv.index("--plot") + 1])
+    if "--write" in argv:
+        readme = argv[argv.index("--write") + 1]
+        doc = open(readme).read()
+        a, b = "<!-- torch-qwen3 -->", "<!-- /torch-qwen3 -->"
+        if a not in doc or b not in doc:
+            sys.exit(f"torch_tables: {readme} has no {a} ... {b} markers")
+        head, rest = doc.split(a, 1)
+        open(readme, "w").write(head + a + "\n" + text + b + rest.split(b, 1)[1])
+    else:
+        print(text, end="")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
