@@ -241,7 +241,6 @@ class Bench:
 
         for preset, pts in points_by_preset.items():
             # ferry
-            hooks = fh.install(model, pts, self.capture_fn())
             if graph:
                 holder = {}
 
@@ -256,8 +255,11 @@ class Bench:
                     dec.step()
                     self.ch.end_forward(self.stream_arg())
 
-                g = self.capture_graph(dec, ferry_body, warm=ferry_warm, warm_entries=n_by[preset])
-                hooks.remove()
+                hooks = fh.install(model, pts, self.capture_fn())
+                try:
+                    g = self.capture_graph(dec, ferry_body, warm=ferry_warm, warm_entries=n_by[preset])
+                finally:
+                    hooks.remove()
                 plan = holder["plan"]
 
                 def run_ferry_graph(g=g, plan=plan):
@@ -267,7 +269,6 @@ class Bench:
 
                 runs[f"ferry:{preset}"] = (run_ferry_graph, n_by[preset] * tokens)
             else:
-                hooks.remove()
 
                 def run_ferry_eager(pts=pts):
                     with fh.install(model, pts, self.capture_fn()):
@@ -291,13 +292,12 @@ class Bench:
                     pinned[h] = buf
                 buf.copy_(t.detach(), non_blocking=True)
 
-            hooks = fh.install(model, pts, torch_copy)
-            dec.reset()
-            dec.step()  # allocates the pinned buffers outside any capture
-            self.sync()
+            with fh.install(model, pts, torch_copy):
+                dec.reset()
+                dec.step()  # allocates the pinned buffers outside any capture
+                self.sync()
+                g = self.capture_graph(dec, lambda: dec.step()) if graph else None
             if graph:
-                g = self.capture_graph(dec, lambda: dec.step())
-                hooks.remove()
 
                 def run_torch_graph(g=g, events=events):
                     for i in range(tokens):
@@ -307,7 +307,6 @@ class Bench:
 
                 runs[f"torch:{preset}"] = (run_torch_graph, 0)
             else:
-                hooks.remove()
 
                 def run_torch_eager(pts=pts, events=events, torch_copy=torch_copy):
                     with fh.install(model, pts, torch_copy):
