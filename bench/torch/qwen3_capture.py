@@ -561,9 +561,9 @@ def main(argv=None):
     ap.add_argument("--tiny", action="store_true", help="hidden 64, vocab 512 (tests)")
     ap.add_argument("--modes", default="b1_eager,b1_graph,b16_graph")
     ap.add_argument("--presets", default="hidden-states,vllm-full")
-    ap.add_argument("--eager-reps", type=int, default=3)
+    ap.add_argument("--eager-reps", type=int, default=None, help="default 3 (cuda), 1 (cpu)")
     ap.add_argument("--graph-reps", type=int, default=5)
-    ap.add_argument("--h2d-iters", type=int, default=200)
+    ap.add_argument("--h2d-iters", type=int, default=None, help="default 200 (cuda), 20 (cpu)")
     ap.add_argument("--h2d-reps", type=int, default=3)
     ap.add_argument("--ring-mib", type=int, default=256)
     ap.add_argument("--publish-every", type=int, default=16)
@@ -574,7 +574,10 @@ def main(argv=None):
     ap.add_argument("--commit", default=None)
     args = ap.parse_args(argv)
     sys.setswitchinterval(2e-4)  # the consumer thread hands the GIL back to the engine's thread quickly
-    if args.device == "cpu":
+    cpu = args.device == "cpu"
+    args.eager_reps = args.eager_reps if args.eager_reps is not None else (1 if cpu else 3)
+    args.h2d_iters = args.h2d_iters if args.h2d_iters is not None else (20 if cpu else 200)
+    if cpu:
         args.cache = args.cache if args.cache and args.cache <= args.tokens + 1 else 0
 
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
