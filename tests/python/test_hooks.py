@@ -166,3 +166,8 @@ def test_benchmark_smoke(tmp_path):
     assert set(d["h2d_step"]) == {"eager", "graph"}
     assert set(d["h2d_step"]["eager"]) == {"torch_copies_us", "ferry_us"}
     assert d["h2d_step"]["eager"]["ferry_us"] > 0
+    # the table and the plot of docs/perf
+    r = subprocess.run([sys.executable, str(ROOT / "bench/torch/qwen3_report.py"), str(out), "--svg",
+                        str(tmp_path / "q.svg")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "| b1_eager |" in r.stdout and (tmp_path / "q.svg").read_text().startswith("<svg")
