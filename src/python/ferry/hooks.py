@@ -205,7 +205,7 @@ def capture_fn(channel: Any, stream: Any = None, *, use_ops: str | bool = "auto"
     if use_ops:
         try:
             return ops_capture(channel, device=device)
-        except (ImportError, AttributeError):
+        except (ImportError, AttributeError, OSError):
             if use_ops is True:
                 raise
     return channel_capture(channel, stream)
