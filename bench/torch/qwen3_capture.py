@@ -405,6 +405,36 @@ class Bench:
             out[p.replace("-", "_")] = {"ferry_ms": med[f"ferry:{p}"], "torch_copy_ms": med[f"torch:{p}"]}
         return out
 
+    def cpu_per_hook(self, n=2000):
+        """CPU us per capture call in an eager forward: the bare binding call (Channel.capture or the torch op)
+        and the same call through a ferry.hooks forward hook (minus the module call itself)."""
+        t = torch.randn(1024, device=self.device).to(torch.bfloat16)  # 2 KiB
+        ident = torch.nn.Identity()
+        cap = self.capture_fn()
+        s = self.stream_arg()
+
+        def timed(fn):
+            self.ch.begin_forward(s)
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            dt = (time.perf_counter() - t0) / n * 1e6
+            self.ch.end_forward(s)
+            self.sync()
+            return dt
+
+        bare = timed(lambda: cap(7, t))
+        self.expected += n
+        plain = timed(lambda: ident(t))
+        with fh.install(ident, [fh.HookPoint(7, "x", "", "output")], cap):
+            hooked = timed(lambda: ident(t))
+        self.expected += n
+        self.drain.wait(self.expected)
+        out = {"capture_call_us": bare, "module_call_us": plain, "hooked_module_call_us": hooked,
+               "hook_layer_us": hooked - plain - bare}
+        log("cpu per hook: " + ", ".join(f"{k} {v:.2f}" for k, v in out.items()))
+        return out
+
     def close(self):
         try:
             self.drain.wait(self.expected, timeout=30.0)
@@ -587,7 +617,7 @@ def main(argv=None):
     bench = Bench(args)
     ctx = torch.cuda.stream(bench.main) if bench.cuda else _null()
     presets = [p for p in args.presets.split(",") if p]
-    decode, failures, h2d, report = {}, [], {}, {}
+    decode, failures, h2d, report, cpu_hook = {}, [], {}, {}, {}
     mode_specs = {"b1_eager": (1, False), "b1_graph": (1, True), "b16_graph": (16, True)}
     try:
         with torch.inference_mode(), ctx:
@@ -601,6 +631,11 @@ def main(argv=None):
                 except Exception:  # keep the other modes' figures; the run still fails at the end
                     failures.append(name)
                     log(f"{name}: FAILED\n{traceback.format_exc()}")
+            try:
+                cpu_hook = bench.cpu_per_hook()
+            except Exception:
+                failures.append("cpu_per_hook")
+                log(f"cpu_per_hook: FAILED\n{traceback.format_exc()}")
             if args.h2d_iters > 0:
                 try:
                     h2d = h2d_step(bench, args)
@@ -647,6 +682,8 @@ def main(argv=None):
         if d["ferry_us"] is not None:
             print(f"h2d_step {mode} torch_copies {d['torch_copies_us']:.1f} us ferry {d['ferry_us']:.1f} us "
                   f"({d['ferry_us'] / d['torch_copies_us']:.2f}x)")
+    if cpu_hook:
+        print("python eager capture, CPU us per call: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu_hook.items()))
     if failures:
         print(f"FAILED: {', '.join(failures)} (see the log above)")
     return 0 if bench.entries_bad == 0 and not failures else 1
