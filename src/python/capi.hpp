@@ -4,6 +4,7 @@
 // channel through it without sharing any C++ type with this module.
 #pragma once
 
+#include "common.hpp"
 #include "ferry_capi.h"
 
 #include <ferry/d2h/errors.hpp>
@@ -60,7 +61,7 @@ class channel_registry {
     std::shared_lock lk{mu_};
     auto it = map_.find(h);
     FERRY_EXPECTS(it != map_.end(), ferry::logic_error,
-                  "ferry C ABI: expected the handle of a live ferry.Channel, got {} (unknown, or its channel was "
+                  "C ABI: expected the handle of a live ferry.Channel, got {} (unknown, or its channel was "
                   "destroyed)",
                   h);
     f(it->second);
@@ -148,12 +149,28 @@ inline int channel_info(std::uint64_t channel, int* backend, int* device, char* 
   });
 }
 
+inline void set_python_error(int status, const char* msg)
+{
+  auto& x = errors();
+  PyObject* t = x.error;
+  switch (status) {
+    case FERRY_ERR_LOGIC: t = x.logic; break;
+    case FERRY_ERR_OOM: t = x.oom; break;
+    case FERRY_ERR_TIMEOUT: t = x.timeout; break;
+    case FERRY_ERR_INVALIDATED: t = x.invalidated; break;
+    case FERRY_ERR_BACKEND: t = x.backend; break;
+    default: break;
+  }
+  PyErr_SetString(t, msg);
+}
+
 }  // namespace capi_detail
 
 /// The table in the ferry._ferry._capi capsule (static storage: the capsule never frees it).
 inline const ferry_capi* capi_table()
 {
-  static const ferry_capi t{FERRY_CAPI_VERSION, sizeof(ferry_capi), &capi_detail::capture, &capi_detail::channel_info};
+  static const ferry_capi t{FERRY_CAPI_VERSION, sizeof(ferry_capi), &capi_detail::capture, &capi_detail::channel_info,
+                              &capi_detail::set_python_error};
   return &t;
 }
 

@@ -73,6 +73,9 @@ typedef struct ferry_capi {
                  void (*keep_alive)(void* owner), void* owner, char* err, size_t err_len);
   /** The channel's backend (ferry_backend_kind) and device; FERRY_ERR_LOGIC for an unknown handle. */
   int (*channel_info)(uint64_t channel, int* backend, int* device, char* err, size_t err_len);
+  /** Sets the Python exception of `status` (ferry.LogicError, ferry.InvalidatedError, ...) with `msg`, as the
+   * core module raises it; the caller holds the GIL (then raises it, e.g. pybind11::error_already_set). */
+  void (*set_python_error)(int status, const char* msg);
 } ferry_capi;
 
 #ifdef __cplusplus
