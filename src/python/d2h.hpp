@@ -316,10 +316,6 @@ class py_channel {
       FERRY_EXPECTS(in_forward_.load(std::memory_order_relaxed), ferry::logic_error,
                     "d2h channel capture (hook {}): expected an open forward (begin_forward), got none", hook);
       stream = fwd_stream_.load(std::memory_order_relaxed);
-    } else {
-      FERRY_EXPECTS(!is_host<B>, ferry::logic_error,
-                    "Channel.capture (hook {}): expected the forward's stream on the host backend, got stream {:#x}",
-                    hook, stream);
     }
     const fb::stream_view<B> s{B{}, reinterpret_cast<handle_type>(stream)};
     set_dev();
