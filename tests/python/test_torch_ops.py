@@ -216,8 +216,9 @@ def test_cuda_graph_capture_and_replay_with_plan():
         z = torch.relu(y)
         torch.ops.ferry.capture(tok, z, ch.handle, 2)
         torch.ops.ferry.capture(tok, z[:3].contiguous(), ch.handle, 3)
-        return z
+        return y, z
 
+    torch.cuda.synchronize()
     with torch.cuda.stream(s):  # warm up (eager forward on the capture stream)
         ch.begin_forward(s)
         step()
@@ -227,7 +228,7 @@ def test_cuda_graph_capture_and_replay_with_plan():
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g, stream=s):
         ch.begin_forward(s)
-        out = step()
+        y_out, out = step()
         plan = ch.end_forward(s)
     assert [h for h, _, _ in plan.entries] == [1, 2, 3]
     for i in range(3):
@@ -235,10 +236,10 @@ def test_cuda_graph_capture_and_replay_with_plan():
         ch.plan(plan)
         g.replay()
         torch.cuda.synchronize()
-        y = x @ w
         got = entries(ch, 3)
         assert [e.hook for e in got] == [1, 2, 3]
-        assert got[0].tobytes() == as_bytes(y) and got[1].tobytes() == as_bytes(out)
+        assert got[0].tobytes() == as_bytes(y_out) and got[1].tobytes() == as_bytes(out)
+        torch.testing.assert_close(y_out, x @ w)  # the replay computed this step's values
         assert got[2].tobytes() == as_bytes(out[:3])
     assert ch.close()["clean"]
 
@@ -247,14 +248,16 @@ def test_cuda_graph_capture_and_replay_with_plan():
 def test_cuda_compile_and_wrong_devices():
     ch = ferry.Channel(0, ring_bytes=8 << 20, publish_every=4, backend="cuda")
     tok = fto.token("cuda")
-    s = torch.cuda.current_stream()
+    s = torch.cuda.Stream()  # not the legacy default stream, which ferry refuses
     f = torch.compile(_model(ch.handle), fullgraph=True)
     x, w = torch.randn(4, 8, device="cuda"), torch.randn(8, 16, device="cuda")
-    ch.begin_forward(s)
-    f(tok, x, w)
-    with pytest.raises(ferry.LogicError, match="host tensor where a device tensor"):
-        torch.ops.ferry.capture(tok, torch.zeros(4), ch.handle, 9)
-    ch.end_forward(s)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(s):
+        ch.begin_forward(s)
+        f(tok, x, w)
+        with pytest.raises(ferry.LogicError, match="host tensor where a device tensor"):
+            torch.ops.ferry.capture(tok, torch.zeros(4), ch.handle, 9)
+        ch.end_forward(s)
     got = entries(ch, 3)
     assert [e.hook for e in got] == [1, 2, 3]
     y = x @ w
