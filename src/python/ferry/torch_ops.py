@@ -63,7 +63,9 @@ def token(device="cpu") -> _torch.Tensor:
 
 
 def capture(token: _torch.Tensor, x: _torch.Tensor, channel, hook: int) -> None:
-    """torch.ops.ferry.capture(token, x, channel, hook); `channel` may be a ferry.Channel or its handle."""
+    """torch.ops.ferry.capture(token, x, channel, hook); `channel` may be a ferry.Channel or its handle.
+
+    For eager code; in a function given to torch.compile call the op with the int handle (read outside)."""
     if isinstance(channel, Channel):
         channel = channel.handle
     _torch.ops.ferry.capture(token, x, channel, hook)
