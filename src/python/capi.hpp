@@ -23,6 +23,13 @@
 
 namespace ferry::python {
 
+/// A channel's liveness for the C ABI: calls hold `m` shared while they run; the channel's destructor sets
+/// `alive` false under `m` unique (so it waits for this channel's calls in flight, and only for those).
+struct channel_life {
+  std::shared_mutex m;
+  bool alive{true};
+};
+
 /// Type-erased entry points of one live channel (py_channel<B> registers itself).
 struct channel_slot {
   void* self{nullptr};
@@ -31,10 +38,11 @@ struct channel_slot {
   /// capture(self, hook, ptr, bytes, stream, keep): throws ferry's errors.
   void (*capture)(void* self, std::uint32_t hook, const void* ptr, std::uint64_t bytes, std::uintptr_t stream,
                   std::shared_ptr<void> keep){nullptr};
+  std::shared_ptr<channel_life> life;
 };
 
-/// Live channels by handle. A C ABI call holds the shared lock for its whole duration; a channel's
-/// destructor unregisters under the unique lock first, so it waits for calls in flight.
+/// Live channels by handle. The registry lock is held only to look a handle up; a call then holds its
+/// channel's life lock, so a blocked capture (a full ring) never stalls another channel's creation.
 class channel_registry {
  public:
   static channel_registry& get()
@@ -49,22 +57,37 @@ class channel_registry {
     map_.emplace(h, s);
     return h;
   }
+  /// Unregisters `h`, then waits for its calls in flight; none starts after this returns.
   void remove(std::uint64_t h)
   {
-    std::unique_lock lk{mu_};
-    map_.erase(h);
+    std::shared_ptr<channel_life> life;
+    {
+      std::unique_lock lk{mu_};
+      auto it = map_.find(h);
+      if (it == map_.end()) { return; }
+      life = it->second.life;
+      map_.erase(it);
+    }
+    std::unique_lock l{life->m};
+    life->alive = false;
   }
-  /// Runs f(slot) under the shared lock; logic_error for an unknown handle.
+  /// Runs f(slot) while the channel stays alive; logic_error for an unknown or destroyed handle.
   template <class F>
   void with(std::uint64_t h, F&& f)
   {
-    std::shared_lock lk{mu_};
-    auto it = map_.find(h);
-    FERRY_EXPECTS(it != map_.end(), ferry::logic_error,
+    channel_slot s;
+    {
+      std::shared_lock lk{mu_};
+      auto it = map_.find(h);
+      if (it != map_.end()) { s = it->second; }
+    }
+    std::shared_lock<std::shared_mutex> l;
+    if (s.life) { l = std::shared_lock{s.life->m}; }
+    FERRY_EXPECTS(s.life && s.life->alive, ferry::logic_error,
                   "C ABI: expected the handle of a live ferry.Channel, got {} (unknown, or its channel was "
                   "destroyed)",
                   h);
-    f(it->second);
+    f(s);
   }
 
  private:

@@ -115,7 +115,8 @@ class py_channel {
     }
     ch_.emplace(cfg, b, std::move(cb));
     handle_ = channel_registry::get().add(channel_slot{this, is_host<B> ? FERRY_BACKEND_HOST : FERRY_BACKEND_CUDA,
-                                                       device, &py_channel::capture_thunk});
+                                                       device, &py_channel::capture_thunk,
+                                                       std::make_shared<channel_life>()});
   }
   ~py_channel()
   {
