@@ -265,11 +265,13 @@ class py_channel {
   }
 
   /// Drains, stops and destroys the C++ channel (the device slot is free again); entries delivered but
-  /// not polled stay available to poll(). Raises ShutdownError (with .report) when entries were lost.
+  /// not polled stay available to poll(). Raises ShutdownError (with .report) when entries were lost, and
+  /// InvalidatedError after a backend failure; the channel is closed either way.
   [[nodiscard]] nb::dict close(std::optional<double> timeout)
   {
     std::optional<fd::shutdown_report> rep;
     std::optional<fd::shutdown_error> err;
+    std::exception_ptr other;  // e.g. invalidated_error: raised after the teardown, so the channel is closed
     {
       nb::gil_scoped_release g;
       std::unique_lock lk{mu_};
@@ -280,6 +282,8 @@ class py_channel {
                       : ch_->close();
       } catch (const fd::shutdown_error& e) {
         err.emplace(e);
+      } catch (const ferry::error&) {
+        other = std::current_exception();
       }
       final_stats_ = ch_->stats();
       {
@@ -297,6 +301,7 @@ class py_channel {
       keep_graph_.clear();
     }
     sink_owner_.reset();
+    if (other) { std::rethrow_exception(other); }
     if (err) { throw *err; }
     return report_dict(*rep);
   }

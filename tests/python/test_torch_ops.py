@@ -268,3 +268,26 @@ def test_cuda_compile_and_wrong_devices():
     with pytest.raises(ferry.LogicError, match="device tensor where the host backend"):
         torch.ops.ferry.capture(fto.token(), torch.zeros(4, device="cuda"), host.handle, 1)
     host.close()
+
+
+def test_invalidated_channel_through_the_op(make_channel):
+    ch = make_channel(publish_every=1, timeout=0.5)
+    s1, s2 = ferry.Stream(backend="host"), ferry.Stream(backend="host")
+    x = torch.arange(16, dtype=torch.float32)
+    ch.begin_forward(s1)
+    s1.begin_capture()
+    s2.begin_capture()
+    try:
+        ch.capture(1, x.numpy(), s2)  # the branch stream joins s2's graph ...
+        with pytest.raises(ferry.BackendError, match="stream_capture_isolation"):
+            ch.capture(2, x.numpy(), s1)  # ... and s1's release cannot join it: the channel is invalidated
+        with pytest.raises(ferry.InvalidatedError, match="stream_capture_isolation"):
+            torch.ops.ferry.capture(fto.token(), x, ch.handle, 3)
+    finally:
+        for s in (s1, s2):
+            try:
+                s.end_capture()
+            except ferry.BackendError:
+                pass
+    with pytest.raises(ferry.InvalidatedError):
+        ch.close()
