@@ -38,6 +38,8 @@ struct channel_slot {
   /// capture(self, hook, ptr, bytes, stream, keep): throws ferry's errors.
   void (*capture)(void* self, std::uint32_t hook, const void* ptr, std::uint64_t bytes, std::uintptr_t stream,
                   std::shared_ptr<void> keep){nullptr};
+  /// FERRY_INFO_* flags of the channel's open forward.
+  std::uint32_t (*flags)(void* self){nullptr};
   std::shared_ptr<channel_life> life;
 };
 
@@ -162,12 +164,14 @@ inline int capture(std::uint64_t channel, std::uint32_t hook, const void* ptr, s
   });
 }
 
-inline int channel_info(std::uint64_t channel, int* backend, int* device, char* err, std::size_t len)
+inline int channel_info(std::uint64_t channel, int* backend, int* device, std::uint32_t* flags, char* err,
+                        std::size_t len)
 {
   return guarded(err, len, false, [&] {
     channel_registry::get().with(channel, [&](const channel_slot& s) {
       if (backend != nullptr) { *backend = s.backend; }
       if (device != nullptr) { *device = s.device; }
+      if (flags != nullptr) { *flags = s.flags(s.self); }
     });
   });
 }

@@ -115,7 +115,7 @@ class py_channel {
     }
     ch_.emplace(cfg, b, std::move(cb));
     handle_ = channel_registry::get().add(channel_slot{this, is_host<B> ? FERRY_BACKEND_HOST : FERRY_BACKEND_CUDA,
-                                                       device, &py_channel::capture_thunk,
+                                                       device, &py_channel::capture_thunk, &py_channel::flags_thunk,
                                                        std::make_shared<channel_life>()});
   }
   ~py_channel()
@@ -136,7 +136,8 @@ class py_channel {
     set_dev();
     ch.begin_forward(s);
     fwd_stream_.store(reinterpret_cast<std::uintptr_t>(s.handle()), std::memory_order_relaxed);
-    in_forward_.store(true, std::memory_order_relaxed);
+    fwd_flags_.store(FERRY_INFO_FORWARD_OPEN | (s.is_capturing() ? FERRY_INFO_FORWARD_CAPTURING : 0U),
+                     std::memory_order_relaxed);
   }
 
   [[nodiscard]] py_plan end_forward(nb::handle stream)
@@ -151,7 +152,7 @@ class py_channel {
       set_dev();
       capturing = s.is_capturing();
       out.p = ch.end_forward(s);
-      in_forward_.store(false, std::memory_order_relaxed);
+      fwd_flags_.store(0, std::memory_order_relaxed);
     }
     if constexpr (is_host<B>) {  // host "kernels" copy later, on the stream thread: hold the arrays until then
       if (!capturing) {
@@ -165,7 +166,8 @@ class py_channel {
       std::lock_guard kl{keep_mu_};  // C ABI captures' owners: released after the copies, or with the graph
       if (!capturing) {
         if (!keep_current_.empty()) {
-          s.backend().host_func(s.handle(), [k = std::make_shared<decltype(keep_current_)>(std::move(keep_current_))] { k->clear(); });
+          auto k = std::make_shared<decltype(keep_current_)>(std::move(keep_current_));
+          s.backend().host_func(s.handle(), [k] { k->clear(); });
         }
       } else {
         keep_graph_.insert(keep_graph_.end(), keep_current_.begin(), keep_current_.end());
@@ -319,7 +321,7 @@ class py_channel {
     auto& ch = live("capture");
     using handle_type = typename B::stream_type;
     if (stream == FERRY_STREAM_OF_FORWARD) {
-      FERRY_EXPECTS(in_forward_.load(std::memory_order_relaxed), ferry::logic_error,
+      FERRY_EXPECTS((fwd_flags_.load(std::memory_order_relaxed) & FERRY_INFO_FORWARD_OPEN) != 0, ferry::logic_error,
                     "d2h channel capture (hook {}): expected an open forward (begin_forward), got none", hook);
       stream = fwd_stream_.load(std::memory_order_relaxed);
     }
@@ -381,12 +383,16 @@ class py_channel {
   {
     static_cast<py_channel*>(self)->capture_raw(hook, ptr, bytes, stream, std::move(keep));
   }
+  static std::uint32_t flags_thunk(void* self)
+  {
+    return static_cast<py_channel*>(self)->fwd_flags_.load(std::memory_order_relaxed);
+  }
 
   int dev_;
   std::uint64_t handle_{0};
   nb::object sink_owner_;  // the "ferry.sink" capsule, held until close()
   std::atomic<std::uintptr_t> fwd_stream_{0};
-  std::atomic<bool> in_forward_{false};
+  std::atomic<std::uint32_t> fwd_flags_{0};  // FERRY_INFO_* of the open forward
   std::mutex keep_mu_;
   std::vector<std::shared_ptr<void>> keep_current_;  // C ABI owners of the open forward (host backend)
   std::vector<std::shared_ptr<void>> keep_graph_;    // C ABI owners captured into graphs (host backend)

@@ -37,6 +37,10 @@ typedef enum ferry_status {
   FERRY_ERR_OTHER = 6        /**< ferry.Error or an unknown exception */
 } ferry_status;
 
+/** ferry_capi::channel_info flags: a forward is open, and it is being captured into a graph (graph mode). */
+#define FERRY_INFO_FORWARD_OPEN 1u
+#define FERRY_INFO_FORWARD_CAPTURING 2u
+
 /** The backend a channel runs on (ferry_capi::channel_info). */
 typedef enum ferry_backend_kind { FERRY_BACKEND_HOST = 0, FERRY_BACKEND_CUDA = 1 } ferry_backend_kind;
 
@@ -71,8 +75,9 @@ typedef struct ferry_capi {
    * called when the call fails. */
   int (*capture)(uint64_t channel, uint32_t hook, const void* ptr, uint64_t bytes, uintptr_t stream,
                  void (*keep_alive)(void* owner), void* owner, char* err, size_t err_len);
-  /** The channel's backend (ferry_backend_kind) and device; FERRY_ERR_LOGIC for an unknown handle. */
-  int (*channel_info)(uint64_t channel, int* backend, int* device, char* err, size_t err_len);
+  /** The channel's backend (ferry_backend_kind), device, and FERRY_INFO_* flags (any pointer may be NULL);
+   * FERRY_ERR_LOGIC for an unknown handle. */
+  int (*channel_info)(uint64_t channel, int* backend, int* device, uint32_t* flags, char* err, size_t err_len);
   /** Sets the Python exception of `status` (ferry.LogicError, ferry.InvalidatedError, ...) with `msg`, as the
    * core module raises it; the caller holds the GIL (then raises it, e.g. pybind11::error_already_set). */
   void (*set_python_error)(int status, const char* msg);

@@ -57,6 +57,29 @@ def test_eager_snapshot_at_the_call(make_channel, stream):
         assert (np.frombuffer(e.tobytes(), np.float32) == i).all()
 
 
+def test_host_graph_replays_read_the_tensor_at_each_launch(make_channel):
+    # A captured forward (host graph): each launch copies x as it is then (no snapshot at capture time).
+    ch = make_channel()
+    s = ferry.Stream(backend="host")
+    tok = fto.token()
+    x = torch.zeros(64)
+    s.begin_capture()
+    ch.begin_forward(s)
+    torch.ops.ferry.capture(tok, x, ch.handle, 5)
+    plan = ch.end_forward(s)
+    graph = s.end_capture()
+    assert [h for h, _, _ in plan.entries] == [5]
+    for step in range(1, 4):
+        x.fill_(step)
+        ch.plan(plan)
+        graph.launch(s)
+        (e,) = entries(ch, 1)
+        assert e.hook == 5 and (np.frombuffer(e.tobytes(), np.float32) == step).all()
+        e.release()
+    s.synchronize()
+    assert ch.close()["clean"]
+
+
 def _model(h):
     def f(tok, x, w):
         y = x @ w

@@ -8,8 +8,8 @@
 //     token: declared mutated and never read, so torch.compile keeps every capture (a side effect on a
 //     graph input) and keeps captures that share a token in program order; x: a contiguous tensor on the
 //     channel's device. CUDA: enqueued on torch's current stream of x's device (so torch.cuda.graph
-//     capture records it). Host backend: x is snapshotted at the call, then enqueued on the stream of the
-//     channel's open forward.
+//     capture records it). Host backend: enqueued on the stream of the channel's open forward; in an eager
+//     forward x is snapshotted at the call (a captured forward's graph reads x itself at each launch).
 #include "../ferry_capi.h"
 
 #include <Python.h>
@@ -86,7 +86,9 @@ void capture(at::Tensor& token, const at::Tensor& x, int64_t channel, int64_t ho
   char err[1024];
   int backend = 0;
   int device = 0;
-  if (int rc = api.channel_info(static_cast<std::uint64_t>(channel), &backend, &device, err, sizeof err); rc != FERRY_OK) {
+  std::uint32_t flags = 0;
+  if (int rc = api.channel_info(static_cast<std::uint64_t>(channel), &backend, &device, &flags, err, sizeof err);
+      rc != FERRY_OK) {
     raise(rc, err);
   }
   if (backend == FERRY_BACKEND_HOST) {
@@ -103,7 +105,8 @@ void capture(at::Tensor& token, const at::Tensor& x, int64_t channel, int64_t ho
   int rc = FERRY_OK;
   if (backend == FERRY_BACKEND_HOST) {
     // The host backend copies later on its stream thread, unordered with torch's CPU ops: snapshot now.
-    auto* keep = new at::Tensor(x.clone());
+    // In a captured forward the graph's copy must read x itself at every launch: hold x (until close()).
+    auto* keep = new at::Tensor((flags & FERRY_INFO_FORWARD_CAPTURING) != 0 ? x : x.clone());
     rc = api.capture(static_cast<std::uint64_t>(channel), static_cast<std::uint32_t>(hook), keep->const_data_ptr(), bytes,
                      FERRY_STREAM_OF_FORWARD, &release_tensor, keep, err, sizeof err);
   } else {
