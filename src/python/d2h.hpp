@@ -2,6 +2,7 @@
 // ferry.Channel (D2H) for one backend: producer calls, poll() batches of entries, zero-copy numpy views.
 #pragma once
 
+#include "capi.hpp"
 #include "common.hpp"
 
 #include <ferry/d2h.hpp>
@@ -81,18 +82,46 @@ struct py_graph {
   ~py_graph() { B{}.graph_exec_destroy(exec); }
 };
 
+/// A native consumer from a "ferry.sink" capsule (ferry_capi.h).
+[[nodiscard]] inline const ferry_sink* sink_from(nb::handle capsule)
+{
+  FERRY_EXPECTS(PyCapsule_CheckExact(capsule.ptr()) != 0 && PyCapsule_IsValid(capsule.ptr(), FERRY_SINK_NAME) != 0,
+                ferry::logic_error, "Channel: expected sink to be a PyCapsule named '{}', got {}", FERRY_SINK_NAME,
+                type_of(capsule));
+  const auto* s = static_cast<const ferry_sink*>(PyCapsule_GetPointer(capsule.ptr(), FERRY_SINK_NAME));
+  FERRY_EXPECTS(s != nullptr && s->fn != nullptr && s->version == FERRY_SINK_VERSION, ferry::logic_error,
+                "Channel: expected a ferry_sink of version {} with a function, got version {}{}", FERRY_SINK_VERSION,
+                s != nullptr ? s->version : 0U, s != nullptr && s->fn == nullptr ? " without one" : "");
+  return s;
+}
+
 template <class B>
 class py_channel {
  public:
-  py_channel(int device, fd::config cfg) : dev_{device}
+  py_channel(int device, fd::config cfg, nb::handle sink = nb::handle()) : dev_{device}
   {
     B b{};
     b.set_device(fb::device_id{device});
-    ch_.emplace(cfg, b);
+    typename fd::channel<B>::callback_type cb;
+    if (sink.is_valid() && !sink.is_none()) {
+      const ferry_sink* s = sink_from(sink);
+      sink_owner_ = nb::borrow(sink);
+      // Runs on the drain thread, no GIL: the entry's staging goes back when the view dies after fn.
+      cb = [fn = s->fn, ctx = s->ctx](fd::entry_view&& v) {
+        ferry_entry e{v.hook().value, v.ok() ? 1U : 0U, v.seq().value, v.size(), nullptr};
+        if (v.ok()) { e.data = v.bytes().data(); }
+        fn(ctx, &e);
+      };
+    }
+    ch_.emplace(cfg, b, std::move(cb));
+    handle_ = channel_registry::get().add(channel_slot{this, is_host<B> ? FERRY_BACKEND_HOST : FERRY_BACKEND_CUDA,
+                                                       device, &py_channel::capture_thunk, &py_channel::flags_thunk,
+                                                       std::make_shared<channel_life>()});
   }
   ~py_channel()
   {
     nb::gil_scoped_release g;
+    channel_registry::get().remove(handle_);  // waits for C ABI calls in flight
     ch_.reset();
     leftovers_.clear();
   }
@@ -106,6 +135,9 @@ class py_channel {
     nb::gil_scoped_release g;
     set_dev();
     ch.begin_forward(s);
+    fwd_stream_.store(reinterpret_cast<std::uintptr_t>(s.handle()), std::memory_order_relaxed);
+    fwd_flags_.store(FERRY_INFO_FORWARD_OPEN | (s.is_capturing() ? FERRY_INFO_FORWARD_CAPTURING : 0U),
+                     std::memory_order_relaxed);
   }
 
   [[nodiscard]] py_plan end_forward(nb::handle stream)
@@ -120,6 +152,7 @@ class py_channel {
       set_dev();
       capturing = s.is_capturing();
       out.p = ch.end_forward(s);
+      fwd_flags_.store(0, std::memory_order_relaxed);
     }
     if constexpr (is_host<B>) {  // host "kernels" copy later, on the stream thread: hold the arrays until then
       if (!capturing) {
@@ -130,6 +163,16 @@ class py_channel {
         graph_refs_.insert(graph_refs_.end(), current_.begin(), current_.end());
       }
       current_.clear();
+      std::lock_guard kl{keep_mu_};  // C ABI captures' owners: released after the copies, or with the graph
+      if (!capturing) {
+        if (!keep_current_.empty()) {
+          auto k = std::make_shared<decltype(keep_current_)>(std::move(keep_current_));
+          s.backend().host_func(s.handle(), [k] { k->clear(); });
+        }
+      } else {
+        keep_graph_.insert(keep_graph_.end(), keep_current_.begin(), keep_current_.end());
+      }
+      keep_current_.clear();
     }
     return out;
   }
@@ -163,6 +206,9 @@ class py_channel {
   [[nodiscard]] std::vector<py_entry> poll(std::size_t max_entries, std::optional<double> timeout)
   {
     FERRY_EXPECTS(max_entries > 0, ferry::logic_error, "Channel.poll: expected max_entries >= 1, got 0");
+    FERRY_EXPECTS(!sink_owner_.is_valid(), ferry::logic_error,
+                  "Channel.poll: expected a channel without a native sink, got one with a sink (its entries go to "
+                  "the sink)");
     std::vector<py_entry> out;
     const auto start = std::chrono::steady_clock::now();
     const auto limit = timeout ? std::chrono::duration<double>(*timeout) : std::chrono::duration<double>::max();
@@ -221,11 +267,13 @@ class py_channel {
   }
 
   /// Drains, stops and destroys the C++ channel (the device slot is free again); entries delivered but
-  /// not polled stay available to poll(). Raises ShutdownError (with .report) when entries were lost.
+  /// not polled stay available to poll(). Raises ShutdownError (with .report) when entries were lost, and
+  /// InvalidatedError after a backend failure; the channel is closed either way.
   [[nodiscard]] nb::dict close(std::optional<double> timeout)
   {
     std::optional<fd::shutdown_report> rep;
     std::optional<fd::shutdown_error> err;
+    std::exception_ptr other;  // e.g. invalidated_error: raised after the teardown, so the channel is closed
     {
       nb::gil_scoped_release g;
       std::unique_lock lk{mu_};
@@ -236,6 +284,8 @@ class py_channel {
                       : ch_->close();
       } catch (const fd::shutdown_error& e) {
         err.emplace(e);
+      } catch (const ferry::error&) {
+        other = std::current_exception();
       }
       final_stats_ = ch_->stats();
       {
@@ -247,11 +297,44 @@ class py_channel {
     current_.clear();
     pending_.clear();
     graph_refs_.clear();
+    {
+      std::lock_guard kl{keep_mu_};
+      keep_current_.clear();
+      keep_graph_.clear();
+    }
+    sink_owner_.reset();
+    if (other) { std::rethrow_exception(other); }
     if (err) { throw *err; }
     return report_dict(*rep);
   }
 
   [[nodiscard]] bool closed() const noexcept { return !ch_.has_value(); }
+  /// The channel's C ABI handle (ferry_capi.h): valid until the channel object is destroyed.
+  [[nodiscard]] std::uint64_t handle() const noexcept { return handle_; }
+  [[nodiscard]] bool has_sink() const noexcept { return sink_owner_.is_valid(); }
+
+  /// The C ABI capture (no GIL held): `stream` a backend stream handle or FERRY_STREAM_OF_FORWARD.
+  void capture_raw(std::uint32_t hook, const void* ptr, std::uint64_t bytes, std::uintptr_t stream,
+                   std::shared_ptr<void> keep)
+  {
+    std::shared_lock lk{mu_};
+    auto& ch = live("capture");
+    using handle_type = typename B::stream_type;
+    if (stream == FERRY_STREAM_OF_FORWARD) {
+      FERRY_EXPECTS((fwd_flags_.load(std::memory_order_relaxed) & FERRY_INFO_FORWARD_OPEN) != 0, ferry::logic_error,
+                    "d2h channel capture (hook {}): expected an open forward (begin_forward), got none", hook);
+      stream = fwd_stream_.load(std::memory_order_relaxed);
+    }
+    const fb::stream_view<B> s{B{}, reinterpret_cast<handle_type>(stream)};
+    set_dev();
+    ch.capture(fd::hook_id{hook}, ptr, bytes, s);
+    if constexpr (is_host<B>) {  // the host copy runs later on the stream thread: hold the bytes until then
+      if (keep) {
+        std::lock_guard kl{keep_mu_};
+        keep_current_.push_back(std::move(keep));
+      }
+    }
+  }
   [[nodiscard]] int device() const noexcept { return dev_; }
   [[nodiscard]] bool invalidated() const
   {
@@ -295,7 +378,24 @@ class py_channel {
     std::erase_if(pending_, [](const auto& p) { return p.first->load(std::memory_order_acquire); });
   }
 
+  static void capture_thunk(void* self, std::uint32_t hook, const void* ptr, std::uint64_t bytes,
+                            std::uintptr_t stream, std::shared_ptr<void> keep)
+  {
+    static_cast<py_channel*>(self)->capture_raw(hook, ptr, bytes, stream, std::move(keep));
+  }
+  static std::uint32_t flags_thunk(void* self)
+  {
+    return static_cast<py_channel*>(self)->fwd_flags_.load(std::memory_order_relaxed);
+  }
+
   int dev_;
+  std::uint64_t handle_{0};
+  nb::object sink_owner_;  // the "ferry.sink" capsule, held until close()
+  std::atomic<std::uintptr_t> fwd_stream_{0};
+  std::atomic<std::uint32_t> fwd_flags_{0};  // FERRY_INFO_* of the open forward
+  std::mutex keep_mu_;
+  std::vector<std::shared_ptr<void>> keep_current_;  // C ABI owners of the open forward (host backend)
+  std::vector<std::shared_ptr<void>> keep_graph_;    // C ABI owners captured into graphs (host backend)
   mutable std::shared_mutex mu_;  // shared: every call; unique: close()
   std::optional<fd::channel<B>> ch_;
   std::mutex leftover_mu_;
@@ -345,13 +445,16 @@ void bind_d2h(nb::module_& m)
     .def(
       "__init__",
       [](C* self, int device, std::size_t ring_bytes, std::uint32_t publish_every, std::size_t staging_bytes,
-         const std::string& placement, const std::string& on_full, double timeout, std::uint32_t fifo_capacity) {
-        new (self) C(device, channel_config<B>(ring_bytes, publish_every, staging_bytes, placement, on_full, timeout,
-                                               fifo_capacity));
+         const std::string& placement, const std::string& on_full, double timeout, std::uint32_t fifo_capacity,
+         nb::handle sink) {
+        new (self) C(device,
+                     channel_config<B>(ring_bytes, publish_every, staging_bytes, placement, on_full, timeout,
+                                       fifo_capacity),
+                     sink);
       },
       nb::arg("device") = 0, nb::arg("ring_bytes") = std::size_t{64} << 20, nb::arg("publish_every") = 16,
       nb::arg("staging_bytes") = 0, nb::arg("placement") = "managed", nb::arg("on_full") = "block",
-      nb::arg("timeout") = 5.0, nb::arg("fifo_capacity") = 8192)
+      nb::arg("timeout") = 5.0, nb::arg("fifo_capacity") = 8192, nb::arg("sink").none() = nb::none())
     .def("begin_forward", &C::begin_forward, nb::arg("stream").none() = nb::none())
     .def("end_forward", &C::end_forward, nb::arg("stream").none() = nb::none())
     .def("capture", &C::capture, nb::arg("hook"), nb::arg("tensor").none(), nb::arg("stream").none() = nb::none())
@@ -374,6 +477,8 @@ void bind_d2h(nb::module_& m)
            }
          })
     .def_prop_ro("closed", &C::closed)
+    .def_prop_ro("handle", &C::handle, "The channel's integer handle for native code (ferry_capi.h, torch ops).")
+    .def_prop_ro("has_sink", &C::has_sink)
     .def_prop_ro("device", &C::device)
     .def_prop_ro("invalidated", &C::invalidated)
     .def_prop_ro_static("backend", [](nb::handle) { return traits<B>::name; });

@@ -118,6 +118,9 @@ NB_MODULE(_ferry, m)
     })
     .def_prop_ro("nbytes", &fp::py_buffer::bytes);
 
+  // The C ABI for native modules (ferry_capi.h): a capsule holding a static function table.
+  m.attr("_capi") = nb::steal(PyCapsule_New(const_cast<ferry_capi*>(fp::capi_table()), FERRY_CAPI_NAME, nullptr));
+
   nb::module_ host = m.def_submodule("host", "The host-emulated backend (no GPU needed).");
   bind_backend<ferry::backend::host_backend>(host);
 #if defined(FERRY_PYTHON_CUDA)

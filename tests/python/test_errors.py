@@ -139,3 +139,44 @@ def test_close_with_an_open_forward_raises_shutdown_error_with_report(make_chann
     # nothing lost: close() published the entry; it is still there for poll()
     (e,) = ch.poll(10)
     assert e.hook == 7 and (e.numpy() == 7).all()
+
+
+def _invalidate(ch, x):
+    """A real backend failure inside a channel call: an eager forward whose captures go to two streams
+    capturing different graphs; the batch release of the second joins a branch stream already in the first
+    graph, and the host backend refuses that wait (stream_capture_isolation). Returns the two streams."""
+    s1, s2 = ferry.Stream(backend="host"), ferry.Stream(backend="host")
+    ch.begin_forward(s1)
+    s1.begin_capture()
+    s2.begin_capture()
+    ch.capture(1, x, s2)
+    with pytest.raises(ferry.BackendError, match="stream_capture_isolation"):
+        ch.capture(2, x, s1)
+    return s1, s2
+
+
+def _end_captures(*streams):
+    for s in streams:
+        try:
+            s.end_capture()
+        except ferry.BackendError:
+            pass
+
+
+def test_invalidated_channel_raises_invalidated_error_and_closes(make_channel):
+    ch = make_channel(publish_every=1, timeout=0.5)
+    x = np.arange(16, dtype=np.float32)
+    s1, s2 = _invalidate(ch, x)
+    assert ch.invalidated
+    try:
+        for call in (lambda: ch.capture(3, x, s1), lambda: ch.end_forward(s1)):
+            with pytest.raises(ferry.InvalidatedError, match="stream_capture_isolation") as info:
+                call()
+            assert type(info.value) is ferry.InvalidatedError  # not a LogicError / BackendError
+    finally:
+        _end_captures(s1, s2)
+    with pytest.raises(ferry.InvalidatedError, match="failed backend call"):
+        ch.close()
+    assert ch.closed  # closed anyway: the device slot is free again
+    with pytest.raises(ferry.LogicError, match="closed"):
+        ch.begin_forward(s1)

@@ -1,0 +1,71 @@
+# SPDX-License-Identifier: Apache-2.0
+"""torch.ops.ferry: ferry's capture as a torch operator (eager, torch.compile, torch.cuda.graph).
+
+Importing this module loads ``ferry/_torch_ops.so`` (built only where torch is importable) and registers::
+
+    torch.ops.ferry.capture(Tensor(a!) token, Tensor x, int channel, int hook) -> ()
+
+``channel`` is ``ferry.Channel.handle``; ``token`` is any tensor, declared mutated and never read, so
+``torch.compile`` keeps every capture and keeps the captures sharing a token in program order (use one
+token, e.g. ``token(device)``, for a whole forward). ``x`` must be contiguous and on the channel's device.
+CUDA: the capture is enqueued on torch's current stream, so ``torch.cuda.graph`` records it. Host backend:
+``x`` is snapshotted at the call and copied on the stream of the channel's open forward. Errors are
+ferry's own (``ferry.LogicError``, ``ferry.InvalidatedError``, ...), as ``Channel.capture`` raises them.
+"""
+
+from __future__ import annotations
+
+import ctypes as _ctypes
+import os as _os
+
+import torch as _torch
+
+from . import Channel, LogicError, _ferry
+
+__all__ = ["capture", "library_path", "token"]
+
+_LIB = _os.path.join(_os.path.dirname(__file__), "_torch_ops.so")
+
+
+def library_path() -> str:
+    """The path of the op library (for torch.ops.load_library in a process that does not import ferry)."""
+    return _LIB
+
+
+def _load() -> None:
+    if not _os.path.exists(_LIB):
+        raise ImportError(f"ferry.torch_ops: expected the op library {_LIB}, got none (ferry was built without "
+                          "torch: rebuild where torch is importable, or with -DFERRY_BUILD_TORCH=ON)")
+    if not hasattr(_torch.ops.ferry, "capture"):
+        _torch.ops.load_library(_LIB)
+    get = _ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = _ctypes.c_void_p
+    get.argtypes = [_ctypes.py_object, _ctypes.c_char_p]
+    _torch.ops.ferry._bind_capi(get(_ferry._capi, b"ferry._ferry._capi"))
+
+
+_load()
+
+
+@_torch.library.register_fake("ferry::capture")
+def _capture_fake(token, x, channel, hook):
+    # Shape propagation has nothing to do (no outputs); the checks that need no channel are done here too,
+    # so a bad input fails while tracing already.
+    if not x.is_contiguous():
+        raise LogicError(f"ferry: torch.ops.ferry.capture (hook {hook}): expected a C-contiguous tensor, "
+                         f"got a strided one ({x.dim()}-d)")
+    return None
+
+
+def token(device="cpu") -> _torch.Tensor:
+    """A fresh token for torch.ops.ferry.capture: a 1-element int64 tensor on `device` (never read)."""
+    return _torch.zeros(1, dtype=_torch.int64, device=device)
+
+
+def capture(token: _torch.Tensor, x: _torch.Tensor, channel, hook: int) -> None:
+    """torch.ops.ferry.capture(token, x, channel, hook); `channel` may be a ferry.Channel or its handle.
+
+    For eager code; in a function given to torch.compile call the op with the int handle (read outside)."""
+    if isinstance(channel, Channel):
+        channel = channel.handle
+    _torch.ops.ferry.capture(token, x, channel, hook)

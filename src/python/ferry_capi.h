@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The C ABI of the core module ferry._ferry, for native extensions that must share no C++ types with it
+ * (the libtorch op library ferry._torch_ops, an engine's own consumer):
+ *
+ *   - ferry._ferry._capi: a PyCapsule named FERRY_CAPI_NAME holding a `const ferry_capi*` (versioned table
+ *     of function pointers). A channel is named by its integer handle, `ferry.Channel.handle`.
+ *   - a native sink: a PyCapsule named FERRY_SINK_NAME holding a `ferry_sink*`, passed to
+ *     `ferry.Channel(..., sink=capsule)`; its `fn` is called on the drain thread, without the GIL, once per
+ *     delivered entry, in entry order. The entry's bytes are valid only during the call.
+ *
+ * Plain C, so any compiler (g++, clang++, nvcc) can include it. */
+#ifndef FERRY_PYTHON_CAPI_H
+#define FERRY_PYTHON_CAPI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FERRY_CAPI_NAME "ferry._ferry._capi"
+#define FERRY_CAPI_VERSION 1u
+#define FERRY_SINK_NAME "ferry.sink"
+#define FERRY_SINK_VERSION 1u
+/** ferry_capi::capture's `stream` meaning "the stream given to the channel's open begin_forward". */
+#define FERRY_STREAM_OF_FORWARD (~(uintptr_t)0)
+
+/** Status of a C ABI call; not FERRY_OK means `err` holds the C++ message. */
+typedef enum ferry_status {
+  FERRY_OK = 0,
+  FERRY_ERR_LOGIC = 1,       /**< ferry.LogicError: bad input or misuse (closed channel, no open forward) */
+  FERRY_ERR_OOM = 2,         /**< ferry.OutOfMemory */
+  FERRY_ERR_TIMEOUT = 3,     /**< ferry.TimeoutError */
+  FERRY_ERR_INVALIDATED = 4, /**< ferry.InvalidatedError: the channel failed earlier */
+  FERRY_ERR_BACKEND = 5,     /**< ferry.BackendError */
+  FERRY_ERR_OTHER = 6        /**< ferry.Error or an unknown exception */
+} ferry_status;
+
+/** ferry_capi::channel_info flags: a forward is open, and it is being captured into a graph (graph mode). */
+#define FERRY_INFO_FORWARD_OPEN 1u
+#define FERRY_INFO_FORWARD_CAPTURING 2u
+
+/** The backend a channel runs on (ferry_capi::channel_info). */
+typedef enum ferry_backend_kind { FERRY_BACKEND_HOST = 0, FERRY_BACKEND_CUDA = 1 } ferry_backend_kind;
+
+/** One delivered D2H entry, as a native sink sees it. */
+typedef struct ferry_entry {
+  uint32_t hook;
+  uint32_t ok;       /**< 0 for a rejected dynamic entry (size over its reservation; data is then NULL) */
+  uint64_t seq;
+  uint64_t size;     /**< bytes at data */
+  const void* data;  /**< pinned staging, valid until fn returns */
+} ferry_entry;
+
+/** A native consumer (capsule FERRY_SINK_NAME). The capsule must stay alive while the channel uses it (the
+ * channel holds a reference until close()). fn must not throw (C++) nor call into Python without the GIL. */
+typedef struct ferry_sink {
+  uint32_t version; /**< FERRY_SINK_VERSION */
+  void (*fn)(void* ctx, const ferry_entry* entry);
+  void* ctx;
+} ferry_sink;
+
+/** The function table in the FERRY_CAPI_NAME capsule. Every call is thread-safe against close() and the
+ * channel's destruction (an unknown or destroyed handle is FERRY_ERR_LOGIC), and releases the GIL if the
+ * calling thread holds it while it may block. `err` (may be NULL) receives a NUL-terminated message. */
+typedef struct ferry_capi {
+  uint32_t version;     /**< FERRY_CAPI_VERSION */
+  uint32_t struct_size; /**< sizeof(ferry_capi) of the module */
+  /** Channel.capture(hook, bytes at ptr) on `stream` (a cudaStream_t on the cuda backend, 0 the legacy
+   * default stream; FERRY_STREAM_OF_FORWARD the stream of the channel's open forward, the only choice on
+   * the host backend). `ptr` is device memory of the channel's device (host memory on the host
+   * backend). `keep_alive`, if not NULL, is called with `owner` once the bytes were read (host backend:
+   * after the emulated copy; cuda: at once, the caller's allocator orders reuse on `stream`); it is also
+   * called when the call fails. */
+  int (*capture)(uint64_t channel, uint32_t hook, const void* ptr, uint64_t bytes, uintptr_t stream,
+                 void (*keep_alive)(void* owner), void* owner, char* err, size_t err_len);
+  /** The channel's backend (ferry_backend_kind), device, and FERRY_INFO_* flags (any pointer may be NULL);
+   * FERRY_ERR_LOGIC for an unknown handle. */
+  int (*channel_info)(uint64_t channel, int* backend, int* device, uint32_t* flags, char* err, size_t err_len);
+  /** Sets the Python exception of `status` (ferry.LogicError, ferry.InvalidatedError, ...) with `msg`, as the
+   * core module raises it; the caller holds the GIL (then raises it, e.g. pybind11::error_already_set). */
+  void (*set_python_error)(int status, const char* msg);
+} ferry_capi;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FERRY_PYTHON_CAPI_H */

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+// ferry/_torch_ops.so: the torch.ops.ferry.* operators (TORCH_LIBRARY). A libtorch library, loaded
+// by ferry/torch_ops.py with torch.ops.load_library; it reaches the channels of the core module ferry._ferry
+// only through the C ABI table of ferry_capi.h (bound once by torch.ops.ferry._bind_capi), so the two
+// modules share no C++ type (this one uses only the Python C API and torch's pybind11 headers, to raise).
+//
+//   capture(Tensor(a!) token, Tensor x, int channel, int hook) -> ()
+//     token: declared mutated and never read, so torch.compile keeps every capture (a side effect on a
+//     graph input) and keeps captures that share a token in program order; x: a contiguous tensor on the
+//     channel's device. CUDA: enqueued on torch's current stream of x's device (so torch.cuda.graph
+//     capture records it). Host backend: enqueued on the stream of the channel's open forward; in an eager
+//     forward x is snapshotted at the call (a captured forward's graph reads x itself at each launch).
+#include "../ferry_capi.h"
+
+#include <Python.h>
+#include <pybind11/pybind11.h>  // torch's own copy: its error_already_set is what torch's op call restores
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/clone.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace {
+
+std::atomic<const ferry_capi*> g_capi{nullptr};
+
+// In a Python process: the ferry exception itself (ferry.LogicError, ...), set by the core
+// module and carried out through torch's op call as a pending Python error. Without Python (a C++ program):
+// a c10 error whose prefix names the ferry type (ValueError for LogicError, RuntimeError otherwise).
+[[noreturn]] void raise(int rc, const char* msg)
+{
+  const ferry_capi* api = g_capi.load(std::memory_order_acquire);
+  if (api != nullptr && Py_IsInitialized() != 0) {
+    // torch's op call from Python runs the kernel without the GIL: take it to build the error, then let
+    // it go; torch takes it again to restore the error when the exception reaches its call wrapper.
+    const PyGILState_STATE st = PyGILState_Ensure();
+    api->set_python_error(rc, msg);
+    pybind11::error_already_set e;
+    PyGILState_Release(st);
+    throw e;
+  }
+  switch (rc) {
+    case FERRY_ERR_LOGIC: throw c10::ValueError({__func__, __FILE__, __LINE__}, std::string{"[ferry.LogicError] "} + msg);
+    case FERRY_ERR_OOM: throw c10::Error({__func__, __FILE__, __LINE__}, std::string{"[ferry.OutOfMemory] "} + msg);
+    case FERRY_ERR_TIMEOUT: throw c10::Error({__func__, __FILE__, __LINE__}, std::string{"[ferry.TimeoutError] "} + msg);
+    case FERRY_ERR_INVALIDATED:
+      throw c10::Error({__func__, __FILE__, __LINE__}, std::string{"[ferry.InvalidatedError] "} + msg);
+    case FERRY_ERR_BACKEND: throw c10::Error({__func__, __FILE__, __LINE__}, std::string{"[ferry.BackendError] "} + msg);
+    default: throw c10::Error({__func__, __FILE__, __LINE__}, std::string{"[ferry.Error] "} + msg);
+  }
+}
+
+[[noreturn]] void logic(const std::string& msg) { raise(FERRY_ERR_LOGIC, msg.c_str()); }
+
+const ferry_capi& capi()
+{
+  const ferry_capi* p = g_capi.load(std::memory_order_acquire);
+  if (p == nullptr) { logic("ferry: torch.ops.ferry: expected the ferry C ABI to be bound (import ferry.torch_ops), got none"); }
+  return *p;
+}
+
+void bind_capi(int64_t address)
+{
+  const auto* p = reinterpret_cast<const ferry_capi*>(static_cast<std::uintptr_t>(address));
+  if (p == nullptr || p->version != FERRY_CAPI_VERSION || p->struct_size < sizeof(ferry_capi)) {
+    logic("ferry: torch.ops.ferry._bind_capi: expected a ferry_capi table of version " +
+          std::to_string(FERRY_CAPI_VERSION) + ", got " + (p == nullptr ? std::string{"NULL"} : "version " + std::to_string(p->version)));
+  }
+  g_capi.store(p, std::memory_order_release);
+}
+
+void release_tensor(void* owner) { delete static_cast<at::Tensor*>(owner); }
+
+void capture(at::Tensor& token, const at::Tensor& x, int64_t channel, int64_t hook)
+{
+  (void)token;
+  const ferry_capi& api = capi();
+  const std::string who = "ferry: torch.ops.ferry.capture (hook " + std::to_string(hook) + ")";
+  if (hook < 0 || hook > static_cast<int64_t>(UINT32_MAX)) { logic(who + ": expected a hook in [0, 2^32), got " + std::to_string(hook)); }
+  char err[1024];
+  int backend = 0;
+  int device = 0;
+  std::uint32_t flags = 0;
+  if (int rc = api.channel_info(static_cast<std::uint64_t>(channel), &backend, &device, &flags, err, sizeof err);
+      rc != FERRY_OK) {
+    raise(rc, err);
+  }
+  if (backend == FERRY_BACKEND_HOST) {
+    if (!x.device().is_cpu()) {
+      logic(who + ": expected a cpu tensor (host backend channel), got one on " + x.device().str() +
+            " (a device tensor where the host backend needs a host array)");
+    }
+  } else if (!x.device().is_cuda() || x.device().index() != device) {
+    logic(who + ": expected a tensor on cuda:" + std::to_string(device) + " (the channel's device), got one on " +
+          x.device().str() + (x.device().is_cpu() ? " (a host tensor where a device tensor is needed)" : ""));
+  }
+  if (!x.is_contiguous()) { logic(who + ": expected a C-contiguous tensor, got a strided one (" + std::to_string(x.dim()) + "-d)"); }
+  const auto bytes = static_cast<std::uint64_t>(x.nbytes());
+  int rc = FERRY_OK;
+  if (backend == FERRY_BACKEND_HOST) {
+    // The host backend copies later on its stream thread, unordered with torch's CPU ops: snapshot now.
+    // In a captured forward the graph's copy must read x itself at every launch: hold x (until close()).
+    auto* keep = new at::Tensor((flags & FERRY_INFO_FORWARD_CAPTURING) != 0 ? x : x.clone());
+    rc = api.capture(static_cast<std::uint64_t>(channel), static_cast<std::uint32_t>(hook), keep->const_data_ptr(), bytes,
+                     FERRY_STREAM_OF_FORWARD, &release_tensor, keep, err, sizeof err);
+  } else {
+    const c10::Stream s = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(x.device());
+    rc = api.capture(static_cast<std::uint64_t>(channel), static_cast<std::uint32_t>(hook), x.const_data_ptr(), bytes,
+                     reinterpret_cast<std::uintptr_t>(s.native_handle()), nullptr, nullptr, err, sizeof err);
+  }
+  if (rc != FERRY_OK) { raise(rc, err); }
+}
+
+}  // namespace
+
+TORCH_LIBRARY(ferry, m)
+{
+  m.def("capture(Tensor(a!) token, Tensor x, int channel, int hook) -> ()");
+  m.def("_bind_capi(int address) -> ()", &bind_capi);
+}
+
+TORCH_LIBRARY_IMPL(ferry, CPU, m) { m.impl("capture", &capture); }
+TORCH_LIBRARY_IMPL(ferry, CUDA, m) { m.impl("capture", &capture); }
