@@ -61,6 +61,40 @@ TYPED_TEST_P(D2hFailure, MisuseIsATypedErrorAndLosesNothing)
   EXPECT_EQ(chk.bad_meta, 0U);
 }
 
-REGISTER_TYPED_TEST_SUITE_P(D2hFailure, MisuseIsATypedErrorAndLosesNothing);
+/// A producer call on a stream other than the forward's (begin_forward's) is refused with a logic_error
+/// naming both streams; the forward stays usable on its own stream and every entry arrives.
+TYPED_TEST_P(D2hFailure, SecondStreamInsideAForwardIsRefused)
+{
+  using B = TypeParam;
+  fb::stream<B> s{this->b};
+  fb::stream<B> other{this->b};
+  sources<B> src{this->b, s, 0, 2, 256};
+  checker chk;
+  auto cfg = this->small_config(1 << 16, 2);
+  fd::channel<B> ch{cfg, this->b, chk.callback()};
+  ch.begin_forward(s);
+  chk.expect(0, 1, 256);
+  ch.capture(fd::hook_id{1}, src.at(0), 256, s);
+  try {
+    ch.capture(fd::hook_id{1}, src.at(1), 256, other);
+    ADD_FAILURE() << "capture on a second stream was accepted";
+  } catch (const ferry::logic_error& e) {
+    EXPECT_NE(std::string{e.what()}.find("expected the forward's stream"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)ch.begin_write(fd::hook_id{1}, 64, other), ferry::logic_error) << "begin_write, second stream";
+  EXPECT_THROW((void)ch.end_forward(other), ferry::logic_error) << "end_forward on a second stream";
+  chk.expect(1, 1, 256);
+  ch.capture(fd::hook_id{1}, src.at(1), 256, s);
+  (void)ch.end_forward(s);
+  // Between forwards any stream may open the next one.
+  ch.begin_forward(other);
+  (void)ch.end_forward(other);
+  EXPECT_TRUE(ch.close().clean());
+  EXPECT_EQ(chk.got, 2U);
+  EXPECT_EQ(chk.bad_entries, 0U);
+  EXPECT_EQ(chk.bad_meta, 0U);
+}
+
+REGISTER_TYPED_TEST_SUITE_P(D2hFailure, MisuseIsATypedErrorAndLosesNothing, SecondStreamInsideAForwardIsRefused);
 
 }  // namespace ferry::test

@@ -28,6 +28,12 @@ template <ferry::backend::backend B>
 void producer<B>::check_producer(stream_view s, const char* what)
 {
   check_thread(what);
+  // One compute stream per forward: every entry's writer and the forward's releases are ordered by that
+  // stream alone, so a call on another stream inside a forward would publish bytes not yet written.
+  FERRY_EXPECTS(!in_forward_ || s.handle() == last_stream_, ferry::logic_error,
+                "d2h channel {}: expected the forward's stream {} (from begin_forward), got stream {} (one "
+                "compute stream per forward)",
+                what, static_cast<const void*>(last_stream_), static_cast<const void*>(s.handle()));
   last_stream_ = s.handle();
   have_last_stream_ = true;
 }
