@@ -4,6 +4,7 @@
 #include "h2d/failure.hpp"
 #include "h2d/graph.hpp"
 #include "h2d/lifecycle.hpp"
+#include "h2d/misuse.hpp"
 #include "h2d/ordering.hpp"
 
 #include <ferry/backend/cuda/backend.hpp>
@@ -17,4 +18,5 @@ INSTANTIATE_TYPED_TEST_SUITE_P(H2dCapacity, H2dCapacity, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(H2dGraph, H2dGraph, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(H2dLifecycle, H2dLifecycle, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(H2dFailure, H2dFailure, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(H2dMisuse, H2dMisuse, CudaBackends);
 }  // namespace ferry::test::h2d

@@ -4,6 +4,7 @@
 #include "h2d/failure.hpp"
 #include "h2d/graph.hpp"
 #include "h2d/lifecycle.hpp"
+#include "h2d/misuse.hpp"
 #include "h2d/ordering.hpp"
 
 namespace ferry::test::h2d {
@@ -14,4 +15,5 @@ INSTANTIATE_TYPED_TEST_SUITE_P(H2dCapacity, H2dCapacity, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(H2dGraph, H2dGraph, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(H2dLifecycle, H2dLifecycle, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(H2dFailure, H2dFailure, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(H2dMisuse, H2dMisuse, HostBackends);
 }  // namespace ferry::test::h2d

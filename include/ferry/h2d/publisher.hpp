@@ -36,6 +36,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -50,7 +51,8 @@ namespace ferry::h2d {
 
 /// Publishes declared host buffers into fixed device destinations, one group (consumer boundary) at a
 /// time, on one owner stream, with a configurable number of runner slots (pinned sources per slot).
-/// Not copyable or movable: the guards it hands out point to it. Every fallible call throws
+/// Not copyable or movable: the guards it hands out point to it (through a shared control block, so a guard
+/// that outlives the publisher is refused rather than dangling). Every fallible call throws
 /// ferry::logic_error (misuse: naming the group and buffer, expected vs got), ferry::invalidated_error
 /// (after a backend failure, until recover()) or the backend's ferry::backend_error (which invalidates).
 template <ferry::backend::backend B>
@@ -205,6 +207,9 @@ class publisher {
   bool invalid_{false};
   std::string invalid_reason_;
   std::string last_reason_;
+  /// Shared with every guard; cleared by the destructor (one allocation per publisher, one reference count
+  /// per guard).
+  std::shared_ptr<detail::lifeline<B>> life_{std::make_shared<detail::lifeline<B>>(detail::lifeline<B>{this})};
 };
 
 }  // namespace ferry::h2d

@@ -16,6 +16,7 @@ namespace ferry::h2d {
 template <ferry::backend::backend B>
 publisher<B>::~publisher()
 {
+  life_->pub = nullptr;  // guards that outlive the publisher are refused from now on
   if (owner_) {
     try {
       b_.stream_synchronize(owner_->handle());
@@ -86,7 +87,7 @@ slot_guard<B> publisher<B>::begin(std::size_t slot)
     guarded("begin: source reuse wait", [&] { store_.slots[slot].done->synchronize(); });
   }
   const auto epoch = slots_.start_epoch(slot);
-  return slot_guard<B>{this, slot, epoch};
+  return slot_guard<B>{life_, slot, epoch};
 }
 
 template <ferry::backend::backend B>
@@ -94,7 +95,7 @@ slot_guard<B> publisher<B>::resume(std::size_t slot)
 {
   check_usable("resume");
   const auto epoch = slots_.resume(slot);
-  return slot_guard<B>{this, slot, epoch};
+  return slot_guard<B>{life_, slot, epoch};
 }
 
 template <ferry::backend::backend B>
@@ -112,7 +113,7 @@ producer_guard<B> publisher<B>::producer(group_handle g)
 {
   check_usable("producer");
   slots_.open_producer(decl_, g);
-  return producer_guard<B>{this, g, static_cast<std::size_t>(slots_.active()), slots_.current().epoch};
+  return producer_guard<B>{life_, g, static_cast<std::size_t>(slots_.active()), slots_.current().epoch};
 }
 
 template <ferry::backend::backend B>
@@ -236,6 +237,17 @@ std::span<T> publisher<B>::producer_source(group_handle g, buffer_handle buf, st
 {
   check_producer(g, buf, slot, epoch);
   const auto& r = decl_.buffers[buf.value];
+  // Raw bytes (sizeof(T) == 1) always; elements: the element size; rows: the element or the row size;
+  // bytes: any T whose size divides the capacity.
+  const bool fits = sizeof(T) == 1 || r.spec.unit == count_unit::bytes || sizeof(T) == r.spec.element_size ||
+                    (r.spec.unit == count_unit::rows && sizeof(T) == r.spec.row_size);
+  FERRY_EXPECTS(fits, logic_error,
+                "h2d buffer '{}': source<T> with sizeof(T) {} on a buffer of {} with element size {}{}; expected "
+                "sizeof(T) == 1 or the element{} size",
+                r.spec.name, sizeof(T), to_string(r.spec.unit), r.spec.element_size,
+                r.spec.unit == count_unit::rows ? ferry::detail::format(" and row size {}", r.spec.row_size)
+                                                : std::string{},
+                r.spec.unit == count_unit::rows ? " or row" : "");
   FERRY_EXPECTS(r.cap_bytes % sizeof(T) == 0, logic_error,
                 "h2d buffer '{}': capacity {} bytes is not a multiple of sizeof(T) {}", r.spec.name, r.cap_bytes,
                 sizeof(T));

@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: Apache-2.0
+// H2D typed suite H2dMisuse: misuse of the producer and slot guards is refused with a typed error and loses
+// nothing already published (wrong element type, guards outliving the publisher, moved-from guards).
+// Instantiated in h2d_host_test.cpp (host) and h2d_cuda_test.cpp (cuda).
+#pragma once
+
+#include "h2d/fixture.hpp"
+
+#include <optional>
+
+namespace ferry::test::h2d {
+
+template <class B>
+class H2dMisuse : public h2d_fixture<B> {};
+TYPED_TEST_SUITE_P(H2dMisuse);
+
+template <class F>
+void expect_logic_error(F&& op, std::initializer_list<const char*> words)
+{
+  try {
+    op();
+    ADD_FAILURE() << "accepted";
+  } catch (const ferry::logic_error& e) {
+    for (const char* w : words) { EXPECT_NE(std::string{e.what()}.find(w), std::string::npos) << e.what(); }
+  }
+}
+
+TYPED_TEST_P(H2dMisuse, SourceWithMismatchedElementTypeIsRefused)
+{
+  using B = TypeParam;
+  struct row {
+    std::int32_t v[9];
+  };
+  static_assert(sizeof(row) == 36);
+  fh::publisher<B> pub{this->b};
+  typename TestFixture::model md;
+  auto m = this->prepare(pub, fh::upload_backend::packed, md);
+  this->step_cycle(pub, m, md, 0, 10, 1);
+  {
+    auto s = pub.begin(1);
+    auto p = pub.producer("step");
+    // elements (int32): sizeof(T) must be 4 (or 1 for raw bytes).
+    expect_logic_error([&] { (void)p.template source<std::int64_t>(m.ids); }, {"input_ids", "sizeof(T) 8", "element size 4"});
+    expect_logic_error([&] { (void)p.template source<std::int16_t>(m.ids); }, {"input_ids", "sizeof(T) 2"});
+    EXPECT_EQ(p.template source<std::int32_t>(m.ids).size(), 64U);
+    EXPECT_EQ(p.template source<std::uint8_t>(m.ids).size(), 256U);
+    // elements (int64).
+    expect_logic_error([&] { (void)p.template source<std::int32_t>(m.positions); }, {"positions", "sizeof(T) 4", "element size 8"});
+    // rows (element 4, row 36): the element or the row type.
+    expect_logic_error([&] { (void)p.template source<std::int64_t>(m.table); }, {"block_table", "sizeof(T) 8", "row size 36"});
+    EXPECT_EQ(p.template source<std::int32_t>(m.table).size(), 300U * 9U);
+    EXPECT_EQ(p.template source<row>(m.table).size(), 300U);
+    // bytes: any T whose size divides the capacity.
+    EXPECT_EQ(p.template source<std::uint16_t>(m.bf16).size(), 64U);
+    expect_logic_error([&] { (void)p.template source<std::uint16_t>(m.mask); }, {"is_greedy_bool", "61"});
+  }
+  // Nothing published was lost, and publication goes on.
+  this->expect_model(pub, md, "after the refused source<T>");
+  this->step_cycle(pub, m, md, 1, 12, 2);
+  this->expect_model(pub, md, "after the next forward");
+}
+
+TYPED_TEST_P(H2dMisuse, GuardsOutlivingThePublisherAreRefusedAndDestroyQuietly)
+{
+  using B = TypeParam;
+  for (bool finish_first : {false, true}) {
+    SCOPED_TRACE(finish_first ? "slot finished" : "slot open");
+    std::optional<fh::publisher<B>> pub;
+    pub.emplace(this->b);
+    typename TestFixture::model md;
+    auto m = this->prepare(*pub, fh::upload_backend::packed, md);
+    this->step_cycle(*pub, m, md, 0, 10, 1);
+    this->expect_model(*pub, md, "before");
+    std::optional<fh::slot_guard<B>> s{pub->begin(1)};
+    std::optional<fh::producer_guard<B>> p{pub->producer("tokens")};
+    if (finish_first) { s->finish(); }
+    pub.reset();  // the guards outlive their publisher
+    expect_logic_error([&] { (void)p->template source<std::int32_t>(m.ids); }, {"publisher destroyed"});
+    expect_logic_error([&] { p->set_count(m.ids, 1); }, {"publisher destroyed"});
+    expect_logic_error([&] { s->finish(); }, {"publisher destroyed"});
+    EXPECT_EQ(s->slot(), 1U);
+    fh::producer_guard<B> moved{std::move(*p)};
+    expect_logic_error([&] { (void)moved.template source<std::int32_t>(m.ids); }, {"publisher destroyed"});
+    p.reset();  // a no-op, as is every destructor below
+    s.reset();
+  }
+}
+
+TYPED_TEST_P(H2dMisuse, MovedFromGuardsAreRefused)
+{
+  using B = TypeParam;
+  fh::publisher<B> pub{this->b};
+  typename TestFixture::model md;
+  auto m = this->prepare(pub, fh::upload_backend::packed, md);
+  this->step_cycle(pub, m, md, 0, 10, 1);
+  {
+    auto s = pub.begin(1);
+    fh::slot_guard<B> s2{std::move(s)};
+    {
+      auto p = pub.producer("tokens");
+      fh::producer_guard<B> p2{std::move(p)};
+      expect_logic_error([&] { (void)p.template source<std::int32_t>(m.ids); }, {"moved-from"});  // NOLINT(bugprone-use-after-move)
+      expect_logic_error([&] { p.set_count(m.ids, 1); }, {"moved-from"});
+      EXPECT_EQ(p2.template source<std::int32_t>(m.ids).size(), 64U);
+    }
+    expect_logic_error([&] { s.finish(); }, {"moved-from"});  // NOLINT(bugprone-use-after-move)
+    s2.finish();
+  }
+  this->step_cycle(pub, m, md, 1, 12, 2);
+  this->expect_model(pub, md, "after the refused moved-from guards");
+}
+
+REGISTER_TYPED_TEST_SUITE_P(H2dMisuse, SourceWithMismatchedElementTypeIsRefused,
+                            GuardsOutlivingThePublisherAreRefusedAndDestroyQuietly, MovedFromGuardsAreRefused);
+
+}  // namespace ferry::test::h2d
