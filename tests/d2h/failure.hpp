@@ -5,6 +5,9 @@
 
 #include "d2h/fixture.hpp"
 
+#include <optional>
+#include <string>
+
 namespace ferry::test {
 
 template <class B>
@@ -95,6 +98,55 @@ TYPED_TEST_P(D2hFailure, SecondStreamInsideAForwardIsRefused)
   EXPECT_EQ(chk.bad_meta, 0U);
 }
 
-REGISTER_TYPED_TEST_SUITE_P(D2hFailure, MisuseIsATypedErrorAndLosesNothing, SecondStreamInsideAForwardIsRefused);
+
+/// A forward (eager, or a replay) on a stream other than the last executed forward's joins that stream
+/// first: the last forward's publish and cursor normalization are ordered before the new forward's writers.
+/// The first stream is held by a gate, so without the join (mutant new_stream_without_join) the next
+/// forward runs first, places its entries from the stale cursor and publishes them as the first forward's.
+TYPED_TEST_P(D2hFailure, ForwardOnANewStreamJoinsTheLastOne)
+{
+  using B = TypeParam;
+  for (const auto fault : with_mutant(d2h_fault::new_stream_without_join)) {
+    fb::stream<B> s1{this->b};
+    fb::stream<B> s2{this->b};
+    fb::stream<B> s3{this->b};
+    constexpr std::uint64_t per = 3, n = 4 * per;  // odd forwards: every boundary normalizes the cursor
+    sources<B> src{this->b, s1, 0, n, 256};
+    checker chk;
+    auto cfg = this->small_config(1 << 16, 16);  // only the forward boundaries release
+    cfg.timeout = 2s;
+    std::optional<fd::channel<B>> ch{std::in_place, cfg, this->b, chk.callback()};
+    d2h_access::set_fault(*ch, fault);
+    const auto forward = [&](fb::stream_view<B> s, std::uint64_t first) {
+      ch->begin_forward(s);
+      for (std::uint64_t j = first; j < first + per; ++j) { ch->capture(fd::hook_id{1}, src.at(j), 256, s); }
+      return ch->end_forward(s);
+    };
+    fd::forward_plan plan;
+    auto g = fb::graph_exec<B>::capture(s3.view(), [&](fb::stream_view<B> cs) { plan = forward(cs, per); });
+    for (std::uint64_t j = 0; j < n; ++j) { chk.expect(j, 1, 256); }
+    gate<B> hold{this->b};
+    hold.close_on(this->b, s1.view());
+    (void)forward(s1.view(), 0);       // held by the gate
+    ch->replay(g, plan, s2.view());    // a replay on a new stream
+    (void)forward(s3.view(), 2 * per);  // an eager forward on a third stream
+    (void)forward(s1.view(), 3 * per);  // and back to the first
+    std::this_thread::sleep_for(20ms);  // an unjoined stream runs ahead meanwhile
+    hold.open();
+    try {
+      (void)ch->close();
+    } catch (const std::exception& e) {
+      if (fault == d2h_fault::none) { ADD_FAILURE() << e.what(); }
+    }
+    ch.reset();
+    expect_join_verdict(chk, fault, n, "the join of a forward on a new stream");
+    s1.synchronize();
+    s2.synchronize();
+    s3.synchronize();
+  }
+}
+
+REGISTER_TYPED_TEST_SUITE_P(D2hFailure, MisuseIsATypedErrorAndLosesNothing, SecondStreamInsideAForwardIsRefused,
+                            ForwardOnANewStreamJoinsTheLastOne);
 
 }  // namespace ferry::test

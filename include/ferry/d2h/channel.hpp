@@ -68,7 +68,10 @@ class channel {
 
   // ---- producer (one thread, the channel's device current) ----
   /// Opens a forward on `s`. If `s` is being captured, the forward is recorded into a forward_plan (graph
-  /// mode); otherwise entries are reserved just in time (eager mode).
+  /// mode); otherwise entries are reserved just in time (eager mode). Every producer call of the forward
+  /// must use `s` (another stream: logic_error naming both). An eager forward on a stream other than the
+  /// last executed forward's first makes `s` wait for that stream (an event recorded there), so that stream
+  /// must still be alive.
   void begin_forward(stream_view s)
   {
     guarded([&] { impl()->prod.begin_forward(s); });
@@ -125,11 +128,15 @@ class channel {
   {
     return guarded([&] { return impl()->prod.plan(p, detail::when_full::refuse); });
   }
-  /// plan(p), then launch the graph on `s`.
+  /// plan(p), then launch the graph on `s`. When the last executed forward (eager or replay) ran on another
+  /// stream, `s` first waits for it (an event recorded there), as begin_forward does.
   void replay(const ferry::backend::graph_exec<B>& g, const forward_plan& p, stream_view s)
   {
     plan(p);
-    guarded([&] { g.launch(s); });
+    guarded([&] {
+      impl()->prod.before_replay(s);
+      g.launch(s);
+    });
   }
 
   // ---- consumer ----

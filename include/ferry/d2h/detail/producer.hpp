@@ -7,6 +7,7 @@
 // producer about to wait on a full ring first releases what it launched (wait_for_space).
 #pragma once
 
+#include <ferry/backend/event.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/d2h/detail/access.hpp>
 #include <ferry/d2h/detail/channel_state.hpp>
@@ -50,7 +51,7 @@ class producer {
   using progress_fn = std::function<void()>;
 
   producer(channel_state<B>& st, release_chain<B>& rel, progress_fn progress)
-    : st_{st}, rel_{rel}, progress_{std::move(progress)}
+    : st_{st}, rel_{rel}, progress_{std::move(progress)}, join_ev_{st.b, ferry::backend::event_flags::disable_timing}
   {
   }
 
@@ -61,6 +62,8 @@ class producer {
   write_ticket begin_write(hook_id hook, std::uint64_t reserved_bytes, entry_kind kind, stream_view s);
   void end_write(write_ticket&& t, stream_view s);
   bool plan(const forward_plan& p, when_full full);
+  /// channel::replay: the graph is about to be launched on `s`; joins the stream of the last executed forward.
+  void before_replay(stream_view s);
 
   /// close(): an eager forward left open publishes what it launched, so nothing launched stays hidden.
   /// Returns whether a forward was open.
@@ -82,6 +85,7 @@ class producer {
  private:
   void check_thread(const char* what);
   void check_producer(stream_view s, const char* what);
+  void join_last_stream(stream_type s, const char* what);
   void check_entry(hook_id hook, std::uint64_t bytes, entry_kind kind, const char* what) const;
   [[nodiscard]] ring_ref make_ref(std::uint64_t reserved, entry_kind kind) const noexcept;
   [[nodiscard]] bool fits(std::uint64_t end, std::size_t n_entries, std::uint64_t n_dyn) const noexcept;
@@ -107,6 +111,11 @@ class producer {
   std::uint64_t next_seq_{0};
   stream_type last_stream_{};
   bool have_last_stream_{false};
+  /// The stream the channel's last executed device work (an eager forward, a replay) was enqueued on: a
+  /// forward or replay on another stream joins it first (join_last_stream). Captures do not change it.
+  stream_type exec_stream_{};
+  bool have_exec_stream_{false};
+  ferry::backend::event<B> join_ev_;
   forward_plan recording_;
 };
 

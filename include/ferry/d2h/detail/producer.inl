@@ -38,6 +38,35 @@ void producer<B>::check_producer(stream_view s, const char* what)
   have_last_stream_ = true;
 }
 
+/// A new forward (or replay) on `s` while the last executed one ran on another stream: that forward's
+/// publish and cursor normalization (device_state::produced, slot[0]) may still be queued there, and the
+/// new forward's writers read the cursor and its releases add to `produced`. join_ev recorded on the last
+/// stream, waited by `s`, orders all of it before everything enqueued on `s` from now on.
+template <ferry::backend::backend B>
+void producer<B>::join_last_stream(stream_type s, const char* what)
+{
+  if (have_exec_stream_ && exec_stream_ != s && !st_.hooks.is(debug_fault::new_stream_without_join)) {
+    FERRY_EXPECTS(!st_.b.stream_is_capturing(exec_stream_), ferry::logic_error,
+                  "d2h channel {}: expected to join the last forward's stream {} into stream {}, got stream {} "
+                  "being captured (end that capture first)",
+                  what, static_cast<const void*>(exec_stream_), static_cast<const void*>(s),
+                  static_cast<const void*>(exec_stream_));
+    st_.b.event_record(join_ev_.handle(), exec_stream_);
+    st_.b.stream_wait_event(s, join_ev_.handle());
+  }
+  exec_stream_ = s;
+  have_exec_stream_ = true;
+}
+
+template <ferry::backend::backend B>
+void producer<B>::before_replay(stream_view s)
+{
+  check_thread("replay");
+  FERRY_EXPECTS(!in_forward_, ferry::logic_error,
+                "d2h channel replay: expected no open forward, got one (replay between forwards)");
+  join_last_stream(s.handle(), "replay");
+}
+
 template <ferry::backend::backend B>
 ring_ref producer<B>::make_ref(std::uint64_t reserved, entry_kind kind) const noexcept
 {
@@ -60,6 +89,7 @@ void producer<B>::begin_forward(stream_view s)
   FERRY_EXPECTS(!in_forward_, ferry::logic_error,
                 "d2h channel begin_forward: expected no open forward, got begin_forward twice");
   capturing_ = st_.b.stream_is_capturing(s.handle());
+  if (!capturing_) { join_last_stream(s.handle(), "begin_forward"); }  // a capture runs nothing: its replay joins
   in_forward_ = true;
   parity_ = 0;
   unpublished_ = 0;
