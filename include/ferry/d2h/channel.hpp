@@ -83,6 +83,16 @@ class channel {
     return guarded([&] { return impl()->prod.end_forward(s); });
   }
 
+  /// Drops the forward open on `s` (the recovery after an exception between begin_forward and end_forward,
+  /// or a capture that ended without end_forward). Eager: publishes every entry launched so far (as
+  /// end_forward does), so nothing launched is lost. Captured: forgets the recording; nothing was reserved.
+  /// An open begin_write ticket is dropped. Call it after the capture ended (graph_exec::capture's
+  /// on_failure does). Returns whether a forward was open (false: nothing to do).
+  bool abort_forward(stream_view s)
+  {
+    return guarded([&] { return impl()->prod.abort_forward(s); });
+  }
+
   /// Copies `bytes` from device memory `src` into the ring (library copy kernel) as one entry of `hook`.
   void capture(hook_id hook, const void* src, std::uint64_t bytes, stream_view s)
   {

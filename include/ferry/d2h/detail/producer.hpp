@@ -62,6 +62,7 @@ class producer {
   write_ticket begin_write(hook_id hook, std::uint64_t reserved_bytes, entry_kind kind, stream_view s);
   void end_write(write_ticket&& t, stream_view s);
   bool plan(const forward_plan& p, when_full full);
+  bool abort_forward(stream_view s);
   /// channel::replay: the graph is about to be launched on `s`; joins the stream of the last executed forward.
   void before_replay(stream_view s);
 
@@ -86,6 +87,7 @@ class producer {
   void check_thread(const char* what);
   void check_producer(stream_view s, const char* what);
   void join_last_stream(stream_type s, const char* what);
+  void check_capture_open(const char* what);
   void check_entry(hook_id hook, std::uint64_t bytes, entry_kind kind, const char* what) const;
   [[nodiscard]] ring_ref make_ref(std::uint64_t reserved, entry_kind kind) const noexcept;
   [[nodiscard]] bool fits(std::uint64_t end, std::size_t n_entries, std::uint64_t n_dyn) const noexcept;

@@ -24,10 +24,24 @@ void producer<B>::check_thread(const char* what)
   st_.check_not_failed(what);
 }
 
+/// A capturing forward whose capture ended without end_forward (the capture body threw, or forgot
+/// end_forward) can never be closed: every later producer call and plan() refuse it, naming the stream, until
+/// abort_forward drops it. One stream_is_capturing query per call, only while a captured forward is open.
+template <ferry::backend::backend B>
+void producer<B>::check_capture_open(const char* what)
+{
+  FERRY_EXPECTS(!(in_forward_ && capturing_) || st_.b.stream_is_capturing(last_stream_), ferry::logic_error,
+                "d2h channel {}: expected the captured forward begun on stream {} to end with end_forward while "
+                "the capture is open, got that stream no longer capturing (the capture ended without "
+                "end_forward); call abort_forward(stream) to drop the forward",
+                what, static_cast<const void*>(last_stream_));
+}
+
 template <ferry::backend::backend B>
 void producer<B>::check_producer(stream_view s, const char* what)
 {
   check_thread(what);
+  check_capture_open(what);
   // One compute stream per forward: every entry's writer and the forward's releases are ordered by that
   // stream alone, so a call on another stream inside a forward would publish bytes not yet written.
   FERRY_EXPECTS(!in_forward_ || s.handle() == last_stream_, ferry::logic_error,
@@ -118,6 +132,35 @@ forward_plan producer<B>::end_forward(stream_view s)
     return std::exchange(recording_, forward_plan{});
   }
   return forward_plan{};
+}
+
+/// Drops the open forward: an eager one publishes what it launched (as end_forward would: nothing launched
+/// stays hidden, the cursor is normalized); a captured one forgets its recording (nothing was reserved; the
+/// capture's work never runs). An open begin_write ticket is dropped with it. Returns whether one was open.
+template <ferry::backend::backend B>
+bool producer<B>::abort_forward(stream_view s)
+{
+  check_thread("abort_forward");
+  if (!in_forward_) { return false; }
+  FERRY_EXPECTS(s.handle() == last_stream_, ferry::logic_error,
+                "d2h channel abort_forward: expected the forward's stream {} (from begin_forward), got stream {}",
+                static_cast<const void*>(last_stream_), static_cast<const void*>(s.handle()));
+  if (capturing_) {
+    access::start_recording(recording_, nullptr);
+    rel_.forget_captured_branch();
+  } else {
+    FERRY_EXPECTS(!st_.b.stream_is_capturing(s.handle()), ferry::logic_error,
+                  "d2h channel abort_forward: the eager forward's stream {} is being captured: expected it not "
+                  "capturing (end that capture first)",
+                  static_cast<const void*>(s.handle()));
+    rel_.publish(s.handle(), unpublished_, parity_);
+  }
+  write_open_ = false;
+  unpublished_ = 0;
+  parity_ = 0;
+  in_forward_ = false;
+  capturing_ = false;
+  return true;
 }
 
 template <ferry::backend::backend B>
@@ -300,6 +343,7 @@ template <ferry::backend::backend B>
 bool producer<B>::plan(const forward_plan& p, when_full full)
 {
   check_thread("plan");
+  check_capture_open("plan");
   FERRY_EXPECTS(p.owner() == &st_, ferry::logic_error, "d2h channel plan: expected a plan captured by this channel, got {}",
                 p.owner() == nullptr ? "an empty plan" : "a plan of another channel");
   FERRY_EXPECTS(!in_forward_, ferry::logic_error,
