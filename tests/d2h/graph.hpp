@@ -140,6 +140,52 @@ TYPED_TEST_P(D2hGraph, FailedCaptureIsAbortedAndTheChannelRecovers)
   EXPECT_EQ(chk.bad_meta, 0U);
 }
 
-REGISTER_TYPED_TEST_SUITE_P(D2hGraph, GraphReplaysLandInTheRightPlaceAcrossWrap, FailedCaptureIsAbortedAndTheChannelRecovers);
+/// A capture that ends without end_forward gets one behaviour whether or not a batch release was captured
+/// (K = 2: captured releases, on the branch they leave the capture unjoined; K = 16: none): every later
+/// producer call and plan() are refused with a logic_error naming the stream, abort_forward recovers, and
+/// nothing published before or after is lost.
+TYPED_TEST_P(D2hGraph, CaptureEndedWithoutEndForwardIsRefusedUntilAborted)
+{
+  using B = TypeParam;
+  for (auto [k, branch] : {std::pair{2U, false}, std::pair{2U, true}, std::pair{16U, false}}) {
+    SCOPED_TRACE(::testing::Message() << "K " << k << " branch " << branch);
+    fb::stream<B> s{this->b};
+    sources<B> src{this->b, s, 0, 8, 256};
+    checker chk;
+    auto cfg = this->small_config(1 << 16, k);
+    cfg.branch_publish = branch;
+    fd::channel<B> ch{cfg, this->b, chk.callback()};
+    eager_entries(ch, chk, src, s, 0, 2);
+    fd::forward_plan good;
+    auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
+      ch.begin_forward(cs);
+      ch.capture(fd::hook_id{1}, src.at(2), 256, cs);
+      good = ch.end_forward(cs);
+    });
+    try {  // 4 hooks, no end_forward: the capture itself may succeed or fail (a branch left unjoined)
+      auto bad = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
+        ch.begin_forward(cs);
+        for (std::uint64_t j = 0; j < 4; ++j) { ch.capture(fd::hook_id{1}, src.at(j), 256, cs); }
+      });
+    } catch (const ferry::backend_error&) {
+    }
+    expect_logic_error([&] { ch.begin_forward(s); }, "the capture ended without end_forward", "begin_forward");
+    expect_logic_error([&] { ch.capture(fd::hook_id{1}, src.at(0), 256, s); }, "no longer capturing", "capture");
+    expect_logic_error([&] { (void)ch.end_forward(s); }, "no longer capturing", "end_forward");
+    expect_logic_error([&] { ch.plan(good); }, "call abort_forward", "plan");
+    EXPECT_FALSE(ch.invalidated()) << ch.invalidation_reason();
+    EXPECT_TRUE(ch.abort_forward(s));
+    chk.expect(2, 1, 256);
+    ch.replay(g, good, s);
+    eager_entries(ch, chk, src, s, 3, 3);
+    EXPECT_TRUE(ch.close().clean());
+    EXPECT_EQ(chk.got, 6U);
+    EXPECT_EQ(chk.bad_entries, 0U);
+    EXPECT_EQ(chk.bad_meta, 0U);
+  }
+}
+
+REGISTER_TYPED_TEST_SUITE_P(D2hGraph, GraphReplaysLandInTheRightPlaceAcrossWrap, FailedCaptureIsAbortedAndTheChannelRecovers,
+                            CaptureEndedWithoutEndForwardIsRefusedUntilAborted);
 
 }  // namespace ferry::test
