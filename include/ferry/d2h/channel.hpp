@@ -161,9 +161,22 @@ class channel {
 
   /// Drains every published entry (up to `timeout`), stops the drain, and reports. Throws shutdown_error
   /// when some reserved entry was never published (it lists them); nothing is dropped silently.
-  shutdown_report close(std::chrono::milliseconds timeout) { return impl()->close(timeout); }
+  /// A user kernel that did not call ring_ref::commit() (found by the commit check) makes it throw
+  /// invalidated_error naming the hook.
+  shutdown_report close(std::chrono::milliseconds timeout)
+  {
+    auto* i = impl();
+    try {
+      shutdown_report rep = i->close(timeout);
+      i->prod.raise_commit_fault("close");
+      return rep;
+    } catch (const shutdown_error&) {
+      i->prod.raise_commit_fault("close");
+      throw;
+    }
+  }
   /// close(config::timeout).
-  shutdown_report close() { return impl()->close(impl()->st.cfg.timeout); }
+  shutdown_report close() { return close(impl()->st.cfg.timeout); }
 
   /// A snapshot of the channel's counters (any thread).
   [[nodiscard]] counters stats() const { return impl()->st.stats(); }

@@ -21,7 +21,28 @@ void producer<B>::check_thread(const char* what)
                 st_.dev.value, cur.value);
   FERRY_EXPECTS(!st_.closed.load(), ferry::logic_error, "d2h channel {}: expected an open channel, got a closed one",
                 what);
+  (void)check_commit_flag();
   st_.check_not_failed(what);
+}
+
+/// The commit check's report (one load of pinned host memory once a user-written entry was checked): a
+/// writer kernel that did not call ring_ref::commit() invalidates the channel, naming its hook and entry.
+/// Returns whether it did.
+template <ferry::backend::backend B>
+bool producer<B>::check_commit_flag()
+{
+  if constexpr (check_commits) {
+    if (!wrote_user_entry_) { return false; }
+    const std::uint64_t tag = ferry::backend::host_load_acquire(commit_flag_->template as<std::uint64_t>());
+    if (tag == 0) { return false; }
+    st_.fail(ferry::detail::format(
+      "hook {} (entry {} of its forward, written by a user kernel through begin_write/end_write): expected its "
+      "writer kernel to call ring_ref::commit() once, got no commit (the commit check committed in its place, "
+      "so later entries are placed right; a dynamic entry is delivered as size_overflow)",
+      tag >> 32, (tag & 0xffffffffULL) - 1));
+    return true;
+  }
+  return false;
 }
 
 /// A capturing forward whose capture ended without end_forward (the capture body threw, or forgot
@@ -107,6 +128,7 @@ void producer<B>::begin_forward(stream_view s)
   in_forward_ = true;
   parity_ = 0;
   unpublished_ = 0;
+  fwd_entries_ = 0;
   if (capturing_) { access::start_recording(recording_, &st_); }
 }
 
@@ -268,6 +290,7 @@ void producer<B>::commit_entry(hook_id hook, placement p, std::uint64_t reserved
     atomic_max(st_.c_high, head_pos_ - st_.tail_pos.load(std::memory_order_relaxed));
   }
   parity_ ^= 1U;
+  ++fwd_entries_;
   unpublished_ = after;
   if (after >= st_.cfg.publish_every) {
     rel_.release_batch(s, after, publish_fused);  // the fork event or stream order after the writer is the join
@@ -335,6 +358,13 @@ void producer<B>::end_write(write_ticket&& t, stream_view s)
   write_open_ = false;
   access::close_ticket(t);
   const ring_ref& ref = t.ref();
+  if constexpr (check_commits) {  // after the writer (stream order): did it commit? (commit_check_args)
+    const commit_check_args a{ref, commit_flag_->template device_as<std::uint64_t>(),
+                              std::uint64_t{access::hook(t).value} << 32 | (fwd_entries_ + 1ULL)};
+    st_.b.launch(commit_check_kernel(typename B::tag{}), ferry::backend::launch_config{{1}, {1}, 0, false},
+                 s.handle(), a);
+    wrote_user_entry_ = true;
+  }
   commit_entry(access::hook(t), access::where(t), ref.reserved, access::bytes(t),
                ref.dynamic != 0 ? entry_kind::dynamic : entry_kind::fixed, s.handle(), false);
 }
