@@ -49,6 +49,12 @@ __global__ void publish_head(head_args a)
   if (threadIdx.x == 0 && blockIdx.x == 0) { publish_head_body(a); }
 }
 
+__global__ void commit_check(ferry::d2h::detail::commit_check_args a)
+{
+  grid_dependency_wait();  // launched plainly (a no-op then); every D2H kernel carries the join (tests/ptx)
+  if (threadIdx.x == 0 && blockIdx.x == 0) { commit_check_body(a); }
+}
+
 }  // namespace ferry::kernels::d2h
 
 namespace ferry::d2h::detail {
@@ -64,6 +70,11 @@ FERRY_KERNEL_HANDLE<copy_args> copy_entry_kernel(FERRY_KERNEL_TAG)
 FERRY_KERNEL_HANDLE<head_args> publish_head_kernel(FERRY_KERNEL_TAG)
 {
   return {reinterpret_cast<const void*>(&ferry::kernels::d2h::publish_head), "d2h_publish_head"};
+}
+
+FERRY_KERNEL_HANDLE<commit_check_args> commit_check_kernel(FERRY_KERNEL_TAG)
+{
+  return {reinterpret_cast<const void*>(&ferry::kernels::d2h::commit_check), "d2h_commit_check"};
 }
 
 }  // namespace ferry::d2h::detail

@@ -29,10 +29,16 @@ void publish_head_body(const launch_ctx& ctx, head_args a)
 {
   if (ctx.block_idx.x == 0) { kernels::d2h::publish_head_body(a); }
 }
+
+void commit_check_body(const launch_ctx& ctx, commit_check_args a)
+{
+  if (ctx.block_idx.x == 0) { kernels::d2h::commit_check_body(a); }
+}
 }  // namespace
 
 host_kernel<copy_args> copy_entry_publish_kernel(host_tag) { return {&copy_entry_publish_body, "d2h_copy_entry_publish"}; }
 host_kernel<copy_args> copy_entry_kernel(host_tag) { return {&copy_entry_body, "d2h_copy_entry"}; }
 host_kernel<head_args> publish_head_kernel(host_tag) { return {&publish_head_body, "d2h_publish_head"}; }
+host_kernel<commit_check_args> commit_check_kernel(host_tag) { return {&commit_check_body, "d2h_commit_check"}; }
 
 }  // namespace ferry::d2h::detail

@@ -197,4 +197,15 @@ FERRY_HD inline void publish_head_body(const head_args& a) noexcept
   publish_phase(a.state, a.head, a.n);
 }
 
+/// The commit check's body (one thread; see commit_check_args): stream order after the writer kernel.
+FERRY_HD inline void commit_check_body(const ferry::d2h::detail::commit_check_args& a) noexcept
+{
+  const ferry::d2h::cursor from = a.entry.state->slot[a.entry.parity];
+  const ferry::d2h::cursor to = a.entry.state->slot[a.entry.parity ^ 1U];
+  const std::uint32_t want = ferry::d2h::cursor_commits(from.dyn_slot) + 1U;
+  if (ferry::d2h::cursor_commits(to.dyn_slot) == want) { return; }
+  a.entry.commit(from, ~std::uint64_t{0});  // the next entry is placed right; an unknown size is rejected
+  if (ferry::backend::load_relaxed_system(a.flag) == 0) { ferry::backend::store_release_system(a.flag, a.tag); }
+}
+
 }  // namespace ferry::kernels::d2h

@@ -5,7 +5,25 @@
 
 #include "d2h/fixture.hpp"
 
+#include <optional>
+#include <string>
+
 namespace ferry::test {
+
+namespace failure_detail {
+/// A user writer kernel (host backend): writes pattern(seq) through the ring view, then commits only when
+/// `commit` is set (a dynamic entry commits `bytes` as its actual size).
+inline void user_write(const fb::host_detail::launch_ctx& ctx, fd::ring_ref ref, std::uint64_t seq, std::uint64_t bytes,
+                       std::uint64_t commit)
+{
+  if (ctx.block_idx.x != 0) { return; }
+  auto* dst = reinterpret_cast<std::uint8_t*>(ref.data());
+  for (std::uint64_t i = 0; i < bytes && i < ref.capacity(); ++i) { dst[i] = ferry::testing::pattern_byte(seq, i); }
+  if (commit != 0) { ref.commit(bytes); }
+}
+inline const fb::host_kernel<fd::ring_ref, std::uint64_t, std::uint64_t, std::uint64_t> user_write_kernel{
+  &user_write, "test_user_write"};
+}  // namespace failure_detail
 
 template <class B>
 class D2hFailure : public d2h_fixture<B> {};
@@ -61,6 +79,176 @@ TYPED_TEST_P(D2hFailure, MisuseIsATypedErrorAndLosesNothing)
   EXPECT_EQ(chk.bad_meta, 0U);
 }
 
-REGISTER_TYPED_TEST_SUITE_P(D2hFailure, MisuseIsATypedErrorAndLosesNothing);
+/// A producer call on a stream other than the forward's (begin_forward's) is refused with a logic_error
+/// naming both streams; the forward stays usable on its own stream and every entry arrives.
+TYPED_TEST_P(D2hFailure, SecondStreamInsideAForwardIsRefused)
+{
+  using B = TypeParam;
+  fb::stream<B> s{this->b};
+  fb::stream<B> other{this->b};
+  sources<B> src{this->b, s, 0, 2, 256};
+  checker chk;
+  auto cfg = this->small_config(1 << 16, 2);
+  fd::channel<B> ch{cfg, this->b, chk.callback()};
+  ch.begin_forward(s);
+  chk.expect(0, 1, 256);
+  ch.capture(fd::hook_id{1}, src.at(0), 256, s);
+  try {
+    ch.capture(fd::hook_id{1}, src.at(1), 256, other);
+    ADD_FAILURE() << "capture on a second stream was accepted";
+  } catch (const ferry::logic_error& e) {
+    EXPECT_NE(std::string{e.what()}.find("expected the forward's stream"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)ch.begin_write(fd::hook_id{1}, 64, other), ferry::logic_error) << "begin_write, second stream";
+  EXPECT_THROW((void)ch.end_forward(other), ferry::logic_error) << "end_forward on a second stream";
+  chk.expect(1, 1, 256);
+  ch.capture(fd::hook_id{1}, src.at(1), 256, s);
+  (void)ch.end_forward(s);
+  // Between forwards any stream may open the next one.
+  ch.begin_forward(other);
+  (void)ch.end_forward(other);
+  EXPECT_TRUE(ch.close().clean());
+  EXPECT_EQ(chk.got, 2U);
+  EXPECT_EQ(chk.bad_entries, 0U);
+  EXPECT_EQ(chk.bad_meta, 0U);
+}
+
+
+/// A forward (eager, or a replay) on a stream other than the last executed forward's joins that stream
+/// first: the last forward's publish and cursor normalization are ordered before the new forward's writers.
+/// The first stream is held by a gate, so without the join (mutant new_stream_without_join) the next
+/// forward runs first, places its entries from the stale cursor and publishes them as the first forward's.
+TYPED_TEST_P(D2hFailure, ForwardOnANewStreamJoinsTheLastOne)
+{
+  using B = TypeParam;
+  for (const auto fault : with_mutant(d2h_fault::new_stream_without_join)) {
+    fb::stream<B> s1{this->b};
+    fb::stream<B> s2{this->b};
+    fb::stream<B> s3{this->b};
+    constexpr std::uint64_t per = 3, n = 4 * per;  // odd forwards: every boundary normalizes the cursor
+    sources<B> src{this->b, s1, 0, n, 256};
+    checker chk;
+    auto cfg = this->small_config(1 << 16, 16);  // only the forward boundaries release
+    cfg.timeout = 2s;
+    std::optional<fd::channel<B>> ch{std::in_place, cfg, this->b, chk.callback()};
+    d2h_access::set_fault(*ch, fault);
+    const auto forward = [&](fb::stream_view<B> s, std::uint64_t first) {
+      ch->begin_forward(s);
+      for (std::uint64_t j = first; j < first + per; ++j) { ch->capture(fd::hook_id{1}, src.at(j), 256, s); }
+      return ch->end_forward(s);
+    };
+    fd::forward_plan plan;
+    auto g = fb::graph_exec<B>::capture(s3.view(), [&](fb::stream_view<B> cs) { plan = forward(cs, per); });
+    for (std::uint64_t j = 0; j < n; ++j) { chk.expect(j, 1, 256); }
+    gate<B> hold{this->b};
+    hold.close_on(this->b, s1.view());
+    (void)forward(s1.view(), 0);       // held by the gate
+    ch->replay(g, plan, s2.view());    // a replay on a new stream
+    (void)forward(s3.view(), 2 * per);  // an eager forward on a third stream
+    (void)forward(s1.view(), 3 * per);  // and back to the first
+    std::this_thread::sleep_for(20ms);  // an unjoined stream runs ahead meanwhile
+    hold.open();
+    try {
+      (void)ch->close();
+    } catch (const std::exception& e) {
+      if (fault == d2h_fault::none) { ADD_FAILURE() << e.what(); }
+    }
+    ch.reset();
+    expect_join_verdict(chk, fault, n, "the join of a forward on a new stream");
+    s1.synchronize();
+    s2.synchronize();
+    s3.synchronize();
+  }
+}
+
+/// A user kernel that never calls ring_ref::commit(): the commit check after its writer (end_write) commits
+/// in its place, so the next entries are placed right instead of overwriting it, and reports it: the
+/// channel is invalidated naming the hook, and close() says so too. Every other entry arrives exact; a
+/// dynamic entry without commit is delivered as size_overflow. Host backend (the writer is a host kernel).
+TYPED_TEST_P(D2hFailure, MissingCommitIsDetectedAndRepaired)
+{
+  using B = TypeParam;
+  if constexpr (!is_host_v<B>) {
+    GTEST_SKIP() << "the test's writer kernel is a host kernel";
+  } else {
+    fb::stream<B> s{this->b};
+    sources<B> src{this->b, s, 0, 8, 256};
+    checker chk;
+    auto cfg = this->small_config(1 << 16, 2);
+    fd::channel<B> ch{cfg, this->b, chk.callback()};
+    const fb::launch_config one{{1}, {32}, 0};
+    ch.begin_forward(s);
+    chk.expect(0, 1, 256);
+    ch.capture(fd::hook_id{1}, src.at(0), 256, s);
+    chk.expect(1, 7, 256);
+    auto t = ch.begin_write(fd::hook_id{7}, 256, s);
+    this->b.launch(failure_detail::user_write_kernel, one, s.handle(), t.ref(), std::uint64_t{1}, std::uint64_t{256},
+                   std::uint64_t{0});
+    ch.end_write(std::move(t), s);
+    chk.expect(2, 1, 256);
+    ch.capture(fd::hook_id{1}, src.at(2), 256, s);
+    (void)ch.end_forward(s);
+    ch.begin_forward(s);
+    chk.expect(3, 8, ~std::uint64_t{0}, /*overflow=*/true);
+    auto d = ch.begin_write(fd::hook_id{8}, 256, s, /*dynamic=*/true);
+    this->b.launch(failure_detail::user_write_kernel, one, s.handle(), d.ref(), std::uint64_t{3}, std::uint64_t{200},
+                   std::uint64_t{0});
+    ch.end_write(std::move(d), s);
+    chk.expect(4, 1, 256);
+    ch.capture(fd::hook_id{1}, src.at(4), 256, s);
+    (void)ch.end_forward(s);
+    s.synchronize();
+    try {
+      ch.begin_forward(s);
+      ADD_FAILURE() << "a missing commit was not reported";
+    } catch (const ferry::invalidated_error& e) {
+      EXPECT_NE(std::string{e.what()}.find("hook 7 (entry 1 of its forward"), std::string::npos) << e.what();
+      EXPECT_NE(std::string{e.what()}.find("ring_ref::commit()"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(ch.invalidated());
+    EXPECT_THROW((void)ch.close(), ferry::invalidated_error);
+    EXPECT_EQ(chk.got, 5U) << "every published entry is delivered";
+    EXPECT_EQ(chk.bad_entries, 0U) << "no entry overwrote another";
+    EXPECT_EQ(chk.bad_meta, 0U);
+    EXPECT_EQ(chk.overflows, 1U);
+  }
+}
+
+/// The commit check stays quiet for writers that commit, and close() alone reports a missing commit.
+TYPED_TEST_P(D2hFailure, MissingCommitIsReportedByClose)
+{
+  using B = TypeParam;
+  if constexpr (!is_host_v<B>) {
+    GTEST_SKIP() << "the test's writer kernel is a host kernel";
+  } else {
+    fb::stream<B> s{this->b};
+    checker chk;
+    auto cfg = this->small_config(1 << 16, 16);
+    fd::channel<B> ch{cfg, this->b, chk.callback()};
+    const fb::launch_config one{{1}, {32}, 0};
+    for (std::uint64_t seq = 0; seq < 3; ++seq) {
+      ch.begin_forward(s);
+      chk.expect(seq, 5, 128);
+      auto t = ch.begin_write(fd::hook_id{5}, 128, s);
+      this->b.launch(failure_detail::user_write_kernel, one, s.handle(), t.ref(), seq, std::uint64_t{128},
+                     std::uint64_t{seq != 2 ? 1U : 0U});
+      ch.end_write(std::move(t), s);
+      (void)ch.end_forward(s);
+    }
+    try {
+      (void)ch.close();
+      ADD_FAILURE() << "close() did not report the missing commit";
+    } catch (const ferry::invalidated_error& e) {
+      EXPECT_NE(std::string{e.what()}.find("hook 5 (entry 0 of its forward"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(chk.got, 3U);
+    EXPECT_EQ(chk.bad_entries, 0U);
+    EXPECT_EQ(chk.bad_meta, 0U);
+  }
+}
+
+REGISTER_TYPED_TEST_SUITE_P(D2hFailure, MisuseIsATypedErrorAndLosesNothing, SecondStreamInsideAForwardIsRefused,
+                            ForwardOnANewStreamJoinsTheLastOne, MissingCommitIsDetectedAndRepaired,
+                            MissingCommitIsReportedByClose);
 
 }  // namespace ferry::test

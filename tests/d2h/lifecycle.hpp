@@ -89,6 +89,45 @@ TYPED_TEST_P(D2hLifecycle, ChannelsOnTwoDevicesDoNotInterfere)
   }
 }
 
-REGISTER_TYPED_TEST_SUITE_P(D2hLifecycle, ShutdownDrainsOrReportsEverything, ChannelsOnTwoDevicesDoNotInterfere);
+/// Every call on a moved-from channel throws logic_error ("moved-from d2h channel") instead of crashing;
+/// the channel it moved into works and delivers everything.
+TYPED_TEST_P(D2hLifecycle, MovedFromChannelThrowsLogicError)
+{
+  using B = TypeParam;
+  fb::stream<B> s{this->b};
+  sources<B> src{this->b, s, 0, 1, 256};
+  checker chk;
+  auto cfg = this->small_config(1 << 16, 2);
+  fd::channel<B> a{cfg, this->b, chk.callback()};
+  fd::channel<B> live{std::move(a)};
+  try {
+    a.begin_forward(s);  // NOLINT(bugprone-use-after-move): the misuse under test
+    ADD_FAILURE() << "begin_forward on a moved-from channel was accepted";
+  } catch (const ferry::logic_error& e) {
+    EXPECT_NE(std::string{e.what()}.find("moved-from d2h channel"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(a.capture(fd::hook_id{1}, src.at(0), 256, s), ferry::logic_error);
+  EXPECT_THROW((void)a.end_forward(s), ferry::logic_error);
+  EXPECT_THROW((void)a.begin_write(fd::hook_id{1}, 64, s), ferry::logic_error);
+  EXPECT_THROW((void)a.poll(), ferry::logic_error);
+  EXPECT_THROW((void)a.try_pop(), ferry::logic_error);
+  EXPECT_THROW((void)a.stats(), ferry::logic_error);
+  EXPECT_THROW((void)a.cfg(), ferry::logic_error);
+  EXPECT_THROW((void)a.invalidated(), ferry::logic_error);
+  EXPECT_THROW((void)a.close(), ferry::logic_error);
+  live.begin_forward(s);
+  chk.expect(0, 1, 256);
+  live.capture(fd::hook_id{1}, src.at(0), 256, s);
+  (void)live.end_forward(s);
+  fd::channel<B> assigned{cfg, this->b};
+  assigned = std::move(live);
+  EXPECT_THROW(live.begin_forward(s), ferry::logic_error);  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(assigned.close().clean());
+  EXPECT_EQ(chk.got, 1U);
+  EXPECT_EQ(chk.bad_entries, 0U);
+}
+
+REGISTER_TYPED_TEST_SUITE_P(D2hLifecycle, ShutdownDrainsOrReportsEverything, ChannelsOnTwoDevicesDoNotInterfere,
+                            MovedFromChannelThrowsLogicError);
 
 }  // namespace ferry::test

@@ -29,11 +29,30 @@ class graph_exec {
   }
   ~graph_exec() { reset(); }
 
+  /// Everything `body(s)` enqueues on `s` becomes the graph. When the body, the capture or the
+  /// instantiation fails, the capture is ended (discarded) and the error propagates.
   template <class Body>
   [[nodiscard]] static graph_exec capture(stream_view<B> s, Body&& body)
   {
+    return capture(s, std::forward<Body>(body), [](stream_view<B>) {});
+  }
+
+  /// Same; on failure `on_failure(s)` runs after the capture was ended (`s` no longer capturing) and before
+  /// the error propagates, to restore what the body left mid-capture, e.g. a d2h channel's open forward:
+  /// `[&](auto cs) { ch.abort_forward(cs); }`. An exception from on_failure is dropped (the first error
+  /// matters).
+  template <class Body, class OnFailure>
+  [[nodiscard]] static graph_exec capture(stream_view<B> s, Body&& body, OnFailure&& on_failure)
+  {
     const B& b = s.backend();
+    const auto restore = [&]() noexcept {
+      try {
+        on_failure(s);
+      } catch (...) {  // the original error matters
+      }
+    };
     b.capture_begin(s.handle());
+    typename B::graph_type g{};
     try {
       body(s);
     } catch (...) {
@@ -41,15 +60,22 @@ class graph_exec {
         b.graph_destroy(b.capture_end(s.handle()));
       } catch (...) {  // the capture may already be invalidated; the original error matters
       }
+      restore();
       throw;
     }
-    auto g = b.capture_end(s.handle());
+    try {
+      g = b.capture_end(s.handle());
+    } catch (...) {
+      restore();
+      throw;
+    }
     graph_exec x;
     x.backend_ = b;
     try {
       x.exec_ = b.graph_instantiate(g);
     } catch (...) {
       b.graph_destroy(g);
+      restore();
       throw;
     }
     b.graph_destroy(g);

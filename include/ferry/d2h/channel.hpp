@@ -68,28 +68,41 @@ class channel {
 
   // ---- producer (one thread, the channel's device current) ----
   /// Opens a forward on `s`. If `s` is being captured, the forward is recorded into a forward_plan (graph
-  /// mode); otherwise entries are reserved just in time (eager mode).
+  /// mode); otherwise entries are reserved just in time (eager mode). Every producer call of the forward
+  /// must use `s` (another stream: logic_error naming both). An eager forward on a stream other than the
+  /// last executed forward's first makes `s` wait for that stream (an event recorded there), so that stream
+  /// must still be alive.
   void begin_forward(stream_view s)
   {
-    guarded([&] { impl_->prod.begin_forward(s); });
+    guarded([&] { impl()->prod.begin_forward(s); });
   }
   /// Closes the forward: one publication (system-scope release) covering the forward's remaining entries,
   /// and the cursor normalization. Returns the plan in graph mode (empty in eager mode).
   forward_plan end_forward(stream_view s)
   {
-    return guarded([&] { return impl_->prod.end_forward(s); });
+    return guarded([&] { return impl()->prod.end_forward(s); });
+  }
+
+  /// Drops the forward open on `s` (the recovery after an exception between begin_forward and end_forward,
+  /// or a capture that ended without end_forward). Eager: publishes every entry launched so far (as
+  /// end_forward does), so nothing launched is lost. Captured: forgets the recording; nothing was reserved.
+  /// An open begin_write ticket is dropped. Call it after the capture ended (graph_exec::capture's
+  /// on_failure does). Returns whether a forward was open (false: nothing to do).
+  bool abort_forward(stream_view s)
+  {
+    return guarded([&] { return impl()->prod.abort_forward(s); });
   }
 
   /// Copies `bytes` from device memory `src` into the ring (library copy kernel) as one entry of `hook`.
   void capture(hook_id hook, const void* src, std::uint64_t bytes, stream_view s)
   {
-    guarded([&] { (void)impl_->prod.capture(hook, src, bytes, nullptr, detail::entry_kind::fixed, s, blocking()); });
+    guarded([&] { (void)impl()->prod.capture(hook, src, bytes, nullptr, detail::entry_kind::fixed, s, blocking()); });
   }
   /// Same; returns false instead of blocking / throwing when the ring, FIFO or size ring is full.
   [[nodiscard]] bool try_capture(hook_id hook, const void* src, std::uint64_t bytes, stream_view s)
   {
     return guarded([&] {
-      return impl_->prod.capture(hook, src, bytes, nullptr, detail::entry_kind::fixed, s, detail::when_full::refuse);
+      return impl()->prod.capture(hook, src, bytes, nullptr, detail::entry_kind::fixed, s, detail::when_full::refuse);
     });
   }
   /// Dynamic entry: reserves `reserved_bytes`; the GPU-resolved size is read from device memory
@@ -98,7 +111,7 @@ class channel {
                        stream_view s)
   {
     guarded([&] {
-      (void)impl_->prod.capture(hook, src, reserved_bytes, actual_size, detail::entry_kind::dynamic, s, blocking());
+      (void)impl()->prod.capture(hook, src, reserved_bytes, actual_size, detail::entry_kind::dynamic, s, blocking());
     });
   }
 
@@ -106,30 +119,34 @@ class channel {
   [[nodiscard]] write_ticket begin_write(hook_id hook, std::uint64_t reserved_bytes, stream_view s, bool dynamic = false)
   {
     const auto kind = dynamic ? detail::entry_kind::dynamic : detail::entry_kind::fixed;
-    return guarded([&] { return impl_->prod.begin_write(hook, reserved_bytes, kind, s); });
+    return guarded([&] { return impl()->prod.begin_write(hook, reserved_bytes, kind, s); });
   }
   /// Records the entry the ticket's writer kernel (enqueued on `s` before this call) wrote.
   void end_write(write_ticket&& t, stream_view s)
   {
-    guarded([&] { impl_->prod.end_write(std::move(t), s); });
+    guarded([&] { impl()->prod.end_write(std::move(t), s); });
   }
 
   /// Pre-forward planning for a graph replay: reserves ring space for every entry of `p` (blocking per
   /// config::on_full) and fills the FIFO. Launch the replay right after, on the channel's compute stream.
   void plan(const forward_plan& p)
   {
-    guarded([&] { (void)impl_->prod.plan(p, blocking()); });
+    guarded([&] { (void)impl()->prod.plan(p, blocking()); });
   }
   /// Same; returns false instead of blocking / throwing when the ring, FIFO or size ring is full.
   [[nodiscard]] bool try_plan(const forward_plan& p)
   {
-    return guarded([&] { return impl_->prod.plan(p, detail::when_full::refuse); });
+    return guarded([&] { return impl()->prod.plan(p, detail::when_full::refuse); });
   }
-  /// plan(p), then launch the graph on `s`.
+  /// plan(p), then launch the graph on `s`. When the last executed forward (eager or replay) ran on another
+  /// stream, `s` first waits for it (an event recorded there), as begin_forward does.
   void replay(const ferry::backend::graph_exec<B>& g, const forward_plan& p, stream_view s)
   {
     plan(p);
-    guarded([&] { g.launch(s); });
+    guarded([&] {
+      impl()->prod.before_replay(s);
+      g.launch(s);
+    });
   }
 
   // ---- consumer ----
@@ -137,39 +154,52 @@ class channel {
   /// entries. Returns the number of entries delivered plus copies issued by this call.
   std::size_t poll()
   {
-    return guarded([&] { return impl_->drain.poll(); });
+    return guarded([&] { return impl()->drain.poll(); });
   }
   /// The next completed entry when no callback was given.
-  [[nodiscard]] std::optional<entry_view> try_pop() { return impl_->drain.try_pop(); }
+  [[nodiscard]] std::optional<entry_view> try_pop() { return impl()->drain.try_pop(); }
 
   /// Drains every published entry (up to `timeout`), stops the drain, and reports. Throws shutdown_error
   /// when some reserved entry was never published (it lists them); nothing is dropped silently.
-  shutdown_report close(std::chrono::milliseconds timeout) { return impl_->close(timeout); }
+  /// A user kernel that did not call ring_ref::commit() (found by the commit check) makes it throw
+  /// invalidated_error naming the hook.
+  shutdown_report close(std::chrono::milliseconds timeout)
+  {
+    auto* i = impl();
+    try {
+      shutdown_report rep = i->close(timeout);
+      i->prod.raise_commit_fault("close");
+      return rep;
+    } catch (const shutdown_error&) {
+      i->prod.raise_commit_fault("close");
+      throw;
+    }
+  }
   /// close(config::timeout).
-  shutdown_report close() { return impl_->close(impl_->st.cfg.timeout); }
+  shutdown_report close() { return close(impl()->st.cfg.timeout); }
 
   /// A snapshot of the channel's counters (any thread).
-  [[nodiscard]] counters stats() const { return impl_->st.stats(); }
+  [[nodiscard]] counters stats() const { return impl()->st.stats(); }
   /// The configuration the channel was created with.
-  [[nodiscard]] const config& cfg() const noexcept { return impl_->st.cfg; }
+  [[nodiscard]] const config& cfg() const { return impl()->st.cfg; }
   /// Whether ferry's kernels are launched programmatically (config::programmatic_launch, and the device
   /// and the loaded kernel code support it).
-  [[nodiscard]] bool programmatic_launch() const noexcept { return impl_->st.programmatic; }
+  [[nodiscard]] bool programmatic_launch() const { return impl()->st.programmatic; }
   /// The device the channel was created on.
-  [[nodiscard]] ferry::backend::device_id device() const noexcept { return impl_->st.dev; }
+  [[nodiscard]] ferry::backend::device_id device() const { return impl()->st.dev; }
   /// Payload ring size in bytes.
-  [[nodiscard]] std::uint64_t ring_bytes() const noexcept { return impl_->st.cfg.ring_bytes; }
+  [[nodiscard]] std::uint64_t ring_bytes() const { return impl()->st.cfg.ring_bytes; }
   /// True after a backend call of this channel failed (producer or drain side). Every later producer call
   /// throws invalidated_error naming the failed call, and close() throws it too. Storage a DMA may still
   /// read (ring, staging) is retained until the channel is destroyed, which waits for the drain stream.
-  [[nodiscard]] bool invalidated() const noexcept { return impl_->st.is_failed(); }
+  [[nodiscard]] bool invalidated() const { return impl()->st.is_failed(); }
   /// The first failed backend call (empty while the channel is usable).
-  [[nodiscard]] std::string invalidation_reason() const { return impl_->st.failure_reason(); }
+  [[nodiscard]] std::string invalidation_reason() const { return impl()->st.failure_reason(); }
 
  private:
   friend struct ferry::testing::d2h_access;
 
-  [[nodiscard]] detail::when_full blocking() const noexcept { return detail::blocking_policy(impl_->st.cfg); }
+  [[nodiscard]] detail::when_full blocking() const { return detail::blocking_policy(impl()->st.cfg); }
   void reset() noexcept
   {
     if (!impl_) { return; }
@@ -189,9 +219,18 @@ class channel {
     try {
       return std::forward<F>(f)();
     } catch (const ferry::backend_error& e) {
-      impl_->st.fail(e.what());
+      impl()->st.fail(e.what());
       throw;
     }
+  }
+
+  /// The channel's parts; a moved-from channel has none and every call on it throws logic_error.
+  [[nodiscard]] detail::channel_impl<B>* impl() const
+  {
+    FERRY_EXPECTS(impl_ != nullptr, ferry::logic_error,
+                  "d2h channel: expected a live channel, got a moved-from d2h channel (its state moved to another "
+                  "channel object)");
+    return impl_.get();
   }
 
   std::unique_ptr<detail::channel_impl<B>> impl_;

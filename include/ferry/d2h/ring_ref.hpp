@@ -56,11 +56,21 @@ FERRY_HD constexpr std::uint64_t place_phys(std::uint64_t phys, std::uint64_t re
 
 /// A device cursor. Both fields are kept reduced (no division on the device):
 ///   phys      physical offset of the end of the last placed entry, in [0, ring_bytes)
-///   dyn_slot  size slot of the next dynamic entry, in [0, size_slot_count) (0 without a size ring)
+///   dyn_slot  low 32 bits: size slot of the next dynamic entry, in [0, size_slot_count) (0 without a size
+///             ring); high 32 bits: the commit count (mod 2^32), +1 per commit. A missing commit shows as
+///             slot[parity ^ 1] not one commit ahead of slot[parity] (the commit check, producer end_write).
 struct alignas(16) cursor {
   std::uint64_t phys{0};
   std::uint64_t dyn_slot{0};
 };
+
+/// The size-slot index of a cursor's dyn_slot.
+FERRY_HD constexpr std::uint64_t cursor_size_slot(std::uint64_t dyn_slot) noexcept { return dyn_slot & 0xffffffffULL; }
+/// The commit count of a cursor's dyn_slot.
+FERRY_HD constexpr std::uint32_t cursor_commits(std::uint64_t dyn_slot) noexcept
+{
+  return static_cast<std::uint32_t>(dyn_slot >> 32);
+}
 
 /// Device memory, one per channel. `produced` is the GPU-local produced-entry counter; only the
 /// publishing thread (one thread, stream-ordered) touches it.
@@ -103,13 +113,14 @@ struct ring_ref {
   FERRY_HD void commit(cursor c) const noexcept
   {
     const std::uint64_t end = offset(c) + reserved;  // <= ring_bytes
-    std::uint64_t slot = c.dyn_slot;
+    std::uint64_t slot = cursor_size_slot(c.dyn_slot);
     if (dynamic != 0) { slot = slot + 1 >= size_slot_count ? 0 : slot + 1; }
-    state->slot[parity ^ 1U] = cursor{end == ring_bytes ? 0 : end, slot};
+    const std::uint64_t commits = static_cast<std::uint32_t>(cursor_commits(c.dyn_slot) + 1U);
+    state->slot[parity ^ 1U] = cursor{end == ring_bytes ? 0 : end, slot | commits << 32};
   }
   FERRY_HD void commit(cursor c, std::uint64_t actual) const noexcept
   {
-    if (dynamic != 0 && size_slot_count != 0) { size_slots[c.dyn_slot] = actual; }
+    if (dynamic != 0 && size_slot_count != 0) { size_slots[cursor_size_slot(c.dyn_slot)] = actual; }
     commit(c);
   }
 };

@@ -1,16 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: the D2H producer API (begin_forward / capture / capture_dynamic / try_capture /
-// begin_write / end_write / end_forward / plan / poll / close) driven by fuzz bytes, on
+// begin_write / end_write / end_forward / abort_forward / plan / poll / close) driven by fuzz bytes, on
 // faulty<host_backend> with a plan that never fails. On every reject (a ferry::error) the channel's
 // counters are unchanged (except `stalls`, which counts a fail-fast reject by design) and no backend
 // operation was enqueued. Whatever was accepted must drain: close() is clean once every forward ended.
+// Operation order and stream identity: forwards begin on either of two streams (a forward on a new stream
+// is joined; every delivered byte is checked), a call on the other stream inside a forward must be refused,
+// a user writer may skip ring_ref::commit() (then close() must report it: invalidated_error), and
+// abort_forward may end a forward mid-way (then close() is clean again).
 #include "fuzz_common.hpp"
 
 #include <ferry/backend.hpp>
 #include <ferry/d2h.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
+#include <string>
 
 namespace fb = ferry::backend;
 namespace fd = ferry::d2h;
@@ -18,6 +24,20 @@ namespace fz = ferry::rel::fuzz;
 using FB = fb::faulty<fb::host_backend>;
 
 namespace {
+/// The byte every source and every user writer holds at offset i: a delivered entry must match it.
+std::uint8_t byte_at(std::uint64_t i) { return static_cast<std::uint8_t>(i * 131 + 7); }
+
+/// A user writer kernel: fills the entry's capacity with byte_at, then commits (`commit` != 0; a dynamic
+/// entry commits its capacity as the actual size) or not (the missing-commit misuse).
+void user_write(const fb::host_detail::launch_ctx& ctx, fd::ring_ref ref, std::uint64_t commit)
+{
+  if (ctx.block_idx.x != 0) { return; }
+  auto* dst = reinterpret_cast<std::uint8_t*>(ref.data());
+  for (std::uint64_t i = 0; i < ref.capacity(); ++i) { dst[i] = byte_at(i); }
+  if (commit != 0) { ref.commit(ref.capacity()); }
+}
+const fb::host_kernel<fd::ring_ref, std::uint64_t> user_write_kernel{&user_write, "fuzz_user_write"};
+
 bool same(fd::counters a, fd::counters b)
 {
   a.stalls = b.stalls = 0;
@@ -34,7 +54,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FB b{&plan};
   b.base().set_device(fb::device_id{0});
   static fb::stream<FB>* s = new fb::stream<FB>{b};              // reused across inputs (thread per stream)
-  static fb::device_buffer<FB>* src = new fb::device_buffer<FB>{1 << 17, b};  // larger than any ring
+  static fb::stream<FB>* s2 = new fb::stream<FB>{b};             // the second stream
+  static fb::device_buffer<FB>* src = [&] {                      // larger than any ring, byte_at(i) at i
+    auto* d = new fb::device_buffer<FB>{1 << 17, b};
+    auto* p = d->as<std::uint8_t>();                              // host backend: device memory is host memory
+    for (std::uint64_t i = 0; i < (1 << 17); ++i) { p[i] = byte_at(i); }
+    return d;
+  }();
   static fb::device_buffer<FB>* sz = new fb::device_buffer<FB>{64, b};
   fd::config cfg;
   cfg.ring_bytes = 16 * (in.u16() % 4097);  // 0 .. 64 KiB (0 is rejected)
@@ -52,39 +78,65 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // A consumer that releases every view at once: staging never stays held, so every published entry
     // must drain (a consumer that keeps views can legitimately stall the drain: close() then reports
     // those entries as `undrained`).
-    ch.emplace(cfg, b, [](fd::entry_view&&) {});
+    ch.emplace(cfg, b, [](fd::entry_view&& v) {
+      if (!v.ok()) { return; }  // a dynamic entry's size (0xCD.. or ~0 after a missing commit) overflows
+      const auto bytes = v.bytes();
+      for (std::size_t i = 0; i < bytes.size(); ++i) {
+        if (static_cast<std::uint8_t>(bytes[i]) != byte_at(i)) {
+          fz::violation("wrong byte " + std::to_string(i) + " in entry " + std::to_string(v.seq().value));
+        }
+      }
+    });
   } catch (const ferry::logic_error&) {
     return 0;  // bad configuration: rejected
   }
   std::optional<fd::write_ticket> ticket;
   fd::forward_plan empty_plan;
   bool open = false;
+  bool missing_commit = false;  // a writer skipped ring_ref::commit(): close() must report it
+  fb::stream<FB>* cur = s;      // the stream of the open (or last) forward
   std::uint64_t accepted = 0;
   for (int op = 0; in.more() && op < 64; ++op) {
-    const std::uint8_t code = in.u8() % 9;
+    const std::uint8_t code = in.u8() % 13;
     const std::uint32_t hook = in.u8();
     const std::uint64_t bytes = in.u16() % (1 << 17);
+    fb::stream<FB>* other = cur == s ? s2 : s;
+    if ((code == 6 || code == 11) && ticket && open) {  // the writer, enqueued before end_write (not a reject)
+      b.launch(user_write_kernel, fb::launch_config{{1}, {32}, 0}, cur->handle(), ticket->ref(),
+               std::uint64_t{code == 6 ? 1U : 0U});
+    }
     const auto before = ch->stats();
     const auto calls_before = fz::enqueued(plan);
     try {
       switch (code) {
-        case 0: ch->begin_forward(*s); open = true; break;
-        case 1: (void)ch->end_forward(*s); open = false; break;
-        case 2: ch->capture(fd::hook_id{hook}, src->data(), bytes, *s); ++accepted; break;
-        case 3: ch->capture_dynamic(fd::hook_id{hook}, src->data(), bytes, sz->as<std::uint64_t>(), *s); ++accepted; break;
-        case 4: accepted += ch->try_capture(fd::hook_id{hook}, src->data(), bytes, *s) ? 1 : 0; break;
-        case 5: ticket = ch->begin_write(fd::hook_id{hook}, bytes, *s, hook % 2 == 1); break;
+        case 0: ch->begin_forward(*s); open = true; cur = s; break;
+        case 1: (void)ch->end_forward(*cur); open = false; break;
+        case 2: ch->capture(fd::hook_id{hook}, src->data(), bytes, *cur); ++accepted; break;
+        case 3: ch->capture_dynamic(fd::hook_id{hook}, src->data(), bytes, sz->as<std::uint64_t>(), *cur); ++accepted; break;
+        case 4: accepted += ch->try_capture(fd::hook_id{hook}, src->data(), bytes, *cur) ? 1 : 0; break;
+        case 5: ticket = ch->begin_write(fd::hook_id{hook}, bytes, *cur, hook % 2 == 1); break;
         case 6:
+        case 11:
           if (ticket) {
             fd::write_ticket t = std::move(*ticket);
             ticket.reset();
-            ch->end_write(std::move(t), *s);
+            ch->end_write(std::move(t), *cur);
             ++accepted;
+            missing_commit = missing_commit || code == 11;
           } else {
-            ch->end_write(fd::write_ticket{}, *s);
+            ch->end_write(fd::write_ticket{}, *cur);
           }
           break;
         case 7: ch->plan(empty_plan); break;
+        case 9: ch->begin_forward(*s2); open = true; cur = s2; break;  // a forward on the other stream: joined
+        case 10:  // a capture on the stream that is not the forward's: always refused
+          ch->capture(fd::hook_id{hook}, src->data(), bytes, *other);
+          fz::violation(open ? "a capture on a second stream inside a forward was accepted"
+                             : "a capture outside a forward was accepted");
+        case 12:
+          if (ch->abort_forward(*cur)) { ticket.reset(); }  // the open ticket is dropped with the forward
+          open = false;
+          break;
         default: (void)ch->poll(); break;
       }
     } catch (const ferry::backend_error& e) {
@@ -97,21 +149,27 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
   }
   (void)accepted;
-  if (ticket) {  // end the open write (a dynamic one leaves size 0xCD..: the drain must not hang on it)
+  if (ticket) {  // end the open write, its writer committing
     try {
-      ch->end_write(std::move(*ticket), *s);
+      if (open) {
+        b.launch(user_write_kernel, fb::launch_config{{1}, {32}, 0}, cur->handle(), ticket->ref(), std::uint64_t{1});
+      }
+      ch->end_write(std::move(*ticket), *cur);
     } catch (const ferry::error&) {
     }
   }
   if (open) {
     try {
-      (void)ch->end_forward(*s);
+      (void)ch->end_forward(*cur);
       open = false;
     } catch (const ferry::error&) {
     }
   }
   try {
     (void)ch->close(std::chrono::milliseconds{2000});
+    if (missing_commit) { fz::violation("close() did not report a writer that skipped ring_ref::commit()"); }
+  } catch (const ferry::invalidated_error& e) {
+    if (!missing_commit) { fz::violation(std::string{"channel invalidated without a missing commit: "} + e.what()); }
   } catch (const fd::shutdown_error& e) {
     if (!open) { fz::violation(std::string{"close not clean after every forward ended: "} + e.what()); }
   }

@@ -31,4 +31,14 @@ struct head_args {
   std::uint32_t normalize{0};
 };
 
+/// The commit check after a user-written entry (one thread): `entry` is the ticket's view. When its writer
+/// did not commit (slot[parity ^ 1] is not one commit ahead of slot[parity]) it commits in the writer's
+/// place (a dynamic entry with size ~0: delivered as size_overflow) and, first time only, stores `tag`
+/// (hook << 32 | index in the forward + 1) into the host-visible `flag`.
+struct commit_check_args {
+  ring_ref entry;
+  std::uint64_t* flag{nullptr};
+  std::uint64_t tag{0};
+};
+
 }  // namespace ferry::d2h::detail

@@ -30,4 +30,8 @@ host_kernel<head_args> publish_head_kernel(host_tag);
 cuda_kernel<head_args> publish_head_kernel(cuda_tag);
 hip_kernel<head_args> publish_head_kernel(hip_tag);
 
+host_kernel<commit_check_args> commit_check_kernel(host_tag);
+cuda_kernel<commit_check_args> commit_check_kernel(cuda_tag);
+hip_kernel<commit_check_args> commit_check_kernel(hip_tag);
+
 }  // namespace ferry::d2h::detail

@@ -7,6 +7,8 @@
 // producer about to wait on a full ring first releases what it launched (wait_for_space).
 #pragma once
 
+#include <ferry/backend/buffer.hpp>
+#include <ferry/backend/event.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/d2h/detail/access.hpp>
 #include <ferry/d2h/detail/channel_state.hpp>
@@ -19,8 +21,19 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
+
+// The commit check (a 1-thread kernel after every begin_write/end_write entry's writer): always on the host
+// backend, and in builds without NDEBUG; FERRY_D2H_CHECK_COMMIT=0/1 overrides it for the GPU backends.
+#if !defined(FERRY_D2H_CHECK_COMMIT)
+#if defined(NDEBUG)
+#define FERRY_D2H_CHECK_COMMIT 0
+#else
+#define FERRY_D2H_CHECK_COMMIT 1
+#endif
+#endif
 
 namespace ferry::d2h::detail {
 
@@ -49,9 +62,18 @@ class producer {
   /// step; thread mode: a wait on the space condition). Injected by channel_impl.
   using progress_fn = std::function<void()>;
 
+  /// Whether end_write enqueues the commit check (FERRY_D2H_CHECK_COMMIT, or the host backend).
+  static constexpr bool check_commits =
+    FERRY_D2H_CHECK_COMMIT != 0 || std::is_same_v<typename B::tag, ferry::backend::host_tag>;
+
   producer(channel_state<B>& st, release_chain<B>& rel, progress_fn progress)
-    : st_{st}, rel_{rel}, progress_{std::move(progress)}
+    : st_{st}, rel_{rel}, progress_{std::move(progress)}, join_ev_{st.b, ferry::backend::event_flags::disable_timing}
   {
+    if constexpr (check_commits) {
+      commit_flag_.emplace(cache_line, st_.b);
+      ferry::backend::host_store_release(commit_flag_->template as<std::uint64_t>(), 0);
+      (void)st_.b.preload(commit_check_kernel(typename B::tag{}));
+    }
   }
 
   void begin_forward(stream_view s);
@@ -61,6 +83,16 @@ class producer {
   write_ticket begin_write(hook_id hook, std::uint64_t reserved_bytes, entry_kind kind, stream_view s);
   void end_write(write_ticket&& t, stream_view s);
   bool plan(const forward_plan& p, when_full full);
+  bool abort_forward(stream_view s);
+  /// channel::replay: the graph is about to be launched on `s`; joins the stream of the last executed forward.
+  void before_replay(stream_view s);
+
+  /// channel::close(): when the commit check found a writer kernel that did not commit, invalidates the
+  /// channel and throws invalidated_error naming the hook (every check before the last release has run).
+  void raise_commit_fault(const char* what)
+  {
+    if (check_commit_flag()) { st_.check_not_failed(what); }
+  }
 
   /// close(): an eager forward left open publishes what it launched, so nothing launched stays hidden.
   /// Returns whether a forward was open.
@@ -82,6 +114,9 @@ class producer {
  private:
   void check_thread(const char* what);
   void check_producer(stream_view s, const char* what);
+  void join_last_stream(stream_type s, const char* what);
+  void check_capture_open(const char* what);
+  bool check_commit_flag();
   void check_entry(hook_id hook, std::uint64_t bytes, entry_kind kind, const char* what) const;
   [[nodiscard]] ring_ref make_ref(std::uint64_t reserved, entry_kind kind) const noexcept;
   [[nodiscard]] bool fits(std::uint64_t end, std::size_t n_entries, std::uint64_t n_dyn) const noexcept;
@@ -107,7 +142,15 @@ class producer {
   std::uint64_t next_seq_{0};
   stream_type last_stream_{};
   bool have_last_stream_{false};
+  /// The stream the channel's last executed device work (an eager forward, a replay) was enqueued on: a
+  /// forward or replay on another stream joins it first (join_last_stream). Captures do not change it.
+  stream_type exec_stream_{};
+  bool have_exec_stream_{false};
+  ferry::backend::event<B> join_ev_;
   forward_plan recording_;
+  std::uint32_t fwd_entries_{0};  ///< entries since begin_forward (names an entry in the commit check)
+  std::optional<ferry::backend::mapped_buffer<B>> commit_flag_;  ///< the commit check's report (check_commits)
+  bool wrote_user_entry_{false};  ///< a commit check was enqueued: the CPU reads its flag from then on
 };
 
 }  // namespace ferry::d2h::detail

@@ -21,15 +21,85 @@ void producer<B>::check_thread(const char* what)
                 st_.dev.value, cur.value);
   FERRY_EXPECTS(!st_.closed.load(), ferry::logic_error, "d2h channel {}: expected an open channel, got a closed one",
                 what);
+  (void)check_commit_flag();
   st_.check_not_failed(what);
+}
+
+/// The commit check's report (one load of pinned host memory once a user-written entry was checked): a
+/// writer kernel that did not call ring_ref::commit() invalidates the channel, naming its hook and entry.
+/// Returns whether it did.
+template <ferry::backend::backend B>
+bool producer<B>::check_commit_flag()
+{
+  if constexpr (check_commits) {
+    if (!wrote_user_entry_) { return false; }
+    const std::uint64_t tag = ferry::backend::host_load_acquire(commit_flag_->template as<std::uint64_t>());
+    if (tag == 0) { return false; }
+    st_.fail(ferry::detail::format(
+      "hook {} (entry {} of its forward, written by a user kernel through begin_write/end_write): expected its "
+      "writer kernel to call ring_ref::commit() once, got no commit (the commit check committed in its place, "
+      "so later entries are placed right; a dynamic entry is delivered as size_overflow)",
+      tag >> 32, (tag & 0xffffffffULL) - 1));
+    return true;
+  }
+  return false;
+}
+
+/// A capturing forward whose capture ended without end_forward (the capture body threw, or forgot
+/// end_forward) can never be closed: every later producer call and plan() refuse it, naming the stream, until
+/// abort_forward drops it. One stream_is_capturing query per call, only while a captured forward is open.
+template <ferry::backend::backend B>
+void producer<B>::check_capture_open(const char* what)
+{
+  FERRY_EXPECTS(!(in_forward_ && capturing_) || st_.b.stream_is_capturing(last_stream_), ferry::logic_error,
+                "d2h channel {}: expected the captured forward begun on stream {} to end with end_forward while "
+                "the capture is open, got that stream no longer capturing (the capture ended without "
+                "end_forward); call abort_forward(stream) to drop the forward",
+                what, static_cast<const void*>(last_stream_));
 }
 
 template <ferry::backend::backend B>
 void producer<B>::check_producer(stream_view s, const char* what)
 {
   check_thread(what);
+  check_capture_open(what);
+  // One compute stream per forward: every entry's writer and the forward's releases are ordered by that
+  // stream alone, so a call on another stream inside a forward would publish bytes not yet written.
+  FERRY_EXPECTS(!in_forward_ || s.handle() == last_stream_, ferry::logic_error,
+                "d2h channel {}: expected the forward's stream {} (from begin_forward), got stream {} (one "
+                "compute stream per forward)",
+                what, static_cast<const void*>(last_stream_), static_cast<const void*>(s.handle()));
   last_stream_ = s.handle();
   have_last_stream_ = true;
+}
+
+/// A new forward (or replay) on `s` while the last executed one ran on another stream: that forward's
+/// publish and cursor normalization (device_state::produced, slot[0]) may still be queued there, and the
+/// new forward's writers read the cursor and its releases add to `produced`. join_ev recorded on the last
+/// stream, waited by `s`, orders all of it before everything enqueued on `s` from now on.
+template <ferry::backend::backend B>
+void producer<B>::join_last_stream(stream_type s, const char* what)
+{
+  if (have_exec_stream_ && exec_stream_ != s && !st_.hooks.is(debug_fault::new_stream_without_join)) {
+    FERRY_EXPECTS(!st_.b.stream_is_capturing(exec_stream_), ferry::logic_error,
+                  "d2h channel {}: expected to join the last forward's stream {} into stream {}, got stream {} "
+                  "being captured (end that capture first)",
+                  what, static_cast<const void*>(exec_stream_), static_cast<const void*>(s),
+                  static_cast<const void*>(exec_stream_));
+    st_.b.event_record(join_ev_.handle(), exec_stream_);
+    st_.b.stream_wait_event(s, join_ev_.handle());
+  }
+  exec_stream_ = s;
+  have_exec_stream_ = true;
+}
+
+template <ferry::backend::backend B>
+void producer<B>::before_replay(stream_view s)
+{
+  check_thread("replay");
+  FERRY_EXPECTS(!in_forward_, ferry::logic_error,
+                "d2h channel replay: expected no open forward, got one (replay between forwards)");
+  join_last_stream(s.handle(), "replay");
 }
 
 template <ferry::backend::backend B>
@@ -54,9 +124,11 @@ void producer<B>::begin_forward(stream_view s)
   FERRY_EXPECTS(!in_forward_, ferry::logic_error,
                 "d2h channel begin_forward: expected no open forward, got begin_forward twice");
   capturing_ = st_.b.stream_is_capturing(s.handle());
+  if (!capturing_) { join_last_stream(s.handle(), "begin_forward"); }  // a capture runs nothing: its replay joins
   in_forward_ = true;
   parity_ = 0;
   unpublished_ = 0;
+  fwd_entries_ = 0;
   if (capturing_) { access::start_recording(recording_, &st_); }
 }
 
@@ -82,6 +154,35 @@ forward_plan producer<B>::end_forward(stream_view s)
     return std::exchange(recording_, forward_plan{});
   }
   return forward_plan{};
+}
+
+/// Drops the open forward: an eager one publishes what it launched (as end_forward would: nothing launched
+/// stays hidden, the cursor is normalized); a captured one forgets its recording (nothing was reserved; the
+/// capture's work never runs). An open begin_write ticket is dropped with it. Returns whether one was open.
+template <ferry::backend::backend B>
+bool producer<B>::abort_forward(stream_view s)
+{
+  check_thread("abort_forward");
+  if (!in_forward_) { return false; }
+  FERRY_EXPECTS(s.handle() == last_stream_, ferry::logic_error,
+                "d2h channel abort_forward: expected the forward's stream {} (from begin_forward), got stream {}",
+                static_cast<const void*>(last_stream_), static_cast<const void*>(s.handle()));
+  if (capturing_) {
+    access::start_recording(recording_, nullptr);
+    rel_.forget_captured_branch();
+  } else {
+    FERRY_EXPECTS(!st_.b.stream_is_capturing(s.handle()), ferry::logic_error,
+                  "d2h channel abort_forward: the eager forward's stream {} is being captured: expected it not "
+                  "capturing (end that capture first)",
+                  static_cast<const void*>(s.handle()));
+    rel_.publish(s.handle(), unpublished_, parity_);
+  }
+  write_open_ = false;
+  unpublished_ = 0;
+  parity_ = 0;
+  in_forward_ = false;
+  capturing_ = false;
+  return true;
 }
 
 template <ferry::backend::backend B>
@@ -189,6 +290,7 @@ void producer<B>::commit_entry(hook_id hook, placement p, std::uint64_t reserved
     atomic_max(st_.c_high, head_pos_ - st_.tail_pos.load(std::memory_order_relaxed));
   }
   parity_ ^= 1U;
+  ++fwd_entries_;
   unpublished_ = after;
   if (after >= st_.cfg.publish_every) {
     rel_.release_batch(s, after, publish_fused);  // the fork event or stream order after the writer is the join
@@ -256,6 +358,13 @@ void producer<B>::end_write(write_ticket&& t, stream_view s)
   write_open_ = false;
   access::close_ticket(t);
   const ring_ref& ref = t.ref();
+  if constexpr (check_commits) {  // after the writer (stream order): did it commit? (commit_check_args)
+    const commit_check_args a{ref, commit_flag_->template device_as<std::uint64_t>(),
+                              std::uint64_t{access::hook(t).value} << 32 | (fwd_entries_ + 1ULL)};
+    st_.b.launch(commit_check_kernel(typename B::tag{}), ferry::backend::launch_config{{1}, {1}, 0, false},
+                 s.handle(), a);
+    wrote_user_entry_ = true;
+  }
   commit_entry(access::hook(t), access::where(t), ref.reserved, access::bytes(t),
                ref.dynamic != 0 ? entry_kind::dynamic : entry_kind::fixed, s.handle(), false);
 }
@@ -264,6 +373,7 @@ template <ferry::backend::backend B>
 bool producer<B>::plan(const forward_plan& p, when_full full)
 {
   check_thread("plan");
+  check_capture_open("plan");
   FERRY_EXPECTS(p.owner() == &st_, ferry::logic_error, "d2h channel plan: expected a plan captured by this channel, got {}",
                 p.owner() == nullptr ? "an empty plan" : "a plan of another channel");
   FERRY_EXPECTS(!in_forward_, ferry::logic_error,

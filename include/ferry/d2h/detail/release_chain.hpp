@@ -66,6 +66,10 @@ class release_chain {
     st_.c_publishes.fetch_add(1, std::memory_order_relaxed);
   }
 
+  /// A captured forward was dropped (producer::abort_forward): a branch release recorded in that capture
+  /// is no work to join back (the capture ended; nothing of it runs).
+  void forget_captured_branch() noexcept { branch_open_ = false; }
+
   /// Waits for every release queued on the branch (the destructor: nothing may touch freed state).
   void synchronize()
   {

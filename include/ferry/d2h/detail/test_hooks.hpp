@@ -17,6 +17,7 @@ enum class debug_fault {
   reclaim_before_copy_complete,  ///< reclaim ring space when the D2H is enqueued, not when it completed (drainer.hpp)
   programmatic_without_wait,     ///< copy kernels skip griddepcontrol.wait under programmatic launch (GPU, sm_90+)
   branch_publish_without_fork,   ///< the branch's publish kernel does not wait for the fork event (release_chain.hpp)
+  new_stream_without_join,       ///< a forward on a new stream does not join the last one's (producer.inl)
 };
 
 /// Read on the producer and drain paths with relaxed loads (a plain load on x86 and ARM); written by tests.
