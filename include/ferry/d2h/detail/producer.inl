@@ -72,6 +72,7 @@ forward_plan producer<B>::end_forward(stream_view s)
   FERRY_EXPECTS(cap_now == capturing_, ferry::logic_error,
                 "d2h channel end_forward: expected the stream's capture state as at begin_forward ({}), got {}",
                 capturing_, cap_now);
+  flush_deferred(s.handle());  // a partial deferred batch is copied before the boundary's release
   // The forward boundary: one release covering every entry since the last one, and slot[0] = slot[parity].
   rel_.publish(s.handle(), unpublished_, parity_);
   unpublished_ = 0;
@@ -209,6 +210,7 @@ bool producer<B>::capture(hook_id hook, const void* src, std::uint64_t bytes, co
   FERRY_EXPECTS(src != nullptr && (!dynamic || actual != nullptr), ferry::logic_error,
                 "d2h channel capture: hook {} expected non-null source{}, got null", hook.value,
                 dynamic ? " and size pointer" : "");
+  flush_deferred(s.handle());  // entry order: the recorded deferred entries are copied first
   const std::uint64_t reserved = align_up(bytes, entry_alignment);
   placement p{};
   if (!capturing_) {
@@ -235,6 +237,7 @@ write_ticket producer<B>::begin_write(hook_id hook, std::uint64_t reserved_bytes
   check_entry(hook, reserved_bytes, kind, "begin_write");
   FERRY_EXPECTS(!write_open_, ferry::logic_error,
                 "d2h channel begin_write: hook {} expected no open begin_write, got one", hook.value);
+  flush_deferred(s.handle());  // entry order: the recorded deferred entries are copied first
   const std::uint64_t reserved = align_up(reserved_bytes, entry_alignment);
   placement where{};
   if (!capturing_) {
@@ -304,3 +307,5 @@ bool producer<B>::plan(const forward_plan& p, when_full full)
 }
 
 }  // namespace ferry::d2h::detail
+
+#include <ferry/d2h/detail/producer_deferred.inl>
