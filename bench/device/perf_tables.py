@@ -41,7 +41,7 @@ def f(v, nd=2):
 def d2h_summary(gbench_path, out_path):
     g = json.load(open(gbench_path))
     ctx = g.get("context", {})
-    forward, per_hook, variants, fwd_variants = {}, {}, {}, {}
+    forward, per_hook, variants, fwd_variants, capture_cpu = {}, {}, {}, {}, {}
     drain = memcpy = None
     checks = dict.fromkeys(CHECK_KEYS, 0)
     for b in g.get("benchmarks", []):
@@ -65,6 +65,8 @@ def d2h_summary(gbench_path, out_path):
                     variants.setdefault("diag/" + k, {})[int(parts[2])] = v
         elif parts[0] == "variants":
             variants.setdefault("/".join(parts[1:-1]), {})[int(parts[-1])] = b["us_per_hook"]
+        elif parts[0] == "capture_cpu":  # capture_cpu/<immediate|deferred>/vllm_full_b1: producer CPU us per call
+            capture_cpu[parts[1]] = b["us_per_capture"]
         elif name == "drain/ferry_64MiB":
             drain = b["GBps"]
         elif name == "drain/memcpy_ceiling_64MiB":
@@ -97,6 +99,7 @@ def d2h_summary(gbench_path, out_path):
     out["variants"] = {
         "per_hook_graph_us": {n: {str(P): r4(m.get(P)) for P in (4096, 16384, 65536)} for n, m in sorted(variants.items())},
         "forward341_us": {n: r4(v) for n, v in sorted(fwd_variants.items())}}
+    out["capture_cpu_us_vllm_full_b1"] = {k: r4(v) for k, v in sorted(capture_cpu.items())}
     out["drain_gbps_64MiB"] = r4(drain)
     out["memcpy_d2h_gbps_64MiB"] = r4(memcpy)
     out.update(checks)
