@@ -26,6 +26,13 @@ template <class X>
 struct as_faulty<fb::faulty<X>> {
   using type = fb::faulty<X>;
 };
+/// A user writer on the host backend (begin_write / ring_ref): pattern(seq) into the entry, then commit.
+inline void user_write(const fb::host_detail::launch_ctx&, fd::ring_ref ref, std::uint64_t seq, std::uint64_t bytes)
+{
+  auto* dst = reinterpret_cast<std::uint8_t*>(ref.data());
+  for (std::uint64_t i = 0; i < bytes; ++i) { dst[i] = ferry::testing::pattern_byte(seq, i); }
+  ref.commit();
+}
 }  // namespace gather_test
 
 /// Deferred entries interleaved with immediate captures and explicit flushes keep their entry order: the
@@ -58,6 +65,42 @@ TYPED_TEST_P(D2hGather, MixedImmediateAndDeferredKeepEntryOrder)
         } else {
           ch.capture_deferred(fd::hook_id{hook}, src.at(seq), size, s);
           if (mode == 1 && rng() % 3 == 0) { ch.flush(s); }
+        }
+      }
+      (void)ch.end_forward(s);
+    }
+    EXPECT_TRUE(ch.close().clean());
+    EXPECT_EQ(chk.got, forwards * per_forward);
+    EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
+  }
+}
+
+/// begin_write is a flush point: the recorded deferred entries are copied (gather enqueued) before the
+/// user writer reads the cursor, so its entry lands after them. Host backend (the writer is a host kernel).
+TYPED_TEST_P(D2hGather, BeginWriteIsAFlushPoint)
+{
+  using B = TypeParam;
+  if constexpr (!is_host_v<B>) {
+    GTEST_SKIP() << "the user writer here is a host-backend kernel";
+  } else {
+    fb::stream<B> s{this->b};
+    constexpr std::uint64_t forwards = 5, per_forward = 9, stride = 640;
+    sources<B> src{this->b, s, 0, forwards * per_forward, stride};
+    checker chk{seq_order::consecutive};
+    fd::channel<B> ch{this->small_config(7 << 10, 4), this->b, chk.callback()};
+    const fb::host_kernel<fd::ring_ref, std::uint64_t, std::uint64_t> writer{&gather_test::user_write, "user_write"};
+    std::uint64_t seq = 0;
+    for (std::uint64_t f = 0; f < forwards; ++f) {
+      ch.begin_forward(s);
+      for (std::uint64_t j = 0; j < per_forward; ++j, ++seq) {
+        const std::uint64_t size = 100 + (seq * 37) % (stride - 100);
+        chk.expect(seq, 6, size);
+        if (j % 3 == 2) {
+          auto t = ch.begin_write(fd::hook_id{6}, size, s);
+          this->b.launch(writer, fb::launch_config{{1}, {32}, 0}, s.handle(), t.ref(), seq, size);
+          ch.end_write(std::move(t), s);
+        } else {
+          ch.capture_deferred(fd::hook_id{6}, src.at(seq), size, s);
         }
       }
       (void)ch.end_forward(s);
@@ -311,7 +354,8 @@ TYPED_TEST_P(D2hGather, FaultAtTheGatherLaunchInvalidates)
   }
 }
 
-REGISTER_TYPED_TEST_SUITE_P(D2hGather, MixedImmediateAndDeferredKeepEntryOrder, BatchesSplitAtRingWrap,
+REGISTER_TYPED_TEST_SUITE_P(D2hGather, MixedImmediateAndDeferredKeepEntryOrder, BeginWriteIsAFlushPoint,
+                            BatchesSplitAtRingWrap,
                             OneLargeAndManySmallInOneBatch, PartialBatchAtEndForwardAndExplicitFlush,
                             SourcesOverwrittenAfterTheFlushKeepCapturedBytes, GraphReplaysManyTimesWithPlan,
                             FaultAtTheGatherLaunchInvalidates);
