@@ -97,11 +97,12 @@ __global__ void layer(layer_args a)
   const std::uint64_t f = *a.fwd;
   const std::uint64_t t = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::uint64_t nt = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  const std::uint64_t words = a.bytes / 8;
   for (std::uint64_t k = 0; k < a.n_hooks; ++k) {
     const std::uint64_t h = a.first_hook + k;
     const std::uint64_t seq = f * a.hooks_per_fwd + h;
-    auto* dst = reinterpret_cast<std::uint64_t*>(a.act + h * a.bytes);
+    const bool mix = a.hook_off != nullptr;
+    const std::uint64_t words = mix ? (a.hook_bytes[h] + 7) / 8 : a.bytes / 8;
+    auto* dst = reinterpret_cast<std::uint64_t*>(a.act + (mix ? a.hook_off[h] : h * a.bytes));
     for (std::uint64_t i = t; i < words; i += nt) { dst[i] = ferry::testing::pattern_word(seq, i); }
   }
   if (t == 0) { ferry::testing::spin_until(start, a.spin_ns); }

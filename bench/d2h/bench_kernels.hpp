@@ -49,6 +49,10 @@ struct layer_args {
   std::byte* act{nullptr};  ///< hook h's source at act + h * bytes
   std::uint64_t bytes{0};
   std::uint64_t spin_ns{0};
+  /// Size mixes (forward/.../vllm_full_b1): hook h's source at act + hook_off[h], hook_bytes[h] bytes
+  /// (ceil(bytes / 8) pattern words). Both null: the uniform layout above.
+  const std::uint64_t* hook_off{nullptr};
+  const std::uint64_t* hook_bytes{nullptr};
 };
 
 using ferry::backend::cuda_kernel;

@@ -43,8 +43,10 @@ void layer_body(const launch_ctx& ctx, layer_args a)
   const std::uint64_t f = *a.fwd;
   for (std::uint64_t k = 0; k < a.n_hooks; ++k) {
     const std::uint64_t h = a.first_hook + k;
-    auto* dst = reinterpret_cast<std::uint64_t*>(a.act + h * a.bytes);
-    for (std::uint64_t i = 0; i < a.bytes / 8; ++i) { dst[i] = ferry::testing::pattern_word(f * a.hooks_per_fwd + h, i); }
+    const bool mix = a.hook_off != nullptr;
+    const std::uint64_t words = mix ? (a.hook_bytes[h] + 7) / 8 : a.bytes / 8;
+    auto* dst = reinterpret_cast<std::uint64_t*>(a.act + (mix ? a.hook_off[h] : h * a.bytes));
+    for (std::uint64_t i = 0; i < words; ++i) { dst[i] = ferry::testing::pattern_word(f * a.hooks_per_fwd + h, i); }
   }
   while (std::chrono::steady_clock::now() - start < std::chrono::nanoseconds(a.spin_ns)) {
   }

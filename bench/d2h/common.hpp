@@ -158,7 +158,12 @@ struct fwd_opts {
   std::optional<shape_opts> shape;
   std::uint32_t K{16};
   bool drain_paused{false};
+  bool gather{false};     ///< ferry: capture_deferred (one gather launch per K hooks) instead of capture
+  bool vllm_mix{false};   ///< DMI's vllm-full sizes at B = 1 instead of 16 KiB per hook (forward_sizes)
 };
+/// Bytes of each of the H hooks of a forward: 16 KiB each, or (`vllm_mix`) DMI's vllm-full mix at decode
+/// B = 1: 4 B token ids first, 297 KiB logits last, 2-6 KiB per layer hook between.
+[[nodiscard]] std::vector<std::uint64_t> forward_sizes(std::uint64_t H, bool vllm_mix);
 /// Median us per forward: 28 layers of a ~60 us spin kernel, H hooks of 16 KiB, graph replay.
 [[nodiscard]] double forward_us(variant v, std::uint64_t H, fd::head_placement placement = fd::head_placement::managed,
                                 const fwd_opts& o = {});

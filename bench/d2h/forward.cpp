@@ -1,11 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // forward/<variant>/hooks:<28|341>: a simulated forward (28 layers of a ~60 us spin kernel, 16 KiB per
 // hook, graph replay, the drain running, every word of every entry checked): no capture, copy only, old
-// volatile, per-entry release, ferry (K = 16), and ferry's launch/placement variants. The figure is the
-// median us per forward; overheads are derived by bench/device/perf_tables.py.
+// volatile, per-entry release, ferry (K = 16), ferry_gather (deferred capture, one gather per K = 16), and
+// ferry's launch/placement variants; forward/<variant>/vllm_full_b1: the same forward with 341 hooks of
+// DMI's vllm-full sizes at B = 1 (forward_sizes). The figure is the median us per forward; overheads are
+// derived by bench/device/perf_tables.py.
 #include "common.hpp"
 
+#include <ferry/testing/pattern.hpp>
+
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 namespace ferry::bench {
@@ -67,7 +72,27 @@ struct baseline_drain {
   }
 };
 
+/// Every byte of an entry of `bytes` carries pattern(seq): whole words (check_words), then the tail bytes.
+bool check_entry(const std::byte* p, std::uint64_t bytes, std::uint64_t seq)
+{
+  if (!check_words(p, bytes, seq, true)) { return false; }
+  const std::uint64_t tail = bytes % 8;
+  if (tail == 0) { return true; }
+  const std::uint64_t w = ferry::testing::pattern_word(seq, bytes / 8);
+  return std::memcmp(p + bytes - tail, &w, tail) == 0;
+}
+
 }  // namespace
+
+std::vector<std::uint64_t> forward_sizes(std::uint64_t H, bool vllm_mix)
+{
+  std::vector<std::uint64_t> v(H, 16 * KiB);
+  if (!vllm_mix || H == 0) { return v; }
+  for (std::uint64_t h = 0; h < H; ++h) { v[h] = (2 + h % 5) * KiB; }  // 2, 3, 4, 5, 6 KiB per layer hook
+  v[0] = 4;                                                          // token ids
+  v[H - 1] = 297 * KiB;                                              // logits
+  return v;
+}
 
 double forward_us(variant v, std::uint64_t H, fd::head_placement placement, const fwd_opts& o)
 {
@@ -78,8 +103,26 @@ double forward_us(variant v, std::uint64_t H, fd::head_placement placement, cons
   fb::stream<B> s{b};
   constexpr std::uint64_t layers = 28, bytes = 16 * KiB, spin_ns = 60'000;
   const int replays = host_mode ? 5 : 200;
-  fb::device_buffer<B> act{H * bytes, b};
-  fb::device_buffer<B> ring{3 * H * bytes, b};
+  // Hook h: sizes[h] bytes at act + off[h] (uniform: h * bytes; a baseline's frame f at ring + f * span).
+  const std::vector<std::uint64_t> sizes = forward_sizes(H, o.vllm_mix);
+  std::vector<std::uint64_t> off(H);
+  std::uint64_t span = 0;  // bytes of one forward's sources (and of one baseline ring frame)
+  for (std::uint64_t h = 0; h < H; ++h) {
+    off[h] = span;
+    span += fd::align_up(sizes[h], 256);
+  }
+  fb::device_buffer<B> act{span, b};
+  fb::device_buffer<B> ring{3 * span, b};
+  fb::device_buffer<B> mix_dev{2 * H * 8, b};  // hook_off then hook_bytes (vllm_mix only)
+  if (o.vllm_mix) {
+    fb::pinned_buffer<B> host{2 * H * 8, b};
+    std::memcpy(host.data(), off.data(), H * 8);
+    std::memcpy(static_cast<std::byte*>(host.data()) + H * 8, sizes.data(), H * 8);
+    b.memcpy_async(mix_dev.data(), host.data(), 2 * H * 8, fb::memcpy_kind::host_to_device, s.handle());
+    s.synchronize();
+  }
+  const std::uint64_t* hook_off = o.vllm_mix ? mix_dev.template as<std::uint64_t>() : nullptr;
+  const std::uint64_t* hook_bytes = o.vllm_mix ? mix_dev.template as<std::uint64_t>() + H : nullptr;
   fb::device_buffer<B> aux{256, b};
   fb::device_buffer<B> state{sizeof(fd::device_state), b};
   fb::mapped_buffer<B> flag{128, b};
@@ -90,23 +133,26 @@ double forward_us(variant v, std::uint64_t H, fd::head_placement placement, cons
   auto* fwd = aux.template as<std::uint64_t>();
   auto* join = reinterpret_cast<unsigned*>(static_cast<std::byte*>(aux.data()) + 64);
   const auto shape = copy_shape(bytes, sms, sh);
+  std::vector<fb::launch_config> hook_shape(H);
+  for (std::uint64_t h = 0; h < H; ++h) { hook_shape[h] = copy_shape(sizes[h], sms, sh); }
   const fb::launch_config layer_shape{{host_mode ? 1U : static_cast<std::uint32_t>(sms)}, {256}, 0};
   std::atomic<std::uint64_t> delivered{0};
 
   std::optional<fd::channel<B>> ch;
   if (v == variant::ferry) {
     fd::config cfg;
-    cfg.ring_bytes = 4 * H * bytes;
+    cfg.ring_bytes = 4 * span;
     cfg.publish_every = o.K;
     cfg.placement = placement;
     cfg.timeout = std::chrono::seconds(30);
     apply(cfg, sh);
     if (o.drain_paused) { cfg.drain = fd::drain_mode::poll; }
-    ch.emplace(cfg, b, [&delivered](fd::entry_view&& e) {
+    ch.emplace(cfg, b, [&delivered, &sizes](fd::entry_view&& e) {
       auto& k = checks();
       delivered.fetch_add(1);
       k.checked.fetch_add(1);
-      if (!e.ok() || e.size() != bytes || !check_words(e.bytes().data(), bytes, e.seq().value, true)) { k.bad.fetch_add(1); }
+      const std::uint64_t n = sizes[e.hook().value];
+      if (!e.ok() || e.size() != n || !check_entry(e.bytes().data(), n, e.seq().value)) { k.bad.fetch_add(1); }
     });
   }
   fd::forward_plan plan;
@@ -115,18 +161,21 @@ double forward_us(variant v, std::uint64_t H, fd::head_placement placement, cons
       if (ch) { ch->begin_forward(cs); }
       for (std::uint64_t l = 0; l < layers; ++l) {
         const std::uint64_t first = l * H / layers, last = (l + 1) * H / layers;
-        layer_args la{fwd, H, first, last - first, static_cast<std::byte*>(act.data()), bytes, spin_ns};
+        layer_args la{fwd,   H,       first,    last - first, static_cast<std::byte*>(act.data()),
+                      bytes, spin_ns, hook_off, hook_bytes};
         b.launch(layer_kernel(typename B::tag{}), layer_shape, cs.handle(), la);
         for (std::uint64_t h = first; h < last && v != variant::no_capture; ++h) {
-          const std::byte* src = static_cast<const std::byte*>(act.data()) + h * bytes;
-          if (v == variant::ferry) {
-            ch->capture(fd::hook_id{static_cast<std::uint32_t>(h)}, src, bytes, cs);
+          const std::byte* src = static_cast<const std::byte*>(act.data()) + off[h];
+          if (v == variant::ferry && o.gather) {
+            ch->capture_deferred(fd::hook_id{static_cast<std::uint32_t>(h)}, src, sizes[h], cs);
+          } else if (v == variant::ferry) {
+            ch->capture(fd::hook_id{static_cast<std::uint32_t>(h)}, src, sizes[h], cs);
           } else if (v == variant::ferry_kernel) {
             launch_ferry_kernel(b, cs, shape, ring.data(), 3 * H * bytes, state.data(), h, bytes, vpt_of(sh), src);
           } else {
-            copy_args a{static_cast<std::byte*>(ring.data()) + (frame * H + h) * bytes, src, bytes,
+            copy_args a{static_cast<std::byte*>(ring.data()) + frame * span + off[h], src, sizes[h],
                         flag.template device_as<std::uint64_t>(), fwd, H, h, join, vpt_of(sh)};
-            launch_baseline(b, v, shape, cs, a);
+            launch_baseline(b, v, hook_shape[h], cs, a);
           }
         }
       }
@@ -175,8 +224,58 @@ double forward_us(variant v, std::uint64_t H, fd::head_placement placement, cons
   return median(ms) * 1000.0;
 }
 
+/// The producer thread's CPU cost per capture call (us) in an eager forward of H hooks of DMI's vllm-full
+/// sizes: checks, placement, the copy launch (immediate) or the record plus every K-th gather launch
+/// (deferred), end_forward included; the GPU copies run behind. Every delivered entry is checked.
+double capture_cpu_us(bool deferred, std::uint64_t H)
+{
+  B b{};
+  b.set_device(fb::device_id{0});
+  fb::stream<B> s{b};
+  const std::vector<std::uint64_t> sizes = forward_sizes(H, true);
+  std::vector<std::uint64_t> off(H);
+  std::uint64_t span = 0;
+  for (std::uint64_t h = 0; h < H; ++h) {
+    off[h] = span;
+    span += fd::align_up(sizes[h], 256);
+  }
+  fb::device_buffer<B> act{span, b};
+  fd::config cfg;
+  cfg.ring_bytes = 8 * span;
+  cfg.timeout = std::chrono::seconds(30);
+  fd::channel<B> ch{cfg, b, [](fd::entry_view&& e) {
+    auto& k = checks();
+    k.checked.fetch_add(1);
+    if (!e.ok()) { k.bad.fetch_add(1); }
+  }};
+  const int reps = host_mode ? 5 : 200;
+  std::vector<double> us;
+  for (int r = 0; r < reps + 3; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ch.begin_forward(s);
+    for (std::uint64_t h = 0; h < H; ++h) {
+      const std::byte* src = static_cast<const std::byte*>(act.data()) + off[h];
+      if (deferred) {
+        ch.capture_deferred(fd::hook_id{static_cast<std::uint32_t>(h)}, src, sizes[h], s);
+      } else {
+        ch.capture(fd::hook_id{static_cast<std::uint32_t>(h)}, src, sizes[h], s);
+      }
+    }
+    (void)ch.end_forward(s);
+    const auto t1 = std::chrono::steady_clock::now();
+    s.synchronize();
+    if (r >= 3) { us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / static_cast<double>(H)); }
+  }
+  (void)ch.close();
+  return median(us);
+}
+
 void register_forward()
 {
+  for (bool deferred : {false, true}) {  // target: <= 1.0 us per deferred capture
+    register_us(std::string{"capture_cpu/"} + (deferred ? "deferred" : "immediate") + "/vllm_full_b1", "us_per_capture",
+                [deferred] { return capture_cpu_us(deferred, 341); });
+  }
   auto add = [](const std::string& key, std::uint64_t H, std::function<double()> fn) {
     register_us("forward/" + key + "/hooks:" + std::to_string(H), "us_per_forward", std::move(fn));
   };
@@ -198,6 +297,18 @@ void register_forward()
       add(name(v), H, [v, H] { return forward_us(v, H); });
     }
   }
+  // Deferred capture: one gather launch per K = 16 hooks (capture_deferred), beside the same forward's rows.
+  for (std::uint64_t H : {28ULL, 341ULL}) {
+    add("ferry_gather", H, [H] { return forward_us(variant::ferry, H, managed, {.gather = true}); });
+  }
+  // DMI's vllm-full size mix at decode B = 1 (341 hooks: forward_sizes): forward/<variant>/vllm_full_b1.
+  auto add_mix = [](const std::string& key, std::function<double()> fn) {
+    register_us("forward/" + key + "/vllm_full_b1", "us_per_forward", std::move(fn));
+  };
+  for (variant v : {variant::no_capture, variant::copy_only, variant::ferry}) {
+    add_mix(name(v), [v] { return forward_us(v, 341, managed, {.vllm_mix = true}); });
+  }
+  add_mix("ferry_gather", [] { return forward_us(variant::ferry, 341, managed, {.gather = true, .vllm_mix = true}); });
 }
 
 }  // namespace ferry::bench

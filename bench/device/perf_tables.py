@@ -23,7 +23,7 @@ import sys
 
 SIZES = (4096, 16384, 65536, 1048576, 16777216, 67108864)
 FWD_KEYS = ("no_capture", "copy_only", "old_volatile", "per_entry_release", "ferry", "ferry_pinned",
-            "copy_only_plain", "ferry_plain", "ferry_inline")
+            "copy_only_plain", "ferry_plain", "ferry_inline", "ferry_gather")
 HOOK_KEYS = ("copy_only", "old_volatile", "per_entry_release", "ferry_k1", "ferry_k4", "ferry_k16", "ferry_k64",
              "ferry_k16_pinned", "copy_only_plain", "ferry_k16_plain", "ferry_k16_inline", "ferry_k64_inline")
 CHECK_KEYS = ("entries_checked", "entries_bad", "baseline_entries_checked", "baseline_entries_bad")
@@ -41,7 +41,7 @@ def f(v, nd=2):
 def d2h_summary(gbench_path, out_path):
     g = json.load(open(gbench_path))
     ctx = g.get("context", {})
-    forward, per_hook, variants, fwd_variants = {}, {}, {}, {}
+    forward, per_hook, variants, fwd_variants, capture_cpu = {}, {}, {}, {}, {}
     drain = memcpy = None
     checks = dict.fromkeys(CHECK_KEYS, 0)
     for b in g.get("benchmarks", []):
@@ -51,7 +51,9 @@ def d2h_summary(gbench_path, out_path):
         for k in CHECK_KEYS:
             checks[k] += int(b.get(k, 0))
         parts = name.split("/")
-        if parts[0] == "forward" and len(parts) == 3:  # forward/<key>/hooks:<H>
+        if parts[0] == "forward" and len(parts) == 3 and parts[2] == "vllm_full_b1":  # forward/<key>/vllm_full_b1
+            forward.setdefault("vllm_full_b1", {})[parts[1]] = b["us_per_forward"]
+        elif parts[0] == "forward" and len(parts) == 3:  # forward/<key>/hooks:<H>
             forward.setdefault(int(parts[2].split(":")[1]), {})[parts[1]] = b["us_per_forward"]
         elif parts[0] == "per_hook_graph":  # per_hook_graph/<P>: one counter per contestant
             per_hook[int(parts[1])] = {k: v for k, v in b.items() if k in HOOK_KEYS}
@@ -63,6 +65,8 @@ def d2h_summary(gbench_path, out_path):
                     variants.setdefault("diag/" + k, {})[int(parts[2])] = v
         elif parts[0] == "variants":
             variants.setdefault("/".join(parts[1:-1]), {})[int(parts[-1])] = b["us_per_hook"]
+        elif parts[0] == "capture_cpu":  # capture_cpu/<immediate|deferred>/vllm_full_b1: producer CPU us per call
+            capture_cpu[parts[1]] = b["us_per_capture"]
         elif name == "drain/ferry_64MiB":
             drain = b["GBps"]
         elif name == "drain/memcpy_ceiling_64MiB":
@@ -74,7 +78,7 @@ def d2h_summary(gbench_path, out_path):
     out = {"device": ctx.get("ferry_device", "?"), "commit": env("FERRY_COMMIT", "unknown"),
            "date": env("FERRY_DATE", ctx.get("date", "unknown")), "command": env("FERRY_COMMAND", "ferry_bench_d2h"),
            "backend": ctx.get("ferry_backend", "?"), "forward": {}}
-    for H in (28, 341):
+    for H in (28, 341, "vllm_full_b1"):
         m = forward.get(H, {})
         row = {f"{k}_us": r4(m.get(k)) for k in FWD_KEYS}
         base = m.get("no_capture")
@@ -89,11 +93,13 @@ def d2h_summary(gbench_path, out_path):
         row["ferry_publication_over_copy_pct"] = over("ferry", "copy_only")
         row["ferry_plain_publication_over_copy_plain_pct"] = over("ferry_plain", "copy_only_plain")
         row["ferry_inline_publication_over_copy_pct"] = over("ferry_inline", "copy_only")
-        out["forward"][f"hooks{H}"] = row
+        row["ferry_gather_over_copy_pct"] = over("ferry_gather", "copy_only")  # gather: one kernel per K hooks
+        out["forward"][H if isinstance(H, str) else f"hooks{H}"] = row
     out["per_hook_graph_us"] = {str(P): {k: r4(per_hook[P].get(k)) for k in HOOK_KEYS} for P in SIZES if P in per_hook}
     out["variants"] = {
         "per_hook_graph_us": {n: {str(P): r4(m.get(P)) for P in (4096, 16384, 65536)} for n, m in sorted(variants.items())},
         "forward341_us": {n: r4(v) for n, v in sorted(fwd_variants.items())}}
+    out["capture_cpu_us_vllm_full_b1"] = {k: r4(v) for k, v in sorted(capture_cpu.items())}
     out["drain_gbps_64MiB"] = r4(drain)
     out["memcpy_d2h_gbps_64MiB"] = r4(memcpy)
     out.update(checks)
@@ -189,7 +195,8 @@ def headline(d2h_path, h2d_path, anchors_path):
     rows = [("no capture (us per forward)", "no_capture_us", "no_capture", lambda v: f(v, 1), lambda v: f(v, 1)),
             ("copy only", "copy_only_overhead_pct", "copy_only", pct, apct),
             ("per-entry st.release.sys", "per_entry_release_overhead_pct", "per_entry_release", pct, apct),
-            ("ferry (K=16) | anchor: a release every 16", "ferry_overhead_pct", "batched", pct, apct)]
+            ("ferry (K=16) | anchor: a release every 16", "ferry_overhead_pct", "batched", pct, apct),
+            ("ferry gather (deferred, K=16)", "ferry_gather_overhead_pct", "gather", pct, apct)]
     for label, k, ak, fmt, afmt in rows:
         cells = []
         for H in (28, 341):
@@ -251,6 +258,17 @@ def d2h_tables(d2h):
         print(f"| {h[5:]} | {f(r['no_capture_us'], 1)} us | +{f(r['copy_only_overhead_pct'])}% | +{f(r['old_volatile_overhead_pct'])}% "
               f"| +{f(r['per_entry_release_overhead_pct'])}% | **+{f(r['ferry_overhead_pct'])}%** | +{f(r['ferry_pinned_overhead_pct'])}% "
               f"| {f(r['ferry_publication_over_copy_pct'])}% | +{f(r.get('ferry_inline_overhead_pct'))}% | {anchor[h]} |")
+    if any(d2h["forward"].get(h, {}).get("ferry_gather_us") is not None for h in ("hooks28", "hooks341", "vllm_full_b1")):
+        print("\nDeferred capture (capture_deferred: one gather kernel per K = 16 hooks), same forward, overhead vs no "
+              "capture (vllm_full_b1: 341 hooks of DMI's vllm-full sizes at B = 1; targets: <= +0.5% at 28 hooks, "
+              "<= +3% at vllm_full_b1):\n")
+        print("| forward | no capture | copy only | ferry (kernel per hook) | ferry gather | gather above copy only |")
+        print("|---|---|---|---|---|---|")
+        for h in ("hooks28", "hooks341", "vllm_full_b1"):
+            r = d2h["forward"].get(h, {})
+            print(f"| {h} | {f(r.get('no_capture_us'), 1)} us | +{f(r.get('copy_only_overhead_pct'))}% "
+                  f"| +{f(r.get('ferry_overhead_pct'))}% | **+{f(r.get('ferry_gather_overhead_pct'))}%** "
+                  f"| {f(r.get('ferry_gather_over_copy_pct'))}% |")
     print("\nPer hook in a CUDA graph (us per hook, GPU time, round-robin medians):\n")
     cols = ["copy_only", "old_volatile", "per_entry_release", "ferry_k1", "ferry_k16", "ferry_k64", "ferry_k16_pinned",
             "ferry_k16_inline"]

@@ -2,6 +2,7 @@
 // The D2H typed suites on the host backend (CI) and the fault-injecting decorator, plus host-only tests.
 #include "d2h/capacity.hpp"
 #include "d2h/failure.hpp"
+#include "d2h/gather.hpp"
 #include "d2h/graph.hpp"
 #include "d2h/lifecycle.hpp"
 #include "d2h/multi_channel.hpp"
@@ -15,6 +16,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(D2hCapacity, D2hCapacity, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hGraph, D2hGraph, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hLifecycle, D2hLifecycle, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hFailure, D2hFailure, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hGather, D2hGather, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hMultiChannel, D2hMultiChannel, HostBackends);
 }  // namespace ferry::test
 

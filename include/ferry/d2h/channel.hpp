@@ -115,6 +115,21 @@ class channel {
     });
   }
 
+  /// Deferred capture: records (hook, `src`, `bytes`) on the CPU only; the copy happens in ONE gather
+  /// launch for the batch at its flush point: the K-th deferred entry (config::publish_every, at most 32),
+  /// end_forward, flush(), or the next capture / begin_write (entry order is kept). Contract: `src` stays
+  /// allocated and unmodified until that flush has been enqueued on `s` (docs/api/d2h.md, "Deferred capture").
+  void capture_deferred(hook_id hook, const void* src, std::uint64_t bytes, stream_view s)
+  {
+    guarded([&] { impl_->prod.capture_deferred(hook, src, bytes, s); });
+  }
+  /// Enqueues the copy (one gather launch) of every deferred entry recorded since the last flush on `s`.
+  /// After it returns, their sources may be reused by work enqueued on `s`.
+  void flush(stream_view s)
+  {
+    guarded([&] { impl_->prod.flush(s); });
+  }
+
   /// For a user kernel writing the entry itself: launch it with ticket.ref() (see ring_ref), then end_write().
   [[nodiscard]] write_ticket begin_write(hook_id hook, std::uint64_t reserved_bytes, stream_view s, bool dynamic = false)
   {

@@ -73,10 +73,12 @@ FERRY_HD constexpr std::uint32_t cursor_commits(std::uint64_t dyn_slot) noexcept
 }
 
 /// Device memory, one per channel. `produced` is the GPU-local produced-entry counter; only the
-/// publishing thread (one thread, stream-ordered) touches it.
+/// publishing thread (one thread, stream-ordered) touches it. `gather_join` is the cross-block join counter
+/// of a publishing gather kernel (acq_rel arrivals; the last block resets it before it publishes).
 struct alignas(128) device_state {
   cursor slot[2];
   std::uint64_t produced{0};
+  std::uint32_t gather_join{0};
 };
 
 /// The view a writer kernel uses for one entry. Trivially copyable: pass it by value to a kernel.

@@ -130,7 +130,8 @@ void channel_impl<B>::init_resources()
   // already running on the device (see backend preload).
   const int arch = std::min({b.preload(publish_head_kernel(typename B::tag{})),
                              b.preload(copy_entry_publish_kernel(typename B::tag{})),
-                             b.preload(copy_entry_kernel(typename B::tag{}))});
+                             b.preload(copy_entry_kernel(typename B::tag{})),
+                             b.preload(gather_publish_kernel(typename B::tag{}))});
   // Programmatic launch only where the device and the code that will run both support it.
   st.programmatic =
     st.cfg.programmatic_launch && ferry::backend::programmatic_launch_ok(attrs.compute_capability_major, arch);

@@ -12,6 +12,8 @@
 #include <ferry/backend/stream.hpp>
 #include <ferry/d2h/detail/access.hpp>
 #include <ferry/d2h/detail/channel_state.hpp>
+#include <ferry/d2h/detail/deferred.hpp>
+#include <ferry/d2h/detail/gather.hpp>
 #include <ferry/d2h/detail/launch_shape.hpp>
 #include <ferry/d2h/detail/release_chain.hpp>
 
@@ -80,6 +82,8 @@ class producer {
   forward_plan end_forward(stream_view s);
   bool capture(hook_id hook, const void* src, std::uint64_t bytes, const std::uint64_t* actual, entry_kind kind,
                stream_view s, when_full full);
+  void capture_deferred(hook_id hook, const void* src, std::uint64_t bytes, stream_view s);
+  void flush(stream_view s);
   write_ticket begin_write(hook_id hook, std::uint64_t reserved_bytes, entry_kind kind, stream_view s);
   void end_write(write_ticket&& t, stream_view s);
   bool plan(const forward_plan& p, when_full full);
@@ -99,9 +103,10 @@ class producer {
   bool close_open_forward()
   {
     if (!in_forward_) { return false; }
-    if (!capturing_ && unpublished_ > 0 && have_last_stream_) {
+    if (!capturing_ && (unpublished_ > 0 || !deferred_.empty()) && have_last_stream_) {
       try {
         st_.check_not_failed("close");
+        flush_deferred(last_stream_);  // recorded deferred entries are copied, not silently dropped
         rel_.publish(last_stream_, unpublished_, 0);
         unpublished_ = 0;
       } catch (const std::exception& e) {
@@ -124,6 +129,7 @@ class producer {
   bool wait_for_space(std::uint64_t end, std::size_t n_entries, std::uint64_t n_dyn, when_full full,
                       std::optional<stream_type> flush_stream, Who&& who_fn);
   void launch_copy(copy_args a, std::uint64_t bytes, bool one_block, stream_type s);
+  void flush_deferred(stream_type s);
   void commit_entry(hook_id hook, placement p, std::uint64_t reserved, std::uint64_t bytes, entry_kind kind,
                     stream_type s, bool publish_fused);
 
@@ -151,6 +157,7 @@ class producer {
   std::uint32_t fwd_entries_{0};  ///< entries since begin_forward (names an entry in the commit check)
   std::optional<ferry::backend::mapped_buffer<B>> commit_flag_;  ///< the commit check's report (check_commits)
   bool wrote_user_entry_{false};  ///< a commit check was enqueued: the CPU reads its flag from then on
+  deferred_batch deferred_;  ///< capture_deferred entries not yet copied (flush_deferred)
 };
 
 }  // namespace ferry::d2h::detail

@@ -2,105 +2,9 @@
 // Definitions of detail::producer<B> (declared in producer.hpp).
 #pragma once
 
+#include <ferry/d2h/detail/producer_checks.inl>
+
 namespace ferry::d2h::detail {
-
-template <ferry::backend::backend B>
-void producer<B>::check_thread(const char* what)
-{
-  const auto me = std::this_thread::get_id();
-  if (!owner_bound_) {
-    owner_ = me;
-    owner_bound_ = true;
-  }
-  FERRY_EXPECTS(owner_ == me, ferry::logic_error,
-                "d2h channel {}: expected the producer thread that made the first producer call, got another "
-                "thread (one producer thread per channel)",
-                what);
-  const auto cur = st_.b.current_device();
-  FERRY_EXPECTS(cur == st_.dev, ferry::logic_error, "d2h channel {}: expected device {} current, got device {}", what,
-                st_.dev.value, cur.value);
-  FERRY_EXPECTS(!st_.closed.load(), ferry::logic_error, "d2h channel {}: expected an open channel, got a closed one",
-                what);
-  (void)check_commit_flag();
-  st_.check_not_failed(what);
-}
-
-/// The commit check's report (one load of pinned host memory once a user-written entry was checked): a
-/// writer kernel that did not call ring_ref::commit() invalidates the channel, naming its hook and entry.
-/// Returns whether it did.
-template <ferry::backend::backend B>
-bool producer<B>::check_commit_flag()
-{
-  if constexpr (check_commits) {
-    if (!wrote_user_entry_) { return false; }
-    const std::uint64_t tag = ferry::backend::host_load_acquire(commit_flag_->template as<std::uint64_t>());
-    if (tag == 0) { return false; }
-    st_.fail(ferry::detail::format(
-      "hook {} (entry {} of its forward, written by a user kernel through begin_write/end_write): expected its "
-      "writer kernel to call ring_ref::commit() once, got no commit (the commit check committed in its place, "
-      "so later entries are placed right; a dynamic entry is delivered as size_overflow)",
-      tag >> 32, (tag & 0xffffffffULL) - 1));
-    return true;
-  }
-  return false;
-}
-
-/// A capturing forward whose capture ended without end_forward (the capture body threw, or forgot
-/// end_forward) can never be closed: every later producer call and plan() refuse it, naming the stream, until
-/// abort_forward drops it. One stream_is_capturing query per call, only while a captured forward is open.
-template <ferry::backend::backend B>
-void producer<B>::check_capture_open(const char* what)
-{
-  FERRY_EXPECTS(!(in_forward_ && capturing_) || st_.b.stream_is_capturing(last_stream_), ferry::logic_error,
-                "d2h channel {}: expected the captured forward begun on stream {} to end with end_forward while "
-                "the capture is open, got that stream no longer capturing (the capture ended without "
-                "end_forward); call abort_forward(stream) to drop the forward",
-                what, static_cast<const void*>(last_stream_));
-}
-
-template <ferry::backend::backend B>
-void producer<B>::check_producer(stream_view s, const char* what)
-{
-  check_thread(what);
-  check_capture_open(what);
-  // One compute stream per forward: every entry's writer and the forward's releases are ordered by that
-  // stream alone, so a call on another stream inside a forward would publish bytes not yet written.
-  FERRY_EXPECTS(!in_forward_ || s.handle() == last_stream_, ferry::logic_error,
-                "d2h channel {}: expected the forward's stream {} (from begin_forward), got stream {} (one "
-                "compute stream per forward)",
-                what, static_cast<const void*>(last_stream_), static_cast<const void*>(s.handle()));
-  last_stream_ = s.handle();
-  have_last_stream_ = true;
-}
-
-/// A new forward (or replay) on `s` while the last executed one ran on another stream: that forward's
-/// publish and cursor normalization (device_state::produced, slot[0]) may still be queued there, and the
-/// new forward's writers read the cursor and its releases add to `produced`. join_ev recorded on the last
-/// stream, waited by `s`, orders all of it before everything enqueued on `s` from now on.
-template <ferry::backend::backend B>
-void producer<B>::join_last_stream(stream_type s, const char* what)
-{
-  if (have_exec_stream_ && exec_stream_ != s && !st_.hooks.is(debug_fault::new_stream_without_join)) {
-    FERRY_EXPECTS(!st_.b.stream_is_capturing(exec_stream_), ferry::logic_error,
-                  "d2h channel {}: expected to join the last forward's stream {} into stream {}, got stream {} "
-                  "being captured (end that capture first)",
-                  what, static_cast<const void*>(exec_stream_), static_cast<const void*>(s),
-                  static_cast<const void*>(exec_stream_));
-    st_.b.event_record(join_ev_.handle(), exec_stream_);
-    st_.b.stream_wait_event(s, join_ev_.handle());
-  }
-  exec_stream_ = s;
-  have_exec_stream_ = true;
-}
-
-template <ferry::backend::backend B>
-void producer<B>::before_replay(stream_view s)
-{
-  check_thread("replay");
-  FERRY_EXPECTS(!in_forward_, ferry::logic_error,
-                "d2h channel replay: expected no open forward, got one (replay between forwards)");
-  join_last_stream(s.handle(), "replay");
-}
 
 template <ferry::backend::backend B>
 ring_ref producer<B>::make_ref(std::uint64_t reserved, entry_kind kind) const noexcept
@@ -144,6 +48,7 @@ forward_plan producer<B>::end_forward(stream_view s)
   FERRY_EXPECTS(cap_now == capturing_, ferry::logic_error,
                 "d2h channel end_forward: expected the stream's capture state as at begin_forward ({}), got {}",
                 capturing_, cap_now);
+  flush_deferred(s.handle());  // a partial deferred batch is copied before the boundary's release
   // The forward boundary: one release covering every entry since the last one, and slot[0] = slot[parity].
   rel_.publish(s.handle(), unpublished_, parity_);
   unpublished_ = 0;
@@ -158,7 +63,8 @@ forward_plan producer<B>::end_forward(stream_view s)
 
 /// Drops the open forward: an eager one publishes what it launched (as end_forward would: nothing launched
 /// stays hidden, the cursor is normalized); a captured one forgets its recording (nothing was reserved; the
-/// capture's work never runs). An open begin_write ticket is dropped with it. Returns whether one was open.
+/// capture's work never runs). An open begin_write ticket and the capture_deferred entries not yet flushed
+/// (never launched, no seq given) are dropped with it. Returns whether one was open.
 template <ferry::backend::backend B>
 bool producer<B>::abort_forward(stream_view s)
 {
@@ -177,29 +83,13 @@ bool producer<B>::abort_forward(stream_view s)
                   static_cast<const void*>(s.handle()));
     rel_.publish(s.handle(), unpublished_, parity_);
   }
+  deferred_.clear();  // recorded capture_deferred entries were never launched: dropped with the forward
   write_open_ = false;
   unpublished_ = 0;
   parity_ = 0;
   in_forward_ = false;
   capturing_ = false;
   return true;
-}
-
-template <ferry::backend::backend B>
-void producer<B>::check_entry(hook_id hook, std::uint64_t bytes, entry_kind kind, const char* what) const
-{
-  FERRY_EXPECTS(bytes > 0, ferry::logic_error, "d2h channel {}: hook {} expected an entry of > 0 bytes, got 0", what,
-                hook.value);
-  const std::uint64_t reserved = align_up(bytes, entry_alignment);
-  const std::uint64_t limit = std::min<std::uint64_t>(st_.cfg.ring_bytes, st_.staging_bytes);
-  FERRY_EXPECTS(reserved <= limit, ferry::logic_error,
-                "d2h channel {}: hook {} expected an entry of at most {} bytes (ring {} / staging {}), got {}", what,
-                hook.value, limit, st_.cfg.ring_bytes, st_.staging_bytes, bytes);
-  FERRY_EXPECTS(kind == entry_kind::fixed || st_.cfg.size_slots > 0, ferry::logic_error,
-                "d2h channel {}: hook {} is dynamic: expected config::size_slots > 0, got 0", what, hook.value);
-  FERRY_EXPECTS(in_forward_, ferry::logic_error,
-                "d2h channel {}: hook {} expected inside begin_forward/end_forward, got no open forward", what,
-                hook.value);
 }
 
 /// Does `n_entries` more entries ending at virtual position `end` (with `n_dyn` dynamic) fit?
@@ -311,6 +201,7 @@ bool producer<B>::capture(hook_id hook, const void* src, std::uint64_t bytes, co
   FERRY_EXPECTS(src != nullptr && (!dynamic || actual != nullptr), ferry::logic_error,
                 "d2h channel capture: hook {} expected non-null source{}, got null", hook.value,
                 dynamic ? " and size pointer" : "");
+  flush_deferred(s.handle());  // entry order: the recorded deferred entries are copied first
   const std::uint64_t reserved = align_up(bytes, entry_alignment);
   placement p{};
   if (!capturing_) {
@@ -337,6 +228,7 @@ write_ticket producer<B>::begin_write(hook_id hook, std::uint64_t reserved_bytes
   check_entry(hook, reserved_bytes, kind, "begin_write");
   FERRY_EXPECTS(!write_open_, ferry::logic_error,
                 "d2h channel begin_write: hook {} expected no open begin_write, got one", hook.value);
+  flush_deferred(s.handle());  // entry order: the recorded deferred entries are copied first
   const std::uint64_t reserved = align_up(reserved_bytes, entry_alignment);
   placement where{};
   if (!capturing_) {
@@ -414,3 +306,5 @@ bool producer<B>::plan(const forward_plan& p, when_full full)
 }
 
 }  // namespace ferry::d2h::detail
+
+#include <ferry/d2h/detail/producer_deferred.inl>

@@ -8,7 +8,8 @@
 //     (griddepcontrol.wait under programmatic launch) is the writer join;
 //   * branch release (publish_on_branch): fork_ev recorded on the producer stream after the last writer,
 //     waited by pub_stream, is the writer join;
-//   * fused release (copy_entry_publish): the copy kernel's block barrier is the writer join.
+//   * fused release (copy_entry_publish): the copy kernel's block barrier is the writer join;
+//   * gather release (gather_publish, fused_on_stream): block barrier + acq_rel join counter across blocks.
 #pragma once
 
 #include <ferry/backend/event.hpp>
@@ -55,11 +56,7 @@ class release_chain {
   /// (forward boundary after an odd number of entries).
   void publish(stream_type s, std::uint64_t n, std::uint32_t normalize)
   {
-    if (branch_open_) {
-      join_ev_->record(pub_stream_->view());
-      st_.b.stream_wait_event(s, join_ev_->handle());
-      branch_open_ = false;
-    }
+    join_branch(s);
     head_args a{st_.device_state_ptr(), st_.head_dev, n, normalize};
     st_.b.launch(publish_head_kernel(typename B::tag{}), ferry::backend::launch_config{{1}, {1}, 0, st_.programmatic},
                  s, a);
@@ -69,6 +66,15 @@ class release_chain {
   /// A captured forward was dropped (producer::abort_forward): a branch release recorded in that capture
   /// is no work to join back (the capture ended; nothing of it runs).
   void forget_captured_branch() noexcept { branch_open_ = false; }
+
+  /// A release fused into a kernel the producer enqueues next on `s` (the gather kernel's last block):
+  /// like publish(), an open branch is joined back first, so the fused release follows every branch
+  /// release in the one chain. Counts the release.
+  void fused_on_stream(stream_type s)
+  {
+    join_branch(s);
+    st_.c_publishes.fetch_add(1, std::memory_order_relaxed);
+  }
 
   /// Waits for every release queued on the branch (the destructor: nothing may touch freed state).
   void synchronize()
@@ -92,6 +98,16 @@ class release_chain {
                  pub_stream_->handle(), a);
     branch_open_ = true;
     st_.c_publishes.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  /// join_ev recorded on pub_stream, waited by `s`: every branch release happens-before what `s` runs next.
+  void join_branch(stream_type s)
+  {
+    if (branch_open_) {
+      join_ev_->record(pub_stream_->view());
+      st_.b.stream_wait_event(s, join_ev_->handle());
+      branch_open_ = false;
+    }
   }
 
   channel_state<B>& st_;

@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: Apache-2.0
+// Deferred capture of detail::producer<B> (declared in producer.hpp): capture_deferred records on the CPU,
+// flush_deferred copies the batch with ONE gather launch (kernels/detail/d2h_gather.cuh).
+// Ordering (docs/design/d2h.md, "Gather publication"): the gather is enqueued on the producer stream before
+// the next writer (entry order, cursor parity), and when it publishes, the open branch is joined back first
+// (release_chain::fused_on_stream: one chain), then its last block releases after the acq_rel block join.
+#pragma once
+
+namespace ferry::d2h::detail {
+
+template <ferry::backend::backend B>
+void producer<B>::capture_deferred(hook_id hook, const void* src, std::uint64_t bytes, stream_view s)
+{
+  check_producer(s, "capture_deferred");
+  check_entry(hook, bytes, entry_kind::fixed, "capture_deferred");
+  FERRY_EXPECTS(!write_open_, ferry::logic_error,
+                "d2h channel capture_deferred: hook {} expected no open begin_write, got one", hook.value);
+  FERRY_EXPECTS(src != nullptr, ferry::logic_error,
+                "d2h channel capture_deferred: hook {} expected a non-null source, got null", hook.value);
+  const std::uint64_t reserved = align_up(bytes, entry_alignment);
+  const std::uint32_t limit = deferred_limit(st_.cfg, st_.fifo.capacity());
+  if (deferred_.needs_flush_before(reserved, limit, st_.cfg.ring_bytes)) { flush_deferred(s.handle()); }
+  deferred_.push(hook, src, bytes, reserved);
+  if (deferred_.size() >= limit) { flush_deferred(s.handle()); }
+}
+
+template <ferry::backend::backend B>
+void producer<B>::flush(stream_view s)
+{
+  check_producer(s, "flush");
+  flush_deferred(s.handle());
+}
+
+/// Places the batch (CPU: place() per entry from head_pos_, the device's place_phys chain), reserves it
+/// (eager) or records it into the plan (graph), launches the gather, then pushes the FIFO records. The
+/// gather publishes when the entries since the last release reach K.
+template <ferry::backend::backend B>
+void producer<B>::flush_deferred(stream_type s)
+{
+  const std::uint32_t n = deferred_.size();
+  if (n == 0) { return; }
+  gather_args a{};
+  a.dst = make_ref(0, entry_kind::fixed);
+  a.head = st_.head_dev;
+  a.n = n;
+  std::array<placement, gather_max_entries> where{};
+  std::array<hook_id, gather_max_entries> hooks{};
+  std::uint64_t pos = head_pos_;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    a.e[i] = gather_entry{deferred_[i].src, deferred_[i].bytes};
+    hooks[i] = deferred_[i].hook;
+    where[i] = place(pos, deferred_[i].reserved, st_.cfg.ring_bytes);
+    pos = where[i].end;
+  }
+  if (!capturing_) {
+    (void)wait_for_space(pos, n, 0, blocking_policy(st_.cfg), s,
+                         [&] { return ferry::detail::format("deferred batch of {} entries ({} bytes)", n, pos - head_pos_); });
+  }
+  const std::uint64_t after = unpublished_ + n;
+  const bool publish = after >= st_.cfg.publish_every;
+  const gather_shape sh = apportion_gather(st_.cfg, a, st_.sm_count);
+  a.vecs_per_thread = sh.vecs_per_thread;
+  a.test_skip_wait = st_.hooks.is(debug_fault::programmatic_without_wait) ? 1U : 0U;
+  if (publish) {
+    rel_.fused_on_stream(s);  // joins an open branch first: the gather's release stays in the one chain
+    a.head_n = after;
+  }
+  deferred_.clear();  // a failed launch invalidates the channel; the batch is not retried
+  st_.b.launch(gather_publish_kernel(typename B::tag{}),
+               ferry::backend::launch_config{{sh.blocks}, {sh.threads}, 0, st_.programmatic}, s, a);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::uint64_t reserved = align_up(a.e[i].bytes, entry_alignment);
+    if (capturing_) {
+      access::record(recording_, plan_entry{hooks[i], reserved, a.e[i].bytes, false});
+      continue;
+    }
+    const entry_meta m{next_seq_++, where[i].start, reserved, a.e[i].bytes, 0, hooks[i].value, false};
+    (void)st_.fifo.try_push(m);  // space was checked in wait_for_space; the producer is the only pusher
+  }
+  if (!capturing_) {
+    head_pos_ = pos;
+    st_.c_reserved.fetch_add(n, std::memory_order_relaxed);
+    atomic_max(st_.c_high, head_pos_ - st_.tail_pos.load(std::memory_order_relaxed));
+  }
+  parity_ ^= 1U;  // one writer: the gather commits the cursor once for the whole batch
+  unpublished_ = publish ? 0 : after;
+}
+
+}  // namespace ferry::d2h::detail

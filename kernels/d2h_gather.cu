@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: Apache-2.0
+// GPU wrapper of the gather kernel (body in detail/d2h_gather.cuh; getter in ferry/d2h/detail/gather.hpp).
+// Its name contains "publish": tests/ptx/check_ptx.cmake asserts it contains st.release.sys, no
+// __threadfence / volatile store, and griddepcontrol.wait.
+#include "detail/d2h_gather.cuh"
+#include "detail/gpu_kernel.cuh"
+
+#include <ferry/backend/grid_dependency.hpp>
+
+namespace ferry::kernels::d2h {
+
+/// One launch per flushed batch: block b copies its share of its entry (gather_commit), then, when the
+/// launch publishes, the block barrier joins the block's threads and the acq_rel join counter joins the
+/// blocks; the last block's thread 0 releases published_head (system scope). Earlier writers on the stream
+/// are joined by the kernel boundary (or grid_dependency_wait) before any block touches the cursor.
+__global__ void gather_publish(gather_args a)
+{
+  ferry::backend::grid_dependency_launch_dependents();
+  if (a.test_skip_wait == 0) { ferry::backend::grid_dependency_wait(); }
+  gather_block_phase(a, blockIdx.x, threadIdx.x, blockDim.x);
+  if (a.head_n != 0) {
+    __syncthreads();  // this block's stores happen-before its thread 0's arrival (release)
+    if (threadIdx.x == 0 && gather_join_arrive(a.dst.state, gridDim.x)) {
+      publish_phase(a.dst.state, a.head, a.head_n);  // the last arrival acquired every block's stores
+    }
+  }
+}
+
+}  // namespace ferry::kernels::d2h
+
+namespace ferry::d2h::detail {
+
+FERRY_KERNEL_HANDLE<gather_args> gather_publish_kernel(FERRY_KERNEL_TAG)
+{
+  return {reinterpret_cast<const void*>(&ferry::kernels::d2h::gather_publish), "d2h_gather_publish"};
+}
+
+}  // namespace ferry::d2h::detail

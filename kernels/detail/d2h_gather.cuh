@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+// Body of the gather kernel, shared by the GPU wrapper (kernels/d2h_gather.cu) and the host backend
+// (src/d2h_gather_host.cpp). ONE launch per flushed batch of deferred entries. The order of every block:
+//   1. find its entry i (first_block table) and read the cursor slot[parity] once;
+//   2. place entry i by the place_phys chain over entries 0..i (the CPU's place() mirrors it); block 0's
+//      thread 0 writes slot[parity ^ 1] = the batch's end, from that same cursor value, before its stores
+//      (no thread of this kernel reads that slot; the next writer reads it after the kernel boundary);
+//   3. copy its share of entry i;
+//   4. (head_n > 0) block barrier, then thread 0 arrives at the join counter with an acq_rel RMW (device
+//      scope): release of this block's stores (ordered before it by the barrier), acquire of every earlier
+//      block's; the block that arrives last resets the counter and releases published_head at system
+//      scope (publish_phase), cumulatively over every block's stores.
+// Never a relaxed counter without a fence: the last block's release would then not cover the stores of
+// the blocks that arrived before it (tests/reliability/d2h_gather_relacy_model.cpp catches that mutant).
+#pragma once
+
+#include "d2h_kernels.cuh"
+
+#include <ferry/backend/system_atomic.hpp>
+#include <ferry/d2h/detail/gather.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+namespace ferry::kernels::d2h {
+
+using ferry::d2h::detail::gather_args;
+
+/// The entry block `blk` copies (linear scan of at most gather_max_entries offsets).
+FERRY_HD inline std::uint32_t gather_entry_of(const gather_args& a, std::uint32_t blk) noexcept
+{
+  std::uint32_t i = 0;
+  while (i + 1 < a.n && a.first_block[i + 1] <= blk) { ++i; }
+  return i;
+}
+
+/// Steps 1-3 for block `blk` (thread `t`): `copy(dst_of, src, n, local_blk, local_nblk)` copies entry i's
+/// share; it calls `dst_of()` once, where its first stores need the destination (the cursor load and the
+/// placement chain run there, after the GPU copy issued its first source loads).
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
+template <class CopyFn>
+FERRY_HD inline void gather_commit(const gather_args& a, std::uint32_t blk, std::uint32_t t, CopyFn&& copy)
+{
+  const std::uint32_t i = gather_entry_of(a, blk);
+  auto dst_of = [&] {
+    const ferry::d2h::cursor c = a.dst.load();
+    if (blk == 0 && t == 0) {
+      const std::uint64_t last = gather_offset(a, c.phys, a.n - 1);
+      const std::uint64_t end = last + ferry::d2h::align_up(a.e[a.n - 1].bytes, ferry::d2h::entry_alignment);
+      a.dst.state->slot[a.dst.parity ^ 1U] = ferry::d2h::cursor{end == a.dst.ring_bytes ? 0 : end, c.dyn_slot};
+    }
+    return a.dst.ring + gather_offset(a, c.phys, i);
+  };
+  copy(dst_of, a.e[i].src, a.e[i].bytes, blk - a.first_block[i], a.first_block[i + 1] - a.first_block[i]);
+}
+
+/// Step 4, by one thread per block after the block barrier: the acq_rel arrival. Returns true for the
+/// block that arrived last (it then resets the counter: every block has arrived, and the next gather on
+/// the stream starts after this kernel completed).
+FERRY_HD inline bool gather_join_arrive(ferry::d2h::device_state* st, std::uint32_t nblocks) noexcept
+{
+  std::uint32_t old;
+#if defined(__CUDA_ARCH__) && !defined(__HIP_PLATFORM_AMD__)
+  cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> j{st->gather_join};
+  old = j.fetch_add(1U, cuda::std::memory_order_acq_rel);
+  if (old + 1 == nblocks) { j.store(0U, cuda::std::memory_order_relaxed); }
+#elif defined(__HIP_DEVICE_COMPILE__)
+  old = __hip_atomic_fetch_add(&st->gather_join, 1U, __ATOMIC_ACQ_REL, __HIP_MEMORY_SCOPE_AGENT);
+  if (old + 1 == nblocks) { __hip_atomic_store(&st->gather_join, 0U, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT); }
+#else
+  std::atomic_ref<std::uint32_t> j{st->gather_join};
+  old = j.fetch_add(1U, std::memory_order_acq_rel);
+  if (old + 1 == nblocks) { j.store(0U, std::memory_order_relaxed); }
+#endif
+  return old + 1 == nblocks;
+}
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+/// The GPU copy of one gather block: copy_vec (loads before the cursor) from an aligned source, else bytes.
+__device__ __forceinline__ void gather_block_phase(const gather_args& a, std::uint32_t blk, std::uint32_t t,
+                                                   std::uint32_t nt)
+{
+  gather_commit(a, blk, t, [&](auto&& dst_of, const std::byte* src, std::uint64_t n, std::uint32_t lb, std::uint32_t nb) {
+    if ((reinterpret_cast<std::uintptr_t>(src) & 15U) == 0) {
+      copy_vec(dst_of, src, n, a.vecs_per_thread, lb, nb, t, nt);
+      return;
+    }
+    std::byte* dst = dst_of();
+    copy_bytes(dst, src, n, static_cast<std::uint64_t>(lb) * nt + t, static_cast<std::uint64_t>(nb) * nt);
+  });
+}
+#endif
+
+/// The host backend's gather block (`nt` threads), moving the bytes the GPU block's threads move (the
+/// chunks of copy_commit_block_host), then the join and, for the last block, the release.
+inline void gather_block_host(const gather_args& a, std::uint32_t blk, std::uint32_t nblk, std::uint32_t nt)
+{
+  gather_commit(a, blk, 0U, [&](auto&& dst_of, const std::byte* src, std::uint64_t n, std::uint32_t lb, std::uint32_t nb) {
+    std::byte* dst = dst_of();
+    const bool vec = (reinterpret_cast<std::uintptr_t>(src) & 15U) == 0;
+    const std::uint64_t unit = vec ? 16 : 1;
+    const std::uint64_t units = n / unit;
+    const std::uint64_t chunk = static_cast<std::uint64_t>(nt) * (vec ? a.vecs_per_thread : 1);
+    for (std::uint64_t base = lb * chunk; base < units; base += chunk * nb) {
+      const std::uint64_t k = chunk < units - base ? chunk : units - base;
+      std::memcpy(dst + base * unit, src + base * unit, k * unit);
+    }
+    if (vec && lb == 0) {
+      for (std::uint64_t b = units * 16; b < n; ++b) { dst[b] = src[b]; }
+    }
+  });
+  // Block join (the host runs a block as one thread), then the cross-block arrival.
+  if (a.head_n != 0 && gather_join_arrive(a.dst.state, nblk)) { publish_phase(a.dst.state, a.head, a.head_n); }
+}
+
+}  // namespace ferry::kernels::d2h

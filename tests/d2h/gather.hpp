@@ -1,0 +1,363 @@
+// SPDX-License-Identifier: Apache-2.0
+// The D2H typed suite D2hGather, over backends (host and faulty<host> in CI, cuda on the H200).
+// Deferred capture and the gather kernel: capture_deferred records on the CPU, one gather launch per
+// flushed batch places, copies and (every K) publishes. Every payload byte is sequence-derived.
+#pragma once
+
+#include "d2h/fixture.hpp"
+
+#include <ferry/backend/faulty.hpp>
+#include <ferry/d2h/detail/gather.hpp>
+
+#include <string>
+
+namespace ferry::test {
+
+template <class B>
+class D2hGather : public d2h_fixture<B> {};
+TYPED_TEST_SUITE_P(D2hGather);
+
+namespace gather_test {
+template <class B>
+struct as_faulty {
+  using type = fb::faulty<B>;
+};
+template <class X>
+struct as_faulty<fb::faulty<X>> {
+  using type = fb::faulty<X>;
+};
+/// A user writer on the host backend (begin_write / ring_ref): pattern(seq) into the entry, then commit.
+inline void user_write(const fb::host_detail::launch_ctx&, fd::ring_ref ref, std::uint64_t seq, std::uint64_t bytes)
+{
+  auto* dst = reinterpret_cast<std::uint8_t*>(ref.data());
+  for (std::uint64_t i = 0; i < bytes; ++i) { dst[i] = ferry::testing::pattern_byte(seq, i); }
+  ref.commit();
+}
+}  // namespace gather_test
+
+/// Deferred entries interleaved with immediate captures and explicit flushes keep their entry order: the
+/// gather of the recorded batch is enqueued before the immediate copy (its flush point), and the cursor
+/// parity the CPU mirrors matches the device's. Fails without the flush in capture(): the immediate entry
+/// lands where the CPU did not place it and the drain copies other bytes.
+TYPED_TEST_P(D2hGather, MixedImmediateAndDeferredKeepEntryOrder)
+{
+  using B = TypeParam;
+  for (auto [k, branch] : {std::pair{1U, false}, std::pair{3U, true}, std::pair{16U, true}, std::pair{16U, false}}) {
+    SCOPED_TRACE("K " + std::to_string(k) + " branch " + std::to_string(branch));
+    fb::stream<B> s{this->b};
+    constexpr std::uint64_t forwards = 6, per_forward = 24, stride = 2048;
+    sources<B> src{this->b, s, 0, forwards * per_forward, stride};
+    checker chk{seq_order::consecutive};
+    auto cfg = this->small_config(20 << 10, k);
+    cfg.branch_publish = branch;
+    fd::channel<B> ch{cfg, this->b, chk.callback()};
+    std::mt19937 rng{k * 7 + (branch ? 1 : 0)};
+    std::uint64_t seq = 0;
+    for (std::uint64_t f = 0; f < forwards; ++f) {
+      ch.begin_forward(s);
+      for (std::uint64_t j = 0; j < per_forward; ++j, ++seq) {
+        const std::uint64_t size = 16 + rng() % (stride - 16);
+        const auto hook = static_cast<std::uint32_t>(1 + j % 5);
+        chk.expect(seq, hook, size);
+        const auto mode = rng() % 4;
+        if (mode == 0) {
+          ch.capture(fd::hook_id{hook}, src.at(seq), size, s);
+        } else {
+          ch.capture_deferred(fd::hook_id{hook}, src.at(seq), size, s);
+          if (mode == 1 && rng() % 3 == 0) { ch.flush(s); }
+        }
+      }
+      (void)ch.end_forward(s);
+    }
+    EXPECT_TRUE(ch.close().clean());
+    EXPECT_EQ(chk.got, forwards * per_forward);
+    EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
+  }
+}
+
+/// begin_write is a flush point: the recorded deferred entries are copied (gather enqueued) before the
+/// user writer reads the cursor, so its entry lands after them. Host backend (the writer is a host kernel).
+TYPED_TEST_P(D2hGather, BeginWriteIsAFlushPoint)
+{
+  using B = TypeParam;
+  if constexpr (!is_host_v<B>) {
+    GTEST_SKIP() << "the user writer here is a host-backend kernel";
+  } else {
+    fb::stream<B> s{this->b};
+    constexpr std::uint64_t forwards = 5, per_forward = 9, stride = 640;
+    sources<B> src{this->b, s, 0, forwards * per_forward, stride};
+    checker chk{seq_order::consecutive};
+    fd::channel<B> ch{this->small_config(7 << 10, 4), this->b, chk.callback()};
+    const fb::host_kernel<fd::ring_ref, std::uint64_t, std::uint64_t> writer{&gather_test::user_write, "user_write"};
+    std::uint64_t seq = 0;
+    for (std::uint64_t f = 0; f < forwards; ++f) {
+      ch.begin_forward(s);
+      for (std::uint64_t j = 0; j < per_forward; ++j, ++seq) {
+        const std::uint64_t size = 100 + (seq * 37) % (stride - 100);
+        chk.expect(seq, 6, size);
+        if (j % 3 == 2) {
+          auto t = ch.begin_write(fd::hook_id{6}, size, s);
+          this->b.launch(writer, fb::launch_config{{1}, {32}, 0}, s.handle(), t.ref(), seq, size);
+          ch.end_write(std::move(t), s);
+        } else {
+          ch.capture_deferred(fd::hook_id{6}, src.at(seq), size, s);
+        }
+      }
+      (void)ch.end_forward(s);
+    }
+    EXPECT_TRUE(ch.close().clean());
+    EXPECT_EQ(chk.got, forwards * per_forward);
+    EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
+  }
+}
+
+/// Deferred-only forwards on a ring that is not a multiple of the forward: batches are placed across the
+/// wrap (the place_phys chain inside one gather starts an entry at 0 where it would straddle), K from 1 to
+/// beyond the 32-entry gather limit.
+TYPED_TEST_P(D2hGather, BatchesSplitAtRingWrap)
+{
+  using B = TypeParam;
+  for (std::uint32_t k : {1U, 5U, 16U, 64U}) {
+    SCOPED_TRACE("K " + std::to_string(k));
+    fb::stream<B> s{this->b};
+    constexpr std::uint64_t forwards = 8, per_forward = 40, stride = 1024;
+    sources<B> src{this->b, s, 0, forwards * per_forward, stride};
+    checker chk{seq_order::consecutive};
+    fd::channel<B> ch{this->small_config(13 << 10, k), this->b, chk.callback()};
+    std::mt19937 rng{k};
+    std::uint64_t seq = 0;
+    for (std::uint64_t f = 0; f < forwards; ++f) {
+      ch.begin_forward(s);
+      for (std::uint64_t j = 0; j < per_forward; ++j, ++seq) {
+        const std::uint64_t size = 1 + rng() % stride;
+        chk.expect(seq, 9, size);
+        ch.capture_deferred(fd::hook_id{9}, src.at(seq), size, s);
+      }
+      (void)ch.end_forward(s);
+    }
+    EXPECT_TRUE(ch.close().clean());
+    EXPECT_EQ(chk.got, forwards * per_forward);
+    EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
+    EXPECT_GE(ch.stats().high_watermark, 0U);
+  }
+}
+
+/// One batch of one large entry (256 KiB + 8 bytes) and many small ones: the large entry gets many blocks,
+/// each small one a block, all in one launch; every byte lands.
+TYPED_TEST_P(D2hGather, OneLargeAndManySmallInOneBatch)
+{
+  using B = TypeParam;
+  fb::stream<B> s{this->b};
+  constexpr std::uint64_t large = (256 << 10) + 8, small = 100;
+  sources<B> big{this->b, s, 0, 1, large};
+  sources<B> few{this->b, s, 1, 15, 128};
+  checker chk{seq_order::consecutive};
+  fd::channel<B> ch{this->small_config(1 << 20, 16), this->b, chk.callback()};
+  for (std::uint64_t rep = 0; rep < 2; ++rep) {  // twice: the join counter is reset for the next gather
+    const std::uint64_t base = rep * 16;
+    chk.pattern_base = 0 - base;  // entry base + j carries pattern(j) (unsigned wrap)
+    ch.begin_forward(s);
+    chk.expect(base, 1, large);
+    ch.capture_deferred(fd::hook_id{1}, big.at(0), large, s);
+    for (std::uint64_t j = 0; j < 15; ++j) {
+      chk.expect(base + 1 + j, 2, small);
+      ch.capture_deferred(fd::hook_id{2}, few.at(j), small, s);
+    }
+    (void)ch.end_forward(s);
+    ASSERT_TRUE(wait_until<B>([&] { return ch.stats().entries_drained == base + 16; }));
+  }
+  EXPECT_EQ(ch.stats().publishes, 4U) << "per forward: the gather's release (16 entries, K = 16) and the boundary's";
+  EXPECT_TRUE(ch.close().clean());
+  EXPECT_EQ(chk.got, 32U);
+  EXPECT_EQ(chk.bad_meta, 0U) << chk.first_bad;
+  // The apportioning itself: the large entry gets every block but one per small entry.
+  fd::detail::gather_args a{};
+  a.n = 16;
+  a.e[0].bytes = large;
+  for (std::uint32_t j = 1; j < 16; ++j) { a.e[j].bytes = small; }
+  const auto sh = fd::detail::apportion_gather(this->small_config(1 << 20, 16), a, 132);
+  EXPECT_EQ(sh.blocks, a.first_block[16]);
+  EXPECT_GE(a.first_block[1], 32U) << "the large entry is copied by many blocks";
+  for (std::uint32_t j = 1; j < 16; ++j) { EXPECT_EQ(a.first_block[j + 1] - a.first_block[j], 1U); }
+}
+
+/// A partial batch (< K deferred entries) is copied and published at end_forward, and an explicit flush()
+/// copies without publishing (the K rule); flush() with nothing recorded enqueues nothing.
+TYPED_TEST_P(D2hGather, PartialBatchAtEndForwardAndExplicitFlush)
+{
+  using B = TypeParam;
+  fb::stream<B> s{this->b};
+  sources<B> src{this->b, s, 0, 12, 512};
+  checker chk{seq_order::consecutive};
+  auto cfg = this->small_config(1 << 16, 16);
+  cfg.branch_publish = false;
+  fd::channel<B> ch{cfg, this->b, chk.callback()};
+  EXPECT_THROW(ch.capture_deferred(fd::hook_id{1}, src.at(0), 64, s), ferry::logic_error) << "outside a forward";
+  ch.begin_forward(s);
+  EXPECT_THROW(ch.capture_deferred(fd::hook_id{1}, nullptr, 64, s), ferry::logic_error) << "null source";
+  EXPECT_THROW(ch.capture_deferred(fd::hook_id{1}, src.at(0), 0, s), ferry::logic_error) << "zero-size entry";
+  for (std::uint64_t j = 0; j < 5; ++j) {
+    chk.expect(j, 3, 512);
+    ch.capture_deferred(fd::hook_id{3}, src.at(j), 512, s);
+  }
+  EXPECT_EQ(ch.stats().entries_reserved, 0U) << "deferred entries are only recorded until their flush";
+  ch.flush(s);
+  EXPECT_EQ(ch.stats().entries_reserved, 5U);
+  EXPECT_EQ(ch.stats().publishes, 0U) << "5 < K: the flush copies, the forward boundary publishes";
+  ch.flush(s);  // nothing recorded: no-op
+  for (std::uint64_t j = 5; j < 12; ++j) {
+    chk.expect(j, 3, 512);
+    ch.capture_deferred(fd::hook_id{3}, src.at(j), 512, s);
+  }
+  (void)ch.end_forward(s);
+  EXPECT_EQ(ch.stats().entries_reserved, 12U);
+  EXPECT_EQ(ch.stats().publishes, 1U) << "one release at the forward boundary";
+  EXPECT_TRUE(ch.close().clean());
+  EXPECT_EQ(chk.got, 12U);
+  EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
+}
+
+/// The contract's other side: once the flush is enqueued, work enqueued after it on the same stream may
+/// overwrite the sources; the captured bytes are the ones before (stream order: the gather completed).
+TYPED_TEST_P(D2hGather, SourcesOverwrittenAfterTheFlushKeepCapturedBytes)
+{
+  using B = TypeParam;
+  fb::stream<B> s{this->b};
+  constexpr std::uint64_t n = 10, stride = 768;
+  sources<B> src{this->b, s, 0, n, stride};
+  checker chk{seq_order::consecutive};
+  fd::channel<B> ch{this->small_config(1 << 16, 4), this->b, chk.callback()};
+  ch.begin_forward(s);
+  for (std::uint64_t j = 0; j < n; ++j) {
+    chk.expect(j, 4, stride);
+    ch.capture_deferred(fd::hook_id{4}, src.at(j), stride, s);
+    if (j == 6) { ch.flush(s); }
+  }
+  (void)ch.end_forward(s);  // the last flush point: entries 7..9
+  this->b.memset_async(src.dev.data(), 0xEE, n * stride, s.handle());  // overwrite every source
+  EXPECT_TRUE(ch.close().clean());
+  EXPECT_EQ(chk.got, n);
+  EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
+}
+
+/// Captured forwards mixing deferred and immediate entries, replayed many times across the wrap: the
+/// gather's descriptor table is in the graph's kernel parameters, its placement comes from the device
+/// cursor, and plan() mirrors it with place() per entry.
+TYPED_TEST_P(D2hGather, GraphReplaysManyTimesWithPlan)
+{
+  using B = TypeParam;
+  for (auto [k, branch] : {std::pair{2U, false}, std::pair{4U, true}, std::pair{16U, true}}) {
+    SCOPED_TRACE("K " + std::to_string(k) + " branch " + std::to_string(branch));
+    fb::stream<B> s{this->b};
+    const std::vector<std::uint64_t> sizes{1000, 48, 4096, 333, 2048, 16, 700};
+    const std::vector<bool> deferred{true, true, false, true, true, true, false};
+    constexpr std::uint64_t stride = 4096, replays = 40;
+    const std::uint64_t n = sizes.size();
+    fb::device_buffer<B> dsrc{n * stride, this->b};
+    fb::pinned_buffer<B> all{replays * n * stride, this->b};
+    auto* h = static_cast<std::uint8_t*>(all.data());
+    for (std::uint64_t r = 0; r < replays; ++r) {
+      for (std::uint64_t j = 0; j < n; ++j) {
+        for (std::uint64_t i = 0; i < stride; ++i) {
+          h[(r * n + j) * stride + i] = ferry::testing::pattern_byte(r * n + j, i);
+        }
+      }
+    }
+    checker chk{seq_order::consecutive};
+    auto cfg = this->small_config(13 << 10, k);
+    cfg.branch_publish = branch;
+    fd::channel<B> ch{cfg, this->b, chk.callback()};
+    fd::forward_plan plan;
+    auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
+      ch.begin_forward(cs);
+      for (std::uint64_t j = 0; j < n; ++j) {
+        const auto* p = static_cast<const std::byte*>(dsrc.data()) + j * stride;
+        const fd::hook_id hook{static_cast<std::uint32_t>(100 + j)};
+        if (deferred[j]) {
+          ch.capture_deferred(hook, p, sizes[j], cs);
+        } else {
+          ch.capture(hook, p, sizes[j], cs);
+        }
+      }
+      plan = ch.end_forward(cs);
+    });
+    ASSERT_EQ(plan.size(), n);
+    for (std::uint64_t r = 0; r < replays; ++r) {
+      for (std::uint64_t j = 0; j < n; ++j) { chk.expect(r * n + j, static_cast<std::uint32_t>(100 + j), sizes[j]); }
+      this->b.memcpy_async(dsrc.data(), h + r * n * stride, n * stride, fb::memcpy_kind::host_to_device, s.handle());
+      ch.replay(g, plan, s);
+    }
+    EXPECT_TRUE(ch.close().clean());
+    EXPECT_EQ(chk.got, replays * n);
+    EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
+  }
+}
+
+/// A backend failure at the gather launch (fault injected at exactly that call) surfaces as the backend's
+/// error naming it, invalidates the channel, and loses nothing published before it.
+TYPED_TEST_P(D2hGather, FaultAtTheGatherLaunchInvalidates)
+{
+  using FB = typename gather_test::as_faulty<TypeParam>::type;
+  fb::fault_plan fp;
+  FB fbk{&fp};
+  fb::stream<FB> s{fbk};
+  sources<FB> src{fbk, s, 0, 8, 256};
+  auto cfg = this->small_config(1 << 16, 4);
+  cfg.drain = fd::drain_mode::poll;  // no drain thread: the producer's backend calls are counted alone
+  // Run 1 finds the index of the gather launch among the flush's backend calls; run 2 fails exactly it.
+  std::uint64_t launch_at = fb::fault_plan::never;
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    checker chk{seq_order::consecutive};
+    fd::channel<FB> ch{cfg, fbk, chk.callback()};
+    ch.begin_forward(s);
+    for (std::uint64_t j = 0; j < 4; ++j) {  // a full batch: gather + release, delivered
+      chk.expect(j, 5, 256);
+      ch.capture_deferred(fd::hook_id{5}, src.at(j), 256, s);
+    }
+    ASSERT_TRUE(wait_until<FB>([&] {
+      (void)ch.poll();
+      return ch.stats().entries_drained == 4;
+    }));
+    for (std::uint64_t j = 4; j < 7; ++j) { ch.capture_deferred(fd::hook_id{5}, src.at(j), 256, s); }
+    fp.reset_count();
+    if (run == 0) {
+      ch.flush(s);
+      const auto log = fp.log();
+      for (std::size_t i = 0; i < log.size(); ++i) {
+        if (log[i].rfind("launch:", 0) == 0) {
+          launch_at = i;
+          break;
+        }
+      }
+      ASSERT_NE(launch_at, fb::fault_plan::never) << "the flush launches the gather";
+      (void)ch.end_forward(s);
+      while (ch.poll() > 0 || ch.stats().entries_drained < 7) {}
+      EXPECT_TRUE(ch.close().clean());
+      continue;
+    }
+    fp.fail_at(launch_at);
+    bool threw = false;
+    try {
+      ch.flush(s);
+    } catch (const ferry::backend_error& e) {
+      threw = true;
+      EXPECT_NE(std::string{e.what()}.find("launch"), std::string::npos) << e.what();
+    }
+    fp.disarm();
+    EXPECT_TRUE(threw) << "the injected gather launch failure surfaces";
+    EXPECT_TRUE(ch.invalidated());
+    EXPECT_THROW(ch.capture_deferred(fd::hook_id{5}, src.at(7), 256, s), ferry::invalidated_error);
+    EXPECT_THROW((void)ch.close(), ferry::invalidated_error);
+    EXPECT_EQ(chk.got, 4U) << "the batch published before the failure was delivered";
+    EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
+  }
+}
+
+REGISTER_TYPED_TEST_SUITE_P(D2hGather, MixedImmediateAndDeferredKeepEntryOrder, BeginWriteIsAFlushPoint,
+                            BatchesSplitAtRingWrap,
+                            OneLargeAndManySmallInOneBatch, PartialBatchAtEndForwardAndExplicitFlush,
+                            SourcesOverwrittenAfterTheFlushKeepCapturedBytes, GraphReplaysManyTimesWithPlan,
+                            FaultAtTheGatherLaunchInvalidates);
+
+}  // namespace ferry::test
