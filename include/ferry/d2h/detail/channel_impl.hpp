@@ -188,6 +188,12 @@ shutdown_report channel_impl<B>::close(std::chrono::milliseconds timeout)
   }
   rep.delivered = st.c_drained.load();
   rep.pending_pop = drain.pending_pop();
+  rep.views_held = st.staging->live_views();
+  {
+    std::lock_guard lock{drain.mutex()};  // the drain thread is joined; poll() callers may still hold it
+    rep.callback_errors = drain.callback_errors();
+    rep.first_callback_error = drain.first_callback_error();
+  }
   final_report = rep;
   throw_if_failed(rep);
   if (!rep.clean()) { throw shutdown_error(rep); }

@@ -103,6 +103,9 @@ class drainer {
     std::lock_guard lock{ready_mu_};
     return ready_.size();
   }
+  /// Exceptions the consumer callback threw, and the first one's message (caller holds mutex()).
+  [[nodiscard]] std::uint64_t callback_errors() const noexcept { return cb_errors_; }
+  [[nodiscard]] const std::string& first_callback_error() const noexcept { return first_cb_error_; }
   /// Copies whose completion could not be observed (their ring space and staging are never reclaimed).
   [[nodiscard]] std::size_t stuck() const noexcept { return stuck_.size(); }
 
@@ -122,6 +125,11 @@ class drainer {
   std::size_t issue_copies(std::uint64_t head);
   std::size_t complete_finished();
   void deliver(entry_view&& v);
+  void callback_failed(const char* what)
+  {
+    if (cb_errors_++ == 0) { first_cb_error_ = what; }
+    st_.c_cb_errors.fetch_add(1, std::memory_order_relaxed);
+  }
   void test_delay();
   [[nodiscard]] std::uint64_t read_size_slot(std::uint64_t slot) const noexcept
   {
@@ -144,6 +152,8 @@ class drainer {
   std::mutex ready_mu_;
   std::deque<entry_view> ready_;
   std::string drain_error_;
+  std::uint64_t cb_errors_{0};    ///< under mu_ (deliver runs on the drainer)
+  std::string first_cb_error_;    ///< under mu_
 };
 
 }  // namespace ferry::d2h::detail

@@ -71,6 +71,7 @@ std::size_t drainer<B>::issue_copies(std::uint64_t head)
         throw;
       }
       st_.c_copies.fetch_add(1, std::memory_order_relaxed);
+      st_.c_bytes_copied.fetch_add(r.bytes, std::memory_order_relaxed);
     }
     std::uint64_t n_dyn = 0;
     for (const auto& e : r.entries) { n_dyn += e.dynamic ? 1 : 0; }
@@ -121,6 +122,7 @@ std::size_t drainer<B>::complete_finished()
     run done = std::move(r);
     inflight_.pop_front();
     const std::size_t n = done.entries.size();
+    std::uint64_t payload = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const auto& e = done.entries[i];
       const std::uint64_t size = i + 1 == n ? done.last_size : e.bytes;
@@ -130,12 +132,13 @@ std::size_t drainer<B>::complete_finished()
       } else {
         const std::uint64_t off = e.start - done.entries.front().start;
         const std::byte* data = st_.staging->base() + done.staging_start % st_.staging->bytes() + off;
+        payload += size;
         deliver(access::ok_view(st_.staging, done.staging_start, data, size, e.reserved, hook_id{e.hook},
                                 entry_seq{e.seq}));
       }
       ++delivered;
     }
-    st_.c_bytes.fetch_add(done.bytes, std::memory_order_relaxed);
+    st_.c_bytes.fetch_add(payload, std::memory_order_relaxed);
     st_.c_drained.fetch_add(n, std::memory_order_release);
   }
   return delivered;
@@ -145,10 +148,14 @@ template <ferry::backend::backend B>
 void drainer<B>::deliver(entry_view&& v)
 {
   if (callback_) {
+    // The entry is delivered once: a callback that throws does not get it again. `v` (or whatever the
+    // callback moved it into and destroyed while unwinding) releases its staging here.
     try {
       callback_(std::move(v));
+    } catch (const std::exception& e) {
+      callback_failed(e.what());
     } catch (...) {
-      st_.c_cb_errors.fetch_add(1, std::memory_order_relaxed);
+      callback_failed("a non-std::exception");
     }
   } else {
     std::lock_guard lock{ready_mu_};
