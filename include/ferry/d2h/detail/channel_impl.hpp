@@ -171,6 +171,7 @@ shutdown_report channel_impl<B>::close(std::chrono::milliseconds timeout)
       const std::size_t n = drain.step();
       if (n == 0 && drain.idle()) { break; }
     }
+    drain.check_planned_final();
     st.fifo.refresh();
     const std::size_t left = st.fifo.readable();
     // The final drain pass above acquired the head: an entry below it was published and is left only

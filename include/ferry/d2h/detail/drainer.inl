@@ -18,6 +18,7 @@ std::size_t drainer<B>::step()
     if (h != ~std::uint64_t{0} && h > published_seen_) {
       published_seen_ = h;
       st_.c_published.store(h, std::memory_order_relaxed);
+      check_planned(h, false);
     }
     progress += issue_copies(h);
     progress += complete_finished();
@@ -97,6 +98,29 @@ std::size_t drainer<B>::issue_copies(std::uint64_t head)
     ++issued;
   }
   return issued;
+}
+
+/// A published_head beyond the entries the CPU placed is a protocol violation: a captured forward was
+/// launched without plan() (its entries have no reservation, so their bytes may overwrite planned ones).
+/// Every entry is pushed to the FIFO before the launch that releases it, except the one a fused
+/// copy-and-release kernel publishes: eager capture pushes it right after that launch, so an excess of one
+/// entry is a violation only once no producer call can be in flight (`final`, at close()).
+template <ferry::backend::backend B>
+void drainer<B>::check_planned(std::uint64_t h, bool final)
+{
+  auto& fifo = st_.fifo;
+  fifo.refresh();  // after the acquire of h: every entry pushed before the launch that released h is visible
+  const std::size_t n = fifo.readable();
+  if (n > 0) { planned_end_ = std::max(planned_end_, fifo.peek(n - 1).seq + 1); }
+  if (h <= planned_end_ || (h == planned_end_ + 1 && !final) || unplanned_seen_) { return; }
+  unplanned_seen_ = true;
+  const std::string what = ferry::detail::format(
+    "d2h channel: graph replayed without plan(): expected published_head <= {} (the entries the CPU planned), "
+    "got {}; launch a captured forward with channel::replay, or channel::plan then launch. Entries planned before "
+    "are delivered; nothing past them is",
+    planned_end_, h);
+  std::fprintf(stderr, "ferry: %s\n", what.c_str());
+  st_.fail(what);
 }
 
 template <ferry::backend::backend B>
