@@ -187,8 +187,46 @@ TYPED_TEST_P(D2hMisuse, GraphReplayedWithoutPlanInvalidatesTheChannel)
   EXPECT_EQ(ch.stats().entries_drained, replays * n);
 }
 
+/// The compute stream destroyed before the channel, with a forward open: close() neither hangs nor touches
+/// the destroyed stream; it honours its timeout and reports the open forward (not clean); what the stream
+/// ran before it was destroyed (the entries of the completed batches) is delivered.
+TYPED_TEST_P(D2hMisuse, ComputeStreamDestroyedBeforeCloseIsReportedNotAHang)
+{
+  using B = TypeParam;
+  if constexpr (!is_host_v<B>) {
+    GTEST_SKIP() << "a destroyed CUDA/HIP stream's handle is undefined behaviour to use; the host backend checks it";
+  }
+  constexpr std::uint64_t size = 256;
+  sources<B> src{this->b, fb::stream<B>{this->b}.view(), 0, 6, size};
+  checker chk;
+  auto cfg = this->small_config(1 << 16, 2);
+  cfg.timeout = 500ms;
+  fd::channel<B> ch{cfg, this->b, chk.callback()};
+  {
+    fb::stream<B> s{this->b};
+    ch.begin_forward(s);
+    for (std::uint64_t j = 0; j < 5; ++j) {  // K = 2: entries 0..3 released by their batches, entry 4 not
+      if (j < 4) { chk.expect(j, 1, size); }
+      ch.capture(fd::hook_id{1}, src.at(j), size, s);
+    }
+  }  // the misuse: the compute stream is destroyed inside the forward
+  const auto t0 = std::chrono::steady_clock::now();
+  bool reported = false;
+  try {
+    (void)ch.close();
+  } catch (const ferry::error& e) {
+    reported = true;  // shutdown_error (open forward, entry 4 unpublished) or invalidated_error (stream gone)
+    EXPECT_NE(std::string{e.what()}.find("forward"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(reported) << "close() must report the open forward on the destroyed stream";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s) << "close() honours config::timeout";
+  EXPECT_GE(chk.got, 4U) << "the released batches are delivered";
+  EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
+}
+
 REGISTER_TYPED_TEST_SUITE_P(D2hMisuse, CallbackExceptionsAreReportedByClose, ShutdownErrorLeadsWithTheOpenForward,
                             UndrainedReportCountsTheViewsTheConsumerHolds, BytesDrainedCountsPayloadBytes,
-                            GraphReplayedWithoutPlanInvalidatesTheChannel);
+                            GraphReplayedWithoutPlanInvalidatesTheChannel,
+                            ComputeStreamDestroyedBeforeCloseIsReportedNotAHang);
 
 }  // namespace ferry::test

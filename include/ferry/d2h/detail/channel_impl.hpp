@@ -206,9 +206,14 @@ void channel_impl<B>::throw_if_failed(const shutdown_report& rep) const
 {
   if (!st.is_failed()) { return; }
   FERRY_FAIL(ferry::invalidated_error,
-             "d2h channel close: expected no failed backend call, got: {}; {} of {} reserved entries delivered, "
-             "{} never published, {} copies with unobservable completion (ring and staging retained)",
-             st.failure_reason(), rep.delivered, st.c_reserved.load(), rep.unpublished.size(), drain.stuck());
+             "d2h channel close: expected a channel not invalidated, got: {}; {}{} of {} reserved entries delivered, "
+             "{} never published, {} copies with unobservable completion (ring and staging retained){}",
+             st.failure_reason(),
+             rep.forward_open ? "a forward was still open (begin_forward without end_forward); " : "", rep.delivered,
+             st.c_reserved.load(), rep.unpublished.size(), drain.stuck(),
+             rep.callback_errors > 0 ? ferry::detail::format("; {} consumer callback exceptions, the first: {}",
+                                                             rep.callback_errors, rep.first_callback_error)
+                                     : std::string{});
 }
 
 }  // namespace ferry::d2h::detail
