@@ -104,6 +104,9 @@ struct stream {
   std::uint64_t cap_nodes{0};        ///< operations this stream added to the capture
   std::uint64_t cap_joined_upto{0};  ///< of those, how many the origin stream has waited for
   std::string error;  // first failure of an operation, reported at the next synchronize
+  /// Set by stream_destroy. The struct itself is never freed (see graveyard), so every later use of the
+  /// handle is a host_error (invalid_resource_handle) instead of a use-after-free or a hang.
+  std::atomic<bool> destroyed{false};
   std::thread worker;
 
   stream() : worker([this] { run(); }) {}
@@ -196,9 +199,30 @@ void wait_all_streams() noexcept
   }
 }
 
+/// Destroyed streams, kept (their worker joined, their queue empty) so that a handle used after
+/// stream_destroy is detected and no new stream ever gets its address: a few hundred bytes per destroyed
+/// stream, for the life of the process (the host backend is a test and CI backend).
+std::mutex graveyard_mutex;
+std::vector<std::unique_ptr<stream>> graveyard;
+
+[[noreturn]] void destroyed_stream(std::string_view call, int line)
+{
+  host_fail_at(400, "invalid_resource_handle", call, "the stream was destroyed (stream_destroy) before this call",
+               line);
+}
+/// Every call taking a stream validates it: a null or destroyed handle is a host_error, never UB or a hang.
+void check_stream_at(const stream* s, std::string_view call, int line)
+{
+  if (s == nullptr) { host_fail_at(400, "invalid_resource_handle", call, "null stream handle", line); }
+  if (s->destroyed.load(std::memory_order_acquire)) { destroyed_stream(call, line); }
+}
+#define check_stream(s, call) check_stream_at(s, call, __LINE__)
+
 void enqueue(stream* s, node n)
 {
+  check_stream(s, "enqueue");
   std::lock_guard lock{s->m};
+  if (s->stop) { destroyed_stream("enqueue", __LINE__); }
   if (s->capturing != nullptr) {
     s->capturing->nodes.push_back(std::move(n));
     ++s->cap_nodes;
@@ -251,7 +275,7 @@ host_backend::stream_type host_backend::stream_create() const
 
 void host_backend::stream_destroy(stream_type s) const noexcept
 {
-  if (s == nullptr) { return; }
+  if (s == nullptr || s->destroyed.exchange(true, std::memory_order_acq_rel)) { return; }
   {
     std::lock_guard lock{s->m};
     s->stop = true;  // the worker drains what is queued, then exits (like cudaStreamDestroy)
@@ -259,11 +283,13 @@ void host_backend::stream_destroy(stream_type s) const noexcept
   }
   s->worker.join();
   host_detail::unregister_stream(s);
-  delete s;
+  std::lock_guard lock{host_detail::graveyard_mutex};
+  host_detail::graveyard.emplace_back(s);  // never freed: later uses of the handle are detected (check_stream)
 }
 
 void host_backend::stream_synchronize(stream_type s) const
 {
+  host_detail::check_stream(s, "stream_synchronize");
   std::unique_lock lock{s->m};
   if (s->capturing != nullptr) { host_fail(900, "stream_capture_unsupported", "stream_synchronize", "stream is capturing"); }
   s->cv_idle.wait(lock, [&] { return s->queue.empty() && !s->busy; });
@@ -275,12 +301,14 @@ void host_backend::stream_synchronize(stream_type s) const
 
 bool host_backend::stream_query(stream_type s) const
 {
+  host_detail::check_stream(s, "stream_query");
   std::lock_guard lock{s->m};
   return s->queue.empty() && !s->busy;
 }
 
 bool host_backend::stream_is_capturing(stream_type s) const
 {
+  host_detail::check_stream(s, "stream_is_capturing");
   std::lock_guard lock{s->m};
   return s->capturing != nullptr;
 }
@@ -296,6 +324,7 @@ void host_backend::event_destroy(event_type e) const noexcept { delete e; }
 
 void host_backend::event_record(event_type ev, stream_type s) const
 {
+  host_detail::check_stream(s, "event_record");
   {
     std::lock_guard lock{s->m};
     if (s->capturing != nullptr) {  // a capture dependency only
@@ -315,6 +344,7 @@ void host_backend::event_record(event_type ev, stream_type s) const
 
 void host_backend::event_record_external(event_type ev, stream_type s) const
 {
+  host_detail::check_stream(s, "event_record_external");
   enqueue(s, [e = ev->st]() -> host_detail::op {
     std::uint64_t gen = 0;
     {
@@ -364,6 +394,7 @@ float host_backend::event_elapsed_ms(event_type start_ev, event_type end_ev) con
 
 void host_backend::stream_wait_event(stream_type s, event_type ev) const
 {
+  host_detail::check_stream(s, "stream_wait_event");
   std::uint64_t cap_id = 0, count = 0;
   host_detail::stream* from = nullptr;
   {
@@ -443,6 +474,7 @@ void host_backend::mem_advise(void* p, std::size_t, mem_advice, device_id d) con
 
 void host_backend::memcpy_async(void* dst, const void* src, std::size_t bytes, memcpy_kind, stream_type s) const
 {
+  host_detail::check_stream(s, "memcpy_async");
   if (bytes == 0) { return; }
   if (dst == nullptr || src == nullptr) {
     host_fail(1, "invalid_value", "memcpy_async", ferry::detail::format("null pointer (dst {}, src {})", dst, src));
@@ -454,6 +486,7 @@ void host_backend::memcpy_async(void* dst, const void* src, std::size_t bytes, m
 
 void host_backend::memset_async(void* dst, int value, std::size_t bytes, stream_type s) const
 {
+  host_detail::check_stream(s, "memset_async");
   if (bytes == 0) { return; }
   if (dst == nullptr) { host_fail(1, "invalid_value", "memset_async", "null pointer"); }
   enqueue(s, [dst, value, bytes]() -> std::function<void()> {
@@ -463,12 +496,13 @@ void host_backend::memset_async(void* dst, int value, std::size_t bytes, stream_
 
 void host_backend::host_func(stream_type s, std::function<void()> f) const
 {
+  host_detail::check_stream(s, "host_func");
   enqueue(s, [f = std::move(f)]() -> std::function<void()> { return f; });
 }
 
 void host_backend::check_launch(bool has_fn, const char* name, const launch_config& cfg, stream_type s) const
 {
-  if (s == nullptr) { host_fail(400, "invalid_resource_handle", "launch", "null stream"); }
+  host_detail::check_stream(s, "launch");
   if (!has_fn) { host_fail(98, "invalid_device_function", "launch", ferry::detail::format("kernel '{}' has no body", name)); }
   const auto empty = [](const dim3& d) { return d.x == 0 || d.y == 0 || d.z == 0; };
   if (empty(cfg.grid) || empty(cfg.block) || cfg.block.x * cfg.block.y * cfg.block.z > 1024) {
@@ -480,6 +514,7 @@ void host_backend::check_launch(bool has_fn, const char* name, const launch_conf
 
 void host_backend::capture_begin(stream_type s) const
 {
+  host_detail::check_stream(s, "capture_begin");
   static std::atomic<std::uint64_t> next_id{0};
   std::lock_guard reg{host_detail::capture_mutex()};
   std::lock_guard lock{s->m};
@@ -494,6 +529,7 @@ void host_backend::capture_begin(stream_type s) const
 
 host_backend::graph_type host_backend::capture_end(stream_type s) const
 {
+  host_detail::check_stream(s, "capture_end");
   std::lock_guard reg{host_detail::capture_mutex()};
   host_detail::graph* g = nullptr;
   {
@@ -525,7 +561,9 @@ host_backend::graph_exec_type host_backend::graph_instantiate(graph_type g) cons
 
 void host_backend::graph_launch(graph_exec_type x, stream_type s) const
 {
+  host_detail::check_stream(s, "graph_launch");
   std::lock_guard lock{s->m};
+  if (s->stop) { host_detail::destroyed_stream("graph_launch", __LINE__); }
   if (s->capturing != nullptr) { host_fail(900, "stream_capture_unsupported", "graph_launch", "stream is capturing"); }
   for (const auto& n : x->nodes) { s->queue.push_back(n()); }
   s->cv_work.notify_one();

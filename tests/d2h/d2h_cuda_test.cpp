@@ -5,6 +5,7 @@
 #include "d2h/gather.hpp"
 #include "d2h/graph.hpp"
 #include "d2h/lifecycle.hpp"
+#include "d2h/misuse.hpp"
 #include "d2h/multi_channel.hpp"
 #include "d2h/ordering.hpp"
 
@@ -20,4 +21,5 @@ INSTANTIATE_TYPED_TEST_SUITE_P(D2hLifecycle, D2hLifecycle, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hFailure, D2hFailure, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hGather, D2hGather, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hMultiChannel, D2hMultiChannel, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hMisuse, D2hMisuse, CudaBackends);
 }  // namespace ferry::test

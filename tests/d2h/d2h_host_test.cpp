@@ -5,6 +5,7 @@
 #include "d2h/gather.hpp"
 #include "d2h/graph.hpp"
 #include "d2h/lifecycle.hpp"
+#include "d2h/misuse.hpp"
 #include "d2h/multi_channel.hpp"
 #include "d2h/ordering.hpp"
 
@@ -18,6 +19,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(D2hLifecycle, D2hLifecycle, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hFailure, D2hFailure, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hGather, D2hGather, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hMultiChannel, D2hMultiChannel, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hMisuse, D2hMisuse, HostBackends);
 }  // namespace ferry::test
 
 #include "d2h/host_only.hpp"

@@ -6,7 +6,10 @@
 
 #include "h2d/fixture.hpp"
 
+#include <chrono>
 #include <optional>
+#include <string>
+#include <type_traits>
 
 namespace ferry::test::h2d {
 
@@ -110,7 +113,38 @@ TYPED_TEST_P(H2dMisuse, MovedFromGuardsAreRefused)
   this->expect_model(pub, md, "after the refused moved-from guards");
 }
 
+/// The owner stream destroyed before an open slot_guard and the publisher (host backend: every use of the
+/// destroyed handle is a host_error): ~slot_guard and ~publisher neither hang nor throw, each reports on
+/// stderr, and the publisher refuses further work (invalidated) instead of touching the stream.
+TYPED_TEST_P(H2dMisuse, OwnerStreamDestroyedFirstIsReportedNotAHang)
+{
+  using B = TypeParam;
+  if constexpr (!std::is_base_of_v<fb::host_backend, B>) {
+    GTEST_SKIP() << "a destroyed CUDA/HIP stream's handle is undefined behaviour to use; the host backend checks it";
+  }
+  std::optional<fh::publisher<B>> pub;
+  pub.emplace(this->b);
+  typename TestFixture::model md;
+  auto m = this->prepare(*pub, fh::upload_backend::packed, md);
+  this->step_cycle(*pub, m, md, 0, 10, 1);
+  this->expect_model(*pub, md, "before");
+  std::optional<fh::slot_guard<B>> s{pub->begin(1)};
+  const auto t0 = std::chrono::steady_clock::now();
+  this->owner.reset();  // the misuse: the owner stream goes first
+  ::testing::internal::CaptureStderr();
+  s.reset();  // ~slot_guard: finish() records on the destroyed stream
+  EXPECT_TRUE(pub->invalidated()) << "the failed completion record invalidates the publisher";
+  pub.reset();  // ~publisher: synchronizes the destroyed stream
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "no hang";
+  EXPECT_NE(err.find("h2d slot_guard destroyed"), std::string::npos) << err;
+  EXPECT_NE(err.find("h2d publisher destroyed"), std::string::npos) << err;
+  EXPECT_NE(err.find("destroyed (stream_destroy)"), std::string::npos) << err;
+  this->owner.emplace(this->b);  // the fixture's later users
+}
+
 REGISTER_TYPED_TEST_SUITE_P(H2dMisuse, SourceWithMismatchedElementTypeIsRefused,
-                            GuardsOutlivingThePublisherAreRefusedAndDestroyQuietly, MovedFromGuardsAreRefused);
+                            GuardsOutlivingThePublisherAreRefusedAndDestroyQuietly, MovedFromGuardsAreRefused,
+                            OwnerStreamDestroyedFirstIsReportedNotAHang);
 
 }  // namespace ferry::test::h2d

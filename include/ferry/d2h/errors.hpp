@@ -45,28 +45,59 @@ struct shutdown_report {
   /// Published, but never copied: pinned staging stayed full because views the consumer had not released
   /// (try_pop queue, or views kept alive) held it. Their ring space is retained; nothing was overwritten.
   std::vector<entry_seq> undrained;
+  /// Delivered views not released when close() returned (kept by the consumer, or queued for try_pop;
+  /// pending_pop of them are in the queue): they hold the staging the undrained entries needed.
+  std::uint64_t views_held{0};
   bool forward_open{false};                ///< close() found begin_forward without end_forward
-  [[nodiscard]] bool clean() const noexcept { return unpublished.empty() && undrained.empty() && !forward_open; }
+  /// Exceptions the consumer callback threw (each entry was still delivered once; see docs/api/d2h.md).
+  std::uint64_t callback_errors{0};
+  /// what() of the first one ("a non-std::exception" when it was not a std::exception); empty when none.
+  std::string first_callback_error;
+  [[nodiscard]] bool clean() const noexcept
+  {
+    return unpublished.empty() && undrained.empty() && !forward_open && callback_errors == 0;
+  }
 };
 
-/// close() could not drain every reserved entry (listed in report()). Entries published before were
-/// all delivered.
+namespace detail {
+/// shutdown_error's message: the open forward first (it explains the rest), then what was lost or failed.
+[[nodiscard]] inline std::string shutdown_message(const shutdown_report& r)
+{
+  std::string m = "ferry: d2h channel close: ";
+  std::string sep;
+  if (r.forward_open) {
+    m += "a forward was still open (begin_forward without end_forward; close() published its eager entries, "
+         "a captured forward's entries were never planned)";
+    sep = "; ";
+  } else {
+    m += "expected every reserved entry published and drained and no callback exception, got ";
+  }
+  if (!r.unpublished.empty()) {
+    m += sep + ferry::detail::format("{} entries never published (first seq {}, hook {})", r.unpublished.size(),
+                                     r.unpublished.front().value, r.unpublished_hooks.front().value);
+    sep = "; ";
+  }
+  if (!r.undrained.empty()) {
+    m += sep + ferry::detail::format("{} published entries (first seq {}) not copied: staging held by {} views the "
+                                     "consumer has not released ({} of them queued for try_pop)",
+                                     r.undrained.size(), r.undrained.front().value, r.views_held, r.pending_pop);
+    sep = "; ";
+  }
+  if (r.callback_errors > 0) {
+    m += sep + ferry::detail::format("{} exceptions thrown by the consumer callback, the first: {}", r.callback_errors,
+                                     r.first_callback_error);
+    sep = "; ";
+  }
+  if (sep.empty()) { m += "nothing lost"; }
+  return m;
+}
+}  // namespace detail
+
+/// close() could not drain every reserved entry, or the consumer callback threw (listed in report()).
+/// Entries published before were all delivered.
 class shutdown_error : public ferry::error {
  public:
-  explicit shutdown_error(shutdown_report r)
-    : error(ferry::detail::format(
-        "ferry: d2h channel close: expected every reserved entry published and drained, got {} entries never "
-        "published (first seq {}){}{}",
-        r.unpublished.size(), r.unpublished.empty() ? 0 : r.unpublished.front().value,
-        std::string{r.forward_open ? "; a forward was still open (begin_forward without end_forward)" : ""},
-        r.undrained.empty()
-          ? std::string{}
-          : ferry::detail::format("; {} published entries (first seq {}) not copied: staging held by {} views the "
-                                  "consumer has not released",
-                                  r.undrained.size(), r.undrained.front().value, r.pending_pop))),
-      report_{std::move(r)}
-  {
-  }
+  explicit shutdown_error(shutdown_report r) : error(detail::shutdown_message(r)), report_{std::move(r)} {}
   [[nodiscard]] const shutdown_report& report() const noexcept { return report_; }
 
  private:

@@ -90,13 +90,16 @@ struct counters {
   std::uint64_t entries_reserved{0};   ///< entries placed by the producer
   std::uint64_t entries_published{0};  ///< highest published_head the drain acquired
   std::uint64_t entries_drained{0};    ///< entries whose D2H completed (delivered to the consumer)
-  std::uint64_t bytes_drained{0};      ///< bytes copied D2H
+  std::uint64_t bytes_drained{0};      ///< payload bytes of the entries delivered (size() of each ok entry)
+  std::uint64_t bytes_copied{0};       ///< bytes the coalesced D2H copies moved (payloads and the padding between them)
   std::uint64_t copies{0};             ///< coalesced D2H copies issued
   std::uint64_t stalls{0};             ///< producer calls that found the ring / FIFO / size ring full
   std::uint64_t high_watermark{0};     ///< most ring bytes in use at once
   std::uint64_t size_overflows{0};     ///< dynamic entries whose actual size exceeded the reservation
   std::uint64_t callback_errors{0};    ///< exceptions thrown by the consumer callback (caught)
-  std::uint64_t publishes{0};          ///< release operations the producer enqueued (fused or kernels)
+  /// Release operations of published_head the CPU enqueued or captured (fused or kernels). A release captured
+  /// into a graph counts once, when it is captured; replays do not add to it (the GPU runs them unseen).
+  std::uint64_t publishes{0};
 };
 
 }  // namespace ferry::d2h

@@ -172,6 +172,7 @@ shutdown_report channel_impl<B>::close(std::chrono::milliseconds timeout)
       const std::size_t n = drain.step();
       if (n == 0 && drain.idle()) { break; }
     }
+    drain.check_planned_final();
     st.fifo.refresh();
     const std::size_t left = st.fifo.readable();
     // The final drain pass above acquired the head: an entry below it was published and is left only
@@ -189,6 +190,12 @@ shutdown_report channel_impl<B>::close(std::chrono::milliseconds timeout)
   }
   rep.delivered = st.c_drained.load();
   rep.pending_pop = drain.pending_pop();
+  rep.views_held = st.staging->live_views();
+  {
+    std::lock_guard lock{drain.mutex()};  // the drain thread is joined; poll() callers may still hold it
+    rep.callback_errors = drain.callback_errors();
+    rep.first_callback_error = drain.first_callback_error();
+  }
   final_report = rep;
   throw_if_failed(rep);
   if (!rep.clean()) { throw shutdown_error(rep); }
@@ -200,9 +207,14 @@ void channel_impl<B>::throw_if_failed(const shutdown_report& rep) const
 {
   if (!st.is_failed()) { return; }
   FERRY_FAIL(ferry::invalidated_error,
-             "d2h channel close: expected no failed backend call, got: {}; {} of {} reserved entries delivered, "
-             "{} never published, {} copies with unobservable completion (ring and staging retained)",
-             st.failure_reason(), rep.delivered, st.c_reserved.load(), rep.unpublished.size(), drain.stuck());
+             "d2h channel close: expected a channel not invalidated, got: {}; {}{} of {} reserved entries delivered, "
+             "{} never published, {} copies with unobservable completion (ring and staging retained){}",
+             st.failure_reason(),
+             rep.forward_open ? "a forward was still open (begin_forward without end_forward); " : "", rep.delivered,
+             st.c_reserved.load(), rep.unpublished.size(), drain.stuck(),
+             rep.callback_errors > 0 ? ferry::detail::format("; {} consumer callback exceptions, the first: {}",
+                                                             rep.callback_errors, rep.first_callback_error)
+                                     : std::string{});
 }
 
 }  // namespace ferry::d2h::detail

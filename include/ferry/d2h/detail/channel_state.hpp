@@ -68,7 +68,7 @@ struct channel_state {
 
   // -- counters (relaxed; stats() is a snapshot) --
   std::atomic<std::uint64_t> c_reserved{0}, c_published{0}, c_drained{0}, c_bytes{0}, c_copies{0}, c_stalls{0},
-    c_high{0}, c_overflows{0}, c_cb_errors{0}, c_publishes{0};
+    c_high{0}, c_overflows{0}, c_cb_errors{0}, c_publishes{0}, c_bytes_copied{0};
 
   [[nodiscard]] device_state* device_state_ptr() const noexcept { return state_buf.template as<device_state>(); }
 
@@ -118,6 +118,7 @@ struct channel_state {
     c.entries_drained = c_drained.load();
     c.bytes_drained = c_bytes.load();
     c.copies = c_copies.load();
+    c.bytes_copied = c_bytes_copied.load();
     c.stalls = c_stalls.load();
     c.high_watermark = c_high.load();
     c.size_overflows = c_overflows.load();

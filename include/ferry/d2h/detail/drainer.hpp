@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <cstdio>
 #include <deque>
 #include <functional>
@@ -103,6 +104,11 @@ class drainer {
     std::lock_guard lock{ready_mu_};
     return ready_.size();
   }
+  /// Exceptions the consumer callback threw, and the first one's message (caller holds mutex()).
+  [[nodiscard]] std::uint64_t callback_errors() const noexcept { return cb_errors_; }
+  [[nodiscard]] const std::string& first_callback_error() const noexcept { return first_cb_error_; }
+  /// close()'s final check (no producer call in flight): published_head beyond the planned entries.
+  void check_planned_final() { check_planned(ferry::backend::host_load_acquire(st_.head_host), true); }
   /// Copies whose completion could not be observed (their ring space and staging are never reclaimed).
   [[nodiscard]] std::size_t stuck() const noexcept { return stuck_.size(); }
 
@@ -122,6 +128,12 @@ class drainer {
   std::size_t issue_copies(std::uint64_t head);
   std::size_t complete_finished();
   void deliver(entry_view&& v);
+  void check_planned(std::uint64_t h, bool final);
+  void callback_failed(const char* what)
+  {
+    if (cb_errors_++ == 0) { first_cb_error_ = what; }
+    st_.c_cb_errors.fetch_add(1, std::memory_order_relaxed);
+  }
   void test_delay();
   [[nodiscard]] std::uint64_t read_size_slot(std::uint64_t slot) const noexcept
   {
@@ -144,6 +156,10 @@ class drainer {
   std::mutex ready_mu_;
   std::deque<entry_view> ready_;
   std::string drain_error_;
+  std::uint64_t planned_end_{0};  ///< one past the highest seq the FIFO ever held (entries the CPU placed)
+  bool unplanned_seen_{false};
+  std::uint64_t cb_errors_{0};    ///< under mu_ (deliver runs on the drainer)
+  std::string first_cb_error_;    ///< under mu_
 };
 
 }  // namespace ferry::d2h::detail

@@ -18,6 +18,7 @@ std::size_t drainer<B>::step()
     if (h != ~std::uint64_t{0} && h > published_seen_) {
       published_seen_ = h;
       st_.c_published.store(h, std::memory_order_relaxed);
+      check_planned(h, false);
     }
     progress += issue_copies(h);
     progress += complete_finished();
@@ -71,6 +72,7 @@ std::size_t drainer<B>::issue_copies(std::uint64_t head)
         throw;
       }
       st_.c_copies.fetch_add(1, std::memory_order_relaxed);
+      st_.c_bytes_copied.fetch_add(r.bytes, std::memory_order_relaxed);
     }
     std::uint64_t n_dyn = 0;
     for (const auto& e : r.entries) { n_dyn += e.dynamic ? 1 : 0; }
@@ -98,6 +100,29 @@ std::size_t drainer<B>::issue_copies(std::uint64_t head)
   return issued;
 }
 
+/// A published_head beyond the entries the CPU placed is a protocol violation: a captured forward was
+/// launched without plan() (its entries have no reservation, so their bytes may overwrite planned ones).
+/// Every entry is pushed to the FIFO before the launch that releases it, except the one a fused
+/// copy-and-release kernel publishes: eager capture pushes it right after that launch, so an excess of one
+/// entry is a violation only once no producer call can be in flight (`final`, at close()).
+template <ferry::backend::backend B>
+void drainer<B>::check_planned(std::uint64_t h, bool final)
+{
+  auto& fifo = st_.fifo;
+  fifo.refresh();  // after the acquire of h: every entry pushed before the launch that released h is visible
+  const std::size_t n = fifo.readable();
+  if (n > 0) { planned_end_ = std::max(planned_end_, fifo.peek(n - 1).seq + 1); }
+  if (h <= planned_end_ || (h == planned_end_ + 1 && !final) || unplanned_seen_) { return; }
+  unplanned_seen_ = true;
+  const std::string what = ferry::detail::format(
+    "d2h channel: graph replayed without plan(): expected published_head <= {} (the entries the CPU planned), "
+    "got {}; launch a captured forward with channel::replay, or channel::plan then launch. Entries planned before "
+    "are delivered; nothing past them is",
+    planned_end_, h);
+  std::fprintf(stderr, "ferry: %s\n", what.c_str());
+  st_.fail(what);
+}
+
 template <ferry::backend::backend B>
 void drainer<B>::test_delay()
 {
@@ -121,6 +146,7 @@ std::size_t drainer<B>::complete_finished()
     run done = std::move(r);
     inflight_.pop_front();
     const std::size_t n = done.entries.size();
+    std::uint64_t payload = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const auto& e = done.entries[i];
       const std::uint64_t size = i + 1 == n ? done.last_size : e.bytes;
@@ -130,12 +156,13 @@ std::size_t drainer<B>::complete_finished()
       } else {
         const std::uint64_t off = e.start - done.entries.front().start;
         const std::byte* data = st_.staging->base() + done.staging_start % st_.staging->bytes() + off;
+        payload += size;
         deliver(access::ok_view(st_.staging, done.staging_start, data, size, e.reserved, hook_id{e.hook},
                                 entry_seq{e.seq}));
       }
       ++delivered;
     }
-    st_.c_bytes.fetch_add(done.bytes, std::memory_order_relaxed);
+    st_.c_bytes.fetch_add(payload, std::memory_order_relaxed);
     st_.c_drained.fetch_add(n, std::memory_order_release);
   }
   return delivered;
@@ -145,10 +172,14 @@ template <ferry::backend::backend B>
 void drainer<B>::deliver(entry_view&& v)
 {
   if (callback_) {
+    // The entry is delivered once: a callback that throws does not get it again. `v` (or whatever the
+    // callback moved it into and destroyed while unwinding) releases its staging here.
     try {
       callback_(std::move(v));
+    } catch (const std::exception& e) {
+      callback_failed(e.what());
     } catch (...) {
-      st_.c_cb_errors.fetch_add(1, std::memory_order_relaxed);
+      callback_failed("a non-std::exception");
     }
   } else {
     std::lock_guard lock{ready_mu_};

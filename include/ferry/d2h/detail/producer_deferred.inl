@@ -65,9 +65,9 @@ void producer<B>::flush_deferred(stream_type s)
     rel_.fused_on_stream(s);  // joins an open branch first: the gather's release stays in the one chain
     a.head_n = after;
   }
-  deferred_.clear();  // a failed launch invalidates the channel; the batch is not retried
-  st_.b.launch(gather_publish_kernel(typename B::tag{}),
-               ferry::backend::launch_config{{sh.blocks}, {sh.threads}, 0, st_.programmatic}, s, a);
+  // The FIFO records go in BEFORE the launch that may release them: the drainer's check that published_head
+  // never passes the entries the CPU placed (check_planned) relies on it (a fused release with its records
+  // pushed after the launch would look like an unplanned replay of up to a whole batch).
   for (std::uint32_t i = 0; i < n; ++i) {
     const std::uint64_t reserved = align_up(a.e[i].bytes, entry_alignment);
     if (capturing_) {
@@ -77,6 +77,9 @@ void producer<B>::flush_deferred(stream_type s)
     const entry_meta m{next_seq_++, where[i].start, reserved, a.e[i].bytes, 0, hooks[i].value, false};
     (void)st_.fifo.try_push(m);  // space was checked in wait_for_space; the producer is the only pusher
   }
+  deferred_.clear();  // a failed launch invalidates the channel; the batch is not retried
+  st_.b.launch(gather_publish_kernel(typename B::tag{}),
+               ferry::backend::launch_config{{sh.blocks}, {sh.threads}, 0, st_.programmatic}, s, a);
   if (!capturing_) {
     head_pos_ = pos;
     st_.c_reserved.fetch_add(n, std::memory_order_relaxed);

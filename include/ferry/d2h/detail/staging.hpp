@@ -53,6 +53,14 @@ class staging_pool {
     }
     advance();
   }
+  /// Views not released yet (each holds one reference on its region).
+  [[nodiscard]] std::uint64_t live_views() const
+  {
+    std::lock_guard lock{m_};
+    std::uint64_t n = 0;
+    for (const auto& r : regions_) { n += r.refs; }
+    return n;
+  }
   [[nodiscard]] std::uint64_t in_use() const
   {
     std::lock_guard lock{m_};

@@ -7,6 +7,9 @@
 #include <ferry/error.hpp>
 #include <ferry/h2d/types.hpp>
 
+#include <cstdio>
+#include <exception>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -55,7 +58,11 @@ class [[nodiscard]] slot_guard {
     if (pub != nullptr && pub->is_active(slot_, epoch_)) {
       try {
         pub->finish();
-      } catch (...) {  // finish() invalidated the owner; destructors never throw
+      } catch (const std::exception& e) {  // finish() invalidated the owner; destructors never throw
+        std::fprintf(stderr, "ferry: h2d slot_guard destroyed: finishing slot %zu (epoch %llu) failed: %s\n", slot_,
+                     static_cast<unsigned long long>(epoch_), e.what());
+      } catch (...) {
+        std::fprintf(stderr, "ferry: h2d slot_guard destroyed: finishing slot %zu failed: unknown error\n", slot_);
       }
     }
   }

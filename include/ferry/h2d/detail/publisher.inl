@@ -9,6 +9,8 @@
 #include <ferry/h2d/detail/kernels.hpp>
 
 #include <algorithm>
+#include <cstdio>
+#include <exception>
 #include <utility>
 
 namespace ferry::h2d {
@@ -17,17 +19,30 @@ template <ferry::backend::backend B>
 publisher<B>::~publisher()
 {
   life_->pub = nullptr;  // guards that outlive the publisher are refused from now on
+  // Never throws; a failed wait (the owner stream destroyed first: on the host backend an error, on
+  // CUDA/HIP undefined behaviour) is reported on stderr, once.
+  bool reported = false;
+  const auto report = [&](const char* what, const char* why) {
+    if (!reported) { std::fprintf(stderr, "ferry: h2d publisher destroyed: %s failed: %s\n", what, why); }
+    reported = true;
+  };
   if (owner_) {
     try {
       b_.stream_synchronize(owner_->handle());
+    } catch (const std::exception& e) {
+      report("synchronizing the owner stream", e.what());
     } catch (...) {
+      report("synchronizing the owner stream", "unknown error");
     }
   }
   for (std::size_t i = 0; i < std::min(store_.slots.size(), slots_.size()); ++i) {
     if (slots_[i].recorded) {
       try {
         store_.slots[i].done->synchronize();
+      } catch (const std::exception& e) {
+        report("waiting for a slot's completion", e.what());
       } catch (...) {
+        report("waiting for a slot's completion", "unknown error");
       }
     }
   }
