@@ -7,7 +7,9 @@
 // Operation order and stream identity: forwards begin on either of two streams (a forward on a new stream
 // is joined; every delivered byte is checked), a call on the other stream inside a forward must be refused,
 // a user writer may skip ring_ref::commit() (then close() must report it: invalidated_error), and
-// abort_forward may end a forward mid-way (then close() is clean again).
+// abort_forward may end a forward mid-way (then close() is clean again). Deferred capture and flush mix
+// with immediate captures (the gather kernel). A captured forward is replayed with plan(), or launched
+// without it: then the channel must be invalidated "graph replayed without plan()" (reported by close()).
 #include "fuzz_common.hpp"
 
 #include <ferry/backend.hpp>
@@ -94,10 +96,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fd::forward_plan empty_plan;
   bool open = false;
   bool missing_commit = false;  // a writer skipped ring_ref::commit(): close() must report it
+  bool unplanned = false;       // a captured forward launched without plan(): close() must report it
   fb::stream<FB>* cur = s;      // the stream of the open (or last) forward
   std::uint64_t accepted = 0;
-  for (int op = 0; in.more() && op < 64; ++op) {
-    const std::uint8_t code = in.u8() % 13;
+  for (int op = 0; in.more() && op < 64 && !unplanned; ++op) {  // nothing after an unplanned replay
+    const std::uint8_t code = in.u8() % 16;
     const std::uint32_t hook = in.u8();
     const std::uint64_t bytes = in.u16() % (1 << 17);
     fb::stream<FB>* other = cur == s ? s2 : s;
@@ -137,11 +140,37 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           if (ch->abort_forward(*cur)) { ticket.reset(); }  // the open ticket is dropped with the forward
           open = false;
           break;
+        case 13: ch->capture_deferred(fd::hook_id{hook}, src->data(), bytes, *cur); ++accepted; break;
+        case 14: ch->flush(*cur); break;
+        case 15: {  // a captured forward replayed: with plan() (ch.replay), or for hook % 4 == 0 without (misuse)
+          if (open || ticket) {
+            (void)ch->poll();
+            break;
+          }
+          fd::forward_plan gp;
+          auto g = fb::graph_exec<FB>::capture(
+            cur->view(),
+            [&](fb::stream_view<FB> cs) {
+              ch->begin_forward(cs);
+              ch->capture(fd::hook_id{hook}, src->data(), 1 + bytes % 4096, cs);
+              gp = ch->end_forward(cs);
+            },
+            [&](fb::stream_view<FB> cs) { (void)ch->abort_forward(cs); });
+          if (hook % 4 == 0) {
+            g.launch(*cur);  // the misuse: the drainer must invalidate the channel ("without plan()")
+            unplanned = true;
+          } else {
+            ch->replay(g, gp, *cur);
+          }
+          cur->synchronize();  // the graph runs before it is destroyed
+          break;
+        }
         default: (void)ch->poll(); break;
       }
     } catch (const ferry::backend_error& e) {
       fz::violation(std::string{"backend error with a plan that never fails: "} + e.what());
     } catch (const ferry::error& e) {
+      if (code == 15) { continue; }  // a refused capture or replay: the graph's own capture calls were enqueued
       if (!same(before, ch->stats())) { fz::violation(std::string{"counters changed by a reject: "} + e.what()); }
       if (fz::enqueued(plan) != calls_before) {
         fz::violation(std::string{"backend operation enqueued by a reject: "} + e.what());
@@ -168,8 +197,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     (void)ch->close(std::chrono::milliseconds{2000});
     if (missing_commit) { fz::violation("close() did not report a writer that skipped ring_ref::commit()"); }
+    if (unplanned) { fz::violation("close() did not report a graph launched without plan()"); }
   } catch (const ferry::invalidated_error& e) {
-    if (!missing_commit) { fz::violation(std::string{"channel invalidated without a missing commit: "} + e.what()); }
+    if (!missing_commit && !unplanned) {
+      fz::violation(std::string{"channel invalidated without a missing commit or an unplanned replay: "} + e.what());
+    }
+    if (unplanned && !missing_commit && std::string{e.what()}.find("without plan()") == std::string::npos) {
+      fz::violation(std::string{"an unplanned replay reported as something else: "} + e.what());
+    }
   } catch (const fd::shutdown_error& e) {
     if (!open) { fz::violation(std::string{"close not clean after every forward ended: "} + e.what()); }
   }
