@@ -154,27 +154,29 @@ class py_channel {
       out.p = ch.end_forward(s);
       fwd_flags_.store(0, std::memory_order_relaxed);
     }
-    if constexpr (is_host<B>) {  // host "kernels" copy later, on the stream thread: hold the arrays until then
-      if (!capturing) {
-        auto done = std::make_shared<std::atomic<bool>>(false);
-        s.backend().host_func(s.handle(), [done] { done->store(true, std::memory_order_release); });
-        pending_.push_back({done, std::move(current_)});
-      } else {
-        graph_refs_.insert(graph_refs_.end(), current_.begin(), current_.end());
-      }
-      current_.clear();
-      std::lock_guard kl{keep_mu_};  // C ABI captures' owners: released after the copies, or with the graph
-      if (!capturing) {
-        if (!keep_current_.empty()) {
-          auto k = std::make_shared<decltype(keep_current_)>(std::move(keep_current_));
-          s.backend().host_func(s.handle(), [k] { k->clear(); });
-        }
-      } else {
-        keep_graph_.insert(keep_graph_.end(), keep_current_.begin(), keep_current_.end());
-      }
-      keep_current_.clear();
-    }
+    hand_over_forward_refs(s, capturing);
     return out;
+  }
+
+  /// Drops the forward open on `stream` (after an exception between begin_forward and end_forward, or a
+  /// capture that ended without end_forward): eager, every entry captured so far is published and
+  /// delivered; captured, the recording is forgotten. Returns whether a forward was open.
+  [[nodiscard]] bool abort_forward(nb::handle stream)
+  {
+    auto s = resolve_stream<B>(stream, dev_, "Channel.abort_forward");
+    std::shared_lock lk{mu_};
+    auto& ch = live("abort_forward");
+    // Captured at begin_forward: the capture may have ended since (a failed capture is aborted after it).
+    const bool captured = (fwd_flags_.load(std::memory_order_relaxed) & FERRY_INFO_FORWARD_CAPTURING) != 0;
+    bool was_open = false;
+    {
+      nb::gil_scoped_release g;
+      set_dev();
+      was_open = ch.abort_forward(s);
+      fwd_flags_.store(0, std::memory_order_relaxed);
+    }
+    if (was_open) { hand_over_forward_refs(s, captured); }
+    return was_open;
   }
 
   void capture(std::uint32_t hook, nb::handle tensor, nb::handle stream)
@@ -360,6 +362,32 @@ class py_channel {
   }
 
  private:
+  /// Host backend: the arrays (and C ABI owners) captured in the forward just ended or aborted. Eager: host
+  /// "kernels" copy later, on the stream thread, so they are held until then; captured: with the graph.
+  void hand_over_forward_refs(fb::stream_view<B> s, bool capturing)
+  {
+    if constexpr (is_host<B>) {
+      if (!capturing) {
+        auto done = std::make_shared<std::atomic<bool>>(false);
+        s.backend().host_func(s.handle(), [done] { done->store(true, std::memory_order_release); });
+        pending_.push_back({done, std::move(current_)});
+      } else {
+        graph_refs_.insert(graph_refs_.end(), current_.begin(), current_.end());
+      }
+      current_.clear();
+      std::lock_guard kl{keep_mu_};  // C ABI captures' owners: released after the copies, or with the graph
+      if (!capturing) {
+        if (!keep_current_.empty()) {
+          auto k = std::make_shared<decltype(keep_current_)>(std::move(keep_current_));
+          s.backend().host_func(s.handle(), [k] { k->clear(); });
+        }
+      } else {
+        keep_graph_.insert(keep_graph_.end(), keep_current_.begin(), keep_current_.end());
+      }
+      keep_current_.clear();
+    }
+  }
+
   fd::channel<B>& live(const char* what)
   {
     FERRY_EXPECTS(ch_.has_value(), ferry::logic_error, "Channel.{}: expected an open channel, got a closed one", what);
@@ -457,6 +485,10 @@ void bind_d2h(nb::module_& m)
       nb::arg("timeout") = 5.0, nb::arg("fifo_capacity") = 8192, nb::arg("sink").none() = nb::none())
     .def("begin_forward", &C::begin_forward, nb::arg("stream").none() = nb::none())
     .def("end_forward", &C::end_forward, nb::arg("stream").none() = nb::none())
+    .def("abort_forward", &C::abort_forward, nb::arg("stream").none() = nb::none(),
+         "Drops the forward open on stream (the recovery after an exception inside a forward): an eager "
+         "forward's captured entries are published and delivered, a captured one is forgotten. Returns "
+         "whether a forward was open.")
     .def("capture", &C::capture, nb::arg("hook"), nb::arg("tensor").none(), nb::arg("stream").none() = nb::none())
     .def("plan", &C::plan, nb::arg("plan"))
     .def("poll", &C::poll, nb::arg("max_entries") = 1024, nb::arg("timeout").none() = 0.0)

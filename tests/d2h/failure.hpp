@@ -5,25 +5,12 @@
 
 #include "d2h/fixture.hpp"
 
+#include <ferry/testing/ring_writer.hpp>
+
 #include <optional>
 #include <string>
 
 namespace ferry::test {
-
-namespace failure_detail {
-/// A user writer kernel (host backend): writes pattern(seq) through the ring view, then commits only when
-/// `commit` is set (a dynamic entry commits `bytes` as its actual size).
-inline void user_write(const fb::host_detail::launch_ctx& ctx, fd::ring_ref ref, std::uint64_t seq, std::uint64_t bytes,
-                       std::uint64_t commit)
-{
-  if (ctx.block_idx.x != 0) { return; }
-  auto* dst = reinterpret_cast<std::uint8_t*>(ref.data());
-  for (std::uint64_t i = 0; i < bytes && i < ref.capacity(); ++i) { dst[i] = ferry::testing::pattern_byte(seq, i); }
-  if (commit != 0) { ref.commit(bytes); }
-}
-inline const fb::host_kernel<fd::ring_ref, std::uint64_t, std::uint64_t, std::uint64_t> user_write_kernel{
-  &user_write, "test_user_write"};
-}  // namespace failure_detail
 
 template <class B>
 class D2hFailure : public d2h_fixture<B> {};
@@ -164,12 +151,14 @@ TYPED_TEST_P(D2hFailure, ForwardOnANewStreamJoinsTheLastOne)
 /// A user kernel that never calls ring_ref::commit(): the commit check after its writer (end_write) commits
 /// in its place, so the next entries are placed right instead of overwriting it, and reports it: the
 /// channel is invalidated naming the hook, and close() says so too. Every other entry arrives exact; a
-/// dynamic entry without commit is delivered as size_overflow. Host backend (the writer is a host kernel).
+/// dynamic entry without commit is delivered as size_overflow. The writer is ferry::testing's ring_writer
+/// kernel (host, CUDA); skipped where the check is compiled out (a GPU TU with NDEBUG and without
+/// FERRY_D2H_CHECK_COMMIT=1: tests/d2h/CMakeLists.txt defines it for d2h_cuda).
 TYPED_TEST_P(D2hFailure, MissingCommitIsDetectedAndRepaired)
 {
   using B = TypeParam;
-  if constexpr (!is_host_v<B>) {
-    GTEST_SKIP() << "the test's writer kernel is a host kernel";
+  if constexpr (!d2h_access::commit_check_enabled<B>) {
+    GTEST_SKIP() << "the commit check is compiled out (NDEBUG without FERRY_D2H_CHECK_COMMIT=1)";
   } else {
     fb::stream<B> s{this->b};
     sources<B> src{this->b, s, 0, 8, 256};
@@ -177,12 +166,13 @@ TYPED_TEST_P(D2hFailure, MissingCommitIsDetectedAndRepaired)
     auto cfg = this->small_config(1 << 16, 2);
     fd::channel<B> ch{cfg, this->b, chk.callback()};
     const fb::launch_config one{{1}, {32}, 0};
+    const auto writer = ferry::testing::ring_writer_kernel(typename B::tag{});
     ch.begin_forward(s);
     chk.expect(0, 1, 256);
     ch.capture(fd::hook_id{1}, src.at(0), 256, s);
     chk.expect(1, 7, 256);
     auto t = ch.begin_write(fd::hook_id{7}, 256, s);
-    this->b.launch(failure_detail::user_write_kernel, one, s.handle(), t.ref(), std::uint64_t{1}, std::uint64_t{256},
+    this->b.launch(writer, one, s.handle(), t.ref(), std::uint64_t{1}, std::uint64_t{256},
                    std::uint64_t{0});
     ch.end_write(std::move(t), s);
     chk.expect(2, 1, 256);
@@ -191,7 +181,7 @@ TYPED_TEST_P(D2hFailure, MissingCommitIsDetectedAndRepaired)
     ch.begin_forward(s);
     chk.expect(3, 8, ~std::uint64_t{0}, /*overflow=*/true);
     auto d = ch.begin_write(fd::hook_id{8}, 256, s, /*dynamic=*/true);
-    this->b.launch(failure_detail::user_write_kernel, one, s.handle(), d.ref(), std::uint64_t{3}, std::uint64_t{200},
+    this->b.launch(writer, one, s.handle(), d.ref(), std::uint64_t{3}, std::uint64_t{200},
                    std::uint64_t{0});
     ch.end_write(std::move(d), s);
     chk.expect(4, 1, 256);
@@ -218,19 +208,20 @@ TYPED_TEST_P(D2hFailure, MissingCommitIsDetectedAndRepaired)
 TYPED_TEST_P(D2hFailure, MissingCommitIsReportedByClose)
 {
   using B = TypeParam;
-  if constexpr (!is_host_v<B>) {
-    GTEST_SKIP() << "the test's writer kernel is a host kernel";
+  if constexpr (!d2h_access::commit_check_enabled<B>) {
+    GTEST_SKIP() << "the commit check is compiled out (NDEBUG without FERRY_D2H_CHECK_COMMIT=1)";
   } else {
     fb::stream<B> s{this->b};
     checker chk;
     auto cfg = this->small_config(1 << 16, 16);
     fd::channel<B> ch{cfg, this->b, chk.callback()};
     const fb::launch_config one{{1}, {32}, 0};
+    const auto writer = ferry::testing::ring_writer_kernel(typename B::tag{});
     for (std::uint64_t seq = 0; seq < 3; ++seq) {
       ch.begin_forward(s);
       chk.expect(seq, 5, 128);
       auto t = ch.begin_write(fd::hook_id{5}, 128, s);
-      this->b.launch(failure_detail::user_write_kernel, one, s.handle(), t.ref(), seq, std::uint64_t{128},
+      this->b.launch(writer, one, s.handle(), t.ref(), seq, std::uint64_t{128},
                      std::uint64_t{seq != 2 ? 1U : 0U});
       ch.end_write(std::move(t), s);
       (void)ch.end_forward(s);

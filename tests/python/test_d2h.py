@@ -218,3 +218,53 @@ def test_close_frees_the_device_and_with_closes(make_channel, stream, drain):
         with ferry.Channel(backend="host", ring_bytes=1 << 16) as ch3:
             raise RuntimeError("body")
     assert ch3.closed
+
+
+def test_abort_forward_delivers_what_was_captured_and_the_next_forward_works(make_channel, stream, drain):
+    ch = make_channel(ring_bytes=1 << 12, publish_every=16)  # no batch release: only abort publishes
+    a = np.arange(64, dtype=np.uint8)
+    b = np.arange(100, dtype=np.int32)
+    assert ch.abort_forward(stream) is False  # no forward open: nothing to do
+    ch.begin_forward(stream)
+    ch.capture(1, a, stream)
+    ch.capture(2, b, stream)
+    with pytest.raises(ferry.LogicError, match="ring"):  # a failure mid-way: an entry larger than the ring
+        ch.capture(3, np.zeros(1 << 13, np.uint8), stream)
+    with pytest.raises(ferry.LogicError, match="begin_forward"):
+        ch.begin_forward(stream)  # the forward is still open
+    assert ch.abort_forward(stream) is True
+    assert ch.abort_forward(stream) is False
+    got = drain(ch, 2)
+    assert [(e.hook, e.seq) for e in got] == [(1, 0), (2, 1)]
+    assert got[0].numpy().tobytes() == a.tobytes() and got[1].numpy().tobytes() == b.tobytes()
+    ch.begin_forward(stream)  # the next forward works and continues the sequence
+    ch.capture(4, a[::-1].copy(), stream)
+    ch.end_forward(stream)
+    (e,) = drain(ch, 1)
+    assert (e.hook, e.seq) == (4, 2) and e.numpy().tobytes() == a[::-1].tobytes()
+    report = ch.close()
+    assert report["clean"] and report["delivered"] == 3 and not report["forward_open"]
+
+
+@pytest.mark.parametrize("publish_every", [2, 16])
+def test_abort_forward_after_a_capture_ended_without_end_forward(make_channel, stream, drain, publish_every):
+    ch = make_channel(publish_every=publish_every)
+    a = np.full(32, 7, np.uint8)
+    stream.begin_capture()
+    ch.begin_forward(stream)
+    ch.capture(1, a, stream)
+    ch.capture(2, a, stream)
+    try:  # the capture ends without end_forward (it fails when a batch release's branch was left unjoined)
+        stream.end_capture()
+    except ferry.BackendError:
+        pass
+    with pytest.raises(ferry.LogicError, match="abort_forward"):
+        ch.begin_forward(stream)
+    assert ch.abort_forward(stream) is True  # the recording is forgotten; nothing was reserved
+    ch.begin_forward(stream)
+    ch.capture(3, a, stream)
+    ch.end_forward(stream)
+    (e,) = drain(ch, 1)
+    assert (e.hook, e.seq) == (3, 0) and (e.numpy() == 7).all()
+    assert ch.stats()["entries_reserved"] == 1
+    assert ch.close()["clean"]

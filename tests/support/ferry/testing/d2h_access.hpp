@@ -5,6 +5,7 @@
 #pragma once
 
 #include <ferry/d2h/channel.hpp>
+#include <ferry/d2h/detail/producer.hpp>
 #include <ferry/d2h/detail/test_hooks.hpp>
 
 #include <chrono>
@@ -15,6 +16,11 @@ namespace ferry::testing {
 using d2h_fault = ferry::d2h::detail::debug_fault;
 
 struct d2h_access {
+  /// Whether end_write enqueues the commit check for backend B in this translation unit: always on the host
+  /// backend; on a GPU backend only with FERRY_D2H_CHECK_COMMIT=1 (the default in builds without NDEBUG).
+  template <class B>
+  static constexpr bool commit_check_enabled = ferry::d2h::detail::producer<B>::check_commits;
+
   /// Removes one ordering step of `ch` from now on (d2h_fault::none restores it). Set it right after
   /// construction, before the first producer call.
   template <class B>
