@@ -9,6 +9,8 @@
 #include <ferry/backend/faulty.hpp>
 #include <ferry/d2h/detail/gather.hpp>
 
+#include <initializer_list>
+#include <stdexcept>
 #include <string>
 
 namespace ferry::test {
@@ -32,6 +34,17 @@ inline void user_write(const fb::host_detail::launch_ctx&, fd::ring_ref ref, std
   auto* dst = reinterpret_cast<std::uint8_t*>(ref.data());
   for (std::uint64_t i = 0; i < bytes; ++i) { dst[i] = ferry::testing::pattern_byte(seq, i); }
   ref.commit();
+}
+/// Expects `f()` to throw logic_error whose message contains every one of `what`.
+template <class F>
+void expect_refused(F&& f, std::initializer_list<const char*> what, const char* call)
+{
+  try {
+    f();
+    ADD_FAILURE() << call << ": expected logic_error";
+  } catch (const ferry::logic_error& e) {
+    for (const char* w : what) { EXPECT_NE(std::string{e.what()}.find(w), std::string::npos) << call << ": " << e.what(); }
+  }
 }
 }  // namespace gather_test
 
@@ -354,10 +367,150 @@ TYPED_TEST_P(D2hGather, FaultAtTheGatherLaunchInvalidates)
   }
 }
 
+/// abort_forward drops the deferred entries not yet flushed (recorded on the CPU, never launched, no seq
+/// given): they never arrive, while every entry flushed before the abort (explicit flush, the K-th entry,
+/// an immediate capture's flush point) arrives exact, and the next forward (eager, deferred, replayed)
+/// starts clean. Eager, a capture body that throws (graph_exec::capture's on_failure aborts), and a
+/// capture that ended without end_forward. Fails without the clear in abort_forward: the dropped entries
+/// (hook 99) are gathered by the next flush and arrive as unexpected seqs / hooks.
+TYPED_TEST_P(D2hGather, AbortForwardDropsUnflushedDeferredEntries)
+{
+  using B = TypeParam;
+  for (auto [k, branch] : {std::pair{4U, false}, std::pair{4U, true}, std::pair{16U, true}}) {
+    SCOPED_TRACE("K " + std::to_string(k) + " branch " + std::to_string(branch));
+    fb::stream<B> s{this->b};
+    constexpr std::uint64_t stride = 512;
+    sources<B> src{this->b, s, 0, 64, stride};
+    checker chk{seq_order::consecutive};
+    auto cfg = this->small_config(1 << 16, k);
+    cfg.branch_publish = branch;
+    fd::channel<B> ch{cfg, this->b, chk.callback()};
+    std::uint64_t seq = 0;
+    const auto deferred = [&](std::uint64_t size) {
+      chk.expect(seq, 7, size);
+      ch.capture_deferred(fd::hook_id{7}, src.at(seq), size, s);
+      ++seq;
+    };
+    const auto dropped = [&](fb::stream_view<B> cs, std::uint64_t count) {  // never flushed: no seq, never delivered
+      for (std::uint64_t j = 0; j < count; ++j) { ch.capture_deferred(fd::hook_id{99}, src.at(63 - j), 40 + j, cs); }
+    };
+    const auto good_forward = [&] {  // mixed deferred and immediate, ended: all arrive
+      ch.begin_forward(s);
+      for (std::uint64_t j = 0; j < 5; ++j) {
+        if (j == 2) {
+          chk.expect(seq, 8, 300);
+          ch.capture(fd::hook_id{8}, src.at(seq), 300, s);
+          ++seq;
+        } else {
+          deferred(100 + 50 * j);
+        }
+      }
+      (void)ch.end_forward(s);
+    };
+
+    // Eager: flushed by flush(), by the K-th entry (K = 4) and by an immediate capture, then 3 unflushed.
+    ch.begin_forward(s);
+    deferred(256);
+    deferred(64);
+    ch.flush(s);
+    for (std::uint64_t j = 0; j < 4; ++j) { deferred(128 + j); }
+    deferred(200);
+    chk.expect(seq, 8, stride);
+    ch.capture(fd::hook_id{8}, src.at(seq), stride, s);  // flush point of the entry before it
+    ++seq;
+    dropped(s.view(), 3);
+    const std::uint64_t reserved_before = ch.stats().entries_reserved;
+    EXPECT_TRUE(ch.abort_forward(s));
+    EXPECT_EQ(ch.stats().entries_reserved, reserved_before) << "abort_forward reserves none of the dropped entries";
+    EXPECT_FALSE(ch.abort_forward(s)) << "nothing left to abort";
+    good_forward();
+
+    // Captured: a body that throws with deferred entries recorded (one batch flushed into the discarded
+    // graph when K = 4); on_failure aborts the forward.
+    const auto throwing_body = [&](fb::stream_view<B> cs) {
+      ch.begin_forward(cs);
+      dropped(cs, k == 4 ? 6 : 3);
+      throw std::runtime_error{"capture body failed"};
+    };
+    EXPECT_THROW((void)fb::graph_exec<B>::capture(s.view(), throwing_body,
+                                                  [&](fb::stream_view<B> cs) { (void)ch.abort_forward(cs); }),
+                 std::runtime_error);
+    good_forward();
+
+    // Captured: the capture ends without end_forward (deferred entries recorded, none flushed); every call
+    // is refused until abort_forward drops the forward.
+    try {
+      auto bad = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
+        ch.begin_forward(cs);
+        dropped(cs, 2);
+      });
+    } catch (const ferry::backend_error&) {
+    }
+    gather_test::expect_refused([&] { ch.flush(s); }, {"flush", "no longer capturing"}, "flush");
+    EXPECT_TRUE(ch.abort_forward(s));
+    good_forward();
+
+    // A replayed forward with deferred entries after all that lands exact too.
+    fd::forward_plan plan;
+    const std::uint64_t first = seq;
+    auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
+      ch.begin_forward(cs);
+      for (std::uint64_t j = 0; j < 3; ++j) { ch.capture_deferred(fd::hook_id{9}, src.at(first + j), 96, cs); }
+      plan = ch.end_forward(cs);
+    });
+    for (std::uint64_t j = 0; j < 3; ++j) { chk.expect(seq++, 9, 96); }
+    ch.replay(g, plan, s);
+
+    EXPECT_FALSE(ch.invalidated()) << ch.invalidation_reason();
+    EXPECT_TRUE(ch.close().clean());
+    EXPECT_EQ(chk.got, seq) << "every flushed entry, none of the dropped ones";
+    EXPECT_EQ(ch.stats().entries_reserved, seq);
+    EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
+    EXPECT_TRUE(chk.expected.empty()) << chk.expected.size() << " expected entries never arrived";
+  }
+}
+
+/// One compute stream per forward holds for deferred entries too (check_producer): capture_deferred and
+/// flush on a second stream inside a forward are refused naming both streams, record nothing, and the
+/// forward's own entries (recorded before and after) arrive exact on its stream. Fails without the stream
+/// check: the second stream's entry is recorded (and its gather would run unordered with the forward's
+/// stream), so no logic_error is thrown and an unexpected hook-98 entry arrives.
+TYPED_TEST_P(D2hGather, CaptureDeferredOnASecondStreamIsRefused)
+{
+  using B = TypeParam;
+  fb::stream<B> s{this->b};
+  fb::stream<B> s2{this->b};
+  sources<B> src{this->b, s, 0, 8, 256};
+  checker chk{seq_order::consecutive};
+  fd::channel<B> ch{this->small_config(1 << 16, 16), this->b, chk.callback()};
+  ch.begin_forward(s);
+  chk.expect(0, 5, 256);
+  ch.capture_deferred(fd::hook_id{5}, src.at(0), 256, s);
+  gather_test::expect_refused([&] { ch.capture_deferred(fd::hook_id{98}, src.at(1), 256, s2); },
+                              {"capture_deferred", "one compute stream per forward"}, "capture_deferred on s2");
+  gather_test::expect_refused([&] { ch.flush(s2); }, {"flush", "one compute stream per forward"}, "flush on s2");
+  EXPECT_EQ(ch.stats().entries_reserved, 0U) << "the refused flush launched nothing";
+  chk.expect(1, 5, 200);
+  ch.capture_deferred(fd::hook_id{5}, src.at(1), 200, s);
+  (void)ch.end_forward(s);
+  // Between forwards another stream is fine (begin_forward joins the last forward's stream into it).
+  ch.begin_forward(s2);
+  chk.expect(2, 6, 128);
+  ch.capture_deferred(fd::hook_id{6}, src.at(2), 128, s2);
+  gather_test::expect_refused([&] { ch.capture_deferred(fd::hook_id{98}, src.at(3), 64, s); },
+                              {"capture_deferred", "one compute stream per forward"}, "capture_deferred on s");
+  (void)ch.end_forward(s2);
+  EXPECT_FALSE(ch.invalidated()) << ch.invalidation_reason();
+  EXPECT_TRUE(ch.close().clean());
+  EXPECT_EQ(chk.got, 3U);
+  EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
+}
+
 REGISTER_TYPED_TEST_SUITE_P(D2hGather, MixedImmediateAndDeferredKeepEntryOrder, BeginWriteIsAFlushPoint,
                             BatchesSplitAtRingWrap,
                             OneLargeAndManySmallInOneBatch, PartialBatchAtEndForwardAndExplicitFlush,
                             SourcesOverwrittenAfterTheFlushKeepCapturedBytes, GraphReplaysManyTimesWithPlan,
-                            FaultAtTheGatherLaunchInvalidates);
+                            FaultAtTheGatherLaunchInvalidates, AbortForwardDropsUnflushedDeferredEntries,
+                            CaptureDeferredOnASecondStreamIsRefused);
 
 }  // namespace ferry::test

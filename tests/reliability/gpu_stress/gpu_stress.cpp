@@ -10,6 +10,11 @@
 //     about 1 in 8 through capture_dynamic with the device-resident size);
 //   * graph replays of 3 planned forwards per phase (captured once, each replay preceded by the fill kernel for
 //     the replay's seqs on the same stream, then channel::replay = plan + launch).
+// In both, a share of the fixed-size entries (--deferred-percent, default 30) goes through capture_deferred,
+// mixed with immediate ones: the gather kernel copies each batch at its flush point (the K-th deferred entry,
+// the next immediate capture, end_forward, and an explicit flush() after about 1 in 16 eager ones). The fill
+// of the next window is enqueued after end_forward (the last flush point), so the sources are unmodified
+// until each batch's flush. Deferred entries are counted per mode (stdout, JSON) and checked like the rest.
 // Source slot capacities are 16 B .. 64 KiB, mostly small. About 1 in 256 dynamic entries deliberately resolves
 // to more than its reservation: it must come back as entry_status::size_overflow (counted, not forbidden).
 // The drain thread's callback checks every entry: seq order (loss, duplicate, out of order), hook, size,
@@ -18,9 +23,13 @@
 // Beside it, a separate CPU thread keeps re-launching an L2 "hammer" kernel on its own stream over a buffer
 // about twice the H200 L2 (128 MiB; 8 MiB on the host backend) until the stress ends.
 //
-//   ferry_gpu_stress [--host] [--entries N] [--seed S] [--json PATH] [--hammer-mib M] [--no-hammer] [--fault F]
+//   ferry_gpu_stress [--host] [--entries N] [--seed S] [--json PATH] [--hammer-mib M] [--no-hammer]
+//                    [--deferred-percent P] [--fault F]
 //     default entries: 10^7 (CUDA), 10^5 (host). --fault F (ferry::testing::d2h_fault, test-only) is a negative
-//     control: the run must then report forbidden outcomes and fail.
+//     control: the run must then report forbidden outcomes and fail. --fault deferred_source_overwritten is the
+//     harness's own: before each eager end_forward it overwrites the source of every deferred entry of the
+//     forward; those flushed already keep their bytes (stream order), the partial batch end_forward flushes
+//     must come back stale or torn (the gather reads the source at its flush, the contract's reason).
 // Last line: "gpu_stress: N entries checked, F forbidden, O overflow-reported, T s".
 // Exit status 1 if F > 0 or fewer than N entries were checked.
 #include "gpu_stress_kernels.hpp"
@@ -64,6 +73,8 @@ struct options {
   std::string json;
   std::uint64_t hammer_mib{0};  // 0: backend default
   bool hammer{true};
+  std::uint32_t deferred_percent{30};  // share of fixed-size entries captured through capture_deferred
+  bool overwrite_deferred{false};      // negative control: break the deferred source contract
   ferry::testing::d2h_fault fault{ferry::testing::d2h_fault::none};  // negative control: the checker must fail
 };
 
@@ -245,6 +256,7 @@ class checker {
 
 struct result {
   std::uint64_t checked{0}, overflow_reported{0}, overflow_expected{0}, produced{0};
+  std::uint64_t deferred_eager{0}, deferred_graph{0};  // entries produced through capture_deferred
   std::uint64_t per_placement[2]{0, 0};
   forbidden_counts f;
   std::uint64_t hammer_launches{0};
@@ -334,16 +346,19 @@ class stress {
       const auto ph = run_phase(placement, k, share);
       const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::printf("gpu_stress: phase %zu/%zu placement=%s K=%u: %llu produced, %llu checked, %llu overflow "
-                  "(expected %llu), %llu forbidden, %.2f s\n",
+                  "(expected %llu), deferred eager=%llu graph=%llu, %llu forbidden, %.2f s\n",
                   i + 1, phases.size(), placement_name(placement), k, static_cast<unsigned long long>(ph.produced),
                   static_cast<unsigned long long>(ph.checked), static_cast<unsigned long long>(ph.overflow_reported),
                   static_cast<unsigned long long>(ph.overflow_expected),
+                  static_cast<unsigned long long>(ph.deferred_eager), static_cast<unsigned long long>(ph.deferred_graph),
                   static_cast<unsigned long long>(ph.f.total()), sec);
       std::fflush(stdout);
       res.checked += ph.checked;
       res.overflow_reported += ph.overflow_reported;
       res.overflow_expected += ph.overflow_expected;
       res.produced += ph.produced;
+      res.deferred_eager += ph.deferred_eager;
+      res.deferred_graph += ph.deferred_graph;
       res.per_placement[placement == fd::head_placement::managed ? 0 : 1] += ph.checked;
       res.f.add(ph.f);
     }
@@ -353,6 +368,11 @@ class stress {
     if (!hammer_error.empty()) {
       ++res.f.errors;
       report("hammer thread: " + hammer_error);
+    }
+    if (opt_.deferred_percent > 0 && res.produced >= 10'000 && (res.deferred_eager == 0 || res.deferred_graph == 0)) {
+      ++res.f.errors;
+      report("deferred entries requested (" + std::to_string(opt_.deferred_percent) + "%) but eager " +
+             std::to_string(res.deferred_eager) + ", graph " + std::to_string(res.deferred_graph) + " produced");
     }
     if (opt_.hammer && res.hammer_launches == 0) {
       ++res.f.errors;
@@ -365,6 +385,7 @@ class stress {
   struct graph_node {
     std::uint32_t hook;
     bool dynamic;
+    bool deferred;       // captured through capture_deferred (fixed-size only)
     std::uint64_t size;  // static size (dynamic: reservation = slot cap)
   };
   struct planned {
@@ -396,6 +417,7 @@ class stress {
 
   struct phase_result {
     std::uint64_t produced{0}, checked{0}, overflow_reported{0}, overflow_expected{0};
+    std::uint64_t deferred_eager{0}, deferred_graph{0};
     forbidden_counts f;
   };
 
@@ -440,7 +462,9 @@ class stress {
         for (std::uint32_t j = 0; j < m; ++j) {
           const std::uint32_t cap = caps_[slot_of(g.first_slot, j)];
           const bool dyn = rng_() % 8 == 0;
-          g.nodes.push_back({static_cast<std::uint32_t>(rng_()), dyn, dyn || rng_() % 2 ? cap : 16 + rng_() % (cap - 15)});
+          const bool deferred = !dyn && rng_() % 100 < opt_.deferred_percent;
+          g.nodes.push_back(
+              {static_cast<std::uint32_t>(rng_()), dyn, deferred, dyn || rng_() % 2 ? cap : 16 + rng_() % (cap - 15)});
         }
         g.exec = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> sv) {
           ch.begin_forward(sv);
@@ -449,6 +473,8 @@ class stress {
             const std::uint32_t slot = slot_of(g.first_slot, j);
             if (nd.dynamic) {
               ch.capture_dynamic(fd::hook_id{nd.hook}, src_at(slot), nd.size, actual_at(slot), sv);
+            } else if (nd.deferred) {
+              ch.capture_deferred(fd::hook_id{nd.hook}, src_at(slot), nd.size, sv);
             } else {
               ch.capture(fd::hook_id{nd.hook}, src_at(slot), nd.size, sv);
             }
@@ -461,6 +487,7 @@ class stress {
         }
       }
 
+      std::vector<std::uint32_t> deferred_slots;  // sources of the open eager forward's deferred entries
       while (seq < n) {
         if (rng_() % 100 < 35) {
           // Eager batch: fill a window of slots for seqs [seq, seq + m), then forwards over it.
@@ -471,6 +498,7 @@ class stress {
           std::uint32_t j = 0;
           while (j < m) {
             ch.begin_forward(s);
+            deferred_slots.clear();
             for (std::uint64_t len = 1 + rng_() % sh_.fwd_max; len > 0 && j < m; --len, ++j, ++seq) {
               const std::uint32_t slot = slot_of(first, j);
               const std::uint32_t cap = caps_[slot];
@@ -481,8 +509,18 @@ class stress {
               } else {
                 const std::uint64_t size = rng_() % 2 ? cap : 16 + rng_() % (cap - 15);
                 expect(seq, hook, false, size, slot);
-                ch.capture(fd::hook_id{hook}, src_at(slot), size, s);
+                if (rng_() % 100 < opt_.deferred_percent) {
+                  ch.capture_deferred(fd::hook_id{hook}, src_at(slot), size, s);
+                  deferred_slots.push_back(slot);
+                  ++r.deferred_eager;
+                  if (rng_() % 16 == 0) { ch.flush(s); }
+                } else {
+                  ch.capture(fd::hook_id{hook}, src_at(slot), size, s);
+                }
               }
+            }
+            if (opt_.overwrite_deferred) {  // another seq's pattern: far from every seq of the run
+              for (const std::uint32_t slot : deferred_slots) { fill(slot, 1, seq + (std::uint64_t{1} << 40), s); }
             }
             (void)ch.end_forward(s);
           }
@@ -494,6 +532,7 @@ class stress {
           for (std::uint32_t j = 0; j < m; ++j) {
             const auto& nd = g.nodes[j];
             expect(seq + j, nd.hook, nd.dynamic, nd.size, slot_of(g.first_slot, j));
+            r.deferred_graph += nd.deferred ? 1 : 0;
           }
           ch.replay(g.exec, g.plan, s);
           seq += m;
@@ -570,10 +609,11 @@ int run_main(const shape& sh, const options& o)
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::uint64_t target = o.entries != 0 ? o.entries : sh.default_entries;
   const auto& f = res.f;
-  std::printf("gpu_stress: device %s; %llu produced; hammer launches %llu; per placement checked managed=%llu "
-              "pinned_mapped=%llu; forbidden: torn=%llu stale=%llu lost=%llu duplicated=%llu out_of_order=%llu "
+  std::printf("gpu_stress: device %s; %llu produced (deferred: eager %llu, graph %llu); hammer launches %llu; per "
+              "placement checked managed=%llu pinned_mapped=%llu; forbidden: torn=%llu stale=%llu lost=%llu duplicated=%llu out_of_order=%llu "
               "size_mismatch=%llu hook_mismatch=%llu status_mismatch=%llu unexpected=%llu errors=%llu\n",
               res.device.c_str(), static_cast<unsigned long long>(res.produced),
+              static_cast<unsigned long long>(res.deferred_eager), static_cast<unsigned long long>(res.deferred_graph),
               static_cast<unsigned long long>(res.hammer_launches),
               static_cast<unsigned long long>(res.per_placement[0]), static_cast<unsigned long long>(res.per_placement[1]),
               static_cast<unsigned long long>(f.torn), static_cast<unsigned long long>(f.stale),
@@ -594,11 +634,14 @@ int run_main(const shape& sh, const options& o)
       }
       std::fprintf(j,
                    "{\"entries_checked\": %llu, \"forbidden\": %llu, \"overflow_reported\": %llu, \"seconds\": %.3f, "
-                   "\"device\": \"%s\", \"placements\": {\"managed\": %llu, \"pinned_mapped\": %llu}}\n",
+                   "\"device\": \"%s\", \"placements\": {\"managed\": %llu, \"pinned_mapped\": %llu}, "
+                   "\"deferred\": {\"percent\": %u, \"eager\": %llu, \"graph\": %llu}}\n",
                    static_cast<unsigned long long>(res.checked), static_cast<unsigned long long>(f.total()),
                    static_cast<unsigned long long>(res.overflow_reported), sec, dev.c_str(),
                    static_cast<unsigned long long>(res.per_placement[0]),
-                   static_cast<unsigned long long>(res.per_placement[1]));
+                   static_cast<unsigned long long>(res.per_placement[1]), o.deferred_percent,
+                   static_cast<unsigned long long>(res.deferred_eager),
+                   static_cast<unsigned long long>(res.deferred_graph));
       std::fclose(j);
     } else {
       std::fprintf(stderr, "gpu_stress: cannot write %s\n", o.json.c_str());
@@ -634,14 +677,17 @@ int main(int argc, char** argv)
       o.json = argv[++i];
     } else if (a == "--fault" && i + 1 < argc) {
       const std::string_view f = argv[++i];
+      o.overwrite_deferred = f == "deferred_source_overwritten";
       o.fault = f == "drain_without_acquire"          ? ferry::testing::d2h_fault::drain_without_acquire
                 : f == "reclaim_before_copy_complete" ? ferry::testing::d2h_fault::reclaim_before_copy_complete
                                                       : ferry::testing::d2h_fault::none;
+    } else if (a == "--deferred-percent" && i + 1 < argc) {
+      o.deferred_percent = static_cast<std::uint32_t>(std::min<unsigned long long>(100, std::strtoull(argv[++i], nullptr, 10)));
     } else if (a == "--hammer-mib" && i + 1 < argc) {
       o.hammer_mib = std::strtoull(argv[++i], nullptr, 10);
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--host] [--entries N] [--seed S] [--json PATH] [--hammer-mib M] [--no-hammer] [--fault drain_without_acquire|reclaim_before_copy_complete]\n",
+                   "usage: %s [--host] [--entries N] [--seed S] [--json PATH] [--hammer-mib M] [--no-hammer] [--deferred-percent P] [--fault drain_without_acquire|reclaim_before_copy_complete|deferred_source_overwritten]\n",
                    argv[0]);
       return 2;
     }
