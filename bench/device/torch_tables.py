@@ -22,19 +22,19 @@ def table(d):
             "|---|---|---|" + "---|" * len(CONTESTANTS)]
     for key, name in MODES:
         m = d.get("decode", {}).get(key)
-        if not m:
-            continue
+        if not m or not m.get("no_capture_ms"):
+            continue  # a mode not run here (graphs on the host backend)
         base = m["no_capture_ms"]
         for pk, pname in PRESETS:
-            p = m.get(pk, {})
-            cells = [pct(p[c], base) if c in p else "-" for c, _ in CONTESTANTS]
+            p = m.get(pk) or {}
+            cells = [pct(p[c], base) if p.get(c) is not None else "-" for c, _ in CONTESTANTS]
             rows.append(f"| {name} | {base:.1f} ms | {pname} | " + " | ".join(cells) + " |")
     h = d.get("h2d_step")
     if h:
         rows += ["", "| H2D decode step, B=64 (GPU span to the first consumer) | per-tensor copies | ferry | ratio |",
                  "|---|---|---|---|"]
         for k in ("eager", "graph"):
-            if k in h:
+            if (h.get(k) or {}).get("torch_copies_us") and (h.get(k) or {}).get("ferry_us") is not None:
                 t, f = h[k]["torch_copies_us"], h[k]["ferry_us"]
                 rows.append(f"| {k} | {t:.1f} us | {f:.1f} us | {f / t:.2f}x |")
     return "\n".join(rows) + "\n"
@@ -45,12 +45,13 @@ def plot(d, path):
     bars = []
     for key, name in MODES:
         m = d.get("decode", {}).get(key)
-        if not m:
+        if not m or not m.get("no_capture_ms"):
             continue
         for pk, pname in PRESETS:
-            p = m.get(pk, {})
+            p = m.get(pk) or {}
             bars.append((f"{name}, {pname.split()[0]}",
-                         [(p[c] / m["no_capture_ms"] - 1) * 100 if c in p else None for c, _ in CONTESTANTS]))
+                         [(p[c] / m["no_capture_ms"] - 1) * 100 if p.get(c) is not None else None
+                          for c, _ in CONTESTANTS]))
     colors = ["#4e79a7", "#59a14f", "#e15759"]
     W, H, L, T, B = 820, 420, 60, 50, 110
     top = max([v for _, vs in bars for v in vs if v is not None] + [1.0])
