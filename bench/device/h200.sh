@@ -60,7 +60,7 @@ if has stress; then
   tail -12 "$OUT/gpu_stress.log"
 fi
 if has python; then
-  PYTHONPATH=$PWD/build-h200/src/python FERRY_PYTHON_BACKEND=cuda timeout "${FERRY_PYTEST_TIMEOUT:-300}" \
+  PYTHONPATH=$PWD/build-h200/src/python FERRY_TEST_SINK_DIR=$PWD/build-h200/tests/python/native_sink FERRY_PYTHON_BACKEND=cuda timeout "${FERRY_PYTEST_TIMEOUT:-300}" \
     python3 -m pytest -q -rs tests/python > "$OUT/pytest_gpu.log" 2>&1 || rc=1
   tail -15 "$OUT/pytest_gpu.log"
 fi
