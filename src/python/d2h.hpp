@@ -323,6 +323,9 @@ class py_channel {
     auto& ch = live("capture");
     using handle_type = typename B::stream_type;
     if (stream == FERRY_STREAM_OF_FORWARD) {
+      // An invalidated channel says so first (the forward it had is gone with it).
+      FERRY_EXPECTS(!ch.invalidated(), ferry::invalidated_error, "d2h channel capture (hook {}): {}", hook,
+                    ch.invalidation_reason());
       FERRY_EXPECTS((fwd_flags_.load(std::memory_order_relaxed) & FERRY_INFO_FORWARD_OPEN) != 0, ferry::logic_error,
                     "d2h channel capture (hook {}): expected an open forward (begin_forward), got none", hook);
       stream = fwd_stream_.load(std::memory_order_relaxed);

@@ -8,7 +8,9 @@ import pathlib
 import re
 import shutil
 import subprocess
+import sys
 import sysconfig
+import types
 
 import pytest
 
@@ -50,7 +52,11 @@ def test_doc_has_snippets():
 
 def test_doc_snippets_run(monkeypatch):
     monkeypatch.setenv("FERRY_PYTHON_BACKEND", "host")
-    ns = {"__name__": "python_md"}
+    # The blocks run in a real (registered) module: torch.compile's dynamo imports the module of the code
+    # it traces by its __name__.
+    mod = types.ModuleType("python_md")
+    sys.modules["python_md"] = mod
+    ns = mod.__dict__
     have = {"": True, "torch": _importable("torch", "transformers", "ferry.torch_ops"), "gpu": _have_gpu()}
     skipped = []
     for i, (tag, code) in enumerate(tagged_blocks()):
@@ -64,6 +70,7 @@ def test_doc_snippets_run(monkeypatch):
         except Exception as err:  # name the block that failed
             pytest.fail(f"docs/api/python.md python block {i} failed: {err!r}\n{code}")
     ns.clear()
+    del sys.modules["python_md"]
     gc.collect()
     if skipped:
         pytest.skip(f"ran the other blocks; skipped blocks {', '.join(skipped)}: torch/transformers or a GPU missing")

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Typed errors and bad input on the host backend: each raises a clear exception and loses nothing (the
 # channel keeps working and every earlier entry is still delivered).
+import time
+
 import numpy as np
 import pytest
 
@@ -142,40 +144,34 @@ def test_close_with_an_open_forward_raises_shutdown_error_with_report(make_chann
 
 
 def _invalidate(ch, x):
-    """A real backend failure inside a channel call: an eager forward whose captures go to two streams
-    capturing different graphs; the batch release of the second joins a branch stream already in the first
-    graph, and the host backend refuses that wait (stream_capture_isolation). Returns the two streams."""
-    s1, s2 = ferry.Stream(backend="host"), ferry.Stream(backend="host")
-    ch.begin_forward(s1)
-    s1.begin_capture()
-    s2.begin_capture()
-    ch.capture(1, x, s2)
-    with pytest.raises(ferry.BackendError, match="stream_capture_isolation"):
-        ch.capture(2, x, s1)
-    return s1, s2
-
-
-def _end_captures(*streams):
-    for s in streams:
-        try:
-            s.end_capture()
-        except ferry.BackendError:
-            pass
+    """A real invalidation: a captured forward launched without plan() (Graph.launch instead of
+    ch.plan(plan) + launch); the drainer sees published_head beyond the entries the CPU planned and
+    invalidates the channel ("graph replayed without plan()"). Returns the stream."""
+    s = ferry.Stream(backend="host")
+    s.begin_capture()
+    ch.begin_forward(s)
+    for hook in range(3):
+        ch.capture(hook, x, s)
+    ch.end_forward(s)
+    g = s.end_capture()
+    g.launch(s)  # the misuse: no ch.plan(plan)
+    s.synchronize()
+    deadline = time.monotonic() + 5.0
+    while not ch.invalidated and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ch.invalidated, "the drainer must see the unplanned replay"
+    return s
 
 
 def test_invalidated_channel_raises_invalidated_error_and_closes(make_channel):
     ch = make_channel(publish_every=1, timeout=0.5)
     x = np.arange(16, dtype=np.float32)
-    s1, s2 = _invalidate(ch, x)
-    assert ch.invalidated
-    try:
-        for call in (lambda: ch.capture(3, x, s1), lambda: ch.end_forward(s1)):
-            with pytest.raises(ferry.InvalidatedError, match="stream_capture_isolation") as info:
-                call()
-            assert type(info.value) is ferry.InvalidatedError  # not a LogicError / BackendError
-    finally:
-        _end_captures(s1, s2)
-    with pytest.raises(ferry.InvalidatedError, match="failed backend call"):
+    s1 = _invalidate(ch, x)
+    for call in (lambda: ch.begin_forward(s1), lambda: ch.capture(3, x, s1)):
+        with pytest.raises(ferry.InvalidatedError, match="graph replayed without plan") as info:
+            call()
+        assert type(info.value) is ferry.InvalidatedError  # not a LogicError / BackendError
+    with pytest.raises(ferry.InvalidatedError, match="without plan"):
         ch.close()
     assert ch.closed  # closed anyway: the device slot is free again
     with pytest.raises(ferry.LogicError, match="closed"):

@@ -4,7 +4,10 @@
 # the C ABI's error mapping, and (CUDA only, skipped here) torch.cuda.graph capture + replay with plan().
 import ctypes
 
+import time
+
 import numpy as np
+
 import pytest
 
 import ferry
@@ -113,7 +116,7 @@ def test_torch_compile_fullgraph_no_graph_break_entries_exact(make_channel, stre
         ch.begin_forward(stream)
         out = compiled(tok, xi, w)
         ch.end_forward(stream)
-        torch.testing.assert_close(out, f_eager_value(xi, w))
+        torch.testing.assert_close(out, f_eager_value(xi, w), rtol=1e-4, atol=1e-3)  # a fused sum rounds differently
     got = entries(ch, 6)
     assert [e.hook for e in got] == [1, 2, 3, 1, 2, 3]
     for e, (hook, b) in zip(got, want):
@@ -295,22 +298,23 @@ def test_cuda_compile_and_wrong_devices():
 
 def test_invalidated_channel_through_the_op(make_channel):
     ch = make_channel(publish_every=1, timeout=0.5)
-    s1, s2 = ferry.Stream(backend="host"), ferry.Stream(backend="host")
+    s = ferry.Stream(backend="host")
     x = torch.arange(16, dtype=torch.float32)
-    ch.begin_forward(s1)
-    s1.begin_capture()
-    s2.begin_capture()
-    try:
-        ch.capture(1, x.numpy(), s2)  # the branch stream joins s2's graph ...
-        with pytest.raises(ferry.BackendError, match="stream_capture_isolation"):
-            ch.capture(2, x.numpy(), s1)  # ... and s1's release cannot join it: the channel is invalidated
-        with pytest.raises(ferry.InvalidatedError, match="stream_capture_isolation"):
-            torch.ops.ferry.capture(fto.token(), x, ch.handle, 3)
-    finally:
-        for s in (s1, s2):
-            try:
-                s.end_capture()
-            except ferry.BackendError:
-                pass
+    s.begin_capture()
+    ch.begin_forward(s)
+    ch.capture(1, x.numpy(), s)
+    ch.capture(2, x.numpy(), s)
+    ch.end_forward(s)
+    g = s.end_capture()
+    g.launch(s)  # a captured forward launched without plan(): the drainer invalidates the channel
+    s.synchronize()
+    deadline = time.monotonic() + 5.0
+    while not ch.invalidated and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ch_handle = ch.handle
+    with pytest.raises(ferry.InvalidatedError, match="graph replayed without plan"):
+        ch.begin_forward(s)
+    with pytest.raises(ferry.InvalidatedError, match="graph replayed without plan"):
+        torch.ops.ferry.capture(fto.token(), x, ch_handle, 3)
     with pytest.raises(ferry.InvalidatedError):
         ch.close()
