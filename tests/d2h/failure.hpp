@@ -175,32 +175,40 @@ TYPED_TEST_P(D2hFailure, MissingCommitIsDetectedAndRepaired)
     this->b.launch(writer, one, s.handle(), t.ref(), std::uint64_t{1}, std::uint64_t{256},
                    std::uint64_t{0});
     ch.end_write(std::move(t), s);
-    chk.expect(2, 1, 256);
-    ch.capture(fd::hook_id{1}, src.at(2), 256, s);
-    (void)ch.end_forward(s);
-    ch.begin_forward(s);
-    chk.expect(3, 8, ~std::uint64_t{0}, /*overflow=*/true);
-    auto d = ch.begin_write(fd::hook_id{8}, 256, s, /*dynamic=*/true);
-    this->b.launch(writer, one, s.handle(), d.ref(), std::uint64_t{3}, std::uint64_t{200},
-                   std::uint64_t{0});
-    ch.end_write(std::move(d), s);
-    chk.expect(4, 1, 256);
-    ch.capture(fd::hook_id{1}, src.at(4), 256, s);
-    (void)ch.end_forward(s);
-    s.synchronize();
+    // The check kernel reports through a pinned flag the CPU reads at every producer call: any call after
+    // the writer's end_write may see it (under a serializing tool such as compute-sanitizer, the very next
+    // one does), at the latest the begin_forward after the synchronize. Entries captured before the
+    // detection are delivered; nothing is delivered wrong.
+    std::string what;
     try {
+      chk.expect(2, 1, 256);
+      ch.capture(fd::hook_id{1}, src.at(2), 256, s);
+      (void)ch.end_forward(s);
+      ch.begin_forward(s);
+      chk.expect(3, 8, ~std::uint64_t{0}, /*overflow=*/true);
+      auto d = ch.begin_write(fd::hook_id{8}, 256, s, /*dynamic=*/true);
+      this->b.launch(writer, one, s.handle(), d.ref(), std::uint64_t{3}, std::uint64_t{200},
+                     std::uint64_t{0});
+      ch.end_write(std::move(d), s);
+      chk.expect(4, 1, 256);
+      ch.capture(fd::hook_id{1}, src.at(4), 256, s);
+      (void)ch.end_forward(s);
+      s.synchronize();
       ch.begin_forward(s);
       ADD_FAILURE() << "a missing commit was not reported";
     } catch (const ferry::invalidated_error& e) {
-      EXPECT_NE(std::string{e.what()}.find("hook 7 (entry 1 of its forward"), std::string::npos) << e.what();
-      EXPECT_NE(std::string{e.what()}.find("ring_ref::commit()"), std::string::npos) << e.what();
+      what = e.what();
     }
+    EXPECT_NE(what.find("hook 7 (entry 1 of its forward"), std::string::npos) << what;
+    EXPECT_NE(what.find("ring_ref::commit()"), std::string::npos) << what;
     EXPECT_TRUE(ch.invalidated());
+    const std::uint64_t reserved = ch.stats().entries_reserved;
+    EXPECT_GE(reserved, 2U) << "the entries up to the writer's were accepted before the check could report";
     EXPECT_THROW((void)ch.close(), ferry::invalidated_error);
-    EXPECT_EQ(chk.got, 5U) << "every published entry is delivered";
+    EXPECT_EQ(chk.got, reserved) << "every accepted entry is delivered";
     EXPECT_EQ(chk.bad_entries, 0U) << "no entry overwrote another";
     EXPECT_EQ(chk.bad_meta, 0U);
-    EXPECT_EQ(chk.overflows, 1U);
+    EXPECT_EQ(chk.overflows, reserved >= 4 ? 1U : 0U) << "the dynamic entry without a commit is an overflow";
   }
 }
 
