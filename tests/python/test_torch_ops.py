@@ -314,3 +314,76 @@ def test_invalidated_channel_through_the_op(make_channel):
                 pass
     with pytest.raises(ferry.InvalidatedError):
         ch.close()
+
+
+# ---- deferred capture: torch.ops.ferry.capture_deferred / flush
+
+def test_deferred_op_entries_exact(make_channel, stream):
+    ch = make_channel(publish_every=4)
+    tok = fto.token()
+    xs = [torch.arange(i, i + 6, dtype=torch.float32) for i in range(5)]
+    ch.begin_forward(stream)
+    for i, x in enumerate(xs):
+        fto.capture_deferred(tok, x, ch, i)
+    assert ch.deferred_pending == 1
+    fto.flush(tok, ch)
+    assert ch.deferred_pending == 0
+    ch.end_forward(stream)
+    got = entries(ch, 5)
+    assert [e.hook for e in got] == list(range(5))
+    assert [e.tobytes() for e in got] == [as_bytes(x) for x in xs]
+    assert ch.close()["clean"]
+
+
+def test_deferred_in_place_write_before_flush_is_detected(make_channel, stream):
+    ch = make_channel(publish_every=8)
+    tok = fto.token()
+    a, b = torch.ones(4), torch.zeros(4)
+    ch.begin_forward(stream)
+    fto.capture_deferred(tok, b, ch, 1)
+    fto.capture_deferred(tok, a, ch, 7)
+    a.add_(1)  # written in place before the flush
+    with pytest.raises(ferry.LogicError, match="deferred hook 7 was written in place"):
+        ch.end_forward(stream)
+    with pytest.raises(ferry.LogicError, match="deferred hook 7"):
+        fto.capture(tok, b, ch, 2)  # any flush point checks again
+    assert ch.abort_forward(stream) is True
+    assert ch.poll(10, timeout=0.3) == []  # nothing of the batch published
+    # written AFTER its flush: fine
+    ch.begin_forward(stream)
+    fto.capture_deferred(tok, a, ch, 7)
+    fto.flush(tok, ch)
+    a.add_(1)
+    ch.end_forward(stream)
+    got = entries(ch, 1)
+    assert got[0].tobytes() == as_bytes(torch.full((4,), 2.0))
+    assert ch.close()["clean"]
+
+
+def _deferred_model(handle):
+    def f(tok, x, w):
+        y = x @ w
+        torch.ops.ferry.capture_deferred(tok, y, handle, 1)
+        z = torch.relu(y) + 1
+        torch.ops.ferry.capture_deferred(tok, z, handle, 2)
+        torch.ops.ferry.flush(tok, handle)
+        return z.sum()
+    return f
+
+
+def test_torch_compile_fullgraph_deferred(make_channel, stream):
+    ch = make_channel(ring_bytes=1 << 18, publish_every=8)
+    tok = fto.token()
+    x, w = torch.randn(4, 8), torch.randn(8, 16)
+    compiled = torch.compile(_deferred_model(ch.handle), fullgraph=True)
+    ch.begin_forward(stream)
+    compiled(tok, x, w)
+    ch.end_forward(stream)
+    got = entries(ch, 2)
+    assert [e.hook for e in got] == [1, 2]
+    y = x @ w
+    for e, b in zip(got, [as_bytes(y), as_bytes(torch.relu(y) + 1)]):
+        assert e.size == len(b)
+        np.testing.assert_allclose(np.frombuffer(e.tobytes(), np.float32), np.frombuffer(b, np.float32),
+                                   rtol=1e-5, atol=1e-5)
+    assert ch.close()["clean"]
