@@ -143,6 +143,35 @@ def test_context_manager_and_capture_fn(model, make_channel, stream, drain):
     assert [e.hook for e in drain(ch, LAYERS)] == list(range(LAYERS))
 
 
+@pytest.mark.parametrize("preset", ["hidden-states", "vllm-full"])
+@pytest.mark.parametrize("use_ops", [False, "auto"])
+def test_preset_deferred_entries_exact_and_not_written_in_place(model, preset, use_ops, make_channel, stream,
+                                                                drain):
+    # no_grad (not inference_mode): the tensors keep version counters, so an in-place write to a deferred
+    # point before its flush would raise here: the presets' points are safe to defer.
+    ch = make_channel(ring_bytes=1 << 20, publish_every=4)
+    points = fh.preset(model, preset)
+    assert all(p.deferred for p in points) and fh.deferred_ids(points) == set(range(len(points)))
+    seen = []
+    cap = fh.capture_fn(ch, stream, use_ops=use_ops, deferred=points)
+
+    def both(h, t):
+        seen.append((h, t.detach().clone()))
+        cap(h, t)
+
+    seq = 5
+    ids = torch.arange(seq).reshape(1, seq) * 7 % 256
+    with fh.install(model, points, both), torch.no_grad():
+        ch.begin_forward(stream)
+        model(input_ids=ids, use_cache=False)
+        ch.end_forward(stream)
+    entries = drain(ch, len(points))
+    assert [e.hook for e in entries] == list(range(len(points)))
+    for e, (h, t) in zip(entries, seen):
+        assert e.tobytes() == t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes(), h
+    assert ch.close()["clean"]
+
+
 def test_benchmark_smoke(tmp_path):
     out = tmp_path / "torch_qwen3.json"
     env = dict(os.environ, FERRY_PYTHON_BACKEND="host")

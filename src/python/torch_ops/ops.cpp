@@ -85,7 +85,8 @@ void bind_capi(int64_t address)
 void release_tensor(void* owner) { delete static_cast<at::Tensor*>(owner); }
 
 /// A deferred capture's source: x (its version counter), and the bytes the gather reads (x itself on CUDA;
-/// on the host backend a snapshot in an eager forward, as capture takes one).
+/// on the host backend a snapshot in an eager forward, as capture takes one). An inference tensor
+/// (torch.inference_mode) has no version counter: version -1, not checked.
 struct deferred_owner {
   at::Tensor x;
   at::Tensor bytes;
@@ -95,7 +96,7 @@ void release_deferred(void* owner) { delete static_cast<deferred_owner*>(owner);
 int deferred_unchanged(void* owner)
 {
   const auto* d = static_cast<const deferred_owner*>(owner);
-  return d->x._version() == d->version ? 1 : 0;
+  return d->version < 0 || d->x._version() == d->version ? 1 : 0;  // -1: an inference tensor (no counter)
 }
 
 int capture_impl(const at::Tensor& x, int64_t channel, int64_t hook, bool deferred, char* err, std::size_t len)
@@ -127,7 +128,7 @@ int capture_impl(const at::Tensor& x, int64_t channel, int64_t hook, bool deferr
     const c10::Stream cs = host ? c10::Stream{c10::Stream::DEFAULT, x.device()}
                                 : c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(x.device());
     auto* d = new deferred_owner{x, host && (flags & FERRY_INFO_FORWARD_CAPTURING) == 0 ? x.clone() : x,
-                                 static_cast<std::int64_t>(x._version())};
+                                 x.is_inference() ? std::int64_t{-1} : static_cast<std::int64_t>(x._version())};
     return api.capture_deferred(static_cast<std::uint64_t>(channel), static_cast<std::uint32_t>(hook),
                                 d->bytes.const_data_ptr(), bytes,
                                 host ? FERRY_STREAM_OF_FORWARD : reinterpret_cast<std::uintptr_t>(cs.native_handle()),
