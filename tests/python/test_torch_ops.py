@@ -3,6 +3,7 @@
 # with no graph break and exact entries, fake-tensor / meta propagation, bad inputs as ferry's typed errors,
 # the C ABI's error mapping, and (CUDA only, skipped here) torch.cuda.graph capture + replay with plan().
 import ctypes
+import gc
 
 import numpy as np
 import pytest
@@ -386,4 +387,20 @@ def test_torch_compile_fullgraph_deferred(make_channel, stream):
         assert e.size == len(b)
         np.testing.assert_allclose(np.frombuffer(e.tobytes(), np.float32), np.frombuffer(b, np.float32),
                                    rtol=1e-5, atol=1e-5)
+    assert ch.close()["clean"]
+
+
+def test_deferred_op_tensor_freed_after_capture_still_exact(make_channel, stream):
+    # the binding holds each deferred source (the op's owner) until its copy ran: del + gc are fine
+    ch = make_channel(publish_every=4, ring_bytes=1 << 20)
+    tok = fto.token()
+    ch.begin_forward(stream)
+    for i in range(6):
+        fto.capture_deferred(tok, torch.full((4096,), float(i + 1)), ch, i)
+    gc.collect()
+    junk = [torch.full((4096,), -1.0) for _ in range(32)]  # would take the freed memory
+    ch.end_forward(stream)
+    got = entries(ch, 6)
+    assert [e.tobytes() for e in got] == [as_bytes(torch.full((4096,), float(i + 1))) for i in range(6)]
+    del junk
     assert ch.close()["clean"]
