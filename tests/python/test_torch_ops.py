@@ -404,3 +404,22 @@ def test_deferred_op_tensor_freed_after_capture_still_exact(make_channel, stream
     assert [e.tobytes() for e in got] == [as_bytes(torch.full((4096,), float(i + 1))) for i in range(6)]
     del junk
     assert ch.close()["clean"]
+
+
+def test_deferred_batch_split_by_ring_bytes_is_mirrored(make_channel, stream):
+    # ring 4 KiB, 1 KiB entries: the 4th cannot join the batch (it might span the ring), so the channel flushes
+    # entries 0-2 first; the binding mirrors that: writing entry 0 afterwards is legal, not an error.
+    ch = make_channel(publish_every=8, ring_bytes=1 << 12)
+    tok = fto.token()
+    xs = [torch.full((256,), float(i)) for i in range(4)]
+    ch.begin_forward(stream)
+    for i in range(3):
+        fto.capture_deferred(tok, xs[i], ch, i)
+    assert ch.deferred_pending == 3
+    fto.capture_deferred(tok, xs[3], ch, 3)
+    assert ch.deferred_pending == 1
+    xs[0].add_(100)  # after its flush: fine
+    ch.end_forward(stream)
+    got = entries(ch, 4)
+    assert [e.tobytes() for e in got] == [as_bytes(torch.full((256,), float(i))) for i in range(4)]
+    assert ch.close()["clean"]
