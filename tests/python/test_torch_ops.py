@@ -423,3 +423,57 @@ def test_deferred_batch_split_by_ring_bytes_is_mirrored(make_channel, stream):
     got = entries(ch, 4)
     assert [e.tobytes() for e in got] == [as_bytes(torch.full((256,), float(i))) for i in range(4)]
     assert ch.close()["clean"]
+
+
+@cuda
+def test_cuda_deferred_eager_graph_and_in_place_detection():
+    ch = ferry.Channel(0, ring_bytes=8 << 20, publish_every=4, backend="cuda")
+    s = torch.cuda.Stream()
+    tok = fto.token("cuda")
+    x = torch.randn(64, 128, device="cuda")
+    w = torch.randn(128, 256, device="cuda")
+
+    def step():
+        y = x @ w
+        torch.ops.ferry.capture_deferred(tok, y, ch.handle, 1)
+        z = torch.relu(y)
+        torch.ops.ferry.capture_deferred(tok, z, ch.handle, 2)
+        torch.ops.ferry.capture_deferred(tok, (z * 2)[:5].contiguous(), ch.handle, 3)  # a temporary: held
+        return y, z
+
+    torch.cuda.synchronize()
+    with torch.cuda.stream(s):
+        ch.begin_forward(s)
+        y, z = step()
+        ch.end_forward(s)
+    torch.cuda.synchronize()
+    got = entries(ch, 3)
+    assert [e.hook for e in got] == [1, 2, 3]
+    assert got[0].tobytes() == as_bytes(y.cpu()) and got[1].tobytes() == as_bytes(z.cpu())
+    assert got[2].tobytes() == as_bytes((z * 2)[:5].cpu())
+
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        ch.begin_forward(s)
+        y_out, z_out = step()
+        plan = ch.end_forward(s)
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        ch.plan(plan)
+        g.replay()
+        torch.cuda.synchronize()
+        got = entries(ch, 3)
+        assert got[0].tobytes() == as_bytes(y_out.cpu()) and got[1].tobytes() == as_bytes(z_out.cpu())
+
+    # an in-place write before the flush: LogicError naming the hook, nothing of the batch published
+    a = torch.ones(1024, device="cuda")
+    with torch.cuda.stream(s):
+        ch.begin_forward(s)
+        torch.ops.ferry.capture_deferred(tok, a, ch.handle, 7)
+        a.mul_(3)
+        with pytest.raises(ferry.LogicError, match="deferred hook 7"):
+            ch.end_forward(s)
+        assert ch.abort_forward(s)
+    torch.cuda.synchronize()
+    assert ch.poll(4, timeout=0.3) == []
+    assert ch.close()["clean"]
