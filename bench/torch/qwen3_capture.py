@@ -219,9 +219,11 @@ class Bench:
         self.fstream.synchronize()
         return (time.perf_counter() - t) * 1e3
 
-    def capture_fn(self):
+    def capture_fn(self, deferred=False):
+        """The hooks' capture call; ``deferred``: the preset's points (those marked deferred use deferred
+        capture: one gather launch per batch of publish_every entries), or False."""
         use = {"auto": "auto", "ops": True, "core": False}[self.args.capture]
-        return fh.capture_fn(self.ch, self.fstream, use_ops=use, device=self.device)
+        return fh.capture_fn(self.ch, self.fstream, use_ops=use, device=self.device, deferred=deferred)
 
     def stream_arg(self):
         return torch.cuda.current_stream() if self.cuda else self.fstream
@@ -240,45 +242,46 @@ class Bench:
             runs["none"] = (lambda: [dec.step() for _ in range(tokens)], 0)
 
         for preset, pts in points_by_preset.items():
-            # ferry
-            if graph:
-                holder = {}
+            # ferry (a copy kernel per hook) and gather (deferred capture: one gather kernel per K hooks)
+            for kind, deferred in (("ferry", False), ("gather", pts)):
+                if graph:
+                    holder = {}
 
-                def ferry_body(holder=holder):
-                    s = torch.cuda.current_stream()
-                    self.ch.begin_forward(s)
-                    dec.step()
-                    holder["plan"] = self.ch.end_forward(s)
+                    def ferry_body(holder=holder):
+                        s = torch.cuda.current_stream()
+                        self.ch.begin_forward(s)
+                        dec.step()
+                        holder["plan"] = self.ch.end_forward(s)
 
-                def ferry_warm():
-                    self.ch.begin_forward(self.stream_arg())
-                    dec.step()
-                    self.ch.end_forward(self.stream_arg())
+                    def ferry_warm():
+                        self.ch.begin_forward(self.stream_arg())
+                        dec.step()
+                        self.ch.end_forward(self.stream_arg())
 
-                hooks = fh.install(model, pts, self.capture_fn())
-                try:
-                    g = self.capture_graph(dec, ferry_body, warm=ferry_warm, warm_entries=n_by[preset])
-                finally:
-                    hooks.remove()
-                plan = holder["plan"]
+                    hooks = fh.install(model, pts, self.capture_fn(deferred))
+                    try:
+                        g = self.capture_graph(dec, ferry_body, warm=ferry_warm, warm_entries=n_by[preset])
+                    finally:
+                        hooks.remove()
+                    plan = holder["plan"]
 
-                def run_ferry_graph(g=g, plan=plan):
-                    for _ in range(tokens):
-                        self.ch.plan(plan)
-                        g.replay()
-
-                runs[f"ferry:{preset}"] = (run_ferry_graph, n_by[preset] * tokens)
-            else:
-
-                def run_ferry_eager(pts=pts):
-                    with fh.install(model, pts, self.capture_fn()):
-                        s = self.stream_arg()
+                    def run_ferry_graph(g=g, plan=plan):
                         for _ in range(tokens):
-                            self.ch.begin_forward(s)
-                            dec.step()
-                            self.ch.end_forward(s)
+                            self.ch.plan(plan)
+                            g.replay()
 
-                runs[f"ferry:{preset}"] = (run_ferry_eager, n_by[preset] * tokens)
+                    runs[f"{kind}:{preset}"] = (run_ferry_graph, n_by[preset] * tokens)
+                else:
+
+                    def run_ferry_eager(pts=pts, deferred=deferred):
+                        with fh.install(model, pts, self.capture_fn(deferred)):
+                            s = self.stream_arg()
+                            for _ in range(tokens):
+                                self.ch.begin_forward(s)
+                                dec.step()
+                                self.ch.end_forward(s)
+
+                    runs[f"{kind}:{preset}"] = (run_ferry_eager, n_by[preset] * tokens)
 
             # torch-native: one pinned buffer per hook, copy_(non_blocking) on the current stream, an event per
             # step after which the host may read them (the buffers are overwritten by the next step).
@@ -383,7 +386,7 @@ class Bench:
         reps = args.graph_reps if graph else args.eager_reps
         for rep in range(reps + 1):  # rep 0: warm-up, not recorded
             for key, (fn, n_entries) in runs.items():
-                check = rep == reps and key.startswith("ferry:")
+                check = rep == reps and key.startswith(("ferry:", "gather:"))
                 self.drain.wait(self.expected)
                 self.drain.items, self.drain.check = [], check
                 dec.reset()
@@ -402,7 +405,8 @@ class Bench:
         med = {k: statistics.median(v) for k, v in times.items()}
         out = {"no_capture_ms": med["none"]}
         for p in presets:
-            out[p.replace("-", "_")] = {"ferry_ms": med[f"ferry:{p}"], "torch_copy_ms": med[f"torch:{p}"]}
+            out[p.replace("-", "_")] = {"ferry_ms": med[f"ferry:{p}"], "gather_ms": med[f"gather:{p}"],
+                                        "torch_copy_ms": med[f"torch:{p}"]}
         return out
 
     def cpu_per_hook(self, n=2000):
@@ -648,7 +652,7 @@ def main(argv=None):
         h2d.setdefault(mode, {"torch_copies_us": None, "ferry_us": None})
     for name in mode_specs:
         decode.setdefault(name, {"no_capture_ms": None,
-                                 **{p.replace("-", "_"): {"ferry_ms": None, "torch_copy_ms": None}
+                                 **{p.replace("-", "_"): {"ferry_ms": None, "gather_ms": None, "torch_copy_ms": None}
                                     for p in ("hidden-states", "vllm-full")}})
 
     out = {
@@ -673,8 +677,9 @@ def main(argv=None):
         print(f"{name} no_capture {base:.2f} ms")
         for p in ("hidden_states", "vllm_full"):
             if p in d and d[p]["ferry_ms"] is not None:
-                f_, t_ = d[p]["ferry_ms"], d[p]["torch_copy_ms"]
+                f_, g_, t_ = d[p]["ferry_ms"], d[p]["gather_ms"], d[p]["torch_copy_ms"]
                 print(f"{name} {p} ferry {f_:.2f} ms ({100 * (f_ / base - 1):+.2f}%) "
+                      f"gather {g_:.2f} ms ({100 * (g_ / base - 1):+.2f}%) "
                       f"torch_copy {t_:.2f} ms ({100 * (t_ / base - 1):+.2f}%)")
     print(f"entries_checked {bench.entries_checked} entries_bad {bench.entries_bad}"
           + (f" first_bad: {bench.first_bad}" if bench.first_bad else ""))

@@ -38,6 +38,11 @@ struct channel_slot {
   /// capture(self, hook, ptr, bytes, stream, keep): throws ferry's errors.
   void (*capture)(void* self, std::uint32_t hook, const void* ptr, std::uint64_t bytes, std::uintptr_t stream,
                   std::shared_ptr<void> keep){nullptr};
+  /// capture_deferred(self, hook, ptr, bytes, stream, keep, unchanged, owner): throws ferry's errors.
+  void (*capture_deferred)(void* self, std::uint32_t hook, const void* ptr, std::uint64_t bytes, std::uintptr_t stream,
+                           std::shared_ptr<void> keep, int (*unchanged)(void*), void* owner){nullptr};
+  /// flush(self, stream): throws ferry's errors.
+  void (*flush)(void* self, std::uintptr_t stream){nullptr};
   /// FERRY_INFO_* flags of the channel's open forward.
   std::uint32_t (*flags)(void* self){nullptr};
   std::shared_ptr<channel_life> life;
@@ -164,6 +169,33 @@ inline int capture(std::uint64_t channel, std::uint32_t hook, const void* ptr, s
   });
 }
 
+inline int capture_deferred(std::uint64_t channel, std::uint32_t hook, const void* ptr, std::uint64_t bytes,
+                            std::uintptr_t stream, void (*keep_alive)(void*), int (*unchanged)(void*), void* owner,
+                            char* err, std::size_t len)
+{
+  std::shared_ptr<void> keep;
+  if (keep_alive != nullptr) {
+    try {
+      keep = std::shared_ptr<void>(owner, keep_alive);
+    } catch (...) {
+      keep_alive(owner);
+      put(err, len, "ferry C ABI: capture_deferred: out of host memory");
+      return FERRY_ERR_OOM;
+    }
+  }
+  return guarded(err, len, true, [&] {
+    channel_registry::get().with(channel, [&](const channel_slot& s) {
+      s.capture_deferred(s.self, hook, ptr, bytes, stream, std::move(keep), unchanged, owner);
+    });
+  });
+}
+
+inline int flush(std::uint64_t channel, std::uintptr_t stream, char* err, std::size_t len)
+{
+  return guarded(err, len, true,
+                 [&] { channel_registry::get().with(channel, [&](const channel_slot& s) { s.flush(s.self, stream); }); });
+}
+
 inline int channel_info(std::uint64_t channel, int* backend, int* device, std::uint32_t* flags, char* err,
                         std::size_t len)
 {
@@ -197,7 +229,8 @@ inline void set_python_error(int status, const char* msg)
 inline const ferry_capi* capi_table()
 {
   static const ferry_capi t{FERRY_CAPI_VERSION, sizeof(ferry_capi), &capi_detail::capture, &capi_detail::channel_info,
-                              &capi_detail::set_python_error};
+                              &capi_detail::set_python_error, &capi_detail::capture_deferred,
+                              &capi_detail::flush};
   return &t;
 }
 

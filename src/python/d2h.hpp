@@ -95,10 +95,48 @@ struct py_graph {
   return s;
 }
 
+/// The owner of a deferred source given from Python (Channel.capture_deferred): the array (a reference,
+/// dropped with the GIL taken, when `owns`), and torch's version counter at the capture when it has one.
+struct py_deferred_src {
+  PyObject* obj{nullptr};
+  long long version{0};
+  bool versioned{false};
+  bool owns{false};
+
+  [[nodiscard]] static long long read_version(PyObject* o, bool& ok)
+  {
+    PyObject* v = PyObject_GetAttrString(o, "_version");
+    ok = v != nullptr && PyLong_Check(v) != 0;
+    const long long r = ok ? PyLong_AsLongLong(v) : 0;
+    Py_XDECREF(v);
+    if (!ok) { PyErr_Clear(); }
+    return r;
+  }
+  static void release(void* p)
+  {
+    auto* d = static_cast<py_deferred_src*>(p);
+    if (d->owns) {
+      nb::gil_scoped_acquire g;
+      Py_DECREF(d->obj);
+    }
+    delete d;
+  }
+  static int unchanged(void* p)
+  {
+    auto* d = static_cast<py_deferred_src*>(p);
+    if (!d->versioned) { return 1; }
+    nb::gil_scoped_acquire g;
+    bool ok = false;
+    const long long now = read_version(d->obj, ok);
+    return ok && now == d->version ? 1 : 0;
+  }
+};
+
 template <class B>
 class py_channel {
  public:
-  py_channel(int device, fd::config cfg, nb::handle sink = nb::handle()) : dev_{device}
+  py_channel(int device, fd::config cfg, nb::handle sink = nb::handle())
+    : dev_{device}, def_limit_{fd::detail::deferred_limit(cfg, cfg.fifo_capacity)}, ring_bytes_{cfg.ring_bytes}
   {
     B b{};
     b.set_device(fb::device_id{device});
@@ -115,7 +153,9 @@ class py_channel {
     }
     ch_.emplace(cfg, b, std::move(cb));
     handle_ = channel_registry::get().add(channel_slot{this, is_host<B> ? FERRY_BACKEND_HOST : FERRY_BACKEND_CUDA,
-                                                       device, &py_channel::capture_thunk, &py_channel::flags_thunk,
+                                                       device, &py_channel::capture_thunk,
+                                                       &py_channel::deferred_thunk, &py_channel::flush_thunk,
+                                                       &py_channel::flags_thunk,
                                                        std::make_shared<channel_life>()});
   }
   ~py_channel()
@@ -135,6 +175,7 @@ class py_channel {
     nb::gil_scoped_release g;
     set_dev();
     ch.begin_forward(s);
+    drop_deferred();
     fwd_stream_.store(reinterpret_cast<std::uintptr_t>(s.handle()), std::memory_order_relaxed);
     fwd_flags_.store(FERRY_INFO_FORWARD_OPEN | (s.is_capturing() ? FERRY_INFO_FORWARD_CAPTURING : 0U),
                      std::memory_order_relaxed);
@@ -151,7 +192,9 @@ class py_channel {
       nb::gil_scoped_release g;
       set_dev();
       capturing = s.is_capturing();
+      check_deferred("end_forward");
       out.p = ch.end_forward(s);
+      deferred_flushed();
       fwd_flags_.store(0, std::memory_order_relaxed);
     }
     hand_over_forward_refs(s, capturing);
@@ -160,7 +203,8 @@ class py_channel {
 
   /// Drops the forward open on `stream` (after an exception between begin_forward and end_forward, or a
   /// capture that ended without end_forward): eager, every entry captured so far is published and
-  /// delivered; captured, the recording is forgotten. Returns whether a forward was open.
+  /// delivered; captured, the recording is forgotten; pending deferred entries are dropped unlaunched.
+  /// Returns whether a forward was open.
   [[nodiscard]] bool abort_forward(nb::handle stream)
   {
     auto s = resolve_stream<B>(stream, dev_, "Channel.abort_forward");
@@ -173,6 +217,7 @@ class py_channel {
       nb::gil_scoped_release g;
       set_dev();
       was_open = ch.abort_forward(s);
+      drop_deferred();  // pending deferred entries are dropped unlaunched with the forward
       fwd_flags_.store(0, std::memory_order_relaxed);
     }
     if (was_open) { hand_over_forward_refs(s, captured); }
@@ -189,9 +234,50 @@ class py_channel {
     {
       nb::gil_scoped_release g;
       set_dev();
+      check_deferred("capture");
       ch.capture(fd::hook_id{hook}, t.data(), t.nbytes(), s);
+      deferred_flushed();
     }
     if constexpr (is_host<B>) { current_.push_back(nb::borrow(tensor)); }
+  }
+
+  /// Channel.capture_deferred: the array is held until the flush that copies it was enqueued (host backend:
+  /// until the forward's copies ran); a torch tensor's version counter is checked before that flush.
+  void capture_deferred(std::uint32_t hook, nb::handle tensor, nb::handle stream)
+  {
+    auto s = resolve_stream<B>(stream, dev_, "Channel.capture_deferred");
+    const any_array t = as_array(tensor, "Channel.capture_deferred");
+    check_device_array<B>(t, dev_, fmt_who("Channel.capture_deferred", hook));
+    auto* o = new py_deferred_src{tensor.ptr(), 0, false, !is_host<B>};
+    o->version = py_deferred_src::read_version(tensor.ptr(), o->versioned);
+    if (o->owns) { Py_INCREF(o->obj); }
+    std::shared_ptr<void> keep(o, &py_deferred_src::release);
+    std::shared_lock lk{mu_};
+    auto& ch = live("capture_deferred");
+    if constexpr (is_host<B>) { current_.push_back(nb::borrow(tensor)); }  // the host copy runs later
+    nb::gil_scoped_release g;
+    set_dev();
+    deferred(ch, hook, t.data(), t.nbytes(), s, std::move(keep), &py_deferred_src::unchanged, o);
+  }
+
+  /// Channel.flush: enqueues the gather of the pending deferred entries.
+  void flush(nb::handle stream)
+  {
+    auto s = resolve_stream<B>(stream, dev_, "Channel.flush");
+    std::shared_lock lk{mu_};
+    auto& ch = live("flush");
+    nb::gil_scoped_release g;
+    set_dev();
+    check_deferred("flush");
+    ch.flush(s);
+    deferred_flushed();
+  }
+
+  /// The number of deferred entries recorded and not yet flushed (the binding's mirror of the channel's).
+  [[nodiscard]] std::size_t deferred_pending() const
+  {
+    std::lock_guard l{def_mu_};
+    return pend_.size();
   }
 
   void plan(const py_plan& p)
@@ -296,6 +382,10 @@ class py_channel {
       }
       ch_.reset();
     }
+    {
+      nb::gil_scoped_release g;
+      drop_deferred();
+    }
     current_.clear();
     pending_.clear();
     graph_refs_.clear();
@@ -332,13 +422,35 @@ class py_channel {
     }
     const fb::stream_view<B> s{B{}, reinterpret_cast<handle_type>(stream)};
     set_dev();
+    check_deferred("capture");
     ch.capture(fd::hook_id{hook}, ptr, bytes, s);
+    deferred_flushed();
     if constexpr (is_host<B>) {  // the host copy runs later on the stream thread: hold the bytes until then
       if (keep) {
         std::lock_guard kl{keep_mu_};
         keep_current_.push_back(std::move(keep));
       }
     }
+  }
+  /// The C ABI capture_deferred / flush (no GIL held).
+  void capture_deferred_raw(std::uint32_t hook, const void* ptr, std::uint64_t bytes, std::uintptr_t stream,
+                            std::shared_ptr<void> keep, int (*unchanged)(void*), void* owner)
+  {
+    std::shared_lock lk{mu_};
+    auto& ch = live("capture_deferred");
+    const auto s = raw_stream(stream, hook, "capture_deferred");
+    set_dev();
+    deferred(ch, hook, ptr, bytes, s, std::move(keep), unchanged, owner);
+  }
+  void flush_raw(std::uintptr_t stream)
+  {
+    std::shared_lock lk{mu_};
+    auto& ch = live("flush");
+    const auto s = raw_stream(stream, 0, "flush");
+    set_dev();
+    check_deferred("flush");
+    ch.flush(s);
+    deferred_flushed();
   }
   [[nodiscard]] int device() const noexcept { return dev_; }
   [[nodiscard]] bool invalidated() const
@@ -404,6 +516,95 @@ class py_channel {
   {
     return std::string{what} + " (hook " + std::to_string(hook) + ")";
   }
+  [[nodiscard]] fb::stream_view<B> raw_stream(std::uintptr_t stream, std::uint32_t hook, const char* what) const
+  {
+    if (stream == FERRY_STREAM_OF_FORWARD) {
+      FERRY_EXPECTS((fwd_flags_.load(std::memory_order_relaxed) & FERRY_INFO_FORWARD_OPEN) != 0, ferry::logic_error,
+                    "d2h channel {} (hook {}): expected an open forward (begin_forward), got none", what, hook);
+      stream = fwd_stream_.load(std::memory_order_relaxed);
+    }
+    return fb::stream_view<B>{B{}, reinterpret_cast<typename B::stream_type>(stream)};
+  }
+
+  /// A deferred source held by the binding until the gather that copies it was enqueued.
+  struct deferred_src {
+    std::uint32_t hook{0};
+    std::shared_ptr<void> keep;
+    int (*unchanged)(void*){nullptr};
+    void* owner{nullptr};
+  };
+
+  /// capture_deferred through the channel, mirroring its flush rule (detail::deferred_batch with the same
+  /// limit and ring size): a flush before the new entry (the batch could not hold it), and after it (the
+  /// batch is full). Every pending source is checked first: a flush may happen in this call.
+  void deferred(fd::channel<B>& ch, std::uint32_t hook, const void* ptr, std::uint64_t bytes,
+                const fb::stream_view<B>& s, std::shared_ptr<void> keep, int (*unchanged)(void*), void* owner)
+  {
+    check_deferred("capture_deferred");
+    const std::uint64_t reserved = fd::align_up(bytes, fd::entry_alignment);
+    bool before = false;
+    {
+      std::lock_guard l{def_mu_};
+      before = mirror_.needs_flush_before(reserved, def_limit_, ring_bytes_);
+    }
+    ch.capture_deferred(fd::hook_id{hook}, ptr, bytes, s);
+    if (before) { deferred_flushed(); }
+    bool full = false;
+    {
+      std::lock_guard l{def_mu_};
+      mirror_.push(fd::hook_id{hook}, ptr, bytes, reserved);
+      pend_.push_back(deferred_src{hook, std::move(keep), unchanged, owner});
+      full = mirror_.size() >= def_limit_;
+    }
+    if (full) { deferred_flushed(); }
+  }
+  /// Throws logic_error naming the first pending deferred entry whose source was written since its capture
+  /// (before anything of the batch is launched: the caller then calls abort_forward).
+  void check_deferred(const char* what)
+  {
+    std::vector<std::pair<std::uint32_t, std::pair<int (*)(void*), void*>>> c;
+    {
+      std::lock_guard l{def_mu_};
+      for (const auto& p : pend_) {
+        if (p.unchanged != nullptr) { c.push_back({p.hook, {p.unchanged, p.owner}}); }
+      }
+    }
+    for (const auto& [hook, f] : c) {
+      FERRY_EXPECTS(f.first(f.second) != 0, ferry::logic_error,
+                    "Channel.{}: the source of deferred hook {} was written in place after its capture_deferred and "
+                    "before its flush (the gather would copy the new bytes): expected it unmodified until the "
+                    "flush; capture hook {} immediately instead. Nothing of its batch was launched (abort_forward "
+                    "drops the forward)",
+                    what, hook, hook);
+    }
+  }
+  /// The channel flushed every pending deferred entry (its gather is enqueued): CUDA releases the sources
+  /// now (the allocator orders reuse on the stream); the host backend holds them until the forward's
+  /// emulated copies ran (keep_current_, as the C ABI's captures).
+  void deferred_flushed()
+  {
+    std::vector<deferred_src> done;
+    {
+      std::lock_guard l{def_mu_};
+      done.swap(pend_);
+      mirror_.clear();
+    }
+    if constexpr (is_host<B>) {
+      std::lock_guard kl{keep_mu_};
+      for (auto& d : done) {
+        if (d.keep) { keep_current_.push_back(std::move(d.keep)); }
+      }
+    }
+  }
+  /// The pending deferred entries were dropped unlaunched (abort_forward, a new forward, close).
+  void drop_deferred()
+  {
+    std::vector<deferred_src> done;
+    std::lock_guard l{def_mu_};
+    done.swap(pend_);
+    mirror_.clear();
+  }
+
   void drop_completed_refs()
   {
     std::erase_if(pending_, [](const auto& p) { return p.first->load(std::memory_order_acquire); });
@@ -414,12 +615,23 @@ class py_channel {
   {
     static_cast<py_channel*>(self)->capture_raw(hook, ptr, bytes, stream, std::move(keep));
   }
+  static void deferred_thunk(void* self, std::uint32_t hook, const void* ptr, std::uint64_t bytes,
+                             std::uintptr_t stream, std::shared_ptr<void> keep, int (*unchanged)(void*), void* owner)
+  {
+    static_cast<py_channel*>(self)->capture_deferred_raw(hook, ptr, bytes, stream, std::move(keep), unchanged, owner);
+  }
+  static void flush_thunk(void* self, std::uintptr_t stream) { static_cast<py_channel*>(self)->flush_raw(stream); }
   static std::uint32_t flags_thunk(void* self)
   {
     return static_cast<py_channel*>(self)->fwd_flags_.load(std::memory_order_relaxed);
   }
 
   int dev_;
+  std::uint32_t def_limit_;  // the channel's deferred batch limit (detail::deferred_limit)
+  std::uint64_t ring_bytes_;
+  mutable std::mutex def_mu_;
+  fd::detail::deferred_batch mirror_;  // the channel's deferred batch, mirrored (sizes only)
+  std::vector<deferred_src> pend_;     // its sources, in entry order
   std::uint64_t handle_{0};
   nb::object sink_owner_;  // the "ferry.sink" capsule, held until close()
   std::atomic<std::uintptr_t> fwd_stream_{0};
@@ -490,9 +702,14 @@ void bind_d2h(nb::module_& m)
     .def("end_forward", &C::end_forward, nb::arg("stream").none() = nb::none())
     .def("abort_forward", &C::abort_forward, nb::arg("stream").none() = nb::none(),
          "Drops the forward open on stream (the recovery after an exception inside a forward): an eager "
-         "forward's captured entries are published and delivered, a captured one is forgotten. Returns "
+         "forward's captured entries are published and delivered, a captured one is forgotten, pending deferred "
+         "entries are dropped. Returns "
          "whether a forward was open.")
     .def("capture", &C::capture, nb::arg("hook"), nb::arg("tensor").none(), nb::arg("stream").none() = nb::none())
+    .def("capture_deferred", &C::capture_deferred, nb::arg("hook"), nb::arg("tensor").none(),
+         nb::arg("stream").none() = nb::none())
+    .def("flush", &C::flush, nb::arg("stream").none() = nb::none())
+    .def_prop_ro("deferred_pending", &C::deferred_pending)
     .def("plan", &C::plan, nb::arg("plan"))
     .def("poll", &C::poll, nb::arg("max_entries") = 1024, nb::arg("timeout").none() = 0.0)
     .def("stats", &C::stats)

@@ -20,7 +20,8 @@ extern "C" {
 #endif
 
 #define FERRY_CAPI_NAME "ferry._ferry._capi"
-#define FERRY_CAPI_VERSION 1u
+/* Version 2 appended capture_deferred and flush; a table of version >= 2 starts with version 1's members. */
+#define FERRY_CAPI_VERSION 2u
 #define FERRY_SINK_NAME "ferry.sink"
 #define FERRY_SINK_VERSION 1u
 /** ferry_capi::capture's `stream` meaning "the stream given to the channel's open begin_forward". */
@@ -81,6 +82,19 @@ typedef struct ferry_capi {
   /** Sets the Python exception of `status` (ferry.LogicError, ferry.InvalidatedError, ...) with `msg`, as the
    * core module raises it; the caller holds the GIL (then raises it, e.g. pybind11::error_already_set). */
   void (*set_python_error)(int status, const char* msg);
+  /* ---- version 2 ---- */
+  /** Channel.capture_deferred: records (hook, ptr, bytes); the bytes are copied by the batch's gather at
+   * its flush point (the batch limit, end_forward, flush, an immediate capture). The channel holds `owner`
+   * until that flush has been enqueued (host backend: until the emulated copy ran), then calls
+   * `keep_alive(owner)` (also when the call fails). Before any call that may flush, the channel calls
+   * `unchanged(owner)` (if not NULL; any thread, GIL maybe not held) for every pending entry: 0 means the
+   * source was written since the capture, and that call fails with FERRY_ERR_LOGIC naming the hook, before
+   * anything of the batch is launched. */
+  int (*capture_deferred)(uint64_t channel, uint32_t hook, const void* ptr, uint64_t bytes, uintptr_t stream,
+                          void (*keep_alive)(void* owner), int (*unchanged)(void* owner), void* owner, char* err,
+                          size_t err_len);
+  /** Channel.flush(stream): enqueues the gather of the pending deferred entries (checked as above). */
+  int (*flush)(uint64_t channel, uintptr_t stream, char* err, size_t err_len);
 } ferry_capi;
 
 #ifdef __cplusplus

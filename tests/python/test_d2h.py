@@ -268,3 +268,58 @@ def test_abort_forward_after_a_capture_ended_without_end_forward(make_channel, s
     assert (e.hook, e.seq) == (3, 0) and (e.numpy() == 7).all()
     assert ch.stats()["entries_reserved"] == 1
     assert ch.close()["clean"]
+
+
+# ---- deferred capture (Channel.capture_deferred / flush / abort_forward)
+
+def test_deferred_entries_exact_and_flush_points(make_channel, stream, drain):
+    ch = make_channel(publish_every=4)
+    xs = [np.arange(i * 10, i * 10 + 5, dtype=np.int32) for i in range(6)]
+    ch.begin_forward(stream)
+    for i, x in enumerate(xs[:3]):
+        ch.capture_deferred(i, x, stream)
+    assert ch.deferred_pending == 3
+    ch.capture_deferred(3, xs[3], stream)
+    assert ch.deferred_pending == 0  # the K-th deferred entry flushes its batch
+    ch.capture_deferred(4, xs[4], stream)
+    assert ch.deferred_pending == 1
+    ch.capture(9, xs[5], stream)  # an immediate capture flushes first (entry order kept)
+    assert ch.deferred_pending == 0
+    ch.capture_deferred(5, xs[5], stream)
+    ch.flush(stream)
+    assert ch.deferred_pending == 0
+    ch.capture_deferred(6, xs[0], stream)
+    ch.end_forward(stream)  # flushes the partial batch
+    assert ch.deferred_pending == 0
+    got = drain(ch, 8)
+    assert [e.hook for e in got] == [0, 1, 2, 3, 4, 9, 5, 6]
+    want = [xs[0], xs[1], xs[2], xs[3], xs[4], xs[5], xs[5], xs[0]]
+    for e, w in zip(got, want):
+        assert e.tobytes() == w.tobytes()
+    assert ch.close()["clean"]
+
+
+def test_deferred_source_freed_after_capture_is_still_exact(make_channel, stream, drain):
+    ch = make_channel(publish_every=8)
+    ch.begin_forward(stream)
+    for i in range(3):
+        ch.capture_deferred(i, np.full(64, i + 1, dtype=np.uint8), stream)  # no reference left but the binding's
+    gc.collect()
+    junk = [np.full(64, 0xEE, dtype=np.uint8) for _ in range(16)]  # reuse freed memory if it was freed
+    ch.end_forward(stream)
+    got = drain(ch, 3)
+    assert [e.tobytes() for e in got] == [bytes([i + 1]) * 64 for i in range(3)]
+    del junk
+    assert ch.close()["clean"]
+
+
+def test_abort_forward_drops_pending_deferred(make_channel, stream, drain):
+    ch = make_channel(publish_every=8)
+    ch.begin_forward(stream)
+    ch.capture(0, np.ones(4, np.int32), stream)
+    ch.capture_deferred(1, np.ones(4, np.int32), stream)
+    assert ch.abort_forward(stream) is True
+    assert ch.deferred_pending == 0
+    got = drain(ch, 1)
+    assert [e.hook for e in got] == [0]
+    assert ch.poll(10, timeout=0.2) == []

@@ -3,6 +3,7 @@
 # with no graph break and exact entries, fake-tensor / meta propagation, bad inputs as ferry's typed errors,
 # the C ABI's error mapping, and (CUDA only, skipped here) torch.cuda.graph capture + replay with plan().
 import ctypes
+import gc
 
 import time
 
@@ -214,7 +215,7 @@ def test_capi_error_mapping():
     get.argtypes = [ctypes.py_object, ctypes.c_char_p]
     base = get(ferry._ferry._capi, b"ferry._ferry._capi")
     version, size = ctypes.c_uint32.from_address(base).value, ctypes.c_uint32.from_address(base + 4).value
-    assert version == 1 and size >= 8 + 3 * ctypes.sizeof(ctypes.c_void_p)
+    assert version == 2 and size >= 8 + 5 * ctypes.sizeof(ctypes.c_void_p)  # version 2: + capture_deferred, flush
     fn_addr = ctypes.c_void_p.from_address(base + 8 + 2 * ctypes.sizeof(ctypes.c_void_p)).value
     set_error = ctypes.PYFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p)(fn_addr)
     for status, cls in [(1, ferry.LogicError), (2, ferry.OutOfMemory), (3, ferry.TimeoutError),
@@ -318,3 +319,165 @@ def test_invalidated_channel_through_the_op(make_channel):
         torch.ops.ferry.capture(fto.token(), x, ch_handle, 3)
     with pytest.raises(ferry.InvalidatedError):
         ch.close()
+
+
+# ---- deferred capture: torch.ops.ferry.capture_deferred / flush
+
+def test_deferred_op_entries_exact(make_channel, stream):
+    ch = make_channel(publish_every=4)
+    tok = fto.token()
+    xs = [torch.arange(i, i + 6, dtype=torch.float32) for i in range(5)]
+    ch.begin_forward(stream)
+    for i, x in enumerate(xs):
+        fto.capture_deferred(tok, x, ch, i)
+    assert ch.deferred_pending == 1
+    fto.flush(tok, ch)
+    assert ch.deferred_pending == 0
+    ch.end_forward(stream)
+    got = entries(ch, 5)
+    assert [e.hook for e in got] == list(range(5))
+    assert [e.tobytes() for e in got] == [as_bytes(x) for x in xs]
+    assert ch.close()["clean"]
+
+
+def test_deferred_in_place_write_before_flush_is_detected(make_channel, stream):
+    ch = make_channel(publish_every=8)
+    tok = fto.token()
+    a, b = torch.ones(4), torch.zeros(4)
+    ch.begin_forward(stream)
+    fto.capture_deferred(tok, b, ch, 1)
+    fto.capture_deferred(tok, a, ch, 7)
+    a.add_(1)  # written in place before the flush
+    with pytest.raises(ferry.LogicError, match="deferred hook 7 was written in place"):
+        ch.end_forward(stream)
+    with pytest.raises(ferry.LogicError, match="deferred hook 7"):
+        fto.capture(tok, b, ch, 2)  # any flush point checks again
+    assert ch.abort_forward(stream) is True
+    assert ch.poll(10, timeout=0.3) == []  # nothing of the batch published
+    # written AFTER its flush: fine
+    ch.begin_forward(stream)
+    fto.capture_deferred(tok, a, ch, 7)
+    fto.flush(tok, ch)
+    a.add_(1)
+    ch.end_forward(stream)
+    got = entries(ch, 1)
+    assert got[0].tobytes() == as_bytes(torch.full((4,), 2.0))
+    assert ch.close()["clean"]
+
+
+def _deferred_model(handle):
+    def f(tok, x, w):
+        y = x @ w
+        torch.ops.ferry.capture_deferred(tok, y, handle, 1)
+        z = torch.relu(y) + 1
+        torch.ops.ferry.capture_deferred(tok, z, handle, 2)
+        torch.ops.ferry.flush(tok, handle)
+        return z.sum()
+    return f
+
+
+def test_torch_compile_fullgraph_deferred(make_channel, stream):
+    ch = make_channel(ring_bytes=1 << 18, publish_every=8)
+    tok = fto.token()
+    x, w = torch.randn(4, 8), torch.randn(8, 16)
+    compiled = torch.compile(_deferred_model(ch.handle), fullgraph=True)
+    ch.begin_forward(stream)
+    compiled(tok, x, w)
+    ch.end_forward(stream)
+    got = entries(ch, 2)
+    assert [e.hook for e in got] == [1, 2]
+    y = x @ w
+    for e, b in zip(got, [as_bytes(y), as_bytes(torch.relu(y) + 1)]):
+        assert e.size == len(b)
+        np.testing.assert_allclose(np.frombuffer(e.tobytes(), np.float32), np.frombuffer(b, np.float32),
+                                   rtol=1e-5, atol=1e-5)
+    assert ch.close()["clean"]
+
+
+def test_deferred_op_tensor_freed_after_capture_still_exact(make_channel, stream):
+    # the binding holds each deferred source (the op's owner) until its copy ran: del + gc are fine
+    ch = make_channel(publish_every=4, ring_bytes=1 << 20)
+    tok = fto.token()
+    ch.begin_forward(stream)
+    for i in range(6):
+        fto.capture_deferred(tok, torch.full((4096,), float(i + 1)), ch, i)
+    gc.collect()
+    junk = [torch.full((4096,), -1.0) for _ in range(32)]  # would take the freed memory
+    ch.end_forward(stream)
+    got = entries(ch, 6)
+    assert [e.tobytes() for e in got] == [as_bytes(torch.full((4096,), float(i + 1))) for i in range(6)]
+    del junk
+    assert ch.close()["clean"]
+
+
+def test_deferred_batch_split_by_ring_bytes_is_mirrored(make_channel, stream):
+    # ring 4 KiB, 1 KiB entries: the 4th cannot join the batch (it might span the ring), so the channel flushes
+    # entries 0-2 first; the binding mirrors that: writing entry 0 afterwards is legal, not an error.
+    ch = make_channel(publish_every=8, ring_bytes=1 << 12)
+    tok = fto.token()
+    xs = [torch.full((256,), float(i)) for i in range(4)]
+    ch.begin_forward(stream)
+    for i in range(3):
+        fto.capture_deferred(tok, xs[i], ch, i)
+    assert ch.deferred_pending == 3
+    fto.capture_deferred(tok, xs[3], ch, 3)
+    assert ch.deferred_pending == 1
+    xs[0].add_(100)  # after its flush: fine
+    ch.end_forward(stream)
+    got = entries(ch, 4)
+    assert [e.tobytes() for e in got] == [as_bytes(torch.full((256,), float(i))) for i in range(4)]
+    assert ch.close()["clean"]
+
+
+@cuda
+def test_cuda_deferred_eager_graph_and_in_place_detection():
+    ch = ferry.Channel(0, ring_bytes=8 << 20, publish_every=4, backend="cuda")
+    s = torch.cuda.Stream()
+    tok = fto.token("cuda")
+    x = torch.randn(64, 128, device="cuda")
+    w = torch.randn(128, 256, device="cuda")
+
+    def step():
+        y = x @ w
+        torch.ops.ferry.capture_deferred(tok, y, ch.handle, 1)
+        z = torch.relu(y)
+        torch.ops.ferry.capture_deferred(tok, z, ch.handle, 2)
+        torch.ops.ferry.capture_deferred(tok, (z * 2)[:5].contiguous(), ch.handle, 3)  # a temporary: held
+        return y, z
+
+    torch.cuda.synchronize()
+    with torch.cuda.stream(s):
+        ch.begin_forward(s)
+        y, z = step()
+        ch.end_forward(s)
+    torch.cuda.synchronize()
+    got = entries(ch, 3)
+    assert [e.hook for e in got] == [1, 2, 3]
+    assert got[0].tobytes() == as_bytes(y.cpu()) and got[1].tobytes() == as_bytes(z.cpu())
+    assert got[2].tobytes() == as_bytes((z * 2)[:5].cpu())
+
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        ch.begin_forward(s)
+        y_out, z_out = step()
+        plan = ch.end_forward(s)
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        ch.plan(plan)
+        g.replay()
+        torch.cuda.synchronize()
+        got = entries(ch, 3)
+        assert got[0].tobytes() == as_bytes(y_out.cpu()) and got[1].tobytes() == as_bytes(z_out.cpu())
+
+    # an in-place write before the flush: LogicError naming the hook, nothing of the batch published
+    a = torch.ones(1024, device="cuda")
+    with torch.cuda.stream(s):
+        ch.begin_forward(s)
+        torch.ops.ferry.capture_deferred(tok, a, ch.handle, 7)
+        a.mul_(3)
+        with pytest.raises(ferry.LogicError, match="deferred hook 7"):
+            ch.end_forward(s)
+        assert ch.abort_forward(s)
+    torch.cuda.synchronize()
+    assert ch.poll(4, timeout=0.3) == []
+    assert ch.close()["clean"]

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 __all__ = [
     "GLOBAL_POINTS", "LAYER_POINTS", "PRESETS", "HookPoint", "Hooks", "Rule", "capture_fn", "channel_capture",
-    "install", "names", "ops_capture", "preset", "select",
+    "deferred_ids", "install", "names", "ops_capture", "preset", "select",
 ]
 
 #: ``(name, submodule of the decoder layer, "input" | "output")`` per layer of ``vllm-full``, in execution
@@ -72,6 +72,11 @@ class HookPoint:
     name: str
     module: str
     when: str
+    #: whether the hooked tensor may be captured deferred (``Channel.capture_deferred``): it is not written in
+    #: place between the hook and the end of the forward. Every point of the presets is: in transformers'
+    #: Qwen3DecoderLayer ``hidden_states = residual + hidden_states`` makes a new tensor, RoPE makes new q/k,
+    #: and the KV cache update copies v (the v_proj output itself is not written). ``select`` leaves it False.
+    deferred: bool = False
 
 
 @dataclass(frozen=True)
@@ -143,20 +148,20 @@ def preset(model: Any, preset_name: str) -> list[HookPoint]:
     layers, n = _layers(model)
     base = layers[: -len("layers")]  # "model." or ""
     if preset_name == "hidden-states":
-        return [HookPoint(l, f"layers.{l}.resid_pre", f"{layers}.{l}", "input") for l in range(n)]
+        return [HookPoint(l, f"layers.{l}.resid_pre", f"{layers}.{l}", "input", True) for l in range(n)]
     if preset_name != "vllm-full":
         names(preset_name, n)  # raises
     if not base or getattr(model, "lm_head", None) is None:
         from . import LogicError
         raise LogicError(f"ferry.hooks: preset 'vllm-full' expects a CausalLM with model.layers and lm_head, "
                          f"got {type(model).__name__}")
-    pts = [HookPoint(j, n_, mod, when) for j, (n_, mod, when, _) in enumerate(GLOBAL_POINTS[:2])]
+    pts = [HookPoint(j, n_, mod, when, True) for j, (n_, mod, when, _) in enumerate(GLOBAL_POINTS[:2])]
     for l in range(n):
         for k, (n_, sub, when) in enumerate(LAYER_POINTS):
             mod = f"{layers}.{l}" + (f".{sub}" if sub else "")
-            pts.append(HookPoint(2 + 12 * l + k, f"layers.{l}.{n_}", mod, when))
+            pts.append(HookPoint(2 + 12 * l + k, f"layers.{l}.{n_}", mod, when, True))
     for j, (n_, mod, when, _) in enumerate(GLOBAL_POINTS[2:]):
-        pts.append(HookPoint(12 * n + 2 + j, n_, mod, when))
+        pts.append(HookPoint(12 * n + 2 + j, n_, mod, when, True))
     return pts
 
 
@@ -170,18 +175,35 @@ def _dense(t: Any) -> Any:
     return t if t.is_contiguous() else t.contiguous()
 
 
-def channel_capture(channel: Any, stream: Any = None) -> CaptureFn:
+def deferred_ids(points: Sequence[HookPoint]) -> frozenset[int]:
+    """The ids of the points that may be captured deferred (``HookPoint.deferred``)."""
+    return frozenset(p.id for p in points if p.deferred)
+
+
+def _deferred_pred(deferred: Any) -> Callable[[int], bool]:
+    if deferred is True or deferred is False or deferred is None:
+        flag = bool(deferred)
+        return lambda _h: flag
+    ids = frozenset(p.id if isinstance(p, HookPoint) else int(p) for p in deferred)
+    return ids.__contains__
+
+
+def channel_capture(channel: Any, stream: Any = None, *, deferred: Any = False) -> CaptureFn:
     """``capture(hook, t)`` through ``channel.capture(hook, t, stream)`` (the core call). ``stream=None``: torch's
-    current stream (CUDA backend); the host backend needs its ``ferry.Stream``."""
+    current stream (CUDA backend); the host backend needs its ``ferry.Stream``. ``deferred``: False, True, or the
+    hook ids (or HookPoints, e.g. a preset: those with ``deferred``) captured with ``channel.capture_deferred``."""
     cap = channel.capture
+    cap_d = channel.capture_deferred
+    is_d = _deferred_pred([p for p in deferred if not isinstance(p, HookPoint) or p.deferred]
+                          if not isinstance(deferred, (bool, type(None))) else deferred)
 
     def capture(hook: int, t: Any) -> None:
-        cap(hook, _dense(t), stream)
+        (cap_d if is_d(hook) else cap)(hook, _dense(t), stream)
 
     return capture
 
 
-def ops_capture(channel: Any, token: Any = None, device: Any = None) -> CaptureFn:
+def ops_capture(channel: Any, token: Any = None, device: Any = None, *, deferred: Any = False) -> CaptureFn:
     """``capture(hook, t)`` through ``torch.ops.ferry.capture(token, t, channel.handle, hook)`` (needs the
     torch extension, ``ferry.torch_ops``; ImportError otherwise). One token serves every capture."""
     import torch
@@ -190,25 +212,31 @@ def ops_capture(channel: Any, token: Any = None, device: Any = None) -> CaptureF
     if token is None:
         token = torch_ops.token(device if device is not None else "cpu")
     op = torch.ops.ferry.capture
+    op_d = torch.ops.ferry.capture_deferred
     handle = channel.handle
+    is_d = _deferred_pred([p for p in deferred if not isinstance(p, HookPoint) or p.deferred]
+                          if not isinstance(deferred, (bool, type(None))) else deferred)
 
     def capture(hook: int, t: Any) -> None:
-        op(token, _dense(t), handle, hook)
+        (op_d if is_d(hook) else op)(token, _dense(t), handle, hook)
 
     capture.token = token  # type: ignore[attr-defined]
     return capture
 
 
-def capture_fn(channel: Any, stream: Any = None, *, use_ops: str | bool = "auto", device: Any = None) -> CaptureFn:
+def capture_fn(channel: Any, stream: Any = None, *, use_ops: str | bool = "auto", device: Any = None,
+               deferred: Any = False) -> CaptureFn:
     """The capture call site: ``torch.ops.ferry.capture`` where ``ferry.torch_ops`` is built (``use_ops="auto"``
-    or True), else ``Channel.capture``."""
+    or True), else ``Channel.capture``. ``deferred``: False (every hook immediate), True (every hook deferred),
+    or hook ids / HookPoints (pass the preset's points: those marked ``deferred`` use deferred capture, one
+    gather launch per batch of K; the tensor must not be written in place before the batch's flush)."""
     if use_ops:
         try:
-            return ops_capture(channel, device=device)
+            return ops_capture(channel, device=device, deferred=deferred)
         except (ImportError, AttributeError, OSError):
             if use_ops is True:
                 raise
-    return channel_capture(channel, stream)
+    return channel_capture(channel, stream, deferred=deferred)
 
 
 # --------------------------------------------------------------------------------------------------- install

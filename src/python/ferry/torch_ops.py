@@ -11,6 +11,18 @@ token, e.g. ``token(device)``, for a whole forward). ``x`` must be contiguous an
 CUDA: the capture is enqueued on torch's current stream, so ``torch.cuda.graph`` records it. Host backend:
 ``x`` is snapshotted at the call and copied on the stream of the channel's open forward. Errors are
 ferry's own (``ferry.LogicError``, ``ferry.InvalidatedError``, ...), as ``Channel.capture`` raises them.
+
+Deferred capture (one gather launch per batch of K entries, ``Channel.capture_deferred``)::
+
+    torch.ops.ferry.capture_deferred(Tensor(a!) token, Tensor x, int channel, int hook) -> ()
+    torch.ops.ferry.flush(Tensor(a!) token, int channel) -> ()
+
+``x`` is held, and ``x._version`` recorded, until the gather of its batch is enqueued (the K-th deferred
+entry, ``end_forward``, ``flush``, an immediate capture). A pending ``x`` written in place since its capture
+makes the call that would flush it raise ``ferry.LogicError`` naming the hook, before anything of the batch
+is launched (call ``ch.abort_forward(stream)`` then, and capture that hook immediately). In
+``torch.cuda.graph`` capture the check runs while capturing. Under ``torch.compile`` the check sees only
+eager version bumps: inductor writes its buffers without them (docs/api/python.md).
 """
 
 from __future__ import annotations
@@ -22,7 +34,7 @@ import torch as _torch
 
 from . import Channel, LogicError, _ferry
 
-__all__ = ["capture", "library_path", "token"]
+__all__ = ["capture", "capture_deferred", "flush", "library_path", "token"]
 
 _LIB = _os.path.join(_os.path.dirname(__file__), "_torch_ops.so")
 
@@ -36,7 +48,7 @@ def _load() -> None:
     if not _os.path.exists(_LIB):
         raise ImportError(f"ferry.torch_ops: expected the op library {_LIB}, got none (ferry was built without "
                           "torch: rebuild where torch is importable, or with -DFERRY_BUILD_TORCH=ON)")
-    if not hasattr(_torch.ops.ferry, "capture"):
+    if not hasattr(_torch.ops.ferry, "capture_deferred"):
         _torch.ops.load_library(_LIB)
     get = _ctypes.pythonapi.PyCapsule_GetPointer
     get.restype = _ctypes.c_void_p
@@ -57,6 +69,19 @@ def _capture_fake(token, x, channel, hook):
     return None
 
 
+@_torch.library.register_fake("ferry::capture_deferred")
+def _capture_deferred_fake(token, x, channel, hook):
+    if not x.is_contiguous():
+        raise LogicError(f"ferry: torch.ops.ferry.capture_deferred (hook {hook}): expected a C-contiguous "
+                         f"tensor, got a strided one ({x.dim()}-d)")
+    return None
+
+
+@_torch.library.register_fake("ferry::flush")
+def _flush_fake(token, channel):
+    return None
+
+
 def token(device="cpu") -> _torch.Tensor:
     """A fresh token for torch.ops.ferry.capture: a 1-element int64 tensor on `device` (never read)."""
     return _torch.zeros(1, dtype=_torch.int64, device=device)
@@ -69,3 +94,17 @@ def capture(token: _torch.Tensor, x: _torch.Tensor, channel, hook: int) -> None:
     if isinstance(channel, Channel):
         channel = channel.handle
     _torch.ops.ferry.capture(token, x, channel, hook)
+
+
+def capture_deferred(token: _torch.Tensor, x: _torch.Tensor, channel, hook: int) -> None:
+    """torch.ops.ferry.capture_deferred(token, x, channel, hook); `channel` may be a ferry.Channel."""
+    if isinstance(channel, Channel):
+        channel = channel.handle
+    _torch.ops.ferry.capture_deferred(token, x, channel, hook)
+
+
+def flush(token: _torch.Tensor, channel) -> None:
+    """torch.ops.ferry.flush(token, channel): enqueues the gather of the pending deferred entries."""
+    if isinstance(channel, Channel):
+        channel = channel.handle
+    _torch.ops.ferry.flush(token, channel)

@@ -10,6 +10,13 @@
 //     channel's device. CUDA: enqueued on torch's current stream of x's device (so torch.cuda.graph
 //     capture records it). Host backend: enqueued on the stream of the channel's open forward; in an eager
 //     forward x is snapshotted at the call (a captured forward's graph reads x itself at each launch).
+//
+//   capture_deferred(Tensor(a!) token, Tensor x, int channel, int hook) -> ()
+//     Channel.capture_deferred: x is held (and its version counter recorded) until the gather of its batch
+//     is enqueued; before any call that may flush, a pending x written in place since (x._version moved)
+//     fails that call with ferry.LogicError naming the hook, before anything of the batch is launched.
+//   flush(Tensor(a!) token, int channel) -> ()
+//     Channel.flush on torch's current stream (CUDA) / the forward's stream (host backend).
 #include "../ferry_capi.h"
 
 #include <Python.h>
@@ -68,8 +75,8 @@ const ferry_capi& capi()
 void bind_capi(int64_t address)
 {
   const auto* p = reinterpret_cast<const ferry_capi*>(static_cast<std::uintptr_t>(address));
-  if (p == nullptr || p->version != FERRY_CAPI_VERSION || p->struct_size < sizeof(ferry_capi)) {
-    logic("ferry: torch.ops.ferry._bind_capi: expected a ferry_capi table of version " +
+  if (p == nullptr || p->version < FERRY_CAPI_VERSION || p->struct_size < sizeof(ferry_capi)) {
+    logic("ferry: torch.ops.ferry._bind_capi: expected a ferry_capi table of version >= " +
           std::to_string(FERRY_CAPI_VERSION) + ", got " + (p == nullptr ? std::string{"NULL"} : "version " + std::to_string(p->version)));
   }
   g_capi.store(p, std::memory_order_release);
@@ -77,19 +84,33 @@ void bind_capi(int64_t address)
 
 void release_tensor(void* owner) { delete static_cast<at::Tensor*>(owner); }
 
-void capture(at::Tensor& token, const at::Tensor& x, int64_t channel, int64_t hook)
+/// A deferred capture's source: x (its version counter), and the bytes the gather reads (x itself on CUDA;
+/// on the host backend a snapshot in an eager forward, as capture takes one). An inference tensor
+/// (torch.inference_mode) has no version counter: version -1, not checked.
+struct deferred_owner {
+  at::Tensor x;
+  at::Tensor bytes;
+  std::int64_t version;
+};
+void release_deferred(void* owner) { delete static_cast<deferred_owner*>(owner); }
+int deferred_unchanged(void* owner)
 {
-  (void)token;
+  const auto* d = static_cast<const deferred_owner*>(owner);
+  return d->version < 0 || d->x._version() == d->version ? 1 : 0;  // -1: an inference tensor (no counter)
+}
+
+int capture_impl(const at::Tensor& x, int64_t channel, int64_t hook, bool deferred, char* err, std::size_t len)
+{
   const ferry_capi& api = capi();
-  const std::string who = "ferry: torch.ops.ferry.capture (hook " + std::to_string(hook) + ")";
+  const std::string who =
+    std::string{"ferry: torch.ops.ferry."} + (deferred ? "capture_deferred" : "capture") + " (hook " + std::to_string(hook) + ")";
   if (hook < 0 || hook > static_cast<int64_t>(UINT32_MAX)) { logic(who + ": expected a hook in [0, 2^32), got " + std::to_string(hook)); }
-  char err[1024];
   int backend = 0;
   int device = 0;
   std::uint32_t flags = 0;
-  if (int rc = api.channel_info(static_cast<std::uint64_t>(channel), &backend, &device, &flags, err, sizeof err);
+  if (int rc = api.channel_info(static_cast<std::uint64_t>(channel), &backend, &device, &flags, err, len);
       rc != FERRY_OK) {
-    raise(rc, err);
+    return rc;
   }
   if (backend == FERRY_BACKEND_HOST) {
     if (!x.device().is_cpu()) {
@@ -102,19 +123,61 @@ void capture(at::Tensor& token, const at::Tensor& x, int64_t channel, int64_t ho
   }
   if (!x.is_contiguous()) { logic(who + ": expected a C-contiguous tensor, got a strided one (" + std::to_string(x.dim()) + "-d)"); }
   const auto bytes = static_cast<std::uint64_t>(x.nbytes());
+  const bool host = backend == FERRY_BACKEND_HOST;
+  if (deferred) {
+    const c10::Stream cs = host ? c10::Stream{c10::Stream::DEFAULT, x.device()}
+                                : c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(x.device());
+    auto* d = new deferred_owner{x, host && (flags & FERRY_INFO_FORWARD_CAPTURING) == 0 ? x.clone() : x,
+                                 x.is_inference() ? std::int64_t{-1} : static_cast<std::int64_t>(x._version())};
+    return api.capture_deferred(static_cast<std::uint64_t>(channel), static_cast<std::uint32_t>(hook),
+                                d->bytes.const_data_ptr(), bytes,
+                                host ? FERRY_STREAM_OF_FORWARD : reinterpret_cast<std::uintptr_t>(cs.native_handle()),
+                                &release_deferred, &deferred_unchanged, d, err, len);
+  }
   int rc = FERRY_OK;
-  if (backend == FERRY_BACKEND_HOST) {
+  if (host) {
     // The host backend copies later on its stream thread, unordered with torch's CPU ops: snapshot now.
     // In a captured forward the graph's copy must read x itself at every launch: hold x (until close()).
     auto* keep = new at::Tensor((flags & FERRY_INFO_FORWARD_CAPTURING) != 0 ? x : x.clone());
     rc = api.capture(static_cast<std::uint64_t>(channel), static_cast<std::uint32_t>(hook), keep->const_data_ptr(), bytes,
-                     FERRY_STREAM_OF_FORWARD, &release_tensor, keep, err, sizeof err);
+                     FERRY_STREAM_OF_FORWARD, &release_tensor, keep, err, len);
   } else {
     const c10::Stream s = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(x.device());
     rc = api.capture(static_cast<std::uint64_t>(channel), static_cast<std::uint32_t>(hook), x.const_data_ptr(), bytes,
-                     reinterpret_cast<std::uintptr_t>(s.native_handle()), nullptr, nullptr, err, sizeof err);
+                     reinterpret_cast<std::uintptr_t>(s.native_handle()), nullptr, nullptr, err, len);
   }
-  if (rc != FERRY_OK) { raise(rc, err); }
+  return rc;
+}
+
+void capture(at::Tensor& token, const at::Tensor& x, int64_t channel, int64_t hook)
+{
+  (void)token;
+  char err[1024];
+  if (int rc = capture_impl(x, channel, hook, false, err, sizeof err); rc != FERRY_OK) { raise(rc, err); }
+}
+
+void capture_deferred(at::Tensor& token, const at::Tensor& x, int64_t channel, int64_t hook)
+{
+  (void)token;
+  char err[1024];
+  if (int rc = capture_impl(x, channel, hook, true, err, sizeof err); rc != FERRY_OK) { raise(rc, err); }
+}
+
+void flush(at::Tensor& token, int64_t channel)
+{
+  const ferry_capi& api = capi();
+  char err[1024];
+  int backend = 0;
+  if (int rc = api.channel_info(static_cast<std::uint64_t>(channel), &backend, nullptr, nullptr, err, sizeof err);
+      rc != FERRY_OK) {
+    raise(rc, err);
+  }
+  std::uintptr_t stream = FERRY_STREAM_OF_FORWARD;
+  if (backend != FERRY_BACKEND_HOST) {
+    stream = reinterpret_cast<std::uintptr_t>(
+      c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(token.device()).native_handle());
+  }
+  if (int rc = api.flush(static_cast<std::uint64_t>(channel), stream, err, sizeof err); rc != FERRY_OK) { raise(rc, err); }
 }
 
 }  // namespace
@@ -122,8 +185,20 @@ void capture(at::Tensor& token, const at::Tensor& x, int64_t channel, int64_t ho
 TORCH_LIBRARY(ferry, m)
 {
   m.def("capture(Tensor(a!) token, Tensor x, int channel, int hook) -> ()");
+  m.def("capture_deferred(Tensor(a!) token, Tensor x, int channel, int hook) -> ()");
+  m.def("flush(Tensor(a!) token, int channel) -> ()");
   m.def("_bind_capi(int address) -> ()", &bind_capi);
 }
 
-TORCH_LIBRARY_IMPL(ferry, CPU, m) { m.impl("capture", &capture); }
-TORCH_LIBRARY_IMPL(ferry, CUDA, m) { m.impl("capture", &capture); }
+TORCH_LIBRARY_IMPL(ferry, CPU, m)
+{
+  m.impl("capture", &capture);
+  m.impl("capture_deferred", &capture_deferred);
+  m.impl("flush", &flush);
+}
+TORCH_LIBRARY_IMPL(ferry, CUDA, m)
+{
+  m.impl("capture", &capture);
+  m.impl("capture_deferred", &capture_deferred);
+  m.impl("flush", &flush);
+}
