@@ -365,13 +365,17 @@ class Bench:
         bad = 0
         if len(items) != n:
             bad += abs(len(items) - n)
+        by_hook: dict[int, int] = {}
         for i, ((h, d), (s, rh, rd)) in enumerate(zip(items, ref)):
             if h != rh or d != rd:
                 bad += 1
+                by_hook[rh] = by_hook.get(rh, 0) + 1
                 if self.first_bad is None:
                     self.first_bad = f"{label}: entry {i} (step {s}): hook {h} vs reference hook {rh}"
         self.entries_bad += bad
-        log(f"  check {label}: {len(items)} entries against {n} reference captures, {bad} bad")
+        worst = sorted(by_hook.items(), key=lambda kv: -kv[1])[:12]
+        log(f"  check {label}: {len(items)} entries against {n} reference captures, {bad} bad"
+            + (f"; bad per hook id (top): {worst}" if worst else ""))
 
     # -- one mode
     def decode_mode(self, name, batch, graph, model, cfg, presets):
