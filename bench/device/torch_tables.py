@@ -29,14 +29,15 @@ def table(d):
             p = m.get(pk) or {}
             cells = [pct(p[c], base) if p.get(c) is not None else "-" for c, _ in CONTESTANTS]
             rows.append(f"| {name} | {base:.1f} ms | {pname} | " + " | ".join(cells) + " |")
-    h = d.get("h2d_step")
-    if h:
+    h = d.get("h2d_step") or {}
+    h2d = []
+    for k in ("eager", "graph"):
+        if (h.get(k) or {}).get("torch_copies_us") and (h.get(k) or {}).get("ferry_us") is not None:
+            t, f = h[k]["torch_copies_us"], h[k]["ferry_us"]
+            h2d.append(f"| {k} | {t:.1f} us | {f:.1f} us | {f / t:.2f}x |")
+    if h2d:
         rows += ["", "| H2D decode step, B=64 (GPU span to the first consumer) | per-tensor copies | ferry | ratio |",
-                 "|---|---|---|---|"]
-        for k in ("eager", "graph"):
-            if (h.get(k) or {}).get("torch_copies_us") and (h.get(k) or {}).get("ferry_us") is not None:
-                t, f = h[k]["torch_copies_us"], h[k]["ferry_us"]
-                rows.append(f"| {k} | {t:.1f} us | {f:.1f} us | {f / t:.2f}x |")
+                 "|---|---|---|---|"] + h2d
     return "\n".join(rows) + "\n"
 
 

@@ -661,7 +661,7 @@ def main(argv=None):
 
     out = {
         "device": torch.cuda.get_device_name(0) if bench.cuda else "cpu (ferry host backend)",
-        "commit": args.commit or _git_commit(),
+        "commit": args.commit or os.environ.get("FERRY_COMMIT") or _git_commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "decode": decode,
