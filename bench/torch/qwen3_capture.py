@@ -505,7 +505,8 @@ def h2d_step(bench, args):
             bufs[nm] = pub.declare(nm, ["step"], np_dt, cap + 1, dst=fgpu[nm])
         else:
             bufs[nm] = pub.declare(nm, ["step"], np_dt, cap + 1, unit="rows", row=row, dst=fgpu[nm])
-    pub.initialize(slots=2, stream=bench.stream_arg())
+    owner = bench.stream_arg()  # the publisher's owner stream: its graph uploads are captured on it
+    pub.initialize(slots=2, stream=owner)
     sink = torch.zeros(n, dtype=torch.int32, device=dev)
 
     def fill_torch(i):
@@ -548,8 +549,8 @@ def h2d_step(bench, args):
             g_f = []
             for slot in range(2):
                 g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, capture_error_mode="thread_local"):
-                    pub.capture_upload("step", slot, torch.cuda.current_stream())
+                with torch.cuda.graph(g, stream=owner, capture_error_mode="thread_local"):
+                    pub.capture_upload("step", slot, owner)  # capture_upload runs on the owner stream only
                     consume(fgpu)
                 g_f.append(g)
             bench.sync()
