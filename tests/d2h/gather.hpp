@@ -376,7 +376,9 @@ TYPED_TEST_P(D2hGather, FaultAtTheGatherLaunchInvalidates)
 TYPED_TEST_P(D2hGather, AbortForwardDropsUnflushedDeferredEntries)
 {
   using B = TypeParam;
-  for (auto [k, branch] : {std::pair{4U, false}, std::pair{4U, true}, std::pair{16U, true}}) {
+  for (auto kb : {std::pair{4U, false}, std::pair{4U, true}, std::pair{16U, true}}) {
+    const unsigned k = kb.first;  // plain locals: clang 14 cannot capture structured bindings in lambdas
+    const bool branch = kb.second;
     SCOPED_TRACE("K " + std::to_string(k) + " branch " + std::to_string(branch));
     fb::stream<B> s{this->b};
     constexpr std::uint64_t stride = 512;
