@@ -4,6 +4,7 @@
 # and host/device mix-ups refused.
 import numpy as np
 import pytest
+from conftest import _drain
 
 import ferry
 
@@ -20,13 +21,7 @@ def channel():
         ch.close()
 
 
-def drain(ch, n):
-    out = []
-    while len(out) < n:
-        got = ch.poll(n - len(out), timeout=5.0)
-        assert got
-        out += got
-    return out
+drain = _drain  # polls until n entries arrived (conftest)
 
 
 class CudaStreamProtocol:

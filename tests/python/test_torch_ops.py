@@ -4,12 +4,11 @@
 # the C ABI's error mapping, and (CUDA only, skipped here) torch.cuda.graph capture + replay with plan().
 import ctypes
 import gc
-
 import time
 
 import numpy as np
-
 import pytest
+from conftest import _drain
 
 import ferry
 
@@ -17,13 +16,7 @@ torch = pytest.importorskip("torch")
 fto = pytest.importorskip("ferry.torch_ops", reason="ferry built without the torch op library")
 
 
-def entries(ch, n, timeout=5.0):
-    out = []
-    while len(out) < n:
-        got = ch.poll(n - len(out), timeout=timeout)
-        assert got, f"expected {n} entries, got {len(out)}"
-        out += got
-    return out
+entries = _drain  # polls until n entries arrived (conftest)
 
 
 def as_bytes(t):

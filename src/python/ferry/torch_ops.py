@@ -59,22 +59,22 @@ def _load() -> None:
 _load()
 
 
-@_torch.library.register_fake("ferry::capture")
-def _capture_fake(token, x, channel, hook):
+def _check_contiguous(op, x, hook):
     # Shape propagation has nothing to do (no outputs); the checks that need no channel are done here too,
     # so a bad input fails while tracing already.
     if not x.is_contiguous():
-        raise LogicError(f"ferry: torch.ops.ferry.capture (hook {hook}): expected a C-contiguous tensor, "
+        raise LogicError(f"ferry: torch.ops.ferry.{op} (hook {hook}): expected a C-contiguous tensor, "
                          f"got a strided one ({x.dim()}-d)")
-    return None
+
+
+@_torch.library.register_fake("ferry::capture")
+def _capture_fake(token, x, channel, hook):
+    _check_contiguous("capture", x, hook)
 
 
 @_torch.library.register_fake("ferry::capture_deferred")
 def _capture_deferred_fake(token, x, channel, hook):
-    if not x.is_contiguous():
-        raise LogicError(f"ferry: torch.ops.ferry.capture_deferred (hook {hook}): expected a C-contiguous "
-                         f"tensor, got a strided one ({x.dim()}-d)")
-    return None
+    _check_contiguous("capture_deferred", x, hook)
 
 
 @_torch.library.register_fake("ferry::flush")
