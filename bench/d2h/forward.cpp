@@ -146,6 +146,7 @@ double forward_us(variant v, std::uint64_t H, fd::head_placement placement, cons
     cfg.placement = placement;
     cfg.timeout = std::chrono::seconds(30);
     apply(cfg, sh);
+    cfg.gather_branch_publish = o.gather_branch;
     if (o.drain_paused) { cfg.drain = fd::drain_mode::poll; }
     ch.emplace(cfg, b, [&delivered, &sizes](fd::entry_view&& e) {
       auto& k = checks();
@@ -300,6 +301,8 @@ void register_forward()
   // Deferred capture: one gather launch per K = 16 hooks (capture_deferred), beside the same forward's rows.
   for (std::uint64_t H : {28ULL, 341ULL}) {
     add("ferry_gather", H, [H] { return forward_us(variant::ferry, H, managed, {.gather = true}); });
+    add("ferry_gather_branch", H,
+        [H] { return forward_us(variant::ferry, H, managed, {.gather = true, .gather_branch = true}); });
   }
   // DMI's vllm-full size mix at decode B = 1 (341 hooks: forward_sizes): forward/<variant>/vllm_full_b1.
   auto add_mix = [](const std::string& key, std::function<double()> fn) {
@@ -309,6 +312,12 @@ void register_forward()
     add_mix(name(v), [v] { return forward_us(v, 341, managed, {.vllm_mix = true}); });
   }
   add_mix("ferry_gather", [] { return forward_us(variant::ferry, 341, managed, {.gather = true, .vllm_mix = true}); });
+  add_mix("ferry_gather_branch", [] {
+    return forward_us(variant::ferry, 341, managed, {.gather = true, .gather_branch = true, .vllm_mix = true});
+  });
+  add_mix("ferry_gather_k32", [] {
+    return forward_us(variant::ferry, 341, managed, {.K = 32, .gather = true, .vllm_mix = true});
+  });
 }
 
 }  // namespace ferry::bench

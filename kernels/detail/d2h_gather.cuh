@@ -2,7 +2,8 @@
 // Body of the gather kernel, shared by the GPU wrapper (kernels/d2h_gather.cu) and the host backend
 // (src/d2h_gather_host.cpp). ONE launch per flushed batch of deferred entries. The order of every block:
 //   1. find its entry i (first_block table) and read the cursor slot[parity] once;
-//   2. place entry i by the place_phys chain over entries 0..i (the CPU's place() mirrors it); block 0's
+//   2. place entry i (the place_phys chain over entries 0..i in closed form, gather_offset; the CPU's
+//      place() mirrors the chain); block 0's
 //      thread 0 writes slot[parity ^ 1] = the batch's end, from that same cursor value, before its stores
 //      (no thread of this kernel reads that slot; the next writer reads it after the kernel boundary);
 //   3. copy its share of entry i;
@@ -26,14 +27,9 @@
 namespace ferry::kernels::d2h {
 
 using ferry::d2h::detail::gather_args;
-
-/// The entry block `blk` copies (linear scan of at most gather_max_entries offsets).
-FERRY_HD inline std::uint32_t gather_entry_of(const gather_args& a, std::uint32_t blk) noexcept
-{
-  std::uint32_t i = 0;
-  while (i + 1 < a.n && a.first_block[i + 1] <= blk) { ++i; }
-  return i;
-}
+using ferry::d2h::detail::gather_end;
+using ferry::d2h::detail::gather_entry_of;
+using ferry::d2h::detail::gather_offset;
 
 /// Steps 1-3 for block `blk` (thread `t`): `copy(dst_of, src, n, local_blk, local_nblk)` copies entry i's
 /// share; it calls `dst_of()` once, where its first stores need the destination (the cursor load and the
@@ -47,11 +43,7 @@ FERRY_HD inline void gather_commit(const gather_args& a, std::uint32_t blk, std:
   const std::uint32_t i = gather_entry_of(a, blk);
   auto dst_of = [&] {
     const ferry::d2h::cursor c = a.dst.load();
-    if (blk == 0 && t == 0) {
-      const std::uint64_t last = gather_offset(a, c.phys, a.n - 1);
-      const std::uint64_t end = last + ferry::d2h::align_up(a.e[a.n - 1].bytes, ferry::d2h::entry_alignment);
-      a.dst.state->slot[a.dst.parity ^ 1U] = ferry::d2h::cursor{end == a.dst.ring_bytes ? 0 : end, c.dyn_slot};
-    }
+    if (blk == 0 && t == 0) { a.dst.state->slot[a.dst.parity ^ 1U] = ferry::d2h::cursor{gather_end(a, c.phys), c.dyn_slot}; }
     return a.dst.ring + gather_offset(a, c.phys, i);
   };
   copy(dst_of, a.e[i].src, a.e[i].bytes, blk - a.first_block[i], a.first_block[i + 1] - a.first_block[i]);

@@ -2,11 +2,13 @@
 // Pure unit tests of the D2H channel's decision functions (no backend): the drain's coalescing rule
 // (detail::coalesce) and the copy kernel's launch shape (detail::copy_launch_shape and its helpers).
 #include <ferry/d2h/detail/coalesce.hpp>
+#include <ferry/d2h/detail/gather.hpp>
 #include <ferry/d2h/detail/launch_shape.hpp>
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <random>
 #include <vector>
 
 namespace {
@@ -148,3 +150,81 @@ TEST(D2hLaunchShape, GridCoversOnePassUpToOneWave)
 }
 
 }  // namespace
+
+namespace {
+
+/// The place_phys chain the CPU's place() mirrors, entry by entry (the definition gather_offset replaces).
+std::uint64_t chain_offset(const fd::detail::gather_args& a, std::uint64_t phys, std::uint32_t i)
+{
+  std::uint64_t off = 0;
+  for (std::uint32_t k = 0; k <= i; ++k) {
+    const std::uint64_t r = fd::align_up(a.e[k].bytes, fd::entry_alignment);
+    off = fd::place_phys(phys, r, a.dst.ring_bytes);
+    phys = off + r == a.dst.ring_bytes ? 0 : off + r;
+  }
+  return off;
+}
+
+}  // namespace
+
+// The gather's closed-form placement equals the chain for every entry and the batch's end, for batches
+// that wrap by a skip, end exactly at the ring's end, start at 0, or do not wrap (every block of a gather
+// computes its entry's offset from it; a wrong case would put an entry where the FIFO does not say).
+TEST(D2hGatherPlacement, ClosedFormEqualsThePlacePhysChain)
+{
+  std::mt19937_64 rng{7};
+  std::uint64_t cases = 0, wrapped = 0, exact = 0;
+  for (int iter = 0; iter < 20000; ++iter) {
+    fd::detail::gather_args a{};
+    a.dst.ring_bytes = 256 * (1 + rng() % 64);
+    const std::uint32_t n = 1 + static_cast<std::uint32_t>(rng() % fd::detail::gather_max_entries);
+    std::vector<std::uint64_t> bytes;
+    std::uint64_t sum = 0, mx = 0;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const std::uint64_t b = 1 + rng() % (iter % 3 == 0 ? 64 : 600);
+      const std::uint64_t r = fd::align_up(b, fd::entry_alignment);
+      if (sum + r + std::max(mx, r) > a.dst.ring_bytes) { break; }  // deferred_batch::needs_flush_before
+      bytes.push_back(b);
+      sum += r;
+      mx = std::max(mx, r);
+    }
+    if (bytes.empty()) { continue; }
+    fd::detail::set_gather_entries(a, static_cast<std::uint32_t>(bytes.size()),
+                                   [&](std::uint32_t i) { return fd::detail::gather_entry{nullptr, bytes[i]}; });
+    std::uint64_t phys = fd::entry_alignment * (rng() % (a.dst.ring_bytes / fd::entry_alignment));
+    if (iter % 5 == 0) { phys = a.dst.ring_bytes - a.pre[1 + rng() % a.n]; }  // an entry ends exactly at the end
+    if (phys >= a.dst.ring_bytes) { phys = 0; }
+    for (std::uint32_t i = 0; i < a.n; ++i) {
+      ASSERT_EQ(fd::detail::gather_offset(a, phys, i), chain_offset(a, phys, i))
+        << "entry " << i << " of " << a.n << ", phys " << phys << ", ring " << a.dst.ring_bytes;
+    }
+    const std::uint64_t last = chain_offset(a, phys, a.n - 1) + (a.pre[a.n] - a.pre[a.n - 1]);
+    ASSERT_EQ(fd::detail::gather_end(a, phys), last == a.dst.ring_bytes ? 0 : last);
+    ++cases;
+    wrapped += phys + a.pre[a.n] > a.dst.ring_bytes ? 1 : 0;
+    for (std::uint32_t k = 1; k < a.n; ++k) { exact += phys + a.pre[k] == a.dst.ring_bytes ? 1 : 0; }
+  }
+  EXPECT_GT(cases, 10000U);
+  EXPECT_GT(wrapped, 1000U) << "batches that wrap inside";
+  EXPECT_GT(exact, 500U) << "batches with an entry ending exactly at the ring's end";
+}
+
+// The block -> entry lookup (one block per entry, or a binary search) agrees with the first_block ranges.
+TEST(D2hGatherPlacement, EveryBlockFindsItsEntry)
+{
+  std::mt19937_64 rng{11};
+  for (int iter = 0; iter < 2000; ++iter) {
+    fd::detail::gather_args a{};
+    a.n = 1 + static_cast<std::uint32_t>(rng() % fd::detail::gather_max_entries);
+    for (std::uint32_t i = 0; i < a.n; ++i) { a.e[i].bytes = iter % 2 == 0 ? 64 : 1 + rng() % (1 << 20); }
+    fd::config cfg;
+    const auto sh = fd::detail::apportion_gather(cfg, a, 132);
+    ASSERT_EQ(sh.blocks, a.first_block[a.n]);
+    for (std::uint32_t blk = 0; blk < sh.blocks; ++blk) {
+      const std::uint32_t i = fd::detail::gather_entry_of(a, blk);
+      ASSERT_LT(i, a.n);
+      ASSERT_LE(a.first_block[i], blk);
+      ASSERT_LT(blk, a.first_block[i + 1]) << "block " << blk << " of " << sh.blocks << ", entry " << i;
+    }
+  }
+}

@@ -81,15 +81,21 @@ struct late_sources {
     (void)b.preload(ferry::testing::probe::late_fill_kernel(typename B::tag{}));
     s.synchronize();
   }
-  /// Enqueues the slow fill of slot j on `s`, then captures it as entry j of `hook` (expected by `chk`).
+  /// Enqueues the slow fill of slot j on `s`, then captures it as entry j of `hook` (expected by `chk`),
+  /// immediately or (`deferred`) by capture_deferred.
   template <class Checker>
-  void fill_and_capture(fd::channel<B>& ch, Checker& chk, fb::stream_view<B> s, std::uint64_t j, std::uint32_t hook)
+  void fill_and_capture(fd::channel<B>& ch, Checker& chk, fb::stream_view<B> s, std::uint64_t j, std::uint32_t hook,
+                        bool deferred = false)
   {
     auto* src = static_cast<std::uint64_t*>(dev.data()) + j * stride / 8;
     b.launch(ferry::testing::probe::late_fill_kernel(typename B::tag{}), fb::launch_config{{1}, {128}, 0}, s.handle(), src,
              std::uint64_t{stride / 8}, std::uint64_t{j}, std::uint64_t{20'000});
     chk.expect(j, hook, stride);
-    ch.capture(fd::hook_id{hook}, src, stride, s);
+    if (deferred) {
+      ch.capture_deferred(fd::hook_id{hook}, src, stride, s);
+    } else {
+      ch.capture(fd::hook_id{hook}, src, stride, s);
+    }
   }
 };
 

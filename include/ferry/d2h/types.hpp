@@ -82,6 +82,12 @@ struct config {
   /// stay ordered and published_head stays monotonic. With it, no copy kernel fuses a release (the
   /// fused_copy_max_bytes knob applies only when this is off). Measured on the H200: docs/perf/README.md.
   bool branch_publish{true};
+  /// With branch_publish: a gather (deferred capture) that completes a batch of K releases it on the branch
+  /// as well (the 1-thread publish kernel behind a fork event recorded after the gather: the kernel boundary
+  /// joins the gather's blocks), instead of in its own last block (block barrier, acq_rel join counter,
+  /// system-scope release). Takes the release and the block join off the producer stream's path. A
+  /// performance knob only. Measured on the H200: docs/perf/README.md.
+  bool gather_branch_publish{false};
   std::chrono::microseconds drain_idle_sleep{20};  ///< drain thread sleep when idle
 };
 

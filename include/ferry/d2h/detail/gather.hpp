@@ -18,7 +18,7 @@
 namespace ferry::d2h::detail {
 
 /// The most entries one gather launch copies (the descriptor table travels in the kernel parameters:
-/// 32 x 16 bytes + 33 x 4 bytes of block offsets, well under the 4 KiB parameter limit).
+/// 32 x 16 bytes + 33 x 8 bytes of prefix sums + 33 x 4 bytes of block offsets, under the 4 KiB limit).
 inline constexpr std::uint32_t gather_max_entries = 32;
 
 /// One deferred entry: `bytes` (fixed size) from device memory `src`.
@@ -30,6 +30,7 @@ struct gather_entry {
 /// The gather kernel's arguments (trivially copyable, passed by value; a captured graph keeps its copy).
 ///   dst            ring, state block, ring size and the cursor parity of this writer (reserved: unused)
 ///   e[0..n)        the batch, in entry order; entry i is placed after entry i - 1 (place_phys chain)
+///   pre[0..n]      prefix sums of the reserved sizes (pre[0] = 0): the chain in closed form (gather_offset)
 ///   first_block    entry i is copied by blocks [first_block[i], first_block[i + 1]); first_block[n] = grid
 ///   head_n         > 0: after the cross-block join the last block releases produced += head_n
 struct gather_args {
@@ -40,8 +41,22 @@ struct gather_args {
   std::uint32_t vecs_per_thread{1};
   std::uint32_t test_skip_wait{0};  ///< test hook (debug_fault::programmatic_without_wait): omit the join
   gather_entry e[gather_max_entries]{};
+  std::uint64_t pre[gather_max_entries + 1]{};
   std::uint32_t first_block[gather_max_entries + 1]{};
 };
+
+/// Fills `a.e[0..n)` from (source, bytes) pairs and `a.pre` from their reserved sizes (align_up to
+/// entry_alignment); `a.n` = n.
+template <class SrcBytes>
+constexpr void set_gather_entries(gather_args& a, std::uint32_t n, SrcBytes&& src_bytes) noexcept
+{
+  a.n = n;
+  a.pre[0] = 0;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    a.e[i] = src_bytes(i);
+    a.pre[i + 1] = a.pre[i] + align_up(a.e[i].bytes, entry_alignment);
+  }
+}
 
 /// The grid of one gather launch.
 struct gather_shape {
@@ -79,17 +94,47 @@ struct gather_shape {
   }
 }
 
-/// Where the gather's entry `i` starts (physical offset) and where the batch ends, from cursor phys
-/// `phys`: the place_phys chain every thread of the gather and the CPU's place() agree on.
+/// Where the gather's entry `i` starts (physical offset) from cursor phys `phys`: the place_phys chain
+///   off_k = place_phys(phys_k, r_k), phys_{k+1} = (off_k + r_k == ring_bytes ? 0 : off_k + r_k)
+/// that the CPU's place() mirrors, in closed form over the prefix sums `pre` (O(1) unless the batch wraps).
+/// A batch spans at most ring_bytes (its sizes plus one wrap padding: deferred_batch::needs_flush_before),
+/// so the chain wraps at most once: entry i sits at phys + pre[i] while phys + pre[i + 1] <= ring_bytes
+/// (every earlier entry then ended before the ring's end), else at pre[i] - pre[s], where s is the first
+/// entry placed from offset 0 (the first one that no longer fits, or the one after an entry that ended
+/// exactly at the ring's end). Every block computes it from the parameters alone: no dependent chain of
+/// parameter loads per entry (tests/d2h/gather.hpp checks it against the chain).
 FERRY_HD constexpr std::uint64_t gather_offset(const gather_args& a, std::uint64_t phys, std::uint32_t i) noexcept
 {
-  std::uint64_t off = 0;
-  for (std::uint32_t k = 0; k <= i; ++k) {
-    const std::uint64_t r = align_up(a.e[k].bytes, entry_alignment);
-    off = place_phys(phys, r, a.dst.ring_bytes);
-    phys = off + r == a.dst.ring_bytes ? 0 : off + r;
+  const std::uint64_t ring = a.dst.ring_bytes;
+  if (phys + a.pre[i + 1] <= ring) { return phys + a.pre[i]; }
+  std::uint32_t s = 0;
+  while (phys + a.pre[s + 1] <= ring) { ++s; }
+  return a.pre[i] - a.pre[s];
+}
+
+/// Where the batch ends (the next writer's cursor phys, reduced: 0 at the ring's end).
+FERRY_HD constexpr std::uint64_t gather_end(const gather_args& a, std::uint64_t phys) noexcept
+{
+  const std::uint64_t end = gather_offset(a, phys, a.n - 1) + (a.pre[a.n] - a.pre[a.n - 1]);
+  return end == a.dst.ring_bytes ? 0 : end;
+}
+
+/// The entry block `blk` copies: blk itself when every entry has one block (the common case of small
+/// entries), else a binary search of first_block (nondecreasing, first_block[0] = 0).
+FERRY_HD constexpr std::uint32_t gather_entry_of(const gather_args& a, std::uint32_t blk) noexcept
+{
+  if (a.first_block[a.n] == a.n) { return blk; }
+  std::uint32_t lo = 0;
+  std::uint32_t hi = a.n;  // first_block[lo] <= blk < first_block[hi]
+  while (hi - lo > 1) {
+    const std::uint32_t mid = (lo + hi) / 2;
+    if (a.first_block[mid] <= blk) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
   }
-  return off;
+  return lo;
 }
 
 using ferry::backend::cuda_kernel;

@@ -42,12 +42,11 @@ void producer<B>::flush_deferred(stream_type s)
   gather_args a{};
   a.dst = make_ref(0, entry_kind::fixed);
   a.head = st_.head_dev;
-  a.n = n;
+  set_gather_entries(a, n, [&](std::uint32_t i) { return gather_entry{deferred_[i].src, deferred_[i].bytes}; });
   std::array<placement, gather_max_entries> where{};
   std::array<hook_id, gather_max_entries> hooks{};
   std::uint64_t pos = head_pos_;
   for (std::uint32_t i = 0; i < n; ++i) {
-    a.e[i] = gather_entry{deferred_[i].src, deferred_[i].bytes};
     hooks[i] = deferred_[i].hook;
     where[i] = place(pos, deferred_[i].reserved, st_.cfg.ring_bytes);
     pos = where[i].end;
@@ -61,7 +60,10 @@ void producer<B>::flush_deferred(stream_type s)
   const gather_shape sh = apportion_gather(st_.cfg, a, st_.sm_count);
   a.vecs_per_thread = sh.vecs_per_thread;
   a.test_skip_wait = st_.hooks.is(debug_fault::programmatic_without_wait) ? 1U : 0U;
-  if (publish) {
+  // The batch's release: fused into the gather's last block, or (gather_branch_publish) on the branch
+  // after the launch, behind a fork event recorded after the gather (release_chain::publish_on_branch).
+  const bool on_branch = publish && st_.cfg.branch_publish && st_.cfg.gather_branch_publish;
+  if (publish && !on_branch) {
     rel_.fused_on_stream(s);  // joins an open branch first: the gather's release stays in the one chain
     a.head_n = after;
   }
@@ -80,6 +82,7 @@ void producer<B>::flush_deferred(stream_type s)
   deferred_.clear();  // a failed launch invalidates the channel; the batch is not retried
   st_.b.launch(gather_publish_kernel(typename B::tag{}),
                ferry::backend::launch_config{{sh.blocks}, {sh.threads}, 0, st_.programmatic}, s, a);
+  if (on_branch) { rel_.release_batch(s, after, false); }
   if (!capturing_) {
     head_pos_ = pos;
     st_.c_reserved.fetch_add(n, std::memory_order_relaxed);
