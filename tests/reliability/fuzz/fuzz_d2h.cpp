@@ -71,7 +71,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   cfg.fifo_capacity = in.u8() % 40;
   cfg.max_copies_in_flight = in.u8() % 5;
   cfg.staging_bytes = (in.u8() % 4) * 4096;
-  cfg.placement = in.u8() % 2 ? fd::head_placement::managed : fd::head_placement::pinned_mapped;
+  const std::uint8_t flags = in.u8();  // bit 0: placement; bits 1, 2: where batch releases run
+  cfg.placement = flags % 2 ? fd::head_placement::managed : fd::head_placement::pinned_mapped;
+  cfg.branch_publish = (flags & 2U) == 0;
+  cfg.gather_branch_publish = (flags & 4U) == 0;
   cfg.on_full = fd::full_policy::fail_fast;
   cfg.drain = fd::drain_mode::poll;
   cfg.timeout = std::chrono::milliseconds{50};

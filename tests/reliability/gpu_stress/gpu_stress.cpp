@@ -426,7 +426,11 @@ class stress {
     phase_result r;
     checker chk;
     std::uint64_t seq = 0;
-    const std::string tag = std::string{"phase "} + placement_name(placement) + " K=" + std::to_string(k);
+    // The gathers' batch releases: on the branch (the default) in the managed phases, fused into the
+    // gather's last block (acq_rel block join) in the pinned_mapped ones.
+    const bool gather_branch = placement == fd::head_placement::managed;
+    const std::string tag = std::string{"phase "} + placement_name(placement) + " K=" + std::to_string(k) +
+                            (gather_branch ? " gather release on the branch" : " gather release fused");
     try {
       fb::stream<B> s{b_};
       fd::config cfg;
@@ -437,6 +441,7 @@ class stress {
       cfg.fifo_capacity = sh_.fifo_capacity;
       cfg.timeout = 30s;
       cfg.drain = fd::drain_mode::thread;
+      cfg.gather_branch_publish = gather_branch;
       fd::channel<B> ch{cfg, b_, [&chk](fd::entry_view&& v) { chk.check(v); }};
       ferry::testing::d2h_access::set_fault(ch, opt_.fault);
       if (opt_.fault != ferry::testing::d2h_fault::none && std::string_view{B::name()} == "host") {
