@@ -118,8 +118,13 @@ class Decoder:
                            device, self.pos)
 
     def reset(self):
+        """The start state of a generation: the start tokens, position 0 and a zeroed KV cache (the positions
+        past ``pos`` are masked, but a cache left by the previous generation would make two generations start
+        from different states)."""
         self.tok.copy_(self.start)
         self.pos.zero_()
+        for t in self.kv.keys + self.kv.values:
+            t.zero_()
 
     def step(self):
         self.pos_ids.copy_(self.pos.expand(self.batch, 1))
