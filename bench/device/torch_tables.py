@@ -14,11 +14,23 @@ def pct(v, base):
     return f"{v:.1f} ms ({(v / base - 1) * 100:+.2f}%)"
 
 
+def check_note(d):
+    """The reference and the determinism diagnostics (JSON "check"; absent from older runs)."""
+    c = d.get("check")
+    if not c:
+        return []
+    return [f"Reference: a per-step replay (each captured step replayed eagerly without capture from the same "
+            f"state, `.cpu()` of the hooked tensors). Determinism: two whole reference generations differ in "
+            f"{c.get('reference_vs_reference_bad', '?')} captures; the replay's next token differs from the "
+            f"captured step's in {c.get('step_token_mismatches', '?')} steps, its KV[pos] in "
+            f"{c.get('step_kv_mismatches', '?')}.", ""]
+
+
 def table(d):
     rows = [f"Measured {d.get('date', '?')} on {d.get('device', '?')}, commit {d.get('commit', '?')}: "
             f"`{d.get('command', '?')}`. Whole 128-token greedy generation (median); entries checked "
             f"bit-exact: {d.get('entries_checked', 0)}, bad: {d.get('entries_bad', '?')}.", "",
-            "| decode | no capture | preset | " + " | ".join(n for _, n in CONTESTANTS) + " |",
+            *check_note(d), "| decode | no capture | preset | " + " | ".join(n for _, n in CONTESTANTS) + " |",
             "|---|---|---|" + "---|" * len(CONTESTANTS)]
     for key, name in MODES:
         m = d.get("decode", {}).get(key)

@@ -7,14 +7,17 @@ static KV cache, greedy decode of --tokens new tokens from one random token per 
 b1_graph, b16_graph (the decode step captured in a torch.cuda.CUDAGraph that this script owns: ch.plan(plan)
 before each replay). Contestants, round-robin in one run: no capture; ferry (ferry.hooks presets through
 torch.ops.ferry.capture where built, else Channel.capture); torch-native per-hook
-``pinned[h].copy_(t, non_blocking=True)`` (captured into the graph, read after an event). Every ferry entry of
-one timed generation per (mode, preset) is compared bit-exact (blake2b of the bytes) with a reference capture:
-synchronous ``.cpu()`` of the same tensors in an uncaptured (eager) run of the same steps.
+``pinned[h].copy_(t, non_blocking=True)`` (captured into the graph, read after an event). After the timed reps,
+one untimed generation per (mode, ferry contestant, preset) is checked step by step: every ferry entry of a
+captured step is compared bit-exact (blake2b of the bytes) with a reference capture, the synchronous ``.cpu()``
+of the same tensors in an uncaptured eager replay of the same step from the same state (JSON "check": the
+method, and diagnostics that tell wrong bytes from a model that is not bit-reproducible: two whole reference
+generations compared with each other, steps whose replay produced another next token or KV[pos]).
 H2D: vLLM-V1-like decode metadata at B=64 through ferry.Publisher vs per-tensor gpu[:n].copy_(cpu[:n]) from
 pinned buffers, GPU span (events) from before the upload to after the first consumer kernel, eager and graph.
 
   python bench/torch/qwen3_capture.py --out torch_qwen3.json                     # H200 (about 3-5 minutes)
-  python bench/torch/qwen3_capture.py --layers 2 --tokens 4 --device cpu --out /tmp/q.json   # smoke (host)
+  python bench/torch/qwen3_capture.py --layers 2 --tokens 4 --device cpu --tiny --out /tmp/q.json   # smoke (host)
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ import ferry
 import ferry.hooks as fh
 
 T0 = time.perf_counter()
+CHECK_METHOD = ("per-step replay: one untimed generation per (mode, ferry contestant, preset); each captured step "
+                "is replayed eagerly without capture from the same tok, pos and KV[0..pos-1], the replay's hooked "
+                "tensors' synchronous .cpu() bytes (blake2b) are the reference for that step's entries, and the "
+                "generation continues from the captured step's tok, pos and KV[pos]")
 
 
 def log(msg: str) -> None:
@@ -53,6 +60,12 @@ def tensor_digest(t: torch.Tensor) -> bytes:
     """Synchronous reference: the tensor's bytes on the host (.cpu() waits for the device)."""
     c = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy()
     return digest(c)
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN payloads and -0.0 included), on the tensors' device."""
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(
+        a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
 
 
 # ------------------------------------------------------------------------------------------------- model
@@ -105,8 +118,13 @@ class Decoder:
                            device, self.pos)
 
     def reset(self):
+        """The start state of a generation: the start tokens, position 0 and a zeroed KV cache (the positions
+        past ``pos`` are masked, but a cache left by the previous generation would make two generations start
+        from different states)."""
         self.tok.copy_(self.start)
         self.pos.zero_()
+        for t in self.kv.keys + self.kv.values:
+            t.zero_()
 
     def step(self):
         self.pos_ids.copy_(self.pos.expand(self.batch, 1))
@@ -179,6 +197,25 @@ class Drain(threading.Thread):
         self.join()
 
 
+class Contestant:
+    """One contestant of a decode mode. ``steps(n)`` runs n decode steps from the decoder's current state (tok,
+    pos, the KV cache): eager ones call ``dec.step()`` (ferry's between begin_forward and end_forward) and need
+    their capture hooks installed (``armed()``: a context manager, entered outside the step loop); graph ones
+    replay their graph (ferry's after ``ch.plan(plan)``), the hooks baked in. ``entries``: ferry entries per
+    step."""
+
+    def __init__(self, steps, armed=None, entries=0):
+        self.steps, self._armed, self.entries = steps, armed, entries
+
+    def armed(self):
+        return self._armed() if self._armed is not None else _null()
+
+    def generation(self, n):
+        """The timed run: n steps with the hooks installed once around them."""
+        with self.armed():
+            self.steps(n)
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -198,6 +235,8 @@ class Bench:
         self.entries_checked = 0
         self.entries_bad = 0
         self.first_bad = None
+        self.diag = {"method": CHECK_METHOD, "reference_vs_reference_bad": 0, "step_token_mismatches": 0,
+                     "step_kv_mismatches": 0, "reference_vs_reference": {}, "runs": {}}
 
     # -- timing
     def sync(self):
@@ -228,18 +267,28 @@ class Bench:
     def stream_arg(self):
         return torch.cuda.current_stream() if self.cuda else self.fstream
 
-    # -- contestants: each returns a callable running one whole generation
+    # -- contestants: each runs decode steps from the decoder's current state (Contestant.steps)
     def make_runs(self, dec, model, points_by_preset, graph):
-        runs = {}
+        runs: dict[str, Contestant] = {}
         tokens = self.args.tokens
         n_by = {p: len(pts) for p, pts in points_by_preset.items()}
 
         # no capture
         if graph:
             g_none = self.capture_graph(dec, lambda: dec.step())
-            runs["none"] = (lambda: [g_none.replay() for _ in range(tokens)], 0)
+
+            def none_graph(n, g=g_none):
+                for _ in range(n):
+                    g.replay()
+
+            runs["none"] = Contestant(none_graph)
         else:
-            runs["none"] = (lambda: [dec.step() for _ in range(tokens)], 0)
+
+            def none_eager(n):
+                for _ in range(n):
+                    dec.step()
+
+            runs["none"] = Contestant(none_eager)
 
         for preset, pts in points_by_preset.items():
             # ferry (a copy kernel per hook) and gather (deferred capture: one gather kernel per K hooks)
@@ -265,23 +314,25 @@ class Bench:
                         hooks.remove()
                     plan = holder["plan"]
 
-                    def run_ferry_graph(g=g, plan=plan):
-                        for _ in range(tokens):
+                    def ferry_graph(n, g=g, plan=plan):
+                        for _ in range(n):
                             self.ch.plan(plan)
                             g.replay()
 
-                    runs[f"{kind}:{preset}"] = (run_ferry_graph, n_by[preset] * tokens)
+                    runs[f"{kind}:{preset}"] = Contestant(ferry_graph, entries=n_by[preset])
                 else:
 
-                    def run_ferry_eager(pts=pts, deferred=deferred):
-                        with fh.install(model, pts, self.capture_fn(deferred)):
-                            s = self.stream_arg()
-                            for _ in range(tokens):
-                                self.ch.begin_forward(s)
-                                dec.step()
-                                self.ch.end_forward(s)
+                    def ferry_eager(n):
+                        s = self.stream_arg()
+                        for _ in range(n):
+                            self.ch.begin_forward(s)
+                            dec.step()
+                            self.ch.end_forward(s)
 
-                    runs[f"{kind}:{preset}"] = (run_ferry_eager, n_by[preset] * tokens)
+                    # the hooks are installed outside the step loop (Contestant.armed), as the timed run does
+                    runs[f"{kind}:{preset}"] = Contestant(
+                        ferry_eager, lambda pts=pts, deferred=deferred: fh.install(model, pts, self.capture_fn(deferred)),
+                        entries=n_by[preset])
 
             # torch-native: one pinned buffer per hook, copy_(non_blocking) on the current stream, an event per
             # step after which the host may read them (the buffers are overwritten by the next step).
@@ -302,25 +353,25 @@ class Bench:
                 g = self.capture_graph(dec, lambda: dec.step()) if graph else None
             if graph:
 
-                def run_torch_graph(g=g, events=events):
-                    for i in range(tokens):
+                def torch_graph(n, g=g, events=events):
+                    for i in range(n):
                         g.replay()
                         events[i].record()
-                    events[-1].synchronize()
+                    events[n - 1].synchronize()
 
-                runs[f"torch:{preset}"] = (run_torch_graph, 0)
+                runs[f"torch:{preset}"] = Contestant(torch_graph)
             else:
 
-                def run_torch_eager(pts=pts, events=events, torch_copy=torch_copy):
-                    with fh.install(model, pts, torch_copy):
-                        for i in range(tokens):
-                            dec.step()
-                            if self.cuda:
-                                events[i].record()
+                def torch_eager(n, events=events):
+                    for i in range(n):
+                        dec.step()
+                        if self.cuda:
+                            events[i].record()
                     if self.cuda:
-                        events[-1].synchronize()
+                        events[n - 1].synchronize()
 
-                runs[f"torch:{preset}"] = (run_torch_eager, 0)
+                runs[f"torch:{preset}"] = Contestant(
+                    torch_eager, lambda pts=pts, torch_copy=torch_copy: fh.install(model, pts, torch_copy))
         return runs
 
     def capture_graph(self, dec, body, warm=None, warm_entries=0):
@@ -343,8 +394,10 @@ class Bench:
         self.sync()
         return g
 
-    # -- the reference capture and the check
+    # -- the reference captures and the check
     def reference(self, dec, model, pts):
+        """One whole uncaptured eager generation from the start state, (step, hook, blake2b of t.cpu()) of every
+        hooked tensor: only for the reference-vs-reference determinism diagnostic."""
         ref = []
         step = [0]
 
@@ -359,23 +412,109 @@ class Bench:
         self.sync()
         return ref
 
+    def reference_vs_reference(self, name, dec, model, preset, pts):
+        """Two uncaptured eager generations with the reference hooks, compared with each other: nonzero means
+        the model itself is not bit-reproducible run to run (no ferry involved)."""
+        a = self.reference(dec, model, pts)
+        b = self.reference(dec, model, pts)
+        bad = abs(len(a) - len(b))
+        first = None
+        for (s, h, d), (_, h2, d2) in zip(a, b):
+            if h != h2 or d != d2:
+                bad += 1
+                first = s if first is None else first
+        self.diag["reference_vs_reference_bad"] += bad
+        self.diag["reference_vs_reference"][name] = {"preset": preset, "entries": len(a), "bad": bad,
+                                                     "first_bad_step": first}
+        log(f"  reference vs reference ({preset}): {len(a)} captures, {bad} differ"
+            + (f" (first at step {first})" if first is not None else ""))
+
+    def checked_generation(self, name, key, dec, model, pts, c):
+        """One untimed generation of contestant ``c`` (a ferry one), checked step by step: each captured step
+        (``c.steps(1)``) is followed by an uncaptured eager replay of the same step from the same state, whose
+        hooked tensors' synchronous ``.cpu()`` bytes are the reference for that step's ferry entries."""
+        ref, step = [], [0]
+
+        def rec(h, t):
+            ref.append((step[0], h, tensor_digest(t)))
+
+        kv = dec.kv
+        layers = range(len(kv.keys))
+        diverged: set[int] = set()  # steps whose replay produced another next token or KV[pos]
+        tok_mismatches = kv_mismatches = 0
+        self.drain.wait(self.expected)
+        self.drain.items, self.drain.check = [], True
+        dec.reset()
+        self.sync()
+        for i in range(self.args.tokens):
+            tok0, pos0 = dec.tok.clone(), dec.pos.clone()
+            with c.armed():
+                c.steps(1)  # the captured step (graph replay after plan(), or eager with ferry's hooks)
+            self.sync()
+            tok1, pos1 = dec.tok.clone(), dec.pos.clone()
+            kv1 = [(kv.keys[j].index_select(2, pos0), kv.values[j].index_select(2, pos0)) for j in layers]
+            # The reference: the same step again, eager and uncaptured, from the pre-step state (tok, pos). It
+            # rewrites KV[pos] of every layer (its cache update runs before its attention reads the cache), so
+            # its inputs are exactly the captured step's: tok, pos and KV[0..pos-1], which nothing changed.
+            dec.tok.copy_(tok0)
+            dec.pos.copy_(pos0)
+            step[0] = i
+            with fh.install(model, pts, rec):
+                dec.step()
+            self.sync()
+            tok_diff = not torch.equal(dec.tok, tok1)
+            kv_diff = any(not same_bits(kv.keys[j].index_select(2, pos0), k1)
+                          or not same_bits(kv.values[j].index_select(2, pos0), v1) for j, (k1, v1) in zip(layers, kv1))
+            tok_mismatches += int(tok_diff)
+            kv_mismatches += int(kv_diff)
+            if tok_diff or kv_diff:
+                diverged.add(i)
+            # continue from the captured step's results: its token, position and KV[pos]
+            for j, (k1, v1) in zip(layers, kv1):
+                kv.keys[j].index_copy_(2, pos0, k1)
+                kv.values[j].index_copy_(2, pos0, v1)
+            dec.tok.copy_(tok1)
+            dec.pos.copy_(pos1)
+        self.sync()
+        self.expected += c.entries * self.args.tokens
+        self.drain.wait(self.expected)
+        self.drain.check = False
+        items, self.drain.items = self.drain.items, []
+        label = f"{name} {key}"
+        res, bad_steps = self.check(items, ref, label)
+        res.update(token_mismatches=tok_mismatches, kv_mismatches=kv_mismatches,
+                   bad_steps_where_replay_diverged=len(bad_steps & diverged))
+        self.diag["step_token_mismatches"] += tok_mismatches
+        self.diag["step_kv_mismatches"] += kv_mismatches
+        self.diag["runs"][label] = res
+        log(f"  replay vs captured step {label}: next token differs in {tok_mismatches}, KV[pos] in "
+            f"{kv_mismatches} of {self.args.tokens} steps; {res['bad_steps_where_replay_diverged']} of "
+            f"{res['bad_steps']} steps with bad entries are among those")
+
     def check(self, items, ref, label):
+        """ferry's entries (hook, digest) against the reference captures (step, hook, digest), in order: the
+        counts for JSON "check" and the set of steps with a bad entry."""
         n = len(ref)
         self.entries_checked += len(items)
         bad = 0
         if len(items) != n:
             bad += abs(len(items) - n)
         by_hook: dict[int, int] = {}
+        bad_steps: set[int] = set()
         for i, ((h, d), (s, rh, rd)) in enumerate(zip(items, ref)):
             if h != rh or d != rd:
                 bad += 1
                 by_hook[rh] = by_hook.get(rh, 0) + 1
+                bad_steps.add(s)
                 if self.first_bad is None:
-                    self.first_bad = f"{label}: entry {i} (step {s}): hook {h} vs reference hook {rh}"
+                    what = f"hook {h} vs reference hook {rh}" if h != rh else f"hook {h}: bytes differ"
+                    self.first_bad = f"{label}: entry {i} (step {s}): {what}"
         self.entries_bad += bad
         worst = sorted(by_hook.items(), key=lambda kv: -kv[1])[:12]
         log(f"  check {label}: {len(items)} entries against {n} reference captures, {bad} bad"
-            + (f"; bad per hook id (top): {worst}" if worst else ""))
+            + (f" in {len(bad_steps)} steps; bad per hook id (top): {worst}" if bad else ""))
+        return {"entries": len(items), "reference": n, "bad": bad, "bad_steps": len(bad_steps),
+                "first_bad_step": min(bad_steps) if bad_steps else None}, bad_steps
 
     # -- one mode
     def decode_mode(self, name, batch, graph, model, cfg, presets):
@@ -384,28 +523,26 @@ class Bench:
         max_len = args.cache if args.cache else args.tokens + 1
         dec = Decoder(model, cfg, batch, max_len, self.device, args.seed + batch)
         pts = {p: fh.preset(model, p) for p in presets}
-        refs = {p: self.reference(dec, model, pts[p]) for p in presets}
+        rp = "vllm-full" if "vllm-full" in presets else presets[0]
+        self.reference_vs_reference(name, dec, model, rp, pts[rp])
         runs = self.make_runs(dec, model, pts, graph)
         times: dict[str, list[float]] = {k: [] for k in runs}
         reps = args.graph_reps if graph else args.eager_reps
         for rep in range(reps + 1):  # rep 0: warm-up, not recorded
-            for key, (fn, n_entries) in runs.items():
-                check = rep == reps and key.startswith(("ferry:", "gather:"))
+            for key, c in runs.items():
                 self.drain.wait(self.expected)
-                self.drain.items, self.drain.check = [], check
                 dec.reset()
                 self.sync()
-                ms = self.timed_ms(fn)
-                self.expected += n_entries
+                ms = self.timed_ms(lambda: c.generation(args.tokens))
+                self.expected += c.entries * args.tokens
                 self.drain.wait(self.expected)
-                self.drain.check = False
-                if check:
-                    self.check(self.drain.items, refs[key.split(":")[1]], f"{name} {key}")
-                    self.drain.items = []
                 if rep:
                     times[key].append(ms)
             if rep:
                 log(f"  rep {rep}/{reps}: " + ", ".join(f"{k} {v[-1]:.1f} ms" for k, v in times.items()))
+        for key, c in runs.items():  # untimed: one checked generation per ferry contestant and preset
+            if key.startswith(("ferry:", "gather:")):
+                self.checked_generation(name, key, dec, model, pts[key.split(":")[1]], c)
         med = {k: statistics.median(v) for k, v in times.items()}
         out = {"no_capture_ms": med["none"]}
         for p in presets:
@@ -669,6 +806,7 @@ def main(argv=None):
         "entries_checked": bench.entries_checked,
         "entries_bad": bench.entries_bad,
         "h2d_step": h2d,
+        "check": bench.diag,
     }
     with open(args.out, "w") as f:
         json.dump(out, f, indent=2)
@@ -688,6 +826,9 @@ def main(argv=None):
                       f"torch_copy {t_:.2f} ms ({100 * (t_ / base - 1):+.2f}%)")
     print(f"entries_checked {bench.entries_checked} entries_bad {bench.entries_bad}"
           + (f" first_bad: {bench.first_bad}" if bench.first_bad else ""))
+    dg = bench.diag
+    print(f"check: reference_vs_reference_bad {dg['reference_vs_reference_bad']} step_token_mismatches "
+          f"{dg['step_token_mismatches']} step_kv_mismatches {dg['step_kv_mismatches']}\ncheck method: {dg['method']}")
     for mode, d in h2d.items():
         if d["ferry_us"] is not None:
             print(f"h2d_step {mode} torch_copies {d['torch_copies_us']:.1f} us ferry {d['ferry_us']:.1f} us "

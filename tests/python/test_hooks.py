@@ -183,7 +183,8 @@ def test_benchmark_smoke(tmp_path):
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     d = json.loads(out.read_text())
-    assert set(d) == {"device", "commit", "date", "command", "decode", "entries_checked", "entries_bad", "h2d_step"}
+    assert set(d) == {"device", "commit", "date", "command", "decode", "entries_checked", "entries_bad", "h2d_step",
+                      "check"}
     assert set(d["decode"]) == {"b1_eager", "b1_graph", "b16_graph"}
     for mode in d["decode"].values():
         assert set(mode) == {"no_capture_ms", "hidden_states", "vllm_full"}
@@ -193,6 +194,11 @@ def test_benchmark_smoke(tmp_path):
     assert eager["no_capture_ms"] > 0 and eager["vllm_full"]["ferry_ms"] > 0 and eager["vllm_full"]["gather_ms"] > 0
     # ferry and gather (deferred capture), each checked against the reference
     assert d["entries_checked"] == 2 * 4 * (2 + 12 * 2 + 5) and d["entries_bad"] == 0
+    # the per-step replay reference and the determinism diagnostics (the host model is bit-reproducible)
+    c = d["check"]
+    assert {"method", "reference_vs_reference_bad", "step_token_mismatches"} <= set(c) and c["method"]
+    assert c["reference_vs_reference_bad"] == 0 and c["step_token_mismatches"] == 0
+    assert c["reference_vs_reference"]["b1_eager"]["entries"] == 4 * (12 * 2 + 5)  # vllm-full
     assert set(d["h2d_step"]) == {"eager", "graph"}
     assert set(d["h2d_step"]["eager"]) == {"torch_copies_us", "ferry_us"}
     assert d["h2d_step"]["eager"]["ferry_us"] > 0
