@@ -228,7 +228,8 @@ class Bench:
             self.fstream = ferry.Stream(backend="host")
         backend = "cuda" if self.cuda else "host"
         self.ch = ferry.Channel(device=0, ring_bytes=args.ring_mib << 20, publish_every=args.publish_every,
-                                backend=backend, fifo_capacity=1 << 16, timeout=30.0)
+                                backend=backend, fifo_capacity=1 << 16, timeout=30.0,
+                                branch_publish=args.branch_publish == "on")
         self.drain = Drain(self.ch)
         self.drain.start()
         self.expected = 0  # entries produced so far
@@ -743,6 +744,8 @@ def main(argv=None):
     ap.add_argument("--h2d-reps", type=int, default=3)
     ap.add_argument("--ring-mib", type=int, default=256)
     ap.add_argument("--publish-every", type=int, default=16)
+    ap.add_argument("--branch-publish", choices=["on", "off"], default="on",
+                    help="Channel(branch_publish=...): batch releases on a branch (on) or on the stream (off)")
     ap.add_argument("--capture", choices=["auto", "ops", "core"], default="auto",
                     help="torch.ops.ferry.capture (ops), Channel.capture (core), ops where built (auto)")
     ap.add_argument("--attn", default="sdpa", help="transformers attention implementation (sdpa, eager)")

@@ -653,7 +653,7 @@ class py_channel {
 template <class B>
 fd::config channel_config(std::size_t ring_bytes, std::uint32_t publish_every, std::size_t staging_bytes,
                           const std::string& placement, const std::string& on_full, double timeout,
-                          std::uint32_t fifo_capacity)
+                          std::uint32_t fifo_capacity, bool branch_publish = true, bool gather_branch_publish = true)
 {
   fd::config c;
   c.ring_bytes = ring_bytes;
@@ -676,6 +676,8 @@ fd::config channel_config(std::size_t ring_bytes, std::uint32_t publish_every, s
   FERRY_EXPECTS(timeout >= 0, ferry::logic_error, "Channel: expected timeout >= 0 s, got {}", timeout);
   c.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000.0));
   c.fifo_capacity = fifo_capacity;
+  c.branch_publish = branch_publish;
+  c.gather_branch_publish = gather_branch_publish;
   c.drain = fd::drain_mode::thread;
   return c;
 }
@@ -689,15 +691,16 @@ void bind_d2h(nb::module_& m)
       "__init__",
       [](C* self, int device, std::size_t ring_bytes, std::uint32_t publish_every, std::size_t staging_bytes,
          const std::string& placement, const std::string& on_full, double timeout, std::uint32_t fifo_capacity,
-         nb::handle sink) {
+         nb::handle sink, bool branch_publish, bool gather_branch_publish) {
         new (self) C(device,
                      channel_config<B>(ring_bytes, publish_every, staging_bytes, placement, on_full, timeout,
-                                       fifo_capacity),
+                                       fifo_capacity, branch_publish, gather_branch_publish),
                      sink);
       },
       nb::arg("device") = 0, nb::arg("ring_bytes") = std::size_t{64} << 20, nb::arg("publish_every") = 16,
       nb::arg("staging_bytes") = 0, nb::arg("placement") = "managed", nb::arg("on_full") = "block",
-      nb::arg("timeout") = 5.0, nb::arg("fifo_capacity") = 8192, nb::arg("sink").none() = nb::none())
+      nb::arg("timeout") = 5.0, nb::arg("fifo_capacity") = 8192, nb::arg("sink").none() = nb::none(),
+      nb::arg("branch_publish") = true, nb::arg("gather_branch_publish") = true)
     .def("begin_forward", &C::begin_forward, nb::arg("stream").none() = nb::none())
     .def("end_forward", &C::end_forward, nb::arg("stream").none() = nb::none())
     .def("abort_forward", &C::abort_forward, nb::arg("stream").none() = nb::none(),

@@ -272,8 +272,10 @@ def test_abort_forward_after_a_capture_ended_without_end_forward(make_channel, s
 
 # ---- deferred capture (Channel.capture_deferred / flush / abort_forward)
 
-def test_deferred_entries_exact_and_flush_points(make_channel, stream, drain):
-    ch = make_channel(publish_every=4)
+@pytest.mark.parametrize("branch_publish,gather_branch_publish", [(True, True), (True, False), (False, True)])
+def test_deferred_entries_exact_and_flush_points(make_channel, stream, drain, branch_publish, gather_branch_publish):
+    # every place a batch release can run: the branch (the defaults), the gather's last block, the stream
+    ch = make_channel(publish_every=4, branch_publish=branch_publish, gather_branch_publish=gather_branch_publish)
     xs = [np.arange(i * 10, i * 10 + 5, dtype=np.int32) for i in range(6)]
     ch.begin_forward(stream)
     for i, x in enumerate(xs[:3]):
@@ -296,6 +298,9 @@ def test_deferred_entries_exact_and_flush_points(make_channel, stream, drain):
     want = [xs[0], xs[1], xs[2], xs[3], xs[4], xs[5], xs[5], xs[0]]
     for e, w in zip(got, want):
         assert e.tobytes() == w.tobytes()
+    # releases (wherever they ran): entries 0-3 (the K-th deferred entry's gather), entries 4, 9, 5, 6 (the
+    # gather end_forward flushes completes K again) and the forward boundary's
+    assert ch.stats()["publishes"] == 3
     assert ch.close()["clean"]
 
 
