@@ -42,10 +42,13 @@ import ferry
 import ferry.hooks as fh
 
 T0 = time.perf_counter()
-CHECK_METHOD = ("per-step replay: one untimed generation per (mode, ferry contestant, preset); each captured step "
-                "is replayed eagerly without capture from the same tok, pos and KV[0..pos-1], the replay's hooked "
-                "tensors' synchronous .cpu() bytes (blake2b) are the reference for that step's entries, and the "
-                "generation continues from the captured step's tok, pos and KV[pos]")
+CHECK_METHOD = ("witness copies: one untimed generation per (mode, ferry contestant, preset), step by step; every "
+                "ferry entry is compared (blake2b) with a synchronous copy of the same tensor made by the same "
+                "execution beside its capture (eager: t.cpu() at the hook; graph: the same forward captured with a "
+                "device copy of each hooked tensor next to its capture, read after the replay). Diagnostic: each "
+                "step is also replayed eagerly without capture from the same tok, pos and KV[0..pos-1] (replay_bad; "
+                "reference_vs_reference_bad: two uncaptured generations compared), and the generation continues "
+                "from the captured step's tok, pos and KV[pos]")
 
 
 def log(msg: str) -> None:
@@ -202,10 +205,13 @@ class Contestant:
     pos, the KV cache): eager ones call ``dec.step()`` (ferry's between begin_forward and end_forward) and need
     their capture hooks installed (``armed()``: a context manager, entered outside the step loop); graph ones
     replay their graph (ferry's after ``ch.plan(plan)``), the hooks baked in. ``entries``: ferry entries per
-    step."""
+    step. ``witnessed(step)`` (ferry contestants): one captured step whose every hooked tensor is also copied
+    by the same execution, beside ferry's capture, and returns [(step, hook, blake2b)] of those copies (eager:
+    ``t.cpu()`` at the hook; graph: the same graph captured with a device copy of each hooked tensor into a
+    static buffer next to each capture, read with ``.cpu()`` after the replay)."""
 
-    def __init__(self, steps, armed=None, entries=0):
-        self.steps, self._armed, self.entries = steps, armed, entries
+    def __init__(self, steps, armed=None, entries=0, witnessed=None):
+        self.steps, self._armed, self.entries, self.witnessed = steps, armed, entries, witnessed
 
     def armed(self):
         return self._armed() if self._armed is not None else _null()
@@ -236,7 +242,7 @@ class Bench:
         self.entries_checked = 0
         self.entries_bad = 0
         self.first_bad = None
-        self.diag = {"method": CHECK_METHOD, "reference_vs_reference_bad": 0, "step_token_mismatches": 0,
+        self.diag = {"method": CHECK_METHOD, "replay_bad": 0, "reference_vs_reference_bad": 0, "step_token_mismatches": 0,
                      "step_kv_mismatches": 0, "reference_vs_reference": {}, "runs": {}}
 
     # -- timing
@@ -320,7 +326,42 @@ class Bench:
                             self.ch.plan(plan)
                             g.replay()
 
-                    runs[f"{kind}:{preset}"] = Contestant(ferry_graph, entries=n_by[preset])
+                    # the witness graph: the same forward, each hooked tensor also copied (device to device)
+                    # into a static buffer beside its capture; buffers and hook order come from the warm-up
+                    wbufs: dict[int, torch.Tensor] = {}
+                    worder: list[int] = []
+                    cap = self.capture_fn(deferred)
+
+                    def cap_and_copy(h, t, cap=cap, wbufs=wbufs, worder=worder):
+                        cap(h, t)
+                        b = wbufs.get(h)
+                        if b is None:
+                            b = torch.empty_like(t)
+                            wbufs[h] = b
+                            worder.append(h)
+                        b.copy_(t)
+
+                    wholder = {}
+
+                    def witness_body(holder=wholder):
+                        s = torch.cuda.current_stream()
+                        self.ch.begin_forward(s)
+                        dec.step()
+                        holder["plan"] = self.ch.end_forward(s)
+
+                    hooks = fh.install(model, pts, cap_and_copy)
+                    try:
+                        gw = self.capture_graph(dec, witness_body, warm=ferry_warm, warm_entries=n_by[preset])
+                    finally:
+                        hooks.remove()
+
+                    def witnessed_graph(step, gw=gw, plan=wholder["plan"], wbufs=wbufs, worder=worder):
+                        self.ch.plan(plan)
+                        gw.replay()
+                        self.sync()
+                        return [(step, h, tensor_digest(wbufs[h])) for h in worder]
+
+                    runs[f"{kind}:{preset}"] = Contestant(ferry_graph, entries=n_by[preset], witnessed=witnessed_graph)
                 else:
 
                     def ferry_eager(n):
@@ -330,10 +371,22 @@ class Bench:
                             dec.step()
                             self.ch.end_forward(s)
 
+                    def witnessed_eager(step, pts=pts, deferred=deferred, ferry_eager=ferry_eager):
+                        cap, got = self.capture_fn(deferred), []
+
+                        def cap_and_copy(h, t):
+                            cap(h, t)
+                            got.append((step, h, tensor_digest(t)))  # synchronous .cpu() beside the capture
+
+                        with fh.install(model, pts, cap_and_copy):
+                            ferry_eager(1)
+                        self.sync()
+                        return got
+
                     # the hooks are installed outside the step loop (Contestant.armed), as the timed run does
                     runs[f"{kind}:{preset}"] = Contestant(
                         ferry_eager, lambda pts=pts, deferred=deferred: fh.install(model, pts, self.capture_fn(deferred)),
-                        entries=n_by[preset])
+                        entries=n_by[preset], witnessed=witnessed_eager)
 
             # torch-native: one pinned buffer per hook, copy_(non_blocking) on the current stream, an event per
             # step after which the host may read them (the buffers are overwritten by the next step).
@@ -431,10 +484,13 @@ class Bench:
             + (f" (first at step {first})" if first is not None else ""))
 
     def checked_generation(self, name, key, dec, model, pts, c):
-        """One untimed generation of contestant ``c`` (a ferry one), checked step by step: each captured step
-        (``c.steps(1)``) is followed by an uncaptured eager replay of the same step from the same state, whose
-        hooked tensors' synchronous ``.cpu()`` bytes are the reference for that step's ferry entries."""
-        ref, step = [], [0]
+        """One untimed generation of contestant ``c`` (a ferry one), checked step by step. The reference of a
+        step's ferry entries (entries_bad): the witness copies the same execution made of the same tensors
+        beside each capture (``c.witnessed``). A diagnostic besides: each captured step is followed by an
+        uncaptured eager replay of the same step from the same state, whose hooked tensors' synchronous
+        ``.cpu()`` bytes are compared too (a model that is not bit-reproducible shows there, not in
+        entries_bad)."""
+        ref, step, witness = [], [0], []
 
         def rec(h, t):
             ref.append((step[0], h, tensor_digest(t)))
@@ -449,9 +505,8 @@ class Bench:
         self.sync()
         for i in range(self.args.tokens):
             tok0, pos0 = dec.tok.clone(), dec.pos.clone()
-            with c.armed():
-                c.steps(1)  # the captured step (graph replay after plan(), or eager with ferry's hooks)
-            self.sync()
+            # the captured step (graph replay after plan(), or eager with ferry's hooks) and its witness copies
+            witness.extend(c.witnessed(i))
             tok1, pos1 = dec.tok.clone(), dec.pos.clone()
             kv1 = [(kv.keys[j].index_select(2, pos0), kv.values[j].index_select(2, pos0)) for j in layers]
             # The reference: the same step again, eager and uncaptured, from the pre-step state (tok, pos). It
@@ -482,9 +537,11 @@ class Bench:
         self.drain.check = False
         items, self.drain.items = self.drain.items, []
         label = f"{name} {key}"
-        res, bad_steps = self.check(items, ref, label)
-        res.update(token_mismatches=tok_mismatches, kv_mismatches=kv_mismatches,
-                   bad_steps_where_replay_diverged=len(bad_steps & diverged))
+        res, _ = self.check(items, witness, label)  # entries_bad: ferry's bytes vs the same execution's copies
+        rres, bad_steps = self.check(items, ref, f"{label} (vs the uncaptured replay)", count=False)
+        res.update(replay_bad=rres["bad"], replay_bad_steps=rres["bad_steps"], token_mismatches=tok_mismatches,
+                   kv_mismatches=kv_mismatches, bad_steps_where_replay_diverged=len(bad_steps & diverged))
+        self.diag["replay_bad"] += rres["bad"]
         self.diag["step_token_mismatches"] += tok_mismatches
         self.diag["step_kv_mismatches"] += kv_mismatches
         self.diag["runs"][label] = res
@@ -492,11 +549,11 @@ class Bench:
             f"{kv_mismatches} of {self.args.tokens} steps; {res['bad_steps_where_replay_diverged']} of "
             f"{res['bad_steps']} steps with bad entries are among those")
 
-    def check(self, items, ref, label):
+    def check(self, items, ref, label, count=True):
         """ferry's entries (hook, digest) against the reference captures (step, hook, digest), in order: the
-        counts for JSON "check" and the set of steps with a bad entry."""
+        counts for JSON "check" and the set of steps with a bad entry; ``count``: add to entries_checked /
+        entries_bad."""
         n = len(ref)
-        self.entries_checked += len(items)
         bad = 0
         if len(items) != n:
             bad += abs(len(items) - n)
@@ -507,10 +564,12 @@ class Bench:
                 bad += 1
                 by_hook[rh] = by_hook.get(rh, 0) + 1
                 bad_steps.add(s)
-                if self.first_bad is None:
+                if count and self.first_bad is None:
                     what = f"hook {h} vs reference hook {rh}" if h != rh else f"hook {h}: bytes differ"
                     self.first_bad = f"{label}: entry {i} (step {s}): {what}"
-        self.entries_bad += bad
+        if count:
+            self.entries_checked += len(items)
+            self.entries_bad += bad
         worst = sorted(by_hook.items(), key=lambda kv: -kv[1])[:12]
         log(f"  check {label}: {len(items)} entries against {n} reference captures, {bad} bad"
             + (f" in {len(bad_steps)} steps; bad per hook id (top): {worst}" if bad else ""))
@@ -830,7 +889,7 @@ def main(argv=None):
     print(f"entries_checked {bench.entries_checked} entries_bad {bench.entries_bad}"
           + (f" first_bad: {bench.first_bad}" if bench.first_bad else ""))
     dg = bench.diag
-    print(f"check: reference_vs_reference_bad {dg['reference_vs_reference_bad']} step_token_mismatches "
+    print(f"check: replay_bad {dg['replay_bad']} reference_vs_reference_bad {dg['reference_vs_reference_bad']} step_token_mismatches "
           f"{dg['step_token_mismatches']} step_kv_mismatches {dg['step_kv_mismatches']}\ncheck method: {dg['method']}")
     for mode, d in h2d.items():
         if d["ferry_us"] is not None:
