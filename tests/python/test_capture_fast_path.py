@@ -164,3 +164,48 @@ def test_cuda_default_stream_is_torchs_current_stream():
     for e in got:
         assert e.tobytes() == raw(src)
     assert ch.close()["clean"]
+
+
+class CudaLikeChannel:
+    """A host channel that says it is a CUDA one, recording which call ferry.hooks.capture_fn makes."""
+
+    backend = "cuda"
+
+    def __init__(self, ch, stream):
+        self.ch, self.stream, self.handle, self.calls = ch, stream, ch.handle, []
+
+    def capture(self, hook, t, stream):
+        self.calls.append(("capture", hook))
+        self.ch.capture(hook, t, self.stream)
+
+    def capture_deferred(self, hook, t, stream):
+        self.calls.append(("capture_deferred", hook))
+        self.ch.capture_deferred(hook, t, self.stream)
+
+
+def test_auto_capture_fn_on_cuda_channels_is_the_core_call_eagerly_and_the_op_when_compiled(make_channel, stream,
+                                                                                           drain):
+    pytest.importorskip("ferry.torch_ops", exc_type=ImportError)
+    ch = make_channel(ring_bytes=1 << 20)
+    like = CudaLikeChannel(ch, stream)
+    cap = fh.capture_fn(like, None, deferred=[1])
+    assert fh.capture_fn(ch, stream) is not cap and hasattr(cap, "token")
+    xs = [torch.arange(8, dtype=torch.int32) + 10 * h for h in range(3)]
+    ch.begin_forward(stream)
+    for h, x in enumerate(xs):
+        cap(h, x)
+    assert like.calls == [("capture", 0), ("capture_deferred", 1), ("capture", 2)]
+
+    @torch.compile(fullgraph=True, backend="eager")
+    def f(x):
+        y = x + 1
+        cap(3, y)
+        return y * 2
+
+    y = f(xs[0])
+    assert like.calls == [("capture", 0), ("capture_deferred", 1), ("capture", 2)]  # the op, not the core call
+    ch.end_forward(stream)
+    got = drain(ch, 4)
+    assert [(e.hook, e.tobytes()) for e in got] == [(h, raw(x)) for h, x in enumerate(xs)] + [(3, raw(xs[0] + 1))]
+    assert torch.equal(y, (xs[0] + 1) * 2)
+    assert ch.close()["clean"]

@@ -254,16 +254,36 @@ def ops_capture(channel: Any, token: Any = None, device: Any = None, *, deferred
 
 def capture_fn(channel: Any, stream: Any = None, *, use_ops: str | bool = "auto", device: Any = None,
                deferred: Any = False) -> CaptureFn:
-    """The capture call site: ``torch.ops.ferry.capture`` where ``ferry.torch_ops`` is built (``use_ops="auto"``
-    or True), else ``Channel.capture``. ``deferred``: False (every hook immediate), True (every hook deferred),
-    or hook ids / HookPoints (pass the preset's points: those marked ``deferred`` use deferred capture, one
-    gather launch per batch of K; the tensor must not be written in place before the batch's flush)."""
+    """The capture call site. ``use_ops=True``: ``torch.ops.ferry.capture`` (``ops_capture``); False:
+    ``Channel.capture`` (``channel_capture``); ``"auto"``: the op where ``ferry.torch_ops`` is built, else
+    ``Channel.capture`` -- on a CUDA channel, the op only while torch.compile traces the hook and
+    ``Channel.capture(hook, t, stream)`` in eager calls (the cheaper call: no torch dispatch; the same entries,
+    on the same stream when ``stream`` is None or torch's current stream). ``deferred``: False (every hook
+    immediate), True (every hook deferred), or hook ids / HookPoints (pass the preset's points: those marked
+    ``deferred`` use deferred capture, one gather launch per batch of K; the tensor must not be written in
+    place before the batch's flush)."""
     if use_ops:
         try:
-            return ops_capture(channel, device=device, deferred=deferred)
+            traced = ops_capture(channel, device=device, deferred=deferred)
         except (ImportError, AttributeError, OSError):
             if use_ops is True:
                 raise
+        else:
+            if use_ops is True or getattr(channel, "backend", None) != "cuda":
+                return traced
+            import torch
+
+            eager = channel_capture(channel, stream, deferred=deferred)
+            compiling = torch.compiler.is_compiling
+
+            def capture(hook: int, t: Any) -> None:
+                if compiling():
+                    traced(hook, t)
+                else:
+                    eager(hook, t)
+
+            capture.token = traced.token  # type: ignore[attr-defined]
+            return capture
     return channel_capture(channel, stream, deferred=deferred)
 
 
