@@ -131,7 +131,9 @@ template <class B>
     if (obj.is_none()) {
       // torch's current stream of `device` as an int (no torch.cuda.Stream object is built per call)
       if (PyObject* raw = torch_current_raw_stream(); raw != nullptr) {
-        return from_int(nb::steal(PyObject_CallFunction(raw, "i", device)));
+        PyObject* h = PyObject_CallFunction(raw, "i", device);
+        if (h == nullptr) { throw nb::python_error(); }
+        return from_int(nb::steal(h));
       }
     }
     if (PyLong_Check(obj.ptr()) && !PyBool_Check(obj.ptr())) { return from_int(obj); }
