@@ -70,6 +70,52 @@ struct py_stream {
   return nb::cast<std::string>(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(h.ptr()))).attr("__name__"));
 }
 
+/// sys.modules["torch"] (borrowed), or nullptr while torch is not imported.
+[[nodiscard]] inline PyObject* torch_module() noexcept
+{
+  PyObject* mods = PyImport_GetModuleDict();  // borrowed
+  return mods != nullptr ? PyDict_GetItemString(mods, "torch") : nullptr;
+}
+
+/// torch._C._cuda_getCurrentRawStream (an int per device index), looked up once torch is imported; nullptr
+/// before that or where torch has none (then the caller takes torch.cuda.current_stream()).
+[[nodiscard]] inline PyObject* torch_current_raw_stream() noexcept
+{
+  static PyObject* fn = nullptr;  // a strong reference kept for the process
+  static bool missing = false;
+  if (fn != nullptr || missing) { return fn; }
+  PyObject* torch = torch_module();
+  if (torch == nullptr) { return nullptr; }
+  PyObject* c = PyObject_GetAttrString(torch, "_C");
+  PyObject* f = c != nullptr ? PyObject_GetAttrString(c, "_cuda_getCurrentRawStream") : nullptr;
+  Py_XDECREF(c);
+  if (f == nullptr || PyCallable_Check(f) == 0) {
+    PyErr_Clear();
+    Py_XDECREF(f);
+    missing = true;
+    return nullptr;
+  }
+  fn = f;
+  return fn;
+}
+
+/// The exact type torch.Tensor (subclasses are not matched), looked up once torch is imported.
+[[nodiscard]] inline PyTypeObject* torch_tensor_type() noexcept
+{
+  static PyTypeObject* tp = nullptr;  // a strong reference kept for the process
+  if (tp != nullptr) { return tp; }
+  PyObject* torch = torch_module();
+  if (torch == nullptr) { return nullptr; }
+  PyObject* t = PyObject_GetAttrString(torch, "Tensor");
+  if (t == nullptr || PyType_Check(t) == 0) {
+    PyErr_Clear();
+    Py_XDECREF(t);
+    return nullptr;
+  }
+  tp = reinterpret_cast<PyTypeObject*>(t);
+  return tp;
+}
+
 /// Resolves a Python stream argument. Host backend: a ferry.Stream of the host backend. CUDA: a
 /// ferry.Stream, an int handle, an object with __cuda_stream__ (returns (version, handle)), a
 /// torch.cuda.Stream (its cuda_stream attribute), or None for torch's current stream on `device`.
@@ -82,6 +128,14 @@ template <class B>
     auto from_int = [&](nb::handle v) {
       return fb::stream_view<B>{B{}, reinterpret_cast<handle_type>(nb::cast<std::uintptr_t>(v))};
     };
+    if (obj.is_none()) {
+      // torch's current stream of `device` as an int (no torch.cuda.Stream object is built per call)
+      if (PyObject* raw = torch_current_raw_stream(); raw != nullptr) {
+        PyObject* h = PyObject_CallFunction(raw, "i", device);
+        if (h == nullptr) { throw nb::python_error(); }
+        return from_int(nb::steal(h));
+      }
+    }
     if (PyLong_Check(obj.ptr()) && !PyBool_Check(obj.ptr())) { return from_int(obj); }
     if (nb::hasattr(obj, "__cuda_stream__")) {
       nb::object t = obj.attr("__cuda_stream__")();
@@ -111,6 +165,14 @@ template <class B>
 
 using any_array = nb::ndarray<nb::ro>;
 
+/// The bytes of a tensor argument: its address and size; `dl` holds a DLPack import (the general path)
+/// alive while the bytes are used (a bare DLPack capsule owns its memory).
+struct array_bytes {
+  const void* data{nullptr};
+  std::uint64_t nbytes{0};
+  any_array dl{};
+};
+
 /// Any object with __dlpack__ (or the buffer protocol) as an array; TypeError otherwise.
 [[nodiscard]] inline any_array as_array(nb::handle obj, const char* who)
 {
@@ -121,6 +183,88 @@ using any_array = nb::ndarray<nb::ro>;
                            .c_str());
   }
   return a;
+}
+
+
+namespace detail {
+/// Interned attribute names of the torch fast path.
+struct torch_names {
+  PyObject* is_cpu{PyUnicode_InternFromString("is_cpu")};
+  PyObject* is_cuda{PyUnicode_InternFromString("is_cuda")};
+  PyObject* get_device{PyUnicode_InternFromString("get_device")};
+  PyObject* is_contiguous{PyUnicode_InternFromString("is_contiguous")};
+  PyObject* is_conj{PyUnicode_InternFromString("is_conj")};
+  PyObject* is_neg{PyUnicode_InternFromString("is_neg")};
+  PyObject* data_ptr{PyUnicode_InternFromString("data_ptr")};
+  PyObject* nbytes{PyUnicode_InternFromString("nbytes")};
+};
+inline const torch_names& names()
+{
+  static const torch_names n;
+  return n;
+}
+/// 1 for True, 0 for False, -1 for anything else or an error (cleared).
+inline int truth(PyObject* v) noexcept
+{
+  const int r = v == Py_True ? 1 : v == Py_False ? 0 : -1;
+  if (v == nullptr) { PyErr_Clear(); }
+  Py_XDECREF(v);
+  return r;
+}
+inline int call_truth(PyObject* o, PyObject* name) noexcept { return truth(PyObject_CallMethodNoArgs(o, name)); }
+inline long long as_ll(PyObject* v) noexcept
+{
+  long long r = -1;
+  if (v != nullptr && PyLong_Check(v) != 0) { r = PyLong_AsLongLong(v); }
+  if (v == nullptr || PyErr_Occurred() != nullptr) {
+    PyErr_Clear();
+    r = -1;
+  }
+  Py_XDECREF(v);
+  return r;
+}
+}  // namespace detail
+
+/// The fast path of a tensor argument: a plain torch.Tensor (exact type, no libtorch: read through its
+/// Python attributes, not through __dlpack__, which is a Python-level method of torch costing several us)
+/// that is C-contiguous, on backend B's device `device` (the cpu on the host backend), and has no conjugate
+/// or negative bit (a tensor that requires grad is read as DLPack reads it). Returns false, with no Python
+/// error pending, for anything else: the caller then takes the general DLPack path, which accepts or
+/// refuses it with its own errors (so every bad input keeps the error it had).
+template <class B>
+[[nodiscard]] bool torch_fast_bytes(nb::handle obj, int device, array_bytes& out) noexcept
+{
+  PyTypeObject* tp = torch_tensor_type();
+  if (tp == nullptr || Py_TYPE(obj.ptr()) != tp) { return false; }
+  const auto& n = detail::names();
+  PyObject* o = obj.ptr();
+  if constexpr (is_host<B>) {
+    if (detail::truth(PyObject_GetAttr(o, n.is_cpu)) != 1) { return false; }
+  } else {
+    if (detail::truth(PyObject_GetAttr(o, n.is_cuda)) != 1) { return false; }
+    if (detail::as_ll(PyObject_CallMethodNoArgs(o, n.get_device)) != device) { return false; }
+  }
+  if (detail::call_truth(o, n.is_contiguous) != 1 || detail::call_truth(o, n.is_conj) != 0 ||
+      detail::call_truth(o, n.is_neg) != 0) {
+    return false;
+  }
+  const long long bytes = detail::as_ll(PyObject_GetAttr(o, n.nbytes));
+  if (bytes < 0) { return false; }
+  PyObject* p = PyObject_CallMethodNoArgs(o, n.data_ptr);
+  if (p == nullptr || PyLong_Check(p) == 0) {
+    PyErr_Clear();
+    Py_XDECREF(p);
+    return false;
+  }
+  const auto addr = static_cast<std::uintptr_t>(PyLong_AsUnsignedLongLong(p));
+  Py_DECREF(p);
+  if (PyErr_Occurred() != nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  out.data = reinterpret_cast<const void*>(addr);
+  out.nbytes = static_cast<std::uint64_t>(bytes);
+  return true;
 }
 
 /// Bytes of a C-contiguous array (size-1 dimensions may have any stride); raises LogicError otherwise.

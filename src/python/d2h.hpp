@@ -227,15 +227,14 @@ class py_channel {
   void capture(std::uint32_t hook, nb::handle tensor, nb::handle stream)
   {
     auto s = resolve_stream<B>(stream, dev_, "Channel.capture");
-    const any_array t = as_array(tensor, "Channel.capture");
-    check_device_array<B>(t, dev_, fmt_who("Channel.capture", hook));
+    const array_bytes t = tensor_bytes(tensor, hook, "Channel.capture");
     std::shared_lock lk{mu_};
     auto& ch = live("capture");
     {
       nb::gil_scoped_release g;
       set_dev();
       check_deferred("capture");
-      ch.capture(fd::hook_id{hook}, t.data(), t.nbytes(), s);
+      ch.capture(fd::hook_id{hook}, t.data, t.nbytes, s);
       deferred_flushed();
     }
     if constexpr (is_host<B>) { current_.push_back(nb::borrow(tensor)); }
@@ -246,8 +245,7 @@ class py_channel {
   void capture_deferred(std::uint32_t hook, nb::handle tensor, nb::handle stream)
   {
     auto s = resolve_stream<B>(stream, dev_, "Channel.capture_deferred");
-    const any_array t = as_array(tensor, "Channel.capture_deferred");
-    check_device_array<B>(t, dev_, fmt_who("Channel.capture_deferred", hook));
+    const array_bytes t = tensor_bytes(tensor, hook, "Channel.capture_deferred");
     auto* o = new py_deferred_src{tensor.ptr(), 0, false, !is_host<B>};
     o->version = py_deferred_src::read_version(tensor.ptr(), o->versioned);
     if (o->owns) { Py_INCREF(o->obj); }
@@ -257,7 +255,7 @@ class py_channel {
     if constexpr (is_host<B>) { current_.push_back(nb::borrow(tensor)); }  // the host copy runs later
     nb::gil_scoped_release g;
     set_dev();
-    deferred(ch, hook, t.data(), t.nbytes(), s, std::move(keep), &py_deferred_src::unchanged, o);
+    deferred(ch, hook, t.data, t.nbytes, s, std::move(keep), &py_deferred_src::unchanged, o);
   }
 
   /// Channel.flush: enqueues the gather of the pending deferred entries.
@@ -515,6 +513,19 @@ class py_channel {
   static std::string fmt_who(const char* what, std::uint32_t hook)
   {
     return std::string{what} + " (hook " + std::to_string(hook) + ")";
+  }
+  /// A captured tensor's bytes: a plain torch.Tensor through the fast path (torch_fast_bytes), anything else
+  /// (and a torch tensor the fast path leaves alone) through DLPack, checked by check_device_array.
+  [[nodiscard]] array_bytes tensor_bytes(nb::handle tensor, std::uint32_t hook, const char* what) const
+  {
+    array_bytes out;
+    if (torch_fast_bytes<B>(tensor, dev_, out)) { return out; }
+    any_array t = as_array(tensor, what);
+    check_device_array<B>(t, dev_, fmt_who(what, hook));
+    out.data = t.data();
+    out.nbytes = t.nbytes();
+    out.dl = std::move(t);
+    return out;
   }
   [[nodiscard]] fb::stream_view<B> raw_stream(std::uintptr_t stream, std::uint32_t hook, const char* what) const
   {

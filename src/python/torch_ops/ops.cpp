@@ -102,9 +102,12 @@ int deferred_unchanged(void* owner)
 int capture_impl(const at::Tensor& x, int64_t channel, int64_t hook, bool deferred, char* err, std::size_t len)
 {
   const ferry_capi& api = capi();
-  const std::string who =
-    std::string{"ferry: torch.ops.ferry."} + (deferred ? "capture_deferred" : "capture") + " (hook " + std::to_string(hook) + ")";
-  if (hook < 0 || hook > static_cast<int64_t>(UINT32_MAX)) { logic(who + ": expected a hook in [0, 2^32), got " + std::to_string(hook)); }
+  // The message prefix, built only on an error path (not per call).
+  const auto who = [&] {
+    return std::string{"ferry: torch.ops.ferry."} + (deferred ? "capture_deferred" : "capture") + " (hook " +
+           std::to_string(hook) + ")";
+  };
+  if (hook < 0 || hook > static_cast<int64_t>(UINT32_MAX)) { logic(who() + ": expected a hook in [0, 2^32), got " + std::to_string(hook)); }
   int backend = 0;
   int device = 0;
   std::uint32_t flags = 0;
@@ -114,14 +117,14 @@ int capture_impl(const at::Tensor& x, int64_t channel, int64_t hook, bool deferr
   }
   if (backend == FERRY_BACKEND_HOST) {
     if (!x.device().is_cpu()) {
-      logic(who + ": expected a cpu tensor (host backend channel), got one on " + x.device().str() +
+      logic(who() + ": expected a cpu tensor (host backend channel), got one on " + x.device().str() +
             " (a device tensor where the host backend needs a host array)");
     }
   } else if (!x.device().is_cuda() || x.device().index() != device) {
-    logic(who + ": expected a tensor on cuda:" + std::to_string(device) + " (the channel's device), got one on " +
+    logic(who() + ": expected a tensor on cuda:" + std::to_string(device) + " (the channel's device), got one on " +
           x.device().str() + (x.device().is_cpu() ? " (a host tensor where a device tensor is needed)" : ""));
   }
-  if (!x.is_contiguous()) { logic(who + ": expected a C-contiguous tensor, got a strided one (" + std::to_string(x.dim()) + "-d)"); }
+  if (!x.is_contiguous()) { logic(who() + ": expected a C-contiguous tensor, got a strided one (" + std::to_string(x.dim()) + "-d)"); }
   const auto bytes = static_cast<std::uint64_t>(x.nbytes());
   const bool host = backend == FERRY_BACKEND_HOST;
   if (deferred) {
