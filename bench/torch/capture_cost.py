@@ -87,7 +87,9 @@ def main() -> int:
     ring = max(64 << 20, 4 * n * (args.numel * 2 + 256))
     ch = ferry.Channel(0, ring_bytes=ring, publish_every=16, backend=backend, fifo_capacity=16384)
     if cuda:
-        fstream = torch.cuda.current_stream(0)
+        # a created stream, made torch's current one (ferry refuses the legacy default stream, handle 0)
+        fstream = torch.cuda.Stream(0)
+        torch.cuda.set_stream(fstream)
         stream_arg = fstream.cuda_stream  # an int handle: the cheapest explicit stream
         sync = fstream.synchronize
     else:

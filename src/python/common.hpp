@@ -9,7 +9,11 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -44,6 +48,75 @@ struct traits<fb::cuda_backend> {
 
 template <class B>
 inline constexpr bool is_host = std::is_same_v<B, fb::host_backend>;
+
+/// Interpreter exit. CPython (before 3.14) ends a daemon thread that takes the GIL back after finalization
+/// began with pthread_exit, and its forced unwinding through a C++ destructor (a GIL guard's) aborts the
+/// whole process ("terminate called without an active exception"): a daemon thread polling a channel at
+/// exit would crash the interpreter. ferry's atexit hook (module.cpp; atexit runs before finalization)
+/// marks the exit, then waits, the GIL released, at most `exit_wait` for every ferry call that released
+/// the GIL to take it back; from then on no ferry call releases the GIL and poll() does not wait, so such a
+/// thread ends in Python code, outside ferry. (A call still blocked after exit_wait is not covered.)
+struct exit_state {
+  static constexpr std::chrono::seconds exit_wait{2};
+  std::atomic<bool> exiting{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  int in_flight{0};  ///< calls between releasing and retaking the GIL (guarded by mu)
+};
+/// The process-wide exit state (never destroyed: threads may still use it while the module is torn down).
+[[nodiscard]] inline exit_state& exit_state_of_process()
+{
+  static auto* s = new exit_state;
+  return *s;
+}
+[[nodiscard]] inline bool interpreter_exiting() noexcept
+{
+  return exit_state_of_process().exiting.load(std::memory_order_acquire);
+}
+
+/// Releases the GIL for a blocking or long call (nb::gil_scoped_release), except after interpreter exit
+/// began (exit_state); counted, so the atexit hook can wait for the call to take the GIL back.
+/// Construct it with the GIL held.
+class gil_release {
+ public:
+  gil_release()
+  {
+    if (interpreter_exiting()) { return; }  // read under the GIL: the hook sets it under the GIL too
+    auto& st = exit_state_of_process();
+    {
+      std::lock_guard l{st.mu};
+      ++st.in_flight;
+    }
+    save_ = PyEval_SaveThread();
+  }
+  ~gil_release()
+  {
+    if (save_ == nullptr) { return; }
+    PyEval_RestoreThread(save_);
+    auto& st = exit_state_of_process();
+    std::lock_guard l{st.mu};
+    if (--st.in_flight == 0) { st.cv.notify_all(); }
+  }
+  gil_release(const gil_release&) = delete;
+  gil_release& operator=(const gil_release&) = delete;
+
+ private:
+  PyThreadState* save_{nullptr};
+};
+
+/// The atexit hook's body (called with the GIL held): marks the exit, then waits, the GIL released, up to
+/// exit_wait for the calls in flight to take the GIL back.
+inline void on_interpreter_exit()
+{
+  auto& st = exit_state_of_process();
+  st.exiting.store(true, std::memory_order_release);
+  PyThreadState* save = PyEval_SaveThread();
+  {
+    std::unique_lock l{st.mu};
+    st.cv.wait_for(l, exit_state::exit_wait, [&] { return st.in_flight == 0; });
+  }
+  PyEval_RestoreThread(save);
+}
 
 /// ferry.Stream: an owning stream of backend B (the host backend's only stream type; on CUDA a
 /// non-blocking stream usable wherever an int handle or torch stream is).

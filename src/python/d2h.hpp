@@ -160,7 +160,7 @@ class py_channel {
   }
   ~py_channel()
   {
-    nb::gil_scoped_release g;
+    gil_release g;
     channel_registry::get().remove(handle_);  // waits for C ABI calls in flight
     ch_.reset();
     leftovers_.clear();
@@ -172,7 +172,7 @@ class py_channel {
     std::shared_lock lk{mu_};
     auto& ch = live("begin_forward");
     drop_completed_refs();
-    nb::gil_scoped_release g;
+    gil_release g;
     set_dev();
     ch.begin_forward(s);
     drop_deferred();
@@ -189,7 +189,7 @@ class py_channel {
     py_plan out;
     bool capturing = false;
     {
-      nb::gil_scoped_release g;
+      gil_release g;
       set_dev();
       capturing = s.is_capturing();
       check_deferred("end_forward");
@@ -214,7 +214,7 @@ class py_channel {
     const bool captured = (fwd_flags_.load(std::memory_order_relaxed) & FERRY_INFO_FORWARD_CAPTURING) != 0;
     bool was_open = false;
     {
-      nb::gil_scoped_release g;
+      gil_release g;
       set_dev();
       was_open = ch.abort_forward(s);
       drop_deferred();  // pending deferred entries are dropped unlaunched with the forward
@@ -231,7 +231,7 @@ class py_channel {
     std::shared_lock lk{mu_};
     auto& ch = live("capture");
     {
-      nb::gil_scoped_release g;
+      gil_release g;
       set_dev();
       check_deferred("capture");
       ch.capture(fd::hook_id{hook}, t.data, t.nbytes, s);
@@ -253,7 +253,7 @@ class py_channel {
     std::shared_lock lk{mu_};
     auto& ch = live("capture_deferred");
     if constexpr (is_host<B>) { current_.push_back(nb::borrow(tensor)); }  // the host copy runs later
-    nb::gil_scoped_release g;
+    gil_release g;
     set_dev();
     deferred(ch, hook, t.data, t.nbytes, s, std::move(keep), &py_deferred_src::unchanged, o);
   }
@@ -264,7 +264,7 @@ class py_channel {
     auto s = resolve_stream<B>(stream, dev_, "Channel.flush");
     std::shared_lock lk{mu_};
     auto& ch = live("flush");
-    nb::gil_scoped_release g;
+    gil_release g;
     set_dev();
     check_deferred("flush");
     ch.flush(s);
@@ -282,7 +282,7 @@ class py_channel {
   {
     std::shared_lock lk{mu_};
     auto& ch = live("plan");
-    nb::gil_scoped_release g;
+    gil_release g;
     set_dev();
     ch.plan(p.p);
   }
@@ -302,7 +302,7 @@ class py_channel {
       std::vector<fd::entry_view> got;
       bool closed = false;
       {
-        nb::gil_scoped_release g;
+        gil_release g;
         std::shared_lock lk{mu_};
         closed = !ch_.has_value();
         const auto slice_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
@@ -321,7 +321,7 @@ class py_channel {
             }
           }
           const auto now = std::chrono::steady_clock::now();
-          if (!got.empty() || closed || now - start >= limit || now >= slice_end) { break; }
+          if (!got.empty() || closed || now - start >= limit || now >= slice_end || interpreter_exiting()) { break; }
           std::this_thread::sleep_for(std::chrono::microseconds(20));
         }
       }
@@ -329,7 +329,7 @@ class py_channel {
       if (!out.empty()) { return out; }
       FERRY_EXPECTS(!closed, ferry::logic_error,
                     "Channel.poll: expected an open channel, got a closed one with no entries left");
-      if (std::chrono::steady_clock::now() - start >= limit) { return out; }
+      if (std::chrono::steady_clock::now() - start >= limit || interpreter_exiting()) { return out; }
       if (PyErr_CheckSignals() != 0) { throw nb::python_error(); }
     }
   }
@@ -361,7 +361,7 @@ class py_channel {
     std::optional<fd::shutdown_error> err;
     std::exception_ptr other;  // e.g. invalidated_error: raised after the teardown, so the channel is closed
     {
-      nb::gil_scoped_release g;
+      gil_release g;
       std::unique_lock lk{mu_};
       FERRY_EXPECTS(ch_.has_value(), ferry::logic_error, "Channel.close: expected an open channel, got a closed one");
       set_dev();
@@ -381,7 +381,7 @@ class py_channel {
       ch_.reset();
     }
     {
-      nb::gil_scoped_release g;
+      gil_release g;
       drop_deferred();
     }
     current_.clear();
@@ -757,23 +757,23 @@ void bind_d2h(nb::module_& m)
     .def("synchronize",
          [](const py_stream<B>& s) {
            auto h = s.handle();
-           nb::gil_scoped_release g;
+           gil_release g;
            B{}.stream_synchronize(h);
          })
     .def("close",
          [](py_stream<B>& s) {
-           nb::gil_scoped_release g;
+           gil_release g;
            s.s.reset();
          })
     .def("begin_capture",
          [](const py_stream<B>& s) {
            auto h = s.handle();
-           nb::gil_scoped_release g;
+           gil_release g;
            B{}.capture_begin(h);
          })
     .def("end_capture", [](const py_stream<B>& s) {
       auto h = s.handle();
-      nb::gil_scoped_release g;
+      gil_release g;
       B b{};
       auto graph = b.capture_end(h);
       auto exec = b.graph_instantiate(graph);
@@ -791,7 +791,7 @@ void bind_d2h(nb::module_& m)
   nb::class_<py_graph<B>>(m, "Graph", "An executable graph captured with Stream.begin_capture/end_capture.")
     .def("launch", [](const py_graph<B>& x, nb::handle stream) {
       auto s = resolve_stream<B>(stream, 0, "Graph.launch");
-      nb::gil_scoped_release g;
+      gil_release g;
       B{}.graph_launch(x.exec, s.handle());
     }, nb::arg("stream"));
 }

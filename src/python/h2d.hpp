@@ -74,7 +74,7 @@ class py_publisher {
   }
   ~py_publisher()
   {
-    nb::gil_scoped_release g;
+    gil_release g;
     pub_.reset();
   }
 
@@ -144,14 +144,14 @@ class py_publisher {
       cfg.backend = *k;
     }
     keep_.push_back(nb::borrow(stream));  // the owner stream must outlive the publisher
-    nb::gil_scoped_release g;
+    gil_release g;
     set_dev();
     pub_->initialize(cfg, s);
   }
 
   [[nodiscard]] fh::slot_guard<B> begin(std::size_t slot)
   {
-    nb::gil_scoped_release g;
+    gil_release g;
     set_dev();
     return pub_->begin(slot);
   }
@@ -161,7 +161,7 @@ class py_publisher {
   void publish(const std::string& group, nb::handle stream)
   {
     auto s = resolve_stream<B>(stream, dev_, "Publisher.publish");
-    nb::gil_scoped_release g;
+    gil_release g;
     set_dev();
     pub_->publish(group, s);
   }
@@ -169,13 +169,13 @@ class py_publisher {
   void capture_upload(const std::string& group, std::size_t slot, nb::handle stream)
   {
     auto s = resolve_stream<B>(stream, dev_, "Publisher.capture_upload");
-    nb::gil_scoped_release g;
+    gil_release g;
     set_dev();
     pub_->capture_upload(group, slot, s);
   }
   void recover()
   {
-    nb::gil_scoped_release g;
+    gil_release g;
     set_dev();
     pub_->recover();
   }
@@ -231,7 +231,7 @@ struct py_slot {
     FERRY_EXPECTS(g.has_value(), ferry::logic_error, "Slot.finish: expected an active slot, got a finished one");
     auto guard = std::move(g);
     g.reset();
-    nb::gil_scoped_release rel;
+    gil_release rel;
     guard->finish();
   }
 };

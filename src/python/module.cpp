@@ -39,6 +39,13 @@ void bind_backend(nb::module_& m)
 NB_MODULE(_ferry, m)
 {
   m.doc() = "ferry: GPU<->CPU transfer publication (D2H channel, H2D publisher); see docs/api/python.md";
+  // Interpreter exit (common.hpp, exit_state): atexit runs before finalization ends daemon threads.
+  m.def("_on_interpreter_exit", &fp::on_interpreter_exit,
+        "atexit hook: from now on no ferry call releases the GIL (daemon threads end outside ferry).");
+  nb::module_::import_("atexit").attr("register")(m.attr("_on_interpreter_exit"));
+  // A daemon thread that still references a channel at exit keeps it alive past finalization: expected,
+  // not a reference-counting bug, so nanobind's leak report at exit would only alarm.
+  nb::set_leak_warnings(false);
 
   auto& e = fp::errors();
   e.error = make_exception(m, "Error", PyExc_Exception, "Base of every error ferry raises.");
