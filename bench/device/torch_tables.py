@@ -19,11 +19,20 @@ def check_note(d):
     c = d.get("check")
     if not c:
         return []
-    return [f"Reference: a per-step replay (each captured step replayed eagerly without capture from the same "
-            f"state, `.cpu()` of the hooked tensors). Determinism: two whole reference generations differ in "
-            f"{c.get('reference_vs_reference_bad', '?')} captures; the replay's next token differs from the "
-            f"captured step's in {c.get('step_token_mismatches', '?')} steps, its KV[pos] in "
-            f"{c.get('step_kv_mismatches', '?')}.", ""]
+    if "replay_bad" not in c:  # the per-step replay was the reference (before witness copies)
+        return [f"Reference: a per-step replay (each captured step replayed eagerly without capture from the same "
+                f"state, `.cpu()` of the hooked tensors). Determinism: two whole reference generations differ in "
+                f"{c.get('reference_vs_reference_bad', '?')} captures; the replay's next token differs from the "
+                f"captured step's in {c.get('step_token_mismatches', '?')} steps, its KV[pos] in "
+                f"{c.get('step_kv_mismatches', '?')}.", ""]
+    return [f"Reference (entries_bad): witness copies, a synchronous copy of each hooked tensor made by the same "
+            f"execution beside its capture (eager: `.cpu()` at the hook; graph: a device copy captured next to the "
+            f"capture). Diagnostics: the uncaptured eager replay of each step from the same state differs from "
+            f"ferry's entries in {c['replay_bad']} captures, two whole uncaptured generations differ from each "
+            f"other in {c.get('reference_vs_reference_bad', '?')}; the replay's next token differs from the captured "
+            f"step's in {c.get('step_token_mismatches', '?')} steps, its KV[pos] in {c.get('step_kv_mismatches', '?')}: "
+            f"the model is not bit-reproducible run to run (no ferry involved), so the replay cannot be the "
+            f"reference. B=1 eager rows are CPU-bound and vary by several % between runs.", ""]
 
 
 def table(d):
