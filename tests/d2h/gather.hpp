@@ -35,6 +35,17 @@ inline void user_write(const fb::host_detail::launch_ctx&, fd::ring_ref ref, std
   for (std::uint64_t i = 0; i < bytes; ++i) { dst[i] = ferry::testing::pattern_byte(seq, i); }
   ref.commit();
 }
+/// Expects `f()` to throw out_of_memory naming capture_deferred.
+template <class F>
+void expect_refused_oom(F&& f)
+{
+  try {
+    f();
+    ADD_FAILURE() << "capture_deferred on a full ring (fail_fast): expected out_of_memory";
+  } catch (const ferry::out_of_memory& e) {
+    EXPECT_NE(std::string{e.what()}.find("capture_deferred"), std::string::npos) << e.what();
+  }
+}
 /// Expects `f()` to throw logic_error whose message contains every one of `what`.
 template <class F>
 void expect_refused(F&& f, std::initializer_list<const char*> what, const char* call)
@@ -537,7 +548,39 @@ TYPED_TEST_P(D2hGather, BranchReleaseWaitsForTheGather)
   }
 }
 
-REGISTER_TYPED_TEST_SUITE_P(D2hGather, BranchReleaseWaitsForTheGather, MixedImmediateAndDeferredKeepEntryOrder, BeginWriteIsAFlushPoint,
+/// A deferred entry reserves its ring space at capture_deferred: under fail_fast a full ring refuses that
+/// entry (out_of_memory) and keeps the batch recorded before it, which end_forward then copies; nothing is
+/// lost and the channel stays usable. Fails when the reservation waits for the flush: the 9th entry is then
+/// accepted and end_forward's flush finds the ring full (the batch lost, the channel invalidated).
+TYPED_TEST_P(D2hGather, FailFastRefusesTheDeferredEntryThatDoesNotFit)
+{
+  using B = TypeParam;
+  fb::stream<B> s{this->b};
+  constexpr std::uint64_t n = 9, stride = 512;
+  sources<B> src{this->b, s, 0, n, stride};
+  checker chk{seq_order::consecutive};
+  auto cfg = this->small_config(4096, 16);  // 8 entries of 512 fill the ring; the 8th flushes a batch of 7
+  cfg.on_full = fd::full_policy::fail_fast;
+  cfg.drain = fd::drain_mode::poll;  // nothing drains until poll(): the ring stays full
+  fd::channel<B> ch{cfg, this->b, chk.callback()};
+  ch.begin_forward(s);
+  for (std::uint64_t j = 0; j < 8; ++j) {
+    chk.expect(j, 5, stride);
+    ch.capture_deferred(fd::hook_id{5}, src.at(j), stride, s);
+  }
+  gather_test::expect_refused_oom([&] { ch.capture_deferred(fd::hook_id{6}, src.at(8), stride, s); });
+  (void)ch.end_forward(s);  // copies the recorded entry 7 (its space was reserved)
+  ASSERT_TRUE(wait_until<B>([&] {
+    (void)ch.poll();
+    return chk.got == 8U;
+  }));
+  EXPECT_FALSE(ch.invalidated());
+  EXPECT_TRUE(ch.close().clean());
+  EXPECT_EQ(chk.got, 8U);
+  EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
+}
+
+REGISTER_TYPED_TEST_SUITE_P(D2hGather, FailFastRefusesTheDeferredEntryThatDoesNotFit, BranchReleaseWaitsForTheGather, MixedImmediateAndDeferredKeepEntryOrder, BeginWriteIsAFlushPoint,
                             BatchesSplitAtRingWrap,
                             OneLargeAndManySmallInOneBatch, PartialBatchAtEndForwardAndExplicitFlush,
                             SourcesOverwrittenAfterTheFlushKeepCapturedBytes, GraphReplaysManyTimesWithPlan,

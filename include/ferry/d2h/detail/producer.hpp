@@ -130,6 +130,13 @@ class producer {
                       std::optional<stream_type> flush_stream, Who&& who_fn);
   void launch_copy(copy_args a, std::uint64_t bytes, bool one_block, stream_type s);
   void flush_deferred(stream_type s);
+  /// Where the recorded deferred batch ends (placed from head_pos_ as flush_deferred places it).
+  [[nodiscard]] std::uint64_t deferred_end() const noexcept;
+  /// Under a refusing policy (fail_fast, try_capture): whether a writer of `reserved` bytes placed after the
+  /// recorded deferred batch fits, checked BEFORE that batch is flushed, so a refused call flushes nothing.
+  template <class Who>
+  [[nodiscard]] bool fits_after_deferred(std::uint64_t reserved, std::uint64_t n_dyn, when_full full, stream_type s,
+                                         Who&& who_fn);
   void commit_entry(hook_id hook, placement p, std::uint64_t reserved, std::uint64_t bytes, entry_kind kind,
                     stream_type s, bool publish_fused);
 

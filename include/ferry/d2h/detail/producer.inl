@@ -201,13 +201,14 @@ bool producer<B>::capture(hook_id hook, const void* src, std::uint64_t bytes, co
   FERRY_EXPECTS(src != nullptr && (!dynamic || actual != nullptr), ferry::logic_error,
                 "d2h channel capture: hook {} expected non-null source{}, got null", hook.value,
                 dynamic ? " and size pointer" : "");
-  flush_deferred(s.handle());  // entry order: the recorded deferred entries are copied first
   const std::uint64_t reserved = align_up(bytes, entry_alignment);
+  auto who = [&] { return ferry::detail::format("hook {} ({} bytes)", hook.value, bytes); };
+  if (!fits_after_deferred(reserved, dynamic ? 1 : 0, full, s.handle(), who)) { return false; }  // nothing flushed
+  flush_deferred(s.handle());  // entry order: the recorded deferred entries are copied first
   placement p{};
   if (!capturing_) {
     p = place(head_pos_, reserved, st_.cfg.ring_bytes);
-    if (!wait_for_space(p.end, 1, dynamic ? 1 : 0, full, s.handle(),
-                        [&] { return ferry::detail::format("hook {} ({} bytes)", hook.value, bytes); })) {
+    if (!wait_for_space(p.end, 1, dynamic ? 1 : 0, full, s.handle(), who)) {
       return false;
     }
   }
@@ -228,13 +229,15 @@ write_ticket producer<B>::begin_write(hook_id hook, std::uint64_t reserved_bytes
   check_entry(hook, reserved_bytes, kind, "begin_write");
   FERRY_EXPECTS(!write_open_, ferry::logic_error,
                 "d2h channel begin_write: hook {} expected no open begin_write, got one", hook.value);
-  flush_deferred(s.handle());  // entry order: the recorded deferred entries are copied first
   const std::uint64_t reserved = align_up(reserved_bytes, entry_alignment);
+  const std::uint64_t n_dyn = kind == entry_kind::dynamic ? 1 : 0;
+  auto who = [&] { return ferry::detail::format("hook {} ({} bytes)", hook.value, reserved_bytes); };
+  (void)fits_after_deferred(reserved, n_dyn, blocking_policy(st_.cfg), s.handle(), who);  // throws before the flush
+  flush_deferred(s.handle());  // entry order: the recorded deferred entries are copied first
   placement where{};
   if (!capturing_) {
     where = place(head_pos_, reserved, st_.cfg.ring_bytes);
-    (void)wait_for_space(where.end, 1, kind == entry_kind::dynamic ? 1 : 0, blocking_policy(st_.cfg), s.handle(),
-                         [&] { return ferry::detail::format("hook {} ({} bytes)", hook.value, reserved_bytes); });
+    (void)wait_for_space(where.end, 1, n_dyn, blocking_policy(st_.cfg), s.handle(), who);
   }
   write_open_ = true;
   return access::open_ticket(make_ref(reserved, kind), hook, reserved_bytes, where);

@@ -19,9 +19,43 @@ void producer<B>::capture_deferred(hook_id hook, const void* src, std::uint64_t 
                 "d2h channel capture_deferred: hook {} expected a non-null source, got null", hook.value);
   const std::uint64_t reserved = align_up(bytes, entry_alignment);
   const std::uint32_t limit = deferred_limit(st_.cfg, st_.fifo.capacity());
+  // Reserve (eager): ring space and FIFO slots for the recorded batch with this entry, placed as
+  // flush_deferred will place them (the gather's chain is place()'s). Under fail_fast a full ring refuses THIS
+  // entry (out_of_memory) before anything else happens: the batch recorded so far stays intact and nothing
+  // is enqueued; nothing is accepted that its flush could not hold. Under block_with_timeout the wait comes
+  // after a batch that must go first was flushed (its space frees only once it is launched). Nothing else
+  // advances head_pos_ before the flush (every other writer flushes first), so the reservation holds.
+  const when_full full = blocking_policy(st_.cfg);
+  auto who = [&] {
+    return ferry::detail::format("capture_deferred (hook {}, {} bytes, batch of {} recorded)", hook.value, bytes,
+                                 deferred_.size());
+  };
+  if (!fits_after_deferred(reserved, 0, full, s.handle(), who)) { return; }  // throws under fail_fast
   if (deferred_.needs_flush_before(reserved, limit, st_.cfg.ring_bytes)) { flush_deferred(s.handle()); }
+  if (!capturing_ && full == when_full::wait) {
+    (void)wait_for_space(place(deferred_end(), reserved, st_.cfg.ring_bytes).end, deferred_.size() + 1U, 0, full,
+                         s.handle(), who);
+  }
   deferred_.push(hook, src, bytes, reserved);
   if (deferred_.size() >= limit) { flush_deferred(s.handle()); }
+}
+
+template <ferry::backend::backend B>
+std::uint64_t producer<B>::deferred_end() const noexcept
+{
+  std::uint64_t pos = head_pos_;
+  for (std::uint32_t i = 0; i < deferred_.size(); ++i) { pos = place(pos, deferred_[i].reserved, st_.cfg.ring_bytes).end; }
+  return pos;
+}
+
+template <ferry::backend::backend B>
+template <class Who>
+bool producer<B>::fits_after_deferred(std::uint64_t reserved, std::uint64_t n_dyn, when_full full, stream_type s,
+                                      Who&& who_fn)
+{
+  if (capturing_ || full == when_full::wait) { return true; }  // captured: plan() reserves; wait: after the flush
+  return wait_for_space(place(deferred_end(), reserved, st_.cfg.ring_bytes).end, deferred_.size() + 1U, n_dyn, full,
+                        s, std::forward<Who>(who_fn));
 }
 
 template <ferry::backend::backend B>
@@ -51,7 +85,7 @@ void producer<B>::flush_deferred(stream_type s)
     where[i] = place(pos, deferred_[i].reserved, st_.cfg.ring_bytes);
     pos = where[i].end;
   }
-  if (!capturing_) {
+  if (!capturing_) {  // reserved at capture_deferred already: this finds the space (kept as the check)
     (void)wait_for_space(pos, n, 0, blocking_policy(st_.cfg), s,
                          [&] { return ferry::detail::format("deferred batch of {} entries ({} bytes)", n, pos - head_pos_); });
   }
