@@ -161,6 +161,35 @@ class d2h_fixture : public ::testing::Test {
   }
 
  protected:
+  /// The branch-release join check on late_sources: three forwards of 32 slow-filled entries of one hook,
+  /// captured immediately or (`deferred`) by capture_deferred, K = `k`, batch releases on the branch. With the
+  /// fork event every entry arrives exact and there is one branch release per K plus one per forward; the
+  /// mutant whose branch release skips the fork (branch_publish_without_fork) must be caught.
+  void expect_branch_release_waits(std::uint32_t k, std::uint32_t hook, bool deferred, const char* missing_join)
+  {
+    for (auto fault : with_mutant(d2h_fault::branch_publish_without_fork)) {
+      fb::stream<B> s{b};
+      constexpr std::uint64_t n = 96, stride = 1024;
+      late_sources<B> src{b, s, n, stride};
+      checker chk;
+      auto cfg = small_config(1 << 20, k);
+      cfg.branch_publish = true;
+      cfg.gather_branch_publish = true;
+      fd::channel<B> ch{cfg, b, chk.callback()};
+      d2h_access::set_fault(ch, fault);
+      for (std::uint64_t f = 0; f < 3; ++f) {
+        ch.begin_forward(s);
+        for (std::uint64_t j = f * n / 3; j < (f + 1) * n / 3; ++j) { src.fill_and_capture(ch, chk, s, j, hook, deferred); }
+        (void)ch.end_forward(s);
+      }
+      (void)ch.close();
+      expect_join_verdict(chk, fault, n, missing_join);
+      if (fault == d2h_fault::none) {
+        EXPECT_EQ(ch.stats().publishes, 3U * (n / 3 / k) + 3U) << "one branch release per K = " << k << ", one per forward";
+      }
+    }
+  }
+
   B b{};
 };
 

@@ -524,28 +524,7 @@ TYPED_TEST_P(D2hGather, CaptureDeferredOnASecondStreamIsRefused)
 /// release skips the fork (branch_publish_without_fork) publishes entries whose bytes are not there yet.
 TYPED_TEST_P(D2hGather, BranchReleaseWaitsForTheGather)
 {
-  using B = TypeParam;
-  for (auto fault : with_mutant(d2h_fault::branch_publish_without_fork)) {
-    fb::stream<B> s{this->b};
-    constexpr std::uint64_t n = 96, stride = 1024;
-    late_sources<B> src{this->b, s, n, stride};
-    checker chk;
-    auto cfg = this->small_config(1 << 20, 8);
-    cfg.branch_publish = true;
-    cfg.gather_branch_publish = true;
-    fd::channel<B> ch{cfg, this->b, chk.callback()};
-    d2h_access::set_fault(ch, fault);
-    for (std::uint64_t f = 0; f < 3; ++f) {
-      ch.begin_forward(s);
-      for (std::uint64_t j = f * n / 3; j < (f + 1) * n / 3; ++j) { src.fill_and_capture(ch, chk, s, j, 9, true); }
-      (void)ch.end_forward(s);
-    }
-    (void)ch.close();
-    expect_join_verdict(chk, fault, n, "a branch release of a gather that does not wait for the gather");
-    if (fault == d2h_fault::none) {
-      EXPECT_EQ(ch.stats().publishes, 3U * (n / 3 / 8) + 3U) << "one branch release per gather of K = 8, one per forward";
-    }
-  }
+  this->expect_branch_release_waits(8, 9, true, "a branch release of a gather that does not wait for the gather");
 }
 
 /// A deferred entry reserves its ring space at capture_deferred: under fail_fast a full ring refuses that

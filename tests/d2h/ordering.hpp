@@ -136,27 +136,7 @@ TYPED_TEST_P(D2hOrdering, ProgrammaticLaunchJoinsLikeStreamOrder)
 
 TYPED_TEST_P(D2hOrdering, BranchPublishWaitsForTheFork)
 {
-  using B = TypeParam;
-  for (auto fault : with_mutant(d2h_fault::branch_publish_without_fork)) {
-    fb::stream<B> s{this->b};
-    constexpr std::uint64_t n = 96, stride = 1024;
-    late_sources<B> src{this->b, s, n, stride};
-    checker chk;
-    auto cfg = this->small_config(1 << 20, 4);
-    cfg.branch_publish = true;
-    fd::channel<B> ch{cfg, this->b, chk.callback()};
-    d2h_access::set_fault(ch, fault);
-    for (std::uint64_t f = 0; f < 3; ++f) {
-      ch.begin_forward(s);
-      for (std::uint64_t j = f * n / 3; j < (f + 1) * n / 3; ++j) { src.fill_and_capture(ch, chk, s, j, 9); }
-      (void)ch.end_forward(s);
-    }
-    (void)ch.close();
-    expect_join_verdict(chk, fault, n, "a branch release that does not wait for the batch's copies");
-    if (fault == d2h_fault::none) {
-      EXPECT_EQ(ch.stats().publishes, 3U * (n / 3 / 4) + 3U) << "one branch release per K = 4, one per forward";
-    }
-  }
+  this->expect_branch_release_waits(4, 9, false, "a branch release that does not wait for the batch's copies");
 }
 
 REGISTER_TYPED_TEST_SUITE_P(D2hOrdering, PublishesOncePerKAndCoalescesCopies, DrainNeverCopiesBeforeAcquire, RingSpaceNotReusedBeforeCopyCompletes, ProgrammaticLaunchJoinsLikeStreamOrder, BranchPublishWaitsForTheFork);
