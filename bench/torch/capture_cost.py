@@ -2,7 +2,7 @@
 """CPU cost of one eager capture call from Python, per call path, and of the pieces it is made of.
 
 Every path is timed as the median over ``--runs`` runs of ``--calls`` calls inside one open forward (after a
-warm-up run), with a consumer thread draining the channel (as bench/torch/qwen3_capture.py's Drain). Runs on
+warm-up run), with a consumer thread draining the channel (bench/torch/qwen3_capture.py's Drain). Runs on
 cuda:0 with the cuda backend when a GPU is present, else on the cpu with the host backend (the host backend
 snapshots the tensor of a torch op capture and copies on its stream thread: its absolute numbers are not the
 GPU's, but the Python / binding part of every path is the same code).
@@ -29,46 +29,13 @@ import gc
 import json
 import statistics
 import sys
-import threading
 import time
 
 import torch
 
 import ferry
 import ferry.hooks as fh
-
-
-class Drain(threading.Thread):
-    """The consumer: polls the channel in small batches and releases the entries."""
-
-    def __init__(self, ch):
-        super().__init__(daemon=True)
-        self.ch, self.count, self.error = ch, 0, None
-        self._halt = threading.Event()
-
-    def run(self):
-        try:
-            while not self._halt.is_set():
-                got = self.ch.poll(256, 0.02)
-                for e in got:
-                    e.release()
-                self.count += len(got)
-                del got
-        except Exception as err:  # reported by wait()
-            self.error = err
-
-    def wait(self, n, timeout=60.0):
-        end = time.perf_counter() + timeout
-        while self.count < n:
-            if self.error is not None:
-                raise self.error
-            if time.perf_counter() > end:
-                raise RuntimeError(f"drain: expected {n} entries, got {self.count} after {timeout} s")
-            time.sleep(0.001)
-
-    def stop(self):
-        self._halt.set()
-        self.join()
+from qwen3_capture import Drain  # the same consumer thread (this script's directory is on sys.path)
 
 
 def main() -> int:
