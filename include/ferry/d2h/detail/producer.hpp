@@ -132,8 +132,9 @@ class producer {
   void flush_deferred(stream_type s);
   /// Where the recorded deferred batch ends (placed from head_pos_ as flush_deferred places it).
   [[nodiscard]] std::uint64_t deferred_end() const noexcept;
-  /// Under a refusing policy (fail_fast, try_capture): whether a writer of `reserved` bytes placed after the
-  /// recorded deferred batch fits, checked BEFORE that batch is flushed, so a refused call flushes nothing.
+  /// For a writer that flushes the recorded deferred batch first (capture, begin_write), under a refusing
+  /// policy (fail_fast, try_capture): whether `reserved` bytes placed after that batch fit, checked BEFORE the
+  /// batch is flushed, so a refused call flushes nothing. True without a batch (the writer's own check follows).
   template <class Who>
   [[nodiscard]] bool fits_after_deferred(std::uint64_t reserved, std::uint64_t n_dyn, when_full full, stream_type s,
                                          Who&& who_fn);

@@ -30,12 +30,14 @@ void producer<B>::capture_deferred(hook_id hook, const void* src, std::uint64_t 
     return ferry::detail::format("capture_deferred (hook {}, {} bytes, batch of {} recorded)", hook.value, bytes,
                                  deferred_.size());
   };
-  if (!fits_after_deferred(reserved, 0, full, s.handle(), who)) { return; }  // throws under fail_fast
-  if (deferred_.needs_flush_before(reserved, limit, st_.cfg.ring_bytes)) { flush_deferred(s.handle()); }
-  if (!capturing_ && full == when_full::wait) {
+  auto reserve = [&] {
+    if (capturing_) { return; }  // a captured forward reserves at plan()
     (void)wait_for_space(place(deferred_end(), reserved, st_.cfg.ring_bytes).end, deferred_.size() + 1U, 0, full,
                          s.handle(), who);
-  }
+  };
+  if (full != when_full::wait) { reserve(); }  // fail_fast: refuses before the flush below
+  if (deferred_.needs_flush_before(reserved, limit, st_.cfg.ring_bytes)) { flush_deferred(s.handle()); }
+  if (full == when_full::wait) { reserve(); }
   deferred_.push(hook, src, bytes, reserved);
   if (deferred_.size() >= limit) { flush_deferred(s.handle()); }
 }
@@ -53,7 +55,8 @@ template <class Who>
 bool producer<B>::fits_after_deferred(std::uint64_t reserved, std::uint64_t n_dyn, when_full full, stream_type s,
                                       Who&& who_fn)
 {
-  if (capturing_ || full == when_full::wait) { return true; }  // captured: plan() reserves; wait: after the flush
+  // captured: plan() reserves; wait: after the flush; no batch: the caller's own check is the same check
+  if (capturing_ || full == when_full::wait || deferred_.empty()) { return true; }
   return wait_for_space(place(deferred_end(), reserved, st_.cfg.ring_bytes).end, deferred_.size() + 1U, n_dyn, full,
                         s, std::forward<Who>(who_fn));
 }
