@@ -2,6 +2,7 @@
 # Build, test and benchmark ferry on the lent H200 (device tool). Writes logs and JSON under $OUT.
 # Usage (from the repo root on the device machine):
 #   bash bench/device/h200.sh [steps...]   steps: tests memcheck synccheck initcheck bench stress python qwen3
+#                                          stepprobe
 #                                          (default: tests memcheck synccheck initcheck bench)
 # python: the Python package with the CUDA backend (+ the torch ops where torch imports), its pytest suite on
 # the GPU (pytest_gpu.log); qwen3: bench/torch/qwen3_capture.py, the Qwen3-0.6B-shaped decode benchmark
@@ -22,7 +23,7 @@ export FERRY_DATE=${FERRY_DATE:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 jobs=$(nproc)
 py_flags=()
-if has python || has qwen3; then
+if has python || has qwen3 || has stepprobe; then
   py_flags=(-DFERRY_BUILD_PYTHON=ON -DFERRY_PYTHON_CUDA=ON "-DPython_EXECUTABLE=$(python3 -c 'import sys; print(sys.executable)')")
 fi
 cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
@@ -70,6 +71,13 @@ if has qwen3; then
   PYTHONPATH=$PWD/build-h200/src/python FERRY_COMMAND="$cmd" timeout "${FERRY_QWEN3_TIMEOUT:-420}" $cmd \
     > "$OUT/bench_qwen3.log" 2>&1 || rc=1
   tail -30 "$OUT/bench_qwen3.log"
+fi
+if has stepprobe; then
+  # where the capture cost of the graphed decode step goes (bench/torch/step_probe.py; step_probe.json)
+  cmd="python3 bench/torch/step_probe.py --out $OUT/step_probe.json ${FERRY_STEPPROBE_ARGS:---profile}"
+  # shellcheck disable=SC2086
+  PYTHONPATH=$PWD/build-h200/src/python timeout "${FERRY_STEPPROBE_TIMEOUT:-300}" $cmd > "$OUT/step_probe.log" 2>&1 || rc=1
+  tail -60 "$OUT/step_probe.log"
 fi
 for tool in memcheck synccheck initcheck; do
   has $tool || continue

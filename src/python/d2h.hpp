@@ -451,6 +451,12 @@ class py_channel {
     deferred_flushed();
   }
   [[nodiscard]] int device() const noexcept { return dev_; }
+  /// Whether ferry's kernels are launched programmatically (the config knob and the device's support).
+  [[nodiscard]] bool programmatic_launch() const
+  {
+    std::shared_lock lk{mu_};
+    return ch_ && ch_->programmatic_launch();
+  }
   [[nodiscard]] bool invalidated() const
   {
     std::shared_lock lk{mu_};
@@ -664,7 +670,8 @@ class py_channel {
 template <class B>
 fd::config channel_config(std::size_t ring_bytes, std::uint32_t publish_every, std::size_t staging_bytes,
                           const std::string& placement, const std::string& on_full, double timeout,
-                          std::uint32_t fifo_capacity, bool branch_publish = true, bool gather_branch_publish = true)
+                          std::uint32_t fifo_capacity, bool branch_publish = true, bool gather_branch_publish = true,
+                          bool programmatic_launch = true)
 {
   fd::config c;
   c.ring_bytes = ring_bytes;
@@ -689,6 +696,7 @@ fd::config channel_config(std::size_t ring_bytes, std::uint32_t publish_every, s
   c.fifo_capacity = fifo_capacity;
   c.branch_publish = branch_publish;
   c.gather_branch_publish = gather_branch_publish;
+  c.programmatic_launch = programmatic_launch;
   c.drain = fd::drain_mode::thread;
   return c;
 }
@@ -702,16 +710,17 @@ void bind_d2h(nb::module_& m)
       "__init__",
       [](C* self, int device, std::size_t ring_bytes, std::uint32_t publish_every, std::size_t staging_bytes,
          const std::string& placement, const std::string& on_full, double timeout, std::uint32_t fifo_capacity,
-         nb::handle sink, bool branch_publish, bool gather_branch_publish) {
+         nb::handle sink, bool branch_publish, bool gather_branch_publish, bool programmatic_launch) {
         new (self) C(device,
                      channel_config<B>(ring_bytes, publish_every, staging_bytes, placement, on_full, timeout,
-                                       fifo_capacity, branch_publish, gather_branch_publish),
+                                       fifo_capacity, branch_publish, gather_branch_publish, programmatic_launch),
                      sink);
       },
       nb::arg("device") = 0, nb::arg("ring_bytes") = std::size_t{64} << 20, nb::arg("publish_every") = 16,
       nb::arg("staging_bytes") = 0, nb::arg("placement") = "managed", nb::arg("on_full") = "block",
       nb::arg("timeout") = 5.0, nb::arg("fifo_capacity") = 8192, nb::arg("sink").none() = nb::none(),
-      nb::arg("branch_publish") = true, nb::arg("gather_branch_publish") = true)
+      nb::arg("branch_publish") = true, nb::arg("gather_branch_publish") = true,
+      nb::arg("programmatic_launch") = true)
     .def("begin_forward", &C::begin_forward, nb::arg("stream").none() = nb::none())
     .def("end_forward", &C::end_forward, nb::arg("stream").none() = nb::none())
     .def("abort_forward", &C::abort_forward, nb::arg("stream").none() = nb::none(),
@@ -747,6 +756,9 @@ void bind_d2h(nb::module_& m)
     .def_prop_ro("has_sink", &C::has_sink)
     .def_prop_ro("device", &C::device)
     .def_prop_ro("invalidated", &C::invalidated)
+    .def_prop_ro("programmatic_launch", &C::programmatic_launch,
+                 "Whether ferry's kernels are launched programmatically (the constructor's programmatic_launch "
+                 "and the device's support: sm_90+ CUDA).")
     .def_prop_ro_static("backend", [](nb::handle) { return traits<B>::name; });
 
   auto stream_cls =

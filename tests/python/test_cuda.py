@@ -69,7 +69,13 @@ def test_ferry_stream_and_cpu_tensor_refused(channel):
     assert e.hook == 2 and (e.numpy().view(np.float32) == 1).all()
 
 
-def test_torch_cuda_graph_replay_with_plan(channel):
+@pytest.mark.parametrize("programmatic", [True, False])
+def test_torch_cuda_graph_replay_with_plan(programmatic):
+    # both launch forms of ferry's kernels inside torch's graph: programmatic dependent launches (sm_90+) and
+    # plain ones
+    channel = ferry.Channel(0, ring_bytes=4 << 20, publish_every=4, backend="cuda", programmatic_launch=programmatic)
+    sm90 = torch.cuda.get_device_capability()[0] >= 9
+    assert channel.programmatic_launch == (programmatic and sm90)
     s = torch.cuda.Stream()
     x = torch.zeros(256, device="cuda")
     g = torch.cuda.CUDAGraph()
@@ -91,6 +97,7 @@ def test_torch_cuda_graph_replay_with_plan(channel):
         got = drain(channel, 2)
         assert (got[0].numpy().view(np.float32) == step).all()
         assert (got[1].numpy().view(np.float32) == 2 * step).all()
+    assert channel.close()["clean"]
 
 
 def test_publisher_into_a_torch_tensor():

@@ -272,6 +272,12 @@ def test_abort_forward_after_a_capture_ended_without_end_forward(make_channel, s
 
 # ---- deferred capture (Channel.capture_deferred / flush / abort_forward)
 
+def test_programmatic_launch_knob_on_the_host_backend(make_channel):
+    # the knob is accepted on every backend; the host backend never launches programmatically
+    assert make_channel(programmatic_launch=True).programmatic_launch is False
+    assert make_channel(programmatic_launch=False).programmatic_launch is False
+
+
 @pytest.mark.parametrize("branch_publish,gather_branch_publish", [(True, True), (True, False), (False, True)])
 def test_deferred_entries_exact_and_flush_points(make_channel, stream, drain, branch_publish, gather_branch_publish):
     # every place a batch release can run: the branch (the defaults), the gather's last block, the stream

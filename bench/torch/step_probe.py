@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Where the capture cost of a graphed Qwen3-0.6B decode step goes (an investigation tool, not the benchmark).
+
+The decode step of bench/torch/qwen3_capture.py captured into a torch.cuda.CUDAGraph, replayed --steps times
+per timing (CUDA events around the replays, GPU time), contestants round-robin in one run, median of --reps:
+
+  none            no capture
+  d2d             per hook ``buf[h].copy_(t)`` into a static device buffer: one torch copy kernel node per hook
+                  (what one extra tiny kernel per hook costs in this graph)
+  empty           ferry's begin_forward/end_forward only, no hooks (the per-forward fixed cost)
+  ferry           a copy kernel per hook, publish_every K, branch release, programmatic launch (the defaults)
+  ferry_plain     the same, plain (non-programmatic) launches
+  ferry_stream    the same, batch releases on the stream (branch_publish=False)
+  ferry_end       the same, publish_every 4096 (one release per forward: the boundary's)
+  gather          deferred capture: one gather kernel per K hooks (the presets' choice)
+  gather_plain    the same, plain launches
+
+With --profile, one replay of each contestant is traced with torch.profiler (CUPTI: the graph's kernels) and
+summarized: span, kernel count and time, ferry's kernels and the idle time around them, and the time of the
+other kernels (do they get slower?).
+
+  python bench/torch/step_probe.py --out step_probe.json --profile      # H200, about 1-2 minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import tempfile
+
+import torch
+
+import ferry
+import ferry.hooks as fh
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from qwen3_capture import Decoder, Drain, _git_commit, build_model, log  # noqa: E402
+
+CHANNELS = {  # contestant -> (Channel kwargs, deferred)
+    "ferry": (dict(), False),
+    "ferry_plain": (dict(programmatic_launch=False), False),
+    "ferry_stream": (dict(branch_publish=False), False),
+    "ferry_end": (dict(publish_every=4096), False),
+    "gather": (dict(), True),
+    "gather_plain": (dict(programmatic_launch=False), True),
+}
+
+
+class Probe:
+    def __init__(self, args, model, cfg, dec):
+        self.args, self.model, self.cfg, self.dec = args, model, cfg, dec
+        self.channels: dict[str, tuple] = {}  # config key -> (channel, drain, expected entries)
+
+    def channel(self, kw):
+        key = tuple(sorted(kw.items()))
+        if key not in self.channels:
+            opts = dict(ring_bytes=self.args.ring_mib << 20, publish_every=self.args.publish_every,
+                        fifo_capacity=1 << 16, timeout=30.0, backend="cuda")
+            opts.update(kw)
+            ch = ferry.Channel(0, **opts)
+            d = Drain(ch)
+            d.start()
+            self.channels[key] = [ch, d, 0]
+        return self.channels[key]
+
+    def graph(self, body, warm=None, slot=None, per_step=0):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self.dec.reset()
+                (warm or body)()
+                if slot is not None:
+                    slot[2] += per_step
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        if slot is not None:
+            slot[1].wait(slot[2])
+        self.dec.reset()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, capture_error_mode="thread_local"):
+            body()
+        torch.cuda.synchronize()
+        return g
+
+    def contestants(self, pts):
+        dec, model = self.dec, self.model
+        runs = {}
+        g = self.graph(lambda: dec.step())
+        runs["none"] = (lambda g=g: g.replay(), None, 0)
+
+        bufs: dict[int, torch.Tensor] = {}
+
+        def d2d(h, t):
+            b = bufs.get(h)
+            if b is None:
+                b = bufs[h] = torch.empty_like(t)
+            b.copy_(t)
+
+        with fh.install(model, pts, d2d):
+            dec.reset()
+            dec.step()  # allocates the buffers outside the capture
+            torch.cuda.synchronize()
+            g = self.graph(lambda: dec.step())
+        runs["d2d"] = (lambda g=g: g.replay(), None, 0)
+
+        slot = self.channel({})
+        ch = slot[0]
+        holder = {}
+
+        def empty_body(ch=ch, holder=holder):
+            s = torch.cuda.current_stream()
+            ch.begin_forward(s)
+            dec.step()
+            holder["plan"] = ch.end_forward(s)
+
+        g = self.graph(empty_body, slot=slot)
+        runs["empty"] = (lambda g=g, ch=ch, p=holder["plan"]: (ch.plan(p), g.replay()), slot, 0)
+
+        for name, (kw, deferred) in CHANNELS.items():
+            slot = self.channel(kw)
+            ch = slot[0]
+            holder = {}
+
+            def body(ch=ch, holder=holder):
+                s = torch.cuda.current_stream()
+                ch.begin_forward(s)
+                dec.step()
+                holder["plan"] = ch.end_forward(s)
+
+            cap = fh.capture_fn(ch, None, use_ops="auto", device=torch.device("cuda", 0),
+                                deferred=pts if deferred else False)
+            with fh.install(model, pts, cap):
+                g = self.graph(body, slot=slot, per_step=len(pts))
+            runs[name] = (lambda g=g, ch=ch, p=holder["plan"]: (ch.plan(p), g.replay()), slot, len(pts))
+        return runs
+
+    def time_runs(self, runs):
+        steps, reps = self.args.steps, self.args.reps
+        times = {k: [] for k in runs}
+        for rep in range(reps + 1):
+            for key, (replay, slot, per_step) in runs.items():
+                self.dec.reset()
+                torch.cuda.synchronize()
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                for _ in range(steps):
+                    replay()
+                e1.record()
+                e1.synchronize()
+                if slot is not None:
+                    slot[2] += per_step * steps
+                    slot[1].wait(slot[2])
+                if rep:
+                    times[key].append(e0.elapsed_time(e1) * 1e3 / steps)
+        return {k: statistics.median(v) for k, v in times.items()}, times
+
+    def profile(self, runs):
+        from torch.profiler import ProfilerActivity, profile
+
+        out = {}
+        for key, (replay, slot, per_step) in runs.items():
+            self.dec.reset()
+            replay()  # warm
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                replay()
+                torch.cuda.synchronize()
+            if slot is not None:
+                slot[2] += per_step * 2
+                slot[1].wait(slot[2])
+            with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+                path = f.name
+            prof.export_chrome_trace(path)
+            with open(path) as f:
+                trace = json.load(f)
+            os.unlink(path)
+            ks = sorted((e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+            out[key] = summarize(ks)
+        return out
+
+
+def is_ferry(name: str) -> bool:
+    return "ferry" in name or "d2h_" in name
+
+
+def summarize(ks):
+    if not ks:
+        return {"kernels": 0}
+    span = ks[-1]["ts"] + ks[-1]["dur"] - ks[0]["ts"]
+    fer = [k for k in ks if is_ferry(k["name"])]
+    other = [k for k in ks if not is_ferry(k["name"])]
+    # idle before each ferry kernel: from the end of the latest kernel that ended before it started
+    idle_before, idle_after = [], []
+    for i, k in enumerate(ks):
+        if not is_ferry(k["name"]):
+            continue
+        prev_end = max((p["ts"] + p["dur"] for p in ks[:i] if p["ts"] + p["dur"] <= k["ts"] + k["dur"]),
+                       default=None)
+        if prev_end is not None:
+            idle_before.append(k["ts"] - prev_end)
+        nxt = next((n for n in ks[i + 1:] if not is_ferry(n["name"])), None)
+        if nxt is not None:
+            idle_after.append(nxt["ts"] - (k["ts"] + k["dur"]))
+    names = {}
+    for k in fer:
+        names[k["name"][:60]] = names.get(k["name"][:60], 0) + 1
+    busy = sum(k["dur"] for k in ks)
+    return {
+        "span_us": span, "kernels": len(ks), "kernel_us": busy, "other_kernels": len(other),
+        "other_kernel_us": sum(k["dur"] for k in other), "ferry_kernels": len(fer),
+        "ferry_kernel_us": sum(k["dur"] for k in fer),
+        "ferry_kernel_median_us": statistics.median([k["dur"] for k in fer]) if fer else 0,
+        "idle_before_ferry_median_us": statistics.median(idle_before) if idle_before else 0,
+        "idle_after_ferry_median_us": statistics.median(idle_after) if idle_after else 0,
+        "ferry_kernel_names": names,
+    }
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--layers", type=int, default=28)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--cache", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=64, help="replays per timing")
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--presets", default="hidden-states,vllm-full")
+    ap.add_argument("--ring-mib", type=int, default=128)
+    ap.add_argument("--publish-every", type=int, default=16)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--attn", default="sdpa")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tiny", action="store_true")
+    args = ap.parse_args(argv)
+    sys.setswitchinterval(2e-4)
+    device = torch.device("cuda", 0)
+    cfg, model = build_model(args, device)
+    main_stream = torch.cuda.Stream()
+    result = {"device": torch.cuda.get_device_name(0), "commit": os.environ.get("FERRY_COMMIT") or _git_commit(),
+              "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+              "command": "python3 bench/torch/step_probe.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "batch": args.batch, "steps": args.steps, "reps": args.reps, "publish_every": args.publish_every,
+              "presets": {}}
+    with torch.cuda.stream(main_stream):
+        dec = Decoder(model, cfg, args.batch, args.cache, device, args.seed + args.batch)
+        probe = Probe(args, model, cfg, dec)
+        for preset in [p for p in args.presets.split(",") if p]:
+            pts = fh.preset(model, preset)
+            runs = probe.contestants(pts)
+            med, all_times = probe.time_runs(runs)
+            base = med["none"]
+            rows = {}
+            for k, v in med.items():
+                rows[k] = {"us_per_step": v, "delta_us": v - base, "delta_pct": 100.0 * (v - base) / base,
+                           "delta_us_per_hook": (v - base) / len(pts), "samples": all_times[k]}
+            log(f"{preset} ({len(pts)} hooks), B={args.batch}, median of {args.reps} x {args.steps} replays:")
+            for k, r in rows.items():
+                log(f"  {k:13s} {r['us_per_step']:9.1f} us/step  {r['delta_us']:+8.1f} us ({r['delta_pct']:+6.2f}%)"
+                    f"  {r['delta_us_per_hook']:+6.2f} us/hook")
+            entry = {"hooks": len(pts), "timing": rows}
+            if args.profile:
+                prof = probe.profile(runs)
+                entry["profile"] = prof
+                for k, p in prof.items():
+                    log(f"  profile {k:13s} " + ", ".join(
+                        f"{a} {b:.1f}" if isinstance(b, float) else f"{a} {b}" for a, b in p.items()
+                        if a != "ferry_kernel_names") + f" {p.get('ferry_kernel_names', {})}")
+            result["presets"][preset] = entry
+        for ch, d, n in probe.channels.values():
+            d.wait(n)
+            d.stop()
+            ch.close(timeout=30.0)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    log(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
