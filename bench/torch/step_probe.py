@@ -234,6 +234,7 @@ def main(argv=None):
     ap.add_argument("--ring-mib", type=int, default=128)
     ap.add_argument("--publish-every", type=int, default=16)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--only", default="", help="comma-separated contestants to keep (none is always kept)")
     ap.add_argument("--attn", default="sdpa")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tiny", action="store_true")
@@ -253,6 +254,9 @@ def main(argv=None):
         for preset in [p for p in args.presets.split(",") if p]:
             pts = fh.preset(model, preset)
             runs = probe.contestants(pts)
+            if args.only:
+                keep = set(args.only.split(",")) | {"none"}
+                runs = {k: v for k, v in runs.items() if k in keep}
             med, all_times = probe.time_runs(runs)
             base = med["none"]
             rows = {}

@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: Apache-2.0
+// Exploratory probe (not a ferry benchmark): does ferry's copy kernel cost more per hook when the graph
+// around it runs many DIFFERENT kernels (as a torch model's graph does: ~1,700 kernels of ~100 kinds per
+// Qwen3 decode step) than when it runs one kernel over and over (the simulated forward of bench/d2h)?
+// Hypothesis: instruction-cache misses. copy_entry's SASS is ~15 KB (four unrolled vector widths, the byte
+// path, 64-bit loops); torch's copy kernels are small.
+// Graph per step: 1,680 filler kernels (1 block x 128 threads, 512 dependent FMAs, ~8 KB of code each),
+// either ONE filler kernel repeated ("same") or 64 distinct ones in turn ("distinct"), and 28 hooks (one
+// per 60 fillers), each one of:
+//   none      no hook
+//   ferry     ferry's copy_entry body (kernels/detail/d2h_kernels.cuh), V=2, 128 threads, 2 KiB entries
+//   lean      the same work (cursor load, commit, 2 KiB copy, V=2) in a kernel specialized for V=2 and
+//             16-byte aligned sources, 32-bit indices
+//   copy      a plain 2 KiB copy to a fixed destination (no cursor)
+//   memcpy    cudaMemcpyAsync device to device, 2 KiB
+// Each cell: GPU span of one graph launch (events), median of 200 replays after 10 warm-ups; the ring's
+// last step is checked against the sources (ferry and lean).
+// Build (repo root): nvcc -O3 -std=c++20 -arch=sm_90 -I include -I kernels bench/device/probes/d2h_icache_probe.cu
+#include "detail/d2h_kernels.cuh"
+#include "probe_common.cuh"
+
+#include <ferry/backend/grid_dependency.hpp>
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <utility>
+#include <vector>
+
+namespace {
+
+constexpr int kFillers = 1680;
+constexpr int kHooks = 28;
+constexpr int kKinds = 64;
+constexpr std::size_t kEntry = 2048;
+
+template <int I>
+__global__ void filler(float* x)
+{
+  float v = x[threadIdx.x];
+#pragma unroll
+  for (int j = 0; j < 512; ++j) { v = fmaf(v, 1.0f + float(I * 512 + j) * 1e-9f, float((j ^ I) & 7) * 1e-6f); }
+  x[threadIdx.x] = v;
+}
+
+using filler_fn = void (*)(float*);
+template <int... I>
+constexpr std::array<filler_fn, sizeof...(I)> make_fillers(std::integer_sequence<int, I...>)
+{
+  return {&filler<I>...};
+}
+
+__global__ void ferry_copy(ferry::d2h::detail::copy_args a)
+{
+  ferry::backend::grid_dependency_launch_dependents();
+  ferry::backend::grid_dependency_wait();
+  ferry::kernels::d2h::copy_commit_phase(a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
+}
+
+/// The same work as ferry_copy for a 16-byte aligned source and V=2: one pass per 2*blockDim.x vectors.
+__global__ void lean_copy(ferry::d2h::detail::copy_args a)
+{
+  constexpr unsigned V = 2;
+  const auto* s = reinterpret_cast<const ulonglong2*>(a.src);
+  const unsigned vecs = static_cast<unsigned>(a.bytes / 16);
+  const unsigned nt = blockDim.x;
+  ulonglong2 r[V];
+  for (unsigned base = blockIdx.x * nt * V + threadIdx.x; base < vecs; base += gridDim.x * nt * V) {
+#pragma unroll
+    for (unsigned j = 0; j < V; ++j) {
+      if (base + j * nt < vecs) { r[j] = s[base + j * nt]; }
+    }
+    const ferry::d2h::cursor c = a.dst.load();
+    if (blockIdx.x == 0 && threadIdx.x == 0 && base == threadIdx.x) { a.dst.commit(c); }
+    auto* d = reinterpret_cast<ulonglong2*>(a.dst.ring + a.dst.offset(c));
+#pragma unroll
+    for (unsigned j = 0; j < V; ++j) {
+      if (base + j * nt < vecs) { d[base + j * nt] = r[j]; }
+    }
+  }
+}
+
+__global__ void plain_copy(uint4* dst, const uint4* src, unsigned n16)
+{
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += gridDim.x * blockDim.x) { dst[i] = src[i]; }
+}
+
+enum class hook { none, ferry, lean, copy, memcpy };
+const char* hook_name(hook h)
+{
+  switch (h) {
+    case hook::none: return "none";
+    case hook::ferry: return "ferry";
+    case hook::lean: return "lean";
+    case hook::copy: return "copy";
+    case hook::memcpy: return "memcpy";
+  }
+  return "?";
+}
+
+}  // namespace
+
+int main()
+{
+  const auto fillers = make_fillers(std::make_integer_sequence<int, kKinds>{});
+  float* x = nullptr;
+  CK(cudaMalloc(&x, 128 * sizeof(float) * kKinds));
+  CK(cudaMemset(x, 0, 128 * sizeof(float) * kKinds));
+  std::byte* src = nullptr;
+  std::byte* ring = nullptr;
+  std::byte* fixed = nullptr;
+  ferry::d2h::device_state* state = nullptr;
+  const std::size_t ring_bytes = 1 << 20;
+  CK(cudaMalloc(&src, kEntry * kHooks));
+  CK(cudaMalloc(&ring, ring_bytes));
+  CK(cudaMalloc(&fixed, kEntry * kHooks));
+  CK(cudaMalloc(&state, sizeof(ferry::d2h::device_state)));
+  CK(cudaMemset(state, 0, sizeof(ferry::d2h::device_state)));
+  std::vector<unsigned char> host(kEntry * kHooks);
+  std::mt19937 rng(7);
+  for (auto& b : host) { b = static_cast<unsigned char>(rng() | 1U); }
+  CK(cudaMemcpy(src, host.data(), host.size(), cudaMemcpyHostToDevice));
+
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+
+  std::printf("mode      hook      us/step   delta_us  us/hook\n");
+  for (int distinct = 0; distinct < 2; ++distinct) {
+    float base = 0;
+    for (hook h : {hook::none, hook::ferry, hook::lean, hook::copy, hook::memcpy}) {
+      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      int k = 0;
+      for (int i = 0; i < kFillers; ++i) {
+        const int kind = distinct ? i % kKinds : 0;
+        fillers[kind]<<<1, 128, 0, s>>>(x + 128 * kind);
+        if (i % (kFillers / kHooks) == kFillers / kHooks - 1 && k < kHooks && h != hook::none) {
+          ferry::d2h::detail::copy_args a{};
+          a.dst.ring = ring;
+          a.dst.state = state;
+          a.dst.ring_bytes = ring_bytes;
+          a.dst.reserved = kEntry;
+          a.dst.parity = static_cast<std::uint32_t>(k % 2);
+          a.src = src + k * kEntry;
+          a.bytes = kEntry;
+          a.vecs_per_thread = 2;
+          if (h == hook::ferry) {
+            ferry_copy<<<1, 128, 0, s>>>(a);
+          } else if (h == hook::lean) {
+            lean_copy<<<1, 64, 0, s>>>(a);
+          } else if (h == hook::copy) {
+            plain_copy<<<1, 128, 0, s>>>(reinterpret_cast<uint4*>(fixed + k * kEntry),
+                                         reinterpret_cast<const uint4*>(src + k * kEntry), kEntry / 16);
+          } else {
+            CK(cudaMemcpyAsync(fixed + k * kEntry, src + k * kEntry, kEntry, cudaMemcpyDeviceToDevice, s));
+          }
+          ++k;
+        }
+      }
+      cudaGraph_t g;
+      cudaGraphExec_t ge;
+      CK(cudaStreamEndCapture(s, &g));
+      CK(cudaGraphInstantiate(&ge, g, 0));
+      std::vector<float> t;
+      for (int r = 0; r < 210; ++r) {
+        CK(cudaEventRecord(e0, s));
+        CK(cudaGraphLaunch(ge, s));
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r >= 10) { t.push_back(ms * 1000.0f); }
+      }
+      std::sort(t.begin(), t.end());
+      const float med = t[t.size() / 2];
+      if (h == hook::none) { base = med; }
+      std::printf("%-9s %-8s %9.1f %9.1f %8.2f\n", distinct ? "distinct" : "same", hook_name(h), med, med - base,
+                  h == hook::none ? 0.0f : (med - base) / kHooks);
+      if (h == hook::ferry || h == hook::lean) {  // the last step's entries are the sources, in order
+        ferry::d2h::device_state st{};
+        CK(cudaMemcpy(&st, state, sizeof st, cudaMemcpyDeviceToHost));
+        std::vector<unsigned char> got(ring_bytes);
+        CK(cudaMemcpy(got.data(), ring, ring_bytes, cudaMemcpyDeviceToHost));
+        const std::uint64_t end = st.slot[0].phys;  // 28 commits: parity back to 0
+        bool ok = end >= kEntry * kHooks;
+        for (int j = 0; ok && j < kHooks; ++j) {
+          ok = std::memcmp(got.data() + end - kEntry * (kHooks - j), host.data() + j * kEntry, kEntry) == 0;
+        }
+        std::printf("          %s entries %s\n", hook_name(h), ok ? "exact" : "WRONG (or wrapped: check)");
+      }
+      CK(cudaGraphExecDestroy(ge));
+      CK(cudaGraphDestroy(g));
+    }
+  }
+  return 0;
+}
