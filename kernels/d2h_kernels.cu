@@ -20,11 +20,13 @@ using ferry::backend::grid_dependency_wait;
 /// One block. Copy, join the block, then (if head_n > 0) thread 0 publishes. No grid join is needed:
 /// the block barrier joins every writer of this entry, and earlier entries' writers are joined by the
 /// kernel boundaries (or grid_dependency_wait) before this kernel touched anything (stream order).
-__global__ void copy_entry_publish(copy_args a)
+/// `Copy` is one of the copy forms below (copy_form: V vectors per thread from an aligned source, or bytes).
+template <class Copy>
+__device__ __forceinline__ void copy_entry_publish_body(const copy_args& a, Copy copy)
 {
   grid_dependency_launch_dependents();
   if (a.test_skip_wait == 0) { grid_dependency_wait(); }
-  copy_commit_phase(a, 0U, 1U, threadIdx.x, blockDim.x);
+  copy(a, 0U, 1U, threadIdx.x, blockDim.x);
   if (a.head_n != 0) {
     __syncthreads();  // the writer join: every payload store of the block happens-before thread 0's release
     if (threadIdx.x == 0) { publish_phase(a.dst.state, a.head, a.head_n); }
@@ -32,12 +34,37 @@ __global__ void copy_entry_publish(copy_args a)
 }
 
 /// Any grid; copy only. The publication that covers this entry is a later kernel on the same stream.
-__global__ void copy_entry(copy_args a)
+template <class Copy>
+__device__ __forceinline__ void copy_entry_body(const copy_args& a, Copy copy)
 {
   grid_dependency_launch_dependents();
   if (a.test_skip_wait == 0) { grid_dependency_wait(); }
-  copy_commit_phase(a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
+  copy(a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
 }
+
+template <int V>
+struct vec_copy {
+  __device__ void operator()(const copy_args& a, std::uint32_t blk, std::uint32_t nblk, std::uint32_t t,
+                             std::uint32_t nt) const
+  {
+    copy_commit_vec<V>(a, blk, nblk, t, nt);
+  }
+};
+struct byte_copy {
+  __device__ void operator()(const copy_args& a, std::uint32_t blk, std::uint32_t nblk, std::uint32_t t,
+                             std::uint32_t nt) const
+  {
+    copy_commit_bytes(a, blk, nblk, t, nt);
+  }
+};
+
+// One small kernel per copy form (kernels.hpp, copy_form): no run-time dispatch on V or on the alignment.
+template <int V>
+__global__ void copy_entry_publish_v(copy_args a) { copy_entry_publish_body(a, vec_copy<V>{}); }
+__global__ void copy_entry_publish_bytes(copy_args a) { copy_entry_publish_body(a, byte_copy{}); }
+template <int V>
+__global__ void copy_entry_v(copy_args a) { copy_entry_body(a, vec_copy<V>{}); }
+__global__ void copy_entry_bytes(copy_args a) { copy_entry_body(a, byte_copy{}); }
 
 /// One thread. Stream order (the kernel boundary, or grid_dependency_wait under a programmatic launch) is
 /// the join: every kernel enqueued before it on the stream has completed, and its writes happen-before
@@ -59,13 +86,29 @@ __global__ void commit_check(ferry::d2h::detail::commit_check_args a)
 
 namespace ferry::d2h::detail {
 
-FERRY_KERNEL_HANDLE<copy_args> copy_entry_publish_kernel(FERRY_KERNEL_TAG)
+FERRY_KERNEL_HANDLE<copy_args> copy_entry_publish_kernel(FERRY_KERNEL_TAG, copy_form f)
 {
-  return {reinterpret_cast<const void*>(&ferry::kernels::d2h::copy_entry_publish), "d2h_copy_entry_publish"};
+  namespace k = ferry::kernels::d2h;
+  switch (f) {
+    case copy_form::v1: return {reinterpret_cast<const void*>(&k::copy_entry_publish_v<1>), "d2h_copy_entry_publish_v1"};
+    case copy_form::v2: return {reinterpret_cast<const void*>(&k::copy_entry_publish_v<2>), "d2h_copy_entry_publish_v2"};
+    case copy_form::v4: return {reinterpret_cast<const void*>(&k::copy_entry_publish_v<4>), "d2h_copy_entry_publish_v4"};
+    case copy_form::v8: return {reinterpret_cast<const void*>(&k::copy_entry_publish_v<8>), "d2h_copy_entry_publish_v8"};
+    case copy_form::bytes: break;
+  }
+  return {reinterpret_cast<const void*>(&k::copy_entry_publish_bytes), "d2h_copy_entry_publish_bytes"};
 }
-FERRY_KERNEL_HANDLE<copy_args> copy_entry_kernel(FERRY_KERNEL_TAG)
+FERRY_KERNEL_HANDLE<copy_args> copy_entry_kernel(FERRY_KERNEL_TAG, copy_form f)
 {
-  return {reinterpret_cast<const void*>(&ferry::kernels::d2h::copy_entry), "d2h_copy_entry"};
+  namespace k = ferry::kernels::d2h;
+  switch (f) {
+    case copy_form::v1: return {reinterpret_cast<const void*>(&k::copy_entry_v<1>), "d2h_copy_entry_v1"};
+    case copy_form::v2: return {reinterpret_cast<const void*>(&k::copy_entry_v<2>), "d2h_copy_entry_v2"};
+    case copy_form::v4: return {reinterpret_cast<const void*>(&k::copy_entry_v<4>), "d2h_copy_entry_v4"};
+    case copy_form::v8: return {reinterpret_cast<const void*>(&k::copy_entry_v<8>), "d2h_copy_entry_v8"};
+    case copy_form::bytes: break;
+  }
+  return {reinterpret_cast<const void*>(&k::copy_entry_bytes), "d2h_copy_entry_bytes"};
 }
 FERRY_KERNEL_HANDLE<head_args> publish_head_kernel(FERRY_KERNEL_TAG)
 {

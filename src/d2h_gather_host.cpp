@@ -18,7 +18,7 @@ void gather_publish_body(const launch_ctx& ctx, gather_args a)
 }
 }  // namespace
 
-host_kernel<gather_args> gather_publish_kernel(ferry::backend::host_tag)
+host_kernel<gather_args> gather_publish_kernel(ferry::backend::host_tag, copy_form)
 {
   return {&gather_publish_body, "d2h_gather_publish"};
 }

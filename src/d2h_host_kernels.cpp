@@ -36,8 +36,9 @@ void commit_check_body(const launch_ctx& ctx, commit_check_args a)
 }
 }  // namespace
 
-host_kernel<copy_args> copy_entry_publish_kernel(host_tag) { return {&copy_entry_publish_body, "d2h_copy_entry_publish"}; }
-host_kernel<copy_args> copy_entry_kernel(host_tag) { return {&copy_entry_body, "d2h_copy_entry"}; }
+// One body per kernel for every copy_form: copy_commit_block_host reads the alignment and V at run time.
+host_kernel<copy_args> copy_entry_publish_kernel(host_tag, copy_form) { return {&copy_entry_publish_body, "d2h_copy_entry_publish"}; }
+host_kernel<copy_args> copy_entry_kernel(host_tag, copy_form) { return {&copy_entry_body, "d2h_copy_entry"}; }
 host_kernel<head_args> publish_head_kernel(host_tag) { return {&publish_head_body, "d2h_publish_head"}; }
 host_kernel<commit_check_args> commit_check_kernel(host_tag) { return {&commit_check_body, "d2h_commit_check"}; }
 

@@ -179,7 +179,7 @@ void launch_ferry_kernel(B b, fb::stream_view<B> cs, const fb::launch_config& la
   r.parity = static_cast<std::uint32_t>(h % 2);
   fd::detail::copy_args a{r, static_cast<const std::byte*>(src), bytes};
   a.vecs_per_thread = vpt;
-  b.launch(fd::detail::copy_entry_kernel(typename B::tag{}), launch, cs.handle(), a);
+  b.launch(fd::detail::copy_entry_kernel(typename B::tag{}, fd::detail::copy_form_of(src, vpt)), launch, cs.handle(), a);
 }
 
 }  // namespace ferry::bench

@@ -55,6 +55,10 @@ class Probe:
     def __init__(self, args, model, cfg, dec):
         self.args, self.model, self.cfg, self.dec = args, model, cfg, dec
         self.channels: dict[str, tuple] = {}  # config key -> (channel, drain, expected entries)
+        self.only = set(args.only.split(",")) | {"none"} if args.only else None
+
+    def want(self, name):
+        return self.only is None or name in self.only
 
     def channel(self, kw):
         key = tuple(sorted(kw.items()))
@@ -102,12 +106,13 @@ class Probe:
                 b = bufs[h] = torch.empty_like(t)
             b.copy_(t)
 
-        with fh.install(model, pts, d2d):
-            dec.reset()
-            dec.step()  # allocates the buffers outside the capture
-            torch.cuda.synchronize()
-            g = self.graph(lambda: dec.step())
-        runs["d2d"] = (lambda g=g: g.replay(), None, 0)
+        if self.want("d2d"):
+            with fh.install(model, pts, d2d):
+                dec.reset()
+                dec.step()  # allocates the buffers outside the capture
+                torch.cuda.synchronize()
+                g = self.graph(lambda: dec.step())
+            runs["d2d"] = (lambda g=g: g.replay(), None, 0)
 
         slot = self.channel({})
         ch = slot[0]
@@ -119,10 +124,13 @@ class Probe:
             dec.step()
             holder["plan"] = ch.end_forward(s)
 
-        g = self.graph(empty_body, slot=slot)
-        runs["empty"] = (lambda g=g, ch=ch, p=holder["plan"]: (ch.plan(p), g.replay()), slot, 0)
+        if self.want("empty"):
+            g = self.graph(empty_body, slot=slot)
+            runs["empty"] = (lambda g=g, ch=ch, p=holder["plan"]: (ch.plan(p), g.replay()), slot, 0)
 
         for name, (kw, deferred) in CHANNELS.items():
+            if not self.want(name):
+                continue
             slot = self.channel(kw)
             ch = slot[0]
             holder = {}
@@ -254,9 +262,6 @@ def main(argv=None):
         for preset in [p for p in args.presets.split(",") if p]:
             pts = fh.preset(model, preset)
             runs = probe.contestants(pts)
-            if args.only:
-                keep = set(args.only.split(",")) | {"none"}
-                runs = {k: v for k, v in runs.items() if k in keep}
             med, all_times = probe.time_runs(runs)
             base = med["none"]
             rows = {}

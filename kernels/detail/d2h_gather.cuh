@@ -71,17 +71,25 @@ FERRY_HD inline bool gather_join_arrive(ferry::d2h::device_state* st, std::uint3
 }
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
-/// The GPU copy of one gather block: copy_vec (loads before the cursor) from an aligned source, else bytes.
+/// The GPU copy of one gather block: V 16-byte vectors per thread per pass (compile time: one small kernel
+/// per V, as the copy kernels) and the byte tail from an aligned source (loads before the cursor), bytes
+/// from any other source.
+template <int V>
 __device__ __forceinline__ void gather_block_phase(const gather_args& a, std::uint32_t blk, std::uint32_t t,
                                                    std::uint32_t nt)
 {
   gather_commit(a, blk, t, [&](auto&& dst_of, const std::byte* src, std::uint64_t n, std::uint32_t lb, std::uint32_t nb) {
     if ((reinterpret_cast<std::uintptr_t>(src) & 15U) == 0) {
-      copy_vec(dst_of, src, n, a.vecs_per_thread, lb, nb, t, nt);
+      const std::uint64_t vecs = n / 16;
+      std::byte* dst = copy_vec_passes<V>(dst_of, src, vecs, lb, nb, t, nt);
+      if (lb == 0) {
+        for (std::uint64_t i = vecs * 16 + t; i < n; i += nt) { dst[i] = src[i]; }
+      }
       return;
     }
     std::byte* dst = dst_of();
-    copy_bytes(dst, src, n, static_cast<std::uint64_t>(lb) * nt + t, static_cast<std::uint64_t>(nb) * nt);
+    const std::uint64_t stride = static_cast<std::uint64_t>(nb) * nt;
+    for (std::uint64_t i = static_cast<std::uint64_t>(lb) * nt + t; i < n; i += stride) { dst[i] = src[i]; }
   });
 }
 #endif

@@ -138,18 +138,32 @@ FERRY_HD inline void copy_commit(const copy_args& a, std::uint32_t blk, std::uin
 }
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
-/// The GPU copy of block `blk` of `nblk` (thread `t` of `nt`) in copy_commit's order: 16-byte vectors
-/// (copy_vec: V per thread per pass, loads before stores) from an aligned source, bytes otherwise.
-__device__ __forceinline__ void copy_commit_phase(const copy_args& a, std::uint32_t blk, std::uint32_t nblk,
+/// The GPU copy of block `blk` of `nblk` (thread `t` of `nt`) in copy_commit's order, for a 16-byte aligned
+/// source (entries start 16-byte aligned in the ring): V 16-byte vectors per thread per pass, V fixed at
+/// compile time (copy_vec_passes: loads before stores), then the byte tail (n % 16) by block 0. One
+/// instantiation per V and no run-time dispatch: the kernel's code stays small (its instructions are fetched
+/// cold when a model's graph runs ~100 other kernels between two hooks; docs/perf/journal.md 2026-12-01).
+template <int V>
+__device__ __forceinline__ void copy_commit_vec(const copy_args& a, std::uint32_t blk, std::uint32_t nblk,
+                                                std::uint32_t t, std::uint32_t nt)
+{
+  copy_commit(a, blk, t, [&](auto&& place, std::uint64_t n) {
+    const std::uint64_t vecs = n / 16;
+    std::byte* dst = copy_vec_passes<V>(place, a.src, vecs, blk, nblk, t, nt);
+    if (blk == 0) {
+      for (std::uint64_t i = vecs * 16 + t; i < n; i += nt) { dst[i] = a.src[i]; }
+    }
+  });
+}
+
+/// The same for a source that is not 16-byte aligned: byte moves over the whole grid.
+__device__ __forceinline__ void copy_commit_bytes(const copy_args& a, std::uint32_t blk, std::uint32_t nblk,
                                                   std::uint32_t t, std::uint32_t nt)
 {
   copy_commit(a, blk, t, [&](auto&& place, std::uint64_t n) {
-    if ((reinterpret_cast<std::uintptr_t>(a.src) & 15U) == 0) {  // entries start 16-byte aligned in the ring
-      copy_vec(place, a.src, n, a.vecs_per_thread, blk, nblk, t, nt);
-      return;
-    }
     std::byte* dst = place();
-    copy_bytes(dst, a.src, n, static_cast<std::uint64_t>(blk) * nt + t, static_cast<std::uint64_t>(nblk) * nt);
+    const std::uint64_t stride = static_cast<std::uint64_t>(nblk) * nt;
+    for (std::uint64_t i = static_cast<std::uint64_t>(blk) * nt + t; i < n; i += stride) { dst[i] = a.src[i]; }
   });
 }
 #endif

@@ -2,13 +2,14 @@
 // Exploratory probe (not a ferry benchmark): does ferry's copy kernel cost more per hook when the graph
 // around it runs many DIFFERENT kernels (as a torch model's graph does: ~1,700 kernels of ~100 kinds per
 // Qwen3 decode step) than when it runs one kernel over and over (the simulated forward of bench/d2h)?
-// Hypothesis: instruction-cache misses. copy_entry's SASS is ~15 KB (four unrolled vector widths, the byte
-// path, 64-bit loops); torch's copy kernels are small.
+// Hypothesis: instruction-cache misses. copy_entry's SASS was ~15 KB (four unrolled vector widths, the byte
+// path, 64-bit loops; first run, 2026-12-01, journal); torch's copy kernels are small. Since then ferry's copy
+// kernel is one small kernel per copy form, and the "ferry" row runs that body (copy_commit_vec<2>).
 // Graph per step: 1,680 filler kernels (1 block x 128 threads, 512 dependent FMAs, ~8 KB of code each),
 // either ONE filler kernel repeated ("same") or 64 distinct ones in turn ("distinct"), and 28 hooks (one
 // per 60 fillers), each one of:
 //   none      no hook
-//   ferry     ferry's copy_entry body (kernels/detail/d2h_kernels.cuh), V=2, 128 threads, 2 KiB entries
+//   ferry     ferry's copy kernel body (kernels/detail/d2h_kernels.cuh), V=2, 128 threads, 2 KiB entries
 //   lean      the same work (cursor load, commit, 2 KiB copy, V=2) in a kernel specialized for V=2 and
 //             16-byte aligned sources, 32-bit indices
 //   copy      a plain 2 KiB copy to a fixed destination (no cursor)
@@ -57,7 +58,7 @@ __global__ void ferry_copy(ferry::d2h::detail::copy_args a)
 {
   ferry::backend::grid_dependency_launch_dependents();
   ferry::backend::grid_dependency_wait();
-  ferry::kernels::d2h::copy_commit_phase(a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
+  ferry::kernels::d2h::copy_commit_vec<2>(a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
 }
 
 /// The same work as ferry_copy for a 16-byte aligned source and V=2: one pass per 2*blockDim.x vectors.

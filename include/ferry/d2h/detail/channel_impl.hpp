@@ -128,10 +128,11 @@ void channel_impl<B>::init_resources()
   st.staging = std::make_shared<staging_pool>(base, st.staging_bytes, std::shared_ptr<void>(pinned, pinned.get()));
   // Load every kernel the channel launches now: a lazy module load at a first launch would wait for kernels
   // already running on the device (see backend preload).
-  const int arch = std::min({b.preload(publish_head_kernel(typename B::tag{})),
-                             b.preload(copy_entry_publish_kernel(typename B::tag{})),
-                             b.preload(copy_entry_kernel(typename B::tag{})),
-                             b.preload(gather_publish_kernel(typename B::tag{}))});
+  int arch = b.preload(publish_head_kernel(typename B::tag{}));
+  for (const copy_form f : {copy_form::bytes, copy_form::v1, copy_form::v2, copy_form::v4, copy_form::v8}) {
+    arch = std::min({arch, b.preload(copy_entry_publish_kernel(typename B::tag{}, f)),
+                     b.preload(copy_entry_kernel(typename B::tag{}, f)), b.preload(gather_publish_kernel(typename B::tag{}, f))});
+  }
   // Programmatic launch only where the device and the code that will run both support it.
   st.programmatic =
     st.cfg.programmatic_launch && ferry::backend::programmatic_launch_ok(attrs.compute_capability_major, arch);

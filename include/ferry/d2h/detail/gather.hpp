@@ -9,6 +9,7 @@
 #pragma once
 
 #include <ferry/backend/types.hpp>
+#include <ferry/d2h/detail/launch_shape.hpp>  // copy_form
 #include <ferry/d2h/ring_ref.hpp>
 #include <ferry/d2h/types.hpp>
 
@@ -141,9 +142,11 @@ using ferry::backend::cuda_kernel;
 using ferry::backend::hip_kernel;
 using ferry::backend::host_kernel;
 
-/// The gather kernel (kernels/d2h_gather.cu; host: src/d2h_gather_host.cpp).
-host_kernel<gather_args> gather_publish_kernel(ferry::backend::host_tag);
-cuda_kernel<gather_args> gather_publish_kernel(ferry::backend::cuda_tag);
-hip_kernel<gather_args> gather_publish_kernel(ferry::backend::hip_tag);
+/// The gather kernel (kernels/d2h_gather.cu; host: src/d2h_gather_host.cpp), one GPU kernel per vector
+/// width: `f` is vec_form(gather_args::vecs_per_thread) (an unaligned entry
+/// takes the byte path inside every form; the host backend has one body).
+host_kernel<gather_args> gather_publish_kernel(ferry::backend::host_tag, copy_form f);
+cuda_kernel<gather_args> gather_publish_kernel(ferry::backend::cuda_tag, copy_form f);
+hip_kernel<gather_args> gather_publish_kernel(ferry::backend::hip_tag, copy_form f);
 
 }  // namespace ferry::d2h::detail

@@ -22,11 +22,33 @@ struct launch_shape {
   friend constexpr bool operator==(const launch_shape&, const launch_shape&) = default;
 };
 
+/// The copy kernel's code form (kernels.hpp): each form is its own small kernel on the GPU. `vN`: the source
+/// is 16-byte aligned and each thread moves N 16-byte vectors per pass; `bytes`: any other source.
+enum class copy_form : std::uint32_t { bytes = 0, v1 = 1, v2 = 2, v4 = 4, v8 = 8 };
+
 /// config::copy_vecs_per_thread normalised to a supported value (1, 2, 4, 8; anything else is 1).
 [[nodiscard]] constexpr std::uint32_t vecs_per_thread(const config& cfg) noexcept
 {
   const std::uint32_t v = cfg.copy_vecs_per_thread;
   return v == 8 || v == 4 || v == 2 ? v : 1;
+}
+
+/// The vector form of `vecs_per_thread` (1, 2, 4 or 8; anything else is 1).
+[[nodiscard]] constexpr copy_form vec_form(std::uint32_t vecs_per_thread) noexcept
+{
+  switch (vecs_per_thread) {
+    case 8: return copy_form::v8;
+    case 4: return copy_form::v4;
+    case 2: return copy_form::v2;
+    default: return copy_form::v1;
+  }
+}
+
+/// The form that copies from `src` with `vecs_per_thread`: vec_form, or bytes for a source that is not
+/// 16-byte aligned.
+[[nodiscard]] inline copy_form copy_form_of(const void* src, std::uint32_t vecs_per_thread) noexcept
+{
+  return (reinterpret_cast<std::uintptr_t>(src) & 15U) != 0 ? copy_form::bytes : vec_form(vecs_per_thread);
 }
 
 /// Whether the entry of `reserved` bytes is copied by the one-block kernel: always up to

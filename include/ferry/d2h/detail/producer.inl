@@ -152,10 +152,11 @@ void producer<B>::launch_copy(copy_args a, std::uint64_t bytes, bool one_block, 
   a.vecs_per_thread = sh.vecs_per_thread;
   a.test_skip_wait = st_.hooks.is(debug_fault::programmatic_without_wait) ? 1U : 0U;
   const ferry::backend::launch_config lc{{sh.blocks}, {sh.threads}, 0, st_.programmatic};
+  const copy_form f = copy_form_of(a.src, sh.vecs_per_thread);
   if (sh.one_block) {
-    st_.b.launch(copy_entry_publish_kernel(typename B::tag{}), lc, s, a);
+    st_.b.launch(copy_entry_publish_kernel(typename B::tag{}, f), lc, s, a);
   } else {
-    st_.b.launch(copy_entry_kernel(typename B::tag{}), lc, s, a);
+    st_.b.launch(copy_entry_kernel(typename B::tag{}, f), lc, s, a);
   }
 }
 

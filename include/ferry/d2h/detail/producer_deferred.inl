@@ -117,7 +117,7 @@ void producer<B>::flush_deferred(stream_type s)
     (void)st_.fifo.try_push(m);  // space was checked in wait_for_space; the producer is the only pusher
   }
   deferred_.clear();  // a failed launch invalidates the channel; the batch is not retried
-  st_.b.launch(gather_publish_kernel(typename B::tag{}),
+  st_.b.launch(gather_publish_kernel(typename B::tag{}, vec_form(sh.vecs_per_thread)),
                ferry::backend::launch_config{{sh.blocks}, {sh.threads}, 0, st_.programmatic}, s, a);
   if (on_branch) { rel_.release_batch(s, after, false); }
   if (!capturing_) {
