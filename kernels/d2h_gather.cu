@@ -23,7 +23,7 @@ __global__ void gather_publish(gather_args a)
   if (a.head_n != 0) {
     __syncthreads();  // this block's stores happen-before its thread 0's arrival (release)
     if (threadIdx.x == 0 && gather_join_arrive(a.dst.state, gridDim.x)) {
-      publish_phase(a.dst.state, a.head, a.head_n);  // the last arrival acquired every block's stores
+      gather_release(a);  // the last arrival acquired every block's stores (and cursor reads)
     }
   }
 }

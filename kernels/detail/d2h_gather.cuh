@@ -70,6 +70,16 @@ FERRY_HD inline bool gather_join_arrive(ferry::d2h::device_state* st, std::uint3
   return old + 1 == nblocks;
 }
 
+/// The release of a publishing gather, by the thread of the block that arrived last (it acquired every
+/// block's arrival, and every block read its cursor before it arrived): at a forward boundary the cursor
+/// normalization (slot[0] = slot[1], as publish_head_body), then produced += head_n and the system-scope
+/// release of published_head.
+FERRY_HD inline void gather_release(const gather_args& a) noexcept
+{
+  if (a.normalize != 0) { a.dst.state->slot[0] = a.dst.state->slot[1]; }
+  publish_phase(a.dst.state, a.head, a.head_n);
+}
+
 #if defined(__CUDACC__) || defined(__HIPCC__)
 /// The GPU copy of one gather block: V 16-byte vectors per thread per pass (compile time: one small kernel
 /// per V, as the copy kernels) and the byte tail from an aligned source (loads before the cursor), bytes
@@ -113,7 +123,7 @@ inline void gather_block_host(const gather_args& a, std::uint32_t blk, std::uint
     }
   });
   // Block join (the host runs a block as one thread), then the cross-block arrival.
-  if (a.head_n != 0 && gather_join_arrive(a.dst.state, nblk)) { publish_phase(a.dst.state, a.head, a.head_n); }
+  if (a.head_n != 0 && gather_join_arrive(a.dst.state, nblk)) { gather_release(a); }
 }
 
 }  // namespace ferry::kernels::d2h

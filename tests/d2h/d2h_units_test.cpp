@@ -115,6 +115,24 @@ TEST(D2hLaunchShape, VecsPerThreadIsNormalised)
   }
 }
 
+/// The copy kernel's form: the vector width the launch shape uses from a 16-byte aligned source, the byte
+/// kernel otherwise (a vector kernel on an unaligned source would fault or move the wrong bytes on the GPU).
+TEST(D2hLaunchShape, CopyFormFollowsAlignmentAndVectorWidth)
+{
+  using fd::detail::copy_form;
+  alignas(16) static std::byte buf[64];
+  EXPECT_EQ(fd::detail::copy_form_of(buf, 2), copy_form::v2);
+  EXPECT_EQ(fd::detail::copy_form_of(buf + 16, 8), copy_form::v8);
+  EXPECT_EQ(fd::detail::copy_form_of(buf, 4), copy_form::v4);
+  EXPECT_EQ(fd::detail::copy_form_of(buf, 3), copy_form::v1) << "an unsupported width is 1, as vecs_per_thread()";
+  for (std::size_t off : {1U, 2U, 8U, 15U}) { EXPECT_EQ(fd::detail::copy_form_of(buf + off, 2), copy_form::bytes) << off; }
+  for (std::uint32_t v : {0U, 1U, 2U, 4U, 8U, 16U}) {
+    fd::config c;
+    c.copy_vecs_per_thread = v;
+    EXPECT_EQ(static_cast<std::uint32_t>(fd::detail::vec_form(v)), fd::detail::vecs_per_thread(c)) << v;
+  }
+}
+
 TEST(D2hLaunchShape, OneBlockForSmallEntriesAndFusedBatchEnds)
 {
   fd::config c;

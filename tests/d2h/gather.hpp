@@ -99,6 +99,52 @@ TYPED_TEST_P(D2hGather, MixedImmediateAndDeferredKeepEntryOrder)
   }
 }
 
+/// end_forward with a recorded deferred batch launches ONE gather that also does the forward boundary's
+/// release: every entry since the last release (here, the whole forward: K is large) and the cursor
+/// normalization (slot[0] = slot[1]) when the gather wrote slot[1], i.e. after an even number of writers
+/// (`m` immediate captures first: both parities). One release per forward, every byte right over forwards
+/// that each start from the normalized cursor. Without the normalization (mutant
+/// boundary_gather_without_normalize) the next forward places its entries from a stale cursor slot.
+TYPED_TEST_P(D2hGather, BoundaryGatherDoesTheForwardRelease)
+{
+  using B = TypeParam;
+  for (const std::uint64_t m : {0U, 1U, 2U}) {
+    for (const auto fault : with_mutant(d2h_fault::boundary_gather_without_normalize)) {
+      SCOPED_TRACE("immediate entries first: " + std::to_string(m));
+      fb::stream<B> s{this->b};
+      constexpr std::uint64_t forwards = 4, deferred = 3;
+      const std::uint64_t per = m + deferred, n = forwards * per;
+      sources<B> src{this->b, s, 0, n, 512};
+      checker chk{seq_order::consecutive};
+      fd::channel<B> ch{this->small_config(1 << 16, 64), this->b, chk.callback()};
+      d2h_access::set_fault(ch, fault);
+      for (std::uint64_t f = 0, seq = 0; f < forwards; ++f) {
+        ch.begin_forward(s);
+        for (std::uint64_t j = 0; j < per; ++j, ++seq) {
+          chk.expect(seq, 4, 512);
+          if (j < m) {
+            ch.capture(fd::hook_id{4}, src.at(seq), 512, s);
+          } else {
+            ch.capture_deferred(fd::hook_id{4}, src.at(seq), 512, s);
+          }
+        }
+        (void)ch.end_forward(s);
+        if (fault == d2h_fault::none) { EXPECT_EQ(ch.stats().publishes, f + 1) << "one release per forward"; }
+      }
+      s.synchronize();
+      ASSERT_TRUE(wait_until<B>([&] { return ch.stats().entries_drained == n; }));
+      const bool clean = ch.close().clean();
+      if (fault == d2h_fault::none) { EXPECT_TRUE(clean); }
+      if (fault == d2h_fault::none || m % 2 == 1) {  // odd m: the gather wrote slot[0], nothing to normalize
+        EXPECT_EQ(chk.got, n);
+        EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
+      } else {
+        EXPECT_GT(chk.bad(), 0U) << "the test must detect the boundary gather's missing cursor normalization";
+      }
+    }
+  }
+}
+
 /// begin_write is a flush point: the recorded deferred entries are copied (gather enqueued) before the
 /// user writer reads the cursor, so its entry lands after them. Host backend (the writer is a host kernel).
 TYPED_TEST_P(D2hGather, BeginWriteIsAFlushPoint)
@@ -559,7 +605,7 @@ TYPED_TEST_P(D2hGather, FailFastRefusesTheDeferredEntryThatDoesNotFit)
   EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
 }
 
-REGISTER_TYPED_TEST_SUITE_P(D2hGather, FailFastRefusesTheDeferredEntryThatDoesNotFit, BranchReleaseWaitsForTheGather, MixedImmediateAndDeferredKeepEntryOrder, BeginWriteIsAFlushPoint,
+REGISTER_TYPED_TEST_SUITE_P(D2hGather, BoundaryGatherDoesTheForwardRelease, FailFastRefusesTheDeferredEntryThatDoesNotFit, BranchReleaseWaitsForTheGather, MixedImmediateAndDeferredKeepEntryOrder, BeginWriteIsAFlushPoint,
                             BatchesSplitAtRingWrap,
                             OneLargeAndManySmallInOneBatch, PartialBatchAtEndForwardAndExplicitFlush,
                             SourcesOverwrittenAfterTheFlushKeepCapturedBytes, GraphReplaysManyTimesWithPlan,

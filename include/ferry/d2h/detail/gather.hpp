@@ -34,11 +34,14 @@ struct gather_entry {
 ///   pre[0..n]      prefix sums of the reserved sizes (pre[0] = 0): the chain in closed form (gather_offset)
 ///   first_block    entry i is copied by blocks [first_block[i], first_block[i + 1]); first_block[n] = grid
 ///   head_n         > 0: after the cross-block join the last block releases produced += head_n
+///   normalize      (forward boundary, head_n > 0) the last block copies cursor slot 1 into slot 0 before it
+///                  releases, as the boundary's publish kernel does (every block read its cursor before it arrived)
 struct gather_args {
   ring_ref dst;
   std::uint64_t* head{nullptr};  ///< device address of published_head
   std::uint64_t head_n{0};
   std::uint32_t n{0};
+  std::uint32_t normalize{0};
   std::uint32_t vecs_per_thread{1};
   std::uint32_t test_skip_wait{0};  ///< test hook (debug_fault::programmatic_without_wait): omit the join
   gather_entry e[gather_max_entries]{};

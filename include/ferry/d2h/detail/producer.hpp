@@ -129,7 +129,10 @@ class producer {
   bool wait_for_space(std::uint64_t end, std::size_t n_entries, std::uint64_t n_dyn, when_full full,
                       std::optional<stream_type> flush_stream, Who&& who_fn);
   void launch_copy(copy_args a, std::uint64_t bytes, bool one_block, stream_type s);
-  void flush_deferred(stream_type s);
+  /// Copies the recorded deferred batch (one gather launch). `boundary` (end_forward): the gather's last block
+  /// also does the forward boundary's release (every entry since the last release, and the cursor
+  /// normalization), so end_forward launches no release of its own. Returns whether the gather did that.
+  bool flush_deferred(stream_type s, bool boundary = false);
   /// Where the recorded deferred batch ends (placed from head_pos_ as flush_deferred places it).
   [[nodiscard]] std::uint64_t deferred_end() const noexcept;
   /// For a writer that flushes the recorded deferred batch first (capture, begin_write), under a refusing

@@ -48,9 +48,10 @@ forward_plan producer<B>::end_forward(stream_view s)
   FERRY_EXPECTS(cap_now == capturing_, ferry::logic_error,
                 "d2h channel end_forward: expected the stream's capture state as at begin_forward ({}), got {}",
                 capturing_, cap_now);
-  flush_deferred(s.handle());  // a partial deferred batch is copied before the boundary's release
   // The forward boundary: one release covering every entry since the last one, and slot[0] = slot[parity].
-  rel_.publish(s.handle(), unpublished_, parity_);
+  // A partial deferred batch is copied first, by a gather that does that release itself in its last block
+  // (one kernel fewer on the stream per forward); else the publish kernel does it.
+  if (!flush_deferred(s.handle(), true)) { rel_.publish(s.handle(), unpublished_, parity_); }
   unpublished_ = 0;
   parity_ = 0;
   in_forward_ = false;

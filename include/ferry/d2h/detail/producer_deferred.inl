@@ -72,10 +72,10 @@ void producer<B>::flush(stream_view s)
 /// (eager) or records it into the plan (graph), launches the gather, then pushes the FIFO records. The
 /// gather publishes when the entries since the last release reach K.
 template <ferry::backend::backend B>
-void producer<B>::flush_deferred(stream_type s)
+bool producer<B>::flush_deferred(stream_type s, bool boundary)
 {
   const std::uint32_t n = deferred_.size();
-  if (n == 0) { return; }
+  if (n == 0) { return false; }
   gather_args a{};
   a.dst = make_ref(0, entry_kind::fixed);
   a.head = st_.head_dev;
@@ -93,16 +93,20 @@ void producer<B>::flush_deferred(stream_type s)
                          [&] { return ferry::detail::format("deferred batch of {} entries ({} bytes)", n, pos - head_pos_); });
   }
   const std::uint64_t after = unpublished_ + n;
-  const bool publish = after >= st_.cfg.publish_every;
+  // At the forward boundary the gather releases every entry since the last release whatever their number,
+  // in its own last block (never on the branch: the boundary's release is on the producer stream).
+  const bool publish = boundary || after >= st_.cfg.publish_every;
   const gather_shape sh = apportion_gather(st_.cfg, a, st_.sm_count);
   a.vecs_per_thread = sh.vecs_per_thread;
   a.test_skip_wait = st_.hooks.is(debug_fault::programmatic_without_wait) ? 1U : 0U;
   // The batch's release: fused into the gather's last block, or (gather_branch_publish) on the branch
   // after the launch, behind a fork event recorded after the gather (release_chain::publish_on_branch).
-  const bool on_branch = publish && st_.cfg.branch_publish && st_.cfg.gather_branch_publish;
+  const bool on_branch = publish && !boundary && st_.cfg.branch_publish && st_.cfg.gather_branch_publish;
   if (publish && !on_branch) {
     rel_.fused_on_stream(s);  // joins an open branch first: the gather's release stays in the one chain
     a.head_n = after;
+    // the gather writes slot[1]; the next forward starts at parity 0 and reads slot[0]
+    a.normalize = boundary && parity_ == 0 && !st_.hooks.is(debug_fault::boundary_gather_without_normalize) ? 1U : 0U;
   }
   // The FIFO records go in BEFORE the launch that may release them: the drainer's check that published_head
   // never passes the entries the CPU placed (check_planned) relies on it (a fused release with its records
@@ -127,6 +131,7 @@ void producer<B>::flush_deferred(stream_type s)
   }
   parity_ ^= 1U;  // one writer: the gather commits the cursor once for the whole batch
   unpublished_ = publish ? 0 : after;
+  return boundary;
 }
 
 }  // namespace ferry::d2h::detail
