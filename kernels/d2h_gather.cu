@@ -18,7 +18,6 @@ template <int V>
 __global__ void gather_publish(gather_args a)
 {
   ferry::backend::grid_dependency_launch_dependents();
-  if (threadIdx.x == 0 && blockIdx.x == 0) { ferry::backend::prefetch_l2(&a.dst.state->slot[a.dst.parity]); }  // the cursor
   if (a.test_skip_wait == 0) { ferry::backend::grid_dependency_wait(); }
   gather_block_phase<V>(a, blockIdx.x, threadIdx.x, blockDim.x);
   if (a.head_n != 0) {

@@ -16,7 +16,6 @@ namespace ferry::kernels::d2h {
 // touching the cursor, the source or the ring. Without the launch attribute both are no-ops.
 using ferry::backend::grid_dependency_launch_dependents;
 using ferry::backend::grid_dependency_wait;
-using ferry::backend::prefetch_l2;
 
 /// One block. Copy, join the block, then (if head_n > 0) thread 0 publishes. No grid join is needed:
 /// the block barrier joins every writer of this entry, and earlier entries' writers are joined by the
@@ -26,7 +25,6 @@ template <class Copy>
 __device__ __forceinline__ void copy_entry_publish_body(const copy_args& a, Copy copy)
 {
   grid_dependency_launch_dependents();
-  if (threadIdx.x == 0) { prefetch_l2(&a.dst.state->slot[a.dst.parity]); }  // the cursor (prefetch only)
   if (a.test_skip_wait == 0) { grid_dependency_wait(); }
   copy(a, 0U, 1U, threadIdx.x, blockDim.x);
   if (a.head_n != 0) {
@@ -40,7 +38,6 @@ template <class Copy>
 __device__ __forceinline__ void copy_entry_body(const copy_args& a, Copy copy)
 {
   grid_dependency_launch_dependents();
-  if (threadIdx.x == 0 && blockIdx.x == 0) { prefetch_l2(&a.dst.state->slot[a.dst.parity]); }  // the cursor
   if (a.test_skip_wait == 0) { grid_dependency_wait(); }
   copy(a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
 }

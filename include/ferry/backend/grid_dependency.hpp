@@ -39,20 +39,6 @@ FERRY_HD inline void grid_dependency_launch_dependents() noexcept
 #endif
 }
 
-/// Brings the line of `p` into L2 (no value is read into a register: it has no effect on what a later
-/// load returns, so it may precede grid_dependency_wait). ferry's copy kernels issue it for the cursor slot
-/// before the wait: in a model's graph the slot was written one or more layers ago and the weights streamed
-/// since have evicted it from L2, so the load after the wait would go to DRAM on the kernel's critical path;
-/// under programmatic launch the prefetch runs while the kernel ahead finishes. A no-op off CUDA.
-FERRY_HD inline void prefetch_l2(const void* p) noexcept
-{
-#if defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-#else
-  (void)p;
-#endif
-}
-
 /// The architecture (major * 10 + minor, as backend preload() reports it) from which the code above
 /// contains the wait: programmatic launch is safe only for kernels compiled for at least this.
 inline constexpr int grid_dependency_min_arch = 90;
