@@ -3,11 +3,14 @@
 // gather_block_phase / gather_join_arrive / publish_phase; the host backend runs the same body).
 //
 //   threads 0..G-1 ("blocks" of the gather grid; a block's threads are joined by __syncthreads(), which is
-//   program order of the one modelled thread): for each of R gathers launched back to back on one stream:
+//   program order of the one modelled thread): for each of R gathers launched back to back on one stream,
+//   each the last writer of a forward (end_forward's boundary gather: it also normalizes the cursor):
+//       c = slot[0] (the cursor, rl::var; every forward starts at parity 0); block 0: slot[1] = c + N
 //       write the block's payload words of the batch (rl::var, value = f(gather, block, word));
 //       old = join.fetch_add(1, acq_rel)                       <- release of the block's stores,
 //                                                                 acquire of every earlier arrival's
-//       if old + 1 == G: join.store(0, relaxed); produced += n; published_head.store(produced, release)
+//       if old + 1 == G: join.store(0, relaxed); slot[0] = slot[1] (gather_release: the normalization);
+//                        produced += n; published_head.store(produced, release)
 //       the kernel boundary before the next gather: done.fetch_add(1, acq_rel), then wait until every
 //       block of this gather is done (acquire): stream order, modelled as a grid-wide happens-before edge
 //   thread G (CPU drainer): H = published_head.load(acquire); for every gather covered by H, read and check
@@ -17,8 +20,10 @@
 //   relaxed_join   : the arrival is a relaxed fetch_add without a fence (the reviewed bug): the last block's
 //                    release does not cover the other blocks' stores -> data race on the payload
 //   early_release  : the block arrives (and the last one releases) before writing its payload words
+//   early_normalize: block 0 normalizes (slot[0] = its new cursor) when it commits, before the join: another
+//                    block may still be reading slot[0] -> data race on the cursor
 //
-// Usage: d2h_gather_relacy_model [model|relaxed_join|early_release|all] [--iterations N] [--bound B] [--verbose]
+// Usage: d2h_gather_relacy_model [model|relaxed_join|early_release|early_normalize|all] [--iterations N] [--bound B] [--verbose]
 #include <relacy/relacy.hpp>
 
 #include <chrono>
@@ -32,7 +37,7 @@
 
 namespace {
 
-enum class mutant { none, relaxed_join, early_release };
+enum class mutant { none, relaxed_join, early_release, early_normalize };
 
 const char* name(mutant m)
 {
@@ -40,6 +45,7 @@ const char* name(mutant m)
     case mutant::none: return "model";
     case mutant::relaxed_join: return "relaxed_join";
     case mutant::early_release: return "early_release";
+    case mutant::early_normalize: return "early_normalize";
   }
   return "?";
 }
@@ -58,6 +64,7 @@ struct gather_model : rl::test_suite<gather_model<G, R, M>, G + 1> {
 
   rl::var<std::uint64_t> ring[R * G * kWords];
   rl::var<std::uint64_t> produced;      // device_state::produced: only the last block of a gather touches it
+  rl::var<std::uint64_t> slot[2];       // device_state::slot[].phys (the two-slot cursor)
   rl::atomic<std::uint32_t> join;       // device_state::gather_join
   rl::atomic<std::uint32_t> done[R];    // completion of gather r's blocks (the kernel boundary)
   rl::atomic<std::uint64_t> published_head;
@@ -66,6 +73,8 @@ struct gather_model : rl::test_suite<gather_model<G, R, M>, G + 1> {
   {
     for (auto& w : ring) { w($) = 0; }
     produced($) = 0;
+    slot[0]($) = 0;
+    slot[1]($) = 0;
     join.store(0, rl::memory_order_relaxed);
     for (auto& d : done) { d.store(0, rl::memory_order_relaxed); }
     published_head.store(0, rl::memory_order_relaxed);
@@ -89,15 +98,28 @@ struct gather_model : rl::test_suite<gather_model<G, R, M>, G + 1> {
     }
     if (old + 1 == G) {
       join.store(0, rl::memory_order_relaxed);
+      if constexpr (M != mutant::early_normalize) { slot[0]($) = slot[1]($); }  // gather_release: normalize
       const std::uint64_t p = produced($) + N;
       produced($) = p;
       published_head.store(p, rl::memory_order_release);  // publish_phase: st.release.sys
     }
   }
 
+  /// gather_commit's cursor step: every block reads slot[0] once; block 0 commits slot[1] from that value.
+  void place(unsigned r, unsigned blk)
+  {
+    const std::uint64_t c = slot[0]($);
+    RL_ASSERT(c == r * N);  // the previous forward's boundary gather normalized the cursor
+    if (blk == 0) {
+      slot[1]($) = c + N;
+      if constexpr (M == mutant::early_normalize) { slot[0]($) = c + N; }  // BUG: others may still read slot[0]
+    }
+  }
+
   void block(unsigned blk)
   {
     for (unsigned r = 0; r < R; ++r) {
+      place(r, blk);
       if constexpr (M == mutant::early_release) {
         arrive(r);
         write_payload(r, blk);
@@ -268,12 +290,15 @@ int main(int argc, char** argv)
     ok = run_all<mutant::relaxed_join>(o);
   } else if (mode == "early_release") {
     ok = run_all<mutant::early_release>(o);
+  } else if (mode == "early_normalize") {
+    ok = run_all<mutant::early_normalize>(o);
   } else if (mode == "all") {
     ok = run_all<mutant::none>(o);
     ok &= run_all<mutant::relaxed_join>(o);
     ok &= run_all<mutant::early_release>(o);
+    ok &= run_all<mutant::early_normalize>(o);
   } else {
-    std::fprintf(stderr, "usage: %s [model|relaxed_join|early_release|all] [--iterations N] [--bound B] [--verbose]\n",
+    std::fprintf(stderr, "usage: %s [model|relaxed_join|early_release|early_normalize|all] [--iterations N] [--bound B] [--verbose]\n",
                  argv[0]);
     return 2;
   }
