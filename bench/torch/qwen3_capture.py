@@ -225,6 +225,7 @@ class Contestant:
 class Bench:
     def __init__(self, args):
         self.args = args
+        self.kinds = set(getattr(args, "contestants", "ferry,gather,torch").split(","))
         self.cuda = args.device == "cuda"
         self.device = torch.device("cuda", 0) if self.cuda else torch.device("cpu")
         if self.cuda:
@@ -300,6 +301,8 @@ class Bench:
         for preset, pts in points_by_preset.items():
             # ferry (a copy kernel per hook) and gather (deferred capture: one gather kernel per K hooks)
             for kind, deferred in (("ferry", False), ("gather", pts)):
+                if kind not in self.kinds:
+                    continue
                 if graph:
                     holder = {}
 
@@ -426,6 +429,8 @@ class Bench:
 
                 runs[f"torch:{preset}"] = Contestant(
                     torch_eager, lambda pts=pts, torch_copy=torch_copy: fh.install(model, pts, torch_copy))
+        for key in [k for k in runs if k.startswith("torch:") and "torch" not in self.kinds]:
+            del runs[key]  # built (its buffers exist) but not run: --contestants
         return runs
 
     def capture_graph(self, dec, body, warm=None, warm_entries=0):
@@ -606,8 +611,8 @@ class Bench:
         med = {k: statistics.median(v) for k, v in times.items()}
         out = {"no_capture_ms": med["none"]}
         for p in presets:
-            out[p.replace("-", "_")] = {"ferry_ms": med[f"ferry:{p}"], "gather_ms": med[f"gather:{p}"],
-                                        "torch_copy_ms": med[f"torch:{p}"]}
+            out[p.replace("-", "_")] = {"ferry_ms": med.get(f"ferry:{p}"), "gather_ms": med.get(f"gather:{p}"),
+                                        "torch_copy_ms": med.get(f"torch:{p}")}
         return out
 
     def cpu_per_hook(self, n=2000):
@@ -808,6 +813,9 @@ def main(argv=None):
     ap.add_argument("--capture", choices=["auto", "ops", "core"], default="auto",
                     help="torch.ops.ferry.capture (ops), Channel.capture (core), ops where built (auto)")
     ap.add_argument("--attn", default="sdpa", help="transformers attention implementation (sdpa, eager)")
+    ap.add_argument("--contestants", default="ferry,gather,torch",
+                    help="which contestants run beside no capture (a diagnostic subset; the JSON then has null for "
+                         "the others)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--commit", default=None)
     args = ap.parse_args(argv)
@@ -881,11 +889,12 @@ def main(argv=None):
             continue
         print(f"{name} no_capture {base:.2f} ms")
         for p in ("hidden_states", "vllm_full"):
-            if p in d and d[p]["ferry_ms"] is not None:
-                f_, g_, t_ = d[p]["ferry_ms"], d[p]["gather_ms"], d[p]["torch_copy_ms"]
-                print(f"{name} {p} ferry {f_:.2f} ms ({100 * (f_ / base - 1):+.2f}%) "
-                      f"gather {g_:.2f} ms ({100 * (g_ / base - 1):+.2f}%) "
-                      f"torch_copy {t_:.2f} ms ({100 * (t_ / base - 1):+.2f}%)")
+            if p in d:
+                cells = [f"{label} {d[p][key]:.2f} ms ({100 * (d[p][key] / base - 1):+.2f}%)"
+                         for key, label in (("ferry_ms", "ferry"), ("gather_ms", "gather"), ("torch_copy_ms", "torch_copy"))
+                         if d[p][key] is not None]
+                if cells:
+                    print(f"{name} {p} " + " ".join(cells))
     print(f"entries_checked {bench.entries_checked} entries_bad {bench.entries_bad}"
           + (f" first_bad: {bench.first_bad}" if bench.first_bad else ""))
     dg = bench.diag
