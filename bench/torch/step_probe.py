@@ -15,6 +15,8 @@ per timing (CUDA events around the replays, GPU time), contestants round-robin i
   ferry_end       the same, publish_every 4096 (one release per forward: the boundary's)
   gather          deferred capture: one gather kernel per K hooks (the presets' choice)
   gather_plain    the same, plain launches
+  gather_k32      the same with publish_every 32 (hidden-states: one gather per forward, which also does the
+                  forward boundary's release)
 
 With --profile, one replay of each contestant is traced with torch.profiler (CUPTI: the graph's kernels) and
 summarized: span, kernel count and time, ferry's kernels and the idle time around them, and the time of the
@@ -48,6 +50,7 @@ CHANNELS = {  # contestant -> (Channel kwargs, deferred)
     "ferry_end": (dict(publish_every=4096), False),
     "gather": (dict(), True),
     "gather_plain": (dict(programmatic_launch=False), True),
+    "gather_k32": (dict(publish_every=32), True),
 }
 
 
