@@ -76,6 +76,21 @@ __global__ void bench_copy(copy_args a)
   copy_grid(a);
 }
 
+/// The copy-only baseline proper (cursor_mode 0, 16-byte aligned source and destination): V fixed at compile
+/// time, as ferry's copy kernels since 26ff2a3 (copy_commit_vec<V>), so the baseline is not the larger kernel.
+template <int V>
+__global__ void bench_copy_plain_v(copy_args a)
+{
+  ferry::backend::grid_dependency_launch_dependents();
+  ferry::backend::grid_dependency_wait();
+  const std::uint64_t vecs = a.bytes / 16;
+  std::byte* dst = ferry::kernels::d2h::copy_vec_passes<V>([&] { return a.dst; }, a.src, vecs, blockIdx.x, gridDim.x,
+                                                          threadIdx.x, blockDim.x);
+  if (blockIdx.x == 0) {
+    for (std::uint64_t i = vecs * 16 + threadIdx.x; i < a.bytes; i += blockDim.x) { dst[i] = a.src[i]; }
+  }
+}
+
 __global__ void baseline_volatile_flag(copy_args a)
 {
   copy_grid(a);
@@ -120,6 +135,18 @@ namespace ferry::bench {
 cuda_kernel<copy_args> bench_copy_kernel(ferry::backend::cuda_tag)
 {
   return {reinterpret_cast<const void*>(&gpu::bench_copy), "bench_copy"};
+}
+cuda_kernel<copy_args> bench_copy_plain_kernel(ferry::backend::cuda_tag, ferry::d2h::detail::copy_form f)
+{
+  using ferry::d2h::detail::copy_form;
+  switch (f) {
+    case copy_form::v1: return {reinterpret_cast<const void*>(&gpu::bench_copy_plain_v<1>), "bench_copy_plain_v1"};
+    case copy_form::v2: return {reinterpret_cast<const void*>(&gpu::bench_copy_plain_v<2>), "bench_copy_plain_v2"};
+    case copy_form::v4: return {reinterpret_cast<const void*>(&gpu::bench_copy_plain_v<4>), "bench_copy_plain_v4"};
+    case copy_form::v8: return {reinterpret_cast<const void*>(&gpu::bench_copy_plain_v<8>), "bench_copy_plain_v8"};
+    case copy_form::bytes: break;
+  }
+  return bench_copy_kernel(ferry::backend::cuda_tag{});  // unaligned: the general kernel's byte path
 }
 cuda_kernel<copy_args> baseline_volatile_kernel(ferry::backend::cuda_tag)
 {

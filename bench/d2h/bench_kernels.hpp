@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Benchmark-only kernels (not part of ferry). The baselines reproduce the designs ferry replaces:
-//   bench_copy              copy only (no publication)
+//   bench_copy              copy only (no publication; every diagnostic cursor_mode)
+//   bench_copy_plain        the copy-only baseline proper (cursor_mode 0): one small kernel per copy form, as
+//                           ferry's copy kernels (copy_vec_passes<V> and the byte tail; unaligned: bench_copy)
 //   baseline_volatile_flag  copy + block join (+ grid join via __threadfence/atomicAdd when multi-block)
 //                           + __threadfence() + volatile flag store: the OLD, INVALID publication
 //   baseline_sysflag        same join, then one st.release.sys per entry (valid, expensive)
@@ -8,6 +10,7 @@
 #pragma once
 
 #include <ferry/backend/types.hpp>
+#include <ferry/d2h/detail/launch_shape.hpp>  // copy_form
 
 #include <cstddef>
 #include <cstdint>
@@ -59,12 +62,14 @@ using ferry::backend::cuda_kernel;
 using ferry::backend::host_kernel;
 
 host_kernel<copy_args> bench_copy_kernel(ferry::backend::host_tag);
+host_kernel<copy_args> bench_copy_plain_kernel(ferry::backend::host_tag, ferry::d2h::detail::copy_form f);
 host_kernel<copy_args> baseline_volatile_kernel(ferry::backend::host_tag);
 host_kernel<copy_args> baseline_sysflag_kernel(ferry::backend::host_tag);
 host_kernel<layer_args> layer_kernel(ferry::backend::host_tag);
 host_kernel<std::uint64_t*> next_forward_kernel(ferry::backend::host_tag);
 
 cuda_kernel<copy_args> bench_copy_kernel(ferry::backend::cuda_tag);
+cuda_kernel<copy_args> bench_copy_plain_kernel(ferry::backend::cuda_tag, ferry::d2h::detail::copy_form f);
 cuda_kernel<copy_args> baseline_volatile_kernel(ferry::backend::cuda_tag);
 cuda_kernel<copy_args> baseline_sysflag_kernel(ferry::backend::cuda_tag);
 cuda_kernel<layer_args> layer_kernel(ferry::backend::cuda_tag);

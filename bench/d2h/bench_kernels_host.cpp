@@ -55,6 +55,10 @@ void next_forward_body(const launch_ctx&, std::uint64_t* fwd) { *fwd += 1; }
 }  // namespace
 
 host_kernel<copy_args> bench_copy_kernel(ferry::backend::host_tag) { return {&bench_copy_body, "bench_copy"}; }
+host_kernel<copy_args> bench_copy_plain_kernel(ferry::backend::host_tag, ferry::d2h::detail::copy_form)
+{
+  return {&bench_copy_body, "bench_copy_plain"};  // one host body for every form
+}
 host_kernel<copy_args> baseline_volatile_kernel(ferry::backend::host_tag) { return {&volatile_body, "baseline_volatile_flag"}; }
 host_kernel<copy_args> baseline_sysflag_kernel(ferry::backend::host_tag) { return {&sysflag_body, "baseline_sysflag"}; }
 host_kernel<layer_args> layer_kernel(ferry::backend::host_tag) { return {&layer_body, "bench_layer"}; }

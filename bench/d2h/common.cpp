@@ -115,7 +115,12 @@ bool programmatic_ok()
   static const bool ok = [] {
     B b{};
     const auto a = b.attributes(fb::device_id{0});
-    return fb::programmatic_launch_ok(a.compute_capability_major, b.preload(bench_copy_kernel(typename B::tag{})));
+    int arch = b.preload(bench_copy_kernel(typename B::tag{}));
+    for (const auto f : {fd::detail::copy_form::v1, fd::detail::copy_form::v2, fd::detail::copy_form::v4,
+                         fd::detail::copy_form::v8}) {
+      arch = std::min(arch, b.preload(bench_copy_plain_kernel(typename B::tag{}, f)));
+    }
+    return fb::programmatic_launch_ok(a.compute_capability_major, arch);
   }();
   return ok;
 }
@@ -162,6 +167,10 @@ void launch_baseline(B b, variant v, const fb::launch_config& lc, fb::stream_vie
     b.launch(baseline_volatile_kernel(tag), lc, s.handle(), a);
   } else if (v == variant::per_entry_release) {
     b.launch(baseline_sysflag_kernel(tag), lc, s.handle(), a);
+  } else if (a.cursor_mode == 0) {  // the copy-only baseline proper: the small kernel of its copy form
+    const bool aligned = ((reinterpret_cast<std::uintptr_t>(a.src) | reinterpret_cast<std::uintptr_t>(a.dst)) & 15U) == 0;
+    const auto f = aligned ? fd::detail::vec_form(a.vecs_per_thread) : fd::detail::copy_form::bytes;
+    b.launch(bench_copy_plain_kernel(tag, f), lc, s.handle(), a);
   } else {
     b.launch(bench_copy_kernel(tag), lc, s.handle(), a);
   }
