@@ -77,7 +77,7 @@ __global__ void bench_copy(copy_args a)
 }
 
 /// The copy-only baseline proper (cursor_mode 0, 16-byte aligned source and destination): V fixed at compile
-/// time, as ferry's copy kernels since 26ff2a3 (copy_commit_vec<V>), so the baseline is not the larger kernel.
+/// time, as in ferry's copy kernels (copy_commit_vec<V>), so the baseline is the same copy minus the cursor.
 template <int V>
 __global__ void bench_copy_plain_v(copy_args a)
 {

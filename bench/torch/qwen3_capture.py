@@ -225,7 +225,7 @@ class Contestant:
 class Bench:
     def __init__(self, args):
         self.args = args
-        self.kinds = set(getattr(args, "contestants", "ferry,gather,torch").split(","))
+        self.kinds = set(args.contestants.split(","))
         self.cuda = args.device == "cuda"
         self.device = torch.device("cuda", 0) if self.cuda else torch.device("cpu")
         if self.cuda:

@@ -117,39 +117,32 @@ class Probe:
                 g = self.graph(lambda: dec.step())
             runs["d2d"] = (lambda g=g: g.replay(), None, 0)
 
-        slot = self.channel({})
-        ch = slot[0]
-        holder = {}
-
-        def empty_body(ch=ch, holder=holder):
-            s = torch.cuda.current_stream()
-            ch.begin_forward(s)
-            dec.step()
-            holder["plan"] = ch.end_forward(s)
-
         if self.want("empty"):
-            g = self.graph(empty_body, slot=slot)
-            runs["empty"] = (lambda g=g, ch=ch, p=holder["plan"]: (ch.plan(p), g.replay()), slot, 0)
-
+            runs["empty"] = self.ferry_run(self.channel({}), 0)
         for name, (kw, deferred) in CHANNELS.items():
             if not self.want(name):
                 continue
             slot = self.channel(kw)
-            ch = slot[0]
-            holder = {}
-
-            def body(ch=ch, holder=holder):
-                s = torch.cuda.current_stream()
-                ch.begin_forward(s)
-                dec.step()
-                holder["plan"] = ch.end_forward(s)
-
-            cap = fh.capture_fn(ch, None, use_ops="auto", device=torch.device("cuda", 0),
+            cap = fh.capture_fn(slot[0], None, use_ops="auto", device=torch.device("cuda", 0),
                                 deferred=pts if deferred else False)
             with fh.install(model, pts, cap):
-                g = self.graph(body, slot=slot, per_step=len(pts))
-            runs[name] = (lambda g=g, ch=ch, p=holder["plan"]: (ch.plan(p), g.replay()), slot, len(pts))
+                runs[name] = self.ferry_run(slot, len(pts))
         return runs
+
+    def ferry_run(self, slot, per_step):
+        """A contestant replaying the decode step captured between the channel's begin_forward and end_forward
+        (with whatever hooks are installed): (replay, slot, entries per step)."""
+        ch, holder = slot[0], {}
+
+        def body():
+            s = torch.cuda.current_stream()
+            ch.begin_forward(s)
+            self.dec.step()
+            holder["plan"] = ch.end_forward(s)
+
+        g = self.graph(body, slot=slot, per_step=per_step)
+        plan = holder["plan"]
+        return (lambda: (ch.plan(plan), g.replay()), slot, per_step)
 
     def time_runs(self, runs):
         steps, reps = self.args.steps, self.args.reps

@@ -141,9 +141,8 @@ FERRY_HD inline void copy_commit(const copy_args& a, std::uint32_t blk, std::uin
 /// The GPU copy of block `blk` of `nblk` (thread `t` of `nt`) in copy_commit's order, for a 16-byte aligned
 /// source (entries start 16-byte aligned in the ring): V 16-byte vectors per thread per pass, V fixed at
 /// compile time (copy_vec_passes: loads before stores), then the byte tail (n % 16) by block 0. One
-/// instantiation per V and no run-time dispatch: 3 KB of SASS at V=2 where the dispatching kernel had 15 KB
-/// (in a model's graph its instructions are fetched cold at every hook; measured gain there: small,
-/// docs/perf/journal.md 2026-12-01).
+/// instantiation per V and no run-time dispatch: each kernel's code stays small (in a model's graph it is
+/// fetched cold at every hook).
 template <int V>
 __device__ __forceinline__ void copy_commit_vec(const copy_args& a, std::uint32_t blk, std::uint32_t nblk,
                                                 std::uint32_t t, std::uint32_t nt)

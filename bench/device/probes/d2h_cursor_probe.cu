@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Exploratory probe (not a ferry benchmark): is the cursor load what makes ferry's copy kernel cost ~2 us
-// per hook inside a model's graph (journal 2026-12-01), while a plain copy of the same tensor costs ~0.8?
+// per hook inside a model's graph (docs/perf/journal.md), while a plain copy of the same tensor costs ~0.8?
 // Hypothesis: between two hooks a decoder layer streams ~30 MB of weights through L2, so the cursor slot
 // that the previous hook's kernel wrote is evicted and the next copy kernel's cursor load goes to DRAM on its
 // critical path (the hooked tensor itself was just written: an L2 hit).
@@ -19,7 +19,7 @@
 // evict_last / persist entries of the last replay are checked against the sources.
 // Build (repo root): nvcc -O3 -std=c++20 -arch=sm_90 -I include -I kernels bench/device/probes/d2h_cursor_probe.cu
 #include "detail/d2h_kernels.cuh"
-#include "probe_common.cuh"
+#include "d2h_probe_common.cuh"
 
 #include <ferry/backend/grid_dependency.hpp>
 
@@ -55,46 +55,52 @@ __global__ void ferry_copy(ferry::d2h::detail::copy_args a)
   ferry::kernels::d2h::copy_commit_vec<2>(a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
 }
 
+/// The one-pass, V = 2 copy of the hand-written variants below: the source loads (before the cursor), then
+/// the stores to where the cursor placed the entry.
+struct two_vecs {
+  ulonglong2 r[2];
+  unsigned vecs, t, nt;
+  __device__ explicit two_vecs(const ferry::d2h::detail::copy_args& a)
+    : vecs{static_cast<unsigned>(a.bytes / 16)}, t{threadIdx.x}, nt{blockDim.x}
+  {
+    const auto* s = reinterpret_cast<const ulonglong2*>(a.src);
+    if (t < vecs) { r[0] = s[t]; }
+    if (t + nt < vecs) { r[1] = s[t + nt]; }
+  }
+  __device__ void store(std::byte* dst) const
+  {
+    auto* d = reinterpret_cast<ulonglong2*>(dst);
+    if (t < vecs) { d[t] = r[0]; }
+    if (t + nt < vecs) { d[t + nt] = r[1]; }
+  }
+};
+
 /// ferry's body with the cursor value given (`c`): the copy and the commit, no cursor load.
 __global__ void baked_copy(ferry::d2h::detail::copy_args a, ferry::d2h::cursor c)
 {
-  const auto* s = reinterpret_cast<const ulonglong2*>(a.src);
-  const unsigned vecs = static_cast<unsigned>(a.bytes / 16);
-  ulonglong2 r[2];
-  const unsigned t = threadIdx.x, nt = blockDim.x;
-  if (t < vecs) { r[0] = s[t]; }
-  if (t + nt < vecs) { r[1] = s[t + nt]; }
-  if (t == 0) { a.dst.commit(c); }
-  auto* d = reinterpret_cast<ulonglong2*>(a.dst.ring + a.dst.offset(c));
-  if (t < vecs) { d[t] = r[0]; }
-  if (t + nt < vecs) { d[t + nt] = r[1]; }
+  const two_vecs v{a};
+  if (v.t == 0) { a.dst.commit(c); }
+  v.store(a.dst.ring + a.dst.offset(c));
 }
 
 /// ferry's body with the cursor load and commit carrying an L2::evict_last hint.
 __global__ void evict_last_copy(ferry::d2h::detail::copy_args a)
 {
-  const auto* s = reinterpret_cast<const ulonglong2*>(a.src);
-  const unsigned vecs = static_cast<unsigned>(a.bytes / 16);
-  ulonglong2 r[2];
-  const unsigned t = threadIdx.x, nt = blockDim.x;
-  if (t < vecs) { r[0] = s[t]; }
-  if (t + nt < vecs) { r[1] = s[t + nt]; }
+  const two_vecs v{a};
   ferry::d2h::cursor c;
   const ferry::d2h::cursor* slot = &a.dst.state->slot[a.dst.parity];
   std::uint64_t pol;
   asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
   asm volatile("ld.global.L2::cache_hint.v2.u64 {%0, %1}, [%2], %3;" : "=l"(c.phys), "=l"(c.dyn_slot) : "l"(slot), "l"(pol));
   const std::uint64_t off = a.dst.offset(c);
-  if (t == 0) {
+  if (v.t == 0) {
     const std::uint64_t end = off + a.dst.reserved;
     ferry::d2h::cursor* next = &a.dst.state->slot[a.dst.parity ^ 1U];
     const std::uint64_t phys = end == a.dst.ring_bytes ? 0 : end;
     const std::uint64_t dyn = c.dyn_slot + (std::uint64_t{1} << 32);
     asm volatile("st.global.L2::cache_hint.v2.u64 [%0], {%1, %2}, %3;" ::"l"(next), "l"(phys), "l"(dyn), "l"(pol) : "memory");
   }
-  auto* d = reinterpret_cast<ulonglong2*>(a.dst.ring + off);
-  if (t < vecs) { d[t] = r[0]; }
-  if (t + nt < vecs) { d[t + nt] = r[1]; }
+  v.store(a.dst.ring + off);
 }
 
 __global__ void plain_copy(uint4* dst, const uint4* src, unsigned n16)
@@ -220,15 +226,7 @@ int main()
       if (h == hook::none) { base = med; }
       const char* verdict = "-";
       if (h != hook::none && h != hook::copy) {  // the last replay's 28 entries end at slot[0] (even count)
-        ferry::d2h::device_state st{};
-        CK(cudaMemcpy(&st, state, sizeof st, cudaMemcpyDeviceToHost));
-        std::vector<unsigned char> got(ring_bytes);
-        CK(cudaMemcpy(got.data(), ring, ring_bytes, cudaMemcpyDeviceToHost));
-        const std::uint64_t end = st.slot[0].phys == 0 ? ring_bytes : st.slot[0].phys;
-        bool ok = end >= kEntry * kHooks;
-        for (int j = 0; ok && j < kHooks; ++j) {
-          ok = std::memcmp(got.data() + end - kEntry * (kHooks - j), host.data() + j * kEntry, kEntry) == 0;
-        }
+        const bool ok = last_forward_exact(state, ring, ring_bytes, host, kHooks, kEntry);
         verdict = ok ? "exact" : "WRONG (or wrapped)";
       }
       std::printf("%-8s %-11s %9.1f %9.1f %8.2f  %s\n", cold ? "cold" : "warm", hook_name(h), med, med - base,

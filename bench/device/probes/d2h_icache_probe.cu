@@ -2,9 +2,9 @@
 // Exploratory probe (not a ferry benchmark): does ferry's copy kernel cost more per hook when the graph
 // around it runs many DIFFERENT kernels (as a torch model's graph does: ~1,700 kernels of ~100 kinds per
 // Qwen3 decode step) than when it runs one kernel over and over (the simulated forward of bench/d2h)?
-// Hypothesis: instruction-cache misses. copy_entry's SASS was ~15 KB (four unrolled vector widths, the byte
-// path, 64-bit loops; first run, 2026-12-01, journal); torch's copy kernels are small. Since then ferry's copy
-// kernel is one small kernel per copy form, and the "ferry" row runs that body (copy_commit_vec<2>).
+// Hypothesis: instruction-cache misses (a copy kernel with a run-time switch over four unrolled vector widths
+// and the byte path had ~15 KB of SASS; torch's copy kernels are small). The "ferry" row runs ferry's current
+// copy body (copy_commit_vec<2>); results in docs/perf/journal.md.
 // Graph per step: 1,680 filler kernels (1 block x 128 threads, 512 dependent FMAs, ~8 KB of code each),
 // either ONE filler kernel repeated ("same") or 64 distinct ones in turn ("distinct"), and 28 hooks (one
 // per 60 fillers), each one of:
@@ -18,7 +18,7 @@
 // last step is checked against the sources (ferry and lean).
 // Build (repo root): nvcc -O3 -std=c++20 -arch=sm_90 -I include -I kernels bench/device/probes/d2h_icache_probe.cu
 #include "detail/d2h_kernels.cuh"
-#include "probe_common.cuh"
+#include "d2h_probe_common.cuh"
 
 #include <ferry/backend/grid_dependency.hpp>
 
@@ -183,15 +183,7 @@ int main()
       std::printf("%-9s %-8s %9.1f %9.1f %8.2f\n", distinct ? "distinct" : "same", hook_name(h), med, med - base,
                   h == hook::none ? 0.0f : (med - base) / kHooks);
       if (h == hook::ferry || h == hook::lean) {  // the last step's entries are the sources, in order
-        ferry::d2h::device_state st{};
-        CK(cudaMemcpy(&st, state, sizeof st, cudaMemcpyDeviceToHost));
-        std::vector<unsigned char> got(ring_bytes);
-        CK(cudaMemcpy(got.data(), ring, ring_bytes, cudaMemcpyDeviceToHost));
-        const std::uint64_t end = st.slot[0].phys;  // 28 commits: parity back to 0
-        bool ok = end >= kEntry * kHooks;
-        for (int j = 0; ok && j < kHooks; ++j) {
-          ok = std::memcmp(got.data() + end - kEntry * (kHooks - j), host.data() + j * kEntry, kEntry) == 0;
-        }
+        const bool ok = last_forward_exact(state, ring, ring_bytes, host, kHooks, kEntry);
         std::printf("          %s entries %s\n", hook_name(h), ok ? "exact" : "WRONG (or wrapped: check)");
       }
       CK(cudaGraphExecDestroy(ge));
