@@ -226,6 +226,8 @@ class Bench:
     def __init__(self, args):
         self.args = args
         self.kinds = set(args.contestants.split(","))
+        # one graph memory pool for every capture (--pool shared) or one each (own)
+        self.pool = torch.cuda.graph_pool_handle() if args.pool == "shared" and args.device == "cuda" else None
         self.cuda = args.device == "cuda"
         self.device = torch.device("cuda", 0) if self.cuda else torch.device("cpu")
         if self.cuda:
@@ -448,7 +450,7 @@ class Bench:
         self.drain.wait(self.expected)
         dec.reset()
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, capture_error_mode="thread_local"):
+        with torch.cuda.graph(g, pool=self.pool, capture_error_mode="thread_local"):
             body()
         self.sync()
         return g
@@ -816,6 +818,9 @@ def main(argv=None):
     ap.add_argument("--contestants", default="ferry,gather,torch",
                     help="which contestants run beside no capture (a diagnostic subset; the JSON then has null for "
                          "the others)")
+    ap.add_argument("--pool", choices=["own", "shared"], default="own",
+                    help="graph memory pools: one per captured graph (own) or one shared by all (shared: every "
+                         "contestant's activations at the same addresses; graphs are replayed one at a time)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--commit", default=None)
     args = ap.parse_args(argv)

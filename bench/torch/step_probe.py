@@ -6,6 +6,8 @@ The decode step of bench/torch/qwen3_capture.py captured into a torch.cuda.CUDAG
 per timing (CUDA events around the replays, GPU time), contestants round-robin in one run, median of --reps:
 
   none            no capture
+  none_b          no capture, a second graph captured separately (the spread between two captures of the same
+                  step: where torch's allocator placed its activations)
   d2d             per hook ``buf[h].copy_(t)`` into a static device buffer: one torch copy kernel node per hook
                   (what one extra tiny kernel per hook costs in this graph)
   empty           ferry's begin_forward/end_forward only, no hooks (the per-forward fixed cost)
@@ -17,6 +19,10 @@ per timing (CUDA events around the replays, GPU time), contestants round-robin i
   gather_plain    the same, plain launches
   gather_k32      the same with publish_every 32 (hidden-states: one gather per forward, which also does the
                   forward boundary's release)
+
+With --pool shared every graph is captured into one memory pool (torch.cuda.graph(pool=...)): the contestants'
+activations then land at the same addresses (each graph is replayed alone, from static inputs, so sharing is
+safe). With --pool own (the default, as qwen3_capture.py) each capture has its own pool.
 
 With --profile, one replay of each contestant is traced with torch.profiler (CUPTI: the graph's kernels) and
 summarized: span, kernel count and time, ferry's kernels and the idle time around them, and the time of the
@@ -59,6 +65,7 @@ class Probe:
         self.args, self.model, self.cfg, self.dec = args, model, cfg, dec
         self.channels: dict[str, tuple] = {}  # config key -> (channel, drain, expected entries)
         self.only = set(args.only.split(",")) | {"none"} if args.only else None
+        self.pool = torch.cuda.graph_pool_handle() if args.pool == "shared" else None
 
     def want(self, name):
         return self.only is None or name in self.only
@@ -90,7 +97,7 @@ class Probe:
             slot[1].wait(slot[2])
         self.dec.reset()
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, capture_error_mode="thread_local"):
+        with torch.cuda.graph(g, pool=self.pool, capture_error_mode="thread_local"):
             body()
         torch.cuda.synchronize()
         return g
@@ -100,6 +107,9 @@ class Probe:
         runs = {}
         g = self.graph(lambda: dec.step())
         runs["none"] = (lambda g=g: g.replay(), None, 0)
+        if self.want("none_b"):
+            gb = self.graph(lambda: dec.step())
+            runs["none_b"] = (lambda g=gb: g.replay(), None, 0)
 
         bufs: dict[int, torch.Tensor] = {}
 
@@ -237,6 +247,8 @@ def main(argv=None):
     ap.add_argument("--presets", default="hidden-states,vllm-full")
     ap.add_argument("--ring-mib", type=int, default=128)
     ap.add_argument("--publish-every", type=int, default=16)
+    ap.add_argument("--pool", choices=["own", "shared"], default="own",
+                    help="one graph memory pool per capture (own) or one for all (shared)")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--only", default="", help="comma-separated contestants to keep (none is always kept)")
     ap.add_argument("--attn", default="sdpa")
@@ -251,6 +263,7 @@ def main(argv=None):
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
               "command": "python3 bench/torch/step_probe.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "batch": args.batch, "steps": args.steps, "reps": args.reps, "publish_every": args.publish_every,
+              "pool": args.pool, "ring_mib": args.ring_mib,
               "presets": {}}
     with torch.cuda.stream(main_stream):
         dec = Decoder(model, cfg, args.batch, args.cache, device, args.seed + args.batch)
