@@ -331,41 +331,42 @@ class Bench:
                             self.ch.plan(plan)
                             g.replay()
 
-                    # the witness graph: the same forward, each hooked tensor also copied (device to device)
-                    # into a static buffer beside its capture; buffers and hook order come from the warm-up
-                    wbufs: dict[int, torch.Tensor] = {}
-                    worder: list[int] = []
-                    cap = self.capture_fn(deferred)
+                    witnessed_graph = None
+                    if self.args.witness == "on":
+                        # the witness graph: the same forward, each hooked tensor also copied (device to device)
+                        # into a static buffer beside its capture; buffers and hook order come from the warm-up
+                        wbufs: dict[int, torch.Tensor] = {}
+                        worder: list[int] = []
+                        cap = self.capture_fn(deferred)
 
-                    def cap_and_copy(h, t, cap=cap, wbufs=wbufs, worder=worder):
-                        cap(h, t)
-                        b = wbufs.get(h)
-                        if b is None:
-                            b = torch.empty_like(t)
-                            wbufs[h] = b
-                            worder.append(h)
-                        b.copy_(t)
+                        def cap_and_copy(h, t, cap=cap, wbufs=wbufs, worder=worder):
+                            cap(h, t)
+                            b = wbufs.get(h)
+                            if b is None:
+                                b = torch.empty_like(t)
+                                wbufs[h] = b
+                                worder.append(h)
+                            b.copy_(t)
 
-                    wholder = {}
+                        wholder = {}
 
-                    def witness_body(holder=wholder):
-                        s = torch.cuda.current_stream()
-                        self.ch.begin_forward(s)
-                        dec.step()
-                        holder["plan"] = self.ch.end_forward(s)
+                        def witness_body(holder=wholder):
+                            s = torch.cuda.current_stream()
+                            self.ch.begin_forward(s)
+                            dec.step()
+                            holder["plan"] = self.ch.end_forward(s)
 
-                    hooks = fh.install(model, pts, cap_and_copy)
-                    try:
-                        gw = self.capture_graph(dec, witness_body, warm=ferry_warm, warm_entries=n_by[preset])
-                    finally:
-                        hooks.remove()
+                        hooks = fh.install(model, pts, cap_and_copy)
+                        try:
+                            gw = self.capture_graph(dec, witness_body, warm=ferry_warm, warm_entries=n_by[preset])
+                        finally:
+                            hooks.remove()
 
-                    def witnessed_graph(step, gw=gw, plan=wholder["plan"], wbufs=wbufs, worder=worder):
-                        self.ch.plan(plan)
-                        gw.replay()
-                        self.sync()
-                        return [(step, h, tensor_digest(wbufs[h])) for h in worder]
-
+                        def witnessed_graph(step, gw=gw, plan=wholder["plan"], wbufs=wbufs, worder=worder):
+                            self.ch.plan(plan)
+                            gw.replay()
+                            self.sync()
+                            return [(step, h, tensor_digest(wbufs[h])) for h in worder]
                     runs[f"{kind}:{preset}"] = Contestant(ferry_graph, entries=n_by[preset], witnessed=witnessed_graph)
                 else:
 
@@ -608,7 +609,7 @@ class Bench:
             if rep:
                 log(f"  rep {rep}/{reps}: " + ", ".join(f"{k} {v[-1]:.1f} ms" for k, v in times.items()))
         for key, c in runs.items():  # untimed: one checked generation per ferry contestant and preset
-            if key.startswith(("ferry:", "gather:")):
+            if key.startswith(("ferry:", "gather:")) and c.witnessed is not None:
                 self.checked_generation(name, key, dec, model, pts[key.split(":")[1]], c)
         med = {k: statistics.median(v) for k, v in times.items()}
         out = {"no_capture_ms": med["none"]}
@@ -818,6 +819,9 @@ def main(argv=None):
     ap.add_argument("--contestants", default="ferry,gather,torch",
                     help="which contestants run beside no capture (a diagnostic subset; the JSON then has null for "
                          "the others)")
+    ap.add_argument("--witness", choices=["on", "off"], default="on",
+                    help="graph modes: capture each ferry contestant's witness graph and check one generation "
+                         "(on), or neither (off: a diagnostic; nothing is checked)")
     ap.add_argument("--pool", choices=["own", "shared"], default="own",
                     help="graph memory pools: one per captured graph (own) or one shared by all (shared: every "
                          "contestant's activations at the same addresses; graphs are replayed one at a time)")
