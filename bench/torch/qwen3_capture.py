@@ -5,7 +5,8 @@
 A transformers Qwen3ForCausalLM built from Qwen3-0.6B's config (random bf16 weights, nothing downloaded), a
 static KV cache, greedy decode of --tokens new tokens from one random token per sequence. Modes: b1_eager,
 b1_graph, b16_graph (the decode step captured in a torch.cuda.CUDAGraph that this script owns: ch.plan(plan)
-before each replay). Contestants, round-robin in one run: no capture; ferry (ferry.hooks presets through
+before each replay; every graph of the run captured into one shared memory pool, as vLLM and SGLang capture
+theirs: --pool). Contestants, round-robin in one run: no capture; ferry (ferry.hooks presets through
 torch.ops.ferry.capture where built, else Channel.capture); torch-native per-hook
 ``pinned[h].copy_(t, non_blocking=True)`` (captured into the graph, read after an event). After the timed reps,
 one untimed generation per (mode, ferry contestant, preset) is checked step by step: every ferry entry of a
@@ -822,7 +823,7 @@ def main(argv=None):
     ap.add_argument("--witness", choices=["on", "off"], default="on",
                     help="graph modes: capture each ferry contestant's witness graph and check one generation "
                          "(on), or neither (off: a diagnostic; nothing is checked)")
-    ap.add_argument("--pool", choices=["own", "shared"], default="own",
+    ap.add_argument("--pool", choices=["own", "shared"], default="shared",
                     help="graph memory pools: one per captured graph (own) or one shared by all (shared: every "
                          "contestant's activations at the same addresses; graphs are replayed one at a time)")
     ap.add_argument("--seed", type=int, default=0)

@@ -10,19 +10,27 @@ per timing (CUDA events around the replays, GPU time), contestants round-robin i
                   step: where torch's allocator placed its activations)
   d2d             per hook ``buf[h].copy_(t)`` into a static device buffer: one torch copy kernel node per hook
                   (what one extra tiny kernel per hook costs in this graph)
+  elt             per hook ``torch.mul(t, 1, out=buf[h])``: one of torch's own elementwise kernels per hook
+  hold            no capture; the hooks only hold their tensors as deferred capture does (until every
+                  --publish-every-th hook and the end of the step): what the longer lifetimes alone change in
+                  the allocator's placement of the step's activations
+  hold_k32        the same, held in batches of 32
   empty           ferry's begin_forward/end_forward only, no hooks (the per-forward fixed cost)
   ferry           a copy kernel per hook, publish_every K, branch release, programmatic launch (the defaults)
   ferry_plain     the same, plain (non-programmatic) launches
   ferry_stream    the same, batch releases on the stream (branch_publish=False)
   ferry_end       the same, publish_every 4096 (one release per forward: the boundary's)
+  ferry_k32       the same, publish_every 32
   gather          deferred capture: one gather kernel per K hooks (the presets' choice)
   gather_plain    the same, plain launches
   gather_k32      the same with publish_every 32 (hidden-states: one gather per forward, which also does the
                   forward boundary's release)
 
-With --pool shared every graph is captured into one memory pool (torch.cuda.graph(pool=...)): the contestants'
-activations then land at the same addresses (each graph is replayed alone, from static inputs, so sharing is
-safe). With --pool own (the default, as qwen3_capture.py) each capture has its own pool.
+With --pool shared (the default, as qwen3_capture.py and as vLLM and SGLang capture their graphs) every graph is
+captured into one memory pool (torch.cuda.graph(pool=...)), so the contestants' activations land at the same
+addresses as far as their allocations allow (each graph is replayed alone, from static inputs: sharing is
+safe). With --pool own each capture has a pool of its own (where the allocator puts a graph's activations
+moved a graph's step time by up to ~1.3%: docs/perf/journal.md).
 
 With --profile, one replay of each contestant is traced with torch.profiler (CUPTI: the graph's kernels) and
 summarized: span, kernel count and time, ferry's kernels and the idle time around them, and the time of the
@@ -54,6 +62,7 @@ CHANNELS = {  # contestant -> (Channel kwargs, deferred)
     "ferry_plain": (dict(programmatic_launch=False), False),
     "ferry_stream": (dict(branch_publish=False), False),
     "ferry_end": (dict(publish_every=4096), False),
+    "ferry_k32": (dict(publish_every=32), False),
     "gather": (dict(), True),
     "gather_plain": (dict(programmatic_launch=False), True),
     "gather_k32": (dict(publish_every=32), True),
@@ -126,6 +135,40 @@ class Probe:
                 torch.cuda.synchronize()
                 g = self.graph(lambda: dec.step())
             runs["d2d"] = (lambda g=g: g.replay(), None, 0)
+
+        ebufs: dict[int, torch.Tensor] = {}
+
+        def elt(h, t):
+            b = ebufs.get(h)
+            if b is None:
+                b = ebufs[h] = torch.empty_like(t)
+            torch.mul(t, 1, out=b)
+
+        if self.want("elt"):
+            with fh.install(model, pts, elt):
+                dec.reset()
+                dec.step()
+                torch.cuda.synchronize()
+                g = self.graph(lambda: dec.step())
+            runs["elt"] = (lambda g=g: g.replay(), None, 0)
+
+        for name, k in (("hold", self.args.publish_every), ("hold_k32", 32)):
+            if not self.want(name):
+                continue
+            held: list[torch.Tensor] = []
+
+            def hold(h, t, held=held, k=k):
+                held.append(t)
+                if len(held) >= k:
+                    held.clear()
+
+            def body(held=held):
+                dec.step()
+                held.clear()
+
+            with fh.install(model, pts, hold):
+                g = self.graph(body)
+            runs[name] = (lambda g=g: g.replay(), None, 0)
 
         if self.want("empty"):
             runs["empty"] = self.ferry_run(self.channel({}), 0)
@@ -247,7 +290,7 @@ def main(argv=None):
     ap.add_argument("--presets", default="hidden-states,vllm-full")
     ap.add_argument("--ring-mib", type=int, default=128)
     ap.add_argument("--publish-every", type=int, default=16)
-    ap.add_argument("--pool", choices=["own", "shared"], default="own",
+    ap.add_argument("--pool", choices=["own", "shared"], default="shared",
                     help="one graph memory pool per capture (own) or one for all (shared)")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--only", default="", help="comma-separated contestants to keep (none is always kept)")
