@@ -142,7 +142,7 @@ class Probe:
             b = ebufs.get(h)
             if b is None:
                 b = ebufs[h] = torch.empty_like(t)
-            torch.mul(t, 1, out=b)
+            torch.mul(t.detach(), 1, out=b)
 
         if self.want("elt"):
             with fh.install(model, pts, elt):
