@@ -227,8 +227,7 @@ class Bench:
     def __init__(self, args):
         self.args = args
         self.kinds = set(args.contestants.split(","))
-        # one graph memory pool for every capture (--pool shared) or one each (own)
-        self.pool = torch.cuda.graph_pool_handle() if args.pool == "shared" and args.device == "cuda" else None
+        self.pool = None  # decode_mode: one graph memory pool per mode (--pool shared) or one per graph (own)
         self.cuda = args.device == "cuda"
         self.device = torch.device("cuda", 0) if self.cuda else torch.device("cpu")
         if self.cuda:
@@ -594,6 +593,8 @@ class Bench:
         pts = {p: fh.preset(model, p) for p in presets}
         rp = "vllm-full" if "vllm-full" in presets else presets[0]
         self.reference_vs_reference(name, dec, model, rp, pts[rp])
+        # a fresh pool per mode: torch refuses a pool handle whose graphs were all destroyed (the last mode's)
+        self.pool = torch.cuda.graph_pool_handle() if graph and args.pool == "shared" else None
         runs = self.make_runs(dec, model, pts, graph)
         times: dict[str, list[float]] = {k: [] for k in runs}
         reps = args.graph_reps if graph else args.eager_reps

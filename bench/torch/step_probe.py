@@ -74,7 +74,11 @@ class Probe:
         self.args, self.model, self.cfg, self.dec = args, model, cfg, dec
         self.channels: dict[str, tuple] = {}  # config key -> (channel, drain, expected entries)
         self.only = set(args.only.split(",")) | {"none"} if args.only else None
-        self.pool = torch.cuda.graph_pool_handle() if args.pool == "shared" else None
+        self.pool = None
+
+    def new_pool(self):
+        """The graph memory pool of the next preset's captures (--pool shared), or None (own: one per graph)."""
+        self.pool = torch.cuda.graph_pool_handle() if self.args.pool == "shared" else None
 
     def want(self, name):
         return self.only is None or name in self.only
@@ -313,6 +317,7 @@ def main(argv=None):
         probe = Probe(args, model, cfg, dec)
         for preset in [p for p in args.presets.split(",") if p]:
             pts = fh.preset(model, preset)
+            probe.new_pool()  # torch refuses a pool handle whose graphs were all destroyed
             runs = probe.contestants(pts)
             med, all_times = probe.time_runs(runs)
             base = med["none"]
