@@ -170,10 +170,21 @@ class Drain(threading.Thread):
         self.ch, self.count, self.check, self.items, self.error = ch, 0, False, [], None
         self.batch = 256
         self._halt = threading.Event()
+        self._paused = threading.Event()
+
+    def pause(self):
+        """Stop polling until resume() (a diagnostic: bench/torch/step_probe.py --drain-during off)."""
+        self._paused.set()
+
+    def resume(self):
+        self._paused.clear()
 
     def run(self):
         try:
             while not self._halt.is_set():
+                if self._paused.is_set():
+                    time.sleep(0.001)
+                    continue
                 got = self.ch.poll(self.batch, 0.02)  # small batches: short GIL holds
                 if self.check:
                     for e in got:

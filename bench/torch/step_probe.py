@@ -25,6 +25,11 @@ per timing (CUDA events around the replays, GPU time), contestants round-robin i
   gather_plain    the same, plain launches
   gather_k32      the same with publish_every 32 (hidden-states: one gather per forward, which also does the
                   forward boundary's release)
+  gather_fused    the same as gather (K=16) with each batch's release fused into its gather's last block
+                  (gather_branch_publish=False: no branch in the graph)
+
+With --drain-during off the consumer threads are paused while a contestant is timed (its entries are drained
+after the timing): whether the drain's D2H copies and polling slow the step.
 
 With --pool shared (the default, as qwen3_capture.py and as vLLM and SGLang capture their graphs) every graph is
 captured into one memory pool (torch.cuda.graph(pool=...)), so the contestants' activations land at the same
@@ -42,6 +47,7 @@ other kernels (do they get slower?).
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
 import json
 import os
@@ -66,6 +72,7 @@ CHANNELS = {  # contestant -> (Channel kwargs, deferred)
     "gather": (dict(), True),
     "gather_plain": (dict(programmatic_launch=False), True),
     "gather_k32": (dict(publish_every=32), True),
+    "gather_fused": (dict(gather_branch_publish=False), True),
 }
 
 
@@ -209,11 +216,16 @@ class Probe:
                 self.dec.reset()
                 torch.cuda.synchronize()
                 e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                paused = self.args.drain_during == "off" and slot is not None
+                if paused:
+                    slot[1].pause()
                 e0.record()
                 for _ in range(steps):
                     replay()
                 e1.record()
                 e1.synchronize()
+                if paused:
+                    slot[1].resume()
                 if slot is not None:
                     slot[2] += per_step * steps
                     slot[1].wait(slot[2])
@@ -224,7 +236,7 @@ class Probe:
     def profile(self, runs):
         from torch.profiler import ProfilerActivity, profile
 
-        out = {}
+        out, traces = {}, {}
         for key, (replay, slot, per_step) in runs.items():
             self.dec.reset()
             replay()  # warm
@@ -243,7 +255,30 @@ class Probe:
             os.unlink(path)
             ks = sorted((e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel"), key=lambda e: e["ts"])
             out[key] = summarize(ks)
+            traces[key] = ks
+        base = traces.get("none", [])
+        for key, ks in traces.items():
+            out[key].update(extra_kernels(ks, base))
         return out
+
+
+def extra_kernels(ks, base):
+    """The kernels of trace ``ks`` beyond those of the no-capture trace ``base`` (by name, counted): whatever
+    the hooks added (ferry's kernels, or torch's own for d2d and elt), their time and the idle gap before each."""
+    left = collections.Counter(k["name"] for k in base)
+    extra, gaps, prev_end = [], [], None
+    for k in ks:
+        if left[k["name"]] > 0:
+            left[k["name"]] -= 1
+        else:
+            extra.append(k)
+            if prev_end is not None:
+                gaps.append(k["ts"] - prev_end)
+        prev_end = k["ts"] + k["dur"] if prev_end is None else max(prev_end, k["ts"] + k["dur"])
+    durs = [k["dur"] for k in extra]
+    return {"extra_kernels": len(extra), "extra_kernel_us": sum(durs),
+            "extra_kernel_median_us": statistics.median(durs) if durs else 0,
+            "idle_before_extra_median_us": statistics.median(gaps) if gaps else 0}
 
 
 def is_ferry(name: str) -> bool:
@@ -296,6 +331,8 @@ def main(argv=None):
     ap.add_argument("--publish-every", type=int, default=16)
     ap.add_argument("--pool", choices=["own", "shared"], default="shared",
                     help="one graph memory pool per capture (own) or one for all (shared)")
+    ap.add_argument("--drain-during", choices=["on", "off"], default="on",
+                    help="off: the consumer threads are paused while a contestant is timed")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--only", default="", help="comma-separated contestants to keep (none is always kept)")
     ap.add_argument("--attn", default="sdpa")
@@ -310,7 +347,7 @@ def main(argv=None):
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
               "command": "python3 bench/torch/step_probe.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "batch": args.batch, "steps": args.steps, "reps": args.reps, "publish_every": args.publish_every,
-              "pool": args.pool, "ring_mib": args.ring_mib,
+              "pool": args.pool, "ring_mib": args.ring_mib, "drain_during": args.drain_during,
               "presets": {}}
     with torch.cuda.stream(main_stream):
         dec = Decoder(model, cfg, args.batch, args.cache, device, args.seed + args.batch)
