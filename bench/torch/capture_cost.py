@@ -13,7 +13,8 @@ Paths (us per call): ``op_packet`` torch.ops.ferry.capture(token, t, handle, hoo
 through the OpOverload ``torch.ops.ferry.capture.default``; ``hooks_auto`` / ``hooks_ops`` / ``hooks_core``
 ferry.hooks.capture_fn(use_ops="auto" (the default, as qwen3_capture.py) / True / False); ``channel_stream`` Channel.capture(hook, t, stream) with an
 explicit stream (an int handle on cuda, the ferry.Stream on the host backend); ``channel_default``
-Channel.capture(hook, t) on torch's current stream (cuda only); ``channel_deferred`` Channel.capture_deferred.
+Channel.capture(hook, t) on torch's current stream (cuda only); ``channel_deferred`` Channel.capture_deferred
+(one gather per 16 calls), ``channel_deferred_inference`` the same with an inference tensor.
 References (``ref_*``): t.detach(), t.is_contiguous(), torch.cuda.current_stream(),
 torch._C._cuda_getCurrentRawStream(i), t.__dlpack__(), torch.ops.aten.alias.default(t), an empty nanobind
 method (Plan.__len__) and an empty Python call. ``above_cpp_us`` of a path = its cost minus ``--cpp-us`` (the
@@ -67,6 +68,8 @@ def main() -> int:
     drain.start()
     expected = 0
     t = torch.randn(args.numel, device=device).to(torch.bfloat16)
+    with torch.inference_mode():
+        t_inf = t.clone()  # an inference tensor (no version counter), as engines' forwards make them
 
     thread_us: dict[str, float] = {}
 
@@ -125,6 +128,8 @@ def main() -> int:
         paths["channel_default"] = timed(lambda: capture(7, t), True, "channel_default")
     deferred = ch.capture_deferred
     paths["channel_deferred"] = timed(lambda: deferred(7, t, stream_arg), True, "channel_deferred")
+    paths["channel_deferred_inference"] = timed(lambda: deferred(7, t_inf, stream_arg), True,
+                                                "channel_deferred_inference")
 
     # references: the pieces a capture call may be made of (no capture)
     res["ref_detach"] = timed(lambda: t.detach(), False, "ref_detach")

@@ -103,8 +103,25 @@ struct py_deferred_src {
   bool versioned{false};
   bool owns{false};
 
+  /// torch's version counter of `o` (`ok`: it has one). Only a torch tensor that is not an inference tensor
+  /// has one; asking an inference tensor for it raises (a c10::Error with a backtrace, ~10 us), so
+  /// is_inference() is asked first, and an object without it (numpy, CuPy, ...) has no counter.
   [[nodiscard]] static long long read_version(PyObject* o, bool& ok)
   {
+    ok = false;
+    PyObject* f = PyObject_GetAttrString(o, "is_inference");
+    if (f == nullptr) {
+      PyErr_Clear();
+      return 0;
+    }
+    PyObject* is_inf = PyObject_CallNoArgs(f);
+    Py_DECREF(f);
+    const int inference = is_inf != nullptr ? PyObject_IsTrue(is_inf) : -1;
+    Py_XDECREF(is_inf);
+    if (inference != 0) {  // an inference tensor (or the call failed): no counter
+      PyErr_Clear();
+      return 0;
+    }
     PyObject* v = PyObject_GetAttrString(o, "_version");
     ok = v != nullptr && PyLong_Check(v) != 0;
     const long long r = ok ? PyLong_AsLongLong(v) : 0;
@@ -172,10 +189,11 @@ class py_channel {
     std::shared_lock lk{mu_};
     auto& ch = live("begin_forward");
     drop_completed_refs();
+    std::vector<deferred_src> dropped;  // released after the GIL is taken back (gil_release's scope ends first)
     gil_release g;
     set_dev();
     ch.begin_forward(s);
-    drop_deferred();
+    dropped = drop_deferred();
     fwd_stream_.store(reinterpret_cast<std::uintptr_t>(s.handle()), std::memory_order_relaxed);
     fwd_flags_.store(FERRY_INFO_FORWARD_OPEN | (s.is_capturing() ? FERRY_INFO_FORWARD_CAPTURING : 0U),
                      std::memory_order_relaxed);
@@ -188,13 +206,14 @@ class py_channel {
     auto& ch = live("end_forward");
     py_plan out;
     bool capturing = false;
+    check_deferred("end_forward");  // with the GIL held: the version reads need it
+    std::vector<deferred_src> flushed;  // released with the GIL held, after the block below
     {
       gil_release g;
       set_dev();
       capturing = s.is_capturing();
-      check_deferred("end_forward");
       out.p = ch.end_forward(s);
-      deferred_flushed();
+      flushed = deferred_flushed();
       fwd_flags_.store(0, std::memory_order_relaxed);
     }
     hand_over_forward_refs(s, capturing);
@@ -213,11 +232,12 @@ class py_channel {
     // Captured at begin_forward: the capture may have ended since (a failed capture is aborted after it).
     const bool captured = (fwd_flags_.load(std::memory_order_relaxed) & FERRY_INFO_FORWARD_CAPTURING) != 0;
     bool was_open = false;
+    std::vector<deferred_src> dropped;  // released with the GIL held, after the block below
     {
       gil_release g;
       set_dev();
       was_open = ch.abort_forward(s);
-      drop_deferred();  // pending deferred entries are dropped unlaunched with the forward
+      dropped = drop_deferred();  // pending deferred entries are dropped unlaunched with the forward
       fwd_flags_.store(0, std::memory_order_relaxed);
     }
     if (was_open) { hand_over_forward_refs(s, captured); }
@@ -230,12 +250,13 @@ class py_channel {
     const array_bytes t = tensor_bytes(tensor, hook, "Channel.capture");
     std::shared_lock lk{mu_};
     auto& ch = live("capture");
+    check_deferred("capture");  // with the GIL held: the version reads need it
+    std::vector<deferred_src> flushed;  // released with the GIL held, after the block below
     {
       gil_release g;
       set_dev();
-      check_deferred("capture");
       ch.capture(fd::hook_id{hook}, t.data, t.nbytes, s);
-      deferred_flushed();
+      flushed = deferred_flushed();
     }
     if constexpr (is_host<B>) { current_.push_back(nb::borrow(tensor)); }
   }
@@ -253,9 +274,14 @@ class py_channel {
     std::shared_lock lk{mu_};
     auto& ch = live("capture_deferred");
     if constexpr (is_host<B>) { current_.push_back(nb::borrow(tensor)); }  // the host copy runs later
+    // The pending sources are checked only when this call flushes them, with the GIL held (one GIL for all
+    // the version reads), and the flushed ones are released after the GIL is taken back (`flushed` outlives
+    // `g`): no GIL hand-over per source while another Python thread (the consumer) may hold it.
+    if (deferred_flushes(t.nbytes)) { check_deferred("capture_deferred"); }
+    std::vector<deferred_src> flushed;
     gil_release g;
     set_dev();
-    deferred(ch, hook, t.data, t.nbytes, s, std::move(keep), &py_deferred_src::unchanged, o);
+    flushed = deferred(ch, hook, t.data, t.nbytes, s, std::move(keep), &py_deferred_src::unchanged, o);
   }
 
   /// Channel.flush: enqueues the gather of the pending deferred entries.
@@ -264,11 +290,12 @@ class py_channel {
     auto s = resolve_stream<B>(stream, dev_, "Channel.flush");
     std::shared_lock lk{mu_};
     auto& ch = live("flush");
+    check_deferred("flush");  // with the GIL held: the version reads need it
+    std::vector<deferred_src> flushed;  // released with the GIL held (`g` ends first)
     gil_release g;
     set_dev();
-    check_deferred("flush");
     ch.flush(s);
-    deferred_flushed();
+    flushed = deferred_flushed();
   }
 
   /// The number of deferred entries recorded and not yet flushed (the binding's mirror of the channel's).
@@ -380,10 +407,7 @@ class py_channel {
       }
       ch_.reset();
     }
-    {
-      gil_release g;
-      drop_deferred();
-    }
+    (void)drop_deferred();  // with the GIL held: the sources' owners drop Python references
     current_.clear();
     pending_.clear();
     graph_refs_.clear();
@@ -422,7 +446,7 @@ class py_channel {
     set_dev();
     check_deferred("capture");
     ch.capture(fd::hook_id{hook}, ptr, bytes, s);
-    deferred_flushed();
+    (void)deferred_flushed();
     if constexpr (is_host<B>) {  // the host copy runs later on the stream thread: hold the bytes until then
       if (keep) {
         std::lock_guard kl{keep_mu_};
@@ -438,7 +462,8 @@ class py_channel {
     auto& ch = live("capture_deferred");
     const auto s = raw_stream(stream, hook, "capture_deferred");
     set_dev();
-    deferred(ch, hook, ptr, bytes, s, std::move(keep), unchanged, owner);
+    if (deferred_flushes(bytes)) { check_deferred("capture_deferred"); }
+    (void)deferred(ch, hook, ptr, bytes, s, std::move(keep), unchanged, owner);
   }
   void flush_raw(std::uintptr_t stream)
   {
@@ -448,7 +473,7 @@ class py_channel {
     set_dev();
     check_deferred("flush");
     ch.flush(s);
-    deferred_flushed();
+    (void)deferred_flushed();
   }
   [[nodiscard]] int device() const noexcept { return dev_; }
   /// Whether ferry's kernels are launched programmatically (the config knob and the device's support).
@@ -551,13 +576,23 @@ class py_channel {
     void* owner{nullptr};
   };
 
+  /// Whether a deferred capture of `bytes` flushes the pending batch (the channel's rule, mirrored by
+  /// `mirror_`: before the new entry when the batch cannot hold it, after it when it fills the batch). The
+  /// caller checks the pending sources (check_deferred) before such a capture, and only then.
+  [[nodiscard]] bool deferred_flushes(std::uint64_t bytes) const
+  {
+    const std::uint64_t reserved = fd::align_up(bytes, fd::entry_alignment);
+    std::lock_guard l{def_mu_};
+    return mirror_.needs_flush_before(reserved, def_limit_, ring_bytes_) || mirror_.size() + 1 >= def_limit_;
+  }
+
   /// capture_deferred through the channel, mirroring its flush rule (detail::deferred_batch with the same
   /// limit and ring size): a flush before the new entry (the batch could not hold it), and after it (the
-  /// batch is full). Every pending source is checked first: a flush may happen in this call.
-  void deferred(fd::channel<B>& ch, std::uint32_t hook, const void* ptr, std::uint64_t bytes,
-                const fb::stream_view<B>& s, std::shared_ptr<void> keep, int (*unchanged)(void*), void* owner)
+  /// batch is full). Returns the sources flushed (the caller releases them where it holds the GIL).
+  [[nodiscard]] std::vector<deferred_src> deferred(fd::channel<B>& ch, std::uint32_t hook, const void* ptr,
+                                                   std::uint64_t bytes, const fb::stream_view<B>& s,
+                                                   std::shared_ptr<void> keep, int (*unchanged)(void*), void* owner)
   {
-    check_deferred("capture_deferred");
     const std::uint64_t reserved = fd::align_up(bytes, fd::entry_alignment);
     bool before = false;
     {
@@ -565,7 +600,8 @@ class py_channel {
       before = mirror_.needs_flush_before(reserved, def_limit_, ring_bytes_);
     }
     ch.capture_deferred(fd::hook_id{hook}, ptr, bytes, s);
-    if (before) { deferred_flushed(); }
+    std::vector<deferred_src> flushed;
+    if (before) { flushed = deferred_flushed(); }
     bool full = false;
     {
       std::lock_guard l{def_mu_};
@@ -573,7 +609,11 @@ class py_channel {
       pend_.push_back(deferred_src{hook, std::move(keep), unchanged, owner});
       full = mirror_.size() >= def_limit_;
     }
-    if (full) { deferred_flushed(); }
+    if (full) {
+      auto more = deferred_flushed();
+      std::move(more.begin(), more.end(), std::back_inserter(flushed));
+    }
+    return flushed;
   }
   /// Throws logic_error naming the first pending deferred entry whose source was written since its capture
   /// (before anything of the batch is launched: the caller then calls abort_forward).
@@ -598,7 +638,9 @@ class py_channel {
   /// The channel flushed every pending deferred entry (its gather is enqueued): CUDA releases the sources
   /// now (the allocator orders reuse on the stream); the host backend holds them until the forward's
   /// emulated copies ran (keep_current_, as the C ABI's captures).
-  void deferred_flushed()
+  /// Returns them (CUDA; released where the caller destroys the vector: with the GIL held on the Python
+  /// paths, as a source's owner may drop a Python reference).
+  [[nodiscard]] std::vector<deferred_src> deferred_flushed()
   {
     std::vector<deferred_src> done;
     {
@@ -612,14 +654,17 @@ class py_channel {
         if (d.keep) { keep_current_.push_back(std::move(d.keep)); }
       }
     }
+    return done;
   }
   /// The pending deferred entries were dropped unlaunched (abort_forward, a new forward, close).
-  void drop_deferred()
+  /// Returns them, as deferred_flushed does.
+  [[nodiscard]] std::vector<deferred_src> drop_deferred()
   {
     std::vector<deferred_src> done;
     std::lock_guard l{def_mu_};
     done.swap(pend_);
     mirror_.clear();
+    return done;
   }
 
   void drop_completed_refs()

@@ -310,6 +310,56 @@ def test_deferred_entries_exact_and_flush_points(make_channel, stream, drain, br
     assert ch.close()["clean"]
 
 
+class _Versioned:
+    """A DLPack array with a torch-like version counter (``_version``, ``is_inference()``) that counts reads."""
+
+    def __init__(self, a, inference=False):
+        self.a, self.reads, self.inference, self.version = a, 0, inference, 0
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.a.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+    def is_inference(self):
+        return self.inference
+
+    @property
+    def _version(self):
+        if self.inference:
+            raise RuntimeError("Inference tensors do not track version counter.")
+        self.reads += 1
+        return self.version
+
+
+def test_deferred_version_read_at_capture_and_at_its_flush_only(make_channel, stream, drain):
+    # a deferred source's version counter is read when it is captured and once more by the call that flushes
+    # it, not by every capture in between (each read takes the GIL: a consumer thread holding it stalled every
+    # capture); an inference tensor's counter is never asked for (asking raises, which costs ~10 us in torch)
+    ch = make_channel(publish_every=8)
+    xs = [_Versioned(np.full(64, i, np.uint8)) for i in range(7)] + [_Versioned(np.full(64, 7, np.uint8), True)]
+    ch.begin_forward(stream)
+    for i, x in enumerate(xs[:7]):
+        ch.capture_deferred(i, x, stream)
+    assert [x.reads for x in xs[:7]] == [1] * 7
+    ch.capture_deferred(7, xs[7], stream)  # fills the batch: each pending source checked once, then flushed
+    assert ch.deferred_pending == 0
+    assert [x.reads for x in xs] == [2] * 7 + [0]
+    # a write before the flush is still caught by the call that flushes (here the K-th capture)
+    ys = [_Versioned(np.full(64, 10 + i, np.uint8)) for i in range(8)]
+    for i, y in enumerate(ys[:7]):
+        ch.capture_deferred(10 + i, y, stream)
+    ys[3].version += 1  # written in place
+    with pytest.raises(ferry.LogicError, match="deferred hook 13 was written in place"):
+        ch.capture_deferred(17, ys[7], stream)
+    assert ch.abort_forward(stream) is True
+    got = drain(ch, 8)
+    assert [e.tobytes() for e in got] == [bytes([i]) * 64 for i in range(8)]
+    assert ch.poll(10, timeout=0.2) == []  # nothing of the second batch
+    assert ch.close()["clean"]
+
+
 def test_deferred_source_freed_after_capture_is_still_exact(make_channel, stream, drain):
     ch = make_channel(publish_every=8)
     ch.begin_forward(stream)
