@@ -899,6 +899,8 @@ def main(argv=None):
         "entries_bad": bench.entries_bad,
         "h2d_step": h2d,
         "check": bench.diag,
+        "config": {"pool": args.pool, "publish_every": args.publish_every, "ring_mib": args.ring_mib,
+                   "branch_publish": args.branch_publish, "capture": args.capture, "witness": args.witness},
     }
     with open(args.out, "w") as f:
         json.dump(out, f, indent=2)
