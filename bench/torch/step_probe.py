@@ -131,37 +131,10 @@ class Probe:
             gb = self.graph(lambda: dec.step())
             runs["none_b"] = (lambda g=gb: g.replay(), None, 0)
 
-        bufs: dict[int, torch.Tensor] = {}
-
-        def d2d(h, t):
-            b = bufs.get(h)
-            if b is None:
-                b = bufs[h] = torch.empty_like(t)
-            b.copy_(t)
-
         if self.want("d2d"):
-            with fh.install(model, pts, d2d):
-                dec.reset()
-                dec.step()  # allocates the buffers outside the capture
-                torch.cuda.synchronize()
-                g = self.graph(lambda: dec.step())
-            runs["d2d"] = (lambda g=g: g.replay(), None, 0)
-
-        ebufs: dict[int, torch.Tensor] = {}
-
-        def elt(h, t):
-            b = ebufs.get(h)
-            if b is None:
-                b = ebufs[h] = torch.empty_like(t)
-            torch.mul(t.detach(), 1, out=b)
-
+            runs["d2d"] = self.per_hook_run(pts, lambda t, b: b.copy_(t))
         if self.want("elt"):
-            with fh.install(model, pts, elt):
-                dec.reset()
-                dec.step()
-                torch.cuda.synchronize()
-                g = self.graph(lambda: dec.step())
-            runs["elt"] = (lambda g=g: g.replay(), None, 0)
+            runs["elt"] = self.per_hook_run(pts, lambda t, b: torch.mul(t, 1, out=b))
 
         for name, k in (("hold", self.args.publish_every), ("hold_k32", 32)):
             if not self.want(name):
@@ -192,6 +165,24 @@ class Probe:
             with fh.install(model, pts, cap):
                 runs[name] = self.ferry_run(slot, len(pts))
         return runs
+
+    def per_hook_run(self, pts, op):
+        """A contestant whose hooks write each hooked tensor into a static device buffer of its own with
+        ``op(t, buf)`` (one of torch's kernels per hook); the buffers come from one uncaptured step."""
+        bufs: dict[int, torch.Tensor] = {}
+
+        def hook(h, t):
+            b = bufs.get(h)
+            if b is None:
+                b = bufs[h] = torch.empty_like(t)
+            op(t.detach(), b)
+
+        with fh.install(self.model, pts, hook):
+            self.dec.reset()
+            self.dec.step()
+            torch.cuda.synchronize()
+            g = self.graph(lambda: self.dec.step())
+        return (lambda g=g: g.replay(), None, 0)
 
     def ferry_run(self, slot, per_step):
         """A contestant replaying the decode step captured between the channel's begin_forward and end_forward
