@@ -53,6 +53,51 @@ def test_entries_exact_with_every_stream_form(channel):
     assert channel.close()["clean"]
 
 
+@pytest.mark.parametrize("inference", [False, True])
+def test_channel_capture_deferred_holds_checks_and_releases_torch_tensors(channel, inference):
+    # Channel.capture_deferred with CUDA tensors (the eager path of ferry.hooks' presets): a temporary whose
+    # only reference is the binding's is held until its gather was enqueued (entries exact although its memory
+    # is reused after), the binding's reference is dropped at the flush (refcount back), a write in place
+    # before the flush is refused naming the hook (a tensor with a version counter), and an inference tensor
+    # (no counter) is captured unchecked
+    import sys
+
+    s = torch.cuda.Stream()
+    mode = torch.inference_mode() if inference else torch.no_grad()
+    with mode, torch.cuda.stream(s):
+        keep = torch.randn(256, device="cuda")
+        base = sys.getrefcount(keep)
+        channel.begin_forward(s)
+        want = []
+        for h in range(3):  # temporaries: nothing but the binding holds them
+            t = torch.full((512,), float(h + 1), device="cuda")
+            want.append(t.cpu().numpy().tobytes())
+            channel.capture_deferred(h, t, s)
+            del t
+        channel.capture_deferred(3, keep, s)  # the 4th (publish_every 4) fills the batch: flushed
+        assert channel.deferred_pending == 0 and sys.getrefcount(keep) == base
+        junk = [torch.full((512,), -7.0, device="cuda") for _ in range(8)]  # may reuse the freed memory
+        want.append(keep.cpu().numpy().tobytes())
+        channel.end_forward(s)
+        got = drain(channel, 4)
+        assert [e.numpy().tobytes() for e in got] == want
+        del junk
+        channel.begin_forward(s)
+        channel.capture_deferred(9, keep, s)
+        assert sys.getrefcount(keep) == base + 1  # held while pending
+        keep.add_(1)  # written in place before its flush
+        if inference:
+            channel.end_forward(s)  # no counter: not checked
+            assert drain(channel, 1)[0].hook == 9
+        else:
+            with pytest.raises(ferry.LogicError, match="deferred hook 9 was written in place"):
+                channel.end_forward(s)
+            assert channel.abort_forward(s) is True
+            assert channel.poll(10, timeout=0.2) == []
+        assert sys.getrefcount(keep) == base
+    assert channel.close()["clean"]
+
+
 def test_ferry_stream_and_cpu_tensor_refused(channel):
     s = ferry.Stream(0, backend="cuda")
     assert isinstance(s.__cuda_stream__()[1], int)
