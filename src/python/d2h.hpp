@@ -7,9 +7,11 @@
 
 #include <ferry/d2h.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
