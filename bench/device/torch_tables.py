@@ -35,11 +35,21 @@ def check_note(d):
             f"reference. B=1 eager rows are CPU-bound and vary by several % between runs.", ""]
 
 
+def noise_note(d):
+    """The no-capture step captured twice per graph mode (JSON "noise"; absent from older runs)."""
+    nz = d.get("noise") or {}
+    cells = [f"{name} {nz[key]['spread_pct']:+.2f}%" for key, name in MODES if key in nz]
+    if not cells:
+        return []
+    return [f"Noise floor of the graph rows: the no-capture step captured a second time, after every other graph "
+            f"of its mode, differs from the first capture by {', '.join(cells)}.", ""]
+
+
 def table(d):
     rows = [f"Measured {d.get('date', '?')} on {d.get('device', '?')}, commit {d.get('commit', '?')}: "
             f"`{d.get('command', '?')}`. Whole 128-token greedy generation (median); entries checked "
             f"bit-exact: {d.get('entries_checked', 0)}, bad: {d.get('entries_bad', '?')}.", "",
-            *check_note(d), "| decode | no capture | preset | " + " | ".join(n for _, n in CONTESTANTS) + " |",
+            *check_note(d), *noise_note(d), "| decode | no capture | preset | " + " | ".join(n for _, n in CONTESTANTS) + " |",
             "|---|---|---|" + "---|" * len(CONTESTANTS)]
     for key, name in MODES:
         m = d.get("decode", {}).get(key)

@@ -8,7 +8,9 @@ b1_graph, b16_graph (the decode step captured in a torch.cuda.CUDAGraph that thi
 before each replay; every graph of the run captured into one shared memory pool, as vLLM and SGLang capture
 theirs: --pool). Contestants, round-robin in one run: no capture; ferry (ferry.hooks presets through
 torch.ops.ferry.capture where built, else Channel.capture); torch-native per-hook
-``pinned[h].copy_(t, non_blocking=True)`` (captured into the graph, read after an event). After the timed reps,
+``pinned[h].copy_(t, non_blocking=True)`` (captured into the graph, read after an event); in graph modes also
+the no-capture step captured a second time, after every other graph (JSON "noise": the spread between two
+captures of one step, the graph rows' noise floor). After the timed reps,
 one untimed generation per (mode, ferry contestant, preset) is checked step by step: every ferry entry of a
 captured step is compared bit-exact (blake2b of the bytes) with a reference capture, the synchronous ``.cpu()``
 of the same tensors in an uncaptured eager replay of the same step from the same state (JSON "check": the
@@ -256,6 +258,7 @@ class Bench:
         self.entries_checked = 0
         self.entries_bad = 0
         self.first_bad = None
+        self.noise = {}  # graph modes: the no-capture step captured twice (decode_mode)
         self.diag = {"method": CHECK_METHOD, "replay_bad": 0, "reference_vs_reference_bad": 0, "step_token_mismatches": 0,
                      "step_kv_mismatches": 0, "reference_vs_reference": {}, "runs": {}}
 
@@ -445,6 +448,16 @@ class Bench:
                     torch_eager, lambda pts=pts, torch_copy=torch_copy: fh.install(model, pts, torch_copy))
         for key in [k for k in runs if k.startswith("torch:") and "torch" not in self.kinds]:
             del runs[key]  # built (its buffers exist) but not run: --contestants
+        if graph:
+            # the same uncaptured step captured again, after every other graph: the spread between two captures
+            # of one step (where the allocator placed its activations), the noise floor of the graph rows
+            g_none_b = self.capture_graph(dec, lambda: dec.step())
+
+            def none_b_graph(n, g=g_none_b):
+                for _ in range(n):
+                    g.replay()
+
+            runs["none_b"] = Contestant(none_b_graph)
         return runs
 
     def capture_graph(self, dec, body, warm=None, warm_entries=0):
@@ -626,6 +639,9 @@ class Bench:
                 self.checked_generation(name, key, dec, model, pts[key.split(":")[1]], c)
         med = {k: statistics.median(v) for k, v in times.items()}
         out = {"no_capture_ms": med["none"]}
+        if "none_b" in med:
+            self.noise[name] = {"no_capture_ms": med["none"], "second_capture_ms": med["none_b"],
+                                "spread_pct": 100.0 * (med["none_b"] / med["none"] - 1)}
         for p in presets:
             out[p.replace("-", "_")] = {"ferry_ms": med.get(f"ferry:{p}"), "gather_ms": med.get(f"gather:{p}"),
                                         "torch_copy_ms": med.get(f"torch:{p}")}
@@ -899,6 +915,7 @@ def main(argv=None):
         "entries_bad": bench.entries_bad,
         "h2d_step": h2d,
         "check": bench.diag,
+        "noise": bench.noise,
         "config": {"pool": args.pool, "publish_every": args.publish_every, "ring_mib": args.ring_mib,
                    "branch_publish": args.branch_publish, "capture": args.capture, "witness": args.witness},
     }
@@ -919,6 +936,9 @@ def main(argv=None):
                          if d[p][key] is not None]
                 if cells:
                     print(f"{name} {p} " + " ".join(cells))
+    for name, nz in bench.noise.items():
+        print(f"{name} no_capture captured twice: {nz['no_capture_ms']:.2f} / {nz['second_capture_ms']:.2f} ms "
+              f"({nz['spread_pct']:+.2f}%: the graph rows' noise floor)")
     print(f"entries_checked {bench.entries_checked} entries_bad {bench.entries_bad}"
           + (f" first_bad: {bench.first_bad}" if bench.first_bad else ""))
     dg = bench.diag

@@ -184,7 +184,8 @@ def test_benchmark_smoke(tmp_path):
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     d = json.loads(out.read_text())
     assert set(d) == {"device", "commit", "date", "command", "decode", "entries_checked", "entries_bad", "h2d_step",
-                      "check", "config"}
+                      "check", "config", "noise"}
+    assert d["noise"] == {}  # graph modes only (no graphs on the host)
     assert d["config"]["pool"] == "shared" and d["config"]["publish_every"] == 16 and d["config"]["capture"] == "core"
     assert set(d["decode"]) == {"b1_eager", "b1_graph", "b16_graph"}
     for mode in d["decode"].values():
