@@ -21,6 +21,8 @@ per timing (CUDA events around the replays, GPU time), contestants round-robin i
   ferry_stream    the same, batch releases on the stream (branch_publish=False)
   ferry_end       the same, publish_every 4096 (one release per forward: the boundary's)
   ferry_k32       the same, publish_every 32
+  ferry_v1        the same, copy_vecs_per_thread 1 (a 2 KiB entry: 128 threads of one 16-byte vector; default 2)
+  ferry_v4        the same, copy_vecs_per_thread 4
   gather          deferred capture: one gather kernel per K hooks (the presets' choice)
   gather_plain    the same, plain launches
   gather_k32      the same with publish_every 32 (hidden-states: one gather per forward, which also does the
@@ -69,6 +71,8 @@ CHANNELS = {  # contestant -> (Channel kwargs, deferred)
     "ferry_stream": (dict(branch_publish=False), False),
     "ferry_end": (dict(publish_every=4096), False),
     "ferry_k32": (dict(publish_every=32), False),
+    "ferry_v1": (dict(copy_vecs_per_thread=1), False),
+    "ferry_v4": (dict(copy_vecs_per_thread=4), False),
     "gather": (dict(), True),
     "gather_plain": (dict(programmatic_launch=False), True),
     "gather_k32": (dict(publish_every=32), True),

@@ -272,6 +272,27 @@ def test_abort_forward_after_a_capture_ended_without_end_forward(make_channel, s
 
 # ---- deferred capture (Channel.capture_deferred / flush / abort_forward)
 
+@pytest.mark.parametrize("v", [1, 2, 4, 8])
+def test_copy_vecs_per_thread_knob_keeps_entries_exact(make_channel, stream, drain, v):
+    # every vector width copies every size exactly (tails, several passes), immediate and deferred
+    ch = make_channel(ring_bytes=1 << 20, publish_every=4, copy_vecs_per_thread=v)
+    rng = np.random.default_rng(v)
+    xs = [rng.integers(1, 255, size=n, dtype=np.uint8) for n in (1, 15, 16, 17, 4104, 70001)]
+    ch.begin_forward(stream)
+    for i, x in enumerate(xs):
+        ch.capture(i, x, stream)
+        ch.capture_deferred(100 + i, x, stream)
+    ch.end_forward(stream)
+    got = drain(ch, 2 * len(xs))
+    assert [e.tobytes() for e in got] == [x.tobytes() for x in xs for _ in range(2)]
+    assert ch.close()["clean"]
+
+
+def test_copy_vecs_per_thread_knob_refuses_other_widths(make_channel):
+    with pytest.raises(ferry.LogicError, match="expected copy_vecs_per_thread 1, 2, 4 or 8, got 3"):
+        make_channel(copy_vecs_per_thread=3)
+
+
 def test_programmatic_launch_knob_on_the_host_backend(make_channel):
     # the knob is accepted on every backend; the host backend never launches programmatically
     assert make_channel(programmatic_launch=True).programmatic_launch is False
