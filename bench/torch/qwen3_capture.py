@@ -740,7 +740,7 @@ def h2d_step(bench, args):
         else:
             bufs[nm] = pub.declare(nm, ["step"], np_dt, cap + 1, unit="rows", row=row, dst=fgpu[nm])
     owner = bench.stream_arg()  # the publisher's owner stream: its graph uploads are captured on it
-    pub.initialize(slots=2, stream=owner)
+    pub.initialize(slots=2, stream=owner, upload=None if args.h2d_upload == "auto" else args.h2d_upload)
     sink = torch.zeros(n, dtype=torch.int32, device=dev)
 
     def fill_torch(i):
@@ -837,6 +837,8 @@ def main(argv=None):
     ap.add_argument("--eager-reps", type=int, default=None, help="default 3 (cuda), 1 (cpu)")
     ap.add_argument("--graph-reps", type=int, default=5)
     ap.add_argument("--h2d-iters", type=int, default=None, help="default 200 (cuda), 20 (cpu)")
+    ap.add_argument("--h2d-upload", choices=["auto", "packed", "direct", "zerocopy"], default="auto",
+                    help="the Publisher's upload backend (auto: its calibration's choice, eager and graph)")
     ap.add_argument("--h2d-reps", type=int, default=3)
     ap.add_argument("--ring-mib", type=int, default=256)
     ap.add_argument("--publish-every", type=int, default=16)
@@ -875,7 +877,7 @@ def main(argv=None):
     mode_specs = {"b1_eager": (1, False), "b1_graph": (1, True), "b16_graph": (16, True)}
     try:
         with torch.inference_mode(), ctx:
-            for name in args.modes.split(","):
+            for name in [m for m in args.modes.split(",") if m]:  # --modes "": H2D only
                 batch, graph = mode_specs[name]
                 if graph and not bench.cuda:
                     log(f"{name}: skipped (graphs need --device cuda)")
@@ -917,7 +919,8 @@ def main(argv=None):
         "check": bench.diag,
         "noise": bench.noise,
         "config": {"pool": args.pool, "publish_every": args.publish_every, "ring_mib": args.ring_mib,
-                   "branch_publish": args.branch_publish, "capture": args.capture, "witness": args.witness},
+                   "branch_publish": args.branch_publish, "capture": args.capture, "witness": args.witness,
+                   "h2d_upload": args.h2d_upload},
     }
     with open(args.out, "w") as f:
         json.dump(out, f, indent=2)
