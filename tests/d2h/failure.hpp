@@ -213,9 +213,9 @@ TYPED_TEST_P(D2hFailure, MissingCommitIsDetectedAndRepaired)
 }
 
 /// The commit check's report seen by a later call than the capture after the faulty writer (the stream was
-/// held, so the check kernel ran only after that capture was accepted): the open forward's launched entries
-/// are published before the channel is invalidated, so every accepted entry is delivered. (The race the test
-/// above meets by chance, made certain by a gate.)
+/// held, so the check kernel ran only after that capture was accepted): that call is refused and changes
+/// nothing, and close() publishes the open forward's launched entries (placed right), so every accepted entry
+/// is delivered. (The race the test above meets by chance, made certain by a gate.)
 TYPED_TEST_P(D2hFailure, MissingCommitSeenDelayedStillDeliversAcceptedEntries)
 {
   using B = TypeParam;

@@ -98,14 +98,15 @@ class producer {
     if (check_commit_flag()) { st_.check_not_failed(what); }
   }
 
-  /// close(): an eager forward left open publishes what it launched, so nothing launched stays hidden.
-  /// Returns whether a forward was open.
+  /// close(): an eager forward left open publishes what it launched, so nothing launched stays hidden; also
+  /// after a commit fault (its entries are placed right: every entry accepted before the report is
+  /// delivered, whichever call saw it), not after any other failure. Returns whether a forward was open.
   bool close_open_forward()
   {
     if (!in_forward_) { return false; }
     if (!capturing_ && (unpublished_ > 0 || !deferred_.empty()) && have_last_stream_) {
       try {
-        st_.check_not_failed("close");
+        if (!commit_fault_) { st_.check_not_failed("close"); }
         flush_deferred(last_stream_);  // recorded deferred entries are copied, not silently dropped
         rel_.publish(last_stream_, unpublished_, 0);
         unpublished_ = 0;
@@ -168,6 +169,7 @@ class producer {
   std::uint32_t fwd_entries_{0};  ///< entries since begin_forward (names an entry in the commit check)
   std::optional<ferry::backend::mapped_buffer<B>> commit_flag_;  ///< the commit check's report (check_commits)
   bool wrote_user_entry_{false};  ///< a commit check was enqueued: the CPU reads its flag from then on
+  bool commit_fault_{false};      ///< the channel's first failure was a commit fault (check_commit_flag)
   deferred_batch deferred_;  ///< capture_deferred entries not yet copied (flush_deferred)
 };
 

@@ -36,20 +36,10 @@ bool producer<B>::check_commit_flag()
     if (!wrote_user_entry_) { return false; }
     const std::uint64_t tag = ferry::backend::host_load_acquire(commit_flag_->template as<std::uint64_t>());
     if (tag == 0) { return false; }
-    // The check kernel committed in the writer's place (stream order after the writer), so every entry
-    // launched after it is placed right and holds its own bytes. The open eager forward's launched entries
-    // are published first, as close() publishes them: every entry accepted before the detection is
-    // delivered, whichever producer call sees the flag (it may be a later one than the next capture).
-    if (in_forward_ && !capturing_ && have_last_stream_ && (unpublished_ > 0 || !deferred_.empty())) {
-      try {
-        flush_deferred(last_stream_);
-        rel_.publish(last_stream_, unpublished_, 0);
-        unpublished_ = 0;
-      } catch (const std::exception&) {
-        // a backend failure now: the commit fault below is the reported cause; close() counts what stayed
-        // unpublished
-      }
-    }
+    // The channel's first failure: the check committed in the writer's place, so the entries launched since
+    // are placed right, and close() still publishes the open forward's (close_open_forward). This call
+    // itself changes nothing (a rejected call has no effect).
+    if (!st_.is_failed()) { commit_fault_ = true; }
     st_.fail(ferry::detail::format(
       "hook {} (entry {} of its forward, written by a user kernel through begin_write/end_write): expected its "
       "writer kernel to call ring_ref::commit() once, got no commit (the commit check committed in its place, "
