@@ -297,15 +297,19 @@ class Bench:
         tokens = self.args.tokens
         n_by = {p: len(pts) for p, pts in points_by_preset.items()}
 
-        # no capture
-        if graph:
-            g_none = self.capture_graph(dec, lambda: dec.step())
+        def uncaptured_graph():
+            """A contestant replaying the step captured without any hook."""
+            g = self.capture_graph(dec, lambda: dec.step())
 
-            def none_graph(n, g=g_none):
+            def steps(n):
                 for _ in range(n):
                     g.replay()
 
-            runs["none"] = Contestant(none_graph)
+            return Contestant(steps)
+
+        # no capture
+        if graph:
+            runs["none"] = uncaptured_graph()
         else:
 
             def none_eager(n):
@@ -451,13 +455,7 @@ class Bench:
         if graph:
             # the same uncaptured step captured again, after every other graph: the spread between two captures
             # of one step (where the allocator placed its activations), the noise floor of the graph rows
-            g_none_b = self.capture_graph(dec, lambda: dec.step())
-
-            def none_b_graph(n, g=g_none_b):
-                for _ in range(n):
-                    g.replay()
-
-            runs["none_b"] = Contestant(none_b_graph)
+            runs["none_b"] = uncaptured_graph()
         return runs
 
     def capture_graph(self, dec, body, warm=None, warm_entries=0):
