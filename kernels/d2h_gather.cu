@@ -41,6 +41,10 @@ FERRY_KERNEL_HANDLE<gather_args> gather_publish_kernel(FERRY_KERNEL_TAG, copy_fo
     case copy_form::v8: return {reinterpret_cast<const void*>(&k::gather_publish<8>), "d2h_gather_publish_v8"};
     case copy_form::v1:
     case copy_form::bytes: break;  // unaligned entries take the byte path inside every form
+    case copy_form::v1_once:
+    case copy_form::v2_once:
+    case copy_form::v4_once:
+    case copy_form::v8_once: break;  // copy_entry_kernel's forms only
   }
   return {reinterpret_cast<const void*>(&k::gather_publish<1>), "d2h_gather_publish_v1"};
 }

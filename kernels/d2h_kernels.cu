@@ -58,6 +58,33 @@ struct byte_copy {
   }
 };
 
+/// The one-pass form (copy_form::vN_once; launch_shape.hpp once_form): an entry of a static size, a multiple of
+/// 16 bytes, from a 16-byte aligned source, that one pass of the grid covers. copy_commit's order with the
+/// least code: the thread's V loads, the cursor load, the commit by the grid's thread (0, 0), V stores. No pass
+/// loop, no byte tail, no size load, 32-bit indices (one pass of any launch shape is far below 2^32 vectors).
+template <int V>
+__device__ __forceinline__ void copy_entry_once_body(const copy_args& a)
+{
+  grid_dependency_launch_dependents();
+  if (a.test_skip_wait == 0) { grid_dependency_wait(); }
+  const auto vecs = static_cast<std::uint32_t>(a.bytes >> 4U);
+  const std::uint32_t nt = blockDim.x;
+  const std::uint32_t base = blockIdx.x * nt * V + threadIdx.x;
+  const auto* s = reinterpret_cast<const ulonglong2*>(a.src);
+  ulonglong2 r[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    if (base + j * nt < vecs) { r[j] = s[base + j * nt]; }
+  }
+  const ferry::d2h::cursor c = a.dst.load();
+  if ((blockIdx.x | threadIdx.x) == 0) { a.dst.commit(c); }
+  auto* d = reinterpret_cast<ulonglong2*>(a.dst.ring + a.dst.offset(c));
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    if (base + j * nt < vecs) { d[base + j * nt] = r[j]; }
+  }
+}
+
 // One small kernel per copy form (kernels.hpp, copy_form): no run-time dispatch on V or on the alignment.
 template <int V>
 __global__ void copy_entry_publish_v(copy_args a) { copy_entry_publish_body(a, vec_copy<V>{}); }
@@ -65,6 +92,8 @@ __global__ void copy_entry_publish_bytes(copy_args a) { copy_entry_publish_body(
 template <int V>
 __global__ void copy_entry_v(copy_args a) { copy_entry_body(a, vec_copy<V>{}); }
 __global__ void copy_entry_bytes(copy_args a) { copy_entry_body(a, byte_copy{}); }
+template <int V>
+__global__ void copy_entry_once_v(copy_args a) { copy_entry_once_body<V>(a); }
 
 /// One thread. Stream order (the kernel boundary, or grid_dependency_wait under a programmatic launch) is
 /// the join: every kernel enqueued before it on the stream has completed, and its writes happen-before
@@ -94,7 +123,11 @@ FERRY_KERNEL_HANDLE<copy_args> copy_entry_publish_kernel(FERRY_KERNEL_TAG, copy_
     case copy_form::v2: return {reinterpret_cast<const void*>(&k::copy_entry_publish_v<2>), "d2h_copy_entry_publish_v2"};
     case copy_form::v4: return {reinterpret_cast<const void*>(&k::copy_entry_publish_v<4>), "d2h_copy_entry_publish_v4"};
     case copy_form::v8: return {reinterpret_cast<const void*>(&k::copy_entry_publish_v<8>), "d2h_copy_entry_publish_v8"};
-    case copy_form::bytes: break;
+    case copy_form::bytes:
+    case copy_form::v1_once:  // copy_entry_kernel's forms only
+    case copy_form::v2_once:
+    case copy_form::v4_once:
+    case copy_form::v8_once: break;
   }
   return {reinterpret_cast<const void*>(&k::copy_entry_publish_bytes), "d2h_copy_entry_publish_bytes"};
 }
@@ -106,6 +139,10 @@ FERRY_KERNEL_HANDLE<copy_args> copy_entry_kernel(FERRY_KERNEL_TAG, copy_form f)
     case copy_form::v2: return {reinterpret_cast<const void*>(&k::copy_entry_v<2>), "d2h_copy_entry_v2"};
     case copy_form::v4: return {reinterpret_cast<const void*>(&k::copy_entry_v<4>), "d2h_copy_entry_v4"};
     case copy_form::v8: return {reinterpret_cast<const void*>(&k::copy_entry_v<8>), "d2h_copy_entry_v8"};
+    case copy_form::v1_once: return {reinterpret_cast<const void*>(&k::copy_entry_once_v<1>), "d2h_copy_entry_once_v1"};
+    case copy_form::v2_once: return {reinterpret_cast<const void*>(&k::copy_entry_once_v<2>), "d2h_copy_entry_once_v2"};
+    case copy_form::v4_once: return {reinterpret_cast<const void*>(&k::copy_entry_once_v<4>), "d2h_copy_entry_once_v4"};
+    case copy_form::v8_once: return {reinterpret_cast<const void*>(&k::copy_entry_once_v<8>), "d2h_copy_entry_once_v8"};
     case copy_form::bytes: break;
   }
   return {reinterpret_cast<const void*>(&k::copy_entry_bytes), "d2h_copy_entry_bytes"};

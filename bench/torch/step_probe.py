@@ -23,6 +23,15 @@ per timing (CUDA events around the replays, GPU time), contestants round-robin i
   ferry_k32       the same, publish_every 32
   ferry_v1        the same, copy_vecs_per_thread 1 (a 2 KiB entry: 128 threads of one 16-byte vector; default 2)
   ferry_v4        the same, copy_vecs_per_thread 4
+  ferry_general   the same with lean_copy_kernel=False (the general copy kernel: pass loop, byte tail)
+  ferry_x2        ferry, each hook captured twice (two copy kernels back to back: the second one's code and
+                  state are warm; x2 minus ferry is what a warm copy kernel costs)
+  ferry_plain_x2  the same with plain launches (no programmatic overlap between the two)
+  d2d_x2, elt_x2  d2d / elt with two torch kernels per hook
+  staged          per hook ``stage[h].copy_(t)`` (torch's device copy into a static buffer of its own) and a
+                  deferred capture of that buffer: one gather per K hooks (immediate capture's semantics
+                  built from d2d and gather)
+  staged_k32      the same with publish_every 32
   gather          deferred capture: one gather kernel per K hooks (the presets' choice)
   gather_plain    the same, plain launches
   gather_k32      the same with publish_every 32 (hidden-states: one gather per forward, which also does the
@@ -73,6 +82,7 @@ CHANNELS = {  # contestant -> (Channel kwargs, deferred)
     "ferry_k32": (dict(publish_every=32), False),
     "ferry_v1": (dict(copy_vecs_per_thread=1), False),
     "ferry_v4": (dict(copy_vecs_per_thread=4), False),
+    "ferry_general": (dict(lean_copy_kernel=False), False),
     "gather": (dict(), True),
     "gather_plain": (dict(programmatic_launch=False), True),
     "gather_k32": (dict(publish_every=32), True),
@@ -139,6 +149,10 @@ class Probe:
             runs["d2d"] = self.per_hook_run(pts, lambda t, b: b.copy_(t))
         if self.want("elt"):
             runs["elt"] = self.per_hook_run(pts, lambda t, b: torch.mul(t, 1, out=b))
+        if self.want("d2d_x2"):
+            runs["d2d_x2"] = self.per_hook_run(pts, lambda t, b: b.copy_(t), times=2)
+        if self.want("elt_x2"):
+            runs["elt_x2"] = self.per_hook_run(pts, lambda t, b: torch.mul(t, 1, out=b), times=2)
 
         for name, k in (("hold", self.args.publish_every), ("hold_k32", 32)):
             if not self.want(name):
@@ -168,18 +182,48 @@ class Probe:
                                 deferred=pts if deferred else False)
             with fh.install(model, pts, cap):
                 runs[name] = self.ferry_run(slot, len(pts))
+        for name, base in (("ferry_x2", "ferry"), ("ferry_plain_x2", "ferry_plain")):
+            if not self.want(name):
+                continue
+            slot = self.channel(CHANNELS[base][0])
+            cap = fh.capture_fn(slot[0], None, use_ops="auto", device=torch.device("cuda", 0))
+
+            def twice(h, t, cap=cap):
+                cap(h, t)
+                cap(h, t)
+
+            with fh.install(model, pts, twice):
+                runs[name] = self.ferry_run(slot, 2 * len(pts))
+        for name, k in (("staged", self.args.publish_every), ("staged_k32", 32)):
+            if not self.want(name):
+                continue
+            slot = self.channel(dict(publish_every=k))
+            cap = fh.capture_fn(slot[0], None, use_ops="auto", device=torch.device("cuda", 0), deferred=True)
+            stage: dict[int, torch.Tensor] = {}
+
+            def staged(h, t, cap=cap, stage=stage):
+                b = stage.get(h)
+                if b is None:
+                    b = stage[h] = torch.empty_like(t)
+                b.copy_(t.detach())
+                cap(h, b)
+
+            with fh.install(model, pts, staged):
+                runs[name] = self.ferry_run(slot, len(pts))
         return runs
 
-    def per_hook_run(self, pts, op):
+    def per_hook_run(self, pts, op, times=1):
         """A contestant whose hooks write each hooked tensor into a static device buffer of its own with
-        ``op(t, buf)`` (one of torch's kernels per hook); the buffers come from one uncaptured step."""
-        bufs: dict[int, torch.Tensor] = {}
+        ``op(t, buf)`` (one of torch's kernels per hook; ``times`` buffers and kernels per hook); the buffers
+        come from one uncaptured step."""
+        bufs: dict[tuple, torch.Tensor] = {}
 
         def hook(h, t):
-            b = bufs.get(h)
-            if b is None:
-                b = bufs[h] = torch.empty_like(t)
-            op(t.detach(), b)
+            for i in range(times):
+                b = bufs.get((h, i))
+                if b is None:
+                    b = bufs[(h, i)] = torch.empty_like(t)
+                op(t.detach(), b)
 
         with fh.install(self.model, pts, hook):
             self.dec.reset()

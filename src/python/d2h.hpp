@@ -718,7 +718,8 @@ template <class B>
 fd::config channel_config(std::size_t ring_bytes, std::uint32_t publish_every, std::size_t staging_bytes,
                           const std::string& placement, const std::string& on_full, double timeout,
                           std::uint32_t fifo_capacity, bool branch_publish = true, bool gather_branch_publish = true,
-                          bool programmatic_launch = true, std::uint32_t copy_vecs_per_thread = 2)
+                          bool programmatic_launch = true, std::uint32_t copy_vecs_per_thread = 2,
+                          bool lean_copy_kernel = true)
 {
   fd::config c;
   c.ring_bytes = ring_bytes;
@@ -748,6 +749,7 @@ fd::config channel_config(std::size_t ring_bytes, std::uint32_t publish_every, s
                     copy_vecs_per_thread == 8,
                 ferry::logic_error, "Channel: expected copy_vecs_per_thread 1, 2, 4 or 8, got {}", copy_vecs_per_thread);
   c.copy_vecs_per_thread = copy_vecs_per_thread;
+  c.lean_copy_kernel = lean_copy_kernel;
   c.drain = fd::drain_mode::thread;
   return c;
 }
@@ -762,18 +764,18 @@ void bind_d2h(nb::module_& m)
       [](C* self, int device, std::size_t ring_bytes, std::uint32_t publish_every, std::size_t staging_bytes,
          const std::string& placement, const std::string& on_full, double timeout, std::uint32_t fifo_capacity,
          nb::handle sink, bool branch_publish, bool gather_branch_publish, bool programmatic_launch,
-         std::uint32_t copy_vecs_per_thread) {
+         std::uint32_t copy_vecs_per_thread, bool lean_copy_kernel) {
         new (self) C(device,
                      channel_config<B>(ring_bytes, publish_every, staging_bytes, placement, on_full, timeout,
                                        fifo_capacity, branch_publish, gather_branch_publish, programmatic_launch,
-                                       copy_vecs_per_thread),
+                                       copy_vecs_per_thread, lean_copy_kernel),
                      sink);
       },
       nb::arg("device") = 0, nb::arg("ring_bytes") = std::size_t{64} << 20, nb::arg("publish_every") = 16,
       nb::arg("staging_bytes") = 0, nb::arg("placement") = "managed", nb::arg("on_full") = "block",
       nb::arg("timeout") = 5.0, nb::arg("fifo_capacity") = 8192, nb::arg("sink").none() = nb::none(),
       nb::arg("branch_publish") = true, nb::arg("gather_branch_publish") = true,
-      nb::arg("programmatic_launch") = true, nb::arg("copy_vecs_per_thread") = 2)
+      nb::arg("programmatic_launch") = true, nb::arg("copy_vecs_per_thread") = 2, nb::arg("lean_copy_kernel") = true)
     .def("begin_forward", &C::begin_forward, nb::arg("stream").none() = nb::none())
     .def("end_forward", &C::end_forward, nb::arg("stream").none() = nb::none())
     .def("abort_forward", &C::abort_forward, nb::arg("stream").none() = nb::none(),

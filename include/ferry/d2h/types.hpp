@@ -68,6 +68,9 @@ struct config {
   std::size_t single_block_copy_max_bytes{0};       ///< every entry up to this size: one block
   std::uint32_t copy_block_threads{128};            ///< threads per block of the multi-block copy (32..1024, multiple of 32)
   std::uint32_t copy_vecs_per_thread{2};            ///< 16-byte vectors per thread per pass: 1, 2, 4 or 8
+  /// An entry that its grid copies in one pass, of a static size that is a multiple of 16 from a 16-byte
+  /// aligned source, uses a lean kernel (no pass loop, no byte tail, no size load); false: the general one.
+  bool lean_copy_kernel{true};
   /// Launch ferry's copy and publish kernels as programmatic dependent launches where the device and the
   /// loaded code support it (CUDA, sm_90+): a kernel is scheduled while the one ahead of it on the stream
   /// still runs and waits in griddepcontrol.wait for its completion (the same join as stream order; see

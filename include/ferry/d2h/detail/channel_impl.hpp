@@ -133,6 +133,9 @@ void channel_impl<B>::init_resources()
     arch = std::min({arch, b.preload(copy_entry_publish_kernel(typename B::tag{}, f)),
                      b.preload(copy_entry_kernel(typename B::tag{}, f)), b.preload(gather_publish_kernel(typename B::tag{}, f))});
   }
+  for (const copy_form f : {copy_form::v1_once, copy_form::v2_once, copy_form::v4_once, copy_form::v8_once}) {
+    arch = std::min(arch, b.preload(copy_entry_kernel(typename B::tag{}, f)));
+  }
   // Programmatic launch only where the device and the code that will run both support it.
   st.programmatic =
     st.cfg.programmatic_launch && ferry::backend::programmatic_launch_ok(attrs.compute_capability_major, arch);

@@ -24,7 +24,20 @@ struct launch_shape {
 
 /// The copy kernel's code form (kernels.hpp): each form is its own small kernel on the GPU. `vN`: the source
 /// is 16-byte aligned and each thread moves N 16-byte vectors per pass; `bytes`: any other source.
-enum class copy_form : std::uint32_t { bytes = 0, v1 = 1, v2 = 2, v4 = 4, v8 = 8 };
+/// `vN_once` (copy_entry_kernel only): the same for an entry its grid copies in ONE pass, of a static size
+/// that is a multiple of 16: no pass loop, no byte tail, no size load (the smallest code: in a model's graph
+/// a hook's copy kernel is fetched cold). once_form() picks it.
+enum class copy_form : std::uint32_t {
+  bytes = 0,
+  v1 = 1,
+  v2 = 2,
+  v4 = 4,
+  v8 = 8,
+  v1_once = 0x11,
+  v2_once = 0x12,
+  v4_once = 0x14,
+  v8_once = 0x18,
+};
 
 /// config::copy_vecs_per_thread normalised to a supported value (1, 2, 4, 8; anything else is 1).
 [[nodiscard]] constexpr std::uint32_t vecs_per_thread(const config& cfg) noexcept
@@ -49,6 +62,19 @@ enum class copy_form : std::uint32_t { bytes = 0, v1 = 1, v2 = 2, v4 = 4, v8 = 8
 [[nodiscard]] inline copy_form copy_form_of(const void* src, std::uint32_t vecs_per_thread) noexcept
 {
   return (reinterpret_cast<std::uintptr_t>(src) & 15U) != 0 ? copy_form::bytes : vec_form(vecs_per_thread);
+}
+
+/// The form copy_entry_kernel launches for a copy of `bytes` with shape `sh` from a source of form `f`: the
+/// one-pass form when cfg.lean_copy_kernel is on, the source is 16-byte aligned (`f` a vector form), the entry
+/// is static (`dynamic` false) with a size that is a multiple of 16, and one pass of the grid covers it;
+/// otherwise `f`.
+[[nodiscard]] constexpr copy_form once_form(const config& cfg, copy_form f, const launch_shape& sh, std::uint64_t bytes,
+                                            bool dynamic) noexcept
+{
+  if (!cfg.lean_copy_kernel || sh.one_block || dynamic || f == copy_form::bytes || bytes % 16 != 0) { return f; }
+  const std::uint64_t pass = static_cast<std::uint64_t>(sh.blocks) * sh.threads * sh.vecs_per_thread;
+  if (bytes / 16 > pass) { return f; }
+  return static_cast<copy_form>(static_cast<std::uint32_t>(f) | 0x10U);
 }
 
 /// Whether the entry of `reserved` bytes is copied by the one-block kernel: always up to

@@ -157,7 +157,7 @@ void producer<B>::launch_copy(copy_args a, std::uint64_t bytes, bool one_block, 
   if (sh.one_block) {
     st_.b.launch(copy_entry_publish_kernel(typename B::tag{}, f), lc, s, a);
   } else {
-    st_.b.launch(copy_entry_kernel(typename B::tag{}, f), lc, s, a);
+    st_.b.launch(copy_entry_kernel(typename B::tag{}, once_form(st_.cfg, f, sh, bytes, a.dst.dynamic != 0)), lc, s, a);
   }
 }
 
