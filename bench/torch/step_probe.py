@@ -146,12 +146,16 @@ class Probe:
             runs["none_b"] = (lambda g=gb: g.replay(), None, 0)
 
         if self.want("d2d"):
+            log("  capturing d2d")
             runs["d2d"] = self.per_hook_run(pts, lambda t, b: b.copy_(t))
         if self.want("elt"):
+            log("  capturing elt")
             runs["elt"] = self.per_hook_run(pts, lambda t, b: torch.mul(t, 1, out=b))
         if self.want("d2d_x2"):
+            log("  capturing d2d_x2")
             runs["d2d_x2"] = self.per_hook_run(pts, lambda t, b: b.copy_(t), times=2)
         if self.want("elt_x2"):
+            log("  capturing elt_x2")
             runs["elt_x2"] = self.per_hook_run(pts, lambda t, b: torch.mul(t, 1, out=b), times=2)
 
         for name, k in (("hold", self.args.publish_every), ("hold_k32", 32)):
@@ -180,6 +184,7 @@ class Probe:
             slot = self.channel(kw)
             cap = fh.capture_fn(slot[0], None, use_ops="auto", device=torch.device("cuda", 0),
                                 deferred=pts if deferred else False)
+            log(f"  capturing {name}")
             with fh.install(model, pts, cap):
                 runs[name] = self.ferry_run(slot, len(pts))
         for name, base in (("ferry_x2", "ferry"), ("ferry_plain_x2", "ferry_plain")):
@@ -192,6 +197,7 @@ class Probe:
                 cap(h, t)
                 cap(h, t)
 
+            log(f"  capturing {name}")
             with fh.install(model, pts, twice):
                 runs[name] = self.ferry_run(slot, 2 * len(pts))
         for name, k in (("staged", self.args.publish_every), ("staged_k32", 32)):
@@ -208,6 +214,7 @@ class Probe:
                 b.copy_(t.detach())
                 cap(h, b)
 
+            log(f"  capturing {name}")
             with fh.install(model, pts, staged):
                 runs[name] = self.ferry_run(slot, len(pts))
         return runs
@@ -395,6 +402,7 @@ def main(argv=None):
             pts = fh.preset(model, preset)
             probe.new_pool()  # torch refuses a pool handle whose graphs were all destroyed
             runs = probe.contestants(pts)
+            log(f"{preset}: timing {len(runs)} contestants")
             med, all_times = probe.time_runs(runs)
             base = med["none"]
             rows = {}

@@ -32,6 +32,7 @@ concept backend = std::copyable<B> &&
     b.stream_synchronize(s);
     { b.stream_query(s) } -> std::same_as<bool>;
     { b.stream_is_capturing(s) } -> std::same_as<bool>;
+    { b.capture_tail(s) } -> std::same_as<std::uintptr_t>;
     // events
     { b.event_create(event_flags::timing) } -> std::same_as<typename B::event_type>;
     b.event_destroy(e);

@@ -141,6 +141,11 @@ inline bool stream_mem_ops_64(int device)
 #define FERRY_GPU_HOST_FREE cudaFreeHost
 #define FERRY_GPU_MEM_ADVISE ::ferry::backend::cuda_detail::mem_advise
 #define FERRY_GPU_EVENT_RECORD_EXTERNAL(e, s) cudaEventRecordWithFlags(e, s, cudaEventRecordExternal)
+#if CUDART_VERSION >= 13000
+#define FERRY_GPU_CAPTURE_DEPS(s, status, deps, n) cudaStreamGetCaptureInfo(s, status, nullptr, nullptr, deps, nullptr, n)
+#else
+#define FERRY_GPU_CAPTURE_DEPS(s, status, deps, n) cudaStreamGetCaptureInfo_v2(s, status, nullptr, nullptr, deps, n)
+#endif
 #define FERRY_GPU_COMPILED_ARCH(attr) (attr).ptxVersion
 #define FERRY_GPU_PROGRAMMATIC_LAUNCH(fn, grid, block, argv, shmem, s) \
   FERRY_GPU_TRY(::ferry::backend::cuda_detail::launch_programmatic(fn, grid, block, argv, shmem, s))

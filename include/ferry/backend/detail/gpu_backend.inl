@@ -93,6 +93,21 @@ struct FERRY_GPU_BACKEND {
     FERRY_GPU_TRY(FERRY_GPU(StreamIsCapturing)(s, &status));
     return status != FERRY_GPU(StreamCaptureStatusNone);
   }
+  /// While `s` is being captured: the one graph node that work enqueued next on `s` would depend on (an
+  /// opaque id, valid for the capture), or 0 when `s` is not capturing, has no or several dependencies, or
+  /// the query failed (a hint: never throws; a failed query's error is cleared).
+  [[nodiscard]] std::uintptr_t capture_tail(stream_type s) const noexcept
+  {
+    FERRY_GPU(StreamCaptureStatus) status{};
+    const FERRY_GPU(GraphNode_t)* deps = nullptr;
+    std::size_t n = 0;
+    if (FERRY_GPU_CAPTURE_DEPS(s, &status, &deps, &n) != FERRY_GPU(Success)) {
+      (void)FERRY_GPU(GetLastError)();
+      return 0;
+    }
+    if (status != FERRY_GPU(StreamCaptureStatusActive) || n != 1 || deps == nullptr) { return 0; }
+    return reinterpret_cast<std::uintptr_t>(deps[0]);
+  }
 
   // ---- events ------------------------------------------------------------------------------------
   [[nodiscard]] event_type event_create(event_flags flags) const

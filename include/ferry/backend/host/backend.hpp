@@ -87,6 +87,8 @@ struct host_backend {
   void stream_synchronize(stream_type s) const;
   [[nodiscard]] bool stream_query(stream_type s) const;
   [[nodiscard]] bool stream_is_capturing(stream_type s) const;
+  /// No graph nodes to name on the host backend (nothing is launched programmatically here): always 0.
+  [[nodiscard]] std::uintptr_t capture_tail(stream_type) const noexcept { return 0; }
 
   // events
   [[nodiscard]] event_type event_create(event_flags flags) const;

@@ -20,6 +20,8 @@
 #include <ferry/d2h/types.hpp>
 #include <ferry/error.hpp>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -70,7 +72,40 @@ struct channel_state {
   std::atomic<std::uint64_t> c_reserved{0}, c_published{0}, c_drained{0}, c_bytes{0}, c_copies{0}, c_stalls{0},
     c_high{0}, c_overflows{0}, c_cb_errors{0}, c_publishes{0}, c_bytes_copied{0};
 
+  // -- programmatic launch inside a stream capture (producer thread only; launch_programmatic) --
+  bool capture_open{false};                    ///< the producer's open forward is being captured
+  std::array<std::uintptr_t, 4> own_nodes{};   ///< graph nodes of this channel's last kernels in that capture
+  std::uint32_t own_next{0};
+
   [[nodiscard]] device_state* device_state_ptr() const noexcept { return state_buf.template as<device_state>(); }
+
+  /// Whether ferry's next kernel on `s` is launched programmatically (config::programmatic_launch, where
+  /// supported). Eager: always. In a stream capture: only when the one node it will depend on is one of this
+  /// channel's own kernels (capture_tail), i.e. a kernel that lets its dependents launch at its start
+  /// (griddepcontrol.launch_dependents). After any other kernel (a model's, which never triggers early) a
+  /// programmatic edge only waits for that kernel's end and then for the flush, and on the H200 in torch's
+  /// graph it cost about 0.4 us of idle GPU per hook (docs/perf/journal.md). A performance choice only: the
+  /// join is the same either way (griddepcontrol.wait, or the kernel boundary).
+  [[nodiscard]] bool launch_programmatic(stream_type s) const noexcept
+  {
+    if (!programmatic) { return false; }
+    if (!capture_open) { return true; }
+    const std::uintptr_t t = b.capture_tail(s);
+    return t != 0 && std::find(own_nodes.begin(), own_nodes.end(), t) != own_nodes.end();
+  }
+  /// After a kernel launch on `s` inside the open capture: remember its node (launch_programmatic).
+  void launched(stream_type s) noexcept
+  {
+    if (!programmatic || !capture_open) { return; }
+    own_nodes[own_next++ % own_nodes.size()] = b.capture_tail(s);
+  }
+  /// The producer's forward opens (`capturing`: in a stream capture) or closes (false).
+  void set_capture_open(bool capturing) noexcept
+  {
+    capture_open = capturing;
+    own_nodes = {};
+    own_next = 0;
+  }
 
   /// The drainer gives ring bytes below `end` back to the producer (called only after the D2H reading them
   /// completed; see drainer::complete_finished).

@@ -34,6 +34,7 @@ void producer<B>::begin_forward(stream_view s)
   unpublished_ = 0;
   fwd_entries_ = 0;
   if (capturing_) { access::start_recording(recording_, &st_); }
+  st_.set_capture_open(capturing_);
 }
 
 template <ferry::backend::backend B>
@@ -55,6 +56,7 @@ forward_plan producer<B>::end_forward(stream_view s)
   unpublished_ = 0;
   parity_ = 0;
   in_forward_ = false;
+  st_.set_capture_open(false);
   if (capturing_) {
     capturing_ = false;
     return std::exchange(recording_, forward_plan{});
@@ -90,6 +92,7 @@ bool producer<B>::abort_forward(stream_view s)
   parity_ = 0;
   in_forward_ = false;
   capturing_ = false;
+  st_.set_capture_open(false);
   return true;
 }
 
@@ -152,13 +155,14 @@ void producer<B>::launch_copy(copy_args a, std::uint64_t bytes, bool one_block, 
   const launch_shape sh = copy_launch_shape(st_.cfg, bytes, one_block, st_.sm_count);
   a.vecs_per_thread = sh.vecs_per_thread;
   a.test_skip_wait = st_.hooks.is(debug_fault::programmatic_without_wait) ? 1U : 0U;
-  const ferry::backend::launch_config lc{{sh.blocks}, {sh.threads}, 0, st_.programmatic};
+  const ferry::backend::launch_config lc{{sh.blocks}, {sh.threads}, 0, st_.launch_programmatic(s)};
   const copy_form f = copy_form_of(a.src, sh.vecs_per_thread);
   if (sh.one_block) {
     st_.b.launch(copy_entry_publish_kernel(typename B::tag{}, f), lc, s, a);
   } else {
     st_.b.launch(copy_entry_kernel(typename B::tag{}, once_form(st_.cfg, f, sh, bytes, a.dst.dynamic != 0)), lc, s, a);
   }
+  st_.launched(s);
 }
 
 /// Records one placed entry on the CPU side (after its writer was launched successfully), then releases
