@@ -738,7 +738,7 @@ def h2d_step(bench, args):
         else:
             bufs[nm] = pub.declare(nm, ["step"], np_dt, cap + 1, unit="rows", row=row, dst=fgpu[nm])
     owner = bench.stream_arg()  # the publisher's owner stream: its graph uploads are captured on it
-    pub.initialize(slots=2, stream=owner, upload=None if args.h2d_upload == "auto" else args.h2d_upload)
+    pub.initialize(slots=2, stream=owner, upload=args.h2d_upload)
     sink = torch.zeros(n, dtype=torch.int32, device=dev)
 
     def fill_torch(i):

@@ -43,7 +43,9 @@ FERRY_HD inline void gather_commit(const gather_args& a, std::uint32_t blk, std:
   const std::uint32_t i = gather_entry_of(a, blk);
   auto dst_of = [&] {
     const ferry::d2h::cursor c = a.dst.load();
-    if (blk == 0 && t == 0) { a.dst.state->slot[a.dst.parity ^ 1U] = ferry::d2h::cursor{gather_end(a, c.phys), c.dyn_slot}; }
+    if (blk == 0 && t == 0) {
+      ferry::d2h::store_cursor(&a.dst.state->slot[a.dst.parity ^ 1U], ferry::d2h::cursor{gather_end(a, c.phys), c.dyn_slot});
+    }
     return a.dst.ring + gather_offset(a, c.phys, i);
   };
   copy(dst_of, a.e[i].src, a.e[i].bytes, blk - a.first_block[i], a.first_block[i + 1] - a.first_block[i]);
@@ -76,7 +78,9 @@ FERRY_HD inline bool gather_join_arrive(ferry::d2h::device_state* st, std::uint3
 /// release of published_head.
 FERRY_HD inline void gather_release(const gather_args& a) noexcept
 {
-  if (a.normalize != 0) { a.dst.state->slot[0] = a.dst.state->slot[1]; }
+  if (a.normalize != 0) {
+    ferry::d2h::store_cursor(&a.dst.state->slot[0], ferry::d2h::load_cursor(&a.dst.state->slot[1]));
+  }
   publish_phase(a.dst.state, a.head, a.head_n);
 }
 
