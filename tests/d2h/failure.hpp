@@ -230,6 +230,10 @@ TYPED_TEST_P(D2hFailure, MissingCommitSeenDelayedStillDeliversAcceptedEntries)
     fd::channel<B> ch{cfg, this->b, chk.callback()};
     const fb::launch_config one{{1}, {32}, 0};
     const auto writer = ferry::testing::ring_writer_kernel(typename B::tag{});
+    // Load the writer's module before the gate holds the stream: under lazy module loading its first launch
+    // would wait for the spinning gate kernel, which waits for this thread (a deadlock; ferry preloads its own
+    // kernels, the commit check included, when the channel is constructed).
+    (void)this->b.preload(writer);
     gate<B> hold{this->b};
     hold.close_on(this->b, s.view());
     ch.begin_forward(s);
