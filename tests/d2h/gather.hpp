@@ -363,6 +363,67 @@ TYPED_TEST_P(D2hGather, GraphReplaysManyTimesWithPlan)
   }
 }
 
+/// DMI's vllm-full capture of one Qwen3-0.6B decode step at B=1 (341 hooks: 8-byte token ids, 2-6 KiB per
+/// layer hook, 297 KiB of logits), in a graph replayed across ring wraps: every hook deferred (K = 16 and 32),
+/// and every hook immediate with one 16-byte vector per thread (the one-pass copy form on up to 149 blocks).
+TYPED_TEST_P(D2hGather, VllmFullSizesInAGraphAcrossRingWraps)
+{
+  using B = TypeParam;
+  std::vector<std::uint64_t> sizes{8, 2048};
+  for (int layer = 0; layer < 28; ++layer) {
+    for (std::uint64_t v : {2048, 2048, 4096, 2048, 2048, 4096, 2048, 2048, 2048, 2048, 6144, 2048}) { sizes.push_back(v); }
+  }
+  for (std::uint64_t v : {2048, 2048, 303872}) { sizes.push_back(v); }
+  const std::uint64_t n = sizes.size();
+  std::vector<std::uint64_t> at(n + 1, 0);  // each source 16-byte aligned in one device buffer
+  for (std::uint64_t j = 0; j < n; ++j) { at[j + 1] = at[j] + fd::align_up(sizes[j], 16); }
+  struct variant {
+    std::uint32_t k;
+    bool deferred;
+    std::uint32_t vecs;
+  };
+  for (const variant v : {variant{16, true, 2}, variant{32, true, 2}, variant{16, false, 1}}) {
+    SCOPED_TRACE("K " + std::to_string(v.k) + (v.deferred ? " deferred" : " immediate") + " V " + std::to_string(v.vecs));
+    fb::stream<B> s{this->b};
+    constexpr std::uint64_t replays = 6;
+    fb::device_buffer<B> dsrc{at[n], this->b};
+    fb::pinned_buffer<B> host{at[n], this->b};
+    auto* h = static_cast<std::uint8_t*>(host.data());
+    checker chk{seq_order::consecutive};
+    auto cfg = this->small_config(std::size_t{3} << 20, v.k);  // ~1.2 MiB per forward: a wrap every ~2.6 replays
+    cfg.fifo_capacity = 4096;
+    cfg.copy_vecs_per_thread = v.vecs;
+    fd::channel<B> ch{cfg, this->b, chk.callback()};
+    fd::forward_plan plan;
+    auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
+      ch.begin_forward(cs);
+      for (std::uint64_t j = 0; j < n; ++j) {
+        const auto* p = static_cast<const std::byte*>(dsrc.data()) + at[j];
+        const fd::hook_id hook{static_cast<std::uint32_t>(j)};
+        if (v.deferred) {
+          ch.capture_deferred(hook, p, sizes[j], cs);
+        } else {
+          ch.capture(hook, p, sizes[j], cs);
+        }
+      }
+      plan = ch.end_forward(cs);
+    });
+    ASSERT_EQ(plan.size(), n);
+    for (std::uint64_t r = 0; r < replays; ++r) {
+      s.synchronize();  // the previous replay read the sources
+      for (std::uint64_t j = 0; j < n; ++j) {
+        chk.expect(r * n + j, static_cast<std::uint32_t>(j), sizes[j]);
+        for (std::uint64_t i = 0; i < sizes[j]; ++i) { h[at[j] + i] = ferry::testing::pattern_byte(r * n + j, i); }
+      }
+      this->b.memcpy_async(dsrc.data(), host.data(), at[n], fb::memcpy_kind::host_to_device, s.handle());
+      ch.replay(g, plan, s);
+    }
+    EXPECT_TRUE(ch.close().clean());
+    EXPECT_EQ(chk.got, replays * n);
+    EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
+  }
+}
+
 /// A backend failure at the gather launch (fault injected at exactly that call) surfaces as the backend's
 /// error naming it, invalidates the channel, and loses nothing published before it.
 TYPED_TEST_P(D2hGather, FaultAtTheGatherLaunchInvalidates)
@@ -609,6 +670,7 @@ REGISTER_TYPED_TEST_SUITE_P(D2hGather, BoundaryGatherDoesTheForwardRelease, Fail
                             BatchesSplitAtRingWrap,
                             OneLargeAndManySmallInOneBatch, PartialBatchAtEndForwardAndExplicitFlush,
                             SourcesOverwrittenAfterTheFlushKeepCapturedBytes, GraphReplaysManyTimesWithPlan,
+                            VllmFullSizesInAGraphAcrossRingWraps,
                             FaultAtTheGatherLaunchInvalidates, AbortForwardDropsUnflushedDeferredEntries,
                             CaptureDeferredOnASecondStreamIsRefused);
 
