@@ -625,7 +625,10 @@ class Bench:
                 self.drain.wait(self.expected)
                 dec.reset()
                 self.sync()
+                if args.drain_during == "off":
+                    self.drain.pause()
                 ms = self.timed_ms(lambda: c.generation(args.tokens))
+                self.drain.resume()
                 self.expected += c.entries * args.tokens
                 self.drain.wait(self.expected)
                 if rep:
@@ -854,6 +857,10 @@ def main(argv=None):
     ap.add_argument("--pool", choices=["own", "shared"], default="shared",
                     help="graph memory pools: one per captured graph (own) or one shared by all (shared: every "
                          "contestant's activations at the same addresses; graphs are replayed one at a time)")
+    ap.add_argument("--drain-during", choices=["on", "off"], default="on",
+                    help="off: the Python consumer is paused while a generation is timed (a diagnostic: whether "
+                         "its GIL holds slow the engine's thread; ferry's own drain thread keeps copying, the "
+                         "entries wait in pinned staging, which must hold a whole generation)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--commit", default=None)
     args = ap.parse_args(argv)
@@ -918,6 +925,7 @@ def main(argv=None):
         "noise": bench.noise,
         "config": {"pool": args.pool, "publish_every": args.publish_every, "ring_mib": args.ring_mib,
                    "branch_publish": args.branch_publish, "capture": args.capture, "witness": args.witness,
+                   "drain_during": args.drain_during,
                    "h2d_upload": args.h2d_upload},
     }
     with open(args.out, "w") as f:

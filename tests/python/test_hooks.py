@@ -179,7 +179,7 @@ def test_benchmark_smoke(tmp_path):
                                                     env.get("PYTHONPATH")) if p)
     cmd = [sys.executable, str(ROOT / "bench/torch/qwen3_capture.py"), "--layers", "2", "--tokens", "4", "--device",
            "cpu", "--tiny", "--eager-reps", "1", "--h2d-iters", "4", "--h2d-reps", "1", "--capture", "core",
-           "--out", str(out)]
+           "--drain-during", "off", "--out", str(out)]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     d = json.loads(out.read_text())
@@ -187,6 +187,7 @@ def test_benchmark_smoke(tmp_path):
                       "check", "config", "noise"}
     assert d["noise"] == {}  # graph modes only (no graphs on the host)
     assert d["config"]["pool"] == "shared" and d["config"]["publish_every"] == 16 and d["config"]["capture"] == "core"
+    assert d["config"]["drain_during"] == "off" and d["config"]["h2d_upload"] == "auto"
     assert set(d["decode"]) == {"b1_eager", "b1_graph", "b16_graph"}
     for mode in d["decode"].values():
         assert set(mode) == {"no_capture_ms", "hidden_states", "vllm_full"}
