@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import faulthandler
 import hashlib
 import inspect
 import json
@@ -627,7 +628,11 @@ class Bench:
                 self.sync()
                 if args.drain_during == "off":
                     self.drain.pause()
-                ms = self.timed_ms(lambda: c.generation(args.tokens))
+                try:
+                    ms = self.timed_ms(lambda: c.generation(args.tokens))
+                except Exception:  # an asynchronous fault of this generation surfaces here: name the contestant
+                    log(f"  FAILED in the timed generation of {key} (rep {rep})")
+                    raise
                 self.drain.resume()
                 self.expected += c.entries * args.tokens
                 self.drain.wait(self.expected)
@@ -864,6 +869,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--commit", default=None)
     args = ap.parse_args(argv)
+    faulthandler.enable()  # a crash prints every thread's Python stack
     sys.setswitchinterval(2e-4)  # the consumer thread hands the GIL back to the engine's thread quickly
     cpu = args.device == "cpu"
     args.eager_reps = args.eager_reps if args.eager_reps is not None else (1 if cpu else 3)

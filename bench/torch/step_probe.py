@@ -60,6 +60,7 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
+import faulthandler
 import json
 import os
 import statistics
@@ -269,7 +270,11 @@ class Probe:
                 for _ in range(steps):
                     replay()
                 e1.record()
-                e1.synchronize()
+                try:
+                    e1.synchronize()
+                except Exception:  # an asynchronous fault of these replays surfaces here: name the contestant
+                    log(f"  FAILED in the replays of {key} (rep {rep})")
+                    raise
                 if paused:
                     slot[1].resume()
                 if slot is not None:
@@ -385,6 +390,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tiny", action="store_true")
     args = ap.parse_args(argv)
+    faulthandler.enable()  # a crash prints every thread's Python stack
     sys.setswitchinterval(2e-4)
     device = torch.device("cuda", 0)
     cfg, model = build_model(args, device)
