@@ -232,7 +232,7 @@ TYPED_TEST_P(D2hFailure, MissingCommitSeenDelayedStillDeliversAcceptedEntries)
     const auto writer = ferry::testing::ring_writer_kernel(typename B::tag{});
     // Load the writer's module before the gate holds the stream: under lazy module loading its first launch
     // would wait for the spinning gate kernel, which waits for this thread (a deadlock; ferry preloads its own
-    // kernels, the commit check included, when the channel is constructed).
+    // kernels, the commit check included, when the channel is constructed: producer's constructor).
     (void)this->b.preload(writer);
     gate<B> hold{this->b};
     hold.close_on(this->b, s.view());

@@ -129,7 +129,6 @@ void channel_impl<B>::init_resources()
   // Load every kernel the channel launches now: a lazy module load at a first launch would wait for kernels
   // already running on the device (see backend preload).
   int arch = b.preload(publish_head_kernel(typename B::tag{}));
-  (void)b.preload(commit_check_kernel(typename B::tag{}));  // end_write's check (launched plainly: no arch needed)
   for (const copy_form f : {copy_form::bytes, copy_form::v1, copy_form::v2, copy_form::v4, copy_form::v8}) {
     arch = std::min({arch, b.preload(copy_entry_publish_kernel(typename B::tag{}, f)),
                      b.preload(copy_entry_kernel(typename B::tag{}, f)), b.preload(gather_publish_kernel(typename B::tag{}, f))});
