@@ -252,7 +252,8 @@ class Bench:
         backend = "cuda" if self.cuda else "host"
         self.ch = ferry.Channel(device=0, ring_bytes=args.ring_mib << 20, publish_every=args.publish_every,
                                 backend=backend, fifo_capacity=1 << 16, timeout=30.0,
-                                branch_publish=args.branch_publish == "on")
+                                branch_publish=args.branch_publish == "on",
+                                staged_capture_max_bytes=args.staged_capture_max)
         self.drain = Drain(self.ch)
         self.drain.start()
         self.expected = 0  # entries produced so far
@@ -866,6 +867,8 @@ def main(argv=None):
                     help="off: the Python consumer is paused while a generation is timed (a diagnostic: whether "
                          "its GIL holds slow the engine's thread; ferry's own drain thread keeps copying, the "
                          "entries wait in pinned staging, which must hold a whole generation)")
+    ap.add_argument("--staged-capture-max", type=int, default=0,
+                    help="Channel(staged_capture_max_bytes=...): immediate captures up to this size staged (0: off)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--commit", default=None)
     args = ap.parse_args(argv)
@@ -931,7 +934,7 @@ def main(argv=None):
         "noise": bench.noise,
         "config": {"pool": args.pool, "publish_every": args.publish_every, "ring_mib": args.ring_mib,
                    "branch_publish": args.branch_publish, "capture": args.capture, "witness": args.witness,
-                   "drain_during": args.drain_during,
+                   "drain_during": args.drain_during, "staged_capture_max": args.staged_capture_max,
                    "h2d_upload": args.h2d_upload},
     }
     with open(args.out, "w") as f:

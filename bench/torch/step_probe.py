@@ -24,6 +24,8 @@ per timing (CUDA events around the replays, GPU time), contestants round-robin i
   ferry_v1        the same, copy_vecs_per_thread 1 (a 2 KiB entry: 128 threads of one 16-byte vector; default 2)
   ferry_v4        the same, copy_vecs_per_thread 4
   ferry_general   the same with lean_copy_kernel=False (the general copy kernel: pass loop, byte tail)
+  ferry_staged    immediate capture staged (staged_capture_max_bytes 16 KiB: every hook but the logits): a
+                  device-to-device copy per hook into ferry's staging, one gather per K (ferry_staged_k32: K=32)
   ferry_x2        ferry, each hook captured twice (two copy kernels back to back: the second one's code and
                   state are warm; x2 minus ferry is what a warm copy kernel costs)
   ferry_plain_x2  the same with plain launches (no programmatic overlap between the two)
@@ -84,6 +86,8 @@ CHANNELS = {  # contestant -> (Channel kwargs, deferred)
     "ferry_v1": (dict(copy_vecs_per_thread=1), False),
     "ferry_v4": (dict(copy_vecs_per_thread=4), False),
     "ferry_general": (dict(lean_copy_kernel=False), False),
+    "ferry_staged": (dict(staged_capture_max_bytes=16 << 10), False),
+    "ferry_staged_k32": (dict(staged_capture_max_bytes=16 << 10, publish_every=32), False),
     "gather": (dict(), True),
     "gather_plain": (dict(programmatic_launch=False), True),
     "gather_k32": (dict(publish_every=32), True),

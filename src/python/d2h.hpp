@@ -155,7 +155,8 @@ template <class B>
 class py_channel {
  public:
   py_channel(int device, fd::config cfg, nb::handle sink = nb::handle())
-    : dev_{device}, def_limit_{fd::detail::deferred_limit(cfg, cfg.fifo_capacity)}, ring_bytes_{cfg.ring_bytes}
+    : dev_{device}, def_limit_{fd::detail::deferred_limit(cfg, cfg.fifo_capacity)},
+      staged_max_{cfg.staged_capture_max_bytes}, ring_bytes_{cfg.ring_bytes}
   {
     B b{};
     b.set_device(fb::device_id{device});
@@ -252,13 +253,18 @@ class py_channel {
     const array_bytes t = tensor_bytes(tensor, hook, "Channel.capture");
     std::shared_lock lk{mu_};
     auto& ch = live("capture");
-    check_deferred("capture");  // with the GIL held: the version reads need it
+    const bool staged = staged_capture(t.nbytes);
+    if (!staged || deferred_flushes(t.nbytes)) { check_deferred("capture"); }  // GIL held: the version reads
     std::vector<deferred_src> flushed;  // released with the GIL held, after the block below
     {
       gil_release g;
       set_dev();
-      ch.capture(fd::hook_id{hook}, t.data, t.nbytes, s);
-      flushed = deferred_flushed();
+      if (staged) {  // joins the deferred batch (config::staged_capture_max_bytes): mirrored, no owner
+        flushed = deferred(ch, hook, t.data, t.nbytes, s, nullptr, nullptr, nullptr, true);
+      } else {
+        ch.capture(fd::hook_id{hook}, t.data, t.nbytes, s);
+        flushed = deferred_flushed();
+      }
     }
     if constexpr (is_host<B>) { current_.push_back(nb::borrow(tensor)); }
   }
@@ -446,9 +452,14 @@ class py_channel {
     }
     const fb::stream_view<B> s{B{}, reinterpret_cast<handle_type>(stream)};
     set_dev();
-    check_deferred("capture");
-    ch.capture(fd::hook_id{hook}, ptr, bytes, s);
-    (void)deferred_flushed();
+    if (staged_capture(bytes)) {
+      if (deferred_flushes(bytes)) { check_deferred("capture"); }
+      (void)deferred(ch, hook, ptr, bytes, s, nullptr, nullptr, nullptr, true);
+    } else {
+      check_deferred("capture");
+      ch.capture(fd::hook_id{hook}, ptr, bytes, s);
+      (void)deferred_flushed();
+    }
     if constexpr (is_host<B>) {  // the host copy runs later on the stream thread: hold the bytes until then
       if (keep) {
         std::lock_guard kl{keep_mu_};
@@ -578,6 +589,10 @@ class py_channel {
     void* owner{nullptr};
   };
 
+  /// Whether capture() of `bytes` is a staged capture (config::staged_capture_max_bytes): it joins the deferred
+  /// batch instead of flushing it, so the binding mirrors it like a deferred entry (with no source to hold).
+  [[nodiscard]] bool staged_capture(std::uint64_t bytes) const noexcept { return bytes <= staged_max_ && staged_max_ != 0; }
+
   /// Whether a deferred capture of `bytes` flushes the pending batch (the channel's rule, mirrored by
   /// `mirror_`: before the new entry when the batch cannot hold it, after it when it fills the batch). The
   /// caller checks the pending sources (check_deferred) before such a capture, and only then.
@@ -593,7 +608,8 @@ class py_channel {
   /// batch is full). Returns the sources flushed (the caller releases them where it holds the GIL).
   [[nodiscard]] std::vector<deferred_src> deferred(fd::channel<B>& ch, std::uint32_t hook, const void* ptr,
                                                    std::uint64_t bytes, const fb::stream_view<B>& s,
-                                                   std::shared_ptr<void> keep, int (*unchanged)(void*), void* owner)
+                                                   std::shared_ptr<void> keep, int (*unchanged)(void*), void* owner,
+                                                   bool staged = false)
   {
     const std::uint64_t reserved = fd::align_up(bytes, fd::entry_alignment);
     bool before = false;
@@ -601,7 +617,11 @@ class py_channel {
       std::lock_guard l{def_mu_};
       before = mirror_.needs_flush_before(reserved, def_limit_, ring_bytes_);
     }
-    ch.capture_deferred(fd::hook_id{hook}, ptr, bytes, s);
+    if (staged) {
+      ch.capture(fd::hook_id{hook}, ptr, bytes, s);  // the channel copies into its staging slot at once
+    } else {
+      ch.capture_deferred(fd::hook_id{hook}, ptr, bytes, s);
+    }
     std::vector<deferred_src> flushed;
     if (before) { flushed = deferred_flushed(); }
     bool full = false;
@@ -692,6 +712,7 @@ class py_channel {
 
   int dev_;
   std::uint32_t def_limit_;  // the channel's deferred batch limit (detail::deferred_limit)
+  std::uint64_t staged_max_{0};  // config::staged_capture_max_bytes
   std::uint64_t ring_bytes_;
   mutable std::mutex def_mu_;
   fd::detail::deferred_batch mirror_;  // the channel's deferred batch, mirrored (sizes only)
@@ -719,7 +740,7 @@ fd::config channel_config(std::size_t ring_bytes, std::uint32_t publish_every, s
                           const std::string& placement, const std::string& on_full, double timeout,
                           std::uint32_t fifo_capacity, bool branch_publish = true, bool gather_branch_publish = true,
                           bool programmatic_launch = true, std::uint32_t copy_vecs_per_thread = 2,
-                          bool lean_copy_kernel = true)
+                          bool lean_copy_kernel = true, std::size_t staged_capture_max_bytes = 0)
 {
   fd::config c;
   c.ring_bytes = ring_bytes;
@@ -750,6 +771,7 @@ fd::config channel_config(std::size_t ring_bytes, std::uint32_t publish_every, s
                 ferry::logic_error, "Channel: expected copy_vecs_per_thread 1, 2, 4 or 8, got {}", copy_vecs_per_thread);
   c.copy_vecs_per_thread = copy_vecs_per_thread;
   c.lean_copy_kernel = lean_copy_kernel;
+  c.staged_capture_max_bytes = staged_capture_max_bytes;
   c.drain = fd::drain_mode::thread;
   return c;
 }
@@ -764,18 +786,19 @@ void bind_d2h(nb::module_& m)
       [](C* self, int device, std::size_t ring_bytes, std::uint32_t publish_every, std::size_t staging_bytes,
          const std::string& placement, const std::string& on_full, double timeout, std::uint32_t fifo_capacity,
          nb::handle sink, bool branch_publish, bool gather_branch_publish, bool programmatic_launch,
-         std::uint32_t copy_vecs_per_thread, bool lean_copy_kernel) {
+         std::uint32_t copy_vecs_per_thread, bool lean_copy_kernel, std::size_t staged_capture_max_bytes) {
         new (self) C(device,
                      channel_config<B>(ring_bytes, publish_every, staging_bytes, placement, on_full, timeout,
                                        fifo_capacity, branch_publish, gather_branch_publish, programmatic_launch,
-                                       copy_vecs_per_thread, lean_copy_kernel),
+                                       copy_vecs_per_thread, lean_copy_kernel, staged_capture_max_bytes),
                      sink);
       },
       nb::arg("device") = 0, nb::arg("ring_bytes") = std::size_t{64} << 20, nb::arg("publish_every") = 16,
       nb::arg("staging_bytes") = 0, nb::arg("placement") = "managed", nb::arg("on_full") = "block",
       nb::arg("timeout") = 5.0, nb::arg("fifo_capacity") = 8192, nb::arg("sink").none() = nb::none(),
       nb::arg("branch_publish") = true, nb::arg("gather_branch_publish") = true,
-      nb::arg("programmatic_launch") = true, nb::arg("copy_vecs_per_thread") = 2, nb::arg("lean_copy_kernel") = true)
+      nb::arg("programmatic_launch") = true, nb::arg("copy_vecs_per_thread") = 2, nb::arg("lean_copy_kernel") = true,
+      nb::arg("staged_capture_max_bytes") = 0)
     .def("begin_forward", &C::begin_forward, nb::arg("stream").none() = nb::none())
     .def("end_forward", &C::end_forward, nb::arg("stream").none() = nb::none())
     .def("abort_forward", &C::abort_forward, nb::arg("stream").none() = nb::none(),

@@ -424,6 +424,86 @@ TYPED_TEST_P(D2hGather, VllmFullSizesInAGraphAcrossRingWraps)
   }
 }
 
+/// Staged immediate capture (config::staged_capture_max_bytes): capture() of a small static entry copies its
+/// source at the call into the channel's staging slot and joins the deferred batch. Immediate semantics: every
+/// immediate entry comes from ONE source buffer rewritten (stream order) right before each capture, so an entry
+/// whose bytes were read later than its capture (as a deferred one's are) would carry a later entry's pattern.
+/// Mixed with entries above the limit (the copy kernel) and deferred ones (buffers of their own), K = 4, eager
+/// forwards then a replayed graph: entry order and every byte right. Then abort_forward: the staged entries
+/// (launched) are delivered, the deferred ones dropped.
+TYPED_TEST_P(D2hGather, StagedCaptureCopiesAtTheCallAndKeepsOrder)
+{
+  using B = TypeParam;
+  constexpr std::uint64_t per = 14, stride = 6144, limit = 4096;
+  const auto size_of = [](std::uint64_t j) -> std::uint64_t {
+    return j % 4 == 0 ? 6000 : 16 + (j * 977) % (limit - 16);  // j % 4 == 0: above the limit (copy kernel)
+  };
+  const auto is_deferred = [](std::uint64_t j) { return j % 4 == 1; };
+  fb::stream<B> s{this->b};
+  fb::pinned_buffer<B> pat{per * stride, this->b};  // entry j's bytes of the next forward, at j * stride
+  fb::device_buffer<B> one{stride, this->b};        // the immediate entries' one source
+  fb::device_buffer<B> own{per * stride, this->b};  // the deferred entries' sources
+  auto* h = static_cast<std::uint8_t*>(pat.data());
+  const auto fill = [&](std::uint64_t first_seq) {  // the patterns of seqs first_seq .. + per, and the deferred copies
+    s.synchronize();
+    for (std::uint64_t j = 0; j < per; ++j) {
+      for (std::uint64_t i = 0; i < stride; ++i) { h[j * stride + i] = ferry::testing::pattern_byte(first_seq + j, i); }
+    }
+    this->b.memcpy_async(own.data(), pat.data(), per * stride, fb::memcpy_kind::host_to_device, s.handle());
+  };
+  checker chk{seq_order::consecutive};
+  auto cfg = this->small_config(1 << 16, 4);
+  cfg.staged_capture_max_bytes = limit;
+  fd::channel<B> ch{cfg, this->b, chk.callback()};
+  const auto forward = [&](fb::stream_view<B> cs) {
+    ch.begin_forward(cs);
+    for (std::uint64_t j = 0; j < per; ++j) {
+      const fd::hook_id hook{static_cast<std::uint32_t>(10 + j)};
+      if (is_deferred(j)) {
+        ch.capture_deferred(hook, static_cast<const std::byte*>(own.data()) + j * stride, size_of(j), cs);
+      } else {
+        this->b.memcpy_async(one.data(), h + j * stride, size_of(j), fb::memcpy_kind::host_to_device, cs.handle());
+        ch.capture(hook, one.data(), size_of(j), cs);
+      }
+    }
+    return ch.end_forward(cs);
+  };
+  std::uint64_t seq = 0;
+  const auto expect_forward = [&] {
+    for (std::uint64_t j = 0; j < per; ++j) { chk.expect(seq + j, static_cast<std::uint32_t>(10 + j), size_of(j)); }
+  };
+  for (int f = 0; f < 3; ++f, seq += per) {  // eager
+    fill(seq);
+    expect_forward();
+    (void)forward(s.view());
+  }
+  fd::forward_plan plan;
+  auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) { plan = forward(cs); });
+  ASSERT_EQ(plan.size(), per);
+  for (int r = 0; r < 4; ++r, seq += per) {  // replays: the captured H2D copies read the refilled patterns
+    fill(seq);
+    expect_forward();
+    ch.replay(g, plan, s);
+  }
+  s.synchronize();
+  ASSERT_TRUE(wait_until<B>([&] { return chk.received() == seq; })) << chk.received() << " of " << seq;
+  // abort_forward: the two staged entries (launched) are delivered, the deferred one between them is dropped
+  fill(seq);
+  ch.begin_forward(s);
+  chk.expect(seq, 50, 100);
+  this->b.memcpy_async(one.data(), h, 100, fb::memcpy_kind::host_to_device, s.handle());
+  ch.capture(fd::hook_id{50}, one.data(), 100, s);
+  ch.capture_deferred(fd::hook_id{51}, own.data(), 64, s);
+  chk.expect(seq + 1, 52, 200);
+  this->b.memcpy_async(one.data(), h + stride, 200, fb::memcpy_kind::host_to_device, s.handle());
+  ch.capture(fd::hook_id{52}, one.data(), 200, s);
+  EXPECT_TRUE(ch.abort_forward(s));
+  seq += 2;
+  EXPECT_TRUE(ch.close().clean());
+  EXPECT_EQ(chk.got, seq);
+  EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
+}
+
 /// A backend failure at the gather launch (fault injected at exactly that call) surfaces as the backend's
 /// error naming it, invalidates the channel, and loses nothing published before it.
 TYPED_TEST_P(D2hGather, FaultAtTheGatherLaunchInvalidates)
@@ -670,7 +750,7 @@ REGISTER_TYPED_TEST_SUITE_P(D2hGather, BoundaryGatherDoesTheForwardRelease, Fail
                             BatchesSplitAtRingWrap,
                             OneLargeAndManySmallInOneBatch, PartialBatchAtEndForwardAndExplicitFlush,
                             SourcesOverwrittenAfterTheFlushKeepCapturedBytes, GraphReplaysManyTimesWithPlan,
-                            VllmFullSizesInAGraphAcrossRingWraps,
+                            VllmFullSizesInAGraphAcrossRingWraps, StagedCaptureCopiesAtTheCallAndKeepsOrder,
                             FaultAtTheGatherLaunchInvalidates, AbortForwardDropsUnflushedDeferredEntries,
                             CaptureDeferredOnASecondStreamIsRefused);
 

@@ -94,6 +94,13 @@ struct config {
   /// performance knob only (on the H200: vllm-full B=1 forward +1.9% with it, +3.8% with the fused release;
   /// docs/perf/README.md).
   bool gather_branch_publish{true};
+  /// Staged immediate capture (0: off): capture() of a static entry up to this many bytes copies the source
+  /// at once into a channel-owned device staging slot (the backend's device-to-device copy: a memcpy node in a
+  /// graph) and joins the deferred batch with that slot as its source, so the batch's ONE gather moves it into
+  /// the ring. The source may change right after capture() returns (stream order), as with the copy kernel; the
+  /// entry is placed, counted and published with its batch. Staging: the batch limit x this size, rounded up
+  /// to 16 bytes, of device memory. An experiment against the copy kernel per hook (docs/perf/journal.md).
+  std::size_t staged_capture_max_bytes{0};
   std::chrono::microseconds drain_idle_sleep{20};  ///< drain thread sleep when idle
 };
 

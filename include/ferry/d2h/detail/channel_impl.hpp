@@ -102,6 +102,10 @@ void channel_impl<B>::init_resources()
                 B::name(), st.dev.value, attrs.name);
   st.ring = ferry::backend::device_buffer<B>{st.cfg.ring_bytes, b};
   st.state_buf = ferry::backend::device_buffer<B>{sizeof(device_state), b};
+  if (st.cfg.staged_capture_max_bytes != 0) {  // one slot per position of a deferred batch
+    st.stage_slot = align_up(st.cfg.staged_capture_max_bytes, entry_alignment);
+    st.stage = ferry::backend::device_buffer<B>{st.stage_slot * deferred_limit(st.cfg, st.fifo.capacity()), b};
+  }
   b.memset_async(st.state_buf.data(), 0, sizeof(device_state), st.drain_stream.handle());
   // Coalesced drain copies span the alignment padding between entries; give those bytes a defined value
   // once, so no D2H ever reads memory nothing wrote (compute-sanitizer initcheck stays clean).

@@ -24,6 +24,7 @@ class deferred_batch {
     const std::byte* src{nullptr};
     std::uint64_t bytes{0};
     std::uint64_t reserved{0};
+    bool staged{false};  ///< a staged immediate capture (its source is a channel-owned staging slot)
   };
 
   [[nodiscard]] bool empty() const noexcept { return n_ == 0; }
@@ -41,11 +42,26 @@ class deferred_batch {
     return sum_ + reserved + std::max(max_, reserved) > ring_bytes;
   }
 
-  void push(hook_id hook, const void* src, std::uint64_t bytes, std::uint64_t reserved) noexcept
+  void push(hook_id hook, const void* src, std::uint64_t bytes, std::uint64_t reserved, bool staged = false) noexcept
   {
-    e_[n_++] = entry{hook, static_cast<const std::byte*>(src), bytes, reserved};
+    e_[n_++] = entry{hook, static_cast<const std::byte*>(src), bytes, reserved, staged};
     sum_ += reserved;
     max_ = std::max(max_, reserved);
+  }
+  /// Drops every entry but the staged ones (abort_forward: the user's deferred sources may be gone, the
+  /// staging slots are the channel's and their copies were launched).
+  void keep_staged() noexcept
+  {
+    std::uint32_t k = 0;
+    sum_ = 0;
+    max_ = 0;
+    for (std::uint32_t i = 0; i < n_; ++i) {
+      if (!e_[i].staged) { continue; }
+      e_[k++] = e_[i];
+      sum_ += e_[i].reserved;
+      max_ = std::max(max_, e_[i].reserved);
+    }
+    n_ = k;
   }
   void clear() noexcept
   {

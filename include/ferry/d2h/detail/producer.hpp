@@ -130,6 +130,9 @@ class producer {
   bool wait_for_space(std::uint64_t end, std::size_t n_entries, std::uint64_t n_dyn, when_full full,
                       std::optional<stream_type> flush_stream, Who&& who_fn);
   void launch_copy(copy_args a, std::uint64_t bytes, bool one_block, stream_type s);
+  /// capture() of a static entry up to config::staged_capture_max_bytes: the source copied into the staging
+  /// slot of its batch position, the slot recorded as a deferred entry (producer_deferred.inl).
+  bool capture_staged(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, when_full full);
   /// Copies the recorded deferred batch (one gather launch). `boundary` (end_forward): the gather's last block
   /// also does the forward boundary's release (every entry since the last release, and the cursor
   /// normalization), so end_forward launches no release of its own. Returns whether the gather did that.

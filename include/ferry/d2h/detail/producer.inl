@@ -84,6 +84,8 @@ bool producer<B>::abort_forward(stream_view s)
                   "d2h channel abort_forward: the eager forward's stream {} is being captured: expected it not "
                   "capturing (end that capture first)",
                   static_cast<const void*>(s.handle()));
+    deferred_.keep_staged();  // staged captures were launched (their copies into the channel's slots): kept
+    (void)flush_deferred(s.handle());
     rel_.publish(s.handle(), unpublished_, parity_);
   }
   deferred_.clear();  // recorded capture_deferred entries were never launched: dropped with the forward
@@ -207,6 +209,9 @@ bool producer<B>::capture(hook_id hook, const void* src, std::uint64_t bytes, co
   FERRY_EXPECTS(src != nullptr && (!dynamic || actual != nullptr), ferry::logic_error,
                 "d2h channel capture: hook {} expected non-null source{}, got null", hook.value,
                 dynamic ? " and size pointer" : "");
+  if (!dynamic && st_.stage_slot != 0 && bytes <= st_.cfg.staged_capture_max_bytes) {
+    return capture_staged(hook, src, bytes, s, full);
+  }
   const std::uint64_t reserved = align_up(bytes, entry_alignment);
   auto who = [&] { return ferry::detail::format("hook {} ({} bytes)", hook.value, bytes); };
   if (!fits_after_deferred(reserved, dynamic ? 1 : 0, full, s.handle(), who)) { return false; }  // nothing flushed

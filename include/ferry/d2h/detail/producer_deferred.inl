@@ -43,6 +43,34 @@ void producer<B>::capture_deferred(hook_id hook, const void* src, std::uint64_t 
 }
 
 template <ferry::backend::backend B>
+bool producer<B>::capture_staged(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, when_full full)
+{
+  // Called by capture() after its checks. The same space rule as capture_deferred, under capture()'s policy
+  // (`refuse`: try_capture): the batch with this entry must fit before anything is enqueued.
+  const std::uint64_t reserved = align_up(bytes, entry_alignment);
+  const std::uint32_t limit = deferred_limit(st_.cfg, st_.fifo.capacity());
+  auto who = [&] {
+    return ferry::detail::format("capture (staged; hook {}, {} bytes, batch of {} recorded)", hook.value, bytes,
+                                 deferred_.size());
+  };
+  auto reserve = [&] {
+    if (capturing_) { return true; }  // a captured forward reserves at plan()
+    return wait_for_space(place(deferred_end(), reserved, st_.cfg.ring_bytes).end, deferred_.size() + 1U, 0, full,
+                          s.handle(), who);
+  };
+  if (full != when_full::wait && !reserve()) { return false; }  // refused: nothing enqueued, nothing flushed
+  if (deferred_.needs_flush_before(reserved, limit, st_.cfg.ring_bytes)) { flush_deferred(s.handle()); }
+  if (full == when_full::wait) { (void)reserve(); }
+  // Slot = batch position: a slot is rewritten only by a later batch, whose copies are enqueued on this stream
+  // after this batch's gather (stream order: the gather has read it).
+  std::byte* slot = st_.stage.template as<std::byte>() + std::uint64_t{deferred_.size()} * st_.stage_slot;
+  st_.b.memcpy_async(slot, src, bytes, ferry::backend::memcpy_kind::device_to_device, s.handle());
+  deferred_.push(hook, slot, bytes, reserved, true);
+  if (deferred_.size() >= limit) { flush_deferred(s.handle()); }
+  return true;
+}
+
+template <ferry::backend::backend B>
 std::uint64_t producer<B>::deferred_end() const noexcept
 {
   std::uint64_t pos = head_pos_;
