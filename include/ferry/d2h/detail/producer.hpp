@@ -133,6 +133,12 @@ class producer {
   /// capture() of a static entry up to config::staged_capture_max_bytes: the source copied into the staging
   /// slot of its batch position, the slot recorded as a deferred entry (producer_deferred.inl).
   bool capture_staged(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, when_full full);
+  /// capture_deferred's and capture_staged's common step: reserves the batch with an entry of `bytes` under
+  /// `full` (refused: returns false, nothing enqueued), flushes a batch that cannot hold it, records the entry
+  /// from `source()` (called after that flush), flushes a full batch.
+  template <class Who, class Source>
+  bool record_deferred(hook_id hook, std::uint64_t bytes, when_full full, stream_type s, Who&& who, Source&& source,
+                       bool staged);
   /// Copies the recorded deferred batch (one gather launch). `boundary` (end_forward): the gather's last block
   /// also does the forward boundary's release (every entry since the last release, and the cursor
   /// normalization), so end_forward launches no release of its own. Returns whether the gather did that.

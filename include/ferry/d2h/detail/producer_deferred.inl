@@ -17,56 +17,54 @@ void producer<B>::capture_deferred(hook_id hook, const void* src, std::uint64_t 
                 "d2h channel capture_deferred: hook {} expected no open begin_write, got one", hook.value);
   FERRY_EXPECTS(src != nullptr, ferry::logic_error,
                 "d2h channel capture_deferred: hook {} expected a non-null source, got null", hook.value);
-  const std::uint64_t reserved = align_up(bytes, entry_alignment);
-  const std::uint32_t limit = deferred_limit(st_.cfg, st_.fifo.capacity());
-  // Reserve (eager): ring space and FIFO slots for the recorded batch with this entry, placed as
-  // flush_deferred will place them (the gather's chain is place()'s). Under fail_fast a full ring refuses THIS
-  // entry (out_of_memory) before anything else happens: the batch recorded so far stays intact and nothing
-  // is enqueued; nothing is accepted that its flush could not hold. Under block_with_timeout the wait comes
-  // after a batch that must go first was flushed (its space frees only once it is launched). Nothing else
-  // advances head_pos_ before the flush (every other writer flushes first), so the reservation holds.
-  const when_full full = blocking_policy(st_.cfg);
   auto who = [&] {
     return ferry::detail::format("capture_deferred (hook {}, {} bytes, batch of {} recorded)", hook.value, bytes,
                                  deferred_.size());
   };
-  auto reserve = [&] {
-    if (capturing_) { return; }  // a captured forward reserves at plan()
-    (void)wait_for_space(place(deferred_end(), reserved, st_.cfg.ring_bytes).end, deferred_.size() + 1U, 0, full,
-                         s.handle(), who);
-  };
-  if (full != when_full::wait) { reserve(); }  // fail_fast: refuses before the flush below
-  if (deferred_.needs_flush_before(reserved, limit, st_.cfg.ring_bytes)) { flush_deferred(s.handle()); }
-  if (full == when_full::wait) { reserve(); }
-  deferred_.push(hook, src, bytes, reserved);
-  if (deferred_.size() >= limit) { flush_deferred(s.handle()); }
+  (void)record_deferred(hook, bytes, blocking_policy(st_.cfg), s.handle(), who, [&] { return src; }, false);
 }
 
 template <ferry::backend::backend B>
 bool producer<B>::capture_staged(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, when_full full)
 {
-  // Called by capture() after its checks. The same space rule as capture_deferred, under capture()'s policy
-  // (`refuse`: try_capture): the batch with this entry must fit before anything is enqueued.
-  const std::uint64_t reserved = align_up(bytes, entry_alignment);
-  const std::uint32_t limit = deferred_limit(st_.cfg, st_.fifo.capacity());
+  // Called by capture() after its checks, under capture()'s policy (`refuse`: try_capture).
   auto who = [&] {
     return ferry::detail::format("capture (staged; hook {}, {} bytes, batch of {} recorded)", hook.value, bytes,
                                  deferred_.size());
   };
-  auto reserve = [&] {
-    if (capturing_) { return true; }  // a captured forward reserves at plan()
-    return wait_for_space(place(deferred_end(), reserved, st_.cfg.ring_bytes).end, deferred_.size() + 1U, 0, full,
-                          s.handle(), who);
-  };
-  if (full != when_full::wait && !reserve()) { return false; }  // refused: nothing enqueued, nothing flushed
-  if (deferred_.needs_flush_before(reserved, limit, st_.cfg.ring_bytes)) { flush_deferred(s.handle()); }
-  if (full == when_full::wait) { (void)reserve(); }
   // Slot = batch position: a slot is rewritten only by a later batch, whose copies are enqueued on this stream
   // after this batch's gather (stream order: the gather has read it).
-  std::byte* slot = st_.stage.template as<std::byte>() + std::uint64_t{deferred_.size()} * st_.stage_slot;
-  st_.b.memcpy_async(slot, src, bytes, ferry::backend::memcpy_kind::device_to_device, s.handle());
-  deferred_.push(hook, slot, bytes, reserved, true);
-  if (deferred_.size() >= limit) { flush_deferred(s.handle()); }
+  auto copy_to_slot = [&] {
+    std::byte* slot = st_.stage.template as<std::byte>() + std::uint64_t{deferred_.size()} * st_.stage_slot;
+    st_.b.memcpy_async(slot, src, bytes, ferry::backend::memcpy_kind::device_to_device, s.handle());
+    return static_cast<const void*>(slot);
+  };
+  return record_deferred(hook, bytes, full, s.handle(), who, copy_to_slot, true);
+}
+
+template <ferry::backend::backend B>
+template <class Who, class Source>
+bool producer<B>::record_deferred(hook_id hook, std::uint64_t bytes, when_full full, stream_type s, Who&& who,
+                                  Source&& source, bool staged)
+{
+  const std::uint64_t reserved = align_up(bytes, entry_alignment);
+  const std::uint32_t limit = deferred_limit(st_.cfg, st_.fifo.capacity());
+  // Reserve (eager): ring space and FIFO slots for the recorded batch with this entry, placed as
+  // flush_deferred will place them (the gather's chain is place()'s). Under fail_fast (or refuse) a full ring
+  // refuses THIS entry before anything else happens: the batch recorded so far stays intact and nothing is
+  // enqueued; nothing is accepted that its flush could not hold. Under block_with_timeout the wait comes
+  // after a batch that must go first was flushed (its space frees only once it is launched). Nothing else
+  // advances head_pos_ before the flush (every other writer flushes first), so the reservation holds.
+  auto reserve = [&] {
+    if (capturing_) { return true; }  // a captured forward reserves at plan()
+    return wait_for_space(place(deferred_end(), reserved, st_.cfg.ring_bytes).end, deferred_.size() + 1U, 0, full, s,
+                          who);
+  };
+  if (full != when_full::wait && !reserve()) { return false; }  // refused before the flush below
+  if (deferred_.needs_flush_before(reserved, limit, st_.cfg.ring_bytes)) { flush_deferred(s); }
+  if (full == when_full::wait) { (void)reserve(); }
+  deferred_.push(hook, source(), bytes, reserved, staged);  // source() after the flush: a staged slot is free
+  if (deferred_.size() >= limit) { flush_deferred(s); }
   return true;
 }
 
