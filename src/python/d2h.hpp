@@ -253,18 +253,12 @@ class py_channel {
     const array_bytes t = tensor_bytes(tensor, hook, "Channel.capture");
     std::shared_lock lk{mu_};
     auto& ch = live("capture");
-    const bool staged = staged_capture(t.nbytes);
-    if (!staged || deferred_flushes(t.nbytes)) { check_deferred("capture"); }  // GIL held: the version reads
+    if (capture_flushes(t.nbytes)) { check_deferred("capture"); }  // with the GIL held: the version reads need it
     std::vector<deferred_src> flushed;  // released with the GIL held, after the block below
     {
       gil_release g;
       set_dev();
-      if (staged) {  // joins the deferred batch (config::staged_capture_max_bytes): mirrored, no owner
-        flushed = deferred(ch, hook, t.data, t.nbytes, s, nullptr, nullptr, nullptr, true);
-      } else {
-        ch.capture(fd::hook_id{hook}, t.data, t.nbytes, s);
-        flushed = deferred_flushed();
-      }
+      flushed = immediate(ch, hook, t.data, t.nbytes, s);
     }
     if constexpr (is_host<B>) { current_.push_back(nb::borrow(tensor)); }
   }
@@ -452,14 +446,8 @@ class py_channel {
     }
     const fb::stream_view<B> s{B{}, reinterpret_cast<handle_type>(stream)};
     set_dev();
-    if (staged_capture(bytes)) {
-      if (deferred_flushes(bytes)) { check_deferred("capture"); }
-      (void)deferred(ch, hook, ptr, bytes, s, nullptr, nullptr, nullptr, true);
-    } else {
-      check_deferred("capture");
-      ch.capture(fd::hook_id{hook}, ptr, bytes, s);
-      (void)deferred_flushed();
-    }
+    if (capture_flushes(bytes)) { check_deferred("capture"); }
+    (void)immediate(ch, hook, ptr, bytes, s);
     if constexpr (is_host<B>) {  // the host copy runs later on the stream thread: hold the bytes until then
       if (keep) {
         std::lock_guard kl{keep_mu_};
@@ -591,7 +579,24 @@ class py_channel {
 
   /// Whether capture() of `bytes` is a staged capture (config::staged_capture_max_bytes): it joins the deferred
   /// batch instead of flushing it, so the binding mirrors it like a deferred entry (with no source to hold).
-  [[nodiscard]] bool staged_capture(std::uint64_t bytes) const noexcept { return bytes <= staged_max_ && staged_max_ != 0; }
+  [[nodiscard]] bool staged_capture(std::uint64_t bytes) const noexcept
+  {
+    return staged_max_ != 0 && bytes <= staged_max_;
+  }
+  /// Whether capture() of `bytes` flushes the pending batch (the caller checks the pending sources first).
+  [[nodiscard]] bool capture_flushes(std::uint64_t bytes) const
+  {
+    return !staged_capture(bytes) || deferred_flushes(bytes);
+  }
+  /// capture() through the channel: a staged capture joins the mirrored batch, any other flushes it first.
+  /// Returns the sources flushed (as deferred()).
+  [[nodiscard]] std::vector<deferred_src> immediate(fd::channel<B>& ch, std::uint32_t hook, const void* ptr,
+                                                    std::uint64_t bytes, const fb::stream_view<B>& s)
+  {
+    if (staged_capture(bytes)) { return deferred(ch, hook, ptr, bytes, s, nullptr, nullptr, nullptr, true); }
+    ch.capture(fd::hook_id{hook}, ptr, bytes, s);
+    return deferred_flushed();
+  }
 
   /// Whether a deferred capture of `bytes` flushes the pending batch (the channel's rule, mirrored by
   /// `mirror_`: before the new entry when the batch cannot hold it, after it when it fills the batch). The
@@ -768,7 +773,8 @@ fd::config channel_config(std::size_t ring_bytes, std::uint32_t publish_every, s
   c.programmatic_launch = programmatic_launch;
   FERRY_EXPECTS(copy_vecs_per_thread == 1 || copy_vecs_per_thread == 2 || copy_vecs_per_thread == 4 ||
                     copy_vecs_per_thread == 8,
-                ferry::logic_error, "Channel: expected copy_vecs_per_thread 1, 2, 4 or 8, got {}", copy_vecs_per_thread);
+                ferry::logic_error, "Channel: expected copy_vecs_per_thread 1, 2, 4 or 8, got {}",
+                copy_vecs_per_thread);
   c.copy_vecs_per_thread = copy_vecs_per_thread;
   c.lean_copy_kernel = lean_copy_kernel;
   c.staged_capture_max_bytes = staged_capture_max_bytes;
