@@ -93,8 +93,7 @@ class faulty : public B {
   FERRY_FAULTY_FORWARD(wait, stream_synchronize)
   FERRY_FAULTY_FORWARD(query, stream_query)
   FERRY_FAULTY_FORWARD(query, stream_is_capturing)
-  /// A hint that cannot fail (0 on any error): forwarded without a fault point.
-  [[nodiscard]] std::uintptr_t capture_tail(typename B::stream_type s) const noexcept { return B::capture_tail(s); }
+  // capture_tail: inherited from B, no fault point (a hint that cannot fail: 0 on any error).
   FERRY_FAULTY_FORWARD(event, event_create)
   FERRY_FAULTY_FORWARD(event_record, event_record)
   FERRY_FAULTY_FORWARD(event_record, event_record_external)

@@ -83,15 +83,24 @@ struct alignas(128) device_state {
 
 /// The cursor slot's loads and stores on the GPU (CUDA, sm_80+) carry an L2 evict_last cache-policy hint: in a
 /// model's forward each layer streams tens of MB of weights through L2 between two hooks, which evicts a line
-/// touched once per hook, and every writer's first store waits for this load (measured on the H200 with cold
-/// fillers between hooks: 1.21 -> 1.05 us per hook, docs/perf/journal.md). One 128-byte line per channel is kept.
-/// Elsewhere (HIP, host, older archs) a plain access. Ordinary weak accesses either way.
-FERRY_HD inline cursor load_cursor(const cursor* p) noexcept
-{
+/// touched once per hook, and every writer's first store waits for this load (the cursor probe in
+/// docs/perf/journal.md). One 128-byte line per channel is kept. Elsewhere (HIP, host, older archs) a plain
+/// access. Ordinary weak accesses either way.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP_DEVICE_COMPILE__)
-  cursor c;
+#define FERRY_CURSOR_EVICT_LAST 1
+/// The L2 evict_last cache policy of the cursor accesses.
+__device__ inline std::uint64_t cursor_cache_policy() noexcept
+{
   std::uint64_t pol;
   asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+#endif
+FERRY_HD inline cursor load_cursor(const cursor* p) noexcept
+{
+#if defined(FERRY_CURSOR_EVICT_LAST)
+  cursor c;
+  const std::uint64_t pol = cursor_cache_policy();
   asm volatile("ld.global.L2::cache_hint.v2.u64 {%0, %1}, [%2], %3;"
                : "=l"(c.phys), "=l"(c.dyn_slot)
                : "l"(p), "l"(pol)
@@ -103,15 +112,15 @@ FERRY_HD inline cursor load_cursor(const cursor* p) noexcept
 }
 FERRY_HD inline void store_cursor(cursor* p, cursor c) noexcept
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP_DEVICE_COMPILE__)
-  std::uint64_t pol;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+#if defined(FERRY_CURSOR_EVICT_LAST)
+  const std::uint64_t pol = cursor_cache_policy();
   asm volatile("st.global.L2::cache_hint.v2.u64 [%0], {%1, %2}, %3;" ::"l"(p), "l"(c.phys), "l"(c.dyn_slot), "l"(pol)
                : "memory");
 #else
   *p = c;
 #endif
 }
+#undef FERRY_CURSOR_EVICT_LAST
 
 /// The view a writer kernel uses for one entry. Trivially copyable: pass it by value to a kernel.
 ///   data()            where to write (any thread; a pure read of the current cursor slot)

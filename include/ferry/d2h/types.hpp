@@ -77,8 +77,9 @@ struct config {
   /// backend/grid_dependency.hpp), which hides most of the launch gap between back-to-back hooks. Inside a
   /// stream capture only where the kernel ahead is one of the channel's own (the capture's dependency node,
   /// read at each launch): behind a kernel that never triggers its dependents early (a model's) a programmatic
-  /// edge only adds latency (0.4-0.7 us per hook measured in torch's graph). A performance knob only. A user kernel launched programmatically right after one of ferry's kernels
-  /// must itself wait (cudaGridDependencySynchronize) before reading what came earlier, as PDL requires.
+  /// edge only adds latency (docs/perf/journal.md). A performance knob only. A user kernel launched
+  /// programmatically right after one of ferry's kernels must itself wait (cudaGridDependencySynchronize)
+  /// before reading what came earlier, as PDL requires.
   bool programmatic_launch{true};
   /// Issue the batch releases (every K hooks) on a branch: a channel-owned stream forked from the producer
   /// stream by an event recorded after the batch's last writer, so the copies after it do not wait for the

@@ -85,9 +85,9 @@ struct channel_state {
   /// supported). Eager: always. In a stream capture: only when the one node it will depend on is one of this
   /// channel's own kernels (capture_tail), i.e. a kernel that lets its dependents launch at its start
   /// (griddepcontrol.launch_dependents). After any other kernel (a model's, which never triggers early) a
-  /// programmatic edge only waits for that kernel's end and then for the flush, and on the H200 in torch's
-  /// graph it cost about 0.4 us of idle GPU per hook (docs/perf/journal.md). A performance choice only: the
-  /// join is the same either way (griddepcontrol.wait, or the kernel boundary).
+  /// programmatic edge only waits for that kernel's end and then for the flush: measured slower in torch's
+  /// graph (docs/perf/journal.md). A performance choice only: the join is the same either way
+  /// (griddepcontrol.wait, or the kernel boundary).
   [[nodiscard]] bool launch_programmatic(stream_type s) const noexcept
   {
     if (!programmatic) { return false; }
