@@ -150,18 +150,16 @@ class Probe:
             gb = self.graph(lambda: dec.step())
             runs["none_b"] = (lambda g=gb: g.replay(), None, 0)
 
-        if self.want("d2d"):
-            log("  capturing d2d")
-            runs["d2d"] = self.per_hook_run(pts, lambda t, b: b.copy_(t))
-        if self.want("elt"):
-            log("  capturing elt")
-            runs["elt"] = self.per_hook_run(pts, lambda t, b: torch.mul(t, 1, out=b))
-        if self.want("d2d_x2"):
-            log("  capturing d2d_x2")
-            runs["d2d_x2"] = self.per_hook_run(pts, lambda t, b: b.copy_(t), times=2)
-        if self.want("elt_x2"):
-            log("  capturing elt_x2")
-            runs["elt_x2"] = self.per_hook_run(pts, lambda t, b: torch.mul(t, 1, out=b), times=2)
+        def d2d(t, b):
+            b.copy_(t)
+
+        def elt(t, b):
+            torch.mul(t, 1, out=b)
+
+        for name, op, times in (("d2d", d2d, 1), ("elt", elt, 1), ("d2d_x2", d2d, 2), ("elt_x2", elt, 2)):
+            if self.want(name):
+                log(f"  capturing {name}")
+                runs[name] = self.per_hook_run(pts, op, times=times)
 
         for name, k in (("hold", self.args.publish_every), ("hold_k32", 32)):
             if not self.want(name):

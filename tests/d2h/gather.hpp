@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace ferry::test {
 
@@ -34,6 +35,23 @@ inline void user_write(const fb::host_detail::launch_ctx&, fd::ring_ref ref, std
   auto* dst = reinterpret_cast<std::uint8_t*>(ref.data());
   for (std::uint64_t i = 0; i < bytes; ++i) { dst[i] = ferry::testing::pattern_byte(seq, i); }
   ref.commit();
+}
+/// One forward on `cs`: entry j (hook `hook0 + j`, `sizes[j]` bytes from `src(j)`) captured deferred where
+/// `deferred(j)`, else immediately. Returns end_forward's plan.
+template <class B, class Src, class Deferred>
+fd::forward_plan capture_forward(fd::channel<B>& ch, fb::stream_view<B> cs, const std::vector<std::uint64_t>& sizes,
+                                 std::uint32_t hook0, Src&& src, Deferred&& deferred)
+{
+  ch.begin_forward(cs);
+  for (std::uint64_t j = 0; j < sizes.size(); ++j) {
+    const fd::hook_id hook{static_cast<std::uint32_t>(hook0 + j)};
+    if (deferred(j)) {
+      ch.capture_deferred(hook, src(j), sizes[j], cs);
+    } else {
+      ch.capture(hook, src(j), sizes[j], cs);
+    }
+  }
+  return ch.end_forward(cs);
 }
 /// Expects `f()` to throw out_of_memory naming capture_deferred.
 template <class F>
@@ -339,17 +357,9 @@ TYPED_TEST_P(D2hGather, GraphReplaysManyTimesWithPlan)
     fd::channel<B> ch{cfg, this->b, chk.callback()};
     fd::forward_plan plan;
     auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
-      ch.begin_forward(cs);
-      for (std::uint64_t j = 0; j < n; ++j) {
-        const auto* p = static_cast<const std::byte*>(dsrc.data()) + j * stride;
-        const fd::hook_id hook{static_cast<std::uint32_t>(100 + j)};
-        if (deferred[j]) {
-          ch.capture_deferred(hook, p, sizes[j], cs);
-        } else {
-          ch.capture(hook, p, sizes[j], cs);
-        }
-      }
-      plan = ch.end_forward(cs);
+      plan = gather_test::capture_forward(
+        ch, cs, sizes, 100, [&](std::uint64_t j) { return static_cast<const std::byte*>(dsrc.data()) + j * stride; },
+        [&](std::uint64_t j) { return deferred[j]; });
     });
     ASSERT_EQ(plan.size(), n);
     for (std::uint64_t r = 0; r < replays; ++r) {
@@ -396,17 +406,9 @@ TYPED_TEST_P(D2hGather, VllmFullSizesInAGraphAcrossRingWraps)
     fd::channel<B> ch{cfg, this->b, chk.callback()};
     fd::forward_plan plan;
     auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
-      ch.begin_forward(cs);
-      for (std::uint64_t j = 0; j < n; ++j) {
-        const auto* p = static_cast<const std::byte*>(dsrc.data()) + at[j];
-        const fd::hook_id hook{static_cast<std::uint32_t>(j)};
-        if (v.deferred) {
-          ch.capture_deferred(hook, p, sizes[j], cs);
-        } else {
-          ch.capture(hook, p, sizes[j], cs);
-        }
-      }
-      plan = ch.end_forward(cs);
+      plan = gather_test::capture_forward(
+        ch, cs, sizes, 0, [&](std::uint64_t j) { return static_cast<const std::byte*>(dsrc.data()) + at[j]; },
+        [&](std::uint64_t) { return v.deferred; });
     });
     ASSERT_EQ(plan.size(), n);
     for (std::uint64_t r = 0; r < replays; ++r) {
