@@ -433,7 +433,8 @@ class Bench:
                 g = self.capture_graph(dec, lambda: dec.step()) if graph else None
             if graph:
 
-                def torch_graph(n, g=g, events=events):
+                # the closure holds the pinned buffers: the graph writes them but does not keep them alive
+                def torch_graph(n, g=g, events=events, pinned=pinned):
                     for i in range(n):
                         g.replay()
                         events[i].record()

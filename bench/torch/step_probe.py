@@ -101,6 +101,11 @@ class Probe:
         self.channels: dict[str, tuple] = {}  # config key -> (channel, drain, expected entries)
         self.only = set(args.only.split(",")) | {"none"} if args.only else None
         self.pool = None
+        # Tensors a captured graph writes or reads that no Python object holds once the hooks are removed
+        # (per-hook device buffers, staging buffers): a graph does not keep its tensors alive, and a buffer
+        # freed to the caching allocator while a graph still writes it is reused by later allocations
+        # (this made the vllm-full preset fault in an elementwise contestant's replay).
+        self.keep: list = []
 
     def new_pool(self):
         """The graph memory pool of the next preset's captures (--pool shared), or None (own: one per graph)."""
@@ -209,6 +214,7 @@ class Probe:
             slot = self.channel(dict(publish_every=k))
             cap = fh.capture_fn(slot[0], None, use_ops="auto", device=torch.device("cuda", 0), deferred=True)
             stage: dict[int, torch.Tensor] = {}
+            self.keep.append(stage)
 
             def staged(h, t, cap=cap, stage=stage):
                 b = stage.get(h)
@@ -227,6 +233,7 @@ class Probe:
         ``op(t, buf)`` (one of torch's kernels per hook; ``times`` buffers and kernels per hook); the buffers
         come from one uncaptured step."""
         bufs: dict[tuple, torch.Tensor] = {}
+        self.keep.append(bufs)
 
         def hook(h, t):
             for i in range(times):
