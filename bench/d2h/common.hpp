@@ -159,7 +159,7 @@ struct fwd_opts {
   std::uint32_t K{16};
   bool drain_paused{false};
   bool gather{false};     ///< ferry: capture_deferred (one gather launch per K hooks) instead of capture
-  bool gather_branch{false};  ///< with gather: config::gather_branch_publish (the batch release on the branch)
+  bool gather_fused{false};  ///< with gather: gather_branch_publish off (the batch release in the gather's last block)
   bool vllm_mix{false};   ///< DMI's vllm-full sizes at B = 1 instead of 16 KiB per hook (forward_sizes)
 };
 /// Bytes of each of the H hooks of a forward: 16 KiB each, or (`vllm_mix`) DMI's vllm-full mix at decode

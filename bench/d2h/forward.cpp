@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // forward/<variant>/hooks:<28|341>: a simulated forward (28 layers of a ~60 us spin kernel, 16 KiB per
 // hook, graph replay, the drain running, every word of every entry checked): no capture, copy only, old
-// volatile, per-entry release, ferry (K = 16), ferry_gather (deferred capture, one gather per K = 16), and
+// volatile, per-entry release, ferry (K = 16), ferry_gather (deferred capture, one gather per K = 16, the
+// defaults: the batch release on the branch; ferry_gather_fused: the release in the gather's last block), and
 // ferry's launch/placement variants; forward/<variant>/vllm_full_b1: the same forward with 341 hooks of
 // DMI's vllm-full sizes at B = 1 (forward_sizes). The figure is the median us per forward; overheads are
 // derived by bench/device/perf_tables.py.
@@ -146,7 +147,7 @@ double forward_us(variant v, std::uint64_t H, fd::head_placement placement, cons
     cfg.placement = placement;
     cfg.timeout = std::chrono::seconds(30);
     apply(cfg, sh);
-    cfg.gather_branch_publish = o.gather_branch;
+    cfg.gather_branch_publish = !o.gather_fused;
     if (o.drain_paused) { cfg.drain = fd::drain_mode::poll; }
     ch.emplace(cfg, b, [&delivered, &sizes](fd::entry_view&& e) {
       auto& k = checks();
@@ -298,11 +299,13 @@ void register_forward()
       add(name(v), H, [v, H] { return forward_us(v, H); });
     }
   }
-  // Deferred capture: one gather launch per K = 16 hooks (capture_deferred), beside the same forward's rows.
+  // Deferred capture: one gather launch per K = 16 hooks (capture_deferred), beside the same forward's rows:
+  // ferry_gather with the defaults (each batch's release on the branch), ferry_gather_fused with the release in
+  // the gather's last block (gather_branch_publish off).
   for (std::uint64_t H : {28ULL, 341ULL}) {
     add("ferry_gather", H, [H] { return forward_us(variant::ferry, H, managed, {.gather = true}); });
-    add("ferry_gather_branch", H,
-        [H] { return forward_us(variant::ferry, H, managed, {.gather = true, .gather_branch = true}); });
+    add("ferry_gather_fused", H,
+        [H] { return forward_us(variant::ferry, H, managed, {.gather = true, .gather_fused = true}); });
   }
   // DMI's vllm-full size mix at decode B = 1 (341 hooks: forward_sizes): forward/<variant>/vllm_full_b1.
   auto add_mix = [](const std::string& key, std::function<double()> fn) {
@@ -312,8 +315,8 @@ void register_forward()
     add_mix(name(v), [v] { return forward_us(v, 341, managed, {.vllm_mix = true}); });
   }
   add_mix("ferry_gather", [] { return forward_us(variant::ferry, 341, managed, {.gather = true, .vllm_mix = true}); });
-  add_mix("ferry_gather_branch", [] {
-    return forward_us(variant::ferry, 341, managed, {.gather = true, .gather_branch = true, .vllm_mix = true});
+  add_mix("ferry_gather_fused", [] {
+    return forward_us(variant::ferry, 341, managed, {.gather = true, .gather_fused = true, .vllm_mix = true});
   });
   add_mix("ferry_gather_k32", [] {
     return forward_us(variant::ferry, 341, managed, {.K = 32, .gather = true, .vllm_mix = true});

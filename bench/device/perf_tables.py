@@ -23,7 +23,7 @@ import sys
 
 SIZES = (4096, 16384, 65536, 1048576, 16777216, 67108864)
 FWD_KEYS = ("no_capture", "copy_only", "old_volatile", "per_entry_release", "ferry", "ferry_pinned",
-            "copy_only_plain", "ferry_plain", "ferry_inline", "ferry_gather", "ferry_gather_branch", "ferry_gather_k32")
+            "copy_only_plain", "ferry_plain", "ferry_inline", "ferry_gather", "ferry_gather_fused", "ferry_gather_k32")
 HOOK_KEYS = ("copy_only", "old_volatile", "per_entry_release", "ferry_k1", "ferry_k4", "ferry_k16", "ferry_k64",
              "ferry_k16_pinned", "copy_only_plain", "ferry_k16_plain", "ferry_k16_inline", "ferry_k64_inline")
 CHECK_KEYS = ("entries_checked", "entries_bad", "baseline_entries_checked", "baseline_entries_bad")
@@ -94,7 +94,7 @@ def d2h_summary(gbench_path, out_path):
         row["ferry_plain_publication_over_copy_plain_pct"] = over("ferry_plain", "copy_only_plain")
         row["ferry_inline_publication_over_copy_pct"] = over("ferry_inline", "copy_only")
         row["ferry_gather_over_copy_pct"] = over("ferry_gather", "copy_only")  # gather: one kernel per K hooks
-        row["ferry_gather_branch_over_copy_pct"] = over("ferry_gather_branch", "copy_only")
+        row["ferry_gather_fused_over_copy_pct"] = over("ferry_gather_fused", "copy_only")
         out["forward"][H if isinstance(H, str) else f"hooks{H}"] = row
     out["per_hook_graph_us"] = {str(P): {k: r4(per_hook[P].get(k)) for k in HOOK_KEYS} for P in SIZES if P in per_hook}
     out["variants"] = {
@@ -263,14 +263,14 @@ def d2h_tables(d2h):
         print("\nDeferred capture (capture_deferred: one gather kernel per K = 16 hooks), same forward, overhead vs no "
               "capture (vllm_full_b1: 341 hooks of DMI's vllm-full sizes at B = 1; targets: <= +0.5% at 28 hooks, "
               "<= +3% at vllm_full_b1):\n")
-        print("| forward | no capture | copy only | ferry (kernel per hook) | ferry gather (release in the gather) "
-              "| gather, release on the branch | gather K = 32 |")
+        print("| forward | no capture | copy only | ferry (kernel per hook) | ferry gather (defaults: release on the "
+              "branch) | gather, release fused in the gather | gather K = 32 |")
         print("|---|---|---|---|---|---|---|")
         for h in ("hooks28", "hooks341", "vllm_full_b1"):
             r = d2h["forward"].get(h, {})
             print(f"| {h} | {f(r.get('no_capture_us'), 1)} us | +{f(r.get('copy_only_overhead_pct'))}% "
                   f"| +{f(r.get('ferry_overhead_pct'))}% | **+{f(r.get('ferry_gather_overhead_pct'))}%** "
-                  f"| +{f(r.get('ferry_gather_branch_overhead_pct'))}% | +{f(r.get('ferry_gather_k32_overhead_pct'))}% |")
+                  f"| +{f(r.get('ferry_gather_fused_overhead_pct'))}% | +{f(r.get('ferry_gather_k32_overhead_pct'))}% |")
     print("\nPer hook in a CUDA graph (us per hook, GPU time, round-robin medians):\n")
     cols = ["copy_only", "old_volatile", "per_entry_release", "ferry_k1", "ferry_k16", "ferry_k64", "ferry_k16_pinned",
             "ferry_k16_inline"]
