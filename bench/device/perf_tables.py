@@ -268,9 +268,13 @@ def d2h_tables(d2h):
         print("|---|---|---|---|---|---|---|")
         for h in ("hooks28", "hooks341", "vllm_full_b1"):
             r = d2h["forward"].get(h, {})
-            print(f"| {h} | {f(r.get('no_capture_us'), 1)} us | +{f(r.get('copy_only_overhead_pct'))}% "
-                  f"| +{f(r.get('ferry_overhead_pct'))}% | **+{f(r.get('ferry_gather_overhead_pct'))}%** "
-                  f"| +{f(r.get('ferry_gather_fused_overhead_pct'))}% | +{f(r.get('ferry_gather_k32_overhead_pct'))}% |")
+            def cell(k, r=r):
+                v = r.get(k)
+                return "n/a" if v is None else f"{'+' if v >= 0 else ''}{f(v)}%"
+
+            print(f"| {h} | {f(r.get('no_capture_us'), 1)} us | {cell('copy_only_overhead_pct')} "
+                  f"| {cell('ferry_overhead_pct')} | **{cell('ferry_gather_overhead_pct')}** "
+                  f"| {cell('ferry_gather_fused_overhead_pct')} | {cell('ferry_gather_k32_overhead_pct')} |")
     print("\nPer hook in a CUDA graph (us per hook, GPU time, round-robin medians):\n")
     cols = ["copy_only", "old_volatile", "per_entry_release", "ferry_k1", "ferry_k16", "ferry_k64", "ferry_k16_pinned",
             "ferry_k16_inline"]
