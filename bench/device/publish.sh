@@ -19,7 +19,11 @@ kept=(d2h.json d2h_gbench.json h2d.json bench_d2h.log bench_h2d.log ctest_gpu.lo
 for f in "${kept[@]}"; do
   if [[ -f $src/$f ]]; then
     cp "$src/$f" "$dst/$f"
-    echo "updated $dst/$f"
+    if [[ $f == *.json ]]; then  # a stale file in the tarball shows here (the device may keep old outputs)
+      echo "updated $dst/$f ($(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get("commit", "-"), d.get("date") or d.get("context", {}).get("date"))' "$src/$f" 2>/dev/null || echo "no commit/date"))"
+    else
+      echo "updated $dst/$f"
+    fi
   fi
 done
 python3 bench/device/perf_plots.py "$dst/d2h.json" "$dst/h2d.json" docs/perf
