@@ -29,6 +29,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 namespace ferry::d2h::detail {
 
@@ -95,11 +96,15 @@ struct channel_state {
     const std::uintptr_t t = b.capture_tail(s);
     return t != 0 && std::find(own_nodes.begin(), own_nodes.end(), t) != own_nodes.end();
   }
-  /// After a kernel launch on `s` inside the open capture: remember its node (launch_programmatic).
-  void launched(stream_type s) noexcept
+  /// Launches one of the channel's kernels on the producer stream `s` (`blocks` x `threads`):
+  /// programmatically where launch_programmatic(s) says so; inside the open capture its node is then
+  /// remembered as one of the channel's own (what launch_programmatic looks for).
+  template <class... Args>
+  void launch_own(typename B::template kernel_type<Args...> k, std::uint32_t blocks, std::uint32_t threads,
+                  stream_type s, std::type_identity_t<Args>... args)
   {
-    if (!programmatic || !capture_open) { return; }
-    own_nodes[own_next++ % own_nodes.size()] = b.capture_tail(s);
+    b.launch(k, ferry::backend::launch_config{{blocks}, {threads}, 0, launch_programmatic(s)}, s, args...);
+    if (programmatic && capture_open) { own_nodes[own_next++ % own_nodes.size()] = b.capture_tail(s); }
   }
   /// The producer's forward opens (`capturing`: in a stream capture) or closes (false).
   void set_capture_open(bool capturing) noexcept

@@ -157,14 +157,10 @@ void producer<B>::launch_copy(copy_args a, std::uint64_t bytes, bool one_block, 
   const launch_shape sh = copy_launch_shape(st_.cfg, bytes, one_block, st_.sm_count);
   a.vecs_per_thread = sh.vecs_per_thread;
   a.test_skip_wait = st_.hooks.is(debug_fault::programmatic_without_wait) ? 1U : 0U;
-  const ferry::backend::launch_config lc{{sh.blocks}, {sh.threads}, 0, st_.launch_programmatic(s)};
   const copy_form f = copy_form_of(a.src, sh.vecs_per_thread);
-  if (sh.one_block) {
-    st_.b.launch(copy_entry_publish_kernel(typename B::tag{}, f), lc, s, a);
-  } else {
-    st_.b.launch(copy_entry_kernel(typename B::tag{}, once_form(st_.cfg, f, sh, bytes, a.dst.dynamic != 0)), lc, s, a);
-  }
-  st_.launched(s);
+  st_.launch_own(sh.one_block ? copy_entry_publish_kernel(typename B::tag{}, f)
+                              : copy_entry_kernel(typename B::tag{}, once_form(st_.cfg, f, sh, bytes, a.dst.dynamic != 0)),
+                 sh.blocks, sh.threads, s, a);
 }
 
 /// Records one placed entry on the CPU side (after its writer was launched successfully), then releases

@@ -147,9 +147,7 @@ bool producer<B>::flush_deferred(stream_type s, bool boundary)
     (void)st_.fifo.try_push(m);  // space was checked in wait_for_space; the producer is the only pusher
   }
   deferred_.clear();  // a failed launch invalidates the channel; the batch is not retried
-  st_.b.launch(gather_publish_kernel(typename B::tag{}, vec_form(sh.vecs_per_thread)),
-               ferry::backend::launch_config{{sh.blocks}, {sh.threads}, 0, st_.launch_programmatic(s)}, s, a);
-  st_.launched(s);
+  st_.launch_own(gather_publish_kernel(typename B::tag{}, vec_form(sh.vecs_per_thread)), sh.blocks, sh.threads, s, a);
   if (on_branch) { rel_.release_batch(s, after, false); }
   if (!capturing_) {
     head_pos_ = pos;

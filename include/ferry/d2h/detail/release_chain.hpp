@@ -58,9 +58,7 @@ class release_chain {
   {
     join_branch(s);
     head_args a{st_.device_state_ptr(), st_.head_dev, n, normalize};
-    st_.b.launch(publish_head_kernel(typename B::tag{}),
-                 ferry::backend::launch_config{{1}, {1}, 0, st_.launch_programmatic(s)}, s, a);
-    st_.launched(s);
+    st_.launch_own(publish_head_kernel(typename B::tag{}), 1, 1, s, a);
     st_.c_publishes.fetch_add(1, std::memory_order_relaxed);
   }
 
