@@ -78,9 +78,7 @@ FERRY_HD inline bool gather_join_arrive(ferry::d2h::device_state* st, std::uint3
 /// release of published_head.
 FERRY_HD inline void gather_release(const gather_args& a) noexcept
 {
-  if (a.normalize != 0) {
-    ferry::d2h::store_cursor(&a.dst.state->slot[0], ferry::d2h::load_cursor(&a.dst.state->slot[1]));
-  }
+  if (a.normalize != 0) { ferry::d2h::normalize_cursor(a.dst.state); }
   publish_phase(a.dst.state, a.head, a.head_n);
 }
 

@@ -207,7 +207,7 @@ FERRY_HD inline void publish_phase(ferry::d2h::device_state* state, std::uint64_
 /// The publish kernel's body (one thread).
 FERRY_HD inline void publish_head_body(const head_args& a) noexcept
 {
-  if (a.normalize != 0) { ferry::d2h::store_cursor(&a.state->slot[0], ferry::d2h::load_cursor(&a.state->slot[1])); }
+  if (a.normalize != 0) { ferry::d2h::normalize_cursor(a.state); }
   publish_phase(a.state, a.head, a.n);
 }
 

@@ -121,6 +121,12 @@ FERRY_HD inline void store_cursor(cursor* p, cursor c) noexcept
 #endif
 }
 #undef FERRY_CURSOR_EVICT_LAST
+/// The forward boundary's normalization (a release after an odd number of entries): slot 1's cursor copied
+/// into slot 0, where the next forward's first writer reads it.
+FERRY_HD inline void normalize_cursor(device_state* st) noexcept
+{
+  store_cursor(&st->slot[0], load_cursor(&st->slot[1]));
+}
 
 /// The view a writer kernel uses for one entry. Trivially copyable: pass it by value to a kernel.
 ///   data()            where to write (any thread; a pure read of the current cursor slot)
