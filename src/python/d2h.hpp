@@ -581,7 +581,7 @@ class py_channel {
   /// batch instead of flushing it, so the binding mirrors it like a deferred entry (with no source to hold).
   [[nodiscard]] bool staged_capture(std::uint64_t bytes) const noexcept
   {
-    return staged_max_ != 0 && bytes <= staged_max_;
+    return fd::detail::staged_capture(staged_max_, bytes);
   }
   /// Whether capture() of `bytes` flushes the pending batch (the caller checks the pending sources first).
   [[nodiscard]] bool capture_flushes(std::uint64_t bytes) const

@@ -84,4 +84,11 @@ class deferred_batch {
   return static_cast<std::uint32_t>(std::min<std::uint64_t>({k, gather_max_entries, fifo_capacity}));
 }
 
+/// Whether capture() of a static entry of `bytes` is a staged capture (config::staged_capture_max_bytes
+/// `max_bytes`, 0: off): it joins the deferred batch (producer::capture_staged; the Python binding mirrors it).
+[[nodiscard]] constexpr bool staged_capture(std::uint64_t max_bytes, std::uint64_t bytes) noexcept
+{
+  return max_bytes != 0 && bytes <= max_bytes;
+}
+
 }  // namespace ferry::d2h::detail

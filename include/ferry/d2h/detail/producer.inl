@@ -205,7 +205,7 @@ bool producer<B>::capture(hook_id hook, const void* src, std::uint64_t bytes, co
   FERRY_EXPECTS(src != nullptr && (!dynamic || actual != nullptr), ferry::logic_error,
                 "d2h channel capture: hook {} expected non-null source{}, got null", hook.value,
                 dynamic ? " and size pointer" : "");
-  if (!dynamic && st_.stage_slot != 0 && bytes <= st_.cfg.staged_capture_max_bytes) {
+  if (!dynamic && staged_capture(st_.cfg.staged_capture_max_bytes, bytes)) {
     return capture_staged(hook, src, bytes, s, full);
   }
   const std::uint64_t reserved = align_up(bytes, entry_alignment);
