@@ -217,9 +217,7 @@ class Probe:
             self.keep.append(stage)
 
             def staged(h, t, cap=cap, stage=stage):
-                b = stage.get(h)
-                if b is None:
-                    b = stage[h] = torch.empty_like(t)
+                b = buffer_for(stage, h, t)
                 b.copy_(t.detach())
                 cap(h, b)
 
@@ -237,10 +235,7 @@ class Probe:
 
         def hook(h, t):
             for i in range(times):
-                b = bufs.get((h, i))
-                if b is None:
-                    b = bufs[(h, i)] = torch.empty_like(t)
-                op(t.detach(), b)
+                op(t.detach(), buffer_for(bufs, (h, i), t))
 
         with fh.install(self.model, pts, hook):
             self.dec.reset()
@@ -320,6 +315,14 @@ class Probe:
         for key, ks in traces.items():
             out[key].update(extra_kernels(ks, base))
         return out
+
+
+def buffer_for(bufs, key, t):
+    """The static device buffer ``bufs[key]`` shaped like ``t`` (allocated on first use, outside any capture)."""
+    b = bufs.get(key)
+    if b is None:
+        b = bufs[key] = torch.empty_like(t)
+    return b
 
 
 def extra_kernels(ks, base):
