@@ -53,6 +53,20 @@ fd::forward_plan capture_forward(fd::channel<B>& ch, fb::stream_view<B> cs, cons
   }
   return ch.end_forward(cs);
 }
+/// Replays `g` (each after its plan) `replays` times on `s`, calling `prepare(r)` first (replay r's expected
+/// entries and sources), then closes the channel: clean, every entry of every replay delivered, none bad.
+template <class B, class Prepare>
+void replay_checked(fd::channel<B>& ch, const fb::graph_exec<B>& g, const fd::forward_plan& plan, fb::stream<B>& s,
+                    const checker& chk, std::uint64_t replays, Prepare&& prepare)
+{
+  for (std::uint64_t r = 0; r < replays; ++r) {
+    prepare(r);
+    ch.replay(g, plan, s);
+  }
+  EXPECT_TRUE(ch.close().clean());
+  EXPECT_EQ(chk.got, replays * plan.size());
+  EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
+}
 /// Expects `f()` to throw out_of_memory naming capture_deferred.
 template <class F>
 void expect_refused_oom(F&& f)
@@ -362,14 +376,10 @@ TYPED_TEST_P(D2hGather, GraphReplaysManyTimesWithPlan)
         [&](std::uint64_t j) { return deferred[j]; });
     });
     ASSERT_EQ(plan.size(), n);
-    for (std::uint64_t r = 0; r < replays; ++r) {
+    gather_test::replay_checked(ch, g, plan, s, chk, replays, [&](std::uint64_t r) {
       for (std::uint64_t j = 0; j < n; ++j) { chk.expect(r * n + j, static_cast<std::uint32_t>(100 + j), sizes[j]); }
       this->b.memcpy_async(dsrc.data(), h + r * n * stride, n * stride, fb::memcpy_kind::host_to_device, s.handle());
-      ch.replay(g, plan, s);
-    }
-    EXPECT_TRUE(ch.close().clean());
-    EXPECT_EQ(chk.got, replays * n);
-    EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
+    });
   }
 }
 
@@ -411,18 +421,14 @@ TYPED_TEST_P(D2hGather, VllmFullSizesInAGraphAcrossRingWraps)
         [&](std::uint64_t) { return v.deferred; });
     });
     ASSERT_EQ(plan.size(), n);
-    for (std::uint64_t r = 0; r < replays; ++r) {
+    gather_test::replay_checked(ch, g, plan, s, chk, replays, [&](std::uint64_t r) {
       s.synchronize();  // the previous replay read the sources
       for (std::uint64_t j = 0; j < n; ++j) {
         chk.expect(r * n + j, static_cast<std::uint32_t>(j), sizes[j]);
         for (std::uint64_t i = 0; i < sizes[j]; ++i) { h[at[j] + i] = ferry::testing::pattern_byte(r * n + j, i); }
       }
       this->b.memcpy_async(dsrc.data(), host.data(), at[n], fb::memcpy_kind::host_to_device, s.handle());
-      ch.replay(g, plan, s);
-    }
-    EXPECT_TRUE(ch.close().clean());
-    EXPECT_EQ(chk.got, replays * n);
-    EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
+    });
   }
 }
 
