@@ -153,8 +153,8 @@ FERRY_HD inline void scatter_share(const ferry::h2d::detail::scatter_params& p, 
     // pass. The loop's stores may alias the header, so the compiler cannot hoist it (or, through it, the
     // count's uses) above them -- it did hoist avail_of(count) when the count was loaded out here, and the
     // GPU issues in order: a use of a pending load stalls the warp, so every payload load waited for the
-    // header's PCIe round trip (+1.1-1.4 us per zero-copy graph replay, probe h2d_scatter_probe). A
-    // volatile load in the loop is no cure: the probe measured it far slower (decode256 43 us).
+    // header's PCIe round trip (probe h2d_scatter_probe, docs/perf/journal.md). A volatile load in the loop
+    // is no cure: the probe measured it far slower (same journal entry).
     scatter_tile(p, td, [word] { return *word; }, speculative, thread, threads);
   }
 }

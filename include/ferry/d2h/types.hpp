@@ -92,8 +92,7 @@ struct config {
   /// as well (the 1-thread publish kernel behind a fork event recorded after the gather: the kernel boundary
   /// joins the gather's blocks), instead of in its own last block (block barrier, acq_rel join counter,
   /// system-scope release), which keeps the release and the block join off the producer stream's path. A
-  /// performance knob only (on the H200: vllm-full B=1 forward +1.9% with it, +3.8% with the fused release;
-  /// docs/perf/README.md).
+  /// performance knob only (measured on the H200: docs/perf/README.md, the deferred capture rows).
   bool gather_branch_publish{true};
   /// Staged immediate capture (0: off): capture() of a static entry up to this many bytes copies the source
   /// at once into a channel-owned device staging slot (the backend's device-to-device copy: a memcpy node in a
