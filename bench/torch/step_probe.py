@@ -26,6 +26,8 @@ per timing (CUDA events around the replays, GPU time), contestants round-robin i
   ferry_general   the same with lean_copy_kernel=False (the general copy kernel: pass loop, byte tail)
   ferry_staged    immediate capture staged (staged_capture_max_bytes 16 KiB: every hook but the logits): a
                   device-to-device copy per hook into ferry's staging, one gather per K (ferry_staged_k32: K=32)
+  ferry_ring8     the same with an 8 MiB ring (ferry_ring1g: 1 GiB; --ring-mib sets the others'): does the
+                  ring's footprint (its pages, written once per hook and by nothing else) change the kernel's cost?
   ferry_x2        ferry, each hook captured twice (two copy kernels back to back: the second one's code and
                   state are warm; x2 minus ferry is what a warm copy kernel costs)
   ferry_plain_x2  the same with plain launches (no programmatic overlap between the two)
@@ -38,6 +40,7 @@ per timing (CUDA events around the replays, GPU time), contestants round-robin i
   gather_plain    the same, plain launches
   gather_k32      the same with publish_every 32 (hidden-states: one gather per forward, which also does the
                   forward boundary's release)
+  gather_ring8    gather with an 8 MiB ring
   gather_fused    the same as gather (K=16) with each batch's release fused into its gather's last block
                   (gather_branch_publish=False: no branch in the graph)
 
@@ -88,7 +91,10 @@ CHANNELS = {  # contestant -> (Channel kwargs, deferred)
     "ferry_general": (dict(lean_copy_kernel=False), False),
     "ferry_staged": (dict(staged_capture_max_bytes=16 << 10), False),
     "ferry_staged_k32": (dict(staged_capture_max_bytes=16 << 10, publish_every=32), False),
+    "ferry_ring8": (dict(ring_bytes=8 << 20), False),
+    "ferry_ring1g": (dict(ring_bytes=1 << 30), False),
     "gather": (dict(), True),
+    "gather_ring8": (dict(ring_bytes=8 << 20), True),
     "gather_plain": (dict(programmatic_launch=False), True),
     "gather_k32": (dict(publish_every=32), True),
     "gather_fused": (dict(gather_branch_publish=False), True),
