@@ -15,6 +15,8 @@ per timing (CUDA events around the replays, GPU time), contestants round-robin i
                   --publish-every-th hook and the end of the step): what the longer lifetimes alone change in
                   the allocator's placement of the step's activations
   hold_k32        the same, held in batches of 32
+  fork            no capture; every --publish-every-th hook forks a side stream running one tiny torch kernel,
+                  joined back at the end of the step: the graph topology of ferry's branch releases without ferry
   empty           ferry's begin_forward/end_forward only, no hooks (the per-forward fixed cost)
   ferry           a copy kernel per hook, publish_every K, branch release, programmatic launch (the defaults)
   ferry_plain     the same, plain (non-programmatic) launches
@@ -190,6 +192,31 @@ class Probe:
                 g = self.graph(body)
             runs[name] = (lambda g=g: g.replay(), None, 0)
 
+        if self.want("fork"):
+            side = torch.cuda.Stream()
+            tiny = torch.zeros(1, device=torch.device("cuda", 0))
+            self.keep.append((side, tiny))
+            state = {"n": 0, "open": False}
+            k = self.args.publish_every
+
+            def fork(h, t, state=state, side=side, tiny=tiny, k=k):
+                state["n"] += 1
+                if state["n"] % k == 0:
+                    side.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(side):
+                        tiny.add_(1)
+                    state["open"] = True
+
+            def fork_body(state=state, side=side):
+                state["n"] = 0
+                dec.step()
+                if state["open"]:
+                    torch.cuda.current_stream().wait_stream(side)
+                    state["open"] = False
+
+            with fh.install(model, pts, fork):
+                g = self.graph(fork_body)
+            runs["fork"] = (lambda g=g: g.replay(), None, 0)
         if self.want("empty"):
             runs["empty"] = self.ferry_run(self.channel({}), 0)
         for name, (kw, deferred) in CHANNELS.items():
