@@ -286,7 +286,7 @@ class Bench:
 
     def capture_fn(self, deferred=False):
         """The hooks' capture call; ``deferred``: the preset's points (those marked deferred use deferred
-        capture: one gather launch per batch of publish_every entries), or False."""
+        capture: one gather launch per batch of min(publish_every, 32) entries), or False."""
         use = {"auto": "auto", "ops": True, "core": False}[self.args.capture]
         return fh.capture_fn(self.ch, self.fstream, use_ops=use, device=self.device, deferred=deferred)
 
@@ -849,7 +849,9 @@ def main(argv=None):
                     help="the Publisher's upload backend (auto: its calibration's choice, eager and graph)")
     ap.add_argument("--h2d-reps", type=int, default=3)
     ap.add_argument("--ring-mib", type=int, default=256)
-    ap.add_argument("--publish-every", type=int, default=16)
+    ap.add_argument("--publish-every", type=int, default=4096,
+                    help="the channel's K; 4096 (more than any preset's hooks): one release per forward, at "
+                         "end_forward (docs/api/d2h.md, 'Choosing K in a graph')")
     ap.add_argument("--branch-publish", choices=["on", "off"], default="on",
                     help="Channel(branch_publish=...): batch releases on a branch (on) or on the stream (off)")
     ap.add_argument("--capture", choices=["auto", "ops", "core"], default="auto",

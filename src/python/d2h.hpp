@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <iterator>
 #include <memory>
@@ -250,9 +251,10 @@ class py_channel {
   void capture(std::uint32_t hook, nb::handle tensor, nb::handle stream)
   {
     auto s = resolve_stream<B>(stream, dev_, "Channel.capture");
-    const array_bytes t = tensor_bytes(tensor, hook, "Channel.capture");
+    array_bytes t = tensor_bytes(tensor, hook, "Channel.capture");
     std::shared_lock lk{mu_};
     auto& ch = live("capture");
+    std::shared_ptr<void> snap = host_snapshot(t);
     if (capture_flushes(t.nbytes)) { check_deferred("capture"); }  // with the GIL held: the version reads need it
     std::vector<deferred_src> flushed;  // released with the GIL held, after the block below
     {
@@ -260,7 +262,7 @@ class py_channel {
       set_dev();
       flushed = immediate(ch, hook, t.data, t.nbytes, s);
     }
-    if constexpr (is_host<B>) { current_.push_back(nb::borrow(tensor)); }
+    hold_host_source(tensor, std::move(snap));
   }
 
   /// Channel.capture_deferred: the array is held until the flush that copies it was enqueued (host backend:
@@ -268,14 +270,16 @@ class py_channel {
   void capture_deferred(std::uint32_t hook, nb::handle tensor, nb::handle stream)
   {
     auto s = resolve_stream<B>(stream, dev_, "Channel.capture_deferred");
-    const array_bytes t = tensor_bytes(tensor, hook, "Channel.capture_deferred");
+    array_bytes t = tensor_bytes(tensor, hook, "Channel.capture_deferred");
     auto* o = new py_deferred_src{tensor.ptr(), 0, false, !is_host<B>};
     o->version = py_deferred_src::read_version(tensor.ptr(), o->versioned);
     if (o->owns) { Py_INCREF(o->obj); }
     std::shared_ptr<void> keep(o, &py_deferred_src::release);
     std::shared_lock lk{mu_};
     auto& ch = live("capture_deferred");
-    if constexpr (is_host<B>) { current_.push_back(nb::borrow(tensor)); }  // the host copy runs later
+    // The host copy runs later. In an eager forward it copies a snapshot taken now; the contract (unmodified
+    // until the flush) and the version check at the flush stay those of CUDA.
+    hold_host_source(tensor, host_snapshot(t));
     // The pending sources are checked only when this call flushes them, with the GIL held (one GIL for all
     // the version reads), and the flushed ones are released after the GIL is taken back (`flushed` outlives
     // `g`): no GIL hand-over per source while another Python thread (the consumer) may hold it.
@@ -507,6 +511,39 @@ class py_channel {
   }
 
  private:
+  /// Host backend, eager forward: the stream thread copies later, unordered with the caller's own writes
+  /// (torch's CPU ops and numpy run on the calling thread, not on the stream), so the bytes are snapshotted at
+  /// the call and `t` points to the snapshot: an in-place write after the call does not reach the entry, as
+  /// stream order makes it so on CUDA (the torch op snapshots the same way). A captured forward's graph reads
+  /// the array itself at each launch. Null (no snapshot) on CUDA, outside an eager forward, or for no bytes.
+  [[nodiscard]] std::shared_ptr<void> host_snapshot(array_bytes& t) const
+  {
+    if constexpr (is_host<B>) {
+      const std::uint32_t f = fwd_flags_.load(std::memory_order_relaxed);
+      if ((f & FERRY_INFO_FORWARD_OPEN) != 0 && (f & FERRY_INFO_FORWARD_CAPTURING) == 0 && t.nbytes != 0) {
+        std::shared_ptr<std::byte[]> buf(new std::byte[t.nbytes]);  // operator new: 16-byte aligned
+        std::memcpy(buf.get(), t.data, t.nbytes);
+        t.data = buf.get();
+        return buf;
+      }
+    }
+    (void)t;
+    return {};
+  }
+  /// Host backend: holds the array until the forward's copies ran (a captured forward's graph reads it; a
+  /// deferred source's version check reads it: on the host backend py_deferred_src does not own it) and
+  /// the snapshot the stream thread copies, if any; nothing on CUDA.
+  void hold_host_source(nb::handle tensor, std::shared_ptr<void> snap)
+  {
+    if constexpr (is_host<B>) {
+      current_.push_back(nb::borrow(tensor));
+      if (snap) {
+        std::lock_guard kl{keep_mu_};
+        keep_current_.push_back(std::move(snap));
+      }
+    }
+    (void)tensor, (void)snap;
+  }
   /// Host backend: the arrays (and C ABI owners) captured in the forward just ended or aborted. Eager: host
   /// "kernels" copy later, on the stream thread, so they are held until then; captured: with the graph.
   void hand_over_forward_refs(fb::stream_view<B> s, bool capturing)

@@ -420,6 +420,36 @@ def test_deferred_source_freed_after_capture_is_still_exact(make_channel, stream
     assert ch.close()["clean"]
 
 
+def test_host_eager_captures_copy_the_bytes_of_the_call(make_channel, stream, drain):
+    # The host backend copies later on its stream thread, which the caller's own writes (numpy, torch's CPU
+    # ops) do not wait for: in an eager forward Channel.capture and capture_deferred snapshot the bytes, so a
+    # write in place after the capture call (immediate) or after the flush was enqueued (deferred) does not
+    # reach the entry, as stream order makes it so on CUDA. A 16 MiB entry first keeps the stream thread busy
+    # while the writes below run.
+    ch = make_channel(ring_bytes=1 << 26, publish_every=64)
+    busy = np.full(16 << 20, 7, dtype=np.uint8)
+    x = np.zeros(4096, dtype=np.float32)
+    y = np.zeros(4096, dtype=np.float32)
+    ch.begin_forward(stream)
+    ch.capture(0, busy, stream)
+    for i in range(4):
+        ch.capture(1 + i, x, stream)
+        x += 1  # after the call: not in the entry of hook 1 + i
+    ch.capture_deferred(9, y, stream)
+    ch.end_forward(stream)  # enqueues hook 9's gather
+    y += 1  # after the flush: not in the entry
+    busy[:] = 0
+    got = drain(ch, 6)
+    assert [e.hook for e in got] == [0, 1, 2, 3, 4, 9]
+    assert got[0].tobytes() == bytes([7]) * (16 << 20)
+    for i, e in enumerate(got[1:5]):
+        assert (np.frombuffer(e.tobytes(), np.float32) == i).all(), e.hook
+    assert (np.frombuffer(got[5].tobytes(), np.float32) == 0).all()
+    for e in got:
+        e.release()
+    assert ch.close()["clean"]
+
+
 def test_abort_forward_drops_pending_deferred(make_channel, stream, drain):
     ch = make_channel(publish_every=8)
     ch.begin_forward(stream)

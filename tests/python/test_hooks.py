@@ -186,7 +186,7 @@ def test_benchmark_smoke(tmp_path):
     assert set(d) == {"device", "commit", "date", "command", "decode", "entries_checked", "entries_bad", "h2d_step",
                       "check", "config", "noise"}
     assert d["noise"] == {}  # graph modes only (no graphs on the host)
-    assert d["config"]["pool"] == "shared" and d["config"]["publish_every"] == 16 and d["config"]["capture"] == "core"
+    assert d["config"]["pool"] == "shared" and d["config"]["publish_every"] == 4096 and d["config"]["capture"] == "core"
     assert d["config"]["drain_during"] == "off" and d["config"]["h2d_upload"] == "auto"
     assert set(d["decode"]) == {"b1_eager", "b1_graph", "b16_graph"}
     for mode in d["decode"].values():
