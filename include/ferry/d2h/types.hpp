@@ -99,8 +99,8 @@ struct config {
   /// graph) and joins the deferred batch with that slot as its source, so the batch's ONE gather moves it into
   /// the ring. The source may change right after capture() returns (stream order), as with the copy kernel; the
   /// entry is placed, counted and published with its batch. Staging: the batch limit x this size, rounded up
-  /// to 16 bytes, of device memory. Off by default: in a torch graph it measured no cheaper than the copy
-  /// kernel per hook (docs/perf/journal.md).
+  /// to 16 bytes, of device memory. Off by default: in a torch graph it pays only where the forward has no
+  /// mid-forward release and many hooks (publish_every above the hook count; docs/perf/README.md, torch).
   std::size_t staged_capture_max_bytes{0};
   std::chrono::microseconds drain_idle_sleep{20};  ///< drain thread sleep when idle
 };
