@@ -764,7 +764,7 @@ class py_channel {
   std::atomic<std::uintptr_t> fwd_stream_{0};
   std::atomic<std::uint32_t> fwd_flags_{0};  // FERRY_INFO_* of the open forward
   std::mutex keep_mu_;
-  std::vector<std::shared_ptr<void>> keep_current_;  // C ABI owners of the open forward (host backend)
+  std::vector<std::shared_ptr<void>> keep_current_;  // C ABI owners and snapshots of the open forward (host)
   std::vector<std::shared_ptr<void>> keep_graph_;    // C ABI owners captured into graphs (host backend)
   mutable std::shared_mutex mu_;  // shared: every call; unique: close()
   std::optional<fd::channel<B>> ch_;
