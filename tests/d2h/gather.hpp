@@ -402,7 +402,8 @@ TYPED_TEST_P(D2hGather, VllmFullSizesInAGraphAcrossRingWraps)
     bool deferred;
     std::uint32_t vecs;
   };
-  for (const variant v : {variant{16, true, 2}, variant{32, true, 2}, variant{16, false, 1}}) {
+  // K 4096: one release per forward (end_forward's), batches of gather_max_entries (128) across the wraps
+  for (const variant v : {variant{16, true, 2}, variant{32, true, 2}, variant{4096, true, 2}, variant{16, false, 1}}) {
     SCOPED_TRACE("K " + std::to_string(v.k) + (v.deferred ? " deferred" : " immediate") + " V " + std::to_string(v.vecs));
     fb::stream<B> s{this->b};
     constexpr std::uint64_t replays = 6;

@@ -19,8 +19,10 @@
 namespace ferry::d2h::detail {
 
 /// The most entries one gather launch copies (the descriptor table travels in the kernel parameters:
-/// 32 x 16 bytes + 33 x 8 bytes of prefix sums + 33 x 4 bytes of block offsets, under the 4 KiB limit).
-inline constexpr std::uint32_t gather_max_entries = 32;
+/// 128 x 16 bytes + 129 x 8 bytes of prefix sums + 129 x 4 bytes of block offsets, under the 4 KiB that every
+/// backend passes by value; static_assert below). With one release per forward a graphed vllm-full step
+/// (341 hooks) launches 3 gathers, not 11.
+inline constexpr std::uint32_t gather_max_entries = 128;
 
 /// One deferred entry: `bytes` (fixed size) from device memory `src`.
 struct gather_entry {
@@ -48,6 +50,7 @@ struct gather_args {
   std::uint64_t pre[gather_max_entries + 1]{};
   std::uint32_t first_block[gather_max_entries + 1]{};
 };
+static_assert(sizeof(gather_args) <= 4096, "gather_args travels as kernel parameters: at most 4 KiB");
 
 /// Fills `a.e[0..n)` from (source, bytes) pairs and `a.pre` from their reserved sizes (align_up to
 /// entry_alignment); `a.n` = n.
