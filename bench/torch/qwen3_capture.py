@@ -872,7 +872,7 @@ def main(argv=None):
                          "entries wait in pinned staging, which must hold a whole generation)")
     ap.add_argument("--staged-capture-max", type=int, default=16384,
                     help="Channel(staged_capture_max_bytes=...): immediate captures up to this size staged (0: off; "
-                         "the default stages every hook but the logits: a device copy per hook, one gather per 32)")
+                         "the default stages every hook but the logits: a device copy per hook, one gather per 128)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--commit", default=None)
     args = ap.parse_args(argv)

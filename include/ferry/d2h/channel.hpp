@@ -116,7 +116,7 @@ class channel {
   }
 
   /// Deferred capture: records (hook, `src`, `bytes`) on the CPU only; the copy happens in ONE gather
-  /// launch for the batch at its flush point: the K-th deferred entry (config::publish_every, at most 32),
+  /// launch for the batch at its flush point: the K-th deferred entry (config::publish_every, at most 128),
   /// end_forward, flush(), or the next capture / begin_write (entry order is kept). Contract: `src` stays
   /// allocated and unmodified until that flush has been enqueued on `s` (docs/api/d2h.md, "Deferred capture").
   void capture_deferred(hook_id hook, const void* src, std::uint64_t bytes, stream_view s)
