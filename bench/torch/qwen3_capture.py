@@ -321,7 +321,8 @@ class Bench:
             runs["none"] = Contestant(none_eager)
 
         for preset, pts in points_by_preset.items():
-            # ferry (a copy kernel per hook) and gather (deferred capture: one gather kernel per K hooks)
+            # ferry (immediate capture: staged up to --staged-capture-max, else a copy kernel per hook) and
+            # gather (deferred capture: one gather kernel per batch)
             for kind, deferred in (("ferry", False), ("gather", pts)):
                 if kind not in self.kinds:
                     continue
