@@ -286,7 +286,7 @@ class Bench:
 
     def capture_fn(self, deferred=False):
         """The hooks' capture call; ``deferred``: the preset's points (those marked deferred use deferred
-        capture: one gather launch per batch of min(publish_every, 32) entries), or False."""
+        capture: one gather launch per batch of up to min(publish_every, 128) entries), or False."""
         use = {"auto": "auto", "ops": True, "core": False}[self.args.capture]
         return fh.capture_fn(self.ch, self.fstream, use_ops=use, device=self.device, deferred=deferred)
 

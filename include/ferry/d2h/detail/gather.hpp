@@ -20,8 +20,8 @@ namespace ferry::d2h::detail {
 
 /// The most entries one gather launch copies (the descriptor table travels in the kernel parameters:
 /// 128 x 16 bytes + 129 x 8 bytes of prefix sums + 129 x 4 bytes of block offsets, under the 4 KiB that every
-/// backend passes by value; static_assert below). With one release per forward a graphed vllm-full step
-/// (341 hooks) launches 3 gathers, not 11.
+/// backend passes by value; static_assert below): with one release per forward a vllm-full forward
+/// (341 hooks) launches 3 gathers.
 inline constexpr std::uint32_t gather_max_entries = 128;
 
 /// One deferred entry: `bytes` (fixed size) from device memory `src`.
