@@ -500,6 +500,16 @@ void host_backend::host_func(stream_type s, std::function<void()> f) const
   enqueue(s, [f = std::move(f)]() -> std::function<void()> { return f; });
 }
 
+void host_backend::release_after(stream_type s, std::shared_ptr<void> keep) const
+{
+  if (!keep) { return; }
+  host_detail::check_stream(s, "release_after");
+  // The node gives its owner to the operation; the operation drops it when the stream thread runs it.
+  enqueue(s, [k = std::move(keep)]() mutable -> std::function<void()> {
+    return [k = std::move(k)]() mutable { k.reset(); };
+  });
+}
+
 void host_backend::check_launch(bool has_fn, const char* name, const launch_config& cfg, stream_type s) const
 {
   host_detail::check_stream(s, "launch");

@@ -10,6 +10,7 @@
 
 #include <concepts>
 #include <cstddef>
+#include <memory>
 #include <string_view>
 
 namespace ferry::backend {
@@ -53,6 +54,7 @@ concept backend = std::copyable<B> &&
     b.mem_advise(p, n, mem_advice::read_mostly, d);
     b.memcpy_async(p, cp, n, memcpy_kind::automatic, s);
     b.memset_async(p, 0, n, s);
+    b.release_after(s, std::shared_ptr<void>{});
     { B::batch_native() } -> std::same_as<bool>;
     b.memcpy_batch_h2d_async(static_cast<void* const*>(nullptr), static_cast<const void* const*>(nullptr),
                              static_cast<const std::size_t*>(nullptr), n, d, s);

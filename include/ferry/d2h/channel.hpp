@@ -16,6 +16,7 @@
 #include <ferry/d2h/errors.hpp>
 #include <ferry/d2h/forward_plan.hpp>
 #include <ferry/d2h/ring_ref.hpp>
+#include <ferry/d2h/source_owner.hpp>
 #include <ferry/d2h/types.hpp>
 #include <ferry/d2h/write_ticket.hpp>
 
@@ -94,15 +95,20 @@ class channel {
   }
 
   /// Copies `bytes` from device memory `src` into the ring (library copy kernel) as one entry of `hook`.
-  void capture(hook_id hook, const void* src, std::uint64_t bytes, stream_view s)
+  /// `owner` (optional) is held until the copy no longer needs `src` (source_owner.hpp).
+  void capture(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, source_owner owner = {})
   {
-    guarded([&] { (void)impl()->prod.capture(hook, src, bytes, nullptr, detail::entry_kind::fixed, s, blocking()); });
+    guarded([&] {
+      (void)impl()->prod.capture(hook, src, bytes, nullptr, detail::entry_kind::fixed, s, blocking(), std::move(owner));
+    });
   }
   /// Same; returns false instead of blocking / throwing when the ring, FIFO or size ring is full.
-  [[nodiscard]] bool try_capture(hook_id hook, const void* src, std::uint64_t bytes, stream_view s)
+  [[nodiscard]] bool try_capture(hook_id hook, const void* src, std::uint64_t bytes, stream_view s,
+                                 source_owner owner = {})
   {
     return guarded([&] {
-      return impl()->prod.capture(hook, src, bytes, nullptr, detail::entry_kind::fixed, s, detail::when_full::refuse);
+      return impl()->prod.capture(hook, src, bytes, nullptr, detail::entry_kind::fixed, s, detail::when_full::refuse,
+                                  std::move(owner));
     });
   }
   /// Dynamic entry: reserves `reserved_bytes`; the GPU-resolved size is read from device memory
@@ -119,16 +125,20 @@ class channel {
   /// launch for the batch at its flush point: the K-th deferred entry (config::publish_every, at most 128),
   /// end_forward, flush(), or the next capture / begin_write (entry order is kept). Contract: `src` stays
   /// allocated and unmodified until that flush has been enqueued on `s` (docs/api/d2h.md, "Deferred capture").
-  void capture_deferred(hook_id hook, const void* src, std::uint64_t bytes, stream_view s)
+  /// `owner` (optional) is held until then; its `unchanged` check runs before the flush launches anything
+  /// (a written source: logic_error naming the hook, nothing of the batch launched).
+  void capture_deferred(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, source_owner owner = {})
   {
-    guarded([&] { impl_->prod.capture_deferred(hook, src, bytes, s); });
+    guarded([&] { impl()->prod.capture_deferred(hook, src, bytes, s, std::move(owner)); });
   }
   /// Enqueues the copy (one gather launch) of every deferred entry recorded since the last flush on `s`.
   /// After it returns, their sources may be reused by work enqueued on `s`.
   void flush(stream_view s)
   {
-    guarded([&] { impl_->prod.flush(s); });
+    guarded([&] { impl()->prod.flush(s); });
   }
+  /// Deferred entries (and staged captures) recorded and not yet flushed (producer thread).
+  [[nodiscard]] std::uint32_t deferred_pending() const { return impl()->prod.deferred_pending(); }
 
   /// For a user kernel writing the entry itself: launch it with ticket.ref() (see ring_ref), then end_write().
   [[nodiscard]] write_ticket begin_write(hook_id hook, std::uint64_t reserved_bytes, stream_view s, bool dynamic = false)

@@ -222,6 +222,9 @@ struct FERRY_GPU_BACKEND {
   {
     FERRY_GPU_TRY(FERRY_GPU(MemsetAsync)(dst, value, bytes, s));
   }
+  /// Drops `keep` (the owner of memory that work enqueued on the stream reads) now: the memory's allocator
+  /// orders its reuse on the stream (cudaFree synchronizes; torch's caching allocator is stream-ordered).
+  void release_after(stream_type, std::shared_ptr<void> keep) const noexcept { keep.reset(); }
   /// Whether memcpy_batch_h2d_async is one runtime call (cudaMemcpyBatchAsync, CUDA 12.8+).
   [[nodiscard]] static constexpr bool batch_native() noexcept { return FERRY_GPU_BATCH_NATIVE; }
   /// `n` host-to-device copies (dsts[i] <- srcs[i], sizes[i] bytes) on `s`: one batched submission where the

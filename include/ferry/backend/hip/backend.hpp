@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <memory>
 #include <string_view>
 #include <type_traits>
 

@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <type_traits>
 #include <string_view>
 #include <utility>
@@ -145,6 +146,9 @@ struct host_backend {
   }
   /// Enqueue an arbitrary host callable (the host backend's cudaLaunchHostFunc).
   void host_func(stream_type s, std::function<void()> f) const;
+  /// Drops `keep` (the owner of memory that work enqueued on `s` reads) once that work ran: the emulated
+  /// device reads "device" memory later, on the stream's thread (a GPU backend drops it at once).
+  void release_after(stream_type s, std::shared_ptr<void> keep) const;
 
   // graphs
   void capture_begin(stream_type s) const;

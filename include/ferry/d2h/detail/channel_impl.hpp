@@ -196,6 +196,7 @@ shutdown_report channel_impl<B>::close(std::chrono::milliseconds timeout)
       }
     }
   }
+  prod.release_graph_sources();  // refused from now on: no replay is planned after close
   rep.delivered = st.c_drained.load();
   rep.pending_pop = drain.pending_pop();
   rep.views_held = st.staging->live_views();

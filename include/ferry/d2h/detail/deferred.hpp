@@ -1,70 +1,150 @@
 // SPDX-License-Identifier: Apache-2.0
-// The producer's deferred batch: capture_deferred() only records (hook, source, bytes) here, on the CPU;
-// the batch is copied by ONE gather launch at its flush point (producer::flush_deferred): the batch limit
-// (config::publish_every, at most gather_max_entries), end_forward, an explicit flush, and any immediate
-// capture or begin_write (entry order is preserved: the gather is enqueued before the next writer).
-// Contract (docs/api/d2h.md, "Deferred capture"): a deferred source stays allocated and unmodified from
-// capture until its flush has been enqueued on the same stream.
+// The producer's deferred batch and the sources it holds. capture_deferred() only records (hook, source,
+// bytes, owner) here, on the CPU; the batch is copied by ONE gather launch at its flush point
+// (producer::flush_deferred): the batch limit (config::publish_every, at most gather_max_entries), end_forward,
+// an explicit flush, and any immediate capture or begin_write (entry order is preserved: the gather is
+// enqueued before the next writer). Contract (docs/api/d2h.md, "Deferred capture"): a deferred source stays
+// allocated and unmodified from capture until its flush has been enqueued on the same stream; a source_owner
+// given with it is held until then and asked, before the flush, whether the source is unchanged.
 #pragma once
 
+#include <ferry/backend/concepts.hpp>
+#include <ferry/backend/types.hpp>
 #include <ferry/d2h/detail/gather.hpp>
+#include <ferry/d2h/source_owner.hpp>
 #include <ferry/d2h/types.hpp>
+#include <ferry/error.hpp>
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+#include <utility>
 
 namespace ferry::d2h::detail {
+
+/// A capture's source as the producer holds it: where its copy reads (`src`: the caller's memory, or the
+/// host backend's snapshot of it) and what to give back once that copy no longer needs it.
+struct held_source {
+  const void* src{nullptr};
+  source_owner owner;
+  std::shared_ptr<void> snapshot;  ///< the host backend's copy of a host-written source (eager forward)
+};
+
+/// The host snapshot rule, its only home (source_owner::host_written): on the host backend, in an eager
+/// forward, a host-written source is copied at the call and the entry's copy reads that snapshot; anywhere
+/// else the copy reads the source itself. operator new's 16-byte alignment keeps the vector copy forms.
+template <ferry::backend::backend B>
+[[nodiscard]] held_source hold_source(const void* src, std::uint64_t bytes, source_owner owner, bool capturing)
+{
+  held_source h{src, std::move(owner), {}};
+  if constexpr (std::is_same_v<typename B::tag, ferry::backend::host_tag>) {
+    if (h.owner.host_written && !capturing && bytes != 0) {
+      std::shared_ptr<std::byte[]> buf(new std::byte[bytes]);
+      std::memcpy(buf.get(), src, bytes);
+      h.src = buf.get();
+      h.snapshot = std::move(buf);
+    }
+  }
+  return h;
+}
 
 /// The deferred entries recorded since the last flush, in entry order.
 class deferred_batch {
  public:
   struct entry {
     hook_id hook{};
-    const std::byte* src{nullptr};
     std::uint64_t bytes{0};
     std::uint64_t reserved{0};
     bool staged{false};  ///< a staged immediate capture (its source is a channel-owned staging slot)
+    held_source source;
   };
+
+  /// `limit` entries at most (deferred_limit), spanning at most `ring_bytes`.
+  deferred_batch(std::uint32_t limit, std::uint64_t ring_bytes) noexcept : limit_{limit}, ring_bytes_{ring_bytes} {}
 
   [[nodiscard]] bool empty() const noexcept { return n_ == 0; }
   [[nodiscard]] std::uint32_t size() const noexcept { return n_; }
+  [[nodiscard]] std::uint32_t limit() const noexcept { return limit_; }
   [[nodiscard]] const entry& operator[](std::uint32_t i) const noexcept { return e_[i]; }
 
   /// Whether an entry of `reserved` bytes must go into a new batch: the batch holds `limit` entries, or
-  /// with it the batch could span more than `ring_bytes` (its entries plus at most one wrap padding, which
-  /// is shorter than the largest entry), which no reservation could hold.
-  [[nodiscard]] bool needs_flush_before(std::uint64_t reserved, std::uint32_t limit,
-                                        std::uint64_t ring_bytes) const noexcept
+  /// with it the batch could span more than the ring (its entries plus at most one wrap padding, which is
+  /// shorter than the largest entry), which no reservation could hold.
+  [[nodiscard]] bool needs_flush_before(std::uint64_t reserved) const noexcept
   {
     if (n_ == 0) { return false; }
-    if (n_ >= limit) { return true; }
-    return sum_ + reserved + std::max(max_, reserved) > ring_bytes;
+    if (n_ >= limit_) { return true; }
+    return sum_ + reserved + std::max(max_, reserved) > ring_bytes_;
+  }
+  /// Whether recording an entry of `reserved` bytes flushes the batch (before it, or after it: it fills the
+  /// batch). The recorded sources are checked (check_sources) before such a call changes anything.
+  [[nodiscard]] bool record_flushes(std::uint64_t reserved) const noexcept
+  {
+    return needs_flush_before(reserved) || n_ + 1U >= limit_;
   }
 
-  void push(hook_id hook, const void* src, std::uint64_t bytes, std::uint64_t reserved, bool staged = false) noexcept
+  void push(hook_id hook, std::uint64_t bytes, std::uint64_t reserved, held_source src, bool staged)
   {
-    e_[n_++] = entry{hook, static_cast<const std::byte*>(src), bytes, reserved, staged};
+    e_[n_++] = entry{hook, bytes, reserved, staged, std::move(src)};
     sum_ += reserved;
     max_ = std::max(max_, reserved);
   }
+
+  /// Asks the owners' check functions whether every recorded source is unchanged since its capture (one
+  /// call per run of consecutive owners sharing a function); logic_error naming the first written one. Run
+  /// before the call that flushes changes anything, so nothing of the batch is launched when it throws.
+  void check_sources(const char* what) const
+  {
+    std::array<void*, gather_max_entries> owners{};
+    for (std::uint32_t i = 0; i < n_;) {
+      const source_owner::check_fn f = e_[i].source.owner.unchanged;
+      std::uint32_t j = i;
+      for (; j < n_ && e_[j].source.owner.unchanged == f; ++j) { owners[j - i] = e_[j].source.owner.keep.get(); }
+      const std::size_t bad = f != nullptr ? f(owners.data(), j - i) : j - i;
+      FERRY_EXPECTS(bad >= j - i, ferry::logic_error,
+                    "d2h channel {}: the source of deferred hook {} was written in place after its capture_deferred "
+                    "and before its flush (the gather would copy the new bytes): expected it unmodified until the "
+                    "flush; capture hook {} immediately instead. Nothing of its batch was launched (abort_forward "
+                    "drops the forward)",
+                    what, e_[i + bad].hook.value, e_[i + bad].hook.value);
+      i = j;
+    }
+  }
+
+  /// Takes the sources of every entry (the flush gives them back once the gather no longer needs them) and
+  /// empties the batch.
+  template <class F>
+  void take_sources(F&& give_back)
+  {
+    for (std::uint32_t i = 0; i < n_; ++i) { give_back(std::move(e_[i].source)); }
+    clear();
+  }
   /// Drops every entry but the staged ones (abort_forward: the user's deferred sources may be gone, the
-  /// staging slots are the channel's and their copies were launched).
+  /// staging slots are the channel's and their copies were launched); the dropped owners go back at once.
   void keep_staged() noexcept
   {
     std::uint32_t k = 0;
     sum_ = 0;
     max_ = 0;
     for (std::uint32_t i = 0; i < n_; ++i) {
-      if (!e_[i].staged) { continue; }
-      e_[k++] = e_[i];
-      sum_ += e_[i].reserved;
-      max_ = std::max(max_, e_[i].reserved);
+      if (!e_[i].staged) {
+        e_[i].source = held_source{};
+        continue;
+      }
+      if (k != i) { e_[k] = std::move(e_[i]); }
+      sum_ += e_[k].reserved;
+      max_ = std::max(max_, e_[k].reserved);
+      ++k;
     }
     n_ = k;
   }
+  /// Empties the batch; owners still held go back at once (never launched).
   void clear() noexcept
   {
+    for (std::uint32_t i = 0; i < n_; ++i) { e_[i].source = held_source{}; }
     n_ = 0;
     sum_ = 0;
     max_ = 0;
@@ -73,6 +153,8 @@ class deferred_batch {
  private:
   std::array<entry, gather_max_entries> e_{};
   std::uint32_t n_{0};
+  std::uint32_t limit_;
+  std::uint64_t ring_bytes_;
   std::uint64_t sum_{0};  ///< reserved bytes of the batch
   std::uint64_t max_{0};  ///< largest reserved entry of the batch
 };
@@ -85,7 +167,7 @@ class deferred_batch {
 }
 
 /// Whether capture() of a static entry of `bytes` is a staged capture (config::staged_capture_max_bytes
-/// `max_bytes`, 0: off): it joins the deferred batch (producer::capture_staged; the Python binding mirrors it).
+/// `max_bytes`, 0: off): it joins the deferred batch (producer::capture_staged).
 [[nodiscard]] constexpr bool staged_capture(std::uint64_t max_bytes, std::uint64_t bytes) noexcept
 {
   return max_bytes != 0 && bytes <= max_bytes;

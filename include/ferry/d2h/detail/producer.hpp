@@ -16,6 +16,8 @@
 #include <ferry/d2h/detail/gather.hpp>
 #include <ferry/d2h/detail/launch_shape.hpp>
 #include <ferry/d2h/detail/release_chain.hpp>
+#include <ferry/d2h/detail/reservation.hpp>
+#include <ferry/d2h/source_owner.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -42,34 +44,20 @@ namespace ferry::d2h::detail {
 /// Whether an entry's size is CPU-known (`fixed`) or resolved on the GPU through the size ring (`dynamic`).
 enum class entry_kind : bool { fixed, dynamic };
 
-/// What a producer call does when the ring, the FIFO or the size ring has no room.
-enum class when_full {
-  wait,         ///< full_policy::block_with_timeout: wait for the drain, timeout_error after config::timeout
-  throw_error,  ///< full_policy::fail_fast: out_of_memory at once
-  refuse,       ///< try_capture / try_plan: return false at once
-};
-
-/// The policy of the blocking calls (capture, plan, begin_write) under config::on_full.
-[[nodiscard]] constexpr when_full blocking_policy(const config& cfg) noexcept
-{
-  return cfg.on_full == full_policy::fail_fast ? when_full::throw_error : when_full::wait;
-}
-
 template <ferry::backend::backend B>
 class producer {
  public:
   using stream_type = typename B::stream_type;
   using stream_view = ferry::backend::stream_view<B>;
-  /// Called while the producer waits for ring space: makes or awaits drain progress (poll mode: one drain
-  /// step; thread mode: a wait on the space condition). Injected by channel_impl.
-  using progress_fn = std::function<void()>;
+  using progress_fn = typename reservation<B>::progress_fn;
 
   /// Whether end_write enqueues the commit check (FERRY_D2H_CHECK_COMMIT, or the host backend).
   static constexpr bool check_commits =
     FERRY_D2H_CHECK_COMMIT != 0 || std::is_same_v<typename B::tag, ferry::backend::host_tag>;
 
   producer(channel_state<B>& st, release_chain<B>& rel, progress_fn progress)
-    : st_{st}, rel_{rel}, progress_{std::move(progress)}, join_ev_{st.b, ferry::backend::event_flags::disable_timing}
+    : st_{st}, rel_{rel}, res_{st, std::move(progress)}, join_ev_{st.b, ferry::backend::event_flags::disable_timing},
+      deferred_{deferred_limit(st.cfg, st.fifo.capacity()), st.cfg.ring_bytes}
   {
     if constexpr (check_commits) {
       commit_flag_.emplace(cache_line, st_.b);
@@ -81,8 +69,8 @@ class producer {
   void begin_forward(stream_view s);
   forward_plan end_forward(stream_view s);
   bool capture(hook_id hook, const void* src, std::uint64_t bytes, const std::uint64_t* actual, entry_kind kind,
-               stream_view s, when_full full);
-  void capture_deferred(hook_id hook, const void* src, std::uint64_t bytes, stream_view s);
+               stream_view s, when_full full, source_owner owner = {});
+  void capture_deferred(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, source_owner owner = {});
   void flush(stream_view s);
   write_ticket begin_write(hook_id hook, std::uint64_t reserved_bytes, entry_kind kind, stream_view s);
   void end_write(write_ticket&& t, stream_view s);
@@ -90,6 +78,10 @@ class producer {
   bool abort_forward(stream_view s);
   /// channel::replay: the graph is about to be launched on `s`; joins the stream of the last executed forward.
   void before_replay(stream_view s);
+  /// Deferred entries (and staged captures) recorded and not yet flushed (producer thread).
+  [[nodiscard]] std::uint32_t deferred_pending() const noexcept { return deferred_.size(); }
+  /// close(): the owners of sources captured into graphs go back (no replay runs after close).
+  void release_graph_sources() noexcept { graph_sources_.clear(); }
 
   /// channel::close(): when the commit check found a writer kernel that did not commit, invalidates the
   /// channel and throws invalidated_error naming the hook (every check before the last release has run).
@@ -107,7 +99,12 @@ class producer {
     if (!capturing_ && (unpublished_ > 0 || !deferred_.empty()) && have_last_stream_) {
       try {
         if (!commit_fault_) { st_.check_not_failed("close"); }
-        flush_deferred(last_stream_);  // recorded deferred entries are copied, not silently dropped
+        try {
+          deferred_.check_sources("close");
+        } catch (const ferry::logic_error&) {
+          deferred_.keep_staged();  // a written deferred source is not copied: dropped as abort_forward drops it
+        }
+        launch_deferred(last_stream_, false);  // recorded deferred entries are copied, not silently dropped
         rel_.publish(last_stream_, unpublished_, 0);
         unpublished_ = 0;
       } catch (const std::exception& e) {
@@ -125,24 +122,31 @@ class producer {
   bool check_commit_flag();
   void check_entry(hook_id hook, std::uint64_t bytes, entry_kind kind, const char* what) const;
   [[nodiscard]] ring_ref make_ref(std::uint64_t reserved, entry_kind kind) const noexcept;
-  [[nodiscard]] bool fits(std::uint64_t end, std::size_t n_entries, std::uint64_t n_dyn) const noexcept;
+  /// reservation::wait_for_space from a producer call: an eager producer about to wait first publishes
+  /// what it launched on `flush_stream` (entries launched but not published cannot drain).
   template <class Who>
   bool wait_for_space(std::uint64_t end, std::size_t n_entries, std::uint64_t n_dyn, when_full full,
                       std::optional<stream_type> flush_stream, Who&& who_fn);
   void launch_copy(copy_args a, std::uint64_t bytes, bool one_block, stream_type s);
   /// capture() of a static entry up to config::staged_capture_max_bytes: the source copied into the staging
   /// slot of its batch position, the slot recorded as a deferred entry (producer_deferred.inl).
-  bool capture_staged(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, when_full full);
+  bool capture_staged(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, when_full full,
+                      source_owner owner);
   /// capture_deferred's and capture_staged's common step: reserves the batch with an entry of `bytes` under
   /// `full` (refused: returns false, nothing enqueued), flushes a batch that cannot hold it, records the entry
   /// from `source()` (called after that flush), flushes a full batch.
   template <class Who, class Source>
   bool record_deferred(hook_id hook, std::uint64_t bytes, when_full full, stream_type s, Who&& who, Source&& source,
-                       bool staged);
-  /// Copies the recorded deferred batch (one gather launch). `boundary` (end_forward): the gather's last block
+                       bool staged, const char* what);
+  /// Gives a held source back once the copy enqueued on `s` no longer needs it: the backend's release_after
+  /// (eager), or with the channel's graph sources (a captured forward: every replay reads it again).
+  void retire(held_source&& h, stream_type s);
+  /// Copies the recorded deferred batch (one gather launch), its sources checked first (check_sources). `boundary` (end_forward): the gather's last block
   /// also does the forward boundary's release (every entry since the last release, and the cursor
   /// normalization), so end_forward launches no release of its own. Returns whether the gather did that.
-  bool flush_deferred(stream_type s, bool boundary = false);
+  bool flush_deferred(stream_type s, bool boundary, const char* what);
+  /// flush_deferred after the sources were checked (or hold none that could change).
+  bool launch_deferred(stream_type s, bool boundary);
   /// Where the recorded deferred batch ends (placed from head_pos_ as flush_deferred places it).
   [[nodiscard]] std::uint64_t deferred_end() const noexcept;
   /// For a writer that flushes the recorded deferred batch first (capture, begin_write), under a refusing
@@ -156,7 +160,7 @@ class producer {
 
   channel_state<B>& st_;
   release_chain<B>& rel_;
-  progress_fn progress_;
+  reservation<B> res_;
   std::thread::id owner_{};
   bool owner_bound_{false};
   bool in_forward_{false};
@@ -164,9 +168,6 @@ class producer {
   bool write_open_{false};
   std::uint32_t parity_{0};        ///< entries since begin_forward, mod 2: the device cursor slot
   std::uint64_t unpublished_{0};   ///< entries launched since the last release
-  std::uint64_t head_pos_{0};      ///< virtual ring position after the last reserved entry
-  std::uint64_t dyn_next_{0};      ///< dynamic entries reserved (size slot = dyn_next % size_slots)
-  std::uint64_t next_seq_{0};
   stream_type last_stream_{};
   bool have_last_stream_{false};
   /// The stream the channel's last executed device work (an eager forward, a replay) was enqueued on: a
@@ -180,8 +181,11 @@ class producer {
   bool wrote_user_entry_{false};  ///< a commit check was enqueued: the CPU reads its flag from then on
   bool commit_fault_{false};      ///< the channel's first failure was a commit fault (check_commit_flag)
   deferred_batch deferred_;  ///< capture_deferred entries not yet copied (flush_deferred)
+  std::vector<std::shared_ptr<void>> graph_sources_;  ///< owners of sources captured into graphs (until close)
 };
 
 }  // namespace ferry::d2h::detail
 
 #include <ferry/d2h/detail/producer.inl>
+#include <ferry/d2h/detail/producer_checks.inl>
+#include <ferry/d2h/detail/producer_deferred.inl>

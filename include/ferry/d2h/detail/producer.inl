@@ -2,8 +2,6 @@
 // Definitions of detail::producer<B> (declared in producer.hpp).
 #pragma once
 
-#include <ferry/d2h/detail/producer_checks.inl>
-
 namespace ferry::d2h::detail {
 
 template <ferry::backend::backend B>
@@ -52,7 +50,7 @@ forward_plan producer<B>::end_forward(stream_view s)
   // The forward boundary: one release covering every entry since the last one, and slot[0] = slot[parity].
   // A partial deferred batch is copied first, by a gather that does that release itself in its last block
   // (one kernel fewer on the stream per forward); else the publish kernel does it.
-  if (!flush_deferred(s.handle(), true)) { rel_.publish(s.handle(), unpublished_, parity_); }
+  if (!flush_deferred(s.handle(), true, "end_forward")) { rel_.publish(s.handle(), unpublished_, parity_); }
   unpublished_ = 0;
   parity_ = 0;
   in_forward_ = false;
@@ -85,7 +83,7 @@ bool producer<B>::abort_forward(stream_view s)
                   "capturing (end that capture first)",
                   static_cast<const void*>(s.handle()));
     deferred_.keep_staged();  // staged captures were launched (their copies into the channel's slots): kept
-    (void)flush_deferred(s.handle());
+    (void)launch_deferred(s.handle(), false);
     rel_.publish(s.handle(), unpublished_, parity_);
   }
   deferred_.clear();  // recorded capture_deferred entries were never launched: dropped with the forward
@@ -98,56 +96,28 @@ bool producer<B>::abort_forward(stream_view s)
   return true;
 }
 
-/// Does `n_entries` more entries ending at virtual position `end` (with `n_dyn` dynamic) fit?
-template <ferry::backend::backend B>
-bool producer<B>::fits(std::uint64_t end, std::size_t n_entries, std::uint64_t n_dyn) const noexcept
-{
-  // `end - tail` counts the wrap padding the new entries skip. When the ring is empty (every reserved byte
-  // reclaimed) one entry always fits (reserved <= ring_bytes is checked): its padding holds no data, and
-  // without this an entry larger than the reclaimed prefix could never be placed.
-  const std::uint64_t tail = st_.tail_pos.load(std::memory_order_acquire);
-  const bool ring_ok = end - tail <= st_.cfg.ring_bytes || (tail == head_pos_ && n_entries == 1);
-  const bool fifo_ok = st_.fifo.free_slots() >= n_entries;
-  const bool dyn_ok =
-    n_dyn == 0 || dyn_next_ + n_dyn - st_.dyn_freed.load(std::memory_order_acquire) <= st_.cfg.size_slots;
-  return ring_ok && fifo_ok && dyn_ok;
-}
-
-/// Waits until `fits` (per `full`). Returns false when full and `full` is refuse.
 template <ferry::backend::backend B>
 template <class Who>
 bool producer<B>::wait_for_space(std::uint64_t end, std::size_t n_entries, std::uint64_t n_dyn, when_full full,
                                  std::optional<stream_type> flush_stream, Who&& who_fn)
 {
-  if (fits(end, n_entries, n_dyn)) [[likely]] { return true; }
-  const std::string who = who_fn();
-  st_.c_stalls.fetch_add(1, std::memory_order_relaxed);
-  if (full == when_full::refuse) { return false; }
-  if (full == when_full::throw_error) {
-    FERRY_FAIL(ferry::out_of_memory,
-               "d2h channel: {}: ring full (fail_fast): expected {} free bytes, {} FIFO slots and {} size slots, "
-               "got {} of {} ring bytes in use, {} FIFO slots free",
-               who, end - head_pos_, n_entries, n_dyn, head_pos_ - st_.tail_pos.load(), st_.cfg.ring_bytes,
-               st_.fifo.free_slots());
-  }
-  // Entries launched but not yet published cannot drain: publish them now (eager mode only).
-  if (flush_stream && unpublished_ > 0) {
-    rel_.publish(*flush_stream, unpublished_, 0);
-    unpublished_ = 0;
-  }
-  const auto deadline = std::chrono::steady_clock::now() + st_.cfg.timeout;
-  while (!fits(end, n_entries, n_dyn)) {
-    st_.check_not_failed(who.c_str());
-    if (std::chrono::steady_clock::now() >= deadline) {
-      FERRY_FAIL(ferry::timeout_error,
-                 "d2h channel: {}: expected ring space within {} ms, got {} of {} ring bytes still in use and {} "
-                 "FIFO slots free (is the consumer releasing entries? is the drain running?)",
-                 who, st_.cfg.timeout.count(), head_pos_ - st_.tail_pos.load(), st_.cfg.ring_bytes,
-                 st_.fifo.free_slots());
+  return res_.wait_for_space(end, n_entries, n_dyn, full, [&] {
+    if (flush_stream && unpublished_ > 0) {
+      rel_.publish(*flush_stream, unpublished_, 0);
+      unpublished_ = 0;
     }
-    progress_();
+  }, std::forward<Who>(who_fn));
+}
+
+template <ferry::backend::backend B>
+void producer<B>::retire(held_source&& h, stream_type s)
+{
+  if (capturing_) {
+    if (h.owner.keep) { graph_sources_.push_back(std::move(h.owner.keep)); }
+    return;
   }
-  return true;
+  st_.b.release_after(s, std::move(h.owner.keep));
+  st_.b.release_after(s, std::move(h.snapshot));
 }
 
 /// Launch shape: detail::copy_launch_shape (launch_shape.hpp), the same function bench/d2h uses.
@@ -174,14 +144,8 @@ void producer<B>::commit_entry(hook_id hook, placement p, std::uint64_t reserved
   if (capturing_) {
     access::record(recording_, plan_entry{hook, reserved, bytes, dynamic});
   } else {
-    const entry_meta m{next_seq_, p.start, reserved, bytes, dynamic ? dyn_next_ : 0, hook.value, dynamic};
-    const bool pushed = st_.fifo.try_push(m);
-    (void)pushed;  // space was checked in wait_for_space; the producer is the only pusher
-    ++next_seq_;
-    head_pos_ = p.end;
-    if (dynamic) { ++dyn_next_; }
-    st_.c_reserved.fetch_add(1, std::memory_order_relaxed);
-    atomic_max(st_.c_high, head_pos_ - st_.tail_pos.load(std::memory_order_relaxed));
+    res_.push(hook, p, reserved, bytes, dynamic);
+    res_.advance(p.end, 1);
   }
   parity_ ^= 1U;
   ++fwd_entries_;
@@ -194,7 +158,7 @@ void producer<B>::commit_entry(hook_id hook, placement p, std::uint64_t reserved
 
 template <ferry::backend::backend B>
 bool producer<B>::capture(hook_id hook, const void* src, std::uint64_t bytes, const std::uint64_t* actual,
-                          entry_kind kind, stream_view s, when_full full)
+                          entry_kind kind, stream_view s, when_full full, source_owner owner)
 {
   const bool dynamic = kind == entry_kind::dynamic;
   const char* what = dynamic ? "capture_dynamic" : "capture";
@@ -206,15 +170,16 @@ bool producer<B>::capture(hook_id hook, const void* src, std::uint64_t bytes, co
                 "d2h channel capture: hook {} expected non-null source{}, got null", hook.value,
                 dynamic ? " and size pointer" : "");
   if (!dynamic && staged_capture(st_.cfg.staged_capture_max_bytes, bytes)) {
-    return capture_staged(hook, src, bytes, s, full);
+    return capture_staged(hook, src, bytes, s, full, std::move(owner));
   }
   const std::uint64_t reserved = align_up(bytes, entry_alignment);
   auto who = [&] { return ferry::detail::format("hook {} ({} bytes)", hook.value, bytes); };
   if (!fits_after_deferred(reserved, dynamic ? 1 : 0, full, s.handle(), who)) { return false; }  // nothing flushed
-  flush_deferred(s.handle());  // entry order: the recorded deferred entries are copied first
+  flush_deferred(s.handle(), false, what);  // entry order: the recorded deferred entries are copied first
+  held_source h = hold_source<B>(src, bytes, std::move(owner), capturing_);
   placement p{};
   if (!capturing_) {
-    p = place(head_pos_, reserved, st_.cfg.ring_bytes);
+    p = place(res_.head(), reserved, st_.cfg.ring_bytes);
     if (!wait_for_space(p.end, 1, dynamic ? 1 : 0, full, s.handle(), who)) {
       return false;
     }
@@ -222,9 +187,10 @@ bool producer<B>::capture(hook_id hook, const void* src, std::uint64_t bytes, co
   // Branch releases never fuse into a copy kernel (the release would sit on the producer stream).
   const bool publish_now = unpublished_ + 1 >= st_.cfg.publish_every && !st_.cfg.branch_publish;
   const bool one_block = one_block_copy(st_.cfg, reserved, publish_now);
-  const copy_args a{make_ref(reserved, kind), static_cast<const std::byte*>(src), bytes, actual,
+  const copy_args a{make_ref(reserved, kind), static_cast<const std::byte*>(h.src), bytes, actual,
                     one_block && publish_now ? unpublished_ + 1 : 0, st_.head_dev};
   launch_copy(a, bytes, one_block, s.handle());
+  retire(std::move(h), s.handle());
   commit_entry(hook, p, reserved, bytes, kind, s.handle(), one_block && publish_now);
   return true;
 }
@@ -240,10 +206,10 @@ write_ticket producer<B>::begin_write(hook_id hook, std::uint64_t reserved_bytes
   const std::uint64_t n_dyn = kind == entry_kind::dynamic ? 1 : 0;
   auto who = [&] { return ferry::detail::format("hook {} ({} bytes)", hook.value, reserved_bytes); };
   (void)fits_after_deferred(reserved, n_dyn, blocking_policy(st_.cfg), s.handle(), who);  // throws before the flush
-  flush_deferred(s.handle());  // entry order: the recorded deferred entries are copied first
+  flush_deferred(s.handle(), false, "begin_write");  // entry order: the recorded deferred entries go first
   placement where{};
   if (!capturing_) {
-    where = place(head_pos_, reserved, st_.cfg.ring_bytes);
+    where = place(res_.head(), reserved, st_.cfg.ring_bytes);
     (void)wait_for_space(where.end, 1, n_dyn, blocking_policy(st_.cfg), s.handle(), who);
   }
   write_open_ = true;
@@ -283,18 +249,14 @@ bool producer<B>::plan(const forward_plan& p, when_full full)
   FERRY_EXPECTS(p.size() <= st_.fifo.capacity(), ferry::logic_error,
                 "d2h channel plan: expected at most fifo_capacity = {} entries per forward, got {}",
                 st_.fifo.capacity(), p.size());
-  std::vector<placement> where;
-  where.reserve(p.size());
-  std::uint64_t pos = head_pos_;
-  std::uint64_t n_dyn = 0;
-  for (const auto& e : p.entries()) {
-    where.push_back(place(pos, e.reserved, st_.cfg.ring_bytes));
-    pos = where.back().end;
-    n_dyn += e.dynamic ? 1 : 0;
-  }
-  FERRY_EXPECTS(pos - head_pos_ <= st_.cfg.ring_bytes, ferry::logic_error,
+  std::vector<placement> where(p.size());
+  const std::uint64_t pos =
+    res_.place_run(res_.head(), p.size(), [&](std::size_t i) { return p.entries()[i].reserved; }, where.data());
+  const std::uint64_t n_dyn = static_cast<std::uint64_t>(
+    std::count_if(p.entries().begin(), p.entries().end(), [](const plan_entry& e) { return e.dynamic; }));
+  FERRY_EXPECTS(pos - res_.head() <= st_.cfg.ring_bytes, ferry::logic_error,
                 "d2h channel plan: expected a forward of at most ring_bytes = {} (with wrap padding), got {}",
-                st_.cfg.ring_bytes, pos - head_pos_);
+                st_.cfg.ring_bytes, pos - res_.head());
   FERRY_EXPECTS(n_dyn <= st_.cfg.size_slots, ferry::logic_error,
                 "d2h channel plan: expected at most size_slots = {} dynamic entries per forward, got {}",
                 st_.cfg.size_slots, n_dyn);
@@ -304,17 +266,11 @@ bool producer<B>::plan(const forward_plan& p, when_full full)
   }
   for (std::size_t i = 0; i < p.size(); ++i) {
     const auto& e = p.entries()[i];
-    const entry_meta m{next_seq_++, where[i].start, e.reserved, e.bytes, e.dynamic ? dyn_next_ : 0, e.hook.value,
-                       e.dynamic};
-    (void)st_.fifo.try_push(m);
-    if (e.dynamic) { ++dyn_next_; }
+    res_.push(e.hook, where[i], e.reserved, e.bytes, e.dynamic);
   }
-  head_pos_ = pos;
-  st_.c_reserved.fetch_add(p.size(), std::memory_order_relaxed);
-  atomic_max(st_.c_high, head_pos_ - st_.tail_pos.load(std::memory_order_relaxed));
+  res_.advance(pos, p.size());
   return true;
 }
 
 }  // namespace ferry::d2h::detail
 
-#include <ferry/d2h/detail/producer_deferred.inl>

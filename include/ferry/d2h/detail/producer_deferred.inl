@@ -9,7 +9,8 @@
 namespace ferry::d2h::detail {
 
 template <ferry::backend::backend B>
-void producer<B>::capture_deferred(hook_id hook, const void* src, std::uint64_t bytes, stream_view s)
+void producer<B>::capture_deferred(hook_id hook, const void* src, std::uint64_t bytes, stream_view s,
+                                   source_owner owner)
 {
   check_producer(s, "capture_deferred");
   check_entry(hook, bytes, entry_kind::fixed, "capture_deferred");
@@ -21,11 +22,13 @@ void producer<B>::capture_deferred(hook_id hook, const void* src, std::uint64_t 
     return ferry::detail::format("capture_deferred (hook {}, {} bytes, batch of {} recorded)", hook.value, bytes,
                                  deferred_.size());
   };
-  (void)record_deferred(hook, bytes, blocking_policy(st_.cfg), s.handle(), who, [&] { return src; }, false);
+  auto source = [&] { return hold_source<B>(src, bytes, std::move(owner), capturing_); };
+  (void)record_deferred(hook, bytes, blocking_policy(st_.cfg), s.handle(), who, source, false, "capture_deferred");
 }
 
 template <ferry::backend::backend B>
-bool producer<B>::capture_staged(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, when_full full)
+bool producer<B>::capture_staged(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, when_full full,
+                                 source_owner owner)
 {
   // Called by capture() after its checks, under capture()'s policy (`refuse`: try_capture).
   auto who = [&] {
@@ -33,47 +36,49 @@ bool producer<B>::capture_staged(hook_id hook, const void* src, std::uint64_t by
                                  deferred_.size());
   };
   // Slot = batch position: a slot is rewritten only by a later batch, whose copies are enqueued on this stream
-  // after this batch's gather (stream order: the gather has read it).
+  // after this batch's gather (stream order: the gather has read it). The caller's source goes back once the
+  // copy into the slot no longer needs it; the batch holds the slot, which is the channel's.
   auto copy_to_slot = [&] {
+    held_source h = hold_source<B>(src, bytes, std::move(owner), capturing_);
     std::byte* slot = st_.stage.template as<std::byte>() + std::uint64_t{deferred_.size()} * st_.stage_slot;
-    st_.b.memcpy_async(slot, src, bytes, ferry::backend::memcpy_kind::device_to_device, s.handle());
-    return static_cast<const void*>(slot);
+    st_.b.memcpy_async(slot, h.src, bytes, ferry::backend::memcpy_kind::device_to_device, s.handle());
+    retire(std::move(h), s.handle());
+    return held_source{slot, {}, {}};
   };
-  return record_deferred(hook, bytes, full, s.handle(), who, copy_to_slot, true);
+  return record_deferred(hook, bytes, full, s.handle(), who, copy_to_slot, true, "capture");
 }
 
 template <ferry::backend::backend B>
 template <class Who, class Source>
 bool producer<B>::record_deferred(hook_id hook, std::uint64_t bytes, when_full full, stream_type s, Who&& who,
-                                  Source&& source, bool staged)
+                                  Source&& source, bool staged, const char* what)
 {
   const std::uint64_t reserved = align_up(bytes, entry_alignment);
-  const std::uint32_t limit = deferred_limit(st_.cfg, st_.fifo.capacity());
+  // A call that flushes checks the recorded sources first, before it changes anything.
+  if (deferred_.record_flushes(reserved)) { deferred_.check_sources(what); }
   // Reserve (eager): ring space and FIFO slots for the recorded batch with this entry, placed as
   // flush_deferred will place them (the gather's chain is place()'s). Under fail_fast (or refuse) a full ring
   // refuses THIS entry before anything else happens: the batch recorded so far stays intact and nothing is
   // enqueued; nothing is accepted that its flush could not hold. Under block_with_timeout the wait comes
   // after a batch that must go first was flushed (its space frees only once it is launched). Nothing else
-  // advances head_pos_ before the flush (every other writer flushes first), so the reservation holds.
+  // advances the reservation's head before the flush (every other writer flushes first), so it holds.
   auto reserve = [&] {
     if (capturing_) { return true; }  // a captured forward reserves at plan()
     return wait_for_space(place(deferred_end(), reserved, st_.cfg.ring_bytes).end, deferred_.size() + 1U, 0, full, s,
                           who);
   };
   if (full != when_full::wait && !reserve()) { return false; }  // refused before the flush below
-  if (deferred_.needs_flush_before(reserved, limit, st_.cfg.ring_bytes)) { flush_deferred(s); }
+  if (deferred_.needs_flush_before(reserved)) { launch_deferred(s, false); }
   if (full == when_full::wait) { (void)reserve(); }
-  deferred_.push(hook, source(), bytes, reserved, staged);  // source() after the flush: a staged slot is free
-  if (deferred_.size() >= limit) { flush_deferred(s); }
+  deferred_.push(hook, bytes, reserved, source(), staged);  // source() after the flush: a staged slot is free
+  if (deferred_.size() >= deferred_.limit()) { launch_deferred(s, false); }
   return true;
 }
 
 template <ferry::backend::backend B>
 std::uint64_t producer<B>::deferred_end() const noexcept
 {
-  std::uint64_t pos = head_pos_;
-  for (std::uint32_t i = 0; i < deferred_.size(); ++i) { pos = place(pos, deferred_[i].reserved, st_.cfg.ring_bytes).end; }
-  return pos;
+  return res_.place_run(res_.head(), deferred_.size(), [&](std::size_t i) { return deferred_[static_cast<std::uint32_t>(i)].reserved; });
 }
 
 template <ferry::backend::backend B>
@@ -91,32 +96,37 @@ template <ferry::backend::backend B>
 void producer<B>::flush(stream_view s)
 {
   check_producer(s, "flush");
-  flush_deferred(s.handle());
+  flush_deferred(s.handle(), false, "flush");
 }
 
-/// Places the batch (CPU: place() per entry from head_pos_, the device's place_phys chain), reserves it
-/// (eager) or records it into the plan (graph), launches the gather, then pushes the FIFO records. The
+template <ferry::backend::backend B>
+bool producer<B>::flush_deferred(stream_type s, bool boundary, const char* what)
+{
+  if (deferred_.empty()) { return false; }
+  deferred_.check_sources(what);
+  return launch_deferred(s, boundary);
+}
+
+/// Places the batch (reservation::place_run from the head, the device's place_phys chain), reserves it
+/// (eager) or records it into the plan (graph), launches the gather, then gives the sources back. The
 /// gather publishes when the entries since the last release reach K.
 template <ferry::backend::backend B>
-bool producer<B>::flush_deferred(stream_type s, bool boundary)
+bool producer<B>::launch_deferred(stream_type s, bool boundary)
 {
   const std::uint32_t n = deferred_.size();
   if (n == 0) { return false; }
   gather_args a{};
   a.dst = make_ref(0, entry_kind::fixed);
   a.head = st_.head_dev;
-  set_gather_entries(a, n, [&](std::uint32_t i) { return gather_entry{deferred_[i].src, deferred_[i].bytes}; });
+  set_gather_entries(a, n, [&](std::uint32_t i) {
+    return gather_entry{static_cast<const std::byte*>(deferred_[i].source.src), deferred_[i].bytes};
+  });
   std::array<placement, gather_max_entries> where{};
-  std::array<hook_id, gather_max_entries> hooks{};
-  std::uint64_t pos = head_pos_;
-  for (std::uint32_t i = 0; i < n; ++i) {
-    hooks[i] = deferred_[i].hook;
-    where[i] = place(pos, deferred_[i].reserved, st_.cfg.ring_bytes);
-    pos = where[i].end;
-  }
+  const std::uint64_t pos = res_.place_run(res_.head(), n, [&](std::size_t i) { return deferred_[static_cast<std::uint32_t>(i)].reserved; }, where.data());
   if (!capturing_) {  // reserved at capture_deferred already: this finds the space (kept as the check)
-    (void)wait_for_space(pos, n, 0, blocking_policy(st_.cfg), s,
-                         [&] { return ferry::detail::format("deferred batch of {} entries ({} bytes)", n, pos - head_pos_); });
+    (void)wait_for_space(pos, n, 0, blocking_policy(st_.cfg), s, [&] {
+      return ferry::detail::format("deferred batch of {} entries ({} bytes)", n, pos - res_.head());
+    });
   }
   const std::uint64_t after = unpublished_ + n;
   // At the forward boundary the gather releases every entry since the last release whatever their number,
@@ -138,22 +148,20 @@ bool producer<B>::flush_deferred(stream_type s, bool boundary)
   // never passes the entries the CPU placed (check_planned) relies on it (a fused release with its records
   // pushed after the launch would look like an unplanned replay of up to a whole batch).
   for (std::uint32_t i = 0; i < n; ++i) {
-    const std::uint64_t reserved = align_up(a.e[i].bytes, entry_alignment);
+    const auto& e = deferred_[i];
     if (capturing_) {
-      access::record(recording_, plan_entry{hooks[i], reserved, a.e[i].bytes, false});
-      continue;
+      access::record(recording_, plan_entry{e.hook, e.reserved, e.bytes, false});
+    } else {
+      res_.push(e.hook, where[i], e.reserved, e.bytes, false);  // space was checked in wait_for_space
     }
-    const entry_meta m{next_seq_++, where[i].start, reserved, a.e[i].bytes, 0, hooks[i].value, false};
-    (void)st_.fifo.try_push(m);  // space was checked in wait_for_space; the producer is the only pusher
   }
-  deferred_.clear();  // a failed launch invalidates the channel; the batch is not retried
+  std::array<held_source, gather_max_entries> sources{};
+  std::uint32_t k = 0;
+  deferred_.take_sources([&](held_source&& h) { sources[k++] = std::move(h); });  // a failed launch invalidates
   st_.launch_own(gather_publish_kernel(typename B::tag{}, vec_form(sh.vecs_per_thread)), sh.blocks, sh.threads, s, a);
+  for (std::uint32_t i = 0; i < k; ++i) { retire(std::move(sources[i]), s); }  // the gather read them (stream order)
   if (on_branch) { rel_.release_batch(s, after, false); }
-  if (!capturing_) {
-    head_pos_ = pos;
-    st_.c_reserved.fetch_add(n, std::memory_order_relaxed);
-    atomic_max(st_.c_high, head_pos_ - st_.tail_pos.load(std::memory_order_relaxed));
-  }
+  if (!capturing_) { res_.advance(pos, n); }
   parity_ ^= 1U;  // one writer: the gather commits the cursor once for the whole batch
   unpublished_ = publish ? 0 : after;
   return boundary;
