@@ -139,6 +139,8 @@ class channel {
   }
   /// Deferred entries (and staged captures) recorded and not yet flushed (producer thread).
   [[nodiscard]] std::uint32_t deferred_pending() const { return impl()->prod.deferred_pending(); }
+  /// The producer's open forward (producer thread): none, or its stream and whether it is being captured.
+  [[nodiscard]] std::optional<open_forward_state<B>> open_forward() const { return impl()->prod.open_forward(); }
 
   /// For a user kernel writing the entry itself: launch it with ticket.ref() (see ring_ref), then end_write().
   [[nodiscard]] write_ticket begin_write(hook_id hook, std::uint64_t reserved_bytes, stream_view s, bool dynamic = false)

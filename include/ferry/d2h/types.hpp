@@ -105,6 +105,13 @@ struct config {
   std::chrono::microseconds drain_idle_sleep{20};  ///< drain thread sleep when idle
 };
 
+/// A channel's open forward (channel::open_forward): its stream and whether it is being captured.
+template <class B>
+struct open_forward_state {
+  typename B::stream_type stream{};
+  bool capturing{false};
+};
+
 /// Monotonic counters, readable at any time from any thread (a snapshot).
 struct counters {
   std::uint64_t entries_reserved{0};   ///< entries placed by the producer

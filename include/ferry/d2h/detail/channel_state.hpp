@@ -181,6 +181,10 @@ struct channel_state {
                   c.staging_bytes);
     FERRY_EXPECTS(c.fifo_capacity >= 1, ferry::logic_error, "d2h channel: fifo_capacity expected >= 1, got {}",
                   c.fifo_capacity);
+    FERRY_EXPECTS(c.copy_vecs_per_thread == 1 || c.copy_vecs_per_thread == 2 || c.copy_vecs_per_thread == 4 ||
+                    c.copy_vecs_per_thread == 8,
+                  ferry::logic_error, "d2h channel: expected copy_vecs_per_thread 1, 2, 4 or 8, got {}",
+                  c.copy_vecs_per_thread);
     FERRY_EXPECTS(c.max_copies_in_flight >= 1, ferry::logic_error,
                   "d2h channel: max_copies_in_flight expected >= 1, got {}", c.max_copies_in_flight);
     return c;

@@ -78,6 +78,11 @@ class producer {
   bool abort_forward(stream_view s);
   /// channel::replay: the graph is about to be launched on `s`; joins the stream of the last executed forward.
   void before_replay(stream_view s);
+  [[nodiscard]] std::optional<open_forward_state<B>> open_forward() const noexcept
+  {
+    if (!in_forward_) { return std::nullopt; }
+    return open_forward_state<B>{last_stream_, capturing_};
+  }
   /// Deferred entries (and staged captures) recorded and not yet flushed (producer thread).
   [[nodiscard]] std::uint32_t deferred_pending() const noexcept { return deferred_.size(); }
   /// close(): the owners of sources captured into graphs go back (no replay runs after close).
