@@ -35,8 +35,26 @@ typedef enum ferry_status {
   FERRY_ERR_TIMEOUT = 3,     /**< ferry.TimeoutError */
   FERRY_ERR_INVALIDATED = 4, /**< ferry.InvalidatedError: the channel failed earlier */
   FERRY_ERR_BACKEND = 5,     /**< ferry.BackendError */
-  FERRY_ERR_OTHER = 6        /**< ferry.Error or an unknown exception */
+  FERRY_ERR_OTHER = 6,       /**< ferry.Error or an unknown exception */
+  FERRY_ERR_SHUTDOWN = 7,    /**< ferry.ShutdownError: close() could not drain every reserved entry */
+  FERRY_ERR_SIZE_OVERFLOW = 8 /**< ferry.SizeOverflowError: a dynamic entry's size exceeded its reservation */
 } ferry_status;
+
+/** The name of the ferry exception class of `status` ("LogicError", ...; "Error" for any other), the one
+ * table every layer (the core module, the C ABI, the torch ops) names its errors by. */
+static inline const char* ferry_status_name(int status)
+{
+  switch (status) {
+    case FERRY_ERR_LOGIC: return "LogicError";
+    case FERRY_ERR_OOM: return "OutOfMemory";
+    case FERRY_ERR_TIMEOUT: return "TimeoutError";
+    case FERRY_ERR_INVALIDATED: return "InvalidatedError";
+    case FERRY_ERR_BACKEND: return "BackendError";
+    case FERRY_ERR_SHUTDOWN: return "ShutdownError";
+    case FERRY_ERR_SIZE_OVERFLOW: return "SizeOverflowError";
+    default: return "Error";
+  }
+}
 
 /** ferry_capi::channel_info flags: a forward is open, and it is being captured into a graph (graph mode). */
 #define FERRY_INFO_FORWARD_OPEN 1u

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// ferry.Publisher (H2D) for one backend: declare typed buffers, fill the slot's pinned sources through
+// ferry.Publisher (H2D) for one backend, its classes (bound by h2d.cpp): declare typed buffers, fill the slot's pinned sources through
 // zero-copy numpy views inside begin()/producer() scopes, publish into fixed device destinations.
 #pragma once
 
-#include "common.hpp"
+#include "arrays.hpp"
 
 #include <ferry/h2d.hpp>
 
@@ -285,81 +285,10 @@ struct py_producer {
   void close() { g.reset(); }
 };
 
+/// Registers Buffer (backend-independent) in `m`.
+void init_h2d_types(nb::module_& m);
+/// Registers Publisher, Slot and Producer of backend B in `m`.
 template <class B>
-void bind_h2d(nb::module_& m)
-{
-  using P = py_publisher<B>;
-  nb::class_<py_slot<B>>(m, "Slot", "One forward epoch of a runner slot (Publisher.begin); a context manager.")
-    .def("finish", &py_slot<B>::finish)
-    .def_prop_ro("active", [](const py_slot<B>& s) { return s.g.has_value(); })
-    .def_prop_ro("slot", [](const py_slot<B>& s) { return s.g ? static_cast<long>(s.g->slot()) : -1L; })
-    .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
-    .def("__exit__", [](py_slot<B>& s, nb::args) {
-      if (s.g) { s.finish(); }
-    });
-
-  nb::class_<py_producer<B>>(m, "Producer", "A group's producer scope (Publisher.producer); a context manager.")
-    .def("source", &py_producer<B>::source, nb::arg("buffer"))
-    .def("set_count", &py_producer<B>::set_count, nb::arg("buffer"), nb::arg("count"))
-    .def("write", &py_producer<B>::write, nb::arg("buffer"), nb::arg("array"))
-    .def("close", &py_producer<B>::close)
-    .def_prop_ro("group", [](const py_producer<B>& p) { return p.group; })
-    .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
-    .def("__exit__", [](py_producer<B>& p, nb::args) { p.close(); });
-
-  nb::class_<P>(m, "Publisher", "H2D publisher: per-forward metadata into fixed device addresses.")
-    .def(nb::init<int>(), nb::arg("device") = 0)
-    .def("declare", &P::declare, nb::arg("name"), nb::arg("groups"), nb::arg("dtype") = "uint8",
-         nb::arg("capacity"), nb::arg("unit") = "elements", nb::arg("row").none() = nb::none(),
-         nb::arg("dst").none() = nb::none())
-    .def("initialize", &P::initialize, nb::arg("slots") = 2, nb::arg("stream").none() = nb::none(),
-         nb::arg("upload").none() = nb::none())
-    .def(
-      "begin",
-      [](nb::handle self, std::size_t slot) {
-        auto& p = nb::cast<P&>(self);
-        auto s = std::make_unique<py_slot<B>>();
-        s->owner = nb::borrow(self);
-        s->g.emplace(p.begin(slot));
-        return s.release();
-      },
-      nb::arg("slot"), nb::rv_policy::take_ownership)
-    .def(
-      "producer",
-      [](nb::handle self, const std::string& group) {
-        auto& p = nb::cast<P&>(self);
-        auto pr = std::make_unique<py_producer<B>>();
-        pr->owner = nb::borrow(self);
-        pr->group = group;
-        pr->g.emplace(p.producer(group));
-        return pr.release();
-      },
-      nb::arg("group"), nb::rv_policy::take_ownership)
-    .def("set_count", &P::set_count, nb::arg("buffer"), nb::arg("count"))
-    .def("publish", &P::publish, nb::arg("group"), nb::arg("stream").none() = nb::none())
-    .def("stage", &P::stage, nb::arg("group"))
-    .def("capture_upload", &P::capture_upload, nb::arg("group"), nb::arg("slot"),
-         nb::arg("stream").none() = nb::none())
-    .def("recover", &P::recover)
-    .def("device_pointer", &P::device_pointer, nb::arg("buffer"))
-    .def(
-      "device_array",
-      [](nb::handle self, const py_buffer& pb) -> nb::object {
-        auto& p = nb::cast<P&>(self);
-        const auto& b = p.buffer(pb);
-        void* ptr = reinterpret_cast<void*>(p.device_pointer(b));
-        if constexpr (is_host<B>) {
-          return nb::cast(buffer_view<nb::ndarray<nb::numpy>>(b, ptr, self, nb::device::cpu::value, 0));
-        } else {
-          return nb::cast(buffer_view<nb::ndarray<>>(b, ptr, self, traits<B>::dl_device, p.device()));
-        }
-      },
-      nb::arg("buffer"))
-    .def("info", &P::info, nb::arg("group"))
-    .def_prop_ro("invalidated", [](P& p) { return p.get().invalidated(); })
-    .def_prop_ro("invalidation_reason", [](P& p) { return p.get().invalidation_reason(); })
-    .def_prop_ro("device", &P::device)
-    .def_prop_ro_static("backend", [](nb::handle) { return traits<B>::name; });
-}
+void init_h2d(nb::module_& m);
 
 }  // namespace ferry::python

@@ -8,13 +8,13 @@
 //     token: declared mutated and never read, so torch.compile keeps every capture (a side effect on a
 //     graph input) and keeps captures that share a token in program order; x: a contiguous tensor on the
 //     channel's device. CUDA: enqueued on torch's current stream of x's device (so torch.cuda.graph
-//     capture records it). Host backend: enqueued on the stream of the channel's open forward; in an eager
-//     forward x is snapshotted at the call (a captured forward's graph reads x itself at each launch).
+//     capture records it). Host backend: enqueued on the stream of the channel's open forward. x is held
+//     until its copy no longer needs it (the core decides when: d2h::source_owner).
 //
 //   capture_deferred(Tensor(a!) token, Tensor x, int channel, int hook) -> ()
-//     Channel.capture_deferred: x is held (and its version counter recorded) until the gather of its batch
-//     is enqueued; before any call that may flush, a pending x written in place since (x._version moved)
-//     fails that call with ferry.LogicError naming the hook, before anything of the batch is launched.
+//     Channel.capture_deferred: x is held (and its version counter recorded) until its batch's gather no
+//     longer needs it; before a call flushes the batch, a pending x written in place since (x._version
+//     moved) fails that call with ferry.LogicError naming the hook, before anything of the batch is launched.
 //   flush(Tensor(a!) token, int channel) -> ()
 //     Channel.flush on torch's current stream (CUDA) / the forward's stream (host backend).
 #include "../ferry_capi.h"
@@ -23,7 +23,6 @@
 #include <pybind11/pybind11.h>  // torch's own copy: its error_already_set is what torch's op call restores
 
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/clone.h>
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
@@ -52,15 +51,9 @@ std::atomic<const ferry_capi*> g_capi{nullptr};
     PyGILState_Release(st);
     throw e;
   }
-  switch (rc) {
-    case FERRY_ERR_LOGIC: throw c10::ValueError({__func__, __FILE__, __LINE__}, std::string{"[ferry.LogicError] "} + msg);
-    case FERRY_ERR_OOM: throw c10::Error({__func__, __FILE__, __LINE__}, std::string{"[ferry.OutOfMemory] "} + msg);
-    case FERRY_ERR_TIMEOUT: throw c10::Error({__func__, __FILE__, __LINE__}, std::string{"[ferry.TimeoutError] "} + msg);
-    case FERRY_ERR_INVALIDATED:
-      throw c10::Error({__func__, __FILE__, __LINE__}, std::string{"[ferry.InvalidatedError] "} + msg);
-    case FERRY_ERR_BACKEND: throw c10::Error({__func__, __FILE__, __LINE__}, std::string{"[ferry.BackendError] "} + msg);
-    default: throw c10::Error({__func__, __FILE__, __LINE__}, std::string{"[ferry.Error] "} + msg);
-  }
+  const std::string what = std::string{"[ferry."} + ferry_status_name(rc) + "] " + msg;
+  if (rc == FERRY_ERR_LOGIC) { throw c10::ValueError({__func__, __FILE__, __LINE__}, what); }
+  throw c10::Error({__func__, __FILE__, __LINE__}, what);
 }
 
 [[noreturn]] void logic(const std::string& msg) { raise(FERRY_ERR_LOGIC, msg.c_str()); }
@@ -84,19 +77,18 @@ void bind_capi(int64_t address)
 
 void release_tensor(void* owner) { delete static_cast<at::Tensor*>(owner); }
 
-/// A deferred capture's source: x (its version counter), and the bytes the gather reads (x itself on CUDA;
-/// on the host backend a snapshot in an eager forward, as capture takes one). An inference tensor
-/// (torch.inference_mode) has no version counter: version -1, not checked.
-struct deferred_owner {
+/// A capture's source: x, and its version counter at the capture (deferred capture; an inference tensor
+/// (torch.inference_mode) has none: -1, not checked). The channel holds it until the copy no longer needs
+/// x (the core's rule: d2h::source_owner), then calls release_source.
+struct source {
   at::Tensor x;
-  at::Tensor bytes;
   std::int64_t version;
 };
-void release_deferred(void* owner) { delete static_cast<deferred_owner*>(owner); }
-int deferred_unchanged(void* owner)
+void release_source(void* owner) { delete static_cast<source*>(owner); }
+int source_unchanged(void* owner)
 {
-  const auto* d = static_cast<const deferred_owner*>(owner);
-  return d->version < 0 || d->x._version() == d->version ? 1 : 0;  // -1: an inference tensor (no counter)
+  const auto* d = static_cast<const source*>(owner);
+  return d->version < 0 || d->x._version() == d->version ? 1 : 0;
 }
 
 int capture_impl(const at::Tensor& x, int64_t channel, int64_t hook, bool deferred, char* err, std::size_t len)
@@ -110,8 +102,7 @@ int capture_impl(const at::Tensor& x, int64_t channel, int64_t hook, bool deferr
   if (hook < 0 || hook > static_cast<int64_t>(UINT32_MAX)) { logic(who() + ": expected a hook in [0, 2^32), got " + std::to_string(hook)); }
   int backend = 0;
   int device = 0;
-  std::uint32_t flags = 0;
-  if (int rc = api.channel_info(static_cast<std::uint64_t>(channel), &backend, &device, &flags, err, len);
+  if (int rc = api.channel_info(static_cast<std::uint64_t>(channel), &backend, &device, nullptr, err, len);
       rc != FERRY_OK) {
     return rc;
   }
@@ -126,30 +117,19 @@ int capture_impl(const at::Tensor& x, int64_t channel, int64_t hook, bool deferr
   }
   if (!x.is_contiguous()) { logic(who() + ": expected a C-contiguous tensor, got a strided one (" + std::to_string(x.dim()) + "-d)"); }
   const auto bytes = static_cast<std::uint64_t>(x.nbytes());
-  const bool host = backend == FERRY_BACKEND_HOST;
-  if (deferred) {
-    const c10::Stream cs = host ? c10::Stream{c10::Stream::DEFAULT, x.device()}
-                                : c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(x.device());
-    auto* d = new deferred_owner{x, host && (flags & FERRY_INFO_FORWARD_CAPTURING) == 0 ? x.clone() : x,
-                                 x.is_inference() ? std::int64_t{-1} : static_cast<std::int64_t>(x._version())};
-    return api.capture_deferred(static_cast<std::uint64_t>(channel), static_cast<std::uint32_t>(hook),
-                                d->bytes.const_data_ptr(), bytes,
-                                host ? FERRY_STREAM_OF_FORWARD : reinterpret_cast<std::uintptr_t>(cs.native_handle()),
-                                &release_deferred, &deferred_unchanged, d, err, len);
-  }
-  int rc = FERRY_OK;
-  if (host) {
-    // The host backend copies later on its stream thread, unordered with torch's CPU ops: snapshot now.
-    // In a captured forward the graph's copy must read x itself at every launch: hold x (until close()).
-    auto* keep = new at::Tensor((flags & FERRY_INFO_FORWARD_CAPTURING) != 0 ? x : x.clone());
-    rc = api.capture(static_cast<std::uint64_t>(channel), static_cast<std::uint32_t>(hook), keep->const_data_ptr(), bytes,
-                     FERRY_STREAM_OF_FORWARD, &release_tensor, keep, err, len);
-  } else {
-    const c10::Stream s = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(x.device());
-    rc = api.capture(static_cast<std::uint64_t>(channel), static_cast<std::uint32_t>(hook), x.const_data_ptr(), bytes,
-                     reinterpret_cast<std::uintptr_t>(s.native_handle()), nullptr, nullptr, err, len);
-  }
-  return rc;
+  // CUDA: torch's current stream of x's device (a torch.cuda.graph capture records it); the host backend:
+  // the stream of the channel's open forward.
+  const std::uintptr_t stream =
+    backend == FERRY_BACKEND_HOST
+      ? FERRY_STREAM_OF_FORWARD
+      : reinterpret_cast<std::uintptr_t>(
+          c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(x.device()).native_handle());
+  auto* src = new source{x, deferred && !x.is_inference() ? static_cast<std::int64_t>(x._version()) : -1};
+  const auto ch = static_cast<std::uint64_t>(channel);
+  const auto h = static_cast<std::uint32_t>(hook);
+  return deferred ? api.capture_deferred(ch, h, x.const_data_ptr(), bytes, stream, &release_source, &source_unchanged,
+                                         src, err, len)
+                  : api.capture(ch, h, x.const_data_ptr(), bytes, stream, &release_source, src, err, len);
 }
 
 void capture(at::Tensor& token, const at::Tensor& x, int64_t channel, int64_t hook)

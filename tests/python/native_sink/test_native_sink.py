@@ -20,12 +20,12 @@ def _sink_module():
     if not where:  # a build tree: <build>/src/python/ferry/__init__.py -> <build>/tests/python/native_sink
         where = str(pathlib.Path(ferry.__file__).resolve().parents[3] / "tests" / "python" / "native_sink")
     if not pathlib.Path(where).is_dir():
-        pytest.skip("the native sink test extension was not built (FERRY_BUILD_TESTS with FERRY_BUILD_PYTHON)")
+        pytest.skip("the native sink test extension was not built (FERRY_BUILD_TESTS with FERRY_BUILD_PYTHON)", allow_module_level=True)
     sys.path.insert(0, where)
     try:
         return importlib.import_module("ferry_test_sink")
     except ImportError as err:
-        pytest.skip(f"the native sink test extension is not importable: {err}")
+        pytest.skip(f"the native sink test extension is not importable: {err}", allow_module_level=True)
     finally:
         sys.path.remove(where)
 

@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: Apache-2.0
+// Argument conversion, tensors: the bytes of a tensor argument (a plain torch.Tensor through its Python
+// attributes, anything else through DLPack), and the checks that it lies contiguously in the backend's
+// device memory.
+#pragma once
+
+#include "stream.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace ferry::python {
+
+using any_array = nb::ndarray<nb::ro>;
+
+/// The bytes of a tensor argument: its address and size; `dl` holds a DLPack import (the general path)
+/// alive while the bytes are used (a bare DLPack capsule owns its memory).
+struct array_bytes {
+  const void* data{nullptr};
+  std::uint64_t nbytes{0};
+  any_array dl{};
+};
+
+/// Any object with __dlpack__ (or the buffer protocol) as an array; TypeError otherwise.
+[[nodiscard]] inline any_array as_array(nb::handle obj, const char* who)
+{
+  any_array a;
+  if (!nb::try_cast<any_array>(obj, a)) {
+    throw nb::type_error(("ferry: " + std::string{who} + ": expected an array (an object with __dlpack__), got " +
+                          type_of(obj))
+                           .c_str());
+  }
+  return a;
+}
+
+
+namespace detail {
+/// Interned attribute names of the torch fast path.
+struct torch_names {
+  PyObject* is_cpu{PyUnicode_InternFromString("is_cpu")};
+  PyObject* is_cuda{PyUnicode_InternFromString("is_cuda")};
+  PyObject* get_device{PyUnicode_InternFromString("get_device")};
+  PyObject* is_contiguous{PyUnicode_InternFromString("is_contiguous")};
+  PyObject* is_conj{PyUnicode_InternFromString("is_conj")};
+  PyObject* is_neg{PyUnicode_InternFromString("is_neg")};
+  PyObject* data_ptr{PyUnicode_InternFromString("data_ptr")};
+  PyObject* nbytes{PyUnicode_InternFromString("nbytes")};
+};
+inline const torch_names& names()
+{
+  static const torch_names n;
+  return n;
+}
+/// 1 for True, 0 for False, -1 for anything else or an error (cleared).
+inline int truth(PyObject* v) noexcept
+{
+  const int r = v == Py_True ? 1 : v == Py_False ? 0 : -1;
+  if (v == nullptr) { PyErr_Clear(); }
+  Py_XDECREF(v);
+  return r;
+}
+inline int call_truth(PyObject* o, PyObject* name) noexcept { return truth(PyObject_CallMethodNoArgs(o, name)); }
+inline long long as_ll(PyObject* v) noexcept
+{
+  long long r = -1;
+  if (v != nullptr && PyLong_Check(v) != 0) { r = PyLong_AsLongLong(v); }
+  if (v == nullptr || PyErr_Occurred() != nullptr) {
+    PyErr_Clear();
+    r = -1;
+  }
+  Py_XDECREF(v);
+  return r;
+}
+}  // namespace detail
+
+/// The fast path of a tensor argument: a plain torch.Tensor (exact type, no libtorch: read through its
+/// Python attributes, not through __dlpack__, which is a Python-level method of torch costing several us)
+/// that is C-contiguous, on backend B's device `device` (the cpu on the host backend), and has no conjugate
+/// or negative bit (a tensor that requires grad is read as DLPack reads it). Returns false, with no Python
+/// error pending, for anything else: the caller then takes the general DLPack path, which accepts or
+/// refuses it with its own errors (so every bad input keeps the error it had).
+template <class B>
+[[nodiscard]] bool torch_fast_bytes(nb::handle obj, int device, array_bytes& out) noexcept
+{
+  PyTypeObject* tp = torch_tensor_type();
+  if (tp == nullptr || Py_TYPE(obj.ptr()) != tp) { return false; }
+  const auto& n = detail::names();
+  PyObject* o = obj.ptr();
+  if constexpr (is_host<B>) {
+    if (detail::truth(PyObject_GetAttr(o, n.is_cpu)) != 1) { return false; }
+  } else {
+    if (detail::truth(PyObject_GetAttr(o, n.is_cuda)) != 1) { return false; }
+    if (detail::as_ll(PyObject_CallMethodNoArgs(o, n.get_device)) != device) { return false; }
+  }
+  if (detail::call_truth(o, n.is_contiguous) != 1 || detail::call_truth(o, n.is_conj) != 0 ||
+      detail::call_truth(o, n.is_neg) != 0) {
+    return false;
+  }
+  const long long bytes = detail::as_ll(PyObject_GetAttr(o, n.nbytes));
+  if (bytes < 0) { return false; }
+  PyObject* p = PyObject_CallMethodNoArgs(o, n.data_ptr);
+  if (p == nullptr || PyLong_Check(p) == 0) {
+    PyErr_Clear();
+    Py_XDECREF(p);
+    return false;
+  }
+  const auto addr = static_cast<std::uintptr_t>(PyLong_AsUnsignedLongLong(p));
+  Py_DECREF(p);
+  if (PyErr_Occurred() != nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  out.data = reinterpret_cast<const void*>(addr);
+  out.nbytes = static_cast<std::uint64_t>(bytes);
+  return true;
+}
+
+/// Bytes of a C-contiguous array (size-1 dimensions may have any stride); raises LogicError otherwise.
+[[nodiscard]] inline bool c_contiguous(const any_array& a)
+{
+  std::int64_t expect = 1;
+  for (std::size_t i = a.ndim(); i-- > 0;) {
+    if (a.shape(i) != 1 && a.stride(i) != expect) { return false; }
+    expect *= static_cast<std::int64_t>(a.shape(i));
+  }
+  return true;
+}
+
+[[nodiscard]] inline std::string dtype_str(nb::dlpack::dtype d)
+{
+  const char* k = "?";
+  switch (static_cast<nb::dlpack::dtype_code>(d.code)) {
+    case nb::dlpack::dtype_code::Int: k = "int"; break;
+    case nb::dlpack::dtype_code::UInt: k = "uint"; break;
+    case nb::dlpack::dtype_code::Float: k = "float"; break;
+    case nb::dlpack::dtype_code::Bfloat: k = "bfloat"; break;
+    case nb::dlpack::dtype_code::Bool: k = "bool"; break;
+    case nb::dlpack::dtype_code::Complex: k = "complex"; break;
+    default: break;
+  }
+  return std::string{k} + std::to_string(d.bits);
+}
+
+/// Checks that `a` is a C-contiguous array in backend B's device memory on `device`.
+template <class B>
+void check_device_array(const any_array& a, int device, const std::string& who)
+{
+  FERRY_EXPECTS(a.device_type() == traits<B>::dl_device, ferry::logic_error,
+                "{}: expected a {} array ({} backend), got one on DLPack device type {}{}", who,
+                traits<B>::dl_device_name, traits<B>::name, a.device_type(),
+                a.device_type() == nb::device::cpu::value ? " (a host array where a device tensor is needed)"
+                : is_host<B>                              ? " (a device tensor where the host backend needs a host array)"
+                                                          : "");
+  if constexpr (!is_host<B>) {
+    FERRY_EXPECTS(a.device_id() == device, ferry::logic_error, "{}: expected a tensor on device {}, got device {}",
+                  who, device, a.device_id());
+  }
+  FERRY_EXPECTS(c_contiguous(a), ferry::logic_error, "{}: expected a C-contiguous array, got a strided one ({}-d)",
+                who, a.ndim());
+}
+
+/// A captured tensor's bytes: a plain torch.Tensor through the fast path (torch_fast_bytes), anything else
+/// (and a torch tensor the fast path leaves alone) through DLPack, checked by check_device_array.
+template <class B>
+[[nodiscard]] array_bytes tensor_bytes(nb::handle tensor, int device, const char* what, std::uint32_t hook)
+{
+  array_bytes out;
+  if (torch_fast_bytes<B>(tensor, device, out)) { return out; }
+  any_array t = as_array(tensor, what);
+  check_device_array<B>(t, device, std::string{what} + " (hook " + std::to_string(hook) + ")");
+  out.data = t.data();
+  out.nbytes = t.nbytes();
+  out.dl = std::move(t);
+  return out;
+}
+
+}  // namespace ferry::python

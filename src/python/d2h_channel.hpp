@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: Apache-2.0
+// ferry.Channel (D2H) for one backend: conversion only. The channel's rules (when a deferred batch flushes,
+// when a source may be dropped, the host snapshot, the version check before a flush) live in the C++ core
+// (d2h::source_owner); this class turns Python arguments into core calls, hands every source to the core
+// with its owner (py_source), and turns delivered entries into ferry.Entry objects.
+#pragma once
+
+#include "arrays.hpp"
+#include "d2h_entry.hpp"
+#include "ferry_capi.h"
+
+#include <ferry/d2h.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <vector>
+
+namespace ferry::python {
+
+/// The owner of a source given from Python (d2h::source_owner::keep): a reference to the array, the DLPack
+/// import its bytes come from, and torch's version counter at a deferred capture. Destroyed with the GIL
+/// held (graveyard), whichever thread the core releases it on.
+struct py_source {
+  nb::object obj;
+  any_array dl;
+  long long version{0};
+  bool versioned{false};
+
+  /// The owner of `obj`'s bytes (`dl`: their DLPack import, if any); `deferred`: records its version.
+  template <class B>
+  [[nodiscard]] static fd::source_owner make(nb::handle obj, any_array dl, bool deferred);
+  /// source_owner::check_fn: the GIL taken once for the whole run of sources.
+  static std::size_t unchanged(void* const* owners, std::size_t n);
+};
+
+/// The Channel's C++ entry points for the C ABI (capi.cpp): type-erased over the backend.
+struct channel_calls {
+  void* self{nullptr};
+  int backend{FERRY_BACKEND_HOST};
+  int device{0};
+  void (*capture)(void* self, std::uint32_t hook, const void* ptr, std::uint64_t bytes, std::uintptr_t stream,
+                  fd::source_owner owner, bool deferred){nullptr};
+  void (*flush)(void* self, std::uintptr_t stream){nullptr};
+  std::uint32_t (*flags)(void* self){nullptr};
+};
+/// Registers a live channel for the C ABI; returns its handle (capi.cpp).
+[[nodiscard]] std::uint64_t register_channel(const channel_calls& c);
+/// Unregisters `handle` and waits for its C ABI calls in flight (capi.cpp).
+void unregister_channel(std::uint64_t handle);
+/// The "ferry.sink" capsule's consumer as a channel callback (capi.cpp).
+[[nodiscard]] std::function<void(fd::entry_view&&)> sink_callback(nb::handle capsule);
+
+template <class B>
+class py_channel {
+ public:
+  py_channel(int device, fd::config cfg, nb::handle sink);
+  ~py_channel();
+  py_channel(const py_channel&) = delete;
+  py_channel& operator=(const py_channel&) = delete;
+
+  void begin_forward(nb::handle stream);
+  [[nodiscard]] py_plan end_forward(nb::handle stream);
+  /// Drops the forward open on `stream` (d2h::channel::abort_forward); returns whether one was open.
+  [[nodiscard]] bool abort_forward(nb::handle stream);
+  void capture(std::uint32_t hook, nb::handle tensor, nb::handle stream, bool deferred);
+  void flush(nb::handle stream);
+  [[nodiscard]] std::size_t deferred_pending() const;
+  void plan(const py_plan& p);
+  /// Up to `max_entries` delivered entries: waits up to `timeout` seconds (None: forever) for the first one,
+  /// then takes whatever else is ready. The GIL is released while waiting; Ctrl-C is honoured.
+  [[nodiscard]] std::vector<py_entry> poll(std::size_t max_entries, std::optional<double> timeout);
+  [[nodiscard]] nb::dict stats() const;
+  /// Drains, stops and destroys the C++ channel; entries delivered but not polled stay available to poll().
+  /// Raises ShutdownError (with .report) when entries were lost, InvalidatedError after a backend failure.
+  [[nodiscard]] nb::dict close(std::optional<double> timeout);
+
+  [[nodiscard]] bool closed() const noexcept { return !ch_.has_value(); }
+  [[nodiscard]] std::uint64_t handle() const noexcept { return handle_; }
+  [[nodiscard]] bool has_sink() const noexcept { return sink_owner_.is_valid(); }
+  [[nodiscard]] int device() const noexcept { return dev_; }
+  [[nodiscard]] bool programmatic_launch() const;
+  [[nodiscard]] bool invalidated() const;
+
+ private:
+  fd::channel<B>& live(const char* what);
+  void set_dev() const;
+  [[nodiscard]] fb::stream_view<B> raw_stream(std::uintptr_t stream, std::uint32_t hook, const char* what);
+  static void capture_raw(void* self, std::uint32_t hook, const void* ptr, std::uint64_t bytes, std::uintptr_t stream,
+                          fd::source_owner owner, bool deferred);
+  static void flush_raw(void* self, std::uintptr_t stream);
+  static std::uint32_t flags_raw(void* self);
+
+  int dev_;
+  std::uint64_t handle_{0};
+  nb::object sink_owner_;  // the "ferry.sink" capsule, held until close()
+  mutable std::shared_mutex mu_;  // shared: every call; unique: close()
+  std::optional<fd::channel<B>> ch_;
+  std::mutex leftover_mu_;
+  std::deque<fd::entry_view> leftovers_;
+  fd::counters final_stats_{};
+};
+
+/// Registers Channel of backend B in `m` (its keyword arguments from d2h::config's field list).
+template <class B>
+void init_d2h_channel(nb::module_& m);
+
+}  // namespace ferry::python

@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: Apache-2.0
+// init_d2h_channel: ferry.Channel's methods, and its keyword arguments: one per d2h::config field, named,
+// converted and defaulted from the core's field list (d2h/detail/fields.hpp), so a new knob cannot be
+// forgotten here or in the generated stubs (the signature below is built from the same list).
+#include "d2h_channel.hpp"
+
+#include <ferry/d2h/detail/fields.hpp>
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+namespace ferry::python {
+
+namespace {
+
+/// The config fields the binding fixes (the drain runs on the channel's thread: poll() takes from it).
+constexpr std::string_view fixed_fields[] = {"drain"};
+[[nodiscard]] bool fixed(std::string_view name)
+{
+  for (auto f : fixed_fields) {
+    if (f == name) { return true; }
+  }
+  return false;
+}
+
+template <class T>
+inline constexpr bool is_duration = false;
+template <class R, class P>
+inline constexpr bool is_duration<std::chrono::duration<R, P>> = true;
+
+/// `v` (a Python value of keyword `name`) as the field's type: ints in range, bools, enums by name,
+/// durations in seconds; LogicError naming the keyword, the expected and the given value otherwise.
+template <class T>
+void assign(T& field, nb::handle v, const char* name)
+{
+  if constexpr (std::is_same_v<T, bool>) {
+    FERRY_EXPECTS(PyBool_Check(v.ptr()) != 0, ferry::logic_error, "Channel: expected {} a bool, got {}", name,
+                  type_of(v));
+    field = v.ptr() == Py_True;
+  } else if constexpr (std::is_integral_v<T>) {
+    FERRY_EXPECTS(PyLong_Check(v.ptr()) != 0 && PyBool_Check(v.ptr()) == 0, ferry::logic_error,
+                  "Channel: expected {} an int, got {}", name, type_of(v));
+    const unsigned long long x = PyLong_AsUnsignedLongLong(v.ptr());
+    const bool bad = PyErr_Occurred() != nullptr || x > std::numeric_limits<T>::max();
+    PyErr_Clear();
+    FERRY_EXPECTS(!bad, ferry::logic_error, "Channel: expected {} an int in [0, {}], got {}", name,
+                  std::numeric_limits<T>::max(), nb::cast<std::string>(nb::str(v)));
+    field = static_cast<T>(x);
+  } else if constexpr (std::is_enum_v<T>) {
+    std::string names;
+    for (const auto& [n, e] : fd::detail::enum_names<T>::values) {
+      if (nb::isinstance<nb::str>(v) && nb::cast<std::string>(v) == n) {
+        field = e;
+        return;
+      }
+      names += (names.empty() ? "'" : ", '") + std::string{n} + "'";
+    }
+    FERRY_FAIL(ferry::logic_error, "Channel: expected {} one of {}, got {}", name, names,
+               nb::cast<std::string>(nb::repr(v)));
+  } else {
+    static_assert(is_duration<T>, "a config field of a type the binding cannot convert");
+    const bool num = PyFloat_Check(v.ptr()) != 0 || (PyLong_Check(v.ptr()) != 0 && PyBool_Check(v.ptr()) == 0);
+    const double s = num ? PyFloat_AsDouble(v.ptr()) : -1.0;
+    FERRY_EXPECTS(num && std::isfinite(s) && s >= 0, ferry::logic_error,
+                  "Channel: expected {} >= 0 s (a number of seconds), got {}", name, nb::cast<std::string>(nb::repr(v)));
+    field = std::chrono::duration_cast<T>(std::chrono::duration<double>(s));
+  }
+}
+
+/// The Python literal of a field's default (the stub's signature).
+template <class T>
+std::string literal(const T& v)
+{
+  if constexpr (std::is_same_v<T, bool>) {
+    return v ? "True" : "False";
+  } else if constexpr (std::is_integral_v<T>) {
+    return std::to_string(v);
+  } else if constexpr (std::is_enum_v<T>) {
+    for (const auto& [n, e] : fd::detail::enum_names<T>::values) {
+      if (e == v) { return "'" + std::string{n} + "'"; }
+    }
+    return "None";
+  } else {
+    return nb::cast<std::string>(nb::repr(nb::float_(std::chrono::duration<double>(v).count())));
+  }
+}
+template <class T>
+const char* annotation()
+{
+  if constexpr (std::is_same_v<T, bool>) {
+    return "bool";
+  } else if constexpr (std::is_integral_v<T>) {
+    return "int";
+  } else if constexpr (std::is_enum_v<T>) {
+    return "str";
+  } else {
+    return "float";
+  }
+}
+
+/// Channel(device, **kwargs)'s config: the defaults of d2h::config, each given keyword converted.
+fd::config config_from(const nb::kwargs& kw)
+{
+  fd::config c;
+  c.drain = fd::drain_mode::thread;
+  std::size_t used = 0;
+  fd::detail::for_each_config_field(c, [&](const char* name, auto& field) {
+    if (fixed(name) || !kw.contains(name)) { return; }
+    assign(field, kw[name], name);
+    ++used;
+  });
+  if (used + (kw.contains("sink") ? 1 : 0) != static_cast<std::size_t>(PyDict_Size(kw.ptr()))) {
+    for (auto [k, v] : kw) {
+      bool known = nb::cast<std::string>(k) == "sink";
+      fd::detail::for_each_config_field(c, [&](const char* name, auto&) {
+        known = known || (!fixed(name) && nb::cast<std::string>(k) == name);
+      });
+      if (!known) {
+        throw nb::type_error(("ferry.Channel: unexpected keyword argument '" + nb::cast<std::string>(k) +
+                              "' (see help(ferry.Channel) for the knobs)")
+                               .c_str());
+      }
+    }
+  }
+  return c;
+}
+
+/// "def __init__(self, device: int = 0, *, ring_bytes: int = 67108864, ...) -> None": the stub signature.
+const char* init_signature()
+{
+  static const std::string sig = [] {
+    std::string s = "def __init__(self, device: int = 0, *";
+    const fd::config c{};
+    fd::detail::for_each_config_field(c, [&](const char* name, const auto& v) {
+      if (fixed(name)) { return; }
+      using T = std::remove_cvref_t<decltype(v)>;
+      s += std::string{", "} + name + ": " + annotation<T>() + " = " + literal(v);
+    });
+    return s + ", sink: object | None = None) -> None";
+  }();
+  return sig.c_str();
+}
+
+}  // namespace
+
+template <class B>
+void init_d2h_channel(nb::module_& m)
+{
+  using C = py_channel<B>;
+  nb::class_<C>(m, "Channel", "D2H channel: capture device tensors into a ring, poll() them on the host.")
+    .def(
+      "__init__",
+      [](C* self, int device, nb::kwargs kw) {
+        nb::object sink = kw.contains("sink") ? nb::object(kw["sink"]) : nb::none();
+        new (self) C(device, config_from(kw), sink);
+      },
+      nb::arg("device") = 0, nb::arg("kwargs"), nb::sig(init_signature()))
+    .def("begin_forward", &C::begin_forward, nb::arg("stream").none() = nb::none())
+    .def("end_forward", &C::end_forward, nb::arg("stream").none() = nb::none())
+    .def("abort_forward", &C::abort_forward, nb::arg("stream").none() = nb::none(),
+         "Drops the forward open on stream (the recovery after an exception inside a forward): an eager "
+         "forward's captured entries are published and delivered, a captured one is forgotten, pending deferred "
+         "entries are dropped. Returns whether a forward was open.")
+    .def(
+      "capture", [](C& c, std::uint32_t hook, nb::handle t, nb::handle s) { c.capture(hook, t, s, false); },
+      nb::arg("hook"), nb::arg("tensor").none(), nb::arg("stream").none() = nb::none())
+    .def(
+      "capture_deferred", [](C& c, std::uint32_t hook, nb::handle t, nb::handle s) { c.capture(hook, t, s, true); },
+      nb::arg("hook"), nb::arg("tensor").none(), nb::arg("stream").none() = nb::none())
+    .def("flush", &C::flush, nb::arg("stream").none() = nb::none())
+    .def_prop_ro("deferred_pending", &C::deferred_pending)
+    .def("plan", &C::plan, nb::arg("plan"))
+    .def("poll", &C::poll, nb::arg("max_entries") = 1024, nb::arg("timeout").none() = 0.0)
+    .def("stats", &C::stats)
+    .def("close", &C::close, nb::arg("timeout").none() = nb::none())
+    .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+    .def("__exit__",
+         [](C& c, nb::args exc) {
+           // closes an open channel; an error of the with-body is not masked by a close() error
+           if (c.closed()) { return; }
+           if (nb::len(exc) == 0 || exc[0].is_none()) {
+             (void)c.close(std::nullopt);
+           } else {
+             try {
+               (void)c.close(std::nullopt);
+             } catch (const std::exception&) {
+             }
+           }
+         })
+    .def_prop_ro("closed", &C::closed)
+    .def_prop_ro("handle", &C::handle, "The channel's integer handle for native code (ferry_capi.h, torch ops).")
+    .def_prop_ro("has_sink", &C::has_sink)
+    .def_prop_ro("device", &C::device)
+    .def_prop_ro("invalidated", &C::invalidated)
+    .def_prop_ro("programmatic_launch", &C::programmatic_launch,
+                 "Whether ferry's kernels are launched programmatically (the constructor's programmatic_launch "
+                 "and the device's support: sm_90+ CUDA).")
+    .def_prop_ro_static("backend", [](nb::handle) { return traits<B>::name; });
+}
+
+/// The field lists (module attributes, for tests and tools): config fields and counters, in order.
+void init_d2h_fields(nb::module_& m)
+{
+  nb::list cfg, fixed_l, ctr;
+  const fd::config c{};
+  fd::detail::for_each_config_field(c, [&](const char* name, const auto&) { (fixed(name) ? fixed_l : cfg).append(name); });
+  const fd::counters k{};
+  fd::detail::for_each_counter(k, [&](const char* name, const auto&) { ctr.append(name); });
+  m.attr("channel_config_fields") = nb::tuple(cfg);
+  m.attr("channel_fixed_fields") = nb::tuple(fixed_l);
+  m.attr("channel_counters") = nb::tuple(ctr);
+}
+
+template void init_d2h_channel<fb::host_backend>(nb::module_&);
+#if defined(FERRY_PYTHON_CUDA)
+template void init_d2h_channel<fb::cuda_backend>(nb::module_&);
+#endif
+
+}  // namespace ferry::python

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+// init_d2h_entry: ferry.Entry and ferry.Plan.
+#include "d2h_entry.hpp"
+
+#include <nanobind/stl/string.h>
+
+#include <string>
+
+namespace ferry::python {
+
+nb::dict report_dict(const fd::shutdown_report& r)
+  {
+    nb::dict d;
+    nb::list unpub, hooks, undrained;
+    for (auto s : r.unpublished) { unpub.append(s.value); }
+    for (auto h : r.unpublished_hooks) { hooks.append(h.value); }
+    for (auto s : r.undrained) { undrained.append(s.value); }
+    d["delivered"] = r.delivered;
+    d["pending_pop"] = r.pending_pop;
+    d["unpublished"] = unpub;
+    d["unpublished_hooks"] = hooks;
+    d["undrained"] = undrained;
+    d["forward_open"] = r.forward_open;
+    d["clean"] = r.clean();
+    return d;
+  }
+
+
+void init_d2h_entry(nb::module_& m)
+{
+  nb::class_<py_entry>(m, "Entry", "One delivered D2H entry: its bytes in pinned staging until released.")
+    .def_ro("hook", &py_entry::hook)
+    .def_ro("seq", &py_entry::seq)
+    .def_ro("size", &py_entry::size)
+    .def_ro("reserved", &py_entry::reserved)
+    .def_ro("ok", &py_entry::ok)
+    .def_prop_ro("released", &py_entry::released)
+    .def_prop_ro("views", &py_entry::views)
+    .def("numpy", &py_entry::numpy)
+    .def("tobytes", &py_entry::to_bytes)
+    .def("release", &py_entry::release)
+    .def("__len__", [](const py_entry& x) { return x.size; })
+    .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+    .def("__exit__", [](py_entry& x, nb::args) { x.release(); })
+    .def("__repr__", [](const py_entry& x) {
+      return "<ferry.Entry hook=" + std::to_string(x.hook) + " seq=" + std::to_string(x.seq) +
+             " size=" + std::to_string(x.size) + (x.released() ? " released>" : ">");
+    });
+
+  nb::class_<py_plan>(m, "Plan", "The entries of one forward captured into a graph (end_forward).")
+    .def("__len__", &py_plan::size)
+    .def_prop_ro("entries", [](const py_plan& p) {
+      nb::list l;
+      for (const auto& x : p.p.entries()) { l.append(nb::make_tuple(x.hook.value, x.bytes, x.dynamic)); }
+      return l;
+    });
+
+}
+
+}  // namespace ferry::python

@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: Apache-2.0
+// ferry.Entry (one delivered D2H entry, zero-copy numpy views of its pinned staging) and ferry.Plan (the
+// entries of a forward captured into a graph); backend-independent.
+#pragma once
+
+#include "stream.hpp"
+
+#include <ferry/d2h/entry_view.hpp>
+#include <ferry/d2h/errors.hpp>
+#include <ferry/d2h/forward_plan.hpp>
+#include <ferry/error.hpp>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <memory>
+
+namespace ferry::python {
+
+namespace nb = nanobind;
+namespace fd = ferry::d2h;
+
+/// One delivered entry. Views (numpy()) share `held`: the staging bytes go back when release() was called
+/// (or the entry died) AND the last view died.
+struct py_entry {
+  struct holder {
+    fd::entry_view v;
+  };
+  std::shared_ptr<holder> held;
+  std::uint32_t hook{0};
+  std::uint64_t seq{0};
+  std::uint64_t size{0};
+  std::uint64_t reserved{0};
+  bool ok{true};
+
+  explicit py_entry(fd::entry_view&& v)
+    : held{std::make_shared<holder>()}, hook{v.hook().value}, seq{v.seq().value}, size{v.size()},
+      reserved{v.reserved_bytes()}, ok{v.ok()}
+  {
+    held->v = std::move(v);
+  }
+
+  [[nodiscard]] nb::ndarray<nb::numpy, const std::uint8_t, nb::ndim<1>> numpy() const
+  {
+    FERRY_EXPECTS(held != nullptr, ferry::logic_error,
+                  "d2h entry {} of hook {}: expected a live entry, got a released one (numpy() after release())",
+                  seq, hook);
+    auto bytes = held->v.bytes();  // size_overflow_error for a rejected dynamic entry
+    auto* keep = new std::shared_ptr<holder>(held);
+    nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<holder>*>(p); });
+    const std::size_t shape[1] = {bytes.size()};
+    return {reinterpret_cast<const std::uint8_t*>(bytes.data()), 1, shape, owner};
+  }
+  [[nodiscard]] nb::bytes to_bytes() const
+  {
+    FERRY_EXPECTS(held != nullptr, ferry::logic_error,
+                  "d2h entry {} of hook {}: expected a live entry, got a released one (tobytes() after release())",
+                  seq, hook);
+    auto b = held->v.bytes();
+    return nb::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+  }
+  void release() noexcept { held.reset(); }
+  [[nodiscard]] bool released() const noexcept { return held == nullptr; }
+  /// numpy views alive (besides the entry itself).
+  [[nodiscard]] long views() const noexcept { return held ? held.use_count() - 1 : 0; }
+};
+
+/// A forward_plan captured by end_forward() in graph mode.
+struct py_plan {
+  fd::forward_plan p;
+  [[nodiscard]] std::size_t size() const noexcept { return p.size(); }
+};
+
+/// A shutdown_report as a dict (Channel.close's result, ShutdownError.report).
+[[nodiscard]] nb::dict report_dict(const fd::shutdown_report& r);
+
+/// Registers Entry and Plan in `m`.
+void init_d2h_entry(nb::module_& m);
+
+}  // namespace ferry::python

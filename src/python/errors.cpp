@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "errors.hpp"
+
+#include "d2h_entry.hpp"  // report_dict: ShutdownError.report
+
+#include <ferry/d2h/errors.hpp>
+#include <ferry/error.hpp>
+
+#include <string>
+
+namespace ferry::python {
+
+int status_of(const std::exception& e) noexcept
+{
+  if (dynamic_cast<const ferry::d2h::shutdown_error*>(&e) != nullptr) { return FERRY_ERR_SHUTDOWN; }
+  if (dynamic_cast<const ferry::d2h::size_overflow_error*>(&e) != nullptr) { return FERRY_ERR_SIZE_OVERFLOW; }
+  if (dynamic_cast<const ferry::logic_error*>(&e) != nullptr) { return FERRY_ERR_LOGIC; }
+  if (dynamic_cast<const ferry::out_of_memory*>(&e) != nullptr) { return FERRY_ERR_OOM; }
+  if (dynamic_cast<const ferry::timeout_error*>(&e) != nullptr) { return FERRY_ERR_TIMEOUT; }
+  if (dynamic_cast<const ferry::invalidated_error*>(&e) != nullptr) { return FERRY_ERR_INVALIDATED; }
+  if (dynamic_cast<const ferry::backend_error*>(&e) != nullptr) { return FERRY_ERR_BACKEND; }
+  return FERRY_ERR_OTHER;
+}
+
+void set_python_error(int status, const char* msg) { PyErr_SetString(exception_of(status), msg); }
+
+namespace {
+
+struct exception_spec {
+  int status;
+  const char* doc;
+  PyObject* extra_base;  // a builtin base beside ferry.Error (MemoryError, TimeoutError), or null
+};
+
+}  // namespace
+
+void init_errors(nb::module_& m)
+{
+  auto& t = exception_types();
+  const auto make = [&](int status, const char* doc, PyObject* base, PyObject* extra) {
+    const char* name = ferry_status_name(status);
+    const std::string qual = std::string{"ferry."} + name;
+    nb::object bases = extra != nullptr ? nb::make_tuple(nb::handle(base), nb::handle(extra))
+                                        : nb::make_tuple(nb::handle(base));
+    PyObject* type = PyErr_NewExceptionWithDoc(qual.c_str(), doc, bases.ptr(), nullptr);
+    if (type == nullptr) { throw nb::python_error(); }
+    m.attr(name) = nb::handle(type);
+    t[static_cast<std::size_t>(status)] = type;
+  };
+  make(FERRY_ERR_OTHER, "Base of every error ferry raises.", PyExc_Exception, nullptr);
+  const exception_spec specs[] = {
+    {FERRY_ERR_LOGIC, "A contract violation by the caller (bad input, misuse).", nullptr},
+    {FERRY_ERR_OOM, "An allocation failed, or a full ring with on_full='fail_fast'.", PyExc_MemoryError},
+    {FERRY_ERR_TIMEOUT, "A blocking wait gave up.", PyExc_TimeoutError},
+    {FERRY_ERR_INVALIDATED, "An owner refuses work after an earlier backend failure.", nullptr},
+    {FERRY_ERR_BACKEND, "A backend (CUDA, host) call failed.", nullptr},
+    {FERRY_ERR_SHUTDOWN, "Channel.close() could not drain every reserved entry; .report lists them.", nullptr},
+    {FERRY_ERR_SIZE_OVERFLOW, "A dynamic entry's GPU-resolved size exceeded its reservation.", nullptr},
+  };
+  for (const auto& s : specs) { make(s.status, s.doc, t[FERRY_ERR_OTHER], s.extra_base); }
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const ferry::d2h::shutdown_error& err) {
+      nb::object inst = nb::handle(exception_of(FERRY_ERR_SHUTDOWN))(err.what());
+      inst.attr("report") = report_dict(err.report());
+      PyErr_SetObject(exception_of(FERRY_ERR_SHUTDOWN), inst.ptr());
+    } catch (const ferry::error& err) {
+      set_python_error(status_of(err), err.what());
+    }
+  });
+}
+
+}  // namespace ferry::python
