@@ -50,7 +50,11 @@ void init_h2d(nb::module_& m)
     .def(nb::init<int>(), nb::arg("device") = 0)
     .def("declare", &P::declare, nb::arg("name"), nb::arg("groups"), nb::arg("dtype") = "uint8",
          nb::arg("capacity"), nb::arg("unit") = "elements", nb::arg("row").none() = nb::none(),
-         nb::arg("dst").none() = nb::none())
+         nb::arg("dst").none() = nb::none(),
+         // capacity has no default but follows dtype's (positional use: declare(name, groups, dtype, capacity))
+         nb::sig("def declare(self, name: str, groups: str | typing.Sequence[str], dtype: object = 'uint8', "
+                 "capacity: int = ..., unit: str = 'elements', row: int | None = None, dst: object | None = None) "
+                 "-> ferry._ferry.Buffer"))
     .def("initialize", &P::initialize, nb::arg("slots") = 2, nb::arg("stream").none() = nb::none(),
          nb::arg("upload").none() = nb::none())
     .def(

@@ -290,7 +290,7 @@ def test_copy_vecs_per_thread_knob_keeps_entries_exact(make_channel, stream, dra
 
 def test_staged_capture_joins_the_deferred_batch_and_keeps_every_byte(make_channel, stream, drain):
     # staged_capture_max_bytes: capture() of an array up to that size is copied into the channel's staging and
-    # joins the deferred batch (the binding mirrors it: deferred_pending counts it, nothing is flushed by it);
+    # joins the deferred batch (deferred_pending, the core's count, includes it; nothing is flushed by it);
     # larger ones take the copy kernel and flush the batch first. Entry order and bytes exact.
     ch = make_channel(ring_bytes=1 << 20, publish_every=4, staged_capture_max_bytes=4096)
     rng = np.random.default_rng(3)

@@ -403,9 +403,9 @@ def test_deferred_op_tensor_freed_after_capture_still_exact(make_channel, stream
     assert ch.close()["clean"]
 
 
-def test_deferred_batch_split_by_ring_bytes_is_mirrored(make_channel, stream):
+def test_deferred_batch_split_by_ring_bytes_releases_the_flushed_sources(make_channel, stream):
     # ring 4 KiB, 1 KiB entries: the 4th cannot join the batch (it might span the ring), so the channel flushes
-    # entries 0-2 first; the binding mirrors that: writing entry 0 afterwards is legal, not an error.
+    # entries 0-2 first and gives their sources back: writing entry 0 afterwards is legal, not an error.
     ch = make_channel(publish_every=8, ring_bytes=1 << 12)
     tok = fto.token()
     xs = [torch.full((256,), float(i)) for i in range(4)]

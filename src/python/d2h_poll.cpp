@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+// The consumer side of py_channel<B> (d2h_channel.hpp): poll(), stats() and close().
+#include "d2h_channel.hpp"
+
+#include <ferry/d2h/detail/fields.hpp>
+
+#include <thread>
+
+namespace ferry::python {
+
+template <class B>
+std::vector<py_entry> py_channel<B>::poll(std::size_t max_entries, std::optional<double> timeout)
+{
+  FERRY_EXPECTS(max_entries > 0, ferry::logic_error, "Channel.poll: expected max_entries >= 1, got 0");
+  FERRY_EXPECTS(!sink_owner_.is_valid(), ferry::logic_error,
+                "Channel.poll: expected a channel without a native sink, got one with a sink (its entries go to "
+                "the sink)");
+  drain_released();
+  std::vector<py_entry> out;
+  const auto start = std::chrono::steady_clock::now();
+  const auto limit = timeout ? std::chrono::duration<double>(*timeout) : std::chrono::duration<double>::max();
+  for (;;) {
+    std::vector<fd::entry_view> got;
+    bool closed = false;
+    {
+      gil_release g;
+      std::shared_lock lk{mu_};
+      closed = !ch_.has_value();
+      const auto slice_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+      for (;;) {
+        if (closed) {
+          std::lock_guard l2{leftover_mu_};
+          while (got.size() < max_entries && !leftovers_.empty()) {
+            got.push_back(std::move(leftovers_.front()));
+            leftovers_.pop_front();
+          }
+        } else {
+          while (got.size() < max_entries) {
+            auto v = ch_->try_pop();
+            if (!v) { break; }
+            got.push_back(std::move(*v));
+          }
+        }
+        const auto now = std::chrono::steady_clock::now();
+        if (!got.empty() || closed || now - start >= limit || now >= slice_end || interpreter_exiting()) { break; }
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    }
+    for (auto& v : got) { out.emplace_back(std::move(v)); }
+    if (!out.empty()) { return out; }
+    FERRY_EXPECTS(!closed, ferry::logic_error,
+                  "Channel.poll: expected an open channel, got a closed one with no entries left");
+    if (std::chrono::steady_clock::now() - start >= limit || interpreter_exiting()) { return out; }
+    if (PyErr_CheckSignals() != 0) { throw nb::python_error(); }
+  }
+}
+
+template <class B>
+nb::dict py_channel<B>::stats() const
+{
+  std::shared_lock lk{mu_};
+  const fd::counters c = ch_ ? ch_->stats() : final_stats_;
+  nb::dict d;
+  fd::detail::for_each_counter(c, [&](const char* name, std::uint64_t v) { d[name] = v; });
+  return d;
+}
+
+template <class B>
+nb::dict py_channel<B>::close(std::optional<double> timeout)
+{
+  std::optional<fd::shutdown_report> rep;
+  std::exception_ptr err;  // raised after the teardown, so the channel is closed either way
+  {
+    gil_release g;
+    std::unique_lock lk{mu_};
+    FERRY_EXPECTS(ch_.has_value(), ferry::logic_error, "Channel.close: expected an open channel, got a closed one");
+    set_dev();
+    try {
+      rep = timeout ? ch_->close(std::chrono::milliseconds(static_cast<std::int64_t>(*timeout * 1000.0)))
+                    : ch_->close();
+    } catch (const ferry::error&) {
+      err = std::current_exception();
+    }
+    final_stats_ = ch_->stats();
+    {
+      std::lock_guard l2{leftover_mu_};
+      while (auto v = ch_->try_pop()) { leftovers_.push_back(std::move(*v)); }
+    }
+    ch_.reset();
+  }
+  sink_owner_.reset();
+  drain_released();
+  if (err) { std::rethrow_exception(err); }
+  return report_dict(*rep);
+}
+
+template std::vector<py_entry> py_channel<fb::host_backend>::poll(std::size_t, std::optional<double>);
+template nb::dict py_channel<fb::host_backend>::stats() const;
+template nb::dict py_channel<fb::host_backend>::close(std::optional<double>);
+#if defined(FERRY_PYTHON_CUDA)
+template std::vector<py_entry> py_channel<fb::cuda_backend>::poll(std::size_t, std::optional<double>);
+template nb::dict py_channel<fb::cuda_backend>::stats() const;
+template nb::dict py_channel<fb::cuda_backend>::close(std::optional<double>);
+#endif
+
+}  // namespace ferry::python

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+// py_source: the owner of a source given from Python (d2h_channel.hpp), and its version check.
+#include "d2h_channel.hpp"
+
+namespace ferry::python {
+
+namespace {
+
+/// torch's version counter of `o` (`ok`: it has one). Only a torch tensor that is not an inference tensor
+/// has one; asking an inference tensor for it raises (a c10::Error with a backtrace, ~10 us), so
+/// is_inference() is asked first, and an object without it (numpy, CuPy, ...) has no counter.
+long long read_version(PyObject* o, bool& ok)
+{
+  ok = false;
+  PyObject* f = PyObject_GetAttrString(o, "is_inference");
+  if (f == nullptr) {
+    PyErr_Clear();
+    return 0;
+  }
+  PyObject* is_inf = PyObject_CallNoArgs(f);
+  Py_DECREF(f);
+  const int inference = is_inf != nullptr ? PyObject_IsTrue(is_inf) : -1;
+  Py_XDECREF(is_inf);
+  if (inference != 0) {  // an inference tensor (or the call failed): no counter
+    PyErr_Clear();
+    return 0;
+  }
+  PyObject* v = PyObject_GetAttrString(o, "_version");
+  ok = v != nullptr && PyLong_Check(v) != 0;
+  const long long r = ok ? PyLong_AsLongLong(v) : 0;
+  Py_XDECREF(v);
+  if (!ok) { PyErr_Clear(); }
+  return r;
+}
+
+}  // namespace
+
+template <class B>
+fd::source_owner py_source::make(nb::handle obj, any_array dl, bool deferred)
+{
+  auto* p = new py_source{nb::borrow(obj), std::move(dl), 0, false};
+  if (deferred) { p->version = read_version(obj.ptr(), p->versioned); }
+  fd::source_owner o;
+  o.keep = std::shared_ptr<void>(p, [](void* q) {
+    graveyard::get().give(q, [](void* r) { delete static_cast<py_source*>(r); });
+  });
+  o.unchanged = deferred ? &py_source::unchanged : nullptr;
+  o.host_written = is_host<B>;  // NumPy arrays and torch CPU tensors are written by host code directly
+  return o;
+}
+
+std::size_t py_source::unchanged(void* const* owners, std::size_t n)
+{
+  nb::gil_scoped_acquire g;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto* p = static_cast<const py_source*>(owners[i]);
+    if (!p->versioned) { continue; }
+    bool ok = false;
+    const long long now = read_version(p->obj.ptr(), ok);
+    if (!ok || now != p->version) { return i; }
+  }
+  return n;
+}
+
+template fd::source_owner py_source::make<fb::host_backend>(nb::handle, any_array, bool);
+#if defined(FERRY_PYTHON_CUDA)
+template fd::source_owner py_source::make<fb::cuda_backend>(nb::handle, any_array, bool);
+#endif
+
+}  // namespace ferry::python
