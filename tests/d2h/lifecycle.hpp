@@ -106,15 +106,35 @@ TYPED_TEST_P(D2hLifecycle, MovedFromChannelThrowsLogicError)
   } catch (const ferry::logic_error& e) {
     EXPECT_NE(std::string{e.what()}.find("moved-from d2h channel"), std::string::npos) << e.what();
   }
+  // every public call, one by one (capture_deferred and flush used to dereference null: SIGSEGV)
+  fd::forward_plan plan;
+  fb::graph_exec<B> graph;
+  std::uint64_t size = 256;
   EXPECT_THROW(a.capture(fd::hook_id{1}, src.at(0), 256, s), ferry::logic_error);
+  EXPECT_THROW((void)a.try_capture(fd::hook_id{1}, src.at(0), 256, s), ferry::logic_error);
+  EXPECT_THROW(a.capture_dynamic(fd::hook_id{1}, src.at(0), 256, &size, s), ferry::logic_error);
+  EXPECT_THROW(a.capture_deferred(fd::hook_id{1}, src.at(0), 256, s), ferry::logic_error);
+  EXPECT_THROW(a.flush(s), ferry::logic_error);
+  EXPECT_THROW((void)a.deferred_pending(), ferry::logic_error);
+  EXPECT_THROW((void)a.open_forward(), ferry::logic_error);
   EXPECT_THROW((void)a.end_forward(s), ferry::logic_error);
+  EXPECT_THROW((void)a.abort_forward(s), ferry::logic_error);
   EXPECT_THROW((void)a.begin_write(fd::hook_id{1}, 64, s), ferry::logic_error);
+  EXPECT_THROW(a.end_write(fd::write_ticket{}, s), ferry::logic_error);
+  EXPECT_THROW(a.plan(plan), ferry::logic_error);
+  EXPECT_THROW((void)a.try_plan(plan), ferry::logic_error);
+  EXPECT_THROW(a.replay(graph, plan, s), ferry::logic_error);
   EXPECT_THROW((void)a.poll(), ferry::logic_error);
   EXPECT_THROW((void)a.try_pop(), ferry::logic_error);
   EXPECT_THROW((void)a.stats(), ferry::logic_error);
   EXPECT_THROW((void)a.cfg(), ferry::logic_error);
+  EXPECT_THROW((void)a.programmatic_launch(), ferry::logic_error);
+  EXPECT_THROW((void)a.device(), ferry::logic_error);
+  EXPECT_THROW((void)a.ring_bytes(), ferry::logic_error);
   EXPECT_THROW((void)a.invalidated(), ferry::logic_error);
+  EXPECT_THROW((void)a.invalidation_reason(), ferry::logic_error);
   EXPECT_THROW((void)a.close(), ferry::logic_error);
+  EXPECT_THROW((void)a.close(std::chrono::milliseconds(10)), ferry::logic_error);
   live.begin_forward(s);
   chk.expect(0, 1, 256);
   live.capture(fd::hook_id{1}, src.at(0), 256, s);
