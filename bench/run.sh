@@ -52,7 +52,7 @@ for side in d2h h2d; do
   echo "ferry: $side done in $((SECONDS - start)) s"
 done
 
-py="$root/bench/device"
+py="$root/bench/device/reports"
 if [[ -s $out/d2h_gbench.json ]]; then
   python3 "$py/perf_tables.py" d2h-summary "$out/d2h_gbench.json" "$out/d2h.json" ||
     status=1

@@ -5,7 +5,7 @@
 // defaults: the batch release on the branch; ferry_gather_fused: the release in the gather's last block), and
 // ferry's launch/placement variants; forward/<variant>/vllm_full_b1: the same forward with 341 hooks of
 // DMI's vllm-full sizes at B = 1 (forward_sizes). The figure is the median us per forward; overheads are
-// derived by bench/device/perf_tables.py.
+// derived by bench/device/reports/perf_tables.py.
 #include "common.hpp"
 
 #include <ferry/testing/pattern.hpp>

@@ -207,7 +207,7 @@ def test_benchmark_smoke(tmp_path):
     assert set(d["h2d_step"]["eager"]) == {"torch_copies_us", "ferry_us"}
     assert d["h2d_step"]["eager"]["ferry_us"] > 0
     # the table and the plot of docs/perf
-    r = subprocess.run([sys.executable, str(ROOT / "bench/device/torch_tables.py"), str(out), "--plot",
+    r = subprocess.run([sys.executable, str(ROOT / "bench/device/reports/torch_tables.py"), str(out), "--plot",
                         str(tmp_path / "q.svg")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "| B=1 eager |" in r.stdout and (tmp_path / "q.svg").read_text().startswith("<svg")

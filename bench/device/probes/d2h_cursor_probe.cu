@@ -17,9 +17,9 @@
 //   copy        a plain 2 KiB copy to a fixed destination (no cursor)
 // Each cell: GPU span of one graph launch (events), median of 100 replays after 5 warm-ups; ferry / baked /
 // evict_last / persist entries of the last replay are checked against the sources.
-// Build (repo root): nvcc -O3 -std=c++20 -arch=sm_90 -I include -I kernels bench/device/probes/d2h_cursor_probe.cu
-#include "detail/d2h_kernels.cuh"
-#include "d2h_probe_common.cuh"
+// Run: bash bench/device/drivers/run_all.sh probe=d2h_cursor_probe (built as probe_common.cuh says).
+#include "d2h/copy/copy_entry.cuh"
+#include "probe_common.cuh"
 
 #include <ferry/backend/grid_dependency.hpp>
 
@@ -150,7 +150,6 @@ int main()
 
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  timer tm;
   std::printf("fillers  hook        us/step   delta_us  us/hook  entries\n");
   for (int cold = 0; cold < 2; ++cold) {
     float base = 0;
@@ -172,15 +171,7 @@ int main()
         const std::size_t at = cold ? (static_cast<std::size_t>(i) * chunk) % kBig : 0;
         filler<<<cold ? 132 : 1, 256, 0, s>>>(reinterpret_cast<const uint4*>(big + at), chunk / 16, sink);
         if (i % (kFillers / kHooks) != kFillers / kHooks - 1 || k >= kHooks || h == hook::none) { continue; }
-        ferry::d2h::detail::copy_args a{};
-        a.dst.ring = ring;
-        a.dst.state = state;
-        a.dst.ring_bytes = ring_bytes;
-        a.dst.reserved = kEntry;
-        a.dst.parity = static_cast<std::uint32_t>(k % 2);
-        a.src = src + k * kEntry;
-        a.bytes = kEntry;
-        a.vecs_per_thread = 2;
+        const auto a = hook_args(state, ring, ring_bytes, src, k, kEntry);
         if (h == hook::ferry) {
           ferry_copy<<<1, 64, 0, s>>>(a);
         } else if (h == hook::baked) {
@@ -209,20 +200,11 @@ int main()
         phys += kEntry;
         ++k;
       }
-      cudaGraph_t g;
-      cudaGraphExec_t ge;
-      CK(cudaStreamEndCapture(s, &g));
-      CK(cudaGraphInstantiate(&ge, g, 0));
-      std::vector<float> t;
-      for (int r = 0; r < 105; ++r) {
-        if (h == hook::baked) { CK(cudaMemsetAsync(state, 0, sizeof(ferry::d2h::device_state), s)); }
-        CK(cudaEventRecord(tm.a, s));
-        CK(cudaGraphLaunch(ge, s));
-        CK(cudaEventRecord(tm.b, s));
-        CK(cudaEventSynchronize(tm.b));
-        if (r >= 5) { t.push_back(tm.us()); }
-      }
-      const float med = median(t);
+      captured_graph graph;
+      end_capture(s, graph);
+      const float med = replay_median(s, graph.x, 5, 100, [&](cudaStream_t st) {
+        if (h == hook::baked) { CK(cudaMemsetAsync(state, 0, sizeof(ferry::d2h::device_state), st)); }
+      });
       if (h == hook::none) { base = med; }
       const char* verdict = "-";
       if (h != hook::none && h != hook::copy) {  // the last replay's 28 entries end at slot[0] (even count)
@@ -231,8 +213,6 @@ int main()
       }
       std::printf("%-8s %-11s %9.1f %9.1f %8.2f  %s\n", cold ? "cold" : "warm", hook_name(h), med, med - base,
                   h == hook::none ? 0.0f : (med - base) / kHooks, verdict);
-      CK(cudaGraphExecDestroy(ge));
-      CK(cudaGraphDestroy(g));
     }
   }
   (void)cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0);

@@ -9,16 +9,16 @@
 // either ONE filler kernel repeated ("same") or 64 distinct ones in turn ("distinct"), and 28 hooks (one
 // per 60 fillers), each one of:
 //   none      no hook
-//   ferry     ferry's copy kernel body (kernels/detail/d2h_kernels.cuh), V=2, 128 threads, 2 KiB entries
+//   ferry     ferry's copy kernel body (kernels/d2h/copy/copy_entry.cuh), V=2, 128 threads, 2 KiB entries
 //   lean      the same work (cursor load, commit, 2 KiB copy, V=2) in a kernel specialized for V=2 and
 //             16-byte aligned sources, 32-bit indices
 //   copy      a plain 2 KiB copy to a fixed destination (no cursor)
 //   memcpy    cudaMemcpyAsync device to device, 2 KiB
 // Each cell: GPU span of one graph launch (events), median of 200 replays after 10 warm-ups; the ring's
 // last step is checked against the sources (ferry and lean).
-// Build (repo root): nvcc -O3 -std=c++20 -arch=sm_90 -I include -I kernels bench/device/probes/d2h_icache_probe.cu
-#include "detail/d2h_kernels.cuh"
-#include "d2h_probe_common.cuh"
+// Run: bash bench/device/drivers/run_all.sh probe=d2h_icache_probe (built as probe_common.cuh says).
+#include "d2h/copy/copy_entry.cuh"
+#include "probe_common.cuh"
 
 #include <ferry/backend/grid_dependency.hpp>
 
@@ -127,9 +127,6 @@ int main()
 
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
 
   std::printf("mode      hook      us/step   delta_us  us/hook\n");
   for (int distinct = 0; distinct < 2; ++distinct) {
@@ -141,15 +138,7 @@ int main()
         const int kind = distinct ? i % kKinds : 0;
         fillers[kind]<<<1, 128, 0, s>>>(x + 128 * kind);
         if (i % (kFillers / kHooks) == kFillers / kHooks - 1 && k < kHooks && h != hook::none) {
-          ferry::d2h::detail::copy_args a{};
-          a.dst.ring = ring;
-          a.dst.state = state;
-          a.dst.ring_bytes = ring_bytes;
-          a.dst.reserved = kEntry;
-          a.dst.parity = static_cast<std::uint32_t>(k % 2);
-          a.src = src + k * kEntry;
-          a.bytes = kEntry;
-          a.vecs_per_thread = 2;
+          const auto a = hook_args(state, ring, ring_bytes, src, k, kEntry);
           if (h == hook::ferry) {
             ferry_copy<<<1, 128, 0, s>>>(a);
           } else if (h == hook::lean) {
@@ -163,22 +152,9 @@ int main()
           ++k;
         }
       }
-      cudaGraph_t g;
-      cudaGraphExec_t ge;
-      CK(cudaStreamEndCapture(s, &g));
-      CK(cudaGraphInstantiate(&ge, g, 0));
-      std::vector<float> t;
-      for (int r = 0; r < 210; ++r) {
-        CK(cudaEventRecord(e0, s));
-        CK(cudaGraphLaunch(ge, s));
-        CK(cudaEventRecord(e1, s));
-        CK(cudaEventSynchronize(e1));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (r >= 10) { t.push_back(ms * 1000.0f); }
-      }
-      std::sort(t.begin(), t.end());
-      const float med = t[t.size() / 2];
+      captured_graph graph;
+      end_capture(s, graph);
+      const float med = replay_median(s, graph.x, 10, 200);
       if (h == hook::none) { base = med; }
       std::printf("%-9s %-8s %9.1f %9.1f %8.2f\n", distinct ? "distinct" : "same", hook_name(h), med, med - base,
                   h == hook::none ? 0.0f : (med - base) / kHooks);
@@ -186,8 +162,6 @@ int main()
         const bool ok = last_forward_exact(state, ring, ring_bytes, host, kHooks, kEntry);
         std::printf("          %s entries %s\n", hook_name(h), ok ? "exact" : "WRONG (or wrapped: check)");
       }
-      CK(cudaGraphExecDestroy(ge));
-      CK(cudaGraphDestroy(g));
     }
   }
   return 0;

@@ -10,7 +10,7 @@
 //   zc8_g    : graph [8-block kernel reads the bytes from mapped pinned memory -> consumer]
 //   dma_g    : graph [memcpy H2D -> consumer]
 // plus the CPU cost of one node-parameter rewrite (set_us) and of one eager launch (launch_us).
-// Build: nvcc -O3 -std=c++17 -arch=sm_90 h2d_params_probe.cu -o h2d_params_probe
+// Run: bash bench/device/drivers/run_all.sh probe=h2d_params_probe (built as probe_common.cuh says).
 #include "probe_common.cuh"
 
 #include <cuda_runtime.h>

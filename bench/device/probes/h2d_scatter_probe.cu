@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Exploratory probe (not a ferry benchmark): where ferry's zero-copy scatter spends its time in a graph,
-// against a plain zero-copy copy of the same bytes. Uses ferry's own scatter body (kernels/detail/
-// h2d_scatter.cuh) on the anchor cases' layouts. Each cell: GPU span from an event before the graph launch
+// against a plain zero-copy copy of the same bytes. Uses ferry's own scatter body (kernels/h2d/
+// scatter/scatter.cuh) on the anchor cases' layouts. Each cell: GPU span from an event before the graph launch
 // to an event after it, median of 400 replays after 20 warm-ups; the destinations are checked.
 //   floor       : [consumer]
 //   plain8      : [8-block copy of the arena's payload bytes, contiguous, no tiles -> consumer]
@@ -15,8 +15,8 @@
 //   warp_tile   : ferry's scatter with one warp per tile (4 tiles per block), spec 1
 //   computed_ci : computed descriptor and counts in the parameters: no dependent load at all
 //   lean        : dev_s1's inputs with a minimal copy loop (no misaligned path, no partial stores)
-// Build (repo root): nvcc -O3 -std=c++20 -arch=sm_90 -I include -I kernels bench/device/probes/h2d_scatter_probe.cu
-#include "detail/h2d_scatter.cuh"
+// Run: bash bench/device/drivers/run_all.sh probe=h2d_scatter_probe (built as probe_common.cuh says).
+#include "h2d/scatter/scatter.cuh"
 #include "probe_common.cuh"
 
 #include <cuda_runtime.h>

@@ -5,7 +5,7 @@
 //   floor     : graph = [consumer]            (one block per 4 KiB reads the destination)
 //   dma_<kind>: graph = [memcpy H2D S bytes -> consumer]
 //   zc_<n>    : graph = [n-block kernel copies S bytes from mapped pinned memory -> consumer]
-// Build: nvcc -O3 -std=c++17 -arch=sm_90 h2d_upload_probe.cu -o h2d_upload_probe
+// Run: bash bench/device/drivers/run_all.sh probe=h2d_upload_probe (built as probe_common.cuh says).
 #include "probe_common.cuh"
 
 #include <cuda_runtime.h>

@@ -15,6 +15,7 @@
       <!-- d2h-tables --> / <!-- h2d-tables --> and <!-- /tables --> markers.
   perf_tables.py variants [D2H_JSON]
       The D2H variant sweeps and diagnostics as text tables.
+The targets table of docs/perf/README.md is targets.py's, the torch section's torch_tables.py's.
 """
 import json
 import os
@@ -236,20 +237,30 @@ def tables(d2h_path, h2d_path, readme=None):
     if readme is None:
         print(d2h_buf.getvalue() + "\n" + h2d_buf.getvalue(), end="")
         return
-    text = open(readme).read()
     for tag, body in (("d2h-tables", d2h_buf.getvalue()), ("h2d-tables", h2d_buf.getvalue())):
-        text, n = re.subn(rf"(<!-- {tag} -->\n).*?(<!-- /tables -->)", lambda m: m.group(1) + "\n" + body + "\n" + m.group(2),
-                          text, flags=re.S)
-        if n != 1:
-            sys.exit(f"perf_tables: {readme}: expected one <!-- {tag} --> ... <!-- /tables --> block, found {n}")
-    open(readme, "w").write(text)
+        write_block(readme, f"<!-- {tag} -->", "<!-- /tables -->", "\n" + body, "perf_tables")
     print(f"updated the tables of {readme}")
 
 
+def write_block(path, start, end, body, who):
+    """Replaces what stands between the one `start` marker of `path` and the first `end` after it by `body`
+    (the generated blocks of docs/perf/README.md: perf_tables.py, torch_tables.py, targets.py)."""
+    text = open(path).read()
+    text, n = re.subn(re.escape(start) + ".*?" + re.escape(end), lambda m: start + body + end, text, flags=re.S)
+    if n != 1:
+        sys.exit(f"{who}: {path}: expected one {start} ... {end} block, found {n}")
+    open(path, "w").write(text)
+
+
 def d2h_tables(d2h):
-    print(f"Measured at: commit {d2h['commit']}, {d2h['date']}, {d2h['device']} ({d2h.get('backend', '?')}).\n")
-    print("Simulated forward (28 layers of ~60 us, 16 KiB per hook, CUDA graph replay, drain running, every word checked), "
-          "overhead vs no capture:\n")
+    print(f"Measured at: commit {d2h['commit']}, {d2h['date']}, {d2h['device']} ({d2h.get('backend', '?')}). "
+          f"Drain, 64 MiB entries: {f(d2h['drain_gbps_64MiB'], 1)} GB/s (plain pinned D2H memcpy in the same run: "
+          f"{f(d2h.get('memcpy_d2h_gbps_64MiB'), 1)} GB/s). Entries checked: {d2h['entries_checked']}, bad: {d2h['entries_bad']}. "
+          "Simulated forward (28 layers of ~60 us, 16 KiB per hook, CUDA graph replay, drain running, every word checked), "
+          "overhead vs no capture. \"Copy only\": ferry's copy kernel without publication (the floor of any capture); "
+          "\"old volatile\": the invalid `__threadfence` + volatile flag; \"per-entry release\": one `st.release.sys` per "
+          "entry; ferry: one release per K = 16 hooks and at the forward's end; \"publication above copy\": ferry's time "
+          "above copy only, as a share of no capture; anchor \"batched\": a release kernel every 16 hooks:\n")
     print("| hooks | no capture | copy only | old volatile (invalid) | per-entry release | ferry | ferry, pinned head "
           "| ferry publication above copy | ferry, inline releases | anchor: copy only / per-entry / batched |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -285,14 +296,14 @@ def d2h_tables(d2h):
     for size, r in d2h["per_hook_graph_us"].items():
         label = f"{int(size) // 1024} KiB" if int(size) < 1 << 20 else f"{int(size) >> 20} MiB"
         print(f"| {label} | " + " | ".join(f(r.get(c), 3) for c in cols) + f" | {anchors.get(size, '')} |")
-    print(f"\nDrain, 64 MiB entries: {f(d2h['drain_gbps_64MiB'], 1)} GB/s (plain pinned D2H memcpy in the same run: "
-          f"{f(d2h.get('memcpy_d2h_gbps_64MiB'), 1)} GB/s). Entries checked: {d2h['entries_checked']}, bad: {d2h['entries_bad']}.")
 
 
 def h2d_tables(h2d):
-    print(f"Measured at: commit {h2d['commit']}, {h2d['date']}, {h2d['device']} ({h2d.get('backend', '?')}).\n")
-    print("GPU span, us, from an event before the first upload to the end of the first-consumer kernel "
-          f"(median of {h2d.get('iterations', '?')} round-robin iterations per cell):\n")
+    print(f"Measured at: commit {h2d['commit']}, {h2d['date']}, {h2d['device']} ({h2d.get('backend', '?')}). "
+          "GPU span, us, from an event before the first upload to the end of the first-consumer kernel "
+          f"(median of {h2d.get('iterations', '?')} round-robin iterations per cell, in a shuffled order). `auto`: ferry's "
+          "calibrated choice; `direct`: one cudaMemcpyAsync per member, `batch`: cudaMemcpyBatchAsync, the two designs a "
+          "user writes today; floor: the same span with no upload:\n")
     keys = ["floor_us", "floor_graph_us", "direct_us", "batch_us", "packed_us", "zerocopy_us", "auto_us", "direct_graph_us",
             "packed_graph_us", "zerocopy_graph_us", "auto_graph_us", "auto_cpu_us"]
     print("| case | " + " | ".join(k.replace("_us", "") for k in keys) + " | auto choice |")

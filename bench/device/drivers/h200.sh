@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Build, test and benchmark ferry on the lent H200 (device tool). Writes logs and JSON under $OUT.
 # Usage (from the repo root on the device machine):
-#   bash bench/device/h200.sh [steps...]   steps: tests memcheck synccheck initcheck bench stress python qwen3
+#   bash bench/device/drivers/h200.sh [steps...]   steps: tests memcheck synccheck initcheck bench stress python qwen3
 #                                          stepprobe
 #                                          (default: tests memcheck synccheck initcheck bench)
 # python: the Python package with the CUDA backend (+ the torch ops where torch imports), its pytest suite on
 # the GPU (pytest_gpu.log); qwen3: bench/torch/qwen3_capture.py, the Qwen3-0.6B-shaped decode benchmark
 # (torch_qwen3.json, bench_qwen3.log).
 # Output names are the ones docs/perf/h200 keeps (bench_d2h.log, d2h.json, ..., ctest_gpu.log,
-# sanitizers.txt, gpu_stress.{json,log}); bench/device/publish.sh copies them there.
+# sanitizers.txt, gpu_stress.{json,log}); bench/device/drivers/publish.sh copies them there.
 # FERRY_BENCH (d2h, h2d or both), FERRY_BENCH_ARGS (e.g. --benchmark_filter=...), FERRY_BENCH_TIMEOUT
 # (default 330 s per binary), FERRY_SANITIZER_TIMEOUT (default 150 s per compute-sanitizer run),
 # FERRY_ANCHORS (default shared/anchors-h200.md: the headline table prints n/a without it).
@@ -42,12 +42,12 @@ if has bench; then
     FERRY_COMMAND="$bin ${args[*]} ${FERRY_BENCH_ARGS:-}" timeout "${FERRY_BENCH_TIMEOUT:-330}" "$bin" "${args[@]}" \
       ${FERRY_BENCH_ARGS:-} > "$OUT/bench_$side.log" 2>&1 || rc=1
     if [[ $side == d2h && -s $OUT/d2h_gbench.json ]]; then
-      python3 bench/device/perf_tables.py d2h-summary "$OUT/d2h_gbench.json" "$OUT/d2h.json" || rc=1
+      python3 bench/device/reports/perf_tables.py d2h-summary "$OUT/d2h_gbench.json" "$OUT/d2h.json" || rc=1
     fi
     tail -3 "$OUT/bench_$side.log"
   done
   anchors=${FERRY_ANCHORS:-shared/anchors-h200.md}
-  python3 bench/device/perf_tables.py headline "$OUT/d2h.json" "$OUT/h2d.json" "$anchors"
+  python3 bench/device/reports/perf_tables.py headline "$OUT/d2h.json" "$OUT/h2d.json" "$anchors"
 fi
 if has tests; then
   ctest --test-dir build-h200 -L gpu ${FERRY_CTEST_EXCLUDE:+-E $FERRY_CTEST_EXCLUDE} --output-on-failure -j4 --timeout "${FERRY_TEST_TIMEOUT:-60}" > "$OUT/ctest_gpu.log" 2>&1 || rc=1

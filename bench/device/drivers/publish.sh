@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Copies the files docs/perf keeps from one device run (run_all.sh's results.tgz, or its unpacked r/
-# folder) into docs/perf/h200 under the same names, redraws the plots and rewrites docs/perf/README.md's
-# measured tables (the targets table above them is written by hand).
-# Only the files the run produced are replaced; docs/perf/h200 holds at most these 15 names.
-# Usage (repo root): bash bench/device/publish.sh <results.tgz | results dir>
+# folder) into docs/perf/h200 under the same names, redraws the plots and rewrites every generated block of
+# docs/perf/README.md (targets, D2H, H2D, torch) from docs/perf/h200's JSON.
+# Only the files the run produced are replaced. step_probe.json and capture_cost.json, also in docs/perf/h200,
+# are not among the 15 names copied here.
+# Usage (repo root): bash bench/device/drivers/publish.sh <results.tgz | results dir>
 set -euo pipefail
-src=${1:?usage: bash bench/device/publish.sh <results.tgz | results dir>}
+src=${1:?usage: bash bench/device/drivers/publish.sh <results.tgz | results dir>}
 if [[ -f $src ]]; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
@@ -26,8 +27,9 @@ for f in "${kept[@]}"; do
     fi
   fi
 done
-python3 bench/device/perf_plots.py "$dst/d2h.json" "$dst/h2d.json" docs/perf
-python3 bench/device/perf_tables.py tables "$dst/d2h.json" "$dst/h2d.json" --write docs/perf/README.md
+python3 bench/device/reports/perf_plots.py "$dst/d2h.json" "$dst/h2d.json" docs/perf
+python3 bench/device/reports/perf_tables.py tables "$dst/d2h.json" "$dst/h2d.json" --write docs/perf/README.md
 if [[ -f $dst/torch_qwen3.json ]]; then
-  python3 bench/device/torch_tables.py "$dst/torch_qwen3.json" --plot docs/perf/torch_qwen3.svg --write docs/perf/README.md
+  python3 bench/device/reports/torch_tables.py "$dst/torch_qwen3.json" --plot docs/perf/torch_qwen3.svg --write docs/perf/README.md
 fi
+python3 bench/device/reports/targets.py "$dst" --write docs/perf/README.md

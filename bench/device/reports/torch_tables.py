@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """The torch Qwen3-0.6B benchmark's table and plot for docs/perf (from bench/torch/qwen3_capture.py's JSON).
-Usage: python3 bench/device/torch_tables.py [torch_qwen3.json] [--write docs/perf/README.md] [--plot OUT.svg]
+Usage: python3 bench/device/reports/torch_tables.py [torch_qwen3.json] [--write docs/perf/README.md] [--plot OUT.svg]
 The table replaces the text between <!-- torch-qwen3 --> and <!-- /torch-qwen3 --> in README."""
 import json
 import sys
+
+sys.dont_write_bytecode = True  # the sibling import below leaves no __pycache__ in the tree
+from perf_tables import write_block  # noqa: E402
 
 MODES = [("b1_eager", "B=1 eager"), ("b1_graph", "B=1 graph"), ("b16_graph", "B=16 graph")]
 PRESETS = [("hidden_states", "hidden-states (28)"), ("vllm_full", "vllm-full (341)")]
@@ -18,21 +21,21 @@ def check_note(d):
     """The reference and the determinism diagnostics (JSON "check"; absent from older runs)."""
     c = d.get("check")
     if not c:
-        return []
+        return ""
     if "replay_bad" not in c:  # the per-step replay was the reference (before witness copies)
-        return [f"Reference: a per-step replay (each captured step replayed eagerly without capture from the same "
+        return (f"Reference: a per-step replay (each captured step replayed eagerly without capture from the same "
                 f"state, `.cpu()` of the hooked tensors). Determinism: two whole reference generations differ in "
                 f"{c.get('reference_vs_reference_bad', '?')} captures; the replay's next token differs from the "
                 f"captured step's in {c.get('step_token_mismatches', '?')} steps, its KV[pos] in "
-                f"{c.get('step_kv_mismatches', '?')}.", ""]
-    return [f"Reference (entries_bad): witness copies, a synchronous copy of each hooked tensor made by the same "
+                f"{c.get('step_kv_mismatches', '?')}.")
+    return (f"Reference (entries_bad): witness copies, a synchronous copy of each hooked tensor made by the same "
             f"execution beside its capture (eager: `.cpu()` at the hook; graph: a device copy captured next to the "
             f"capture). Diagnostics: the uncaptured eager replay of each step from the same state differs from "
             f"ferry's entries in {c['replay_bad']} captures, two whole uncaptured generations differ from each "
             f"other in {c.get('reference_vs_reference_bad', '?')}; the replay's next token differs from the captured "
             f"step's in {c.get('step_token_mismatches', '?')} steps, its KV[pos] in {c.get('step_kv_mismatches', '?')}: "
             f"the model is not bit-reproducible run to run (no ferry involved), so the replay cannot be the "
-            f"reference. B=1 eager rows are CPU-bound and vary by several % between runs.", ""]
+            f"reference. B=1 eager rows are CPU-bound and vary by several % between runs.")
 
 
 def noise_note(d):
@@ -40,16 +43,16 @@ def noise_note(d):
     nz = d.get("noise") or {}
     cells = [f"{name} {nz[key]['spread_pct']:+.2f}%" for key, name in MODES if key in nz]
     if not cells:
-        return []
-    return [f"Noise floor of the graph rows: the no-capture step captured a second time, after every other graph "
-            f"of its mode, differs from the first capture by {', '.join(cells)}.", ""]
+        return ""
+    return (f"Noise floor of the graph rows: the no-capture step captured a second time, after every other graph "
+            f"of its mode, differs from the first capture by {', '.join(cells)}.")
 
 
 def table(d):
-    rows = [f"Measured {d.get('date', '?')} on {d.get('device', '?')}, commit {d.get('commit', '?')}: "
-            f"`{d.get('command', '?')}`. Whole 128-token greedy generation (median); entries checked "
-            f"bit-exact: {d.get('entries_checked', 0)}, bad: {d.get('entries_bad', '?')}.", "",
-            *check_note(d), *noise_note(d), "| decode | no capture | preset | " + " | ".join(n for _, n in CONTESTANTS) + " |",
+    measured = (f"Measured {d.get('date', '?')} on {d.get('device', '?')}, commit {d.get('commit', '?')}: "
+                f"`{d.get('command', '?')}`. Whole 128-token greedy generation (median); entries checked "
+                f"bit-exact: {d.get('entries_checked', 0)}, bad: {d.get('entries_bad', '?')}.")
+    rows = [" ".join(x for x in (measured, check_note(d), noise_note(d)) if x), "", "| decode | no capture | preset | " + " | ".join(n for _, n in CONTESTANTS) + " |",
             "|---|---|---|" + "---|" * len(CONTESTANTS)]
     for key, name in MODES:
         m = d.get("decode", {}).get(key)
@@ -125,13 +128,8 @@ def main(argv):
     if "--plot" in argv:
         plot(d, argv[argv.index("--plot") + 1])
     if "--write" in argv:
-        readme = argv[argv.index("--write") + 1]
-        doc = open(readme).read()
-        a, b = "<!-- torch-qwen3 -->", "<!-- /torch-qwen3 -->"
-        if a not in doc or b not in doc:
-            sys.exit(f"torch_tables: {readme} has no {a} ... {b} markers")
-        head, rest = doc.split(a, 1)
-        open(readme, "w").write(head + a + "\n" + text + b + rest.split(b, 1)[1])
+        write_block(argv[argv.index("--write") + 1], "<!-- torch-qwen3 -->", "<!-- /torch-qwen3 -->", "\n" + text,
+                    "torch_tables")
     else:
         print(text, end="")
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One device-tool call: bench/device/h200.sh with the given steps (+ "probe": every exploratory probe in
+# One device-tool call: bench/device/drivers/h200.sh with the given steps (+ "probe": every exploratory probe in
 # bench/device/probes/, or "probe=<name>": one; + "demo": the README's `bash bench/run.sh`, its results under
 # bench-results/), every output packed into $OUT/results.tgz (the device tool returns at most 8 files).
-# Example: FERRY_COMMIT=$(git rev-parse --short HEAD) bash bench/device/run_all.sh tests bench stress memcheck
-# Then, on the development machine: bash bench/device/publish.sh <results.tgz> (copies the files docs/perf keeps).
+# Example: FERRY_COMMIT=$(git rev-parse --short HEAD) bash bench/device/drivers/run_all.sh tests bench stress memcheck
+# Then, on the development machine: bash bench/device/drivers/publish.sh <results.tgz> (copies the files docs/perf keeps).
 set -uo pipefail
 final=${OUT:?}
 export OUT=$final/r
@@ -20,7 +20,7 @@ for s in "$@"; do
     *) steps+=("$s") ;;
   esac
 done
-if ((${#steps[@]})); then bash bench/device/h200.sh "${steps[@]}" || rc=1; fi
+if ((${#steps[@]})); then bash bench/device/drivers/h200.sh "${steps[@]}" || rc=1; fi
 if ((demo)); then FERRY_BENCH_RESULTS=$OUT/bench-results bash bench/run.sh || rc=1; fi
 for p in "${probes[@]}"; do
   n=$(basename "$p" .cu)

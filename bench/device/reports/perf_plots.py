@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Draws the plots of docs/perf/README.md as plain SVG from the benchmark summaries (docs/perf/h200/{d2h,h2d}.json
 or bench/run.sh's), no GPU or plotting library needed. A plot whose figures are missing is skipped.
-Usage: python3 bench/device/perf_plots.py [d2h.json] [h2d.json] [out_dir]"""
+Usage: python3 bench/device/reports/perf_plots.py [d2h.json] [h2d.json] [out_dir]"""
 import json
 import math
 import sys
