@@ -142,7 +142,7 @@ using contestant_maker = std::pair<std::string, std::function<contestant(per_hoo
 /// A copy-harness contestant (bench kernels, or ferry's copy kernel alone); `cursor_mode` as in copy_args.
 [[nodiscard]] contestant_maker copy_maker(std::string n, variant v, shape_opts sh, std::uint32_t cursor_mode = 0);
 /// A ferry channel (publish_every = K) capturing the hooks; every delivered entry is checked.
-[[nodiscard]] contestant_maker ferry_maker(std::string n, std::uint32_t K, fd::head_placement placement, shape_opts sh);
+[[nodiscard]] contestant_maker ferry_maker(std::string n, std::uint32_t K, fd::head_memory placement, shape_opts sh);
 /// The per-hook table for payload P: the copy-harness baselines are replayed in every round, beside one
 /// ferry configuration at a time, so each ferry figure and the baselines' medians come from interleaved
 /// replays. Returns us/hook per contestant name.
@@ -166,7 +166,7 @@ struct fwd_opts {
 /// B = 1: 4 B token ids first, 297 KiB logits last, 2-6 KiB per layer hook between.
 [[nodiscard]] std::vector<std::uint64_t> forward_sizes(std::uint64_t H, bool vllm_mix);
 /// Median us per forward: 28 layers of a ~60 us spin kernel, H hooks of 16 KiB, graph replay.
-[[nodiscard]] double forward_us(variant v, std::uint64_t H, fd::head_placement placement = fd::head_placement::managed,
+[[nodiscard]] double forward_us(variant v, std::uint64_t H, fd::head_memory placement = fd::head_memory::managed,
                                 const fwd_opts& o = {});
 
 // ---- registration (one per file) -------------------------------------------------------------------

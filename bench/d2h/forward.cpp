@@ -95,7 +95,7 @@ std::vector<std::uint64_t> forward_sizes(std::uint64_t H, bool vllm_mix)
   return v;
 }
 
-double forward_us(variant v, std::uint64_t H, fd::head_placement placement, const fwd_opts& o)
+double forward_us(variant v, std::uint64_t H, fd::head_memory placement, const fwd_opts& o)
 {
   const shape_opts sh = o.shape ? *o.shape : default_shape(v);
   B b{};
@@ -144,7 +144,7 @@ double forward_us(variant v, std::uint64_t H, fd::head_placement placement, cons
     fd::config cfg;
     cfg.ring_bytes = 4 * span;
     cfg.publish_every = o.K;
-    cfg.placement = placement;
+    cfg.head_memory = placement;
     cfg.timeout = std::chrono::seconds(30);
     apply(cfg, sh);
     cfg.gather_branch_publish = !o.gather_fused;
@@ -281,7 +281,7 @@ void register_forward()
   auto add = [](const std::string& key, std::uint64_t H, std::function<double()> fn) {
     register_us("forward/" + key + "/hooks:" + std::to_string(H), "us_per_forward", std::move(fn));
   };
-  constexpr auto managed = fd::head_placement::managed;
+  constexpr auto managed = fd::head_memory::managed;
   for (std::uint64_t H : {28ULL, 341ULL}) {
     for (variant v : {variant::copy_only, variant::ferry}) {
       add(std::string{name(v)} + "_plain", H, [v, H] { return forward_us(v, H, managed, {plain_shape()}); });
@@ -291,7 +291,7 @@ void register_forward()
     add("ferry_inline", H, [H] { return forward_us(variant::ferry, H, managed, {inline_shape()}); });
   }
   for (std::uint64_t H : {28ULL, 341ULL}) {
-    add("ferry_pinned", H, [H] { return forward_us(variant::ferry, H, fd::head_placement::pinned_mapped); });
+    add("ferry_pinned", H, [H] { return forward_us(variant::ferry, H, fd::head_memory::pinned_mapped); });
   }
   for (std::uint64_t H : {28ULL, 341ULL}) {
     for (variant v : {variant::no_capture, variant::copy_only, variant::old_volatile, variant::per_entry_release,

@@ -70,7 +70,7 @@ contestant copy_contestant(per_hook_rig& r, std::string name, variant v, const s
   return c;
 }
 
-contestant ferry_contestant(per_hook_rig& r, std::string name, std::uint32_t K, fd::head_placement placement,
+contestant ferry_contestant(per_hook_rig& r, std::string name, std::uint32_t K, fd::head_memory placement,
                             const shape_opts& sh)
 {
   contestant c;
@@ -79,7 +79,7 @@ contestant ferry_contestant(per_hook_rig& r, std::string name, std::uint32_t K, 
   cfg.ring_bytes = fd::align_up(r.hooks * r.P * 2, 16);
   cfg.staging_bytes = std::min<std::uint64_t>(cfg.ring_bytes, host_mode ? 64 * MiB : 256 * MiB);
   cfg.publish_every = K;
-  cfg.placement = placement;
+  cfg.head_memory = placement;
   cfg.fifo_capacity = 4096;
   apply(cfg, sh);
   cfg.timeout = std::chrono::seconds(30);
@@ -134,7 +134,7 @@ contestant_maker copy_maker(std::string n, variant v, shape_opts sh, std::uint32
   return {n, [=](per_hook_rig& r) { return copy_contestant(r, n, v, sh, cursor_mode); }};
 }
 
-contestant_maker ferry_maker(std::string n, std::uint32_t K, fd::head_placement placement, shape_opts sh)
+contestant_maker ferry_maker(std::string n, std::uint32_t K, fd::head_memory placement, shape_opts sh)
 {
   return {n, [=](per_hook_rig& r) { return ferry_contestant(r, n, K, placement, sh); }};
 }
@@ -162,7 +162,7 @@ figures per_hook_table(std::uint64_t P, const std::vector<contestant_maker>& fer
 double per_hook_us(variant v, std::uint64_t P, const shape_opts& sh, std::uint32_t K)
 {
   per_hook_rig r{P};
-  contestant c = v == variant::ferry ? ferry_contestant(r, "ferry", K, fd::head_placement::managed, sh)
+  contestant c = v == variant::ferry ? ferry_contestant(r, "ferry", K, fd::head_memory::managed, sh)
                                      : copy_contestant(r, name(v), v, sh, 0);
   run_rounds(r, {&c}, r.rounds());
   if (c.ch) { (void)c.ch->close(); }
@@ -181,13 +181,13 @@ void register_per_hook()
   // Counters: us/hook per contestant; the run's time is ferry_k16's us/hook (as a time in us).
   for (auto P : sizes) {
     register_measurement("per_hook_graph/" + std::to_string(P), [P] {
-      const auto managed = fd::head_placement::managed;
+      const auto managed = fd::head_memory::managed;
       std::vector<contestant_maker> ferries;
       for (std::uint32_t K : {1U, 4U, 16U, 64U}) { ferries.push_back(ferry_maker("ferry_k" + std::to_string(K), K, managed, {})); }
       ferries.push_back(ferry_maker("ferry_k16_plain", 16, managed, plain_shape()));
       ferries.push_back(ferry_maker("ferry_k16_inline", 16, managed, inline_shape()));
       ferries.push_back(ferry_maker("ferry_k64_inline", 64, managed, inline_shape()));
-      ferries.push_back(ferry_maker("ferry_k16_pinned", 16, fd::head_placement::pinned_mapped, {}));
+      ferries.push_back(ferry_maker("ferry_k16_pinned", 16, fd::head_memory::pinned_mapped, {}));
       figures out = per_hook_table(P, ferries,
                                    {copy_maker("copy_only", variant::copy_only, {}),
                                     copy_maker("old_volatile", variant::old_volatile, legacy_shape()),

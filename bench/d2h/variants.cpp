@@ -61,7 +61,7 @@ void register_diag()
       const shape_opts def{}, plain = plain_shape();
       shape_opts paused;
       paused.drain_paused = true;
-      const auto managed = fd::head_placement::managed;
+      const auto managed = fd::head_memory::managed;
       std::vector<contestant_maker> base{copy_maker("copy_only", variant::copy_only, def, 0),
                                          copy_maker("copy_only_cursor_read", variant::copy_only, def, 1),
                                          copy_maker("copy_only_cursor_chain", variant::copy_only, def, 2)};
@@ -89,7 +89,7 @@ void register_fwd341()
 {
   auto add = [](const std::string& n, variant v, fwd_opts o) {
     register_us("variants/fwd341/" + n, "us_per_forward",
-                [v, o] { return forward_us(v, 341, fd::head_placement::managed, o); });
+                [v, o] { return forward_us(v, 341, fd::head_memory::managed, o); });
   };
   const shape_opts def{};
   shape_opts def_sep = def;  // inline releases, never fused

@@ -15,15 +15,15 @@ TYPED_TEST_P(D2hCapacity, EagerRandomSizesAndKAcrossWrap)
 {
   using B = TypeParam;
   std::mt19937_64 rng{12345};
-  for (auto [placement, branch] : {std::pair{fd::head_placement::managed, false}, std::pair{fd::head_placement::managed, true},
-                                   std::pair{fd::head_placement::pinned_mapped, false}, std::pair{fd::head_placement::pinned_mapped, true}}) {
+  for (auto [placement, branch] : {std::pair{fd::head_memory::managed, false}, std::pair{fd::head_memory::managed, true},
+                                   std::pair{fd::head_memory::pinned_mapped, false}, std::pair{fd::head_memory::pinned_mapped, true}}) {
     for (std::uint32_t k : {1U, 3U, 16U}) {
       fb::stream<B> s{this->b};
       constexpr std::uint64_t n = 160, stride = 3000;
       sources<B> src{this->b, s, 0, n, stride};
       checker chk;
       auto cfg = this->small_config(24 << 10, k);
-      cfg.placement = placement;
+      cfg.head_memory = placement;
       cfg.branch_publish = branch;
       {
         fd::channel<B> ch{cfg, this->b, chk.callback()};

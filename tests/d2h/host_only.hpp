@@ -44,14 +44,14 @@ TEST(D2hHostOnly, ManagedPlacementNeedsConcurrentManagedAccess)
 {
   fd::config cfg;
   cfg.ring_bytes = 1 << 16;
-  cfg.placement = fd::head_placement::managed;
+  cfg.head_memory = fd::head_memory::managed;
   try {
     fd::channel<no_cma_backend> ch{cfg};
     ADD_FAILURE() << "expected a logic_error";
   } catch (const ferry::logic_error& e) {
     EXPECT_NE(std::string{e.what()}.find("concurrentManagedAccess"), std::string::npos) << e.what();
   }
-  cfg.placement = fd::head_placement::pinned_mapped;
+  cfg.head_memory = fd::head_memory::pinned_mapped;
   fd::channel<no_cma_backend> ok{cfg};
   EXPECT_TRUE(ok.close().clean());
 }

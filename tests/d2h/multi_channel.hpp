@@ -31,7 +31,7 @@ TYPED_TEST_P(D2hMultiChannel, TwoChannelsOnOneDeviceInterleaveEager)
     cfg0.branch_publish = branch;
     auto cfg1 = this->small_config(12 << 10, 5);
     cfg1.branch_publish = !branch;
-    cfg1.placement = fd::head_placement::pinned_mapped;
+    cfg1.head_memory = fd::head_memory::pinned_mapped;
     std::mt19937_64 rng{branch ? 7U : 11U};
     {
       fd::channel<B> ch0{cfg0, this->b, chk0.callback()};

@@ -21,8 +21,8 @@ def test_exception_hierarchy():
 def test_bad_config_is_a_logic_error_with_the_cpp_message():
     with pytest.raises(ferry.LogicError, match="publish_every|K"):
         ferry.Channel(backend="host", ring_bytes=1 << 16, publish_every=0)
-    with pytest.raises(ferry.LogicError, match="placement"):
-        ferry.Channel(backend="host", ring_bytes=1 << 16, placement="nowhere")
+    with pytest.raises(ferry.LogicError, match="head_memory"):
+        ferry.Channel(backend="host", ring_bytes=1 << 16, head_memory="nowhere")
     with pytest.raises(ferry.LogicError, match="backend"):
         ferry.Channel(backend="tpu")
 

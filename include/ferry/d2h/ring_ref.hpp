@@ -17,6 +17,7 @@
 #pragma once
 
 #include <ferry/backend/system_atomic.hpp>  // FERRY_HD
+#include <ferry/detail/align.hpp>
 #include <ferry/d2h/types.hpp>
 
 #include <cstddef>
@@ -28,7 +29,7 @@ namespace ferry::d2h {
 /// Every entry starts on a 16-byte boundary (16-byte vector stores; the ring base is 256-byte aligned).
 inline constexpr std::uint64_t entry_alignment = 16;
 
-FERRY_HD constexpr std::uint64_t align_up(std::uint64_t v, std::uint64_t a) noexcept { return (v + a - 1) / a * a; }
+using ferry::detail::align_up;  // `v` rounded up to a multiple of `a`
 
 /// A placed entry, in monotonic virtual byte positions (physical offset = position % ring bytes).
 struct placement {

@@ -25,7 +25,7 @@ struct entry_seq {
 };
 
 /// Where the CPU-polled published_head lives.
-enum class head_placement {
+enum class head_memory {
   managed,        ///< managed memory, preferred location CPU, accessed by the GPU; needs concurrentManagedAccess
   pinned_mapped,  ///< pinned host memory mapped into the device (store-release / load-acquire only)
 };
@@ -47,7 +47,7 @@ struct config {
   std::size_t ring_bytes{std::size_t{64} << 20};  ///< payload ring (device memory); multiple of 16
   std::size_t staging_bytes{0};                   ///< pinned host staging; 0 = ring_bytes
   std::uint32_t publish_every{16};                ///< K: one system-scope release per K hooks (and per forward)
-  head_placement placement{head_placement::managed};
+  d2h::head_memory head_memory{d2h::head_memory::managed};  ///< where published_head lives
   full_policy on_full{full_policy::block_with_timeout};
   std::chrono::milliseconds timeout{std::chrono::seconds(5)};  ///< block_with_timeout's limit
   std::uint32_t size_slots{0};     ///< size ring slots (0 = no dynamic entries)

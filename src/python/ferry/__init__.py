@@ -90,7 +90,7 @@ class _Factory(_abc.ABC):
 
 class Channel(_Factory):
     """ferry.Channel(device=0, ring_bytes=64 MiB, publish_every=16, *, backend="auto", staging_bytes=0,
-    placement="managed", on_full="block", timeout=5.0, fifo_capacity=8192, sink=None, branch_publish=True,
+    head_memory="managed", on_full="block", timeout=5.0, fifo_capacity=8192, sink=None, branch_publish=True,
     gather_branch_publish=True, programmatic_launch=True, copy_vecs_per_thread=2, lean_copy_kernel=True,
     staged_capture_max_bytes=0).
 

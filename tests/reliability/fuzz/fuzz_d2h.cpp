@@ -73,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   cfg.max_copies_in_flight = in.u8() % 5;
   cfg.staging_bytes = (in.u8() % 4) * 4096;
   const std::uint8_t flags = in.u8();  // bit 0: placement; bits 1, 2: where batch releases run; bit 3: staged
-  cfg.placement = flags % 2 ? fd::head_placement::managed : fd::head_placement::pinned_mapped;
+  cfg.head_memory = flags % 2 ? fd::head_memory::managed : fd::head_memory::pinned_mapped;
   cfg.branch_publish = (flags & 2U) == 0;
   cfg.gather_branch_publish = (flags & 4U) == 0;
   cfg.staged_capture_max_bytes = (flags & 8U) != 0 ? 2048 : 0;  // captures up to 2 KiB staged (capture_staged)

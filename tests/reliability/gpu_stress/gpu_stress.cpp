@@ -263,7 +263,7 @@ struct result {
   std::string device;
 };
 
-const char* placement_name(fd::head_placement p) { return p == fd::head_placement::managed ? "managed" : "pinned_mapped"; }
+const char* placement_name(fd::head_memory p) { return p == fd::head_memory::managed ? "managed" : "pinned_mapped"; }
 
 template <class B>
 class stress {
@@ -334,8 +334,8 @@ class stress {
     }};
 
     // Every (placement, K) combination once, in a seeded order; equal shares of the entries.
-    std::vector<std::pair<fd::head_placement, std::uint32_t>> phases;
-    for (auto p : {fd::head_placement::managed, fd::head_placement::pinned_mapped}) {
+    std::vector<std::pair<fd::head_memory, std::uint32_t>> phases;
+    for (auto p : {fd::head_memory::managed, fd::head_memory::pinned_mapped}) {
       for (std::uint32_t k : {1U, 4U, 16U, 64U}) { phases.emplace_back(p, k); }
     }
     std::shuffle(phases.begin(), phases.end(), rng_);
@@ -345,7 +345,7 @@ class stress {
       const auto [placement, k] = phases[i];
       const auto ph = run_phase(placement, k, share);
       const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::printf("gpu_stress: phase %zu/%zu placement=%s K=%u: %llu produced, %llu checked, %llu overflow "
+      std::printf("gpu_stress: phase %zu/%zu head_memory=%s K=%u: %llu produced, %llu checked, %llu overflow "
                   "(expected %llu), deferred eager=%llu graph=%llu, %llu forbidden, %.2f s\n",
                   i + 1, phases.size(), placement_name(placement), k, static_cast<unsigned long long>(ph.produced),
                   static_cast<unsigned long long>(ph.checked), static_cast<unsigned long long>(ph.overflow_reported),
@@ -359,7 +359,7 @@ class stress {
       res.produced += ph.produced;
       res.deferred_eager += ph.deferred_eager;
       res.deferred_graph += ph.deferred_graph;
-      res.per_placement[placement == fd::head_placement::managed ? 0 : 1] += ph.checked;
+      res.per_placement[placement == fd::head_memory::managed ? 0 : 1] += ph.checked;
       res.f.add(ph.f);
     }
     stop.store(true);
@@ -421,14 +421,14 @@ class stress {
     forbidden_counts f;
   };
 
-  phase_result run_phase(fd::head_placement placement, std::uint32_t k, std::uint64_t n)
+  phase_result run_phase(fd::head_memory placement, std::uint32_t k, std::uint64_t n)
   {
     phase_result r;
     checker chk;
     std::uint64_t seq = 0;
     // The gathers' batch releases: on the branch (the default) in the managed phases, fused into the
     // gather's last block (acq_rel block join) in the pinned_mapped ones.
-    const bool gather_branch = placement == fd::head_placement::managed;
+    const bool gather_branch = placement == fd::head_memory::managed;
     const std::string tag = std::string{"phase "} + placement_name(placement) + " K=" + std::to_string(k) +
                             (gather_branch ? " gather release on the branch" : " gather release fused");
     try {
@@ -436,7 +436,7 @@ class stress {
       fd::config cfg;
       cfg.ring_bytes = sh_.ring_bytes;
       cfg.publish_every = k;
-      cfg.placement = placement;
+      cfg.head_memory = placement;
       cfg.size_slots = sh_.size_slots;
       cfg.fifo_capacity = sh_.fifo_capacity;
       cfg.timeout = 30s;

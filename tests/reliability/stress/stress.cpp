@@ -46,7 +46,7 @@ d2h_round_result d2h_channel_run(int dev, std::uint64_t n, std::uint64_t seed, t
   cfg.ring_bytes = ring_choices[rng() % 5];
   cfg.publish_every = static_cast<std::uint32_t>(1 + rng() % 24);
   cfg.size_slots = rng() % 3 == 0 ? 0 : static_cast<std::uint32_t>(4 + rng() % 60);
-  cfg.placement = rng() % 2 ? fd::head_placement::managed : fd::head_placement::pinned_mapped;
+  cfg.head_memory = rng() % 2 ? fd::head_memory::managed : fd::head_memory::pinned_mapped;
   cfg.drain = rng() % 3 == 0 ? fd::drain_mode::poll : fd::drain_mode::thread;
   cfg.staging_bytes = rng() % 2 ? 0 : cfg.ring_bytes * 2;
   cfg.max_copies_in_flight = static_cast<std::uint32_t>(1 + rng() % 16);

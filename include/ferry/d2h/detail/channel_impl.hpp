@@ -96,9 +96,9 @@ void channel_impl<B>::init_resources()
   auto& b = st.b;
   const auto attrs = b.attributes(st.dev);
   st.sm_count = std::max(1, attrs.sm_count);
-  FERRY_EXPECTS(st.cfg.placement != head_placement::managed || attrs.concurrent_managed_access, ferry::logic_error,
+  FERRY_EXPECTS(st.cfg.head_memory != head_memory::managed || attrs.concurrent_managed_access, ferry::logic_error,
                 "d2h channel on {} device {} ({}): published_head placement 'managed' expected "
-                "concurrentManagedAccess == 1, got 0; use head_placement::pinned_mapped",
+                "concurrentManagedAccess == 1, got 0; use head_memory::pinned_mapped",
                 B::name(), st.dev.value, attrs.name);
   st.ring = ferry::backend::device_buffer<B>{st.cfg.ring_bytes, b};
   st.state_buf = ferry::backend::device_buffer<B>{sizeof(device_state), b};
@@ -110,7 +110,7 @@ void channel_impl<B>::init_resources()
   // Coalesced drain copies span the alignment padding between entries; give those bytes a defined value
   // once, so no D2H ever reads memory nothing wrote (compute-sanitizer initcheck stays clean).
   b.memset_async(st.ring.data(), 0, st.cfg.ring_bytes, st.drain_stream.handle());
-  if (st.cfg.placement == head_placement::managed) {
+  if (st.cfg.head_memory == head_memory::managed) {
     st.head_managed = ferry::backend::managed_buffer<B>{cache_line, b};  // its own cache line
     st.head_managed.advise(ferry::backend::mem_advice::preferred_location_host, st.dev);
     st.head_managed.advise(ferry::backend::mem_advice::accessed_by_device, st.dev);

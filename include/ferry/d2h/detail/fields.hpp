@@ -18,9 +18,9 @@ namespace ferry::d2h::detail {
 template <class E>
 struct enum_names;
 template <>
-struct enum_names<head_placement> {
-  static constexpr std::array<std::pair<std::string_view, head_placement>, 2> values{
-    {{"managed", head_placement::managed}, {"pinned_mapped", head_placement::pinned_mapped}}};
+struct enum_names<head_memory> {
+  static constexpr std::array<std::pair<std::string_view, head_memory>, 2> values{
+    {{"managed", head_memory::managed}, {"pinned_mapped", head_memory::pinned_mapped}}};
 };
 template <>
 struct enum_names<full_policy> {
@@ -40,7 +40,7 @@ constexpr void for_each_config_field(Config& c, F&& f)
   f("ring_bytes", c.ring_bytes);
   f("staging_bytes", c.staging_bytes);
   f("publish_every", c.publish_every);
-  f("placement", c.placement);
+  f("head_memory", c.head_memory);
   f("on_full", c.on_full);
   f("timeout", c.timeout);
   f("size_slots", c.size_slots);

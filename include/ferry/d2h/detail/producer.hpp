@@ -110,7 +110,7 @@ class producer {
           deferred_.keep_staged();  // a written deferred source is not copied: dropped as abort_forward drops it
         }
         launch_deferred(last_stream_, false);  // recorded deferred entries are copied, not silently dropped
-        rel_.publish(last_stream_, unpublished_, 0);
+        rel_.release_inline(last_stream_, unpublished_, 0);
         unpublished_ = 0;
       } catch (const std::exception& e) {
         st_.fail(e.what());

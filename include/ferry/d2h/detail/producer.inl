@@ -50,7 +50,7 @@ forward_plan producer<B>::end_forward(stream_view s)
   // The forward boundary: one release covering every entry since the last one, and slot[0] = slot[parity].
   // A partial deferred batch is copied first, by a gather that does that release itself in its last block
   // (one kernel fewer on the stream per forward); else the publish kernel does it.
-  if (!flush_deferred(s.handle(), true, "end_forward")) { rel_.publish(s.handle(), unpublished_, parity_); }
+  if (!flush_deferred(s.handle(), true, "end_forward")) { rel_.release_inline(s.handle(), unpublished_, parity_); }
   unpublished_ = 0;
   parity_ = 0;
   in_forward_ = false;
@@ -84,7 +84,7 @@ bool producer<B>::abort_forward(stream_view s)
                   static_cast<const void*>(s.handle()));
     deferred_.keep_staged();  // staged captures were launched (their copies into the channel's slots): kept
     (void)launch_deferred(s.handle(), false);
-    rel_.publish(s.handle(), unpublished_, parity_);
+    rel_.release_inline(s.handle(), unpublished_, parity_);
   }
   deferred_.clear();  // recorded capture_deferred entries were never launched: dropped with the forward
   write_open_ = false;
@@ -103,7 +103,7 @@ bool producer<B>::wait_for_space(std::uint64_t end, std::size_t n_entries, std::
 {
   return res_.wait_for_space(end, n_entries, n_dyn, full, [&] {
     if (flush_stream && unpublished_ > 0) {
-      rel_.publish(*flush_stream, unpublished_, 0);
+      rel_.release_inline(*flush_stream, unpublished_, 0);
       unpublished_ = 0;
     }
   }, std::forward<Who>(who_fn));

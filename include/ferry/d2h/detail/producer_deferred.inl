@@ -3,7 +3,7 @@
 // flush_deferred copies the batch with ONE gather launch (kernels/detail/d2h_gather.cuh).
 // Ordering (docs/design/d2h.md, "Gather publication"): the gather is enqueued on the producer stream before
 // the next writer (entry order, cursor parity), and when it publishes, the open branch is joined back first
-// (release_chain::fused_on_stream: one chain), then its last block releases after the acq_rel block join.
+// (release_chain::join_for_fused_release: one chain), then its last block releases after the acq_rel block join.
 #pragma once
 
 namespace ferry::d2h::detail {
@@ -136,10 +136,10 @@ bool producer<B>::launch_deferred(stream_type s, bool boundary)
   a.vecs_per_thread = sh.vecs_per_thread;
   a.test_skip_wait = st_.hooks.is(debug_fault::programmatic_without_wait) ? 1U : 0U;
   // The batch's release: fused into the gather's last block, or (gather_branch_publish) on the branch
-  // after the launch, behind a fork event recorded after the gather (release_chain::publish_on_branch).
+  // after the launch, behind a fork event recorded after the gather (release_chain::release_on_branch).
   const bool on_branch = publish && !boundary && st_.cfg.branch_publish && st_.cfg.gather_branch_publish;
   if (publish && !on_branch) {
-    rel_.fused_on_stream(s);  // joins an open branch first: the gather's release stays in the one chain
+    rel_.join_for_fused_release(s);  // joins an open branch first: the gather's release stays in the one chain
     a.head_n = after;
     // the gather writes slot[1]; the next forward starts at parity 0 and reads slot[0]
     a.normalize = boundary && parity_ == 0 && !st_.hooks.is(debug_fault::boundary_gather_without_normalize) ? 1U : 0U;

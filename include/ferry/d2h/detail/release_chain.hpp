@@ -3,13 +3,15 @@
 // `produced += n` in the state block is a plain read-modify-write and published_head must be monotonic, so
 // releases never run concurrently: inline releases follow each other in compute-stream order, branch releases
 // (config::branch_publish) follow each other in pub_stream order, and an inline release first joins an open
-// branch back (join_ev). The ordering steps it enforces (docs/design/d2h.md, steps 2 and 3):
-//   * inline release (publish): the kernel boundary on the producer stream after the batch's last writer
+// branch back (join_ev). One word: a "release" is the system-scope store-release of published_head, whoever
+// issues it; "publication" is what it does (entries become visible to the CPU). The ordering steps it
+// enforces (docs/design/d2h.md, steps 2 and 3):
+//   * inline release (release_inline): the kernel boundary on the producer stream after the batch's last writer
 //     (griddepcontrol.wait under programmatic launch) is the writer join;
-//   * branch release (publish_on_branch): fork_ev recorded on the producer stream after the last writer,
+//   * branch release (release_on_branch): fork_ev recorded on the producer stream after the last writer,
 //     waited by pub_stream, is the writer join;
 //   * fused release (copy_entry_publish): the copy kernel's block barrier is the writer join;
-//   * gather release (gather_publish, fused_on_stream): block barrier + acq_rel join counter across blocks.
+//   * gather release (gather_publish, join_for_fused_release): block barrier + acq_rel join counter across blocks.
 #pragma once
 
 #include <ferry/backend/event.hpp>
@@ -43,9 +45,9 @@ class release_chain {
     if (fused) {
       st_.c_publishes.fetch_add(1, std::memory_order_relaxed);
     } else if (st_.cfg.branch_publish) {
-      publish_on_branch(s, n);
+      release_on_branch(s, n);
     } else {
-      publish(s, n, 0);
+      release_inline(s, n, 0);
     }
   }
 
@@ -54,7 +56,7 @@ class release_chain {
   /// pub_stream, waited by `s`), so this release also follows every branch release: published_head and
   /// `produced` are only ever advanced by releases in one chain. `normalize`: copy cursor slot 1 into slot 0
   /// (forward boundary after an odd number of entries).
-  void publish(stream_type s, std::uint64_t n, std::uint32_t normalize)
+  void release_inline(stream_type s, std::uint64_t n, std::uint32_t normalize)
   {
     join_branch(s);
     head_args a{st_.device_state_ptr(), st_.head_dev, n, normalize};
@@ -66,10 +68,10 @@ class release_chain {
   /// is no work to join back (the capture ended; nothing of it runs).
   void forget_captured_branch() noexcept { branch_open_ = false; }
 
-  /// A release fused into a kernel the producer enqueues next on `s` (the gather kernel's last block):
-  /// like publish(), an open branch is joined back first, so the fused release follows every branch
-  /// release in the one chain. Counts the release.
-  void fused_on_stream(stream_type s)
+  /// Before a release fused into the kernel the producer enqueues next on `s` (the gather kernel's last
+  /// block; this call releases nothing itself): like release_inline(), an open branch is joined back first,
+  /// so the fused release follows every branch release in the one chain. Counts that release.
+  void join_for_fused_release(stream_type s)
   {
     join_branch(s);
     st_.c_publishes.fetch_add(1, std::memory_order_relaxed);
@@ -86,7 +88,7 @@ class release_chain {
   /// for it (that wait is the writer join: every kernel enqueued on `s` before the record has completed),
   /// then the 1-thread release. Launched plainly: the kernel ahead of it on pub_stream is not its only
   /// dependency.
-  void publish_on_branch(stream_type s, std::uint64_t n)
+  void release_on_branch(stream_type s, std::uint64_t n)
   {
     if (!st_.hooks.is(debug_fault::branch_publish_without_fork)) {
       st_.b.event_record(fork_ev_->handle(), s);
