@@ -22,8 +22,17 @@
 #include <optional>
 #include <thread>
 
+namespace ferry::testing {
+struct d2h_access;
+}
+namespace ferry::d2h {
+template <ferry::backend::backend B>
+class channel;
+}
+
 namespace ferry::d2h::detail {
 
+/// A channel's parts, private to the channel (and the test hooks): one owner per part.
 template <ferry::backend::backend B>
 class channel_impl {
  public:
@@ -56,12 +65,15 @@ class channel_impl {
   /// Drains every published entry (up to `timeout`), stops the drain and reports; see channel::close().
   shutdown_report close(std::chrono::milliseconds timeout);
 
+ private:
+  friend class ferry::d2h::channel<B>;
+  friend struct ferry::testing::d2h_access;
+
   channel_state<B> st;
   release_chain<B> rel;
   producer<B> prod;
   drainer<B> drain;
 
- private:
   /// The producer's wait for ring space: poll mode drives one drain step itself (nobody else drains);
   /// thread mode waits for the drain thread's reclaim (space_cv).
   typename producer<B>::progress_fn progress_fn()
