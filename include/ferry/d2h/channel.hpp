@@ -211,7 +211,7 @@ class channel {
   [[nodiscard]] const config& cfg() const { return impl()->st.cfg; }
   /// Whether ferry's kernels are launched programmatically (config::programmatic_launch, and the device
   /// and the loaded kernel code support it).
-  [[nodiscard]] bool programmatic_launch() const { return impl()->st.programmatic; }
+  [[nodiscard]] bool programmatic_launch() const { return impl()->st.launch.programmatic; }
   /// The device the channel was created on.
   [[nodiscard]] ferry::backend::device_id device() const { return impl()->st.dev; }
   /// Payload ring size in bytes.

@@ -153,7 +153,7 @@ void channel_impl<B>::init_resources()
     arch = std::min(arch, b.preload(copy_entry_kernel(typename B::tag{}, f)));
   }
   // Programmatic launch only where the device and the code that will run both support it.
-  st.programmatic =
+  st.launch.programmatic =
     st.cfg.programmatic_launch && ferry::backend::programmatic_launch_ok(attrs.compute_capability_major, arch);
 }
 

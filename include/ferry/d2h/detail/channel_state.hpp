@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The state every part of a channel shares: configuration, device resources (ring, state block,
-// published_head, size ring, staging), the FIFO, the ring tail, the failure flag and the counters.
+// published_head, size ring, staging), the FIFO, the ring tail, the failure flag and the counters; the
+// launch policy (launch_policy.hpp) and the config's validation sit beside them.
 // Producer (producer.hpp), release chain (release_chain.hpp) and drainer (drainer.hpp) each hold a reference;
 // channel_impl.hpp creates it and tears it down. Who writes what:
 //   producer thread   FIFO push side, dyn counter (in producer)
@@ -12,6 +13,7 @@
 #include <ferry/backend/concepts.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/d2h/detail/entry_meta.hpp>
+#include <ferry/d2h/detail/launch_policy.hpp>
 #include <ferry/d2h/detail/spsc_fifo.hpp>
 #include <ferry/d2h/detail/staging.hpp>
 #include <ferry/d2h/detail/test_hooks.hpp>
@@ -49,7 +51,6 @@ struct channel_state {
   ferry::backend::device_id dev{};
   std::uint64_t staging_bytes{0};
   int sm_count{1};
-  bool programmatic{false};  ///< launch ferry's kernels with launch_config::programmatic (see channel_impl)
   ferry::backend::stream<B> drain_stream;
   ferry::backend::device_buffer<B> ring;
   ferry::backend::device_buffer<B> state_buf;
@@ -75,44 +76,9 @@ struct channel_state {
   std::atomic<std::uint64_t> c_reserved{0}, c_published{0}, c_drained{0}, c_bytes{0}, c_copies{0}, c_stalls{0},
     c_high{0}, c_overflows{0}, c_cb_errors{0}, c_publishes{0}, c_bytes_copied{0};
 
-  // -- programmatic launch inside a stream capture (producer thread only; launch_programmatic) --
-  bool capture_open{false};                    ///< the producer's open forward is being captured
-  std::array<std::uintptr_t, 4> own_nodes{};   ///< graph nodes of this channel's last kernels in that capture
-  std::uint32_t own_next{0};
+  launch_policy<B> launch{b};  ///< how the channel's kernels are launched on the producer stream
 
   [[nodiscard]] device_state* device_state_ptr() const noexcept { return state_buf.template as<device_state>(); }
-
-  /// Whether ferry's next kernel on `s` is launched programmatically (config::programmatic_launch, where
-  /// supported). Eager: always. In a stream capture: only when the one node it will depend on is one of this
-  /// channel's own kernels (capture_tail), i.e. a kernel that lets its dependents launch at its start
-  /// (griddepcontrol.launch_dependents). After any other kernel (a model's, which never triggers early) a
-  /// programmatic edge only waits for that kernel's end and then for the flush: measured slower in torch's
-  /// graph (docs/perf/journal.md). A performance choice only: the join is the same either way
-  /// (griddepcontrol.wait, or the kernel boundary).
-  [[nodiscard]] bool launch_programmatic(stream_type s) const noexcept
-  {
-    if (!programmatic) { return false; }
-    if (!capture_open) { return true; }
-    const std::uintptr_t t = b.capture_tail(s);
-    return t != 0 && std::find(own_nodes.begin(), own_nodes.end(), t) != own_nodes.end();
-  }
-  /// Launches one of the channel's kernels on the producer stream `s` (`blocks` x `threads`):
-  /// programmatically where launch_programmatic(s) says so; inside the open capture its node is then
-  /// remembered as one of the channel's own (what launch_programmatic looks for).
-  template <class... Args>
-  void launch_own(typename B::template kernel_type<Args...> k, std::uint32_t blocks, std::uint32_t threads,
-                  stream_type s, std::type_identity_t<Args>... args)
-  {
-    b.launch(k, ferry::backend::launch_config{{blocks}, {threads}, 0, launch_programmatic(s)}, s, args...);
-    if (programmatic && capture_open) { own_nodes[own_next++ % own_nodes.size()] = b.capture_tail(s); }
-  }
-  /// The producer's forward opens (`capturing`: in a stream capture) or closes (false).
-  void set_capture_open(bool capturing) noexcept
-  {
-    capture_open = capturing;
-    own_nodes = {};
-    own_next = 0;
-  }
 
   /// The drainer gives ring bytes below `end` back to the producer (called only after the D2H reading them
   /// completed; see drainer::complete_finished).

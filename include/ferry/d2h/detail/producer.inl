@@ -32,7 +32,7 @@ void producer<B>::begin_forward(stream_view s)
   unpublished_ = 0;
   fwd_entries_ = 0;
   if (capturing_) { access::start_recording(recording_, &st_); }
-  st_.set_capture_open(capturing_);
+  st_.launch.set_capture_open(capturing_);
 }
 
 template <ferry::backend::backend B>
@@ -54,7 +54,7 @@ forward_plan producer<B>::end_forward(stream_view s)
   unpublished_ = 0;
   parity_ = 0;
   in_forward_ = false;
-  st_.set_capture_open(false);
+  st_.launch.set_capture_open(false);
   if (capturing_) {
     capturing_ = false;
     return std::exchange(recording_, forward_plan{});
@@ -92,7 +92,7 @@ bool producer<B>::abort_forward(stream_view s)
   parity_ = 0;
   in_forward_ = false;
   capturing_ = false;
-  st_.set_capture_open(false);
+  st_.launch.set_capture_open(false);
   return true;
 }
 
@@ -128,7 +128,7 @@ void producer<B>::launch_copy(copy_args a, std::uint64_t bytes, bool one_block, 
   a.vecs_per_thread = sh.vecs_per_thread;
   a.test_skip_wait = st_.hooks.is(debug_fault::programmatic_without_wait) ? 1U : 0U;
   const copy_form f = copy_form_of(a.src, sh.vecs_per_thread);
-  st_.launch_own(sh.one_block ? copy_entry_publish_kernel(typename B::tag{}, f)
+  st_.launch.own(sh.one_block ? copy_entry_publish_kernel(typename B::tag{}, f)
                               : copy_entry_kernel(typename B::tag{}, once_form(st_.cfg, f, sh, bytes, a.dst.dynamic != 0)),
                  sh.blocks, sh.threads, s, a);
 }

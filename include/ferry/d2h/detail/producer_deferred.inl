@@ -158,7 +158,7 @@ bool producer<B>::launch_deferred(stream_type s, bool boundary)
   std::array<held_source, gather_max_entries> sources{};
   std::uint32_t k = 0;
   deferred_.take_sources([&](held_source&& h) { sources[k++] = std::move(h); });  // a failed launch invalidates
-  st_.launch_own(gather_publish_kernel(typename B::tag{}, vec_form(sh.vecs_per_thread)), sh.blocks, sh.threads, s, a);
+  st_.launch.own(gather_publish_kernel(typename B::tag{}, vec_form(sh.vecs_per_thread)), sh.blocks, sh.threads, s, a);
   for (std::uint32_t i = 0; i < k; ++i) { retire(std::move(sources[i]), s); }  // the gather read them (stream order)
   if (on_branch) { rel_.release_batch(s, after, false); }
   if (!capturing_) { res_.advance(pos, n); }

@@ -60,7 +60,7 @@ class release_chain {
   {
     join_branch(s);
     head_args a{st_.device_state_ptr(), st_.head_dev, n, normalize};
-    st_.launch_own(publish_head_kernel(typename B::tag{}), 1, 1, s, a);
+    st_.launch.own(publish_head_kernel(typename B::tag{}), 1, 1, s, a);
     st_.c_publishes.fetch_add(1, std::memory_order_relaxed);
   }
 
