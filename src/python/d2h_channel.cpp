@@ -45,50 +45,41 @@ void py_channel<B>::set_dev() const
   if constexpr (!is_host<B>) { B{}.set_device(fb::device_id{dev_}); }
 }
 
+/// Every producer call: the channel held open (shared), the GIL released around the core call `f(ch)`, the
+/// device current; sources given up meanwhile are destroyed once the GIL is back.
+template <class B>
+template <class F>
+decltype(auto) py_channel<B>::call(const char* what, F&& f)
+{
+  struct drain_at_exit {
+    ~drain_at_exit() { drain_released(); }
+  } at_exit;
+  std::shared_lock lk{mu_};
+  auto& ch = live(what);
+  gil_release g;
+  set_dev();
+  return f(ch);
+}
+
 template <class B>
 void py_channel<B>::begin_forward(nb::handle stream)
 {
   auto s = resolve_stream<B>(stream, dev_, "Channel.begin_forward");
-  {
-    std::shared_lock lk{mu_};
-    auto& ch = live("begin_forward");
-    gil_release g;
-    set_dev();
-    ch.begin_forward(s);
-  }
-  drain_released();
+  call("begin_forward", [&](fd::channel<B>& ch) { ch.begin_forward(s); });
 }
 
 template <class B>
 py_plan py_channel<B>::end_forward(nb::handle stream)
 {
   auto s = resolve_stream<B>(stream, dev_, "Channel.end_forward");
-  py_plan out;
-  {
-    std::shared_lock lk{mu_};
-    auto& ch = live("end_forward");
-    gil_release g;
-    set_dev();
-    out.p = ch.end_forward(s);
-  }
-  drain_released();
-  return out;
+  return py_plan{call("end_forward", [&](fd::channel<B>& ch) { return ch.end_forward(s); })};
 }
 
 template <class B>
 bool py_channel<B>::abort_forward(nb::handle stream)
 {
   auto s = resolve_stream<B>(stream, dev_, "Channel.abort_forward");
-  bool was_open = false;
-  {
-    std::shared_lock lk{mu_};
-    auto& ch = live("abort_forward");
-    gil_release g;
-    set_dev();
-    was_open = ch.abort_forward(s);
-  }
-  drain_released();
-  return was_open;
+  return call("abort_forward", [&](fd::channel<B>& ch) { return ch.abort_forward(s); });
 }
 
 template <class B>
@@ -98,32 +89,20 @@ void py_channel<B>::capture(std::uint32_t hook, nb::handle tensor, nb::handle st
   auto s = resolve_stream<B>(stream, dev_, what);
   array_bytes t = tensor_bytes<B>(tensor, dev_, what, hook);
   fd::source_owner owner = py_source::make<B>(tensor, std::move(t.dl), deferred);
-  {
-    std::shared_lock lk{mu_};
-    auto& ch = live(what + 8);
-    gil_release g;
-    set_dev();
+  call(deferred ? "capture_deferred" : "capture", [&](fd::channel<B>& ch) {
     if (deferred) {
       ch.capture_deferred(fd::hook_id{hook}, t.data, t.nbytes, s, std::move(owner));
     } else {
       ch.capture(fd::hook_id{hook}, t.data, t.nbytes, s, std::move(owner));
     }
-  }
-  drain_released();
+  });
 }
 
 template <class B>
 void py_channel<B>::flush(nb::handle stream)
 {
   auto s = resolve_stream<B>(stream, dev_, "Channel.flush");
-  {
-    std::shared_lock lk{mu_};
-    auto& ch = live("flush");
-    gil_release g;
-    set_dev();
-    ch.flush(s);
-  }
-  drain_released();
+  call("flush", [&](fd::channel<B>& ch) { ch.flush(s); });
 }
 
 template <class B>
@@ -136,11 +115,7 @@ std::size_t py_channel<B>::deferred_pending() const
 template <class B>
 void py_channel<B>::plan(const py_plan& p)
 {
-  std::shared_lock lk{mu_};
-  auto& ch = live("plan");
-  gil_release g;
-  set_dev();
-  ch.plan(p.p);
+  call("plan", [&](fd::channel<B>& ch) { ch.plan(p.p); });
 }
 
 template <class B>

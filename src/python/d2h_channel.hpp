@@ -88,6 +88,8 @@ class py_channel {
 
  private:
   fd::channel<B>& live(const char* what);
+  template <class F>
+  decltype(auto) call(const char* what, F&& f);
   void set_dev() const;
   [[nodiscard]] fb::stream_view<B> raw_stream(std::uintptr_t stream, std::uint32_t hook, const char* what);
   static void capture_raw(void* self, std::uint32_t hook, const void* ptr, std::uint64_t bytes, std::uintptr_t stream,

@@ -33,50 +33,36 @@ struct enum_names<drain_mode> {
     {{"thread", drain_mode::thread}, {"poll", drain_mode::poll}}};
 };
 
+// The lists, in declaration order (X-macros: one name per field, expanded below).
+#define FERRY_D2H_CONFIG_FIELDS(X)                                                                          \
+  X(ring_bytes) X(staging_bytes) X(publish_every) X(head_memory) X(on_full) X(timeout) X(size_slots) X(drain) \
+  X(fifo_capacity) X(max_copies_in_flight) X(fused_copy_max_bytes) X(single_block_copy_max_bytes)            \
+  X(copy_block_threads) X(copy_vecs_per_thread) X(lean_copy_kernel) X(programmatic_launch) X(branch_publish) \
+  X(gather_branch_publish) X(staged_capture_max_bytes) X(drain_idle_sleep)
+#define FERRY_D2H_COUNTERS(X)                                                                                \
+  X(entries_reserved) X(entries_published) X(entries_drained) X(bytes_drained) X(bytes_copied) X(copies)     \
+  X(stalls) X(high_watermark) X(size_overflows) X(callback_errors) X(publishes)
+
 /// f(name, member) for every field of `c` (a config or const config), in declaration order.
 template <class Config, class F>
 constexpr void for_each_config_field(Config& c, F&& f)
 {
-  f("ring_bytes", c.ring_bytes);
-  f("staging_bytes", c.staging_bytes);
-  f("publish_every", c.publish_every);
-  f("head_memory", c.head_memory);
-  f("on_full", c.on_full);
-  f("timeout", c.timeout);
-  f("size_slots", c.size_slots);
-  f("drain", c.drain);
-  f("fifo_capacity", c.fifo_capacity);
-  f("max_copies_in_flight", c.max_copies_in_flight);
-  f("fused_copy_max_bytes", c.fused_copy_max_bytes);
-  f("single_block_copy_max_bytes", c.single_block_copy_max_bytes);
-  f("copy_block_threads", c.copy_block_threads);
-  f("copy_vecs_per_thread", c.copy_vecs_per_thread);
-  f("lean_copy_kernel", c.lean_copy_kernel);
-  f("programmatic_launch", c.programmatic_launch);
-  f("branch_publish", c.branch_publish);
-  f("gather_branch_publish", c.gather_branch_publish);
-  f("staged_capture_max_bytes", c.staged_capture_max_bytes);
-  f("drain_idle_sleep", c.drain_idle_sleep);
+#define FERRY_D2H_VISIT(n) f(#n, c.n);
+  FERRY_D2H_CONFIG_FIELDS(FERRY_D2H_VISIT)
+#undef FERRY_D2H_VISIT
 }
-inline constexpr std::size_t config_field_count = 20;
-
 /// f(name, value) for every counter of `c`, in declaration order.
 template <class Counters, class F>
 constexpr void for_each_counter(Counters& c, F&& f)
 {
-  f("entries_reserved", c.entries_reserved);
-  f("entries_published", c.entries_published);
-  f("entries_drained", c.entries_drained);
-  f("bytes_drained", c.bytes_drained);
-  f("bytes_copied", c.bytes_copied);
-  f("copies", c.copies);
-  f("stalls", c.stalls);
-  f("high_watermark", c.high_watermark);
-  f("size_overflows", c.size_overflows);
-  f("callback_errors", c.callback_errors);
-  f("publishes", c.publishes);
+#define FERRY_D2H_VISIT(n) f(#n, c.n);
+  FERRY_D2H_COUNTERS(FERRY_D2H_VISIT)
+#undef FERRY_D2H_VISIT
 }
-inline constexpr std::size_t counter_count = 11;
+#define FERRY_D2H_COUNT(n) +1
+inline constexpr std::size_t config_field_count = 0 FERRY_D2H_CONFIG_FIELDS(FERRY_D2H_COUNT);
+inline constexpr std::size_t counter_count = 0 FERRY_D2H_COUNTERS(FERRY_D2H_COUNT);
+#undef FERRY_D2H_COUNT
 
 namespace fields_detail {
 struct any {

@@ -1,0 +1,116 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The capture call sites of ``ferry.hooks`` (re-exported there): ``capture(hook, tensor)`` closures over
+``Channel.capture`` / ``capture_deferred`` or ``torch.ops.ferry.capture`` / ``capture_deferred``. Each only
+converts the tensor (detached when it requires grad, contiguous when it is not); what a capture means (when a
+deferred batch flushes, how long the tensor is held) is the C++ core's."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+__all__ = ["CaptureFn", "capture_fn", "channel_capture", "ops_capture"]
+
+CaptureFn = Callable[[int, Any], None]
+
+
+def _ready(t: Any) -> Any:
+    """``t`` as a capture takes it: detached when it requires grad, contiguous when it is not."""
+    if t.requires_grad:
+        t = t.detach()
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _deferred_set(deferred: Any) -> bool | frozenset[int]:
+    """``deferred`` as a constant (False / True) or the set of deferred hook ids."""
+    if deferred is True or deferred is False or deferred is None:
+        return bool(deferred)
+    return frozenset(int(p.id) if hasattr(p, "deferred") else int(p)
+                     for p in deferred if not hasattr(p, "deferred") or p.deferred)
+
+
+def channel_capture(channel: Any, stream: Any = None, *, deferred: Any = False) -> CaptureFn:
+    """``capture(hook, t)`` through ``channel.capture(hook, t, stream)`` (the core call). ``stream=None``: torch's
+    current stream (CUDA backend); the host backend needs its ``ferry.Stream``. ``deferred``: False, True, or the
+    hook ids (or HookPoints, e.g. a preset: those with ``deferred``) captured with ``channel.capture_deferred``.
+    Per call: ``t`` is detached only when it requires grad, made contiguous only when it is not; the bound
+    methods and the deferred choice are resolved once, here."""
+    imm = channel.capture
+    dfr = channel.capture_deferred
+    d = _deferred_set(deferred)
+    if d is True or d is False or not d:
+        fn = dfr if d is True else imm
+
+        def capture(hook: int, t: Any) -> None:
+            fn(hook, _ready(t), stream)
+
+        return capture
+    ids = d
+
+    def capture_mixed(hook: int, t: Any) -> None:
+        (dfr if hook in ids else imm)(hook, _ready(t), stream)
+
+    return capture_mixed
+
+
+def ops_capture(channel: Any, token: Any = None, device: Any = None, *, deferred: Any = False) -> CaptureFn:
+    """``capture(hook, t)`` through ``torch.ops.ferry.capture(token, t, channel.handle, hook)`` (needs the
+    torch extension, ``ferry.torch_ops``; ImportError otherwise). One token serves every capture. The closure
+    calls the OpOverloads (``torch.ops.ferry.capture.default``): no overload resolution per call."""
+    import torch
+    from . import torch_ops  # noqa: F401  (registers torch.ops.ferry)
+
+    if token is None:
+        token = torch_ops.token(device if device is not None else "cpu")
+    op = torch.ops.ferry.capture.default
+    op_d = torch.ops.ferry.capture_deferred.default
+    handle = channel.handle
+    d = _deferred_set(deferred)
+
+    if d is True or d is False or not d:
+        fn = op_d if d is True else op
+
+        def capture(hook: int, t: Any) -> None:
+            fn(token, _ready(t), handle, hook)
+    else:
+        ids = d
+
+        def capture(hook: int, t: Any) -> None:
+            (op_d if hook in ids else op)(token, _ready(t), handle, hook)
+
+    capture.token = token  # type: ignore[attr-defined]
+    return capture
+
+
+def capture_fn(channel: Any, stream: Any = None, *, use_ops: str | bool = "auto", device: Any = None,
+               deferred: Any = False) -> CaptureFn:
+    """The capture call site. ``use_ops=True``: ``torch.ops.ferry.capture`` (``ops_capture``); False:
+    ``Channel.capture`` (``channel_capture``); ``"auto"``: the op where ``ferry.torch_ops`` is built, else
+    ``Channel.capture`` -- on a CUDA channel, the op only while torch.compile traces the hook and
+    ``Channel.capture(hook, t, stream)`` in eager calls (the cheaper call: no torch dispatch; the same entries,
+    on the same stream when ``stream`` is None or torch's current stream). ``deferred``: False (every hook
+    immediate), True (every hook deferred), or hook ids / HookPoints (pass the preset's points: those marked
+    ``deferred`` use deferred capture, one gather launch per batch of K; the tensor must not be written in
+    place before the batch's flush)."""
+    if use_ops:
+        try:
+            traced = ops_capture(channel, device=device, deferred=deferred)
+        except (ImportError, AttributeError, OSError):
+            if use_ops is True:
+                raise
+        else:
+            if use_ops is True or getattr(channel, "backend", None) != "cuda":
+                return traced
+            import torch
+
+            eager = channel_capture(channel, stream, deferred=deferred)
+            compiling = torch.compiler.is_compiling
+
+            def capture(hook: int, t: Any) -> None:
+                if compiling():
+                    traced(hook, t)
+                else:
+                    eager(hook, t)
+
+            capture.token = traced.token  # type: ignore[attr-defined]
+            return capture
+    return channel_capture(channel, stream, deferred=deferred)
