@@ -84,8 +84,7 @@ struct alignas(128) device_state {
 
 /// The cursor slot's loads and stores on the GPU (CUDA, sm_80+) carry an L2 evict_last cache-policy hint: in a
 /// model's forward each layer streams tens of MB of weights through L2 between two hooks, which evicts a line
-/// touched once per hook, and every writer's first store waits for this load (the cursor probe in
-/// docs/perf/journal.md). One 128-byte line per channel is kept. Elsewhere (HIP, host, older archs) a plain
+/// touched once per hook, and every writer's first store waits for this load. One 128-byte line per channel is kept. Elsewhere (HIP, host, older archs) a plain
 /// access. Ordinary weak accesses either way.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP_DEVICE_COMPILE__)
 #define FERRY_CURSOR_EVICT_LAST 1

@@ -77,7 +77,7 @@ struct config {
   /// backend/grid_dependency.hpp), which hides most of the launch gap between back-to-back hooks. Inside a
   /// stream capture only where the kernel ahead is one of the channel's own (the capture's dependency node,
   /// read at each launch): behind a kernel that never triggers its dependents early (a model's) a programmatic
-  /// edge only adds latency (docs/perf/journal.md). A performance knob only. A user kernel launched
+  /// edge only adds latency. A performance knob only. A user kernel launched
   /// programmatically right after one of ferry's kernels must itself wait (cudaGridDependencySynchronize)
   /// before reading what came earlier, as PDL requires.
   bool programmatic_launch{true};
@@ -86,21 +86,21 @@ struct config {
   /// release (in a captured graph the fork and join are graph edges). The forward-boundary release, and any
   /// release the producer stream issues itself, first joins the branch back (one event wait), so releases
   /// stay ordered and published_head stays monotonic. With it, no copy kernel fuses a release (the
-  /// fused_copy_max_bytes knob applies only when this is off). Measured on the H200: docs/perf/README.md.
+  /// fused_copy_max_bytes knob applies only when this is off).
   bool branch_publish{true};
   /// With branch_publish: a gather (deferred capture) that completes a batch of K releases it on the branch
   /// as well (the 1-thread publish kernel behind a fork event recorded after the gather: the kernel boundary
   /// joins the gather's blocks), instead of in its own last block (block barrier, acq_rel join counter,
   /// system-scope release), which keeps the release and the block join off the producer stream's path. A
-  /// performance knob only (measured on the H200: docs/perf/README.md, the deferred capture rows).
+  /// performance knob only.
   bool gather_branch_publish{true};
   /// Staged immediate capture (0: off): capture() of a static entry up to this many bytes copies the source
   /// at once into a channel-owned device staging slot (the backend's device-to-device copy: a memcpy node in a
   /// graph) and joins the deferred batch with that slot as its source, so the batch's ONE gather moves it into
   /// the ring. The source may change right after capture() returns (stream order), as with the copy kernel; the
   /// entry is placed, counted and published with its batch. Staging: the batch limit x this size, rounded up
-  /// to 16 bytes, of device memory. Off by default: in a torch graph it pays only where the forward has no
-  /// mid-forward release and many hooks (publish_every above the hook count; docs/perf/README.md, torch).
+  /// to 16 bytes, of device memory. Off by default: it pays where the forward has many hooks and no mid-forward
+  /// release (publish_every above the hook count), as one gather replaces a copy kernel per hook.
   std::size_t staged_capture_max_bytes{0};
   std::chrono::microseconds drain_idle_sleep{20};  ///< drain thread sleep when idle
 };

@@ -92,8 +92,8 @@ struct config {
   std::size_t slots{2};                           ///< runner slots (>= 2)
   std::optional<upload_backend> backend{};        ///< nullopt: FERRY_H2D_BACKEND (read once), default packed
   ferry::backend::device_id device{};             ///< the device every publication must run on
-  std::size_t tile_bytes{8192};                   ///< scatter tile (multiple of 16); 8 KiB measured best on the H200 (docs/perf)
-  std::uint32_t threads_per_tile{256};            ///< scatter block size (multiple of 32, <= 1024); 256 measured best (docs/perf)
+  std::size_t tile_bytes{8192};                   ///< scatter tile (multiple of 16)
+  std::uint32_t threads_per_tile{256};            ///< scatter block size (multiple of 32, <= 1024)
   int calibration_iterations{25};                 ///< per candidate, for `automatic`
   /// Scatter payload loads issued before the member's count is known (graph replays read the count from
   /// the arena header; eager publications pass the counts in the kernel parameters and never speculate

@@ -29,8 +29,8 @@ class launch_policy {
   /// supported). Eager: always. In a stream capture: only when the one node it will depend on is one of this
   /// channel's own kernels (capture_tail), i.e. a kernel that lets its dependents launch at its start
   /// (griddepcontrol.launch_dependents). After any other kernel (a model's, which never triggers early) a
-  /// programmatic edge only waits for that kernel's end and then for the flush: measured slower in torch's
-  /// graph (docs/perf/journal.md). A performance choice only: the join is the same either way
+  /// programmatic edge only waits for that kernel's end and then for the flush, which is slower than a plain
+  /// launch behind it. A performance choice only: the join is the same either way
   /// (griddepcontrol.wait, or the kernel boundary).
   [[nodiscard]] bool launch_programmatic(stream_type s) const noexcept
   {
