@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // CUDA versions of the benchmark-only kernels (see bench_kernels.hpp).
 #include "bench_kernels.hpp"
-#include "detail/d2h_kernels.cuh"  // copy_bytes: the same vectorized copy ferry uses
+#include "detail/vector_copy.cuh"  // copy_vectors, copy_tail: the same copy ferry's kernels use
 #include <ferry/testing/device_clock.cuh>
 
 #include <ferry/backend/grid_dependency.hpp>
@@ -13,12 +13,25 @@ namespace ferry::bench::gpu {
 // No __constant__ variable in this module: one (a former constant-cache diagnostic) made every kernel of
 // the module lose the benefit of programmatic dependent launch (copy_only == copy_only_plain, +0.3 us per
 // hook; docs/perf/journal.md).
-/// The same copy body as ferry's copy kernels (copy_vec: V vectors per thread, loads before stores), with a
+/// ferry's copy_vectors<V> with V chosen at run time (uniform branch; V in {1, 2, 4, 8}, anything else is 1).
+template <class DstFn>
+__device__ __forceinline__ void copy_vec(DstFn&& dst_of, const std::byte* src, std::uint64_t n, std::uint32_t v,
+                                         std::uint32_t blk, std::uint32_t nblk, std::uint32_t t, std::uint32_t nt)
+{
+  switch (v) {
+    case 8: ferry::kernels::copy_vectors<8>(dst_of, src, n, blk, nblk, t, nt); break;
+    case 4: ferry::kernels::copy_vectors<4>(dst_of, src, n, blk, nblk, t, nt); break;
+    case 2: ferry::kernels::copy_vectors<2>(dst_of, src, n, blk, nblk, t, nt); break;
+    default: ferry::kernels::copy_vectors<1>(dst_of, src, n, blk, nblk, t, nt); break;
+  }
+}
+
+/// The same copy body as ferry's copy kernels (copy_vectors: V vectors per thread, loads before stores), with a
 /// fixed destination: the copy-only baseline is as fast as ferry's copy minus the cursor read.
 __device__ inline void copy_grid(const copy_args& a)
 {
   if (((reinterpret_cast<std::uintptr_t>(a.dst) | reinterpret_cast<std::uintptr_t>(a.src)) & 15U) == 0) {
-    ferry::kernels::d2h::copy_vec(
+    copy_vec(
       [&] {
         if (a.cursor_mode == 0) { return a.dst; }
         if (a.cursor_mode == 6) {  // 8-byte cursor slots (no size-slot half)
@@ -51,7 +64,7 @@ __device__ inline void copy_grid(const copy_args& a)
     return;
   }
   const std::uint64_t t = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  ferry::kernels::d2h::copy_bytes(a.dst, a.src, a.bytes, t, static_cast<std::uint64_t>(gridDim.x) * blockDim.x);
+  ferry::kernels::copy_tail(a.dst, a.src, t, a.bytes, static_cast<std::uint64_t>(gridDim.x) * blockDim.x);
 }
 
 /// Block join, then (multi-block) a grid join through __threadfence + atomicAdd: true in the last block's thread 0.
@@ -83,12 +96,7 @@ __global__ void bench_copy_plain_v(copy_args a)
 {
   ferry::backend::grid_dependency_launch_dependents();
   ferry::backend::grid_dependency_wait();
-  const std::uint64_t vecs = a.bytes / 16;
-  std::byte* dst = ferry::kernels::d2h::copy_vec_passes<V>([&] { return a.dst; }, a.src, vecs, blockIdx.x, gridDim.x,
-                                                          threadIdx.x, blockDim.x);
-  if (blockIdx.x == 0) {
-    for (std::uint64_t i = vecs * 16 + threadIdx.x; i < a.bytes; i += blockDim.x) { dst[i] = a.src[i]; }
-  }
+  ferry::kernels::copy_vectors<V>([&] { return a.dst; }, a.src, a.bytes, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
 }
 
 __global__ void baseline_volatile_flag(copy_args a)

@@ -2,7 +2,7 @@
 // Benchmark-only kernels (not part of ferry). The baselines reproduce the designs ferry replaces:
 //   bench_copy              copy only (no publication; every diagnostic cursor_mode)
 //   bench_copy_plain        the copy-only baseline proper (cursor_mode 0): one small kernel per copy form, as
-//                           ferry's copy kernels (copy_vec_passes<V> and the byte tail; unaligned: bench_copy)
+//                           ferry's copy kernels (copy_vectors<V>: vector passes and the byte tail; unaligned: bench_copy)
 //   baseline_volatile_flag  copy + block join (+ grid join via __threadfence/atomicAdd when multi-block)
 //                           + __threadfence() + volatile flag store: the OLD, INVALID publication
 //   baseline_sysflag        same join, then one st.release.sys per entry (valid, expensive)

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Host-backend versions of the benchmark-only kernels (see bench_kernels.hpp).
 #include "bench_kernels.hpp"
-#include "detail/d2h_kernels.cuh"
+#include "detail/vector_copy.cuh"
 
 #include <ferry/backend/host/backend.hpp>
 #include <ferry/backend/system_atomic.hpp>
@@ -16,10 +16,8 @@ using ferry::backend::host_detail::launch_ctx;
 
 void copy_block(const launch_ctx& ctx, const copy_args& a)
 {
-  const std::uint64_t nt = static_cast<std::uint64_t>(ctx.grid_dim.x) * ctx.block_dim.x;
-  for (std::uint32_t t = 0; t < ctx.block_dim.x; ++t) {
-    ferry::kernels::d2h::copy_bytes(a.dst, a.src, a.bytes, static_cast<std::uint64_t>(ctx.block_idx.x) * ctx.block_dim.x + t, nt);
-  }
+  ferry::kernels::copy_block_host(a.dst, a.src, a.bytes, a.vecs_per_thread, ctx.block_idx.x, ctx.grid_dim.x,
+                                  ctx.block_dim.x);
 }
 bool last_block(const launch_ctx& ctx) { return ctx.block_idx.x == ctx.grid_dim.x - 1; }  // blocks run in order
 

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Pure unit tests of the D2H channel's decision functions (no backend): the drain's coalescing rule
-// (detail::coalesce) and the copy kernel's launch shape (detail::copy_launch_shape and its helpers).
+// (detail::coalesce), the copy kernel's launch shape (detail::copy_launch_shape and its helpers), and the
+// gather's shape (detail::apportion_gather) and placement (its kernel body's gather_offset, gather_entry_of).
+#include "kernels/d2h/gather/gather_publish.cuh"
+
 #include <ferry/d2h/detail/coalesce.hpp>
 #include <ferry/d2h/detail/gather.hpp>
 #include <ferry/d2h/detail/launch_shape.hpp>
@@ -14,6 +17,7 @@
 namespace {
 
 namespace fd = ferry::d2h;
+namespace fk = ferry::kernels::d2h;  // the gather kernel's body
 using fd::detail::entry_meta;
 using fd::detail::run_plan;
 
@@ -244,11 +248,11 @@ TEST(D2hGatherPlacement, ClosedFormEqualsThePlacePhysChain)
     if (iter % 5 == 0) { phys = a.dst.ring_bytes - a.pre[1 + rng() % a.n]; }  // an entry ends exactly at the end
     if (phys >= a.dst.ring_bytes) { phys = 0; }
     for (std::uint32_t i = 0; i < a.n; ++i) {
-      ASSERT_EQ(fd::detail::gather_offset(a, phys, i), chain_offset(a, phys, i))
+      ASSERT_EQ(fk::gather_offset(a, phys, i), chain_offset(a, phys, i))
         << "entry " << i << " of " << a.n << ", phys " << phys << ", ring " << a.dst.ring_bytes;
     }
     const std::uint64_t last = chain_offset(a, phys, a.n - 1) + (a.pre[a.n] - a.pre[a.n - 1]);
-    ASSERT_EQ(fd::detail::gather_end(a, phys), last == a.dst.ring_bytes ? 0 : last);
+    ASSERT_EQ(fk::gather_end(a, phys), last == a.dst.ring_bytes ? 0 : last);
     ++cases;
     wrapped += phys + a.pre[a.n] > a.dst.ring_bytes ? 1 : 0;
     for (std::uint32_t k = 1; k < a.n; ++k) { exact += phys + a.pre[k] == a.dst.ring_bytes ? 1 : 0; }
@@ -270,7 +274,7 @@ TEST(D2hGatherPlacement, EveryBlockFindsItsEntry)
     const auto sh = fd::detail::apportion_gather(cfg, a, 132);
     ASSERT_EQ(sh.blocks, a.first_block[a.n]);
     for (std::uint32_t blk = 0; blk < sh.blocks; ++blk) {
-      const std::uint32_t i = fd::detail::gather_entry_of(a, blk);
+      const std::uint32_t i = fk::gather_entry_of(a, blk);
       ASSERT_LT(i, a.n);
       ASSERT_LE(a.first_block[i], blk);
       ASSERT_LT(blk, a.first_block[i + 1]) << "block " << blk << " of " << sh.blocks << ", entry " << i;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Relacy model of the D2H gather kernel's cross-block join and release (kernels/detail/d2h_gather.cuh:
+// Relacy model of the D2H gather kernel's cross-block join and release (kernels/d2h/gather/gather_publish.cuh:
 // gather_block_phase / gather_join_arrive / publish_phase; the host backend runs the same body).
 //
 //   threads 0..G-1 ("blocks" of the gather grid; a block's threads are joined by __syncthreads(), which is

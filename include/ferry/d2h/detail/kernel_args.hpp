@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// Argument blocks of ferry's D2H kernels (trivially copyable, passed by value). Device-safe.
+// Argument blocks of ferry's D2H kernels (trivially copyable, passed by value; kernels/d2h/: copy_entry and
+// copy_entry_publish take copy_args, publish_head head_args, commit_check commit_check_args, gather_publish
+// gather_args). Device-safe (no fmt, no error.hpp).
 #pragma once
 
 #include <ferry/d2h/ring_ref.hpp>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace ferry::d2h::detail {
@@ -40,5 +43,43 @@ struct commit_check_args {
   std::uint64_t* flag{nullptr};
   std::uint64_t tag{0};
 };
+
+/// The most entries one gather launch copies (the descriptor table travels in the kernel parameters:
+/// 128 x 16 bytes + 129 x 8 bytes of prefix sums + 129 x 4 bytes of block offsets, under the 4 KiB that every
+/// backend passes by value; static_assert below): with one release per forward a vllm-full forward
+/// (341 hooks) launches 3 gathers.
+inline constexpr std::uint32_t gather_max_entries = 128;
+
+/// One deferred entry: `bytes` (fixed size) from device memory `src`.
+struct gather_entry {
+  const std::byte* src{nullptr};
+  std::uint64_t bytes{0};
+};
+
+/// The gather kernel's arguments (trivially copyable, passed by value; a captured graph keeps its copy).
+/// ONE launch copies a flushed batch of deferred entries: they are placed consecutively from the device
+/// cursor (the same two-slot cursor and place_phys chain as one entry per kernel, so graph replays land
+/// where plan() put them), each entry is copied by its own range of blocks, and when `head_n` > 0 the last
+/// block to arrive at the join counter publishes published_head (system-scope release).
+///   dst            ring, state block, ring size and the cursor parity of this writer (reserved: unused)
+///   e[0..n)        the batch, in entry order; entry i is placed after entry i - 1 (place_phys chain)
+///   pre[0..n]      prefix sums of the reserved sizes (pre[0] = 0): the chain in closed form (gather_offset)
+///   first_block    entry i is copied by blocks [first_block[i], first_block[i + 1]); first_block[n] = grid
+///   head_n         > 0: after the cross-block join the last block releases produced += head_n
+///   normalize      (forward boundary, head_n > 0) the last block copies cursor slot 1 into slot 0 before it
+///                  releases, as the boundary's publish kernel does (every block read its cursor before it arrived)
+struct gather_args {
+  ring_ref dst;
+  std::uint64_t* head{nullptr};  ///< device address of published_head
+  std::uint64_t head_n{0};
+  std::uint32_t n{0};
+  std::uint32_t normalize{0};
+  std::uint32_t vecs_per_thread{1};
+  std::uint32_t test_skip_wait{0};  ///< test hook (debug_fault::programmatic_without_wait): omit the join
+  gather_entry e[gather_max_entries]{};
+  std::uint64_t pre[gather_max_entries + 1]{};
+  std::uint32_t first_block[gather_max_entries + 1]{};
+};
+static_assert(sizeof(gather_args) <= 4096, "gather_args travels as kernel parameters: at most 4 KiB");
 
 }  // namespace ferry::d2h::detail

@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// Kernel getters of the D2H side, one per backend tag. Defined in kernels/d2h_kernels.cu (CUDA, HIP) and
-// src/d2h_host_kernels.cpp (host). Launch: b.launch(copy_kernel(typename B::tag{}), cfg, stream, args).
-//   copy_entry_publish_kernel  one block: copy, block join, optional fused publication
-//   copy_entry_kernel          any grid: copy only (publication follows as a separate kernel)
-//   (both per copy_form: one small kernel per vector width and one for unaligned sources; the host backend
-//   has one body for every form)
-//   publish_head_kernel        one thread: produced += n, system-scope release of published_head
+// Kernel getters of the D2H side, one per kernel and backend tag; each getter is its kernel's name +
+// `_kernel`, and the kernel lives in kernels/d2h/<folder>/<name>.{cuh (body), cu (CUDA, HIP), _host.cpp (host)}:
+//   copy_entry_kernel          copy/copy_entry: any grid, copy only (publication follows as a separate kernel)
+//   copy_entry_publish_kernel  copy/copy_entry: one block: copy, block join, optional fused publication
+//   (both per copy_form: one small kernel per vector width, one-pass form and unaligned source; the host
+//   backend has one body for every form)
+//   gather_publish_kernel      gather/gather_publish: one launch per batch of deferred entries (per vector width)
+//   publish_head_kernel        publish/publish_head: one thread: produced += n, system-scope release of published_head
+//   commit_check_kernel        publish/commit_check: one thread: commits in place of a user writer that did not
+// Launch: b.launch(copy_entry_kernel(typename B::tag{}, form), cfg, stream, args). Arguments: kernel_args.hpp;
+// shapes: launch_shape.hpp (copy), gather.hpp (gather).
 #pragma once
 
 #include <ferry/backend/types.hpp>
@@ -21,13 +25,18 @@ using ferry::backend::cuda_tag;
 using ferry::backend::hip_tag;
 using ferry::backend::host_tag;
 
+host_kernel<copy_args> copy_entry_kernel(host_tag, copy_form f);
+cuda_kernel<copy_args> copy_entry_kernel(cuda_tag, copy_form f);
+hip_kernel<copy_args> copy_entry_kernel(hip_tag, copy_form f);
+
 host_kernel<copy_args> copy_entry_publish_kernel(host_tag, copy_form f);
 cuda_kernel<copy_args> copy_entry_publish_kernel(cuda_tag, copy_form f);
 hip_kernel<copy_args> copy_entry_publish_kernel(hip_tag, copy_form f);
 
-host_kernel<copy_args> copy_entry_kernel(host_tag, copy_form f);
-cuda_kernel<copy_args> copy_entry_kernel(cuda_tag, copy_form f);
-hip_kernel<copy_args> copy_entry_kernel(hip_tag, copy_form f);
+/// `f` is vec_form(gather_args::vecs_per_thread) (an unaligned entry takes the byte path inside every form).
+host_kernel<gather_args> gather_publish_kernel(host_tag, copy_form f);
+cuda_kernel<gather_args> gather_publish_kernel(cuda_tag, copy_form f);
+hip_kernel<gather_args> gather_publish_kernel(hip_tag, copy_form f);
 
 host_kernel<head_args> publish_head_kernel(host_tag);
 cuda_kernel<head_args> publish_head_kernel(cuda_tag);

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The copy kernel's launch shape as a pure function of the configuration and the entry: used by the
-// channel's producer to launch capture()'s copy and by bench/d2h to launch the same shape for its
-// copy-only baselines (one definition, so the two cannot drift). Unit-tested in tests/d2h.
+// The copy kernels' dispatch (copy_entry / copy_entry_publish, kernels/d2h/copy/): their code form and
+// launch shape as pure functions of the configuration and the entry, on the launch rules of
+// ferry/detail/launch_rules.hpp. Used by the channel's producer to launch capture()'s copy and by bench/d2h to
+// launch the same shape for its copy-only baselines (one definition, so the two cannot drift). Unit-tested
+// in tests/d2h.
 #pragma once
 
-#include <ferry/d2h/ring_ref.hpp>
 #include <ferry/d2h/types.hpp>
+#include <ferry/detail/launch_rules.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -22,7 +24,7 @@ struct launch_shape {
   friend constexpr bool operator==(const launch_shape&, const launch_shape&) = default;
 };
 
-/// The copy kernel's code form (kernels.hpp): each form is its own small kernel on the GPU. `vN`: the source
+/// The copy kernels' code form (kernels.hpp): each form is its own small kernel on the GPU. `vN`: the source
 /// is 16-byte aligned and each thread moves N 16-byte vectors per pass; `bytes`: any other source.
 /// `vN_once` (copy_entry_kernel only): the same for an entry its grid copies in ONE pass, of a static size
 /// that is a multiple of 16: no pass loop, no byte tail, no size load (the smallest code: in a model's graph
@@ -39,11 +41,14 @@ enum class copy_form : std::uint32_t {
   v8_once = 0x18,
 };
 
-/// config::copy_vecs_per_thread normalised to a supported value (1, 2, 4, 8; anything else is 1).
+/// The vectors per thread of form `f` (0 for bytes) and whether it is a one-pass form.
+[[nodiscard]] constexpr std::uint32_t form_vecs(copy_form f) noexcept { return static_cast<std::uint32_t>(f) & 0xFU; }
+[[nodiscard]] constexpr bool is_once(copy_form f) noexcept { return (static_cast<std::uint32_t>(f) & 0x10U) != 0; }
+
+/// config::copy_vecs_per_thread normalised to a supported value (launch_rules: 1, 2, 4, 8; anything else is 1).
 [[nodiscard]] constexpr std::uint32_t vecs_per_thread(const config& cfg) noexcept
 {
-  const std::uint32_t v = cfg.copy_vecs_per_thread;
-  return v == 8 || v == 4 || v == 2 ? v : 1;
+  return ferry::detail::launch_rules::vecs_per_thread(cfg.copy_vecs_per_thread);
 }
 
 /// The vector form of `vecs_per_thread` (1, 2, 4 or 8; anything else is 1).
@@ -85,12 +90,13 @@ enum class copy_form : std::uint32_t {
   return reserved <= cfg.single_block_copy_max_bytes || (publish_now && reserved <= cfg.fused_copy_max_bytes);
 }
 
-/// The grid for copying `bytes` payload bytes. `one_block`: one block of enough threads for one pass
-/// (32..1024); else blocks of copy_block_threads (32..1024, a multiple of 32), enough for one pass over the
-/// entry and at most enough to fill every SM (`sm_count` x 2048 threads).
+/// The grid for copying `bytes` payload bytes (launch_rules). `one_block`: one block of enough threads for
+/// one pass (block_threads: 32..1024); else blocks of block_threads(copy_block_threads), enough for one pass
+/// over the entry and at most one wave (one_wave_blocks: `sm_count` x 2048 threads).
 [[nodiscard]] constexpr launch_shape copy_launch_shape(const config& cfg, std::uint64_t bytes, bool one_block,
                                                       int sm_count) noexcept
 {
+  namespace rules = ferry::detail::launch_rules;
   launch_shape s;
   s.one_block = one_block;
   s.vecs_per_thread = vecs_per_thread(cfg);
@@ -98,14 +104,13 @@ enum class copy_form : std::uint32_t {
   const std::uint64_t per_thread = (vecs + s.vecs_per_thread - 1) / s.vecs_per_thread;
   if (one_block) {
     s.blocks = 1;
-    s.threads = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(align_up(per_thread, 32), 32, 1024));
+    s.threads = static_cast<std::uint32_t>(rules::block_threads(per_thread));
     return s;
   }
-  const std::uint64_t threads = std::clamp<std::uint64_t>(align_up(cfg.copy_block_threads, 32), 32, 1024);
-  const std::uint64_t sms = sm_count > 0 ? static_cast<std::uint64_t>(sm_count) : 1;
-  const std::uint64_t max_blocks = sms * std::max<std::uint64_t>(1, 2048 / threads);
+  const std::uint64_t threads = rules::block_threads(cfg.copy_block_threads);
   s.threads = static_cast<std::uint32_t>(threads);
-  s.blocks = static_cast<std::uint32_t>(std::clamp<std::uint64_t>((per_thread + threads - 1) / threads, 1, max_blocks));
+  s.blocks = static_cast<std::uint32_t>(
+    std::clamp<std::uint64_t>((per_thread + threads - 1) / threads, 1, rules::one_wave_blocks(sm_count, threads)));
   return s;
 }
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Deferred capture of detail::producer<B> (declared in producer.hpp): capture_deferred records on the CPU,
-// flush_deferred copies the batch with ONE gather launch (kernels/detail/d2h_gather.cuh).
+// flush_deferred copies the batch with ONE gather launch (kernels/d2h/gather/gather_publish.cuh).
 // Ordering (docs/design/d2h.md, "Gather publication"): the gather is enqueued on the producer stream before
 // the next writer (entry order, cursor parity), and when it publishes, the open branch is joined back first
 // (release_chain::join_for_fused_release: one chain), then its last block releases after the acq_rel block join.

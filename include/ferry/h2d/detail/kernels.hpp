@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The H2D scatter kernel, one getter per backend family. Defined in kernels/h2d_scatter.cu (CUDA, HIP) and
-// src/h2d_host_kernels.cpp (host). Grid-stride over the tile table; each tile copies its share of one
-// member's published prefix from the arena to the member's fixed device address (16-byte moves when
-// aligned).
+// The H2D scatter kernel's getter, one per backend family: scatter_kernel, the kernel scatter in
+// kernels/h2d/scatter/ (body scatter.cuh, wrappers scatter.cu for CUDA and HIP, scatter_host.cpp for the host
+// backend). Grid-stride over the tile table (grid: scatter_grid, plan.hpp); each tile copies its share of one
+// member's published prefix from the arena to the member's fixed device address (16-byte moves when aligned).
 #pragma once
 
 #include <ferry/backend/types.hpp>

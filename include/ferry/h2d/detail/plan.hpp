@@ -5,6 +5,8 @@
 // tests/h2d/plan_test.cpp).
 #pragma once
 
+#include <ferry/detail/align.hpp>
+#include <ferry/detail/launch_rules.hpp>
 #include <ferry/error.hpp>
 #include <ferry/h2d/detail/scatter_params.hpp>  // tile_desc
 #include <ferry/h2d/types.hpp>
@@ -24,9 +26,10 @@ namespace ferry::h2d::detail {
 inline constexpr std::uint32_t none = 0xFFFFFFFFu;
 /// Every arena offset, payload and standalone source is aligned to this.
 inline constexpr std::size_t arena_align = 16;
-[[nodiscard]] constexpr std::size_t align_up(std::size_t n) noexcept
+/// `n` rounded up to arena_align (ferry::detail::align_up, the one rounding rule).
+[[nodiscard]] constexpr std::size_t arena_align_up(std::size_t n) noexcept
 {
-  return (n + arena_align - 1) / arena_align * arena_align;
+  return static_cast<std::size_t>(ferry::detail::align_up(n, arena_align));
 }
 
 /// One declared buffer, normalized: row_size defaulted to the element size for rows, a stride equal to
@@ -182,12 +185,12 @@ struct arena_plan {
     for (auto m : d.groups[gi].members) {
       if (d.buffers[m].strided) { g.direct_members.push_back(m); }
     }
-    g.header_bytes = align_up(16 * contiguous.size());
+    g.header_bytes = arena_align_up(16 * contiguous.size());
     std::size_t off = g.header_bytes;
     for (auto m : contiguous) {
       p.buffers[m].home = static_cast<std::uint32_t>(gi);
       p.buffers[m].arena_offset = off;
-      off += align_up(d.buffers[m].cap_bytes);
+      off += arena_align_up(d.buffers[m].cap_bytes);
     }
     g.arena_bytes = off;
   }
@@ -195,7 +198,7 @@ struct arena_plan {
   for (std::size_t m = 0; m < d.buffers.size(); ++m) {
     if (p.buffers[m].home == none) {
       p.buffers[m].standalone_offset = off;
-      off += align_up(d.buffers[m].cap_bytes);
+      off += arena_align_up(d.buffers[m].cap_bytes);
     }
   }
   p.standalone_bytes = std::max<std::size_t>(off, arena_align);
@@ -226,12 +229,12 @@ struct arena_plan {
   return tiles;
 }
 
-/// Scatter grid: every tile in one wave (as many resident blocks as the SMs hold), grid-stride beyond.
+/// Scatter grid: every tile in one wave (launch_rules::one_wave_blocks: as many resident blocks as the SMs
+/// hold), grid-stride beyond.
 [[nodiscard]] constexpr std::uint32_t scatter_grid(std::size_t tiles, int sm_count, std::uint32_t threads_per_tile) noexcept
 {
-  const std::size_t per_sm = std::max<std::size_t>(1, 2048 / threads_per_tile);
-  const std::size_t sms = static_cast<std::size_t>(std::max(1, sm_count));
-  return static_cast<std::uint32_t>(std::min<std::size_t>(tiles, sms * per_sm));
+  return static_cast<std::uint32_t>(
+    std::min<std::uint64_t>(tiles, ferry::detail::launch_rules::one_wave_blocks(sm_count, threads_per_tile)));
 }
 
 /// Writes arena group `g`'s header at `h`: per packed member {arena offset, published bytes}, the bytes

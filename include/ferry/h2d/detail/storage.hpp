@@ -73,7 +73,7 @@ struct storage {
     for (const auto& r : d.buffers) {
       void* p = r.spec.device_ptr;
       if (p == nullptr) {
-        owned_dst.emplace_back(align_up(r.cap_bytes), b);
+        owned_dst.emplace_back(arena_align_up(r.cap_bytes), b);
         p = owned_dst.back().data();
       }
       dst.push_back(p);

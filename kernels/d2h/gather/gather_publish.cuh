@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// Body of the gather kernel, shared by the GPU wrapper (kernels/d2h_gather.cu) and the host backend
-// (src/d2h_gather_host.cpp). ONE launch per flushed batch of deferred entries. The order of every block:
+// Body of the gather_publish kernel, shared by the GPU wrapper (gather_publish.cu) and the host backend's
+// (gather_publish_host.cpp). ONE launch per flushed batch of deferred entries (arguments: gather_args,
+// dispatch: apportion_gather in ferry/d2h/detail/gather.hpp). The order of every block:
 //   1. find its entry i (first_block table) and read the cursor slot[parity] once;
 //   2. place entry i (the place_phys chain over entries 0..i in closed form, gather_offset; the CPU's
-//      place() mirrors the chain); block 0's
-//      thread 0 writes slot[parity ^ 1] = the batch's end, from that same cursor value, before its stores
-//      (no thread of this kernel reads that slot; the next writer reads it after the kernel boundary);
+//      place() mirrors the chain); block 0's thread 0 writes slot[parity ^ 1] = the batch's end, from that
+//      same cursor value, before its stores (no thread of this kernel reads that slot; the next writer reads
+//      it after the kernel boundary);
 //   3. copy its share of entry i;
 //   4. (head_n > 0) block barrier, then thread 0 arrives at the join counter with an acq_rel RMW (device
 //      scope): release of this block's stores (ordered before it by the barrier), acquire of every earlier
@@ -15,21 +16,61 @@
 // the blocks that arrived before it (tests/reliability/d2h_gather_relacy_model.cpp catches that mutant).
 #pragma once
 
-#include "d2h_kernels.cuh"
+#include "../../detail/vector_copy.cuh"
+#include "../publish/publish.cuh"  // publish_phase
 
 #include <ferry/backend/system_atomic.hpp>
-#include <ferry/d2h/detail/gather.hpp>
+#include <ferry/d2h/detail/kernel_args.hpp>
 
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 
 namespace ferry::kernels::d2h {
 
 using ferry::d2h::detail::gather_args;
-using ferry::d2h::detail::gather_end;
-using ferry::d2h::detail::gather_entry_of;
-using ferry::d2h::detail::gather_offset;
+
+/// Where the gather's entry `i` starts (physical offset) from cursor phys `phys`: the place_phys chain
+///   off_k = place_phys(phys_k, r_k), phys_{k+1} = (off_k + r_k == ring_bytes ? 0 : off_k + r_k)
+/// that the CPU's place() mirrors, in closed form over the prefix sums `pre` (O(1) unless the batch wraps).
+/// A batch spans at most ring_bytes (its sizes plus one wrap padding: deferred_batch::needs_flush_before),
+/// so the chain wraps at most once: entry i sits at phys + pre[i] while phys + pre[i + 1] <= ring_bytes
+/// (every earlier entry then ended before the ring's end), else at pre[i] - pre[s], where s is the first
+/// entry placed from offset 0 (the first one that no longer fits, or the one after an entry that ended
+/// exactly at the ring's end). Every block computes it from the parameters alone: no dependent chain of
+/// parameter loads per entry (tests/d2h/d2h_units_test.cpp checks it against the chain).
+FERRY_HD constexpr std::uint64_t gather_offset(const gather_args& a, std::uint64_t phys, std::uint32_t i) noexcept
+{
+  const std::uint64_t ring = a.dst.ring_bytes;
+  if (phys + a.pre[i + 1] <= ring) { return phys + a.pre[i]; }
+  std::uint32_t s = 0;
+  while (phys + a.pre[s + 1] <= ring) { ++s; }
+  return a.pre[i] - a.pre[s];
+}
+
+/// Where the batch ends (the next writer's cursor phys, reduced: 0 at the ring's end).
+FERRY_HD constexpr std::uint64_t gather_end(const gather_args& a, std::uint64_t phys) noexcept
+{
+  const std::uint64_t end = gather_offset(a, phys, a.n - 1) + (a.pre[a.n] - a.pre[a.n - 1]);
+  return end == a.dst.ring_bytes ? 0 : end;
+}
+
+/// The entry block `blk` copies: blk itself when every entry has one block (the common case of small
+/// entries), else a binary search of first_block (nondecreasing, first_block[0] = 0).
+FERRY_HD constexpr std::uint32_t gather_entry_of(const gather_args& a, std::uint32_t blk) noexcept
+{
+  if (a.first_block[a.n] == a.n) { return blk; }
+  std::uint32_t lo = 0;
+  std::uint32_t hi = a.n;  // first_block[lo] <= blk < first_block[hi]
+  while (hi - lo > 1) {
+    const std::uint32_t mid = (lo + hi) / 2;
+    if (a.first_block[mid] <= blk) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
 
 /// Steps 1-3 for block `blk` (thread `t`): `copy(dst_of, src, n, local_blk, local_nblk)` copies entry i's
 /// share; it calls `dst_of()` once, where its first stores need the destination (the cursor load and the
@@ -83,46 +124,29 @@ FERRY_HD inline void gather_release(const gather_args& a) noexcept
 }
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
-/// The GPU copy of one gather block: V 16-byte vectors per thread per pass (compile time: one small kernel
-/// per V, as the copy kernels) and the byte tail from an aligned source (loads before the cursor), bytes
-/// from any other source.
+/// The GPU copy of one gather block: from an aligned source copy_vectors<V> (V 16-byte vectors per thread per
+/// pass, compile time: one small kernel per V, as the copy kernels; loads before the cursor; the byte tail),
+/// bytes from any other source.
 template <int V>
 __device__ __forceinline__ void gather_block_phase(const gather_args& a, std::uint32_t blk, std::uint32_t t,
                                                    std::uint32_t nt)
 {
   gather_commit(a, blk, t, [&](auto&& dst_of, const std::byte* src, std::uint64_t n, std::uint32_t lb, std::uint32_t nb) {
     if ((reinterpret_cast<std::uintptr_t>(src) & 15U) == 0) {
-      const std::uint64_t vecs = n / 16;
-      std::byte* dst = copy_vec_passes<V>(dst_of, src, vecs, lb, nb, t, nt);
-      if (lb == 0) {
-        for (std::uint64_t i = vecs * 16 + t; i < n; i += nt) { dst[i] = src[i]; }
-      }
+      copy_vectors<V>(dst_of, src, n, lb, nb, t, nt);
       return;
     }
-    std::byte* dst = dst_of();
-    const std::uint64_t stride = static_cast<std::uint64_t>(nb) * nt;
-    for (std::uint64_t i = static_cast<std::uint64_t>(lb) * nt + t; i < n; i += stride) { dst[i] = src[i]; }
+    copy_tail(dst_of(), src, static_cast<std::uint64_t>(lb) * nt + t, n, static_cast<std::uint64_t>(nb) * nt);
   });
 }
 #endif
 
-/// The host backend's gather block (`nt` threads), moving the bytes the GPU block's threads move (the
-/// chunks of copy_commit_block_host), then the join and, for the last block, the release.
+/// The host backend's gather block (`nt` threads), moving the bytes the GPU block's threads move
+/// (copy_block_host), then the join and, for the last block, the release.
 inline void gather_block_host(const gather_args& a, std::uint32_t blk, std::uint32_t nblk, std::uint32_t nt)
 {
   gather_commit(a, blk, 0U, [&](auto&& dst_of, const std::byte* src, std::uint64_t n, std::uint32_t lb, std::uint32_t nb) {
-    std::byte* dst = dst_of();
-    const bool vec = (reinterpret_cast<std::uintptr_t>(src) & 15U) == 0;
-    const std::uint64_t unit = vec ? 16 : 1;
-    const std::uint64_t units = n / unit;
-    const std::uint64_t chunk = static_cast<std::uint64_t>(nt) * (vec ? a.vecs_per_thread : 1);
-    for (std::uint64_t base = lb * chunk; base < units; base += chunk * nb) {
-      const std::uint64_t k = chunk < units - base ? chunk : units - base;
-      std::memcpy(dst + base * unit, src + base * unit, k * unit);
-    }
-    if (vec && lb == 0) {
-      for (std::uint64_t b = units * 16; b < n; ++b) { dst[b] = src[b]; }
-    }
+    copy_block_host(dst_of(), src, n, a.vecs_per_thread, lb, nb, nt);
   });
   // Block join (the host runs a block as one thread), then the cross-block arrival.
   if (a.head_n != 0 && gather_join_arrive(a.dst.state, nblk)) { gather_release(a); }

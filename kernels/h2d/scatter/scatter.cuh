@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Body of the H2D scatter kernel, shared by the GPU wrappers (kernels/h2d_scatter.cu) and
-// the host backend (src/h2d_host_kernels.cpp). Per-thread work over a tile: no block barrier needed.
+// Body of the H2D scatter kernel, shared by the GPU wrapper (scatter.cu) and the host backend's
+// (scatter_host.cpp). Per-thread work over a tile: no block barrier needed. Parameters:
+// ferry/h2d/detail/scatter_params.hpp; grid: scatter_grid (ferry/h2d/detail/plan.hpp, on the launch rules of
+// ferry/detail/launch_rules.hpp); the vector copy: kernels/detail/vector_copy.cuh.
 #pragma once
+
+#include "../../detail/vector_copy.cuh"
 
 #include <ferry/backend/system_atomic.hpp>  // FERRY_HD
 #include <ferry/h2d/detail/scatter_params.hpp>
@@ -10,48 +14,30 @@
 
 namespace ferry::kernels::h2d {
 
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-using vec16 = ulonglong2;  // one 16-byte load/store (ld.global.v2.u64 / st.global.v2.u64)
-#else
-struct alignas(16) vec16 {
-  std::uint64_t x, y;
-};
-#endif
-
 /// Copies `len` bytes; 16-byte moves when both ends are 16-byte aligned, otherwise 8/1-byte moves.
 /// Thread `thread` of `threads` does its share. Bit-preserving (raw bytes, no conversions).
 FERRY_HD inline void copy_share(unsigned char* dst, const unsigned char* src, std::uint64_t len, std::uint32_t thread,
                                 std::uint32_t threads)
 {
   const auto mis = (reinterpret_cast<std::uintptr_t>(dst) | reinterpret_cast<std::uintptr_t>(src));
+  const auto store = [](auto* d, std::uint64_t i, const auto& v) { d[i] = v; };
   std::uint64_t done = 0;
   if ((mis & 15u) == 0) {
-    // Up to `unroll` independent 16-byte loads in flight per thread before the stores: the compiler cannot
-    // hoist a load above a store that may alias it, and a zero-copy load crosses PCIe (~1 us).
+    // Up to `unroll` independent 16-byte loads in flight per thread before the stores (vector_pass).
     constexpr std::uint32_t unroll = 4;
     const std::uint64_t vecs = len / 16;
     auto* d = reinterpret_cast<vec16*>(dst);
-    const auto* s = reinterpret_cast<const vec16*>(src);
-    for (std::uint64_t base = thread; base < vecs; base += static_cast<std::uint64_t>(threads) * unroll) {
-      vec16 r[unroll];
-      for (std::uint32_t u = 0; u < unroll; ++u) {
-        const std::uint64_t i = base + static_cast<std::uint64_t>(u) * threads;
-        if (i < vecs) { r[u] = s[i]; }
-      }
-      for (std::uint32_t u = 0; u < unroll; ++u) {
-        const std::uint64_t i = base + static_cast<std::uint64_t>(u) * threads;
-        if (i < vecs) { d[i] = r[u]; }
-      }
-    }
+    vector_loop<unroll>(reinterpret_cast<const vec16*>(src), std::uint64_t{thread}, std::uint64_t{threads},
+                        static_cast<std::uint64_t>(threads) * unroll, vecs, [d] { return d; }, store);
     done = vecs * 16;
   } else if ((mis & 7u) == 0) {
     const std::uint64_t words = len / 8;
     auto* d = reinterpret_cast<std::uint64_t*>(dst);
-    const auto* s = reinterpret_cast<const std::uint64_t*>(src);
-    for (std::uint64_t i = thread; i < words; i += threads) { d[i] = s[i]; }
+    vector_loop<1>(reinterpret_cast<const std::uint64_t*>(src), std::uint64_t{thread}, std::uint64_t{threads},
+                   std::uint64_t{threads}, words, [d] { return d; }, store);
     done = words * 8;
   }
-  for (std::uint64_t i = done + thread; i < len; i += threads) { dst[i] = src[i]; }
+  copy_tail(dst, src, done + thread, len, threads);
 }
 
 /// Most 16-byte loads a thread issues before its first store (registers: 2 x max_inflight x 64 bit).
@@ -67,40 +53,22 @@ FERRY_HD inline void store_partial(unsigned char* dst, const vec16& v, std::uint
 }
 
 /// Copies the first avail() bytes of [0, load_len) with 16-byte moves (a partial last vector by bytes):
-/// every load of a pass is issued before avail() is consulted, so with a speculative `load_len` the
-/// count's load overlaps the payload's.
+/// every load of a pass is issued before avail() is consulted (vector_pass), so with a speculative
+/// `load_len` the count's load overlaps the payload's.
 template <class Avail>
 FERRY_HD inline void scatter_vecs(unsigned char* dst, const unsigned char* src, std::uint32_t load_len,
                                   std::uint32_t thread, std::uint32_t threads, Avail&& avail_fn)
 {
   const std::uint32_t vecs = (load_len + 15u) / 16u;
-  const auto* s = reinterpret_cast<const vec16*>(src);
-  auto* d = reinterpret_cast<vec16*>(dst);
-  for (std::uint32_t base = thread; base < vecs; base += threads * max_inflight) {
-    vec16 r[max_inflight];
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-#pragma unroll
-#endif
-    for (std::uint32_t u = 0; u < max_inflight; ++u) {
-      const std::uint32_t i = base + u * threads;
-      if (i < vecs) { r[u] = s[i]; }
-    }
-    const std::uint32_t avail = avail_fn();
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-#pragma unroll
-#endif
-    for (std::uint32_t u = 0; u < max_inflight; ++u) {
-      const std::uint32_t i = base + u * threads;
-      if (i < vecs) {
-        const std::uint32_t lo = i * 16u;
-        if (lo + 16u <= avail) {
-          d[i] = r[u];
-        } else if (lo < avail) {
-          store_partial(dst + lo, r[u], avail - lo);
-        }
-      }
-    }
-  }
+  vector_loop<max_inflight>(reinterpret_cast<const vec16*>(src), thread, threads, threads * max_inflight, vecs,
+                            avail_fn, [dst](std::uint32_t avail, std::uint32_t i, const vec16& v) {
+                              const std::uint32_t lo = i * 16u;
+                              if (lo + 16u <= avail) {
+                                reinterpret_cast<vec16*>(dst)[i] = v;
+                              } else if (lo < avail) {
+                                store_partial(dst + lo, v, avail - lo);
+                              }
+                            });
 }
 
 /// One tile: bytes [0, min(td.len, count - td.start)) of the tile, `count_of()` giving the member's

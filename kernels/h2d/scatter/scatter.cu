@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// GPU wrapper of the H2D scatter kernel (see ferry/h2d/detail/kernels.hpp). One compiled scatter kernel serves
-// every group; its destination and tile tables are fixed device arrays built at initialization.
+// GPU wrapper of the H2D scatter kernel (body in scatter.cuh; getter declared in ferry/h2d/detail/kernels.hpp).
+// One compiled scatter kernel serves every group; its destination and tile tables are fixed device arrays
+// built at initialization.
 #include "detail/gpu_kernel.cuh"
-#include "detail/h2d_scatter.cuh"
+#include "h2d/scatter/scatter.cuh"
 
 #include <ferry/h2d/detail/kernels.hpp>
 

@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+// Bodies of the two one-thread kernels publish_head (the batch release) and commit_check (the commit check
+// after a user-written entry), shared by the GPU wrapper (publish.cu) and the host backend's
+// (publish_host.cpp), and the release phase publish_phase, which the fused releases of copy_entry_publish and
+// gather_publish run too.
+#pragma once
+
+#include <ferry/backend/system_atomic.hpp>
+#include <ferry/d2h/detail/kernel_args.hpp>
+
+#include <cstdint>
+
+namespace ferry::kernels::d2h {
+
+/// One thread, after every payload writer of the batch is joined (block barrier or stream order):
+/// produced += n, then ONE system-scope release store of published_head. Nothing else is needed: the
+/// release orders every write that happens-before it (this block's stores via the barrier, earlier
+/// kernels' stores via the kernel boundary) before the CPU's matching acquire.
+FERRY_HD inline void publish_phase(ferry::d2h::device_state* state, std::uint64_t* head, std::uint64_t n) noexcept
+{
+  const std::uint64_t produced = state->produced + n;
+  state->produced = produced;
+  ferry::backend::store_release_system(head, produced);
+}
+
+/// The publish_head kernel's body (one thread): at a forward boundary the cursor normalization first.
+FERRY_HD inline void publish_head_body(const ferry::d2h::detail::head_args& a) noexcept
+{
+  if (a.normalize != 0) { ferry::d2h::normalize_cursor(a.state); }
+  publish_phase(a.state, a.head, a.n);
+}
+
+/// The commit_check kernel's body (see commit_check_args), in stream order after the writer kernel:
+/// when the writer did not commit (slot[parity ^ 1] is not one commit ahead of slot[parity]), commits in
+/// its place with size ~0 and, first time only, releases the tag into the host-visible flag.
+FERRY_HD inline void commit_check_body(const ferry::d2h::detail::commit_check_args& a) noexcept
+{
+  const ferry::d2h::cursor from = a.entry.state->slot[a.entry.parity];
+  const ferry::d2h::cursor to = a.entry.state->slot[a.entry.parity ^ 1U];
+  const std::uint32_t want = ferry::d2h::cursor_commits(from.dyn_slot) + 1U;
+  if (ferry::d2h::cursor_commits(to.dyn_slot) == want) { return; }
+  a.entry.commit(from, ~std::uint64_t{0});  // the next entry is placed right; an unknown size is rejected
+  if (ferry::backend::load_relaxed_system(a.flag) == 0) { ferry::backend::store_release_system(a.flag, a.tag); }
+}
+
+}  // namespace ferry::kernels::d2h
