@@ -2,10 +2,10 @@
 """CPU cost of one eager capture call from Python, per call path, and of the pieces it is made of.
 
 Every path is timed as the median over ``--runs`` runs of ``--calls`` calls inside one open forward (after a
-warm-up run), with a consumer thread draining the channel (bench/torch/qwen3_capture.py's Drain). Runs on
-cuda:0 with the cuda backend when a GPU is present, else on the cpu with the host backend (the host backend
-snapshots the tensor of a torch op capture and copies on its stream thread: its absolute numbers are not the
-GPU's, but the Python / binding part of every path is the same code).
+warm-up run), with a consumer thread draining the channel (qwen3_capture.py's: bench/torch/qwen3bench/drain.py).
+Runs on cuda:0 with the cuda backend when a GPU is present, else on the cpu with the host backend (the host
+backend snapshots the tensor of a torch op capture and copies on its stream thread: its absolute numbers are
+not the GPU's, but the Python / binding part of every path is the same code).
 
     python bench/torch/capture_cost.py [--calls 2000] [--runs 7] [--numel 1024] [--out capture_cost.json]
 
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import statistics
 import sys
 import time
@@ -36,7 +35,8 @@ import torch
 
 import ferry
 import ferry.hooks as fh
-from qwen3_capture import Drain  # the same consumer thread (this script's directory is on sys.path)
+from qwen3bench.drain import Drain  # the same consumer thread (this script's directory is on sys.path)
+from qwen3bench.meta import device_name, write_json
 
 
 def main() -> int:
@@ -155,7 +155,7 @@ def main() -> int:
     drain.stop()
     report = ch.close(timeout=30.0)
     out = {
-        "device": torch.cuda.get_device_name(0) if cuda else "cpu (ferry host backend)",
+        "device": device_name(cuda),
         "backend": backend,
         "torch": torch.__version__,
         "calls": n, "runs": args.runs, "tensor_bytes": t.nbytes,
@@ -175,9 +175,7 @@ def main() -> int:
         print(f"{k:28s} {v:7.2f} us {thread_us[k]:7.2f} us")
     print(f"# {out['device']}, torch {torch.__version__}, {n} calls x {args.runs} runs, clean={out['clean']}")
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=2)
-            f.write("\n")
+        write_json(args.out, out)
     return 0 if out["clean"] else 1
 
 

@@ -1,0 +1,17 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The pieces of the bench/torch programs (qwen3_capture.py, step_probe.py, capture_cost.py), one concern each:
+
+  model         the Qwen3-0.6B-shaped transformers model, its static KV cache and the decode step (and the step
+                captured into a CUDA graph)
+  drain         the consumer thread that polls the channel and releases (and digests) its entries
+  check         the witness check of a generation's entries and its determinism diagnostics
+  rig           qwen3_capture's channel, consumer, entry count and clocks (the harness the contestants run on)
+  contestants   qwen3_capture's contestants, each ferry one with its witness
+  probe         step_probe's contestants
+  trace         step_probe's --profile: the kernels of one replay, summarized
+  h2d           qwen3_capture's H2D decode-metadata comparison
+  timing        the round-robin timing loop and its clock
+  meta          run metadata (device, commit, date, command), the JSON writing and the log
+
+The scripts put their own directory on sys.path (python runs them that way), so ``import qwen3bench`` works.
+"""

@@ -1,0 +1,46 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The round-robin timing loop: every contestant timed once per round, in one process, so that slow drifts of
+the machine (clocks, temperature, other tenants) fall on all contestants alike."""
+
+from __future__ import annotations
+
+import time
+
+from .meta import log
+
+
+def timed_ms(fn, host_stream=None):
+    """Milliseconds of ``fn()``: CUDA events around it on torch's current stream (GPU time), or, with a host
+    backend ``ferry.Stream``, wall time until that stream has finished."""
+    if host_stream is None:
+        import torch
+
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        fn()
+        e1.record()
+        e1.synchronize()
+        return e0.elapsed_time(e1)
+    t = time.perf_counter()
+    fn()
+    host_stream.synchronize()
+    return (time.perf_counter() - t) * 1e3
+
+
+def round_robin(keys, reps, timed_one, what, after_round=None):
+    """{key: [reps samples]}: ``reps + 1`` rounds of ``timed_one(key)`` over ``keys`` in order; round 0 is a
+    warm-up, not recorded. ``after_round(rep, times)`` after each recorded round. A failure (an asynchronous
+    fault surfaces in the timing's synchronize) is logged with the contestant's name and ``what``."""
+    times = {k: [] for k in keys}
+    for rep in range(reps + 1):
+        for key in keys:
+            try:
+                v = timed_one(key)
+            except Exception:
+                log(f"  FAILED in {what} of {key} (rep {rep})")
+                raise
+            if rep:
+                times[key].append(v)
+        if rep and after_round is not None:
+            after_round(rep, times)
+    return times
