@@ -131,8 +131,8 @@ def parse_args(argv=None):
                     help="off: the Python consumer is paused while a generation is timed (a diagnostic: whether "
                          "its GIL holds slow the engine's thread; ferry's own drain thread keeps copying, the "
                          "entries wait in pinned staging, which must hold a whole generation)")
-    ap.add_argument("--staged-capture-max", type=int, default=16384,
-                    help="Channel(staged_capture_max_bytes=...): immediate captures up to this size staged (0: off; "
+    ap.add_argument("--bounce-capture-max", type=int, default=16384,
+                    help="Channel(bounce_capture_max_bytes=...): immediate captures up to this size bounce (0: off; "
                          "the default stages every hook but the logits: a device copy per hook, one gather per 128)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--commit", default=None)
@@ -201,7 +201,7 @@ def main(argv=None):
         "noise": noise,
         "config": {"pool": args.pool, "publish_every": args.publish_every, "ring_mib": args.ring_mib,
                    "branch_publish": args.branch_publish, "capture": args.capture, "witness": args.witness,
-                   "drain_during": args.drain_during, "staged_capture_max": args.staged_capture_max,
+                   "drain_during": args.drain_during, "bounce_capture_max": args.bounce_capture_max,
                    "h2d_upload": args.h2d_upload},
     })
     summary(args, report, decode, noise, checker, h2d, cpu_hook, failures)

@@ -26,8 +26,8 @@ per timing (CUDA events around the replays, GPU time), contestants round-robin i
   ferry_v1        the same, copy_vecs_per_thread 1 (a 2 KiB entry: 128 threads of one 16-byte vector; default 2)
   ferry_v4        the same, copy_vecs_per_thread 4
   ferry_general   the same with lean_copy_kernel=False (the general copy kernel: pass loop, byte tail)
-  ferry_staged    immediate capture staged (staged_capture_max_bytes 16 KiB: every hook but the logits): a
-                  device-to-device copy per hook into ferry's staging, one gather per K (ferry_staged_k32: K=32)
+  ferry_bounce    immediate capture bounced (bounce_capture_max_bytes 16 KiB: every hook but the logits): a
+                  device-to-device copy per hook into ferry's staging, one gather per K (ferry_bounce_k32: K=32)
   ferry_ring8     the same with an 8 MiB ring (ferry_ring1g: 1 GiB; --ring-mib sets the others'): does the
                   ring's footprint (its pages, written once per hook and by nothing else) change the kernel's cost?
   ferry_x2        ferry, each hook captured twice (two copy kernels back to back: the second one's code and
@@ -37,7 +37,7 @@ per timing (CUDA events around the replays, GPU time), contestants round-robin i
   staged          per hook ``stage[h].copy_(t)`` (torch's device copy into a static buffer of its own) and a
                   deferred capture of that buffer: one gather per K hooks (immediate capture's semantics
                   built from d2d and gather)
-  staged_k32      the same with publish_every 32
+  bounce_k32      the same with publish_every 32
   gather          deferred capture: one gather kernel per K hooks (the presets' choice)
   gather_plain    the same, plain launches
   gather_k32      the same with publish_every 32 (hidden-states: one gather per forward, which also does the

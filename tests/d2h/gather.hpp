@@ -433,14 +433,14 @@ TYPED_TEST_P(D2hGather, VllmFullSizesInAGraphAcrossRingWraps)
   }
 }
 
-/// Staged immediate capture (config::staged_capture_max_bytes): capture() of a small static entry copies its
+/// Bounce capture (config::bounce_capture_max_bytes): capture() of a small static entry copies its
 /// source at the call into the channel's staging slot and joins the deferred batch. Immediate semantics: every
 /// immediate entry comes from ONE source buffer rewritten (stream order) right before each capture, so an entry
 /// whose bytes were read later than its capture (as a deferred one's are) would carry a later entry's pattern.
 /// Mixed with entries above the limit (the copy kernel) and deferred ones (buffers of their own), K = 4, eager
-/// forwards then a replayed graph: entry order and every byte right. Then abort_forward: the staged entries
+/// forwards then a replayed graph: entry order and every byte right. Then abort_forward: the bounced entries
 /// (launched) are delivered, the deferred ones dropped.
-TYPED_TEST_P(D2hGather, StagedCaptureCopiesAtTheCallAndKeepsOrder)
+TYPED_TEST_P(D2hGather, BounceCaptureCopiesAtTheCallAndKeepsOrder)
 {
   using B = TypeParam;
   constexpr std::uint64_t per = 14, stride = 6144, limit = 4096;
@@ -462,7 +462,7 @@ TYPED_TEST_P(D2hGather, StagedCaptureCopiesAtTheCallAndKeepsOrder)
   };
   checker chk{seq_order::consecutive};
   auto cfg = this->small_config(1 << 16, 4);
-  cfg.staged_capture_max_bytes = limit;
+  cfg.bounce_capture_max_bytes = limit;
   fd::channel<B> ch{cfg, this->b, chk.callback()};
   const auto forward = [&](fb::stream_view<B> cs) {
     ch.begin_forward(cs);
@@ -496,7 +496,7 @@ TYPED_TEST_P(D2hGather, StagedCaptureCopiesAtTheCallAndKeepsOrder)
   }
   s.synchronize();
   ASSERT_TRUE(wait_until<B>([&] { return chk.received() == seq; })) << chk.received() << " of " << seq;
-  // abort_forward: the two staged entries (launched) are delivered, the deferred one between them is dropped
+  // abort_forward: the two bounced entries (launched) are delivered, the deferred one between them is dropped
   fill(seq);
   ch.begin_forward(s);
   chk.expect(seq, 50, 100);
@@ -759,7 +759,7 @@ REGISTER_TYPED_TEST_SUITE_P(D2hGather, BoundaryGatherDoesTheForwardRelease, Fail
                             BatchesSplitAtRingWrap,
                             OneLargeAndManySmallInOneBatch, PartialBatchAtEndForwardAndExplicitFlush,
                             SourcesOverwrittenAfterTheFlushKeepCapturedBytes, GraphReplaysManyTimesWithPlan,
-                            VllmFullSizesInAGraphAcrossRingWraps, StagedCaptureCopiesAtTheCallAndKeepsOrder,
+                            VllmFullSizesInAGraphAcrossRingWraps, BounceCaptureCopiesAtTheCallAndKeepsOrder,
                             FaultAtTheGatherLaunchInvalidates, AbortForwardDropsUnflushedDeferredEntries,
                             CaptureDeferredOnASecondStreamIsRefused);
 

@@ -288,24 +288,24 @@ def test_copy_vecs_per_thread_knob_keeps_entries_exact(make_channel, stream, dra
     assert ch.close()["clean"]
 
 
-def test_staged_capture_joins_the_deferred_batch_and_keeps_every_byte(make_channel, stream, drain):
-    # staged_capture_max_bytes: capture() of an array up to that size is copied into the channel's staging and
+def test_bounce_capture_joins_the_deferred_batch_and_keeps_every_byte(make_channel, stream, drain):
+    # bounce_capture_max_bytes: capture() of an array up to that size is copied into the channel's staging and
     # joins the deferred batch (deferred_pending, the core's count, includes it; nothing is flushed by it);
     # larger ones take the copy kernel and flush the batch first. Entry order and bytes exact.
-    ch = make_channel(ring_bytes=1 << 20, publish_every=4, staged_capture_max_bytes=4096)
+    ch = make_channel(ring_bytes=1 << 20, publish_every=4, bounce_capture_max_bytes=4096)
     rng = np.random.default_rng(3)
     xs = [rng.integers(1, 255, size=n, dtype=np.uint8) for n in (100, 4096, 17, 5000, 64, 4097, 33, 2048, 1, 999)]
     expect = []
     for f in range(3):
         ch.begin_forward(stream)
-        ch.capture(1, xs[0], stream)            # staged
+        ch.capture(1, xs[0], stream)            # bounce
         ch.capture_deferred(2, xs[1], stream)   # deferred
-        ch.capture(3, xs[2], stream)            # staged
+        ch.capture(3, xs[2], stream)            # bounce
         assert ch.deferred_pending == 3
         ch.capture(4, xs[3], stream)            # above the limit: flushes the batch, then its own copy kernel
         assert ch.deferred_pending == 0
         for i in range(4, len(xs)):
-            ch.capture(5 + i, xs[i], stream)     # 4097 bytes: the kernel; the others staged (batches of 4)
+            ch.capture(5 + i, xs[i], stream)     # 4097 bytes: the kernel; the others bounce (batches of 4)
         ch.end_forward(stream)
         expect += [(1, xs[0]), (2, xs[1]), (3, xs[2]), (4, xs[3])] + [(5 + i, xs[i]) for i in range(4, len(xs))]
     got = drain(ch, len(expect))

@@ -188,7 +188,7 @@ def test_benchmark_smoke(tmp_path):
     assert d["noise"] == {}  # graph modes only (no graphs on the host)
     assert d["config"]["pool"] == "shared" and d["config"]["publish_every"] == 4096 and d["config"]["capture"] == "core"
     assert d["config"]["drain_during"] == "off" and d["config"]["h2d_upload"] == "auto"
-    assert d["config"]["staged_capture_max"] == 16384
+    assert d["config"]["bounce_capture_max"] == 16384
     assert set(d["decode"]) == {"b1_eager", "b1_graph", "b16_graph"}
     for mode in d["decode"].values():
         assert set(mode) == {"no_capture_ms", "hidden_states", "vllm_full"}

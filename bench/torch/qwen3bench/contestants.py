@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """qwen3_capture's contestants of one decode mode, each running decode steps from the decoder's current state:
-no capture; ferry (immediate capture: staged up to --staged-capture-max, else a copy kernel per hook) and gather
+no capture; ferry (immediate capture: bounced up to --bounce-capture-max, else a copy kernel per hook) and gather
 (deferred capture: one gather kernel per batch), each with its witness; torch-native pinned copies; in graph
 modes the no-capture step captured a second time (none_b)."""
 

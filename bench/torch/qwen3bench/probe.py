@@ -24,8 +24,8 @@ CHANNELS = {  # contestant -> (Channel kwargs, deferred)
     "ferry_v1": (dict(copy_vecs_per_thread=1), False),
     "ferry_v4": (dict(copy_vecs_per_thread=4), False),
     "ferry_general": (dict(lean_copy_kernel=False), False),
-    "ferry_staged": (dict(staged_capture_max_bytes=16 << 10), False),
-    "ferry_staged_k32": (dict(staged_capture_max_bytes=16 << 10, publish_every=32), False),
+    "ferry_bounce": (dict(bounce_capture_max_bytes=16 << 10), False),
+    "ferry_bounce_k32": (dict(bounce_capture_max_bytes=16 << 10, publish_every=32), False),
     "ferry_ring8": (dict(ring_bytes=8 << 20), False),
     "ferry_ring1g": (dict(ring_bytes=1 << 30), False),
     "gather": (dict(), True),
@@ -191,7 +191,7 @@ class Probe:
                 runs[name] = self.ferry_run(slot, 2 * len(pts))
 
     def staged(self, runs, pts):
-        for name, k in (("staged", self.args.publish_every), ("staged_k32", 32)):
+        for name, k in (("staged", self.args.publish_every), ("bounce_k32", 32)):
             if not self.want(name):
                 continue
             slot = self.channel(dict(publish_every=k))

@@ -32,7 +32,7 @@ class Rig:
         self.ch = ferry.Channel(device=0, ring_bytes=args.ring_mib << 20, publish_every=args.publish_every,
                                 backend=backend, fifo_capacity=1 << 16, timeout=30.0,
                                 branch_publish=args.branch_publish == "on",
-                                staged_capture_max_bytes=args.staged_capture_max)
+                                bounce_capture_max_bytes=args.bounce_capture_max)
         self.drain = Drain(self.ch)
         self.drain.start()
         self.expected = 0  # entries produced so far

@@ -137,7 +137,7 @@ class channel {
   {
     guarded([&] { impl()->prod.flush(s); });
   }
-  /// Deferred entries (and staged captures) recorded and not yet flushed (producer thread).
+  /// Deferred entries (and bounce captures) recorded and not yet flushed (producer thread).
   [[nodiscard]] std::uint32_t deferred_pending() const { return impl()->prod.deferred_pending(); }
   /// The producer's open forward (producer thread): none, or its stream and whether it is being captured.
   [[nodiscard]] std::optional<open_forward_state<B>> open_forward() const { return impl()->prod.open_forward(); }

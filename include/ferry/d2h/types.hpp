@@ -94,14 +94,14 @@ struct config {
   /// system-scope release), which keeps the release and the block join off the producer stream's path. A
   /// performance knob only.
   bool gather_branch_publish{true};
-  /// Staged immediate capture (0: off): capture() of a static entry up to this many bytes copies the source
-  /// at once into a channel-owned device staging slot (the backend's device-to-device copy: a memcpy node in a
+  /// Bounce capture (0: off): capture() of a static entry up to this many bytes copies the source
+  /// at once into a channel-owned device bounce slot (the backend's device-to-device copy: a memcpy node in a
   /// graph) and joins the deferred batch with that slot as its source, so the batch's ONE gather moves it into
   /// the ring. The source may change right after capture() returns (stream order), as with the copy kernel; the
-  /// entry is placed, counted and published with its batch. Staging: the batch limit x this size, rounded up
+  /// entry is placed, counted and published with its batch. Bounce slots: the batch limit x this size, rounded up
   /// to 16 bytes, of device memory. Off by default: it pays where the forward has many hooks and no mid-forward
   /// release (publish_every above the hook count), as one gather replaces a copy kernel per hook.
-  std::size_t staged_capture_max_bytes{0};
+  std::size_t bounce_capture_max_bytes{0};
   std::chrono::microseconds drain_idle_sleep{20};  ///< drain thread sleep when idle
 };
 

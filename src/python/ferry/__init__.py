@@ -92,7 +92,7 @@ class Channel(_Factory):
     """ferry.Channel(device=0, ring_bytes=64 MiB, publish_every=16, *, backend="auto", staging_bytes=0,
     head_memory="managed", on_full="block", timeout=5.0, fifo_capacity=8192, sink=None, branch_publish=True,
     gather_branch_publish=True, programmatic_launch=True, copy_vecs_per_thread=2, lean_copy_kernel=True,
-    staged_capture_max_bytes=0).
+    bounce_capture_max_bytes=0).
 
     begin_forward(stream), capture(hook, tensor, stream), end_forward(stream) -> Plan, plan(plan),
     poll(max_entries=1024, timeout=0.0) -> list[Entry], stats() -> dict, close(timeout=None) -> dict.

@@ -8,7 +8,7 @@
 // is joined; every delivered byte is checked), a call on the other stream inside a forward must be refused,
 // a user writer may skip ring_ref::commit() (then close() must report it: invalidated_error), and
 // abort_forward may end a forward mid-way (then close() is clean again). Deferred capture and flush mix
-// with immediate captures (the gather kernel); immediate captures up to 2 KiB may be staged (a config bit).
+// with immediate captures (the gather kernel); immediate captures up to 2 KiB may bounce (a config bit).
 // A captured forward is replayed with plan(), or launched without it: then the channel must be invalidated
 // "graph replayed without plan()" (reported by close()).
 #include "fuzz_common.hpp"
@@ -72,11 +72,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   cfg.fifo_capacity = in.u8() % 40;
   cfg.max_copies_in_flight = in.u8() % 5;
   cfg.staging_bytes = (in.u8() % 4) * 4096;
-  const std::uint8_t flags = in.u8();  // bit 0: placement; bits 1, 2: where batch releases run; bit 3: staged
+  const std::uint8_t flags = in.u8();  // bit 0: placement; bits 1, 2: where batch releases run; bit 3: bounce
   cfg.head_memory = flags % 2 ? fd::head_memory::managed : fd::head_memory::pinned_mapped;
   cfg.branch_publish = (flags & 2U) == 0;
   cfg.gather_branch_publish = (flags & 4U) == 0;
-  cfg.staged_capture_max_bytes = (flags & 8U) != 0 ? 2048 : 0;  // captures up to 2 KiB staged (capture_staged)
+  cfg.bounce_capture_max_bytes = (flags & 8U) != 0 ? 2048 : 0;  // captures up to 2 KiB bounce (capture_bounced)
   cfg.on_full = fd::full_policy::fail_fast;
   cfg.drain = fd::drain_mode::poll;
   cfg.timeout = std::chrono::milliseconds{50};

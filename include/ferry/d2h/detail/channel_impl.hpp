@@ -114,9 +114,9 @@ void channel_impl<B>::init_resources()
                 B::name(), st.dev.value, attrs.name);
   st.ring = ferry::backend::device_buffer<B>{st.cfg.ring_bytes, b};
   st.state_buf = ferry::backend::device_buffer<B>{sizeof(device_state), b};
-  if (st.cfg.staged_capture_max_bytes != 0) {  // one slot per position of a deferred batch
-    st.stage_slot = align_up(st.cfg.staged_capture_max_bytes, entry_alignment);
-    st.stage = ferry::backend::device_buffer<B>{st.stage_slot * deferred_limit(st.cfg, st.fifo.capacity()), b};
+  if (st.cfg.bounce_capture_max_bytes != 0) {  // one slot per position of a deferred batch
+    st.bounce_slot = align_up(st.cfg.bounce_capture_max_bytes, entry_alignment);
+    st.bounce = ferry::backend::device_buffer<B>{st.bounce_slot * deferred_limit(st.cfg, st.fifo.capacity()), b};
   }
   b.memset_async(st.state_buf.data(), 0, sizeof(device_state), st.drain_stream.handle());
   // Coalesced drain copies span the alignment padding between entries; give those bytes a defined value

@@ -54,8 +54,8 @@ struct channel_state {
   ferry::backend::stream<B> drain_stream;
   ferry::backend::device_buffer<B> ring;
   ferry::backend::device_buffer<B> state_buf;
-  ferry::backend::device_buffer<B> stage;  ///< staged immediate capture's slots (config::staged_capture_max_bytes)
-  std::uint64_t stage_slot{0};             ///< bytes per slot (0: staging off); slot i = batch position i
+  ferry::backend::device_buffer<B> bounce;  ///< bounce capture's slots (config::bounce_capture_max_bytes)
+  std::uint64_t bounce_slot{0};             ///< bytes per slot (0: bounce off); slot i = batch position i
   ferry::backend::managed_buffer<B> head_managed;
   ferry::backend::mapped_buffer<B> head_mapped;
   ferry::backend::managed_buffer<B> size_ring;

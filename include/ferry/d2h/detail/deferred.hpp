@@ -58,7 +58,7 @@ class deferred_batch {
     hook_id hook{};
     std::uint64_t bytes{0};
     std::uint64_t reserved{0};
-    bool staged{false};  ///< a staged immediate capture (its source is a channel-owned staging slot)
+    bool bounced{false};  ///< a bounce capture (its source is a channel-owned bounce slot)
     held_source source;
   };
 
@@ -86,9 +86,9 @@ class deferred_batch {
     return needs_flush_before(reserved) || n_ + 1U >= limit_;
   }
 
-  void push(hook_id hook, std::uint64_t bytes, std::uint64_t reserved, held_source src, bool staged)
+  void push(hook_id hook, std::uint64_t bytes, std::uint64_t reserved, held_source src, bool bounced)
   {
-    e_[n_++] = entry{hook, bytes, reserved, staged, std::move(src)};
+    e_[n_++] = entry{hook, bytes, reserved, bounced, std::move(src)};
     sum_ += reserved;
     max_ = std::max(max_, reserved);
   }
@@ -122,15 +122,15 @@ class deferred_batch {
     for (std::uint32_t i = 0; i < n_; ++i) { give_back(std::move(e_[i].source)); }
     clear();
   }
-  /// Drops every entry but the staged ones (abort_forward: the user's deferred sources may be gone, the
+  /// Drops every entry but the bounced ones (abort_forward: the user's deferred sources may be gone, the
   /// staging slots are the channel's and their copies were launched); the dropped owners go back at once.
-  void keep_staged() noexcept
+  void keep_bounced() noexcept
   {
     std::uint32_t k = 0;
     sum_ = 0;
     max_ = 0;
     for (std::uint32_t i = 0; i < n_; ++i) {
-      if (!e_[i].staged) {
+      if (!e_[i].bounced) {
         e_[i].source = held_source{};
         continue;
       }
@@ -166,9 +166,9 @@ class deferred_batch {
   return static_cast<std::uint32_t>(std::min<std::uint64_t>({k, gather_max_entries, fifo_capacity}));
 }
 
-/// Whether capture() of a static entry of `bytes` is a staged capture (config::staged_capture_max_bytes
-/// `max_bytes`, 0: off): it joins the deferred batch (producer::capture_staged).
-[[nodiscard]] constexpr bool staged_capture(std::uint64_t max_bytes, std::uint64_t bytes) noexcept
+/// Whether capture() of a static entry of `bytes` is a bounce capture (config::bounce_capture_max_bytes
+/// `max_bytes`, 0: off): it joins the deferred batch (producer::capture_bounced).
+[[nodiscard]] constexpr bool bounce_capture(std::uint64_t max_bytes, std::uint64_t bytes) noexcept
 {
   return max_bytes != 0 && bytes <= max_bytes;
 }

@@ -38,7 +38,7 @@ struct enum_names<drain_mode> {
   X(ring_bytes) X(staging_bytes) X(publish_every) X(head_memory) X(on_full) X(timeout) X(size_slots) X(drain) \
   X(fifo_capacity) X(max_copies_in_flight) X(fused_copy_max_bytes) X(single_block_copy_max_bytes)            \
   X(copy_block_threads) X(copy_vecs_per_thread) X(lean_copy_kernel) X(programmatic_launch) X(branch_publish) \
-  X(gather_branch_publish) X(staged_capture_max_bytes) X(drain_idle_sleep)
+  X(gather_branch_publish) X(bounce_capture_max_bytes) X(drain_idle_sleep)
 #define FERRY_D2H_COUNTERS(X)                                                                                \
   X(entries_reserved) X(entries_published) X(entries_drained) X(bytes_drained) X(bytes_copied) X(copies)     \
   X(stalls) X(high_watermark) X(size_overflows) X(callback_errors) X(publishes)

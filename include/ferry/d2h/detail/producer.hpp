@@ -83,7 +83,7 @@ class producer {
     if (!in_forward_) { return std::nullopt; }
     return open_forward_state<B>{last_stream_, capturing_};
   }
-  /// Deferred entries (and staged captures) recorded and not yet flushed (producer thread).
+  /// Deferred entries (and bounce captures) recorded and not yet flushed (producer thread).
   [[nodiscard]] std::uint32_t deferred_pending() const noexcept { return deferred_.size(); }
   /// close(): the owners of sources captured into graphs go back (no replay runs after close).
   void release_graph_sources() noexcept { graph_sources_.clear(); }
@@ -107,7 +107,7 @@ class producer {
         try {
           deferred_.check_sources("close");
         } catch (const ferry::logic_error&) {
-          deferred_.keep_staged();  // a written deferred source is not copied: dropped as abort_forward drops it
+          deferred_.keep_bounced();  // a written deferred source is not copied: dropped as abort_forward drops it
         }
         launch_deferred(last_stream_, false);  // recorded deferred entries are copied, not silently dropped
         rel_.release_inline(last_stream_, unpublished_, 0);
@@ -133,16 +133,16 @@ class producer {
   bool wait_for_space(std::uint64_t end, std::size_t n_entries, std::uint64_t n_dyn, when_full full,
                       std::optional<stream_type> flush_stream, Who&& who_fn);
   void launch_copy(copy_args a, std::uint64_t bytes, bool one_block, stream_type s);
-  /// capture() of a static entry up to config::staged_capture_max_bytes: the source copied into the staging
+  /// capture() of a static entry up to config::bounce_capture_max_bytes: the source copied into the staging
   /// slot of its batch position, the slot recorded as a deferred entry (producer_deferred.inl).
-  bool capture_staged(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, when_full full,
+  bool capture_bounced(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, when_full full,
                       source_owner owner);
-  /// capture_deferred's and capture_staged's common step: reserves the batch with an entry of `bytes` under
+  /// capture_deferred's and capture_bounced's common step: reserves the batch with an entry of `bytes` under
   /// `full` (refused: returns false, nothing enqueued), flushes a batch that cannot hold it, records the entry
   /// from `source()` (called after that flush), flushes a full batch.
   template <class Who, class Source>
   bool record_deferred(hook_id hook, std::uint64_t bytes, when_full full, stream_type s, Who&& who, Source&& source,
-                       bool staged, const char* what);
+                       bool bounced, const char* what);
   /// Gives a held source back once the copy enqueued on `s` no longer needs it: the backend's release_after
   /// (eager), or with the channel's graph sources (a captured forward: every replay reads it again).
   void retire(held_source&& h, stream_type s);

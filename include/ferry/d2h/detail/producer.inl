@@ -82,7 +82,7 @@ bool producer<B>::abort_forward(stream_view s)
                   "d2h channel abort_forward: the eager forward's stream {} is being captured: expected it not "
                   "capturing (end that capture first)",
                   static_cast<const void*>(s.handle()));
-    deferred_.keep_staged();  // staged captures were launched (their copies into the channel's slots): kept
+    deferred_.keep_bounced();  // bounce captures were launched (their copies into the channel's slots): kept
     (void)launch_deferred(s.handle(), false);
     rel_.release_inline(s.handle(), unpublished_, parity_);
   }
@@ -169,8 +169,8 @@ bool producer<B>::capture(hook_id hook, const void* src, std::uint64_t bytes, co
   FERRY_EXPECTS(src != nullptr && (!dynamic || actual != nullptr), ferry::logic_error,
                 "d2h channel capture: hook {} expected non-null source{}, got null", hook.value,
                 dynamic ? " and size pointer" : "");
-  if (!dynamic && staged_capture(st_.cfg.staged_capture_max_bytes, bytes)) {
-    return capture_staged(hook, src, bytes, s, full, std::move(owner));
+  if (!dynamic && bounce_capture(st_.cfg.bounce_capture_max_bytes, bytes)) {
+    return capture_bounced(hook, src, bytes, s, full, std::move(owner));
   }
   const std::uint64_t reserved = align_up(bytes, entry_alignment);
   auto who = [&] { return ferry::detail::format("hook {} ({} bytes)", hook.value, bytes); };

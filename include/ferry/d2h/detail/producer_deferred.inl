@@ -27,12 +27,12 @@ void producer<B>::capture_deferred(hook_id hook, const void* src, std::uint64_t 
 }
 
 template <ferry::backend::backend B>
-bool producer<B>::capture_staged(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, when_full full,
+bool producer<B>::capture_bounced(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, when_full full,
                                  source_owner owner)
 {
   // Called by capture() after its checks, under capture()'s policy (`refuse`: try_capture).
   auto who = [&] {
-    return ferry::detail::format("capture (staged; hook {}, {} bytes, batch of {} recorded)", hook.value, bytes,
+    return ferry::detail::format("capture (bounce; hook {}, {} bytes, batch of {} recorded)", hook.value, bytes,
                                  deferred_.size());
   };
   // Slot = batch position: a slot is rewritten only by a later batch, whose copies are enqueued on this stream
@@ -40,7 +40,7 @@ bool producer<B>::capture_staged(hook_id hook, const void* src, std::uint64_t by
   // copy into the slot no longer needs it; the batch holds the slot, which is the channel's.
   auto copy_to_slot = [&] {
     held_source h = hold_source<B>(src, bytes, std::move(owner), capturing_);
-    std::byte* slot = st_.stage.template as<std::byte>() + std::uint64_t{deferred_.size()} * st_.stage_slot;
+    std::byte* slot = st_.bounce.template as<std::byte>() + std::uint64_t{deferred_.size()} * st_.bounce_slot;
     st_.b.memcpy_async(slot, h.src, bytes, ferry::backend::memcpy_kind::device_to_device, s.handle());
     retire(std::move(h), s.handle());
     return held_source{slot, {}, {}};
@@ -51,7 +51,7 @@ bool producer<B>::capture_staged(hook_id hook, const void* src, std::uint64_t by
 template <ferry::backend::backend B>
 template <class Who, class Source>
 bool producer<B>::record_deferred(hook_id hook, std::uint64_t bytes, when_full full, stream_type s, Who&& who,
-                                  Source&& source, bool staged, const char* what)
+                                  Source&& source, bool bounced, const char* what)
 {
   const std::uint64_t reserved = align_up(bytes, entry_alignment);
   // A call that flushes checks the recorded sources first, before it changes anything.
@@ -70,7 +70,7 @@ bool producer<B>::record_deferred(hook_id hook, std::uint64_t bytes, when_full f
   if (full != when_full::wait && !reserve()) { return false; }  // refused before the flush below
   if (deferred_.needs_flush_before(reserved)) { launch_deferred(s, false); }
   if (full == when_full::wait) { (void)reserve(); }
-  deferred_.push(hook, bytes, reserved, source(), staged);  // source() after the flush: a staged slot is free
+  deferred_.push(hook, bytes, reserved, source(), bounced);  // source() after the flush: a bounce slot is free
   if (deferred_.size() >= deferred_.limit()) { launch_deferred(s, false); }
   return true;
 }
