@@ -4,54 +4,32 @@
 #pragma once
 
 #include <ferry/backend/concepts.hpp>
+#include <ferry/backend/detail/unique_handle.hpp>
 #include <ferry/backend/stream.hpp>
-
-#include <utility>
 
 namespace ferry::backend {
 
 template <backend B>
 class event {
  public:
-  explicit event(B b = B{}, event_flags flags = event_flags::disable_timing)
-    : backend_{b}, handle_{b.event_create(flags)}
-  {
-  }
-  event(const event&) = delete;
-  event& operator=(const event&) = delete;
-  event(event&& o) noexcept : backend_{o.backend_}, handle_{std::exchange(o.handle_, {})} {}
-  event& operator=(event&& o) noexcept
-  {
-    if (this != &o) {
-      reset();
-      backend_ = o.backend_;
-      handle_ = std::exchange(o.handle_, {});
-    }
-    return *this;
-  }
-  ~event() { reset(); }
+  explicit event(B b = B{}, event_flags flags = event_flags::disable_timing) : h_{b, b.event_create(flags)} {}
 
   /// Record on `s`. Inside stream capture this is a capture dependency only; use record_external for an
   /// event the CPU observes at graph replay.
-  void record(stream_view<B> s) const { backend_.event_record(handle_, s.handle()); }
-  void record_external(stream_view<B> s) const { backend_.event_record_external(handle_, s.handle()); }
+  void record(stream_view<B> s) const { h_.backend().event_record(handle(), s.handle()); }
+  void record_external(stream_view<B> s) const { h_.backend().event_record_external(handle(), s.handle()); }
   /// Make `s` wait (on the device) for the most recent record of this event.
-  void wait(stream_view<B> s) const { backend_.stream_wait_event(s.handle(), handle_); }
-  [[nodiscard]] bool query() const { return backend_.event_query(handle_); }
-  void synchronize() const { backend_.event_synchronize(handle_); }
+  void wait(stream_view<B> s) const { h_.backend().stream_wait_event(s.handle(), handle()); }
+  [[nodiscard]] bool query() const { return h_.backend().event_query(handle()); }
+  void synchronize() const { h_.backend().event_synchronize(handle()); }
   [[nodiscard]] float elapsed_ms_since(const event& start) const
   {
-    return backend_.event_elapsed_ms(start.handle_, handle_);
+    return h_.backend().event_elapsed_ms(start.handle(), handle());
   }
-  [[nodiscard]] typename B::event_type handle() const noexcept { return handle_; }
+  [[nodiscard]] typename B::event_type handle() const noexcept { return h_.get(); }
 
  private:
-  void reset() noexcept
-  {
-    if (handle_ != typename B::event_type{}) { backend_.event_destroy(std::exchange(handle_, {})); }
-  }
-  B backend_;
-  typename B::event_type handle_{};
+  detail::unique_handle<B, typename B::event_type, &B::event_destroy> h_;  ///< move-only: so is the event
 };
 
 }  // namespace ferry::backend

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ferry/backend/concepts.hpp>
+#include <ferry/backend/detail/unique_handle.hpp>
 #include <ferry/backend/stream.hpp>
 
 #include <utility>
@@ -15,19 +16,6 @@ template <backend B>
 class graph_exec {
  public:
   graph_exec() = default;
-  graph_exec(const graph_exec&) = delete;
-  graph_exec& operator=(const graph_exec&) = delete;
-  graph_exec(graph_exec&& o) noexcept : backend_{o.backend_}, exec_{std::exchange(o.exec_, {})} {}
-  graph_exec& operator=(graph_exec&& o) noexcept
-  {
-    if (this != &o) {
-      reset();
-      backend_ = o.backend_;
-      exec_ = std::exchange(o.exec_, {});
-    }
-    return *this;
-  }
-  ~graph_exec() { reset(); }
 
   /// Everything `body(s)` enqueues on `s` becomes the graph. When the body, the capture or the
   /// instantiation fails, the capture is ended (discarded) and the error propagates.
@@ -70,9 +58,8 @@ class graph_exec {
       throw;
     }
     graph_exec x;
-    x.backend_ = b;
     try {
-      x.exec_ = b.graph_instantiate(g);
+      x.exec_ = exec_handle{b, b.graph_instantiate(g)};
     } catch (...) {
       b.graph_destroy(g);
       restore();
@@ -82,16 +69,12 @@ class graph_exec {
     return x;
   }
 
-  void launch(stream_view<B> s) const { backend_.graph_launch(exec_, s.handle()); }
-  [[nodiscard]] explicit operator bool() const noexcept { return exec_ != typename B::graph_exec_type{}; }
+  void launch(stream_view<B> s) const { exec_.backend().graph_launch(exec_.get(), s.handle()); }
+  [[nodiscard]] explicit operator bool() const noexcept { return exec_.get() != typename B::graph_exec_type{}; }
 
  private:
-  void reset() noexcept
-  {
-    if (exec_ != typename B::graph_exec_type{}) { backend_.graph_exec_destroy(std::exchange(exec_, {})); }
-  }
-  B backend_{};
-  typename B::graph_exec_type exec_{};
+  using exec_handle = detail::unique_handle<B, typename B::graph_exec_type, &B::graph_exec_destroy>;
+  exec_handle exec_;  ///< move-only: so is the graph
 };
 
 }  // namespace ferry::backend

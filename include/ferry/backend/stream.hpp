@@ -3,9 +3,8 @@
 #pragma once
 
 #include <ferry/backend/concepts.hpp>
+#include <ferry/backend/detail/unique_handle.hpp>
 #include <ferry/error.hpp>
-
-#include <utility>
 
 namespace ferry::backend {
 
@@ -40,33 +39,15 @@ class stream_view {
 template <backend B>
 class stream {
  public:
-  explicit stream(B b = B{}) : backend_{b}, handle_{b.stream_create()} {}
-  stream(const stream&) = delete;
-  stream& operator=(const stream&) = delete;
-  stream(stream&& o) noexcept : backend_{o.backend_}, handle_{std::exchange(o.handle_, {})} {}
-  stream& operator=(stream&& o) noexcept
-  {
-    if (this != &o) {
-      reset();
-      backend_ = o.backend_;
-      handle_ = std::exchange(o.handle_, {});
-    }
-    return *this;
-  }
-  ~stream() { reset(); }
+  explicit stream(B b = B{}) : h_{b, b.stream_create()} {}
 
-  [[nodiscard]] stream_view<B> view() const { return stream_view<B>{backend_, handle_}; }
+  [[nodiscard]] stream_view<B> view() const { return stream_view<B>{h_.backend(), handle()}; }
   operator stream_view<B>() const { return view(); }  // NOLINT(google-explicit-constructor)
-  [[nodiscard]] typename B::stream_type handle() const noexcept { return handle_; }
-  void synchronize() const { backend_.stream_synchronize(handle_); }
+  [[nodiscard]] typename B::stream_type handle() const noexcept { return h_.get(); }
+  void synchronize() const { h_.backend().stream_synchronize(handle()); }
 
  private:
-  void reset() noexcept
-  {
-    if (handle_ != typename B::stream_type{}) { backend_.stream_destroy(std::exchange(handle_, {})); }
-  }
-  B backend_;
-  typename B::stream_type handle_{};
+  detail::unique_handle<B, typename B::stream_type, &B::stream_destroy> h_;  ///< move-only: so is the stream
 };
 
 }  // namespace ferry::backend

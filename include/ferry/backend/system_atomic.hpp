@@ -48,30 +48,38 @@ FERRY_HD inline void store_release_system(std::uint64_t* p, std::uint64_t v) noe
 #endif
 }
 
+namespace detail {
+
+/// Load with system scope and `Order` (std::memory_order_acquire or std::memory_order_relaxed), spelled as
+/// each side spells it: the one body of load_acquire_system and load_relaxed_system.
+template <std::memory_order Order>
+FERRY_HD inline std::uint64_t load_system(const std::uint64_t* p) noexcept
+{
+  constexpr bool acquire = Order == std::memory_order_acquire;
+  static_assert(acquire || Order == std::memory_order_relaxed);
+  auto* q = const_cast<std::uint64_t*>(p);  // atomic_ref<T> needs a non-const T before C++26
+#if defined(__CUDA_ARCH__) && !defined(__HIP_PLATFORM_AMD__)
+  constexpr auto order = acquire ? cuda::std::memory_order_acquire : cuda::std::memory_order_relaxed;
+  return cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system>{*q}.load(order);
+#elif defined(__HIP_DEVICE_COMPILE__)
+  return __hip_atomic_load(q, acquire ? __ATOMIC_ACQUIRE : __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  return std::atomic_ref<std::uint64_t>{*q}.load(Order);
+#endif
+}
+
+}  // namespace detail
+
 /// Acquire load with system scope; pairs with store_release_system on the other side.
 FERRY_HD inline std::uint64_t load_acquire_system(const std::uint64_t* p) noexcept
 {
-  auto* q = const_cast<std::uint64_t*>(p);  // atomic_ref<T> needs a non-const T before C++26
-#if defined(__CUDA_ARCH__) && !defined(__HIP_PLATFORM_AMD__)
-  return cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system>{*q}.load(cuda::std::memory_order_acquire);
-#elif defined(__HIP_DEVICE_COMPILE__)
-  return __hip_atomic_load(q, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
-#else
-  return std::atomic_ref<std::uint64_t>{*q}.load(std::memory_order_acquire);
-#endif
+  return detail::load_system<std::memory_order_acquire>(p);
 }
 
 /// Relaxed load (for counters read only for statistics / progress hints).
 FERRY_HD inline std::uint64_t load_relaxed_system(const std::uint64_t* p) noexcept
 {
-  auto* q = const_cast<std::uint64_t*>(p);
-#if defined(__CUDA_ARCH__) && !defined(__HIP_PLATFORM_AMD__)
-  return cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system>{*q}.load(cuda::std::memory_order_relaxed);
-#elif defined(__HIP_DEVICE_COMPILE__)
-  return __hip_atomic_load(q, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
-#else
-  return std::atomic_ref<std::uint64_t>{*q}.load(std::memory_order_relaxed);
-#endif
+  return detail::load_system<std::memory_order_relaxed>(p);
 }
 
 /// Host-side names for the CPU half of the hand-off (same operations; named for readability at call sites).

@@ -12,7 +12,8 @@
 //     pub.publish("tokens", stream);                     // validate all, then one DMA + one scatter
 //     slot.finish();                                     // records the slot's completion; never waits
 //
-// The class declares the public surface; the definitions are in detail/publisher.inl, over
+// The class declares the public surface; the definitions are in detail/publisher.inl (its private
+// helpers: detail/publisher_checks.inl), over
 //   detail/plan.hpp      pure arena planning (layout, tiles, header, overlap checks)
 //   detail/slots.hpp     slot / epoch state and the validation made against it
 //   detail/storage.hpp   the storage allocated at initialize() (arenas, staging, destinations, tables)
@@ -215,3 +216,4 @@ class publisher {
 }  // namespace ferry::h2d
 
 #include <ferry/h2d/detail/publisher.inl>
+#include <ferry/h2d/detail/publisher_checks.inl>

@@ -4,28 +4,12 @@
 // (cuda::atomic_ref<u64, thread_scope_system>).
 #pragma once
 
-#include <ferry/backend/types.hpp>
-#include <ferry/error.hpp>
+#include <ferry/backend/detail/gpu_prelude.hpp>
 
 #include <cuda_runtime_api.h>
 
-#include <cstddef>
-#include <cstdio>
-#include <memory>
-#include <string_view>
-#include <type_traits>
-
 /// Throws ferry::cuda_error naming the call, the CUDA error and file:line (RMM_CUDA_TRY style).
-#define FERRY_CUDA_TRY(call)                                                                             \
-  do {                                                                                                   \
-    const cudaError_t ferry_status_ = (call);                                                            \
-    if (ferry_status_ != cudaSuccess) [[unlikely]] {                                                     \
-      (void)cudaGetLastError();                                                                          \
-      throw ::ferry::cuda_error("cuda", static_cast<int>(ferry_status_), cudaGetErrorName(ferry_status_), \
-                                #call, ::ferry::detail::where(__FILE__, __LINE__),                        \
-                                cudaGetErrorString(ferry_status_));                                      \
-    }                                                                                                    \
-  } while (0)
+#define FERRY_CUDA_TRY(call) FERRY_DETAIL_GPU_TRY(cuda, ::ferry::cuda_error, call, #call)
 
 /// For destructors and other noexcept paths: never throws; a failure is reported on stderr.
 #define FERRY_ASSERT_CUDA_SUCCESS(call)                                                                \

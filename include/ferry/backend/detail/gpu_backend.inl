@@ -1,15 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // One implementation of the GPU backend, instantiated twice: for CUDA (cuda/backend.hpp) and HIP
-// (hip/backend.hpp). The including header defines:
+// (hip/backend.hpp). The including header defines (gpu_backend_undef.inl undefines them after):
 //   FERRY_GPU(name)      token-pastes the runtime prefix: FERRY_GPU(Malloc) -> cudaMalloc / hipMalloc
-//   FERRY_GPU_BACKEND    the backend struct's name (cuda_backend / hip_backend)
-//   FERRY_GPU_KERNEL     the kernel handle template's name (cuda_kernel / hip_kernel)
-//   FERRY_GPU_TAG        cuda_tag / hip_tag
-//   FERRY_GPU_ERROR      cuda_error / hip_error
-//   FERRY_GPU_NAME       "cuda" / "hip"
+//   FERRY_GPU_BACKEND / _KERNEL / _TAG / _ERROR / _NAME: cuda_backend, cuda_kernel, cuda_tag, cuda_error, "cuda"
 //   FERRY_GPU_TRY(call)  throws FERRY_GPU_ERROR naming the call and file:line
-// and the few spellings that differ (FERRY_GPU_ATTR_*, FERRY_GPU_HOST_ALLOC_MAPPED, ...).
-// No include guard: included exactly once by each of the two headers.
+// and the few spellings that differ (FERRY_GPU_ATTR_*, ...). No include guard: included once by each header.
 
 namespace ferry::backend {
 
@@ -93,9 +88,8 @@ struct FERRY_GPU_BACKEND {
     FERRY_GPU_TRY(FERRY_GPU(StreamIsCapturing)(s, &status));
     return status != FERRY_GPU(StreamCaptureStatusNone);
   }
-  /// While `s` is being captured: the one graph node that work enqueued next on `s` would depend on (an
-  /// opaque id, valid for the capture), or 0 when `s` is not capturing, has no or several dependencies, or
-  /// the query failed (a hint: never throws; a failed query's error is cleared).
+  /// While `s` is captured: the one graph node that work enqueued next on `s` would depend on (an opaque id
+  /// valid for the capture); a hint: 0 when not capturing, with 0 or 2+ dependencies, or when the query failed.
   [[nodiscard]] std::uintptr_t capture_tail(stream_type s) const noexcept
   {
     FERRY_GPU(StreamCaptureStatus) status{};
@@ -154,13 +148,7 @@ struct FERRY_GPU_BACKEND {
   [[nodiscard]] void* allocate_device(std::size_t bytes) const
   {
     void* p = nullptr;
-    const auto st = FERRY_GPU(Malloc)(&p, bytes);
-    if (st == FERRY_GPU(ErrorMemoryAllocation)) {
-      (void)FERRY_GPU(GetLastError)();
-      throw out_of_memory(::ferry::detail::format("ferry: {} device allocation of {} bytes failed", FERRY_GPU_NAME, bytes));
-    }
-    FERRY_GPU_TRY(st);
-    return p;
+    return allocated(FERRY_GPU(Malloc)(&p, bytes), p, "device", bytes);
   }
   void free_device(void* p) const noexcept
   {
@@ -169,13 +157,7 @@ struct FERRY_GPU_BACKEND {
   [[nodiscard]] void* allocate_pinned(std::size_t bytes, bool mapped) const
   {
     void* p = nullptr;
-    const auto st = FERRY_GPU_HOST_ALLOC(&p, bytes, mapped ? FERRY_GPU_HOST_ALLOC_MAPPED : 0u);
-    if (st == FERRY_GPU(ErrorMemoryAllocation)) {
-      (void)FERRY_GPU(GetLastError)();
-      throw out_of_memory(::ferry::detail::format("ferry: {} pinned allocation of {} bytes failed", FERRY_GPU_NAME, bytes));
-    }
-    FERRY_GPU_TRY(st);
-    return p;
+    return allocated(FERRY_GPU_HOST_ALLOC(&p, bytes, mapped ? FERRY_GPU_HOST_ALLOC_MAPPED : 0u), p, "pinned", bytes);
   }
   void free_pinned(void* p) const noexcept
   {
@@ -190,13 +172,7 @@ struct FERRY_GPU_BACKEND {
   [[nodiscard]] void* allocate_managed(std::size_t bytes) const
   {
     void* p = nullptr;
-    const auto st = FERRY_GPU(MallocManaged)(&p, bytes, FERRY_GPU(MemAttachGlobal));
-    if (st == FERRY_GPU(ErrorMemoryAllocation)) {
-      (void)FERRY_GPU(GetLastError)();
-      throw out_of_memory(::ferry::detail::format("ferry: {} managed allocation of {} bytes failed", FERRY_GPU_NAME, bytes));
-    }
-    FERRY_GPU_TRY(st);
-    return p;
+    return allocated(FERRY_GPU(MallocManaged)(&p, bytes, FERRY_GPU(MemAttachGlobal)), p, "managed", bytes);
   }
   void free_managed(void* p) const noexcept
   {
@@ -227,9 +203,8 @@ struct FERRY_GPU_BACKEND {
   void release_after(stream_type, std::shared_ptr<void> keep) const noexcept { keep.reset(); }
   /// Whether memcpy_batch_h2d_async is one runtime call (cudaMemcpyBatchAsync, CUDA 12.8+).
   [[nodiscard]] static constexpr bool batch_native() noexcept { return FERRY_GPU_BATCH_NATIVE; }
-  /// `n` host-to-device copies (dsts[i] <- srcs[i], sizes[i] bytes) on `s`: one batched submission where the
-  /// runtime has it, else one copy per range. The sources are read in stream order. Not graph-capturable
-  /// when native. n == 0 enqueues nothing.
+  /// `n` host-to-device copies (dsts[i] <- srcs[i], sizes[i] bytes) on `s`, sources read in stream order: one
+  /// batched submission where native (then not graph-capturable), else one copy per range; n == 0: nothing.
   void memcpy_batch_h2d_async(void* const* dsts, const void* const* srcs, const std::size_t* sizes, std::size_t n,
                               device_id d, stream_type s) const
   {
@@ -257,13 +232,11 @@ struct FERRY_GPU_BACKEND {
     FERRY_GPU_TRY(FERRY_GPU(LaunchKernel)(k.fn, grid, block, argv, cfg.shared_bytes, s));
   }
 
-  /// Load a kernel's module now. Under lazy module loading (CUDA's default since 12.2) the first launch of a
-  /// kernel loads its module, and that load waits for the kernels already running: a first launch queued
-  /// behind a kernel that spins on a CPU flag would deadlock the CPU thread that must release the flag.
-  /// ferry preloads every kernel it launches when an owner (channel, publisher) is constructed.
-  /// Returns the virtual architecture the kernel's loaded code was compiled for (major * 10 + minor, e.g.
-  /// 90; HIP: 0): code built for compute_80 and JIT-compiled on an sm_90 device reports 80, so a caller
-  /// can tell whether sm_90-only instructions (griddepcontrol) are in the code that will run.
+  /// Load a kernel's module now: under lazy loading (CUDA's default since 12.2) a first launch loads the
+  /// module, waiting for the running kernels, so one behind a kernel spinning on a CPU flag would deadlock
+  /// the thread that must set it; owners (channel, publisher) preload their kernels when constructed.
+  /// Returns the virtual architecture of the code that will run (major * 10 + minor; HIP: 0): compute_80
+  /// code JIT-compiled on sm_90 reports 80, so a caller can tell if sm_90-only griddepcontrol is in it.
   template <class... Args>
   int preload(kernel_type<Args...> k) const
   {
@@ -307,6 +280,19 @@ struct FERRY_GPU_BACKEND {
                                                   : FERRY_GPU(ErrorUnknown);
     throw error_type(FERRY_GPU_NAME, static_cast<int>(code), FERRY_GPU(GetErrorName)(code), call, where,
                      "fault injected");
+  }
+
+ private:
+  /// `p` as written by the allocation that returned `st`; else out_of_memory (error cleared) or FERRY_GPU_ERROR.
+  static void* allocated(FERRY_GPU(Error_t) st, void* const& p, const char* memory, std::size_t bytes)
+  {
+    if (st == FERRY_GPU(ErrorMemoryAllocation)) {
+      (void)FERRY_GPU(GetLastError)();
+      throw out_of_memory(
+        ::ferry::detail::format("ferry: {} {} allocation of {} bytes failed", FERRY_GPU_NAME, memory, bytes));
+    }
+    FERRY_GPU_TRY(st);
+    return p;
   }
 };
 

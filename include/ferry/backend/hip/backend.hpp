@@ -5,28 +5,12 @@
 // (ferry/backend/system_atomic.hpp).
 #pragma once
 
-#include <ferry/backend/types.hpp>
-#include <ferry/error.hpp>
+#include <ferry/backend/detail/gpu_prelude.hpp>
 
 #include <hip/hip_runtime_api.h>
 
-#include <cstddef>
-#include <cstdio>
-#include <memory>
-#include <string_view>
-#include <type_traits>
-
 /// Throws ferry::hip_error naming the call, the HIP error and file:line.
-#define FERRY_HIP_TRY(call)                                                                            \
-  do {                                                                                                 \
-    const hipError_t ferry_status_ = (call);                                                           \
-    if (ferry_status_ != hipSuccess) [[unlikely]] {                                                    \
-      (void)hipGetLastError();                                                                         \
-      throw ::ferry::hip_error("hip", static_cast<int>(ferry_status_), hipGetErrorName(ferry_status_), \
-                               #call, ::ferry::detail::where(__FILE__, __LINE__),                       \
-                               hipGetErrorString(ferry_status_));                                      \
-    }                                                                                                  \
-  } while (0)
+#define FERRY_HIP_TRY(call) FERRY_DETAIL_GPU_TRY(hip, ::ferry::hip_error, call, #call)
 
 namespace ferry::backend::hip_detail {
 
