@@ -9,22 +9,21 @@
 namespace ferry::python {
 
 nb::dict report_dict(const fd::shutdown_report& r)
-  {
-    nb::dict d;
-    nb::list unpub, hooks, undrained;
-    for (auto s : r.unpublished) { unpub.append(s.value); }
-    for (auto h : r.unpublished_hooks) { hooks.append(h.value); }
-    for (auto s : r.undrained) { undrained.append(s.value); }
-    d["delivered"] = r.delivered;
-    d["pending_pop"] = r.pending_pop;
-    d["unpublished"] = unpub;
-    d["unpublished_hooks"] = hooks;
-    d["undrained"] = undrained;
-    d["forward_open"] = r.forward_open;
-    d["clean"] = r.clean();
-    return d;
-  }
-
+{
+  nb::dict d;
+  nb::list unpub, hooks, undrained;
+  for (auto s : r.unpublished) { unpub.append(s.value); }
+  for (auto h : r.unpublished_hooks) { hooks.append(h.value); }
+  for (auto s : r.undrained) { undrained.append(s.value); }
+  d["delivered"] = r.delivered;
+  d["pending_pop"] = r.pending_pop;
+  d["unpublished"] = unpub;
+  d["unpublished_hooks"] = hooks;
+  d["undrained"] = undrained;
+  d["forward_open"] = r.forward_open;
+  d["clean"] = r.clean();
+  return d;
+}
 
 void init_d2h_entry(nb::module_& m)
 {

@@ -11,6 +11,12 @@ namespace ferry::python {
 void init_h2d_types(nb::module_& m)
 {
   nb::class_<py_buffer>(m, "Buffer", "A declared H2D buffer (Publisher.declare).")
+    .def("__repr__",
+         [](const py_buffer& b) {
+           return "<ferry.Buffer '" + b.name + "' " + nb::cast<std::string>(nb::str(b.np_dtype)) + " capacity=" +
+                  std::to_string(b.capacity) + " " + b.unit + (b.unit == "rows" ? " of " + std::to_string(b.row) : "") +
+                  ">";
+         })
     .def_ro("name", &py_buffer::name)
     .def_ro("capacity", &py_buffer::capacity)
     .def_ro("unit", &py_buffer::unit)

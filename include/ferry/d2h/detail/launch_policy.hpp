@@ -5,8 +5,7 @@
 // only: the join each kernel relies on is the same either way (griddepcontrol.wait or the kernel boundary).
 #pragma once
 
-#include <ferry/backend/concepts.hpp>
-#include <ferry/backend/types.hpp>
+#include <ferry/backend/concepts.hpp>  // backend, launch_config
 
 #include <algorithm>
 #include <array>
@@ -18,9 +17,8 @@ namespace ferry::d2h::detail {
 template <ferry::backend::backend B>
 class launch_policy {
  public:
-  using stream_type = typename B::stream_type;
-
   explicit launch_policy(B b) noexcept : b_{b} {}
+  using stream_type = typename B::stream_type;
 
   /// config::programmatic_launch where the device and the loaded kernels support it (channel_impl sets it).
   bool programmatic{false};
