@@ -90,8 +90,9 @@ for tool in memcheck synccheck initcheck; do
       # sanitizer that serializes launches/queries; they are excluded from the sanitizer runs only.
       # ProgrammaticLaunchJoinsLikeStreamOrder's mutant half needs kernels to overlap under programmatic
       # launch; the sanitizers serialize launches, so the race it must catch cannot happen there. The same
-      # holds for BranchPublishWaitsForTheFork's mutant (a release racing the copies on another stream).
-      filter="-*EventCompletesOnlyWhenReached*:*CrossStreamWaitOrdersTheWaiter*:*HostReleaseDeviceAcquire*:*Stall*:*Delayed*:*BeforeAcquire*:*BlocksThenTimesOut*:*ProgrammaticLaunchJoins*:*BranchPublishWaits*"
+      # holds for BranchPublishWaitsForTheFork's and BranchReleaseWaitsForTheGather's mutants (a release racing
+      # the copies on another stream).
+      filter="-*EventCompletesOnlyWhenReached*:*CrossStreamWaitOrdersTheWaiter*:*HostReleaseDeviceAcquire*:*Stall*:*Delayed*:*BeforeAcquire*:*BlocksThenTimesOut*:*ProgrammaticLaunchJoins*:*BranchPublishWaits*:*BranchReleaseWaits*"
       # Deliberately failing API calls (error-propagation tests) are not memory errors: --report-api-errors no.
       timeout "${FERRY_SANITIZER_TIMEOUT:-150}" compute-sanitizer --tool $tool --error-exitcode=1 --print-limit 20 --report-api-errors no "$bin" \
         --gtest_brief=1 --gtest_filter="$filter" > "$OUT/sanitizer_${name}_${tool}.log" 2>&1
