@@ -224,9 +224,49 @@ TYPED_TEST_P(D2hMisuse, ComputeStreamDestroyedBeforeCloseIsReportedNotAHang)
   EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
 }
 
+/// An entry size near 2^64 (a caller's arithmetic gone wrong) is refused at the call, naming the size: its
+/// 16-byte aligned size wraps to a small one, which the size check alone would accept and the copy kernel
+/// would then copy 2^64 bytes. Every form (immediate, deferred, dynamic reservation, begin_write) is checked,
+/// nothing is published by the refused calls, and the entries around them arrive.
+TYPED_TEST_P(D2hMisuse, EntrySizeThatWrapsIsRefused)
+{
+  using B = TypeParam;
+  fb::stream<B> s{this->b};
+  sources<B> src{this->b, s, 0, 2, 256};
+  checker chk;
+  auto cfg = this->small_config(1 << 16, 4);
+  cfg.size_slots = 4;
+  fd::channel<B> ch{cfg, this->b, chk.callback()};
+  std::uint64_t actual = 256;
+  ch.begin_forward(s);
+  chk.expect(0, 1, 256);
+  ch.capture(fd::hook_id{1}, src.at(0), 256, s);
+  for (std::uint64_t bytes : {~std::uint64_t{0}, ~std::uint64_t{0} - 7, (std::uint64_t{1} << 63) + 1}) {
+    const std::string want = "got " + std::to_string(bytes);
+    auto refused = [&](auto&& call) {
+      try {
+        call();
+        ADD_FAILURE() << bytes << " bytes accepted";
+      } catch (const ferry::logic_error& e) {
+        EXPECT_NE(std::string{e.what()}.find(want), std::string::npos) << e.what();
+      }
+    };
+    refused([&] { ch.capture(fd::hook_id{2}, src.at(0), bytes, s); });
+    refused([&] { ch.capture_deferred(fd::hook_id{3}, src.at(0), bytes, s); });
+    refused([&] { ch.capture_dynamic(fd::hook_id{4}, src.at(0), bytes, &actual, s); });
+    refused([&] { (void)ch.begin_write(fd::hook_id{5}, bytes, s); });
+  }
+  chk.expect(1, 6, 256);
+  ch.capture(fd::hook_id{6}, src.at(1), 256, s);
+  (void)ch.end_forward(s);
+  EXPECT_TRUE(ch.close().clean());
+  EXPECT_EQ(chk.got, 2U);
+  EXPECT_EQ(chk.bad_entries, 0U);
+}
+
 REGISTER_TYPED_TEST_SUITE_P(D2hMisuse, CallbackExceptionsAreReportedByClose, ShutdownErrorLeadsWithTheOpenForward,
                             UndrainedReportCountsTheViewsTheConsumerHolds, BytesDrainedCountsPayloadBytes,
                             GraphReplayedWithoutPlanInvalidatesTheChannel,
-                            ComputeStreamDestroyedBeforeCloseIsReportedNotAHang);
+                            ComputeStreamDestroyedBeforeCloseIsReportedNotAHang, EntrySizeThatWrapsIsRefused);
 
 }  // namespace ferry::test

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // H2D typed suite H2dGraph: graph padding, first consumers in a replayed graph, captured uploads replayed
-// with staged counts.
+// with staged counts, a captured direct upload's baked counts.
 // Instantiated in h2d_host_test.cpp (host) and h2d_cuda_test.cpp (cuda).
 #pragma once
 
@@ -115,7 +115,50 @@ TYPED_TEST_P(H2dGraph, CapturedUploadReplaysWithStagedCounts)
   }
 }
 
+/// A direct upload captured into a graph bakes its counts (a direct copy reads no count at replay). stage()
+/// with other counts, larger (stale elements would be published) or smaller (the graph would overwrite the
+/// tail past the published prefix), is refused naming the group, the buffer, the baked and the staged counts,
+/// and nothing is staged; the baked counts replay exactly. Fails when stage() does not compare them.
+TYPED_TEST_P(H2dGraph, DirectCaptureRefusesOtherCountsAtStage)
+{
+  using B = TypeParam;
+  fh::publisher<B> pub{this->b};
+  typename TestFixture::model md;
+  auto m = this->prepare(pub, fh::upload_backend::direct, md);
+  std::optional<fb::graph_exec<B>> graph;
+  {
+    auto s = pub.begin(0);
+    this->produce(pub, "step", nullptr, this->step_counts(m, 4), 900);
+    graph.emplace(fb::graph_exec<B>::capture(this->owner->view(), [&](fb::stream_view<B> st) {
+      pub.capture_upload("step", 0, st);
+    }));
+    s.finish();
+  }
+  for (std::size_t n : {10U, 2U}) {
+    auto s = pub.begin(0);
+    this->produce(pub, "step", nullptr, this->step_counts(m, n), 910 + n);
+    try {
+      pub.stage("step");
+      ADD_FAILURE() << "stage() with " << n << " ids accepted by a graph that baked 4";
+    } catch (const ferry::logic_error& e) {
+      const std::string w = e.what();
+      EXPECT_NE(w.find("group 'step'"), std::string::npos) << w;
+      EXPECT_NE(w.find("as a direct copy of 4 units"), std::string::npos) << w;
+      EXPECT_NE(w.find("got " + std::to_string(n)), std::string::npos) << w;
+    }
+    s.finish();
+  }
+  for (std::uint64_t step = 0; step < 3; ++step) {
+    auto s = pub.begin(0);
+    this->produce(pub, "step", &md, this->step_counts(m, 4), 950 + step);
+    pub.stage("step");
+    graph->launch(this->owner->view());
+    s.finish();
+    this->expect_model(pub, md, "direct capture replayed with its baked counts");
+  }
+}
+
 REGISTER_TYPED_TEST_SUITE_P(H2dGraph, GraphPaddingIsPublished, FirstConsumerInGraphReplayReadsPublishedValues,
-                                      CapturedUploadReplaysWithStagedCounts);
+                            CapturedUploadReplaysWithStagedCounts, DirectCaptureRefusesOtherCountsAtStage);
 
 }  // namespace ferry::test::h2d

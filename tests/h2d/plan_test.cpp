@@ -268,5 +268,28 @@ TEST(H2dEnv, VariablesFillOnlyWhatTheConfigLeavesUnset)
   EXPECT_FALSE(none.backend.has_value());
 }
 
+/// A capacity whose bytes do not fit (capacity x unit bytes, or x stride, above 2^48) is refused at declare
+/// with the buffer's name and the capacity; before, 2^62 + 16 elements of 4 bytes wrapped to 64 bytes and the
+/// publication wrote past the allocation (SIGSEGV), and 2^62 wrapped to 0 ("expected a size > 0 bytes").
+TEST(H2dPlan, CapacityWhoseBytesOverflowIsRefusedAtDeclare)
+{
+  for (std::size_t cap : {(std::size_t{1} << 62) + 16, std::size_t{1} << 62, (std::size_t{1} << 46) + 1}) {
+    fd::declarations d;
+    try {
+      (void)d.declare({.name = "ids", .groups = {"step"}, .unit = fh::count_unit::elements, .element_size = 4,
+                       .capacity = cap});
+      ADD_FAILURE() << "capacity " << cap << " accepted";
+    } catch (const ferry::logic_error& e) {
+      const std::string w = e.what();
+      EXPECT_NE(w.find("h2d buffer 'ids'"), std::string::npos) << w;
+      EXPECT_NE(w.find("at most 2^48 bytes, got capacity " + std::to_string(cap)), std::string::npos) << w;
+    }
+    EXPECT_TRUE(d.buffers.empty());  // nothing declared
+  }
+  fd::declarations ok;
+  EXPECT_NO_THROW((void)ok.declare({.name = "ids", .groups = {"step"}, .unit = fh::count_unit::elements,
+                                    .element_size = 4, .capacity = std::size_t{1} << 46}));
+}
+
 }  // namespace
 }  // namespace ferry::test::h2d

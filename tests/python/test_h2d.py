@@ -179,3 +179,12 @@ def test_bad_input_changes_nothing(stream, fake_cuda_array):
         pub.publish("g", stream)
     stream.synchronize()
     assert dst.tolist() == [1, 2, 3] + [SENTINEL] * 5
+
+
+@pytest.mark.parametrize("capacity", [2**62 + 16, 2**62])
+def test_capacity_whose_bytes_overflow_is_a_typed_error_not_a_crash(capacity):
+    # before: 2**62 + 16 int32 elements wrapped to 64 bytes and publish() died with SIGSEGV; 2**62 wrapped to 0
+    pub = ferry.Publisher(backend="host")
+    with pytest.raises(ferry.LogicError, match=r"h2d buffer 'ids': expected capacity x 4 bytes per unit of at most "
+                                               r"2\^48 bytes, got capacity " + str(capacity)):
+        pub.declare("ids", ["step"], "int32", capacity)

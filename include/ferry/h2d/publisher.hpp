@@ -37,12 +37,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace ferry::testing {
 struct h2d_access;  // test instrumentation (not installed): reads a publisher's state
@@ -192,6 +195,9 @@ class publisher {
   /// The publisher-level rules of a publication (usable, thread, stream, device, active slot, and for an
   /// eager one not capturing), then the slot-level ones (detail::slot_table::check_members).
   detail::slot_book& validate_publication(group_handle g, stream_view stream, bool enqueue);
+  /// stage(): a copy captured as a direct upload bakes its count into the graph (it reads no count at
+  /// replay), so the staged counts of those buffers must be the baked ones (logic_error naming them).
+  void check_baked_counts(group_handle g, const detail::slot_book& s) const;
   [[nodiscard]] detail::uploader<B> uploader() { return {b_, decl_, plan_, store_, cfg_}; }
 
   B b_;
@@ -202,6 +208,8 @@ class publisher {
   detail::arena_plan plan_;    ///< the arena layout (fixed at initialize)
   detail::storage<B> store_;   ///< destinations, per-slot arenas and events, per-group tables
   detail::slot_table slots_;   ///< epochs, counts, publication marks, open producers
+  /// (group, slot) -> (buffer, count) of each copy its last capture_upload captured as a direct copy.
+  std::map<std::pair<std::uint32_t, std::size_t>, std::vector<std::pair<std::uint32_t, std::size_t>>> baked_;
   std::optional<stream_view> owner_;
   std::optional<event> acquire_;  ///< rewrite(): the earlier upload has read the sources
   std::thread::id owner_thread_{};

@@ -145,8 +145,14 @@ struct channel_state {
     FERRY_EXPECTS(c.staging_bytes == 0 || c.staging_bytes >= entry_alignment, ferry::logic_error,
                   "d2h channel: staging_bytes expected 0 (= ring_bytes) or >= {}, got {}", entry_alignment,
                   c.staging_bytes);
-    FERRY_EXPECTS(c.fifo_capacity >= 1, ferry::logic_error, "d2h channel: fifo_capacity expected >= 1, got {}",
-                  c.fifo_capacity);
+    FERRY_EXPECTS(c.fifo_capacity >= 1 && c.fifo_capacity <= (1U << 30), ferry::logic_error,
+                  "d2h channel: fifo_capacity expected in [1, 2^30], got {}", c.fifo_capacity);
+    FERRY_EXPECTS(c.bounce_capture_max_bytes <= c.ring_bytes, ferry::logic_error,
+                  "d2h channel: bounce_capture_max_bytes expected at most ring_bytes = {} (a bounced entry goes into "
+                  "the ring), got {}",
+                  c.ring_bytes, c.bounce_capture_max_bytes);
+    FERRY_EXPECTS(c.size_slots <= (1U << 30), ferry::logic_error, "d2h channel: size_slots expected at most 2^30, got {}",
+                  c.size_slots);
     FERRY_EXPECTS(c.copy_vecs_per_thread == 1 || c.copy_vecs_per_thread == 2 || c.copy_vecs_per_thread == 4 ||
                     c.copy_vecs_per_thread == 8,
                   ferry::logic_error, "d2h channel: expected copy_vecs_per_thread 1, 2, 4 or 8, got {}",

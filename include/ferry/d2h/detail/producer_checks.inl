@@ -112,8 +112,9 @@ void producer<B>::check_entry(hook_id hook, std::uint64_t bytes, entry_kind kind
 {
   FERRY_EXPECTS(bytes > 0, ferry::logic_error, "d2h channel {}: hook {} expected an entry of > 0 bytes, got 0", what,
                 hook.value);
-  const std::uint64_t reserved = align_up(bytes, entry_alignment);
   const std::uint64_t limit = std::min<std::uint64_t>(st_.cfg.ring_bytes, st_.staging_bytes);
+  // `bytes` first: near 2^64 its aligned size wraps to a small one
+  const std::uint64_t reserved = bytes <= limit ? align_up(bytes, entry_alignment) : limit + 1;
   FERRY_EXPECTS(reserved <= limit, ferry::logic_error,
                 "d2h channel {}: hook {} expected an entry of at most {} bytes (ring {} / staging {}), got {}", what,
                 hook.value, limit, st_.cfg.ring_bytes, st_.staging_bytes, bytes);

@@ -26,6 +26,8 @@ namespace ferry::h2d::detail {
 inline constexpr std::uint32_t none = 0xFFFFFFFFu;
 /// Every arena offset, payload and standalone source is aligned to this.
 inline constexpr std::size_t arena_align = 16;
+/// The largest buffer (capacity x unit bytes, or x stride) a declaration may ask for.
+inline constexpr std::size_t max_buffer_bytes = std::size_t{1} << 48;
 /// `n` rounded up to arena_align (ferry::detail::align_up, the one rounding rule).
 [[nodiscard]] constexpr std::size_t arena_align_up(std::size_t n) noexcept
 {
@@ -85,6 +87,15 @@ struct declarations {
     r.unit_bytes = spec.unit == count_unit::rows       ? spec.row_size
                    : spec.unit == count_unit::elements ? spec.element_size
                                                        : 1;
+    // Every size below is checked before it is computed: a capacity whose bytes do not fit would wrap to a
+    // small size and the publication would write past the allocation (2^48 bytes: far above any allocation,
+    // so the arena sums of up to 2^16 buffers cannot wrap either).
+    FERRY_EXPECTS(spec.capacity <= max_buffer_bytes / r.unit_bytes, logic_error,
+                  "h2d buffer '{}': expected capacity x {} bytes per unit of at most 2^48 bytes, got capacity {}",
+                  spec.name, r.unit_bytes, spec.capacity);
+    FERRY_EXPECTS(spec.stride == 0 || spec.capacity <= max_buffer_bytes / spec.stride, logic_error,
+                  "h2d buffer '{}': expected capacity x stride {} of at most 2^48 bytes, got capacity {}", spec.name,
+                  spec.stride, spec.capacity);
     r.cap_bytes = spec.capacity * r.unit_bytes;
     r.strided = spec.stride != 0;
     const auto self = static_cast<std::uint32_t>(buffers.size());

@@ -172,6 +172,7 @@ template <ferry::backend::backend B>
 void publisher<B>::stage(group_handle g)
 {
   auto& s = validate_publication(g, *owner_, false);
+  check_baked_counts(g, s);
   slots_.commit(decl_, g);
   if (plan_.groups[g.value].arena_bytes > 0) {
     uploader().header(g.value, store_.slots[static_cast<std::size_t>(slots_.active())], s.counts);
@@ -197,6 +198,11 @@ void publisher<B>::capture_upload(std::string_view group, std::size_t slot, stre
   if (k == upload_backend::direct) { slots_.check_direct_capture(decl_, g, slot); }
   guarded("capture_upload: enqueue",
           [&] { uploader().capture(g.value, store_.slots[slot], slots_[slot].counts, k, stream); });
+  auto& baked = baked_[{g.value, slot}];
+  baked.clear();
+  for (auto m : k == upload_backend::direct ? gr.members : plan_.groups[g.value].direct_members) {
+    baked.emplace_back(m, slots_[slot].counts[m]);
+  }
 }
 
 template <ferry::backend::backend B>

@@ -84,6 +84,21 @@ void publisher<B>::guarded(std::string_view what, F&& f, std::string_view group)
 }
 
 template <ferry::backend::backend B>
+void publisher<B>::check_baked_counts(group_handle g, const detail::slot_book& s) const
+{
+  const auto it = baked_.find({g.value, static_cast<std::size_t>(slots_.active())});
+  if (it == baked_.end()) { return; }
+  for (const auto& [m, baked] : it->second) {
+    FERRY_EXPECTS(s.counts[m] == baked, logic_error,
+                  "h2d group '{}': buffer '{}' was captured into the graph of slot {} as a direct copy of {} units "
+                  "(a direct copy bakes its count: it reads none at replay): expected stage() with that count, got "
+                  "{}; stage {} units, or capture with the packed or zerocopy upload, which reads the counts at "
+                  "replay. Nothing was staged",
+                  decl_.groups[g.value].name, decl_.buffers[m].spec.name, slots_.active(), baked, s.counts[m], baked);
+  }
+}
+
+template <ferry::backend::backend B>
 detail::slot_book& publisher<B>::validate_publication(group_handle g, stream_view stream, bool enqueue)
 {
   check_usable("publish");
