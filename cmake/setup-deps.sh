@@ -87,7 +87,7 @@ ferry_install_torch_deps() {
     "$py" -c "import $m" > /dev/null 2>&1 || missing+=("$m")
   done
   if ((${#missing[@]})); then
-    echo "ferry: pip installing ${missing[*]} (torch layer tests)"
+    echo "ferry: pip installing ${missing[*]} for the torch layer's tests (several GB with the CUDA wheels; FERRY_SKIP_TORCH=1 skips them)"
     "$py" -m pip install -q "${missing[@]}" > /dev/null 2>&1 ||
       echo "ferry: could not pip install ${missing[*]} (offline?): the torch layer is not tested here" >&2
   fi

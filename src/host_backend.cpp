@@ -53,18 +53,48 @@ thread_local int tls_device = 0;
 }
 #define host_fail(code, name, call, detail) host_fail_at(code, name, call, detail, __LINE__)
 
+/// Every allocation of the emulated device (device, pinned, managed), by base address: memory outside them
+/// is the caller's pageable memory, which copies treat as CUDA does (memcpy_async).
+struct allocations {
+  std::mutex mu;
+  std::map<std::uintptr_t, std::size_t> by_base;
+  [[nodiscard]] bool contains(const void* p)
+  {
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    std::lock_guard l{mu};
+    auto it = by_base.upper_bound(a);
+    if (it == by_base.begin()) { return false; }
+    --it;
+    return a < it->first + it->second;
+  }
+};
+allocations& backend_memory()
+{
+  static auto* a = new allocations;  // never destroyed: frees may come from static destructors
+  return *a;
+}
+
 void* aligned_alloc_poisoned(std::size_t bytes)
 {
   const std::size_t n = std::max<std::size_t>(bytes, 1);
   void* p = ::operator new(n, std::align_val_t{device_alignment}, std::nothrow);
   if (p == nullptr) { throw out_of_memory(ferry::detail::format("ferry: host backend could not allocate {} bytes", bytes)); }
   std::memset(p, poison_byte, n);
+  auto& m = backend_memory();
+  std::lock_guard l{m.mu};
+  m.by_base[reinterpret_cast<std::uintptr_t>(p)] = n;
   return p;
 }
 
 void aligned_free(void* p) noexcept
 {
-  if (p != nullptr) { ::operator delete(p, std::align_val_t{device_alignment}); }
+  if (p == nullptr) { return; }
+  {
+    auto& m = backend_memory();
+    std::lock_guard l{m.mu};
+    m.by_base.erase(reinterpret_cast<std::uintptr_t>(p));
+  }
+  ::operator delete(p, std::align_val_t{device_alignment});
 }
 
 }  // namespace
@@ -472,12 +502,37 @@ void host_backend::mem_advise(void* p, std::size_t, mem_advice, device_id d) con
   }
 }
 
-void host_backend::memcpy_async(void* dst, const void* src, std::size_t bytes, memcpy_kind, stream_type s) const
+void host_backend::memcpy_async(void* dst, const void* src, std::size_t bytes, memcpy_kind kind, stream_type s) const
 {
   host_detail::check_stream(s, "memcpy_async");
   if (bytes == 0) { return; }
   if (dst == nullptr || src == nullptr) {
     host_fail(1, "invalid_value", "memcpy_async", ferry::detail::format("null pointer (dst {}, src {})", dst, src));
+  }
+  // CUDA's rules for the caller's pageable memory (memory this backend did not allocate), outside a capture:
+  // a copy from it reads the source before the call returns (staged), a copy into it returns once it is
+  // done. Without them a program correct on CUDA (writing its vector right after the call) got wrong bytes
+  // here. Copies between the backend's own allocations stay asynchronous.
+  if (!stream_is_capturing(s) && (kind == memcpy_kind::host_to_device || kind == memcpy_kind::device_to_host ||
+                                  kind == memcpy_kind::automatic)) {
+    auto& m = backend_memory();
+    const bool src_pageable = kind != memcpy_kind::device_to_host && !m.contains(src);
+    const bool dst_pageable = kind != memcpy_kind::host_to_device && !m.contains(dst);
+    if (src_pageable && !dst_pageable) {
+      auto staged = std::make_shared<std::vector<std::byte>>(static_cast<const std::byte*>(src),
+                                                             static_cast<const std::byte*>(src) + bytes);
+      enqueue(s, [dst, staged, bytes]() -> std::function<void()> {
+        return [dst, staged, bytes] { std::memcpy(dst, staged->data(), bytes); };
+      });
+      return;
+    }
+    if (dst_pageable && !src_pageable) {
+      enqueue(s, [dst, src, bytes]() -> std::function<void()> {
+        return [dst, src, bytes] { std::memcpy(dst, src, bytes); };
+      });
+      stream_synchronize(s);
+      return;
+    }
   }
   enqueue(s, [dst, src, bytes]() -> std::function<void()> {
     return [dst, src, bytes] { std::memcpy(dst, src, bytes); };

@@ -8,18 +8,65 @@
 #     and transformers (PyPI, skipped with FERRY_SKIP_TORCH=1) also the torch ops, hooks and presets tests;
 #   * the HIP compile check (gfx90a) when hipcc is installed (CI installs it), and a .hip consumer of the
 #     installed ferry::hip.
+# Every stage's output goes to build/test-logs/<stage>.log (a failing stage prints its tail); the run ends with
+# one summary screen (every stage: passed / failed / skipped, its count, where its log is) and the line
+# "N passed, M failed".
 # Usage: bash tests/run.sh        (from anywhere; builds under <repo>/build/test-*)
-set -euo pipefail
+set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$root/cmake/setup-deps.sh"
+logs="$root/build/test-logs"
+mkdir -p "$logs"
+names=() results=() counts=() times=() logfiles=()
+passed=0 failed=0
+
+# record NAME RESULT COUNT SECONDS LOG: one row of the summary screen.
+record() {
+  names+=("$1") results+=("$2") counts+=("$3") times+=("$4") logfiles+=("$5")
+}
+# stage NAME LOGNAME COMMAND...: runs COMMAND with its output in build/test-logs/LOGNAME.log; a failure prints
+# the log's tail. Counts one test per stage unless the stage's runner reported counts (ctest, reliability).
+stage() {
+  local name=$1 log="$logs/$2.log" t0=$SECONDS rc=0 count="" p=1 f=0 line
+  shift 2
+  echo "ferry: $name ... (log: ${log#"$root"/})"
+  "$@" > "$log" 2>&1 || rc=$?
+  if line=$(grep -E "^[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+" "$log" | tail -1) && [[ -n $line ]]; then
+    f=$(sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\1/' <<< "$line")
+    p=$(($(sed -E 's/.*out of ([0-9]+).*/\1/' <<< "$line") - f))
+    count="$p/$((p + f)) tests"
+  elif line=$(grep -E "^reliability: [0-9]+ passed, [0-9]+ failed" "$log" | tail -1) && [[ -n $line ]]; then
+    p=$(sed -E 's/reliability: ([0-9]+) passed.*/\1/' <<< "$line")
+    f=$(sed -E 's/.* ([0-9]+) failed.*/\1/' <<< "$line")
+    count="$p/$((p + f)) runs"
+  elif ((rc != 0)); then
+    p=0 f=1
+  fi
+  ((rc != 0 && f == 0)) && f=1
+  passed=$((passed + p)) failed=$((failed + f))
+  if ((rc == 0)); then
+    record "$name" passed "$count" $((SECONDS - t0)) "${log#"$root"/}"
+  else
+    echo "ferry: $name FAILED (exit $rc); the end of ${log#"$root"/}:" >&2
+    tail -40 "$log" >&2
+    grep -A30 "The following tests FAILED" "$log" >&2 || true
+    record "$name" FAILED "$count" $((SECONDS - t0)) "${log#"$root"/}"
+  fi
+  return $rc
+}
+skip() { record "$1" skipped "" 0 "$2"; }
+
 ferry_install_deps test
 py_flags=(-DFERRY_BUILD_PYTHON=OFF)
+python_note="not built: its dependencies (nanobind, scikit-build-core, numpy, pytest) are missing"
 if ferry_install_python_deps; then
   py_flags=(-DFERRY_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$("${PYTHON:-python3}" -c 'import sys; print(sys.executable)')")
-  ferry_install_torch_deps || echo "ferry: torch is missing: the torch layer's tests do not run here" >&2
-else
-  echo "ferry: the Python package's dependencies are missing: its tests do not run here" >&2
+  python_note="built, tested by ctest's python.pytest"
+  if ! ferry_install_torch_deps; then
+    python_note="$python_note; torch missing or FERRY_SKIP_TORCH=1: the torch layer's tests skip"
+  fi
 fi
+echo "ferry: Python package: $python_note"
 
 export PATH="/usr/local/cuda/bin:$PATH"
 cuda_flags=(-DFERRY_ENABLE_CUDA=OFF)
@@ -30,29 +77,58 @@ if command -v nvcc > /dev/null; then
 fi
 jobs=$(nproc)
 build="$root/build/test"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cuda_flags[@]}" "${py_flags[@]}"
-cmake --build "$build" -j"$jobs"
+ok=1
+stage "configure" configure cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cuda_flags[@]}" \
+  "${py_flags[@]}" || ok=0
+((ok)) && { stage "build" build cmake --build "$build" -j"$jobs" || ok=0; }
 
 labels="host"
 if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
   export FERRY_REQUIRE_GPU=1
   labels="host|gpu"
 fi
-ctest --test-dir "$build" -L "$labels" --output-on-failure -j"$jobs" --timeout 900
+if ((ok)); then
+  stage "ctest ($labels)" ctest ctest --test-dir "$build" -L "$labels" --output-on-failure -j"$jobs" --timeout 900
+else
+  skip "ctest ($labels)" "(the build failed)"
+fi
 
 # Reliability under sanitizers (clang-14): TSan/ASan stress, fault sweeps with LSan, bounded libFuzzer runs.
 if command -v clang++-14 > /dev/null && [[ "${FERRY_SKIP_SANITIZERS:-0}" != 1 ]]; then
-  bash "$root/tests/reliability/run_sanitizers.sh"
+  stage "sanitizers (tsan, asan, fuzz)" sanitizers bash "$root/tests/reliability/run_sanitizers.sh"
+else
+  skip "sanitizers (tsan, asan, fuzz)" "(clang-14 missing or FERRY_SKIP_SANITIZERS=1)"
 fi
 
 if command -v hipcc > /dev/null && [[ "${FERRY_SKIP_HIP:-0}" != 1 ]]; then
-  echo "== HIP compile check (gfx90a) =="
-  cmake -S "$root" -B "$root/build/test-hip" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_ENABLE_CUDA=OFF \
-        -DFERRY_ENABLE_HIP=ON -DCMAKE_HIP_ARCHITECTURES=gfx90a -DFERRY_BUILD_TESTS=OFF -DFERRY_BUILD_BENCH=OFF
-  cmake --build "$root/build/test-hip" -j"$jobs"
-  echo "HIP compile check: ferry::hip and the testing kernels built for gfx90a"
+  hip_check() {
+    cmake -S "$root" -B "$root/build/test-hip" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_ENABLE_CUDA=OFF \
+          -DFERRY_ENABLE_HIP=ON -DCMAKE_HIP_ARCHITECTURES=gfx90a -DFERRY_BUILD_TESTS=OFF -DFERRY_BUILD_BENCH=OFF &&
+      cmake --build "$root/build/test-hip" -j"$jobs" &&
+      echo "HIP compile check: ferry::hip and the testing kernels built for gfx90a"
+  }
   # A .hip consumer (hipcc, gfx90a) against the installed ferry::hip: both sides run on the host backend.
-  cmake -DFERRY_BINARY_DIR="$root/build/test-hip" -DCONSUMER_SOURCE_DIR="$root/tests/consumer" \
-        -DWORK_DIR="$root/build/test-hip-consumer" -DMODE=install -DEXPECT_HIP=ON -DHIP_ARCHITECTURES=gfx90a \
-        -DFERRY_CMAKE_DIR="$root/cmake" -P "$root/tests/consumer/run_consumer.cmake"
+  hip_consumer() {
+    cmake -DFERRY_BINARY_DIR="$root/build/test-hip" -DCONSUMER_SOURCE_DIR="$root/tests/consumer" \
+          -DWORK_DIR="$root/build/test-hip-consumer" -DMODE=install -DEXPECT_HIP=ON -DHIP_ARCHITECTURES=gfx90a \
+          -DFERRY_CMAKE_DIR="$root/cmake" -P "$root/tests/consumer/run_consumer.cmake"
+  }
+  if stage "HIP compile check (gfx90a)" hip hip_check; then
+    stage "HIP consumer (.hip, installed ferry::hip)" hip-consumer hip_consumer
+  else
+    skip "HIP consumer (.hip, installed ferry::hip)" "(the HIP build failed)"
+  fi
+else
+  skip "HIP compile check (gfx90a)" "(hipcc missing or FERRY_SKIP_HIP=1)"
 fi
+
+echo
+echo "=================================================== ferry tests: summary ==================================================="
+printf '%-44s %-8s %-14s %7s  %s\n' stage result count time log
+for i in "${!names[@]}"; do
+  printf '%-44s %-8s %-14s %6ss  %s\n' "${names[$i]}" "${results[$i]}" "${counts[$i]}" "${times[$i]}" "${logfiles[$i]}"
+done
+echo "Python package: $python_note"
+echo "============================================================================================================================"
+echo "$passed passed, $failed failed"
+((failed == 0))

@@ -27,6 +27,9 @@ nb::dict report_dict(const fd::shutdown_report& r)
 
 void init_d2h_entry(nb::module_& m)
 {
+  static constexpr const char* release_doc =
+    "Gives the entry's pinned staging back (once its numpy() views are gone too). Idempotent: a second call "
+    "does nothing.";
   nb::class_<py_entry>(m, "Entry", "One delivered D2H entry: its bytes in pinned staging until released.")
     .def_ro("hook", &py_entry::hook)
     .def_ro("seq", &py_entry::seq)
@@ -37,7 +40,7 @@ void init_d2h_entry(nb::module_& m)
     .def_prop_ro("views", &py_entry::views)
     .def("numpy", &py_entry::numpy)
     .def("tobytes", &py_entry::to_bytes)
-    .def("release", &py_entry::release)
+    .def("release", &py_entry::release, release_doc)
     .def("__len__", [](const py_entry& x) { return x.size; })
     .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
     .def("__exit__", [](py_entry& x, nb::args) { x.release(); })

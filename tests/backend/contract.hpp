@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -378,8 +379,36 @@ TYPED_TEST_P(BackendContract, FaultInjectionFailsTheChosenCallWithTheBackendsErr
   plan.disarm();
 }
 
+/// The caller's pageable memory (not allocated by the backend) follows CUDA's rules on every backend: a copy
+/// from it reads the source before the call returns (a write right after the call does not reach the copy),
+/// and a copy into it is complete when the call returns. The stream is kept busy first (a 64 MiB memset), so
+/// on an emulation that copied later the write after the call would win and the vector would still be 0.
+TYPED_TEST_P(BackendContract, PageableCopiesReadAndWriteAtTheCall)
+{
+  using B = TypeParam;
+  constexpr std::size_t bytes = 4096;
+  constexpr std::size_t busy_bytes = std::size_t{64} << 20;
+  fb::stream<B> s{this->b};
+  fb::device_buffer<B> busy{busy_bytes, this->b};
+  fb::device_buffer<B> dev{bytes, this->b};
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::uint8_t> host(bytes, static_cast<std::uint8_t>(7 + round));
+    this->b.memset_async(busy.data(), round, busy_bytes, s.handle());
+    this->b.memcpy_async(dev.data(), host.data(), bytes, fb::memcpy_kind::host_to_device, s.handle());
+    std::fill(host.begin(), host.end(), std::uint8_t{0xEE});  // after the call: not in the copy
+    std::vector<std::uint8_t> back(bytes, 0);
+    this->b.memset_async(busy.data(), round + 1, busy_bytes, s.handle());
+    this->b.memcpy_async(back.data(), dev.data(), bytes, fb::memcpy_kind::device_to_host, s.handle());
+    // no synchronize: a copy into pageable memory is complete when the call returns
+    EXPECT_EQ(std::count(back.begin(), back.end(), static_cast<std::uint8_t>(7 + round)),
+              static_cast<std::ptrdiff_t>(bytes))
+      << "round " << round;
+    s.synchronize();
+  }
+}
+
 REGISTER_TYPED_TEST_SUITE_P(BackendContract, AttributesAreReadable, StreamOrderAcrossCopiesOfEveryMemoryKind,
-                            BatchCopyLandsEveryRangeInStreamOrder,
+                            BatchCopyLandsEveryRangeInStreamOrder, PageableCopiesReadAndWriteAtTheCall,
                             EventCompletesOnlyWhenReached, TimingEventsMeasureElapsedTime,
                             CrossStreamWaitOrdersTheWaiter, DeviceReleaseHostAcquireHandOff,
                             HostReleaseDeviceAcquireHandOff, GraphReplayRepeatsCapturedWork,

@@ -79,7 +79,7 @@ namespace detail {
   }
   if (!r.undrained.empty()) {
     m += sep + ferry::detail::format("{} published entries (first seq {}) not copied: staging held by {} views the "
-                                     "consumer has not released ({} of them queued for try_pop)",
+                                     "consumer has not released ({} of them delivered and not yet taken: try_pop in C++, poll in Python)",
                                      r.undrained.size(), r.undrained.front().value, r.views_held, r.pending_pop);
     sep = "; ";
   }

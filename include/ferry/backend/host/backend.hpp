@@ -4,7 +4,9 @@
 // * "Device" memory is host memory (256-byte aligned, filled with a 0xCD poison pattern on allocation,
 //   so code that reads memory nothing wrote sees garbage, as on a GPU).
 // * Each stream is a worker thread that executes its queue in order. Enqueueing returns immediately, so a
-//   copy runs later than it was enqueued. An optional per-operation jitter (FERRY_HOST_JITTER_US, or
+//   copy runs later than it was enqueued; copies to and from the caller's pageable memory (memory this
+//   backend did not allocate) follow CUDA's rules instead: the source is read at the call, a copy into it
+//   is complete when the call returns. An optional per-operation jitter (FERRY_HOST_JITTER_US, or
 //   host_backend::set_jitter) widens those windows so protocol races show up in tests.
 // * Events complete when the stream reaches them; stream_wait_event blocks the waiting stream's worker
 //   until the generation recorded at enqueue time has completed.
