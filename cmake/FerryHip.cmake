@@ -14,11 +14,14 @@ macro(ferry_enable_hip)
   if(NOT CMAKE_LIBRARY_ARCHITECTURE)
     set(_ferry_multiarch "/usr/lib/x86_64-linux-gnu")
   endif()
+  # Also on a reconfigure of a build tree that has ferry's root cached: the flags below are not cached.
+  set(_ferry_rocm_root "${CMAKE_BINARY_DIR}/ferry-rocm-root")
   if(CMAKE_VERSION VERSION_LESS 3.27 AND EXISTS "${_ferry_multiarch}/cmake/hip-lang/hip-lang-config.cmake"
-     AND NOT DEFINED CMAKE_HIP_COMPILER_ROCM_ROOT)
-    set(_ferry_rocm_root "${CMAKE_BINARY_DIR}/ferry-rocm-root")
+     AND (NOT DEFINED CMAKE_HIP_COMPILER_ROCM_ROOT OR CMAKE_HIP_COMPILER_ROCM_ROOT STREQUAL _ferry_rocm_root))
     file(MAKE_DIRECTORY "${_ferry_rocm_root}/lib/cmake")
-    file(CREATE_LINK "${_ferry_multiarch}/cmake/hip-lang" "${_ferry_rocm_root}/lib/cmake/hip-lang" SYMBOLIC)
+    if(NOT EXISTS "${_ferry_rocm_root}/lib/cmake/hip-lang")
+      file(CREATE_LINK "${_ferry_multiarch}/cmake/hip-lang" "${_ferry_rocm_root}/lib/cmake/hip-lang" SYMBOLIC)
+    endif()
     set(CMAKE_HIP_COMPILER_ROCM_ROOT "${_ferry_rocm_root}" CACHE PATH "ROCm root seen by enable_language(HIP)")
     list(APPEND CMAKE_PREFIX_PATH "${_ferry_multiarch}/cmake")
     # enable_language's try_compile projects see the environment, not this scope's variables.
