@@ -26,9 +26,16 @@ struct array_bytes {
 {
   any_array a;
   if (!nb::try_cast<any_array>(obj, a)) {
-    throw nb::type_error(("ferry: " + std::string{who} + ": expected an array (an object with __dlpack__), got " +
-                          type_of(obj))
-                           .c_str());
+    // An array of Python objects (numpy dtype object) has no bytes to export: say so, not only its type.
+    std::string what = type_of(obj);
+    if (nb::hasattr(obj, "dtype")) {
+      const nb::object dt = obj.attr("dtype");
+      if (nb::hasattr(dt, "kind") && nb::cast<std::string>(nb::str(nb::object(dt.attr("kind")))) == "O") {
+        what += " of dtype object (an array of numbers or bools is needed)";
+      }
+    }
+    throw nb::type_error(
+      ("ferry: " + std::string{who} + ": expected an array (an object with __dlpack__), got " + what).c_str());
   }
   return a;
 }
@@ -118,6 +125,9 @@ template <class B>
 /// Bytes of a C-contiguous array (size-1 dimensions may have any stride); raises LogicError otherwise.
 [[nodiscard]] inline bool c_contiguous(const any_array& a)
 {
+  for (std::size_t i = 0; i < a.ndim(); ++i) {
+    if (a.shape(i) == 0) { return true; }  // no element: no layout (its strides may be anything)
+  }
   std::int64_t expect = 1;
   for (std::size_t i = a.ndim(); i-- > 0;) {
     if (a.shape(i) != 1 && a.stride(i) != expect) { return false; }

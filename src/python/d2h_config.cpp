@@ -105,6 +105,19 @@ const char* annotation()
   }
 }
 
+/// A hook id from Python: an int in [0, 2^32) (LogicError naming the value otherwise; TypeError for a non-int).
+std::uint32_t hook_of(nb::handle h, const char* what)
+{
+  if (PyLong_Check(h.ptr()) == 0 || PyBool_Check(h.ptr()) != 0) {
+    throw nb::type_error(("ferry: Channel." + std::string{what} + ": expected hook an int, got " + type_of(h)).c_str());
+  }
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(h.ptr(), &overflow);
+  FERRY_EXPECTS(overflow == 0 && v >= 0 && v <= static_cast<long long>(UINT32_MAX), ferry::logic_error,
+                "Channel.{}: expected hook an int in [0, 2^32), got {}", what, nb::cast<std::string>(nb::str(h)));
+  return static_cast<std::uint32_t>(v);
+}
+
 /// Channel(device, **kwargs)'s config: the defaults of d2h::config, each given keyword converted.
 fd::config config_from(const nb::kwargs& kw)
 {
@@ -169,11 +182,17 @@ void init_d2h_channel(nb::module_& m)
          "forward's captured entries are published and delivered, a captured one is forgotten, pending deferred "
          "entries are dropped. Returns whether a forward was open.")
     .def(
-      "capture", [](C& c, std::uint32_t hook, nb::handle t, nb::handle s) { c.capture(hook, t, s, false); },
-      nb::arg("hook"), nb::arg("tensor").none(), nb::arg("stream").none() = nb::none())
+      "capture",
+      [](C& c, nb::handle hook, nb::handle t, nb::handle s) { c.capture(hook_of(hook, "capture"), t, s, false); },
+      nb::arg("hook"), nb::arg("tensor").none(), nb::arg("stream").none() = nb::none(),
+      nb::sig("def capture(self, hook: int, tensor: object, stream: object | None = None) -> None"))
     .def(
-      "capture_deferred", [](C& c, std::uint32_t hook, nb::handle t, nb::handle s) { c.capture(hook, t, s, true); },
-      nb::arg("hook"), nb::arg("tensor").none(), nb::arg("stream").none() = nb::none())
+      "capture_deferred",
+      [](C& c, nb::handle hook, nb::handle t, nb::handle s) {
+        c.capture(hook_of(hook, "capture_deferred"), t, s, true);
+      },
+      nb::arg("hook"), nb::arg("tensor").none(), nb::arg("stream").none() = nb::none(),
+      nb::sig("def capture_deferred(self, hook: int, tensor: object, stream: object | None = None) -> None"))
     .def("flush", &C::flush, nb::arg("stream").none() = nb::none())
     .def_prop_ro("deferred_pending", &C::deferred_pending)
     .def("plan", &C::plan, nb::arg("plan"))

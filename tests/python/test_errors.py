@@ -176,3 +176,31 @@ def test_invalidated_channel_raises_invalidated_error_and_closes(make_channel):
     assert ch.closed  # closed anyway: the device slot is free again
     with pytest.raises(ferry.LogicError, match="closed"):
         ch.begin_forward(s1)
+
+
+def test_newcomer_inputs_get_a_message_that_names_them():
+    # an empty array is an entry of 0 bytes (not "strided"); an object array names its dtype; a hook outside
+    # [0, 2^32) names the value (not nanobind's "incompatible function arguments")
+    ch = ferry.Channel(backend="host", ring_bytes=1 << 16)
+    s = ferry.Stream(backend="host")
+    ch.begin_forward(s)
+    with pytest.raises(ferry.LogicError, match="expected an entry of > 0 bytes, got 0"):
+        ch.capture(1, np.zeros((0, 4), np.float32), s)
+    with pytest.raises(TypeError, match="dtype object"):
+        ch.capture(1, np.array([object()]), s)
+    for hook in (-1, 2**32, 2**70):
+        with pytest.raises(ferry.LogicError, match=r"expected hook an int in \[0, 2\^32\), got " + str(hook)):
+            ch.capture(hook, np.ones(4, np.uint8), s)
+        with pytest.raises(ferry.LogicError, match=r"expected hook an int in \[0, 2\^32\)"):
+            ch.capture_deferred(hook, np.ones(4, np.uint8), s)
+    with pytest.raises(TypeError, match="expected hook an int, got str"):
+        ch.capture("1", np.ones(4, np.uint8), s)
+    ch.capture(2**32 - 1, np.ones(4, np.uint8), s)
+    ch.end_forward(s)
+    got = []
+    while not got:
+        got = ch.poll(1, timeout=5.0)
+    assert got[0].hook == 2**32 - 1
+    got[0].release()
+    got[0].release()  # idempotent
+    assert ch.close()["clean"]
