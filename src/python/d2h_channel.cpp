@@ -5,6 +5,22 @@
 
 namespace ferry::python {
 
+namespace {
+
+/// The one core call behind Channel.capture / capture_deferred and the C ABI's capture / capture_deferred.
+template <class B>
+void capture_into(fd::channel<B>& ch, std::uint32_t hook, const void* ptr, std::uint64_t bytes,
+                  const fb::stream_view<B>& s, fd::source_owner owner, bool deferred)
+{
+  if (deferred) {
+    ch.capture_deferred(fd::hook_id{hook}, ptr, bytes, s, std::move(owner));
+  } else {
+    ch.capture(fd::hook_id{hook}, ptr, bytes, s, std::move(owner));
+  }
+}
+
+}  // namespace
+
 template <class B>
 py_channel<B>::py_channel(int device, fd::config cfg, nb::handle sink) : dev_{device}
 {
@@ -90,11 +106,7 @@ void py_channel<B>::capture(std::uint32_t hook, nb::handle tensor, nb::handle st
   array_bytes t = tensor_bytes<B>(tensor, dev_, what, hook);
   fd::source_owner owner = py_source::make<B>(tensor, std::move(t.dl), deferred);
   call(deferred ? "capture_deferred" : "capture", [&](fd::channel<B>& ch) {
-    if (deferred) {
-      ch.capture_deferred(fd::hook_id{hook}, t.data, t.nbytes, s, std::move(owner));
-    } else {
-      ch.capture(fd::hook_id{hook}, t.data, t.nbytes, s, std::move(owner));
-    }
+    capture_into(ch, hook, t.data, t.nbytes, s, std::move(owner), deferred);
   });
 }
 
@@ -156,11 +168,7 @@ void py_channel<B>::capture_raw(void* self, std::uint32_t hook, const void* ptr,
   auto& ch = c.live(deferred ? "capture_deferred" : "capture");
   const auto s = c.raw_stream(stream, hook, deferred ? "capture_deferred" : "capture");
   c.set_dev();
-  if (deferred) {
-    ch.capture_deferred(fd::hook_id{hook}, ptr, bytes, s, std::move(owner));
-  } else {
-    ch.capture(fd::hook_id{hook}, ptr, bytes, s, std::move(owner));
-  }
+  capture_into(ch, hook, ptr, bytes, s, std::move(owner), deferred);
 }
 
 template <class B>
