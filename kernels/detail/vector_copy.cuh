@@ -85,7 +85,7 @@ FERRY_HD_INLINE void copy_tail(Byte* dst, const Byte* src, std::uint64_t from, s
 /// `nt`): V 16-byte vectors per thread per pass in block-contiguous chunks (block b owns vectors
 /// [b*nt*V, (b+1)*nt*V) of every pass: a warp's accesses are coalesced), then the tail (n % 16) by block 0.
 /// `dst_of()` is called once by every thread, after its first pass's loads (ferry: the cursor load overlaps
-/// them), and gives the destination.
+/// them), and gives the destination; null: nothing is stored.
 #if defined(__CUDACC__)
 #pragma nv_exec_check_disable
 #endif
@@ -98,8 +98,11 @@ FERRY_HD_INLINE void copy_vectors(DstFn&& dst_of, const std::byte* src, std::uin
   const std::uint64_t chunk = static_cast<std::uint64_t>(nt) * V;
   const std::uint64_t stride = chunk * nblk;
   const std::uint64_t base = blk * chunk + t;
-  const auto store = [](std::byte* d, std::uint64_t i, const vec16& v) { reinterpret_cast<vec16*>(d)[i] = v; };
+  const auto store = [](std::byte* d, std::uint64_t i, const vec16& v) {
+    if (d != nullptr) { reinterpret_cast<vec16*>(d)[i] = v; }
+  };
   std::byte* dst = vector_pass<V>(s, base, std::uint64_t{nt}, vecs, dst_of, store);
+  if (dst == nullptr) { return; }  // ferry's writers: a graph launch that no plan() armed stores nothing
   // Entries larger than one pass of the grid.
   vector_loop<V>(s, base + stride, std::uint64_t{nt}, stride, vecs, [dst] { return dst; }, store);
   if (blk == 0) { copy_tail(dst, src, vecs * 16 + t, n, nt); }

@@ -125,9 +125,16 @@ std::size_t py_channel<B>::deferred_pending() const
 }
 
 template <class B>
-void py_channel<B>::plan(const py_plan& p)
+void py_channel<B>::plan(const py_plan& p, nb::handle stream)
 {
-  call("plan", [&](fd::channel<B>& ch) { ch.plan(p.p); });
+  // None: torch's current stream where torch is imported (CUDA: where torch.cuda.CUDAGraph.replay launches),
+  // else the channel's compute stream (the core's plan(p)).
+  if (stream.is_none() && (is_host<B> || torch_module() == nullptr)) {
+    call("plan", [&](fd::channel<B>& ch) { ch.plan(p.p); });
+    return;
+  }
+  auto s = resolve_stream<B>(stream, dev_, "Channel.plan");
+  call("plan", [&](fd::channel<B>& ch) { ch.plan(p.p, s); });
 }
 
 template <class B>

@@ -70,7 +70,7 @@ class py_channel {
   void capture(std::uint32_t hook, nb::handle tensor, nb::handle stream, bool deferred);
   void flush(nb::handle stream);
   [[nodiscard]] std::size_t deferred_pending() const;
-  void plan(const py_plan& p);
+  void plan(const py_plan& p, nb::handle stream);
   /// Up to `max_entries` delivered entries: waits up to `timeout` seconds (None: forever) for the first one,
   /// then takes whatever else is ready. The GIL is released while waiting; Ctrl-C is honoured.
   [[nodiscard]] std::vector<py_entry> poll(std::size_t max_entries, std::optional<double> timeout);

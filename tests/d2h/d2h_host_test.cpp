@@ -8,6 +8,7 @@
 #include "d2h/misuse.hpp"
 #include "d2h/multi_channel.hpp"
 #include "d2h/ordering.hpp"
+#include "d2h/replay_token.hpp"
 
 namespace ferry::test {
 using HostBackends = ::testing::Types<fb::host_backend, fb::faulty<fb::host_backend>>;
@@ -20,6 +21,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(D2hFailure, D2hFailure, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hGather, D2hGather, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hMultiChannel, D2hMultiChannel, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hMisuse, D2hMisuse, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hReplayToken, D2hReplayToken, HostBackends);
 }  // namespace ferry::test
 
 #include "d2h/host_only.hpp"

@@ -16,13 +16,16 @@ set(publishing_kernels
     "ferry::kernels::d2h::gather_publish=4"        # kernels/d2h/gather: v1, v2, v4, v8
     "ferry::kernels::d2h::publish_head=1"          # kernels/d2h/publish: the batch release
     "ferry::kernels::d2h::commit_check=1"          # kernels/d2h/publish: the commit flag's release
+    "ferry::kernels::d2h::claim_replay=1"          # kernels/d2h/replay: the unplanned-launch report's release
     "ferry::testing::probe::kernels::publish=1")   # kernels/testing/probe.cu: the probe's release
 set(d2h_kernels
     "ferry::kernels::d2h::copy_entry=9"            # bytes, v1, v2, v4, v8 and the four one-pass forms
     "ferry::kernels::d2h::copy_entry_publish=5"
     "ferry::kernels::d2h::gather_publish=4"
     "ferry::kernels::d2h::publish_head=1"
-    "ferry::kernels::d2h::commit_check=1")
+    "ferry::kernels::d2h::commit_check=1"
+    "ferry::kernels::d2h::arm_replay=1"
+    "ferry::kernels::d2h::claim_replay=1")
 set(other_kernels
     "ferry::kernels::h2d::scatter=1")              # kernels/h2d/scatter: no publication (stream order)
 

@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace ferry::testing {
@@ -75,13 +76,16 @@ class channel {
   /// must still be alive.
   void begin_forward(stream_view s)
   {
-    guarded([&] { impl()->prod.begin_forward(s); });
+    impl()->produce([&] { impl()->prod.begin_forward(s); }, [&] { impl()->prod.set_user_open(true); });
   }
   /// Closes the forward: one publication (system-scope release) covering the forward's remaining entries,
   /// and the cursor normalization. Returns the plan in graph mode (empty in eager mode).
   forward_plan end_forward(stream_view s)
   {
-    return guarded([&] { return impl()->prod.end_forward(s); });
+    return impl()->produce([&] { return impl()->prod.end_forward(s); }, [&] {
+      impl()->prod.set_user_open(false);
+      return forward_plan{};
+    });
   }
 
   /// Drops the forward open on `s` (the recovery after an exception between begin_forward and end_forward,
@@ -91,34 +95,37 @@ class channel {
   /// on_failure does). Returns whether a forward was open (false: nothing to do).
   bool abort_forward(stream_view s)
   {
-    return guarded([&] { return impl()->prod.abort_forward(s); });
+    return impl()->produce([&] { return impl()->prod.abort_forward(s); }, [&] {
+      impl()->prod.set_user_open(false);
+      return true;
+    });
   }
 
   /// Copies `bytes` from device memory `src` into the ring (library copy kernel) as one entry of `hook`.
   /// `owner` (optional) is held until the copy no longer needs `src` (source_owner.hpp).
   void capture(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, source_owner owner = {})
   {
-    guarded([&] {
+    impl()->produce([&] {
       (void)impl()->prod.capture(hook, src, bytes, nullptr, detail::entry_kind::fixed, s, blocking(), std::move(owner));
-    });
+    }, [] {});
   }
   /// Same; returns false instead of blocking / throwing when the ring, FIFO or size ring is full.
   [[nodiscard]] bool try_capture(hook_id hook, const void* src, std::uint64_t bytes, stream_view s,
                                  source_owner owner = {})
   {
-    return guarded([&] {
+    return impl()->produce([&] {
       return impl()->prod.capture(hook, src, bytes, nullptr, detail::entry_kind::fixed, s, detail::when_full::refuse,
                                   std::move(owner));
-    });
+    }, [] { return false; });
   }
   /// Dynamic entry: reserves `reserved_bytes`; the GPU-resolved size is read from device memory
   /// `actual_size` by the copy kernel (it copies min(actual, reserved) and reports actual in the size slot).
   void capture_dynamic(hook_id hook, const void* src, std::uint64_t reserved_bytes, const std::uint64_t* actual_size,
                        stream_view s)
   {
-    guarded([&] {
+    impl()->produce([&] {
       (void)impl()->prod.capture(hook, src, reserved_bytes, actual_size, detail::entry_kind::dynamic, s, blocking());
-    });
+    }, [] {});
   }
 
   /// Deferred capture: records (hook, `src`, `bytes`) on the CPU only; the copy happens in ONE gather
@@ -129,13 +136,13 @@ class channel {
   /// (a written source: logic_error naming the hook, nothing of the batch launched).
   void capture_deferred(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, source_owner owner = {})
   {
-    guarded([&] { impl()->prod.capture_deferred(hook, src, bytes, s, std::move(owner)); });
+    impl()->produce([&] { impl()->prod.capture_deferred(hook, src, bytes, s, std::move(owner)); }, [] {});
   }
   /// Enqueues the copy (one gather launch) of every deferred entry recorded since the last flush on `s`.
   /// After it returns, their sources may be reused by work enqueued on `s`.
   void flush(stream_view s)
   {
-    guarded([&] { impl()->prod.flush(s); });
+    impl()->produce([&] { impl()->prod.flush(s); }, [] {});
   }
   /// Deferred entries (and bounce captures) recorded and not yet flushed (producer thread).
   [[nodiscard]] std::uint32_t deferred_pending() const { return impl()->prod.deferred_pending(); }
@@ -146,34 +153,55 @@ class channel {
   [[nodiscard]] write_ticket begin_write(hook_id hook, std::uint64_t reserved_bytes, stream_view s, bool dynamic = false)
   {
     const auto kind = dynamic ? detail::entry_kind::dynamic : detail::entry_kind::fixed;
-    return guarded([&] { return impl()->prod.begin_write(hook, reserved_bytes, kind, s); });
+    return impl()->produce([&] { return impl()->prod.begin_write(hook, reserved_bytes, kind, s); },
+                   [&] { return impl()->prod.disabled_ticket(hook, reserved_bytes); });
   }
   /// Records the entry the ticket's writer kernel (enqueued on `s` before this call) wrote.
   void end_write(write_ticket&& t, stream_view s)
   {
-    guarded([&] { impl()->prod.end_write(std::move(t), s); });
+    impl()->produce([&] { impl()->prod.end_write(std::move(t), s); }, [] {});
   }
 
-  /// Pre-forward planning for a graph replay: reserves ring space for every entry of `p` (blocking per
-  /// config::on_full) and fills the FIFO. Launch the replay right after, on the channel's compute stream.
+  /// Pre-forward planning for one graph replay: reserves ring space for every entry of `p` (blocking per
+  /// config::on_full), fills the FIFO, and enqueues the replay's token on `s` (joined to the last executed
+  /// forward's stream first, as begin_forward does). Launch the graph on `s` right after: one plan, one
+  /// launch. A launch that finds no token (a graph launched without plan()) writes and publishes nothing on
+  /// the device, and the channel reports it (invalidated_error naming the launch; every planned forward is
+  /// delivered). See docs/design/d2h.md, "the replay token".
+  void plan(const forward_plan& p, stream_view s)
+  {
+    impl()->produce([&] { (void)impl()->prod.plan(p, blocking(), s); }, [&] { impl()->prod.arm_quiet(s); });
+  }
+  /// plan(p, s) on the channel's compute stream: the stream of the last executed forward or replay (before
+  /// any, the stream the last forward was captured on). Launch the graph on that stream.
   void plan(const forward_plan& p)
   {
-    guarded([&] { (void)impl()->prod.plan(p, blocking()); });
+    impl()->produce([&] { (void)impl()->prod.plan(p, blocking()); }, [&] { impl()->prod.arm_quiet(std::nullopt); });
   }
-  /// Same; returns false instead of blocking / throwing when the ring, FIFO or size ring is full.
+  /// Same as plan(); returns false instead of blocking / throwing when the ring, FIFO or size ring is full
+  /// (nothing reserved, no token).
+  [[nodiscard]] bool try_plan(const forward_plan& p, stream_view s)
+  {
+    return impl()->produce([&] { return impl()->prod.plan(p, detail::when_full::refuse, s); }, [&] {
+      impl()->prod.arm_quiet(s);
+      return true;
+    });
+  }
   [[nodiscard]] bool try_plan(const forward_plan& p)
   {
-    return guarded([&] { return impl()->prod.plan(p, detail::when_full::refuse); });
+    return impl()->produce([&] { return impl()->prod.plan(p, detail::when_full::refuse); }, [&] {
+      impl()->prod.arm_quiet(std::nullopt);
+      return true;
+    });
   }
-  /// plan(p), then launch the graph on `s`. When the last executed forward (eager or replay) ran on another
-  /// stream, `s` first waits for it (an event recorded there), as begin_forward does.
+  /// plan(p, s), then launch the graph on `s` (with capture disabled: a quiet token, then the launch).
   void replay(const ferry::backend::graph_exec<B>& g, const forward_plan& p, stream_view s)
   {
-    plan(p);
-    guarded([&] {
+    impl()->produce([&] {
       impl()->prod.before_replay(s);
-      g.launch(s);
-    });
+      (void)impl()->prod.plan(p, blocking(), s);
+    }, [&] { impl()->prod.arm_quiet(s); });
+    impl()->guarded([&] { g.launch(s); });  // the engine's graph runs whether capture is enabled or not
   }
 
   // ---- consumer ----
@@ -181,7 +209,7 @@ class channel {
   /// entries. Returns the number of entries delivered plus copies issued by this call.
   std::size_t poll()
   {
-    return guarded([&] { return impl()->drain.poll(); });
+    return impl()->guarded([&] { return impl()->drain.poll(); });
   }
   /// The next completed entry when no callback was given.
   [[nodiscard]] std::optional<entry_view> try_pop() { return impl()->drain.try_pop(); }
@@ -220,6 +248,13 @@ class channel {
   /// throws invalidated_error naming the failed call, and close() throws it too. Storage a DMA may still
   /// read (ring, staging) is retained until the channel is destroyed, which waits for the drain stream.
   [[nodiscard]] bool invalidated() const { return impl()->st.is_failed(); }
+  /// config::on_error = disable: whether capture is disabled now, and the first error that disabled it (empty:
+  /// none; counters::capture_errors counts them).
+  [[nodiscard]] bool capture_disabled() const { return impl()->st.capture_disabled(); }
+  [[nodiscard]] std::string capture_error() const { return impl()->st.first_capture_error(); }
+  /// Re-enables capture after on_error = disable disabled it, at a forward boundary (an open forward:
+  /// logic_error). An invalidated channel (a failed backend call) cannot be recovered: invalidated_error.
+  void recover() { impl()->guarded([&] { impl()->prod.recover(); }); }
   /// The first failed backend call (empty while the channel is usable).
   [[nodiscard]] std::string invalidation_reason() const { return impl()->st.failure_reason(); }
 
@@ -239,18 +274,6 @@ class channel {
     }
     impl_.reset();
   }
-  /// Runs a producer/poll call; a backend failure inside it invalidates the channel, then propagates.
-  template <class F>
-  decltype(auto) guarded(F&& f)
-  {
-    try {
-      return std::forward<F>(f)();
-    } catch (const ferry::backend_error& e) {
-      impl()->st.fail(e.what());
-      throw;
-    }
-  }
-
   /// The channel's parts; a moved-from channel has none and every call on it throws logic_error.
   [[nodiscard]] detail::channel_impl<B>* impl() const
   {

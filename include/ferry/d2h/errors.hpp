@@ -53,9 +53,12 @@ struct shutdown_report {
   std::uint64_t callback_errors{0};
   /// what() of the first one ("a non-std::exception" when it was not a std::exception); empty when none.
   std::string first_callback_error;
+  /// Errors that disabled capture (config::on_error = disable), and the first one's message.
+  std::uint64_t capture_errors{0};
+  std::string first_capture_error;
   [[nodiscard]] bool clean() const noexcept
   {
-    return unpublished.empty() && undrained.empty() && !forward_open && callback_errors == 0;
+    return unpublished.empty() && undrained.empty() && !forward_open && callback_errors == 0 && capture_errors == 0;
   }
 };
 
@@ -70,7 +73,7 @@ namespace detail {
          "a captured forward's entries were never planned)";
     sep = "; ";
   } else {
-    m += "expected every reserved entry published and drained and no callback exception, got ";
+    m += "expected every reserved entry published and drained, no callback exception and no capture error, got ";
   }
   if (!r.unpublished.empty()) {
     m += sep + ferry::detail::format("{} entries never published (first seq {}, hook {})", r.unpublished.size(),
@@ -86,6 +89,11 @@ namespace detail {
   if (r.callback_errors > 0) {
     m += sep + ferry::detail::format("{} exceptions thrown by the consumer callback, the first: {}", r.callback_errors,
                                      r.first_callback_error);
+    sep = "; ";
+  }
+  if (r.capture_errors > 0) {
+    m += sep + ferry::detail::format("capture disabled by {} error{} (on_error = disable), the first: {}", r.capture_errors,
+                                     r.capture_errors == 1 ? "" : "s", r.first_capture_error);
     sep = "; ";
   }
   if (sep.empty()) { m += "nothing lost"; }

@@ -56,7 +56,9 @@ FERRY_HD constexpr std::uint64_t place_phys(std::uint64_t phys, std::uint64_t re
 }
 
 /// A device cursor. Both fields are kept reduced (no division on the device):
-///   phys      physical offset of the end of the last placed entry, in [0, ring_bytes)
+///   phys      physical offset of the end of the last placed entry, in [0, ring_bytes); bit 63 (cursor_unplanned)
+///             set: the forward is a graph launch that no plan() armed (the claim kernel, replay_token.cuh):
+///             its writers store nothing and pass the cursor on unchanged
 ///   dyn_slot  low 32 bits: size slot of the next dynamic entry, in [0, size_slot_count) (0 without a size
 ///             ring); high 32 bits: the commit count (mod 2^32), +1 per commit. A missing commit shows as
 ///             slot[parity ^ 1] not one commit ahead of slot[parity] (the commit check, producer end_write).
@@ -64,6 +66,12 @@ struct alignas(16) cursor {
   std::uint64_t phys{0};
   std::uint64_t dyn_slot{0};
 };
+
+/// cursor::phys's bit that marks a forward no plan() armed (set by the claim kernel in slot[0], passed on by
+/// every writer of the forward, cleared by its boundary release). Ring sizes are far below 2^63.
+inline constexpr std::uint64_t cursor_unplanned = std::uint64_t{1} << 63;
+/// Whether a writer holding cursor `c` may write: false inside a graph launch that no plan() armed.
+FERRY_HD constexpr bool cursor_live(const cursor& c) noexcept { return (c.phys & cursor_unplanned) == 0; }
 
 /// The size-slot index of a cursor's dyn_slot.
 FERRY_HD constexpr std::uint64_t cursor_size_slot(std::uint64_t dyn_slot) noexcept { return dyn_slot & 0xffffffffULL; }
@@ -76,10 +84,20 @@ FERRY_HD constexpr std::uint32_t cursor_commits(std::uint64_t dyn_slot) noexcept
 /// Device memory, one per channel. `produced` is the GPU-local produced-entry counter; only the
 /// publishing thread (one thread, stream-ordered) touches it. `gather_join` is the cross-block join counter
 /// of a publishing gather kernel (acq_rel arrivals; the last block resets it before it publishes).
+/// The replay token (kernels/d2h/replay): `armed` counts plan()s whose replay has not started (+1 by the
+/// arm kernel plan() enqueues on the replay's stream, -1 by the claim kernel, a captured forward's first
+/// node); `launches` counts the graph launches the claim kernel saw; `skip` is set by a claim that found no
+/// token (the releases of that forward publish nothing; the writers see cursor_unplanned instead) and cleared
+/// by the forward's boundary release; `quiet` counts the tokens of replays launched while capture is disabled
+/// (config::on_error): they skip the same way, unreported. All stream-ordered, single-threaded.
 struct alignas(128) device_state {
   cursor slot[2];
   std::uint64_t produced{0};
   std::uint32_t gather_join{0};
+  std::uint32_t skip{0};
+  std::uint64_t armed{0};
+  std::uint64_t launches{0};
+  std::uint64_t quiet{0};  ///< quiet tokens (a channel with capture disabled): the launch writes nothing, unreported
 };
 
 /// The cursor slot's loads and stores on the GPU (CUDA, sm_80+) carry an L2 evict_last cache-policy hint: in a
@@ -134,6 +152,8 @@ FERRY_HD inline void normalize_cursor(device_state* st) noexcept
 ///   capacity()        reserved bytes (the entry's upper bound)
 ///   commit()          exactly one thread of the writer grid, exactly once: advances the cursor
 ///   commit(actual)    same, for a dynamic entry: also writes the actual size into its size slot
+///   live()            false inside a graph launch that no plan() armed: write nothing (commit() is still
+///                     called: it passes the cursor on); ferry's own kernels test it with the cursor they load
 /// The channel publishes the entry after the writer kernel (stream order is the join).
 struct ring_ref {
   std::byte* ring{nullptr};
@@ -148,6 +168,9 @@ struct ring_ref {
   [[nodiscard]] FERRY_HD std::uint64_t offset() const noexcept { return offset(load()); }
   [[nodiscard]] FERRY_HD std::byte* data() const noexcept { return ring + offset(); }
   [[nodiscard]] FERRY_HD std::uint64_t capacity() const noexcept { return reserved; }
+  /// Whether this launch may write the entry (see cursor_unplanned). A user writer in a captured forward
+  /// tests it before its stores.
+  [[nodiscard]] FERRY_HD bool live() const noexcept { return cursor_live(load()); }
 
   FERRY_HD void commit() const noexcept { commit(load()); }
   /// For a dynamic entry. `actual` may exceed capacity(): the drain then rejects the entry (the writer
@@ -158,9 +181,17 @@ struct ring_ref {
   // and commits from that value, so the committing thread issues no second, dependent load).
   /// The cursor this entry places itself from (one 16-byte load).
   [[nodiscard]] FERRY_HD cursor load() const noexcept { return load_cursor(&state->slot[parity]); }
-  [[nodiscard]] FERRY_HD std::uint64_t offset(cursor c) const noexcept { return place_phys(c.phys, reserved, ring_bytes); }
+  [[nodiscard]] FERRY_HD std::uint64_t offset(cursor c) const noexcept
+  {
+    return place_phys(c.phys & ~cursor_unplanned, reserved, ring_bytes);
+  }
+  /// The next cursor, written to slot[parity ^ 1]; an unplanned launch's cursor is passed on unchanged.
   FERRY_HD void commit(cursor c) const noexcept
   {
+    if (!cursor_live(c)) {
+      store_cursor(&state->slot[parity ^ 1U], c);
+      return;
+    }
     const std::uint64_t end = offset(c) + reserved;  // <= ring_bytes
     std::uint64_t slot = cursor_size_slot(c.dyn_slot);
     if (dynamic != 0) { slot = slot + 1 >= size_slot_count ? 0 : slot + 1; }
@@ -169,7 +200,7 @@ struct ring_ref {
   }
   FERRY_HD void commit(cursor c, std::uint64_t actual) const noexcept
   {
-    if (dynamic != 0 && size_slot_count != 0) { size_slots[cursor_size_slot(c.dyn_slot)] = actual; }
+    if (dynamic != 0 && size_slot_count != 0 && cursor_live(c)) { size_slots[cursor_size_slot(c.dyn_slot)] = actual; }
     commit(c);
   }
 };

@@ -36,6 +36,16 @@ enum class full_policy {
   fail_fast,           ///< throw out_of_memory at once (the try_* calls return false instead)
 };
 
+/// What a producer call does when it fails (a backend failure, a full ring past its timeout, a misuse) or
+/// the consumer callback throws (channel::recover, docs/api/d2h.md "Capture that never takes the engine down").
+enum class error_policy {
+  raise,    ///< the call throws its typed error (the default)
+  disable,  ///< the error is kept (counters::capture_errors, channel::capture_error(), close()'s report); the
+            ///< open forward is closed as abort_forward closes it (what it launched is published) and every
+            ///< producer call is a cheap no-op until recover() at a forward boundary; graph replays keep
+            ///< running and write nothing (their replay token is a quiet one)
+};
+
 /// Who runs the drain.
 enum class drain_mode {
   thread,  ///< a thread owned by the channel
@@ -103,6 +113,7 @@ struct config {
   /// release (publish_every above the hook count), as one gather replaces a copy kernel per hook.
   std::size_t bounce_capture_max_bytes{0};
   std::chrono::microseconds drain_idle_sleep{20};  ///< drain thread sleep when idle
+  error_policy on_error{error_policy::raise};      ///< raise, or disable capture and keep serving
 };
 
 /// A channel's open forward (channel::open_forward): its stream and whether it is being captured.
@@ -127,6 +138,9 @@ struct counters {
   /// Release operations of published_head the CPU enqueued or captured (fused or kernels). A release captured
   /// into a graph counts once, when it is captured; replays do not add to it (the GPU runs them unseen).
   std::uint64_t publishes{0};
+  /// Errors that disabled capture (config::on_error = disable): failed producer calls and consumer callback
+  /// exceptions, each counted once per disabling (calls while disabled are no-ops, not errors).
+  std::uint64_t capture_errors{0};
 };
 
 }  // namespace ferry::d2h

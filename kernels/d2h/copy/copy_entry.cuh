@@ -40,7 +40,8 @@ FERRY_HD inline std::uint64_t copy_length(const copy_args& a) noexcept { return 
 ///      (the GPU copy issues its first source loads before, so the two loads are in flight together);
 ///   3. place() reads the cursor once, and the grid's thread (0, 0) (block `blk`, thread `t`; the host runs a
 ///      block as its thread 0) writes the next cursor slot from that same value at once, before its payload
-///      stores.
+///      stores. In a graph launch that no plan() armed the cursor carries cursor_unplanned: commit passes it
+///      on and place() returns null, so the copy stores nothing (replay_token.cuh).
 /// That is safe because the slot it writes (parity ^ 1) is read by no thread of this kernel, only by the next
 /// writer kernel on the stream, after this one completed (kernel boundary or grid_dependency_wait).
 #if defined(__CUDACC__)
@@ -51,10 +52,10 @@ FERRY_HD inline void copy_commit(const copy_args& a, std::uint32_t blk, std::uin
 {
   const std::uint64_t actual = actual_length(a);
   const std::uint64_t n = copy_length(a, actual);
-  auto place = [&] {
+  auto place = [&]() -> std::byte* {
     const ferry::d2h::cursor c = a.dst.load();
     if (blk == 0 && t == 0) { a.dst.commit(c, actual); }  // the size slot is written for dynamic entries only
-    return a.dst.ring + a.dst.offset(c);
+    return ferry::d2h::cursor_live(c) ? a.dst.ring + a.dst.offset(c) : nullptr;  // null: an unplanned launch
   };
   copy(place, n);
 }
@@ -76,7 +77,9 @@ __device__ __forceinline__ void copy_commit_bytes(const copy_args& a, std::uint3
                                                   std::uint32_t t, std::uint32_t nt)
 {
   copy_commit(a, blk, t, [&](auto&& place, std::uint64_t n) {
-    copy_tail(place(), a.src, static_cast<std::uint64_t>(blk) * nt + t, n, static_cast<std::uint64_t>(nblk) * nt);
+    if (std::byte* d = place(); d != nullptr) {
+      copy_tail(d, a.src, static_cast<std::uint64_t>(blk) * nt + t, n, static_cast<std::uint64_t>(nblk) * nt);
+    }
   });
 }
 
@@ -92,13 +95,15 @@ __device__ __forceinline__ void copy_commit_once(const copy_args& a)
   const std::uint32_t nt = blockDim.x;
   const std::uint32_t blk = blockIdx.x;
   const std::uint32_t t = threadIdx.x;
-  const auto place = [&] {
+  const auto place = [&]() -> vec16* {
     const ferry::d2h::cursor c = a.dst.load();
     if ((blk | t) == 0) { a.dst.commit(c); }
-    return reinterpret_cast<vec16*>(a.dst.ring + a.dst.offset(c));
+    return ferry::d2h::cursor_live(c) ? reinterpret_cast<vec16*>(a.dst.ring + a.dst.offset(c)) : nullptr;
   };
   vector_pass<V>(reinterpret_cast<const vec16*>(a.src), blk * nt * V + t, nt, vecs, place,
-                 [](vec16* d, std::uint32_t i, const vec16& v) { d[i] = v; });
+                 [](vec16* d, std::uint32_t i, const vec16& v) {
+                   if (d != nullptr) { d[i] = v; }
+                 });
 }
 
 /// Form `F`'s copy (copy_form: V vectors per thread from an aligned source, its one-pass form, or bytes).
@@ -122,7 +127,7 @@ __device__ __forceinline__ void copy_by_form(const copy_args& a, std::uint32_t b
 inline void copy_commit_block_host(const copy_args& a, std::uint32_t blk, std::uint32_t nblk, std::uint32_t nt)
 {
   copy_commit(a, blk, 0U, [&](auto&& place, std::uint64_t n) {
-    copy_block_host(place(), a.src, n, a.vecs_per_thread, blk, nblk, nt);
+    if (std::byte* d = place(); d != nullptr) { copy_block_host(d, a.src, n, a.vecs_per_thread, blk, nblk, nt); }
   });
 }
 

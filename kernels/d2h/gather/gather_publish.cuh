@@ -74,7 +74,8 @@ FERRY_HD constexpr std::uint32_t gather_entry_of(const gather_args& a, std::uint
 
 /// Steps 1-3 for block `blk` (thread `t`): `copy(dst_of, src, n, local_blk, local_nblk)` copies entry i's
 /// share; it calls `dst_of()` once, where its first stores need the destination (the cursor load and the
-/// placement chain run there, after the GPU copy issued its first source loads).
+/// placement chain run there, after the GPU copy issued its first source loads). dst_of() is null in a
+/// graph launch that no plan() armed (cursor_unplanned): the copy then stores nothing.
 #if defined(__CUDACC__)
 #pragma nv_exec_check_disable
 #endif
@@ -82,12 +83,14 @@ template <class CopyFn>
 FERRY_HD inline void gather_commit(const gather_args& a, std::uint32_t blk, std::uint32_t t, CopyFn&& copy)
 {
   const std::uint32_t i = gather_entry_of(a, blk);
-  auto dst_of = [&] {
+  auto dst_of = [&]() -> std::byte* {
     const ferry::d2h::cursor c = a.dst.load();
+    const bool live = ferry::d2h::cursor_live(c);  // false: a launch no plan() armed writes nothing
     if (blk == 0 && t == 0) {
-      ferry::d2h::store_cursor(&a.dst.state->slot[a.dst.parity ^ 1U], ferry::d2h::cursor{gather_end(a, c.phys), c.dyn_slot});
+      ferry::d2h::store_cursor(&a.dst.state->slot[a.dst.parity ^ 1U],
+                               live ? ferry::d2h::cursor{gather_end(a, c.phys), c.dyn_slot} : c);
     }
-    return a.dst.ring + gather_offset(a, c.phys, i);
+    return live ? a.dst.ring + gather_offset(a, c.phys, i) : nullptr;
   };
   copy(dst_of, a.e[i].src, a.e[i].bytes, blk - a.first_block[i], a.first_block[i + 1] - a.first_block[i]);
 }
@@ -119,6 +122,8 @@ FERRY_HD inline bool gather_join_arrive(ferry::d2h::device_state* st, std::uint3
 /// release of published_head.
 FERRY_HD inline void gather_release(const gather_args& a) noexcept
 {
+  // a boundary of a launch no plan() armed: the cursor restored from the slot this gather wrote, no release
+  if (a.boundary != 0 && end_unplanned(a.dst.state, a.dst.parity ^ 1U)) { return; }
   if (a.normalize != 0) { ferry::d2h::normalize_cursor(a.dst.state); }
   publish_phase(a.dst.state, a.head, a.head_n);
 }
@@ -136,7 +141,9 @@ __device__ __forceinline__ void gather_block_phase(const gather_args& a, std::ui
       copy_vectors<V>(dst_of, src, n, lb, nb, t, nt);
       return;
     }
-    copy_tail(dst_of(), src, static_cast<std::uint64_t>(lb) * nt + t, n, static_cast<std::uint64_t>(nb) * nt);
+    if (std::byte* d = dst_of(); d != nullptr) {
+      copy_tail(d, src, static_cast<std::uint64_t>(lb) * nt + t, n, static_cast<std::uint64_t>(nb) * nt);
+    }
   });
 }
 #endif
@@ -146,7 +153,7 @@ __device__ __forceinline__ void gather_block_phase(const gather_args& a, std::ui
 inline void gather_block_host(const gather_args& a, std::uint32_t blk, std::uint32_t nblk, std::uint32_t nt)
 {
   gather_commit(a, blk, 0U, [&](auto&& dst_of, const std::byte* src, std::uint64_t n, std::uint32_t lb, std::uint32_t nb) {
-    copy_block_host(dst_of(), src, n, a.vecs_per_thread, lb, nb, nt);
+    if (std::byte* d = dst_of(); d != nullptr) { copy_block_host(d, src, n, a.vecs_per_thread, lb, nb, nt); }
   });
   // Block join (the host runs a block as one thread), then the cross-block arrival.
   if (a.head_n != 0 && gather_join_arrive(a.dst.state, nblk)) { gather_release(a); }

@@ -21,6 +21,8 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 namespace ferry::testing {
 struct d2h_access;
@@ -64,6 +66,36 @@ class channel_impl {
 
   /// Drains every published entry (up to `timeout`), stops the drain and reports; see channel::close().
   shutdown_report close(std::chrono::milliseconds timeout);
+
+  /// Runs a channel call; a backend failure inside it invalidates the channel, then propagates.
+  template <class F>
+  decltype(auto) guarded(F&& f)
+  {
+    try {
+      return std::forward<F>(f)();
+    } catch (const ferry::backend_error& e) {
+      st.fail(e.what());
+      throw;
+    }
+  }
+  /// A producer call: `f`, or with capture disabled (config::on_error = disable) the no-op `off`. Under
+  /// on_error = disable a typed error of `f` disables capture (the error kept, the open forward closed:
+  /// producer::disable) and the call returns `off()`.
+  template <class F, class Off>
+  std::invoke_result_t<F> produce(F&& f, Off&& off)
+  {
+    if (st.capture_disabled()) [[unlikely]] {
+      prod.while_disabled();
+      return off();
+    }
+    try {
+      return guarded(std::forward<F>(f));
+    } catch (const ferry::error& e) {
+      if (st.cfg.on_error != error_policy::disable) { throw; }
+      prod.disable(e.what());
+      return off();
+    }
+  }
 
  private:
   friend class ferry::d2h::channel<B>;
@@ -134,6 +166,9 @@ void channel_impl<B>::init_resources()
     st.head_dev = st.head_mapped.template device_as<std::uint64_t>();
   }
   ferry::backend::host_store_release(st.head_host, 0);
+  st.replay_report = ferry::backend::mapped_buffer<B>{cache_line, b};
+  ferry::backend::host_store_release(st.replay_report.template as<std::uint64_t>(), 0);
+  ferry::backend::host_store_release(st.replay_report.template as<std::uint64_t>() + 1, 0);
   if (st.cfg.size_slots > 0) {
     st.size_ring = ferry::backend::managed_buffer<B>{align_up(st.cfg.size_slots * 8ULL, cache_line), b};
     st.size_ring.advise(ferry::backend::mem_advice::preferred_location_host, st.dev);
@@ -144,7 +179,8 @@ void channel_impl<B>::init_resources()
   st.staging = std::make_shared<staging_pool>(base, st.staging_bytes, std::shared_ptr<void>(pinned, pinned.get()));
   // Load every kernel the channel launches now: a lazy module load at a first launch would wait for kernels
   // already running on the device (see backend preload).
-  int arch = b.preload(publish_head_kernel(typename B::tag{}));
+  int arch = std::min({b.preload(publish_head_kernel(typename B::tag{})), b.preload(arm_replay_kernel(typename B::tag{})),
+                       b.preload(claim_replay_kernel(typename B::tag{}))});
   for (const copy_form f : {copy_form::bytes, copy_form::v1, copy_form::v2, copy_form::v4, copy_form::v8}) {
     arch = std::min({arch, b.preload(copy_entry_publish_kernel(typename B::tag{}, f)),
                      b.preload(copy_entry_kernel(typename B::tag{}, f)), b.preload(gather_publish_kernel(typename B::tag{}, f))});
@@ -193,6 +229,7 @@ shutdown_report channel_impl<B>::close(std::chrono::milliseconds timeout)
       if (n == 0 && drain.idle()) { break; }
     }
     drain.check_planned_final();
+    st.check_replay_report();  // a graph launch without plan() that ran before close is reported here at the latest
     st.fifo.refresh();
     const std::size_t left = st.fifo.readable();
     // The final drain pass above acquired the head: an entry below it was published and is left only
@@ -217,6 +254,8 @@ shutdown_report channel_impl<B>::close(std::chrono::milliseconds timeout)
     rep.callback_errors = drain.callback_errors();
     rep.first_callback_error = drain.first_callback_error();
   }
+  rep.capture_errors = st.c_capture_errors.load();
+  rep.first_capture_error = st.first_capture_error();
   final_report = rep;
   throw_if_failed(rep);
   if (!rep.clean()) { throw shutdown_error(rep); }

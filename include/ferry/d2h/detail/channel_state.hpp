@@ -27,6 +27,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -61,6 +62,10 @@ struct channel_state {
   ferry::backend::managed_buffer<B> size_ring;
   std::uint64_t* head_host{nullptr};
   std::uint64_t* head_dev{nullptr};
+  /// The replay token's report (kernels/d2h/replay): {first unplanned graph launch, unplanned launches}, written
+  /// by the claim kernel, read by check_replay_report once a forward was captured (`captured`).
+  ferry::backend::mapped_buffer<B> replay_report;
+  std::atomic<bool> captured{false};
   std::shared_ptr<staging_pool> staging;
   spsc_fifo<entry_meta> fifo;
   test_hooks hooks;
@@ -74,7 +79,7 @@ struct channel_state {
 
   // -- counters (relaxed; stats() is a snapshot) --
   std::atomic<std::uint64_t> c_reserved{0}, c_published{0}, c_drained{0}, c_bytes{0}, c_copies{0}, c_stalls{0},
-    c_high{0}, c_overflows{0}, c_cb_errors{0}, c_publishes{0}, c_bytes_copied{0};
+    c_high{0}, c_overflows{0}, c_cb_errors{0}, c_publishes{0}, c_bytes_copied{0}, c_capture_errors{0};
 
   launch_policy<B> launch{b};  ///< how the channel's kernels are launched on the producer stream
 
@@ -104,6 +109,33 @@ struct channel_state {
     space_cv.notify_all();
   }
   [[nodiscard]] bool is_failed() const noexcept { return failed.load(); }
+
+  // -- capture disabled (config::on_error = disable; any thread sets it, the producer thread clears it) --
+  /// Disables capture: counted, the first message kept and printed once; the producer's next call closes its
+  /// open forward and every later one is a no-op until recover(). Returns whether it was enabled.
+  bool disable_capture(std::string_view what)
+  {
+    c_capture_errors.fetch_add(1, std::memory_order_relaxed);
+    {
+      std::lock_guard lock{fail_mu};
+      if (capture_error.empty()) {
+        capture_error = std::string{what};
+        std::fprintf(stderr, "ferry: d2h channel capture disabled (on_error = disable; recover() re-enables it): %s\n",
+                     capture_error.c_str());
+      }
+    }
+    const bool was = !capture_off.exchange(true, std::memory_order_acq_rel);
+    space_cv.notify_all();
+    return was;
+  }
+  [[nodiscard]] bool capture_disabled() const noexcept { return capture_off.load(std::memory_order_acquire); }
+  void enable_capture() noexcept { capture_off.store(false, std::memory_order_release); }
+  /// The first error that disabled capture (empty: none).
+  [[nodiscard]] std::string first_capture_error() const
+  {
+    std::lock_guard lock{fail_mu};
+    return capture_error;
+  }
   [[nodiscard]] std::string failure_reason() const
   {
     std::lock_guard lock{fail_mu};
@@ -116,6 +148,23 @@ struct channel_state {
                  "d2h channel {}: expected a usable channel, got one invalidated by a failed backend call: {}", what,
                  failure_reason());
     }
+  }
+
+  /// A graph launch that no plan() armed (the claim kernel's report; it wrote and published nothing, every
+  /// planned forward is delivered): invalidates the channel, naming the launch. One acquire load of pinned
+  /// host memory once a forward was captured; any thread (producer calls, the drain, close).
+  void check_replay_report()
+  {
+    if (!captured.load(std::memory_order_relaxed)) [[likely]] { return; }
+    auto* r = replay_report.template as<std::uint64_t>();
+    const std::uint64_t count = ferry::backend::host_load_acquire(&r[1]);
+    if (count == 0 || is_failed()) [[likely]] { return; }
+    fail(ferry::detail::format(
+      "d2h channel: graph replayed without plan(): launch {} of this channel's captured forwards ({} such launch{} so "
+      "far) found no plan() token; expected channel::replay(graph, plan, stream), or plan(plan, stream) on the stream "
+      "it is launched on, before every launch. The unplanned launch wrote and published nothing (its kernels saw no "
+      "token); every planned forward is delivered",
+      ferry::backend::host_load_acquire(&r[0]), count, count == 1 ? "" : "es"));
   }
 
   [[nodiscard]] counters stats() const
@@ -132,6 +181,7 @@ struct channel_state {
     c.size_overflows = c_overflows.load();
     c.callback_errors = c_cb_errors.load();
     c.publishes = c_publishes.load();
+    c.capture_errors = c_capture_errors.load();
     return c;
   }
 
@@ -163,8 +213,10 @@ struct channel_state {
   }
 
   std::atomic<bool> failed{false};
+  std::atomic<bool> capture_off{false};
   mutable std::mutex fail_mu;
   std::string failure;
+  std::string capture_error;
 };
 
 }  // namespace ferry::d2h::detail

@@ -133,6 +133,9 @@ class drainer {
   {
     if (cb_errors_++ == 0) { first_cb_error_ = what; }
     st_.c_cb_errors.fetch_add(1, std::memory_order_relaxed);
+    if (st_.cfg.on_error == error_policy::disable && !st_.capture_disabled()) {  // a failing sink stops capture
+      (void)st_.disable_capture(ferry::detail::format("the consumer callback threw: {}", what));
+    }
   }
   void test_delay();
   [[nodiscard]] std::uint64_t read_size_slot(std::uint64_t slot) const noexcept

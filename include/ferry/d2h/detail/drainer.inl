@@ -20,6 +20,7 @@ std::size_t drainer<B>::step()
       st_.c_published.store(h, std::memory_order_relaxed);
       check_planned(h, false);
     }
+    st_.check_replay_report();
     progress += issue_copies(h);
     progress += complete_finished();
   } catch (const std::exception& e) {

@@ -33,15 +33,21 @@ struct enum_names<drain_mode> {
     {{"thread", drain_mode::thread}, {"poll", drain_mode::poll}}};
 };
 
+template <>
+struct enum_names<error_policy> {
+  static constexpr std::array<std::pair<std::string_view, error_policy>, 2> values{
+    {{"raise", error_policy::raise}, {"disable", error_policy::disable}}};
+};
+
 // The lists, in declaration order (X-macros: one name per field, expanded below).
 #define FERRY_D2H_CONFIG_FIELDS(X)                                                                          \
   X(ring_bytes) X(staging_bytes) X(publish_every) X(head_memory) X(on_full) X(timeout) X(size_slots) X(drain) \
   X(fifo_capacity) X(max_copies_in_flight) X(fused_copy_max_bytes) X(single_block_copy_max_bytes)            \
   X(copy_block_threads) X(copy_vecs_per_thread) X(lean_copy_kernel) X(programmatic_launch) X(branch_publish) \
-  X(gather_branch_publish) X(bounce_capture_max_bytes) X(drain_idle_sleep)
+  X(gather_branch_publish) X(bounce_capture_max_bytes) X(drain_idle_sleep) X(on_error)
 #define FERRY_D2H_COUNTERS(X)                                                                                \
   X(entries_reserved) X(entries_published) X(entries_drained) X(bytes_drained) X(bytes_copied) X(copies)     \
-  X(stalls) X(high_watermark) X(size_overflows) X(callback_errors) X(publishes)
+  X(stalls) X(high_watermark) X(size_overflows) X(callback_errors) X(publishes) X(capture_errors)
 
 /// f(name, member) for every field of `c` (a config or const config), in declaration order.
 template <class Config, class F>

@@ -26,12 +26,24 @@ struct copy_args {
 };
 
 /// One thread: produced += n; store_release_system(head, produced). When `normalize` is set (forward
-/// boundary after an odd number of entries) it first copies cursor slot 1 into slot 0.
+/// boundary after an odd number of entries) it first copies cursor slot 1 into slot 0. `boundary`: the
+/// forward's last release (end_forward, abort_forward): in a forward no plan() armed (device_state::skip)
+/// it publishes nothing and restores the cursor instead (replay_token.cuh); any other release of such a
+/// forward publishes nothing.
 struct head_args {
   device_state* state{nullptr};
   std::uint64_t* head{nullptr};
   std::uint64_t n{0};
   std::uint32_t normalize{0};
+  std::uint32_t boundary{0};
+};
+
+/// The replay token's kernels (kernels/d2h/replay): the channel's state block and its host-visible report
+/// (two words in pinned mapped memory: the first unplanned launch, the number of unplanned launches).
+struct replay_token_args {
+  device_state* state{nullptr};
+  std::uint64_t* report{nullptr};
+  std::uint32_t quiet{0};  ///< arm_replay: a quiet token (capture disabled: the replay writes nothing, unreported)
 };
 
 /// The commit check after a user-written entry (one thread): `entry` is the ticket's view. When its writer
@@ -68,12 +80,14 @@ struct gather_entry {
 ///   head_n         > 0: after the cross-block join the last block releases produced += head_n
 ///   normalize      (forward boundary, head_n > 0) the last block copies cursor slot 1 into slot 0 before it
 ///                  releases, as the boundary's publish kernel does (every block read its cursor before it arrived)
+///   boundary       the forward's last release: in a forward no plan() armed it restores the cursor instead
 struct gather_args {
   ring_ref dst;
   std::uint64_t* head{nullptr};  ///< device address of published_head
   std::uint64_t head_n{0};
   std::uint32_t n{0};
   std::uint32_t normalize{0};
+  std::uint32_t boundary{0};
   std::uint32_t vecs_per_thread{1};
   std::uint32_t test_skip_wait{0};  ///< test hook (debug_fault::programmatic_without_wait): omit the join
   gather_entry e[gather_max_entries]{};

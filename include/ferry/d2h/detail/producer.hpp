@@ -24,6 +24,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -64,6 +65,14 @@ class producer {
       ferry::backend::host_store_release(commit_flag_->template as<std::uint64_t>(), 0);
       (void)st_.b.preload(commit_check_kernel(typename B::tag{}));
     }
+    if (st_.cfg.on_error == error_policy::disable) {  // the state block of disabled tickets (disabled_ticket)
+      off_state_.emplace(sizeof(device_state), st_.b);
+      device_state off{};
+      off.slot[0].phys = off.slot[1].phys = cursor_unplanned;
+      st_.b.memcpy_async(off_state_->data(), &off, sizeof off, ferry::backend::memcpy_kind::host_to_device,
+                         st_.drain_stream.handle());
+      st_.drain_stream.synchronize();
+    }
   }
 
   void begin_forward(stream_view s);
@@ -74,10 +83,26 @@ class producer {
   void flush(stream_view s);
   write_ticket begin_write(hook_id hook, std::uint64_t reserved_bytes, entry_kind kind, stream_view s);
   void end_write(write_ticket&& t, stream_view s);
-  bool plan(const forward_plan& p, when_full full);
+  /// Reserves `p`'s entries and arms one replay (kernels/d2h/replay) on `launch_stream` (joined to the last
+  /// forward's stream first), or without one on the stream of the last executed forward or replay (else of
+  /// the last producer call).
+  bool plan(const forward_plan& p, when_full full, std::optional<stream_view> launch_stream = std::nullopt);
   bool abort_forward(stream_view s);
   /// channel::replay: the graph is about to be launched on `s`; joins the stream of the last executed forward.
   void before_replay(stream_view s);
+
+  // Capture disabled (config::on_error = disable; producer_disable.inl).
+  /// A producer call failed: disables capture (`what` kept) and closes the open forward.
+  void disable(std::string_view what);
+  /// Every producer call while capture is disabled: closes a forward still open (once).
+  void while_disabled();
+  /// The engine's forward open or closed while capture is disabled (its begin_forward / end_forward).
+  void set_user_open(bool open) noexcept { user_open_ = open; }
+  /// plan / replay while capture is disabled: a quiet replay token (the replay writes nothing, unreported).
+  void arm_quiet(std::optional<stream_view> launch_stream) noexcept;
+  [[nodiscard]] write_ticket disabled_ticket(hook_id hook, std::uint64_t reserved);
+  /// Re-enables capture at a forward boundary (not on an invalidated channel: invalidated_error).
+  void recover();
   [[nodiscard]] std::optional<open_forward_state<B>> open_forward() const noexcept
   {
     if (!in_forward_) { return std::nullopt; }
@@ -127,6 +152,10 @@ class producer {
   bool check_commit_flag();
   void check_entry(hook_id hook, std::uint64_t bytes, entry_kind kind, const char* what) const;
   [[nodiscard]] ring_ref make_ref(std::uint64_t reserved, entry_kind kind) const noexcept;
+  [[nodiscard]] replay_token_args token_args() const noexcept
+  {
+    return {st_.device_state_ptr(), st_.replay_report.template device_as<std::uint64_t>()};
+  }
   /// reservation::wait_for_space from a producer call: an eager producer about to wait first publishes
   /// what it launched on `flush_stream` (entries launched but not published cannot drain).
   template <class Who>
@@ -187,6 +216,8 @@ class producer {
   bool commit_fault_{false};      ///< the channel's first failure was a commit fault (check_commit_flag)
   deferred_batch deferred_;  ///< capture_deferred entries not yet copied (flush_deferred)
   std::vector<std::shared_ptr<void>> graph_sources_;  ///< owners of sources captured into graphs (until close)
+  bool user_open_{false};  ///< capture disabled: the engine's forward is open (begin_forward seen, end_forward not)
+  std::optional<ferry::backend::device_buffer<B>> off_state_;  ///< disabled tickets' state block (on_error = disable)
 };
 
 }  // namespace ferry::d2h::detail
@@ -194,3 +225,5 @@ class producer {
 #include <ferry/d2h/detail/producer.inl>
 #include <ferry/d2h/detail/producer_checks.inl>
 #include <ferry/d2h/detail/producer_deferred.inl>
+#include <ferry/d2h/detail/producer_plan.inl>
+#include <ferry/d2h/detail/producer_disable.inl>

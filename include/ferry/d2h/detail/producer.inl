@@ -31,7 +31,16 @@ void producer<B>::begin_forward(stream_view s)
   parity_ = 0;
   unpublished_ = 0;
   fwd_entries_ = 0;
-  if (capturing_) { access::start_recording(recording_, &st_); }
+  if (capturing_) {
+    access::start_recording(recording_, &st_);
+    // The forward's first node: the replay token's claim (kernels/d2h/replay). A launch of this graph that no
+    // plan() armed then writes and publishes nothing, and is reported (channel_state::check_replay_report).
+    st_.captured.store(true, std::memory_order_relaxed);
+    if (!st_.hooks.is(debug_fault::capture_without_claim)) {
+      st_.b.launch(claim_replay_kernel(typename B::tag{}), ferry::backend::launch_config{{1}, {1}, 0, false},
+                   s.handle(), token_args());
+    }
+  }
   st_.launch.set_capture_open(capturing_);
 }
 
@@ -50,7 +59,7 @@ forward_plan producer<B>::end_forward(stream_view s)
   // The forward boundary: one release covering every entry since the last one, and slot[0] = slot[parity].
   // A partial deferred batch is copied first, by a gather that does that release itself in its last block
   // (one kernel fewer on the stream per forward); else the publish kernel does it.
-  if (!flush_deferred(s.handle(), true, "end_forward")) { rel_.release_inline(s.handle(), unpublished_, parity_); }
+  if (!flush_deferred(s.handle(), true, "end_forward")) { rel_.release_inline(s.handle(), unpublished_, parity_, true); }
   unpublished_ = 0;
   parity_ = 0;
   in_forward_ = false;
@@ -84,7 +93,7 @@ bool producer<B>::abort_forward(stream_view s)
                   static_cast<const void*>(s.handle()));
     deferred_.keep_bounced();  // bounce captures were launched (their copies into the channel's slots): kept
     (void)launch_deferred(s.handle(), false);
-    rel_.release_inline(s.handle(), unpublished_, parity_);
+    rel_.release_inline(s.handle(), unpublished_, parity_, true);
   }
   deferred_.clear();  // recorded capture_deferred entries were never launched: dropped with the forward
   write_open_ = false;
@@ -237,40 +246,4 @@ void producer<B>::end_write(write_ticket&& t, stream_view s)
                ref.dynamic != 0 ? entry_kind::dynamic : entry_kind::fixed, s.handle(), false);
 }
 
-template <ferry::backend::backend B>
-bool producer<B>::plan(const forward_plan& p, when_full full)
-{
-  check_thread("plan");
-  check_capture_open("plan");
-  FERRY_EXPECTS(p.owner() == &st_, ferry::logic_error, "d2h channel plan: expected a plan captured by this channel, got {}",
-                p.owner() == nullptr ? "an empty plan" : "a plan of another channel");
-  FERRY_EXPECTS(!in_forward_, ferry::logic_error,
-                "d2h channel plan: expected no open eager forward, got one (plan between forwards)");
-  FERRY_EXPECTS(p.size() <= st_.fifo.capacity(), ferry::logic_error,
-                "d2h channel plan: expected at most fifo_capacity = {} entries per forward, got {}",
-                st_.fifo.capacity(), p.size());
-  std::vector<placement> where(p.size());
-  const std::uint64_t pos =
-    res_.place_run(res_.head(), p.size(), [&](std::size_t i) { return p.entries()[i].reserved; }, where.data());
-  const std::uint64_t n_dyn = static_cast<std::uint64_t>(
-    std::count_if(p.entries().begin(), p.entries().end(), [](const plan_entry& e) { return e.dynamic; }));
-  FERRY_EXPECTS(pos - res_.head() <= st_.cfg.ring_bytes, ferry::logic_error,
-                "d2h channel plan: expected a forward of at most ring_bytes = {} (with wrap padding), got {}",
-                st_.cfg.ring_bytes, pos - res_.head());
-  FERRY_EXPECTS(n_dyn <= st_.cfg.size_slots, ferry::logic_error,
-                "d2h channel plan: expected at most size_slots = {} dynamic entries per forward, got {}",
-                st_.cfg.size_slots, n_dyn);
-  if (!wait_for_space(pos, p.size(), n_dyn, full, std::nullopt,
-                      [&] { return ferry::detail::format("plan of {} entries", p.size()); })) {
-    return false;
-  }
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    const auto& e = p.entries()[i];
-    res_.push(e.hook, where[i], e.reserved, e.bytes, e.dynamic);
-  }
-  res_.advance(pos, p.size());
-  return true;
-}
-
 }  // namespace ferry::d2h::detail
-

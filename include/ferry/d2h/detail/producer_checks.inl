@@ -23,6 +23,7 @@ void producer<B>::check_thread(const char* what)
   FERRY_EXPECTS(!st_.closed.load(), ferry::logic_error, "d2h channel {}: expected an open channel, got a closed one",
                 what);
   (void)check_commit_flag();
+  st_.check_replay_report();
   st_.check_not_failed(what);
 }
 
@@ -96,15 +97,6 @@ void producer<B>::join_last_stream(stream_type s, const char* what)
   }
   exec_stream_ = s;
   have_exec_stream_ = true;
-}
-
-template <ferry::backend::backend B>
-void producer<B>::before_replay(stream_view s)
-{
-  check_thread("replay");
-  FERRY_EXPECTS(!in_forward_, ferry::logic_error,
-                "d2h channel replay: expected no open forward, got one (replay between forwards)");
-  join_last_stream(s.handle(), "replay");
 }
 
 template <ferry::backend::backend B>

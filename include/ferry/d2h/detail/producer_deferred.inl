@@ -143,6 +143,7 @@ bool producer<B>::launch_deferred(stream_type s, bool boundary)
     a.head_n = after;
     // the gather writes slot[1]; the next forward starts at parity 0 and reads slot[0]
     a.normalize = boundary && parity_ == 0 && !st_.hooks.is(debug_fault::boundary_gather_without_normalize) ? 1U : 0U;
+    a.boundary = boundary ? 1U : 0U;
   }
   // The FIFO records go in BEFORE the launch that may release them: the drainer's check that published_head
   // never passes the entries the CPU placed (check_planned) relies on it (a fused release with its records

@@ -55,11 +55,12 @@ class release_chain {
   /// every writer enqueued on `s` is the join. An open branch is joined back first (join_ev recorded on
   /// pub_stream, waited by `s`), so this release also follows every branch release: published_head and
   /// `produced` are only ever advanced by releases in one chain. `normalize`: copy cursor slot 1 into slot 0
-  /// (forward boundary after an odd number of entries).
-  void release_inline(stream_type s, std::uint64_t n, std::uint32_t normalize)
+  /// (forward boundary after an odd number of entries). `boundary`: the forward's last release (in a graph
+  /// launch no plan() armed it restores the cursor instead of publishing; kernels/d2h/replay).
+  void release_inline(stream_type s, std::uint64_t n, std::uint32_t normalize, bool boundary = false)
   {
     join_branch(s);
-    head_args a{st_.device_state_ptr(), st_.head_dev, n, normalize};
+    head_args a{st_.device_state_ptr(), st_.head_dev, n, normalize, boundary ? 1U : 0U};
     st_.launch.own(publish_head_kernel(typename B::tag{}), 1, 1, s, a);
     st_.c_publishes.fetch_add(1, std::memory_order_relaxed);
   }

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+// Definitions of detail::producer<B> (declared in producer.hpp), graph replays: before_replay (the join of the
+// replay's stream) and plan (the reservation of a captured forward's entries and the replay's token, which the
+// claim kernel at the captured forward's start takes: kernels/d2h/replay/replay_token.cuh).
+#pragma once
+
+namespace ferry::d2h::detail {
+
+template <ferry::backend::backend B>
+void producer<B>::before_replay(stream_view s)
+{
+  check_thread("replay");
+  FERRY_EXPECTS(!in_forward_, ferry::logic_error,
+                "d2h channel replay: expected no open forward, got one (replay between forwards)");
+  join_last_stream(s.handle(), "replay");
+}
+
+template <ferry::backend::backend B>
+bool producer<B>::plan(const forward_plan& p, when_full full, std::optional<stream_view> launch_stream)
+{
+  check_thread("plan");
+  check_capture_open("plan");
+  FERRY_EXPECTS(p.owner() == &st_, ferry::logic_error, "d2h channel plan: expected a plan captured by this channel, got {}",
+                p.owner() == nullptr ? "an empty plan" : "a plan of another channel");
+  FERRY_EXPECTS(!in_forward_, ferry::logic_error,
+                "d2h channel plan: expected no open eager forward, got one (plan between forwards)");
+  FERRY_EXPECTS(p.size() <= st_.fifo.capacity(), ferry::logic_error,
+                "d2h channel plan: expected at most fifo_capacity = {} entries per forward, got {}",
+                st_.fifo.capacity(), p.size());
+  std::vector<placement> where(p.size());
+  const std::uint64_t pos =
+    res_.place_run(res_.head(), p.size(), [&](std::size_t i) { return p.entries()[i].reserved; }, where.data());
+  const std::uint64_t n_dyn = static_cast<std::uint64_t>(
+    std::count_if(p.entries().begin(), p.entries().end(), [](const plan_entry& e) { return e.dynamic; }));
+  FERRY_EXPECTS(pos - res_.head() <= st_.cfg.ring_bytes, ferry::logic_error,
+                "d2h channel plan: expected a forward of at most ring_bytes = {} (with wrap padding), got {}",
+                st_.cfg.ring_bytes, pos - res_.head());
+  FERRY_EXPECTS(n_dyn <= st_.cfg.size_slots, ferry::logic_error,
+                "d2h channel plan: expected at most size_slots = {} dynamic entries per forward, got {}",
+                st_.cfg.size_slots, n_dyn);
+  if (!wait_for_space(pos, p.size(), n_dyn, full, std::nullopt,
+                      [&] { return ferry::detail::format("plan of {} entries", p.size()); })) {
+    return false;
+  }
+  // The replay's token, on the stream it will be launched on, after that stream joined the last forward's
+  // (the arm kernel must follow every earlier launch's claim). Enqueued before the FIFO records: a failed
+  // launch leaves no reservation behind.
+  stream_type s{};
+  if (launch_stream) {
+    join_last_stream(launch_stream->handle(), "plan");
+    s = launch_stream->handle();
+  } else {
+    s = have_exec_stream_ ? exec_stream_ : last_stream_;
+    FERRY_EXPECTS(have_exec_stream_ || have_last_stream_, ferry::logic_error,
+                  "d2h channel plan: expected a stream to arm the replay on, got none (no forward ran or was captured "
+                  "on this channel); call plan(plan, stream)");
+    exec_stream_ = s;
+    have_exec_stream_ = true;
+  }
+  st_.b.launch(arm_replay_kernel(typename B::tag{}), ferry::backend::launch_config{{1}, {1}, 0, false}, s,
+               token_args());
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const auto& e = p.entries()[i];
+    res_.push(e.hook, where[i], e.reserved, e.bytes, e.dynamic);
+  }
+  res_.advance(pos, p.size());
+  return true;
+}
+
+}  // namespace ferry::d2h::detail
