@@ -7,6 +7,7 @@
 #include "d2h/lifecycle.hpp"
 #include "d2h/misuse.hpp"
 #include "d2h/multi_channel.hpp"
+#include "d2h/on_error.hpp"
 #include "d2h/ordering.hpp"
 #include "d2h/replay_token.hpp"
 
@@ -29,6 +30,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(D2hGather, D2hGather, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hMultiChannel, D2hMultiChannel, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hMisuse, D2hMisuse, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hReplayToken, D2hReplayToken, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hOnError, D2hOnError, CudaBackends);
 
 /// In a stream capture, ferry's kernels are launched programmatically only behind one of the channel's own
 /// kernels (channel_state::launch_programmatic): an edge from anything else (here memset nodes; in a model, its

@@ -7,6 +7,7 @@
 #include "d2h/lifecycle.hpp"
 #include "d2h/misuse.hpp"
 #include "d2h/multi_channel.hpp"
+#include "d2h/on_error.hpp"
 #include "d2h/ordering.hpp"
 #include "d2h/replay_token.hpp"
 
@@ -22,6 +23,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(D2hGather, D2hGather, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hMultiChannel, D2hMultiChannel, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hMisuse, D2hMisuse, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hReplayToken, D2hReplayToken, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hOnError, D2hOnError, HostBackends);
 }  // namespace ferry::test
 
 #include "d2h/host_only.hpp"

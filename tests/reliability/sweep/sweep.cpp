@@ -44,8 +44,8 @@ std::string call_name(const fb::fault_plan& plan, std::uint64_t i)
 // Poll drain: every backend call is made by this thread, so the call sequence is (nearly) deterministic.
 
 /// Runs the scenario; `fail_i` = never counts. Returns the number of calls made.
-std::uint64_t d2h_scenario(fb::fault_plan& plan, std::uint64_t fail_i, bool sticky, tally& t, sweep_stats& st,
-                           const std::string& tag)
+std::uint64_t d2h_scenario(fb::fault_plan& plan, std::uint64_t fail_i, bool sticky, bool disable, tally& t,
+                           sweep_stats& st, const std::string& tag)
 {
   plan.disarm();
   plan.reset_count();
@@ -72,6 +72,7 @@ std::uint64_t d2h_scenario(fb::fault_plan& plan, std::uint64_t fail_i, bool stic
   cfg.max_copies_in_flight = 4;
   cfg.fifo_capacity = 16;
   cfg.timeout = 200ms;
+  if (disable) { cfg.on_error = fd::error_policy::disable; }
   const bool counting = fail_i == fb::fault_plan::never;
   plan.reset_count();
   if (!counting) { plan.fail_at(fail_i, sticky); }
@@ -82,18 +83,22 @@ std::uint64_t d2h_scenario(fb::fault_plan& plan, std::uint64_t fail_i, bool stic
     } catch (const std::exception&) {  // e.g. a failed capture_end left the stream capturing
     }
   };
-  std::string first_error, reason;
+  std::string first_error, reason, disabled_by;
   std::uint64_t after_close = fb::fault_plan::never;
   bool surfaced = false;
   std::optional<fd::channel<FB>> ch;
   std::uint64_t seq = 0;
-  // Runs a channel call. After the channel was invalidated, a call that returns normally is a silent success.
+  // Runs a channel call. After the channel was invalidated, a call that returns normally is a silent success;
+  // under on_error = disable a producer call never throws (it is a no-op once capture is disabled), except a
+  // replay whose graph launch itself failed (the engine's graph, not capture).
   auto call = [&](const char* what, auto&& f) -> bool {
     const bool was_invalid = ch && ch->invalidated();
+    const std::string_view w{what};
+    const bool producer_call = w != "poll" && w != "construct" && w != "close" && w != "graph capture";
     try {
       f();
       // poll is the consumer side: delivering what was published before the failure is allowed
-      if (was_invalid && std::string_view{what} != "poll") { t.fail(tag + ": " + what + " succeeded on an invalidated channel"); }
+      if (was_invalid && w != "poll" && !disable) { t.fail(tag + ": " + what + " succeeded on an invalidated channel"); }
       return true;
     } catch (const ferry::error& e) {
       if (!surfaced) {
@@ -101,6 +106,9 @@ std::uint64_t d2h_scenario(fb::fault_plan& plan, std::uint64_t fail_i, bool stic
         first_error = e.what();
       }
       if (counting) { t.fail(tag + ": counting run threw at " + what + ": " + e.what()); }
+      if (disable && producer_call && !(w == "replay" && contains(e.what(), "graph_launch"))) {
+        t.fail(tag + ": " + what + " threw under on_error = disable: " + e.what());
+      }
       return false;
     }
   };
@@ -185,14 +193,17 @@ std::uint64_t d2h_scenario(fb::fault_plan& plan, std::uint64_t fail_i, bool stic
     test_side([&] { hb.stream_synchronize(s.handle()); });
     settle();
     const bool closed_ok = call("close", [&] { (void)ch->close(); });
+    disabled_by = ch->capture_error();
     after_close = plan.calls();  // later calls are the destructor's (noexcept: nothing can surface there)
     if (!counting && plan.injected() > 0 && fail_i < after_close && !test_call(call_name(plan, fail_i))) {
       const std::string name = call_name(plan, fail_i);
       reason = ch->invalidation_reason();
       t.expect(!closed_ok, tag + ": close() succeeded after call " + name + " failed");
-      t.expect(ch->invalidated(), tag + ": channel not invalidated after call " + name + " failed");
-      t.expect(contains(ch->invalidation_reason(), name),
-               tag + ": invalidation reason does not name " + name + ": " + ch->invalidation_reason());
+      t.expect(ch->invalidated() || (disable && ch->capture_disabled()),
+               tag + ": channel neither invalidated nor (on_error = disable) capture disabled after call " + name + " failed");
+      t.expect(contains(ch->invalidation_reason(), name) || contains(disabled_by, name),
+               tag + ": neither the invalidation reason nor the capture error names " + name + ": " +
+                 ch->invalidation_reason() + " | " + disabled_by);
     }
     // A failed capture_end (injected before the backend's own end) leaves the test stream capturing: end it.
     test_side([&] {
@@ -207,10 +218,10 @@ std::uint64_t d2h_scenario(fb::fault_plan& plan, std::uint64_t fail_i, bool stic
     ++st.injected;  // a destructor call: the channel is gone, only ASan/LSan judge it
   } else if (plan.injected() > 0) {
     const std::string name = call_name(plan, fail_i);
-    t.expect(surfaced, tag + ": failing call " + name + " surfaced no error");
+    t.expect(surfaced || !disabled_by.empty(), tag + ": failing call " + name + " surfaced no error");
     // The channel's own calls: its invalidation reason names the call (a drain-side failure surfaces there,
     // not as an exception of the poll). Calls made by graph_exec::capture surface as the thrown error.
-    t.expect(contains(first_error, name) || contains(reason, name),
+    t.expect(contains(first_error, name) || contains(reason, name) || contains(disabled_by, name),
              tag + ": neither the first error nor the invalidation reason names " + name + ": " + first_error);
     ++st.injected;
   } else {
@@ -227,12 +238,18 @@ std::uint64_t d2h_scenario(fb::fault_plan& plan, std::uint64_t fail_i, bool stic
 void sweep_d2h(tally& t, sweep_stats& st)
 {
   fb::fault_plan plan;
-  const std::uint64_t n = d2h_scenario(plan, fb::fault_plan::never, false, t, st, "d2h count");
-  std::printf("d2h: scenario makes %llu backend calls\n", static_cast<unsigned long long>(n));
-  for (bool sticky : {false, true}) {
-    for (std::uint64_t i = 0; i < n; ++i) {
-      (void)d2h_scenario(plan, i, sticky, t, st,
-                         std::string{"d2h "} + (sticky ? "sticky" : "once") + " fail#" + std::to_string(i));
+  // Twice: on_error = raise (every failure is a typed error of the failing call), then on_error = disable (no
+  // producer call throws; capture is disabled with the error kept, and what was published is delivered).
+  for (const bool disable : {false, true}) {
+    const std::uint64_t n = d2h_scenario(plan, fb::fault_plan::never, false, disable, t, st, "d2h count");
+    std::printf("d2h (on_error = %s): scenario makes %llu backend calls\n", disable ? "disable" : "raise",
+                static_cast<unsigned long long>(n));
+    for (bool sticky : {false, true}) {
+      for (std::uint64_t i = 0; i < n; ++i) {
+        (void)d2h_scenario(plan, i, sticky, disable, t, st,
+                           std::string{"d2h "} + (disable ? "disable " : "") + (sticky ? "sticky" : "once") + " fail#" +
+                             std::to_string(i));
+      }
     }
   }
 }
