@@ -218,6 +218,10 @@ void init_d2h_channel(nb::module_& m)
     .def_prop_ro("has_sink", &C::has_sink)
     .def_prop_ro("device", &C::device)
     .def_prop_ro("invalidated", &C::invalidated)
+    .def_prop_ro("capture_disabled", &C::capture_disabled,
+                 "on_error='disable': whether an error disabled capture (producer calls are no-ops until recover())")
+    .def_prop_ro("capture_error", &C::capture_error, "The first error that disabled capture, or None")
+    .def("recover", &C::recover, "Re-enables capture disabled by on_error='disable', between forwards")
     .def_prop_ro("programmatic_launch", &C::programmatic_launch,
                  "Whether ferry's kernels are launched programmatically (the constructor's programmatic_launch "
                  "and the device's support: sm_90+ CUDA).")

@@ -21,6 +21,10 @@ nb::dict report_dict(const fd::shutdown_report& r)
   d["unpublished_hooks"] = hooks;
   d["undrained"] = undrained;
   d["forward_open"] = r.forward_open;
+  d["callback_errors"] = r.callback_errors;
+  d["first_callback_error"] = r.first_callback_error;
+  d["capture_errors"] = r.capture_errors;
+  d["first_capture_error"] = r.first_capture_error;
   d["clean"] = r.clean();
   return d;
 }
