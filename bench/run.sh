@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # ferry's main demo/benchmark command (README): installs what it needs, builds, runs the D2H and H2D
-# benchmarks, and ends with one screen: ferry's headline figures beside the reference ("anchor") figures
-# they replace. On a machine with an NVIDIA GPU it runs the CUDA benchmarks at full size; otherwise the same
-# benchmarks on the host-emulated device at small sizes (same protocols and checks; the timings are of the
-# emulation).
+# benchmarks, and ends with one screen (perf_tables.py headline): ferry beside the designs it replaces, all
+# measured in this run (D2H, in the simulated forward: copy only, per-entry st.release.sys, an event per
+# hook polled by the CPU; H2D: one cudaMemcpyAsync per member, cudaMemcpyBatchAsync), and beside them the
+# committed H200 run (docs/perf/h200/*.json, labelled with its commit and date) as the reference column.
+# On a machine with an NVIDIA GPU it runs the CUDA benchmarks at full size; otherwise the same benchmarks on
+# the host-emulated device at small sizes (same protocols and checks; the timings are of the emulation).
 # Usage: bash bench/run.sh
 # Writes to <repo>/build/bench-results/ (or $FERRY_BENCH_RESULTS): build.log, d2h.log and h2d.log (the raw benchmark output),
 # d2h_gbench.json and h2d_gbench.json (Google Benchmark's JSON), d2h.json and h2d.json (the summaries,
-# docs/perf/h200's format), and the plots (*.svg). Anchors: $FERRY_ANCHORS, else shared/anchors-h200.md
-# in or beside the repository ("n/a" when absent).
+# docs/perf/h200's format), and the plots (*.svg). Optional: $FERRY_ANCHORS, else shared/anchors-h200.md in
+# or beside the repository, adds that file's figures as an extra "anchor" column (nothing needs it).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$root/cmake/setup-deps.sh"
@@ -67,5 +69,5 @@ if [[ -z $anchors ]]; then
 fi
 echo
 echo "raw output: $out/{d2h,h2d}.log; JSON: $out/{d2h,h2d}.json (Google Benchmark's: *_gbench.json); plots: $out/*.svg"
-python3 "$py/perf_tables.py" headline "$out/d2h.json" "$out/h2d.json" "${anchors:-shared/anchors-h200.md}" || status=1
+python3 "$py/perf_tables.py" headline "$out/d2h.json" "$out/h2d.json" ${anchors:+"$anchors"} || status=1
 exit $status

@@ -6,6 +6,7 @@
 //   baseline_volatile_flag  copy + block join (+ grid join via __threadfence/atomicAdd when multi-block)
 //                           + __threadfence() + volatile flag store: the OLD, INVALID publication
 //   baseline_sysflag        same join, then one st.release.sys per entry (valid, expensive)
+// (Event per hook, forward.cpp, is bench_copy_plain plus an event record after each hook: no kernel of its own.)
 // Their names deliberately avoid "publish"/"release" (the PTX check applies to ferry's own kernels).
 #pragma once
 

@@ -151,12 +151,14 @@ const char* name(variant v)
     case variant::per_entry_release: return "per_entry_release";
     case variant::ferry: return "ferry";
     case variant::ferry_kernel: return "ferry_kernel";
+    case variant::event_per_hook: return "event_per_hook";
   }
   return "?";
 }
 
 shape_opts default_shape(variant v)
 {
+  if (v == variant::event_per_hook) { return plain_shape(); }
   return v == variant::ferry || v == variant::copy_only || v == variant::ferry_kernel ? shape_opts{} : legacy_shape();
 }
 

@@ -100,11 +100,16 @@ void apply(fd::config& cfg, const shape_opts& o);
 
 /// ferry_kernel (diagnostic): ferry's own copy kernel (copy_entry, real ring_ref and cursor chain) launched
 /// by the copy-only harness, with no channel: no FIFO, no drain, no release kernels.
-enum class variant { no_capture, copy_only, old_volatile, per_entry_release, ferry, ferry_kernel };
+/// event_per_hook (the classic design): the copy-only kernel, then an event recorded after each hook that
+/// a CPU thread polls before it copies that entry D2H (forward.cpp; no device-side publication at all).
+enum class variant { no_capture, copy_only, old_volatile, per_entry_release, ferry, ferry_kernel, event_per_hook };
 [[nodiscard]] const char* name(variant v);
-/// The layout a variant uses unless told: the default for ferry and copy-only, legacy for the old designs.
+/// The layout a variant uses unless told: the default for ferry and copy-only, legacy for the old flag
+/// designs, the default launched plainly (plain_shape: no programmatic launch across its event records)
+/// for event per hook.
 [[nodiscard]] shape_opts default_shape(variant v);
-/// Launches the copy-harness kernel of `v` (copy only, old volatile, per-entry release).
+/// Launches the copy-harness kernel of `v` (copy only, old volatile, per-entry release; event per hook:
+/// copy only, its event is recorded by the caller).
 void launch_baseline(B b, variant v, const fb::launch_config& lc, fb::stream_view<B> s, const copy_args& a);
 /// variant::ferry_kernel: ferry's multi-block copy kernel for the h-th entry of a forward, as the channel
 /// would launch it (ring_ref over `ring`, cursor slot parity h % 2), without a channel.

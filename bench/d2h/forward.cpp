@@ -1,77 +1,26 @@
 // SPDX-License-Identifier: Apache-2.0
 // forward/<variant>/hooks:<28|341>: a simulated forward (28 layers of a ~60 us spin kernel, 16 KiB per
 // hook, graph replay, the drain running, every word of every entry checked): no capture, copy only, old
-// volatile, per-entry release, ferry (K = 16), ferry_gather (deferred capture, one gather per K = 16, the
-// defaults: the batch release on the branch; ferry_gather_fused: the release in the gather's last block), and
-// ferry's launch/placement variants; forward/<variant>/vllm_full_b1: the same forward with 341 hooks of
-// DMI's vllm-full sizes at B = 1 (forward_sizes). The figure is the median us per forward; overheads are
-// derived by bench/device/reports/perf_tables.py.
+// volatile, per-entry release, event per hook (the classic design: copy only, an event recorded after each
+// hook, a CPU thread polling the events and copying each completed entry D2H), ferry (K = 16), ferry_gather
+// (deferred capture, one gather per K = 16, the defaults: the batch release on the branch;
+// ferry_gather_fused: the release in the gather's last block), and ferry's launch/placement variants;
+// forward/<variant>/vllm_full_b1: the same forward with 341 hooks of DMI's vllm-full sizes at B = 1
+// (forward_sizes). The figure is the median us per forward; overheads are derived by
+// bench/device/reports/perf_tables.py.
+#include "baseline_drain.hpp"
 #include "common.hpp"
 
 #include <ferry/testing/pattern.hpp>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
 namespace ferry::bench {
 
 namespace {
-
-/// Per-entry D2H after the CPU sees the entry's flag (the old design's consumer), with verification.
-struct baseline_drain {
-  B b;
-  std::uint64_t H, bytes;
-  const std::byte* ring;  // 3 frames of H entries
-  const std::uint64_t* flag;
-  fb::stream<B> s;
-  fb::pinned_buffer<B> staging;
-  std::atomic<std::uint64_t> consumed{0};
-  std::atomic<bool> stop{false};
-  std::thread t;
-  // One staging slot per ring slot (3 frames): the replay loop lets the drain fall up to three forwards
-  // behind, so a batch [next, f) may hold entries e and e + H; with one frame of staging they would share a
-  // slot and the first would be overwritten before it was checked.
-  baseline_drain(B be, std::uint64_t h, std::uint64_t by, const std::byte* r, const std::uint64_t* f)
-    : b{be}, H{h}, bytes{by}, ring{r}, flag{f}, s{be}, staging{3 * h * by, be}
-  {
-    t = std::thread([this] { run(); });
-  }
-  void run()
-  {
-    b.set_device(fb::device_id{0});
-    auto& k = checks();
-    std::uint64_t next = 0;
-    while (!stop.load()) {
-      const std::uint64_t f = fb::host_load_acquire(flag);
-      if (f <= next) {
-        std::this_thread::yield();
-        continue;
-      }
-      for (std::uint64_t e = next; e < f; ++e) {
-        const std::uint64_t frame = (e / H) % 3, h = e % H;
-        b.memcpy_async(static_cast<std::byte*>(staging.data()) + (frame * H + h) * bytes, ring + (frame * H + h) * bytes, bytes,
-                       fb::memcpy_kind::device_to_host, s.handle());
-      }
-      s.synchronize();
-      for (std::uint64_t e = next; e < f; ++e) {
-        k.baseline_checked.fetch_add(1);
-        if (!check_words(static_cast<const std::byte*>(staging.data()) + (e % (3 * H)) * bytes, bytes, e, true)) {
-          k.baseline_bad.fetch_add(1);
-        }
-      }
-      next = f;
-      consumed.store(next);
-    }
-  }
-  baseline_drain(const baseline_drain&) = delete;
-  baseline_drain& operator=(const baseline_drain&) = delete;
-  ~baseline_drain()
-  {
-    stop.store(true);
-    t.join();
-  }
-};
 
 /// Every byte of an entry of `bytes` carries pattern(seq): whole words (check_words), then the tail bytes.
 bool check_entry(const std::byte* p, std::uint64_t bytes, std::uint64_t seq)
@@ -103,7 +52,7 @@ double forward_us(variant v, std::uint64_t H, fd::head_memory placement, const f
   const int sms = b.attributes(fb::device_id{0}).sm_count;
   fb::stream<B> s{b};
   constexpr std::uint64_t layers = 28, bytes = 16 * KiB, spin_ns = 60'000;
-  const int replays = host_mode ? 5 : 200;
+  const int replays = host_mode ? 25 : 200;  // host: enough for a median the emulation's noise does not swamp
   // Hook h: sizes[h] bytes at act + off[h] (uniform: h * bytes; a baseline's frame f at ring + f * span).
   const std::vector<std::uint64_t> sizes = forward_sizes(H, o.vllm_mix);
   std::vector<std::uint64_t> off(H);
@@ -157,6 +106,13 @@ double forward_us(variant v, std::uint64_t H, fd::head_memory placement, const f
       if (!e.ok() || e.size() != n || !check_entry(e.bytes().data(), n, e.seq().value)) { k.bad.fetch_add(1); }
     });
   }
+  // Event per hook and the flag designs: 3 ring frames, one graph per frame (replay r uses frame r % 3).
+  const bool framed = v == variant::old_volatile || v == variant::per_entry_release || v == variant::event_per_hook;
+  std::vector<fb::event<B>> events;  // event per hook: one per ring slot, events[frame * H + h]
+  if (v == variant::event_per_hook) {
+    events.reserve(3 * H);
+    for (std::uint64_t i = 0; i < 3 * H; ++i) { events.emplace_back(b); }
+  }
   fd::forward_plan plan;
   auto capture_forward = [&](std::uint64_t frame) {
     return fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
@@ -178,6 +134,7 @@ double forward_us(variant v, std::uint64_t H, fd::head_memory placement, const f
             copy_args a{static_cast<std::byte*>(ring.data()) + frame * span + off[h], src, sizes[h],
                         flag.template device_as<std::uint64_t>(), fwd, H, h, join, vpt_of(sh)};
             launch_baseline(b, v, hook_shape[h], cs, a);
+            if (v == variant::event_per_hook) { events[frame * H + h].record_external(cs); }
           }
         }
       }
@@ -185,13 +142,23 @@ double forward_us(variant v, std::uint64_t H, fd::head_memory placement, const f
       b.launch(next_forward_kernel(typename B::tag{}), fb::launch_config{{1}, {1}, 0}, cs.handle(), fwd);
     });
   };
-  const bool framed = v == variant::old_volatile || v == variant::per_entry_release;
   std::vector<fb::graph_exec<B>> graphs;
   for (std::uint64_t f = 0; f < (framed ? 3U : 1U); ++f) { graphs.push_back(capture_forward(f)); }
+  std::atomic<std::uint64_t> launched{0};  // replays launched (event per hook: whose events are recorded)
   std::unique_ptr<baseline_drain> drain;
-  if (framed) {
+  if (v == variant::event_per_hook) {
+    // Entry e is ready once its hook's event, recorded by replay e / H (already launched), completed.
     drain = std::make_unique<baseline_drain>(b, H, bytes, static_cast<const std::byte*>(ring.data()),
-                                             flag.template as<std::uint64_t>());
+                                             [&events, &launched, H](std::uint64_t next) {
+                                               const std::uint64_t limit = launched.load() * H;
+                                               std::uint64_t e = next;
+                                               while (e < limit && events[e % (3 * H)].query()) { ++e; }
+                                               return e;
+                                             });
+  } else if (framed) {
+    const std::uint64_t* f = flag.template as<std::uint64_t>();
+    drain = std::make_unique<baseline_drain>(b, H, bytes, static_cast<const std::byte*>(ring.data()),
+                                             [f](std::uint64_t) { return fb::host_load_acquire(f); });
   }
   fb::event<B> e0{b, fb::event_flags::timing}, e1{b, fb::event_flags::timing};
   std::vector<double> ms;
@@ -205,6 +172,7 @@ double forward_us(variant v, std::uint64_t H, fd::head_memory placement, const f
     }
     e0.record(s);
     graphs[framed ? r % 3 : 0].launch(s);
+    launched.store(static_cast<std::uint64_t>(r) + 1);
     e1.record(s);
     e1.synchronize();
     if (r >= 3) { ms.push_back(e1.elapsed_ms_since(e0)); }
@@ -219,6 +187,11 @@ double forward_us(variant v, std::uint64_t H, fd::head_memory placement, const f
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (drain->consumed.load() < static_cast<std::uint64_t>(total) * H && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    if (const std::uint64_t got = drain->consumed.load(); got < static_cast<std::uint64_t>(total) * H) {
+      std::fprintf(stderr, "forward/%s/hooks:%llu: the baseline drain checked %llu of %llu entries within 30 s\n", name(v),
+                   static_cast<unsigned long long>(H), static_cast<unsigned long long>(got),
+                   static_cast<unsigned long long>(total) * H);
     }
     drain.reset();
   }
@@ -295,7 +268,7 @@ void register_forward()
   }
   for (std::uint64_t H : {28ULL, 341ULL}) {
     for (variant v : {variant::no_capture, variant::copy_only, variant::old_volatile, variant::per_entry_release,
-                      variant::ferry}) {
+                      variant::event_per_hook, variant::ferry}) {
       add(name(v), H, [v, H] { return forward_us(v, H); });
     }
   }

@@ -5,7 +5,8 @@
 //
 //   per_hook_graph/<bytes>  per_hook.cpp   GPU time per hook of back-to-back hooks in one graph, round-robin
 //                                          contestants (copy only, old volatile, per-entry release, ferry K)
-//   forward/<v>/hooks:<H>   forward.cpp    the simulated forward (28 layers, 16 KiB per hook), us/forward
+//   forward/<v>/hooks:<H>   forward.cpp    the simulated forward (28 layers, 16 KiB per hook), us/forward:
+//                                          ferry beside copy only, per-entry release, event per hook, ...
 //   drain/...               drain.cpp      drain bandwidth with 64 MiB entries, and the pinned D2H ceiling
 //   variants/...            variants.cpp   layouts x placement, diagnostics (FERRY_D2H_VARIANTS=0: none)
 //

@@ -11,7 +11,7 @@
 # sanitizers.txt, gpu_stress.{json,log}); bench/device/drivers/publish.sh copies them there.
 # FERRY_BENCH (d2h, h2d or both), FERRY_BENCH_ARGS (e.g. --benchmark_filter=...), FERRY_BENCH_TIMEOUT
 # (default 330 s per binary), FERRY_SANITIZER_TIMEOUT (default 150 s per compute-sanitizer run),
-# FERRY_ANCHORS (default shared/anchors-h200.md: the headline table prints n/a without it).
+# FERRY_ANCHORS (optional: shared/anchors-h200.md adds an "anchor" column to the headline; without it the headline shows this run beside the committed docs/perf/h200 results).
 set -uo pipefail
 steps=" ${*:-tests memcheck synccheck initcheck bench} "
 has() { [[ $steps == *" $1 "* ]]; }

@@ -8,8 +8,10 @@
       commit/date/command: FERRY_COMMIT / FERRY_DATE / FERRY_COMMAND from the environment, else from the
       benchmark's context.
   perf_tables.py headline D2H_JSON H2D_JSON [ANCHORS_MD]
-      One screen: ferry's headline figures beside the anchors they replace (shared/anchors-h200.md; "n/a"
-      where a file or figure is absent).
+      One screen: this run's figures, ferry beside the designs it replaces (copy only, per-entry release,
+      event per hook; H2D: one copy per member, cudaMemcpyBatchAsync), all measured in that run, and the
+      committed H200 run (docs/perf/h200/{d2h,h2d}.json) as the reference column. ANCHORS_MD (default
+      $FERRY_ANCHORS; e.g. shared/anchors-h200.md), when it exists, adds an "anchor" column; it is optional.
   perf_tables.py tables [D2H_JSON] [H2D_JSON] [--write README]   (default: docs/perf/h200/{d2h,h2d}.json)
       The markdown tables of docs/perf/README.md; --write replaces them in README between its
       <!-- d2h-tables --> / <!-- h2d-tables --> and <!-- /tables --> markers.
@@ -21,9 +23,10 @@ import json
 import os
 import re
 import sys
+import textwrap
 
 SIZES = (4096, 16384, 65536, 1048576, 16777216, 67108864)
-FWD_KEYS = ("no_capture", "copy_only", "old_volatile", "per_entry_release", "ferry", "ferry_pinned",
+FWD_KEYS = ("no_capture", "copy_only", "old_volatile", "per_entry_release", "event_per_hook", "ferry", "ferry_pinned",
             "copy_only_plain", "ferry_plain", "ferry_inline", "ferry_gather", "ferry_gather_fused", "ferry_gather_k32")
 HOOK_KEYS = ("copy_only", "old_volatile", "per_entry_release", "ferry_k1", "ferry_k4", "ferry_k16", "ferry_k64",
              "ferry_k16_pinned", "copy_only_plain", "ferry_k16_plain", "ferry_k16_inline", "ferry_k64_inline")
@@ -172,7 +175,18 @@ def read_anchors(path):
     return a
 
 
-def headline(d2h_path, h2d_path, anchors_path):
+def para(text, width=106, indent=""):
+    print(textwrap.fill(text, width, initial_indent=indent, subsequent_indent=indent))
+
+
+REFERENCE_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "docs",
+                                              "perf", "h200"))
+
+
+def headline(d2h_path, h2d_path, anchors_path=None, ref_dir=REFERENCE_DIR):
+    """One screen: this run's figures of ferry and of the designs it replaces (measured in the same run, beside
+    each other), and the committed H200 run (ref_dir: docs/perf/h200/{d2h,h2d}.json) as the reference column.
+    `anchors_path` (shared/anchors-h200.md), when it exists, adds its figures as an extra column."""
     def load(p):
         try:
             return json.load(open(p))
@@ -180,47 +194,125 @@ def headline(d2h_path, h2d_path, anchors_path):
             return {}
 
     d2h, h2d = load(d2h_path), load(h2d_path)
-    a = read_anchors(anchors_path)
+    rd2h, rh2d = load(os.path.join(ref_dir, "d2h.json")), load(os.path.join(ref_dir, "h2d.json"))
+    a = read_anchors(anchors_path) if anchors_path else {"fwd": {}, "h2d": {}, "d2h_gbps": None}
+    has_anchors = bool(a["fwd"] or a["h2d"] or a["d2h_gbps"])
     host = "host" in (d2h.get("backend", ""), h2d.get("backend", "")) or "host" in d2h.get("device", "").lower()
     dev = d2h.get("device") or h2d.get("device") or "?"
-    pct = lambda v: "n/a" if v is None else f"{v:+.2f}%"
-    apct = lambda v: "n/a" if v is None else f"+{v:.2f}%"
-    print("=" * 104)
-    print(f"ferry headline: {dev} ({d2h.get('backend') or h2d.get('backend', '?')}), "
-          f"D2H commit {d2h.get('commit', '?')} {d2h.get('date', '?')}, H2D commit {h2d.get('commit', '?')} {h2d.get('date', '?')}")
-    if host:
-        print("host-emulated device: timings are of the emulation (the anchors are H200 figures)")
-    print(f"anchors: {anchors_path if a['fwd'] or a['h2d'] else 'n/a (' + anchors_path + ' not found)'}")
-    print("\nD2H simulated forward (28 layers of ~60 us, 16 KiB per hook, graph replay, drain running)")
-    print(f"  {'overhead vs no capture':<44}{'28 hooks':>12}{'anchor':>10}{'341 hooks':>13}{'anchor':>10}")
-    fw = d2h.get("forward", {})
-    rows = [("no capture (us per forward)", "no_capture_us", "no_capture", lambda v: f(v, 1), lambda v: f(v, 1)),
-            ("copy only", "copy_only_overhead_pct", "copy_only", pct, apct),
-            ("per-entry st.release.sys", "per_entry_release_overhead_pct", "per_entry_release", pct, apct),
-            ("ferry (K=16) | anchor: a release every 16", "ferry_overhead_pct", "batched", pct, apct),
-            ("ferry gather (deferred, K=16)", "ferry_gather_overhead_pct", "gather", pct, apct)]
-    for label, k, ak, fmt, afmt in rows:
-        cells = []
-        for H in (28, 341):
-            cells += [fmt(fw.get(f"hooks{H}", {}).get(k)), afmt(a["fwd"].get(H, {}).get(ak))]
-        print(f"  {label:<44}{cells[0]:>12}{cells[1]:>10}{cells[2]:>13}{cells[3]:>10}")
-    print(f"\nD2H drain, 64 MiB entries: {f(d2h.get('drain_gbps_64MiB'), 1)} GB/s; plain pinned D2H memcpy: this run "
-          f"{f(d2h.get('memcpy_d2h_gbps_64MiB'), 1)}, anchor {f(a['d2h_gbps'], 1)} (512 MiB)")
-    print(f"D2H entries checked {d2h.get('entries_checked', 'n/a')}, bad {d2h.get('entries_bad', 'n/a')}")
-    print("\nH2D GPU span, us (event -> upload -> first-consumer kernel), ferry | anchor")
-    print(f"  {'case':<10}{'floor eager/graph':>21}{'direct':>17}{'batch API':>15}{'ferry eager':>22}{'ferry graph':>22}")
-    pair = lambda x, y, w: f"{f(x, 1)} | {f(y, 1)}".rjust(w)
-    for c, r in h2d.get("cases", {}).items():
-        e = a["h2d"].get(c, {})
-        fl = f"{f(r.get('floor_us'), 1)}/{f(r.get('floor_graph_us'), 1)} | {f(e.get('floor'), 1)}/{f(e.get('floor_graph'), 1)}"
-        ch = lambda k: (r.get(k) or "?")[:8]
-        fe = f"{f(r.get('auto_us'), 1)} {ch('auto_choice')} | {f(e.get('best_eager'), 1)}"
-        fg = f"{f(r.get('auto_graph_us'), 1)} {ch('auto_graph_choice')} | {f(e.get('best_graph'), 1)}"
-        print(f"  {c:<10}{fl:>21}{pair(r.get('direct_us'), e.get('direct'), 17)}{pair(r.get('batch_us'), e.get('batch'), 15)}"
-              f"{fe:>22}{fg:>22}")
-    print("  ferry eager/graph: the upload ferry's calibration chose (auto), beside the best reference design of that")
-    print("  mode (eager: direct, batch API, DMA + scatter; graph: every graph column). Anchor cells: the lower of 2 runs.")
-    print("=" * 104)
+    backend = d2h.get("backend") or h2d.get("backend") or "?"
+    missing = "- (not in that run)"  # a figure the reference run did not measure (a contestant added later)
+    absent = "- (not run: see log)"  # a figure this run did not produce (its benchmark failed)
+
+    def ref_label(j, what):
+        if not j:
+            return f"{what}: {ref_dir} not found"
+        short = j.get("device", "?").replace("NVIDIA ", "")
+        return f"{short}, {j.get('commit', '?')} {str(j.get('date', '?'))[:10]}"
+
+    def num_or(v, nd, none, fmt=None):
+        return none if v is None else (fmt(v) if fmt else f"{v:.{nd}f}")
+
+    pct = lambda v: f"{v:+.2f}%"
+    print("=" * 108)
+    print(f"ferry headline: {dev} ({backend}), commit {d2h.get('commit') or h2d.get('commit') or '?'}, "
+          f"{d2h.get('date') or h2d.get('date') or '?'}")
+    where = "the host-emulated device (CPU threads)" if host else dev
+    para(f"\"this run\": ferry and the designs it replaces, each measured in this run on {where}, every delivered "
+         "byte checked." + (" Host timings are of the emulation, not of a GPU: compare the rows of a column, not this "
+                            "run with the H200." if host else "")
+         + f" \"{ref_label(rd2h, 'D2H reference')}\" (D2H) and \"{ref_label(rh2d, 'H2D reference')}\" (H2D): the "
+         "committed H200 runs, docs/perf/h200/*.json.")
+    print("More (method, every table, the targets): docs/perf/README.md")
+    if has_anchors:
+        print(f"\"anchor\": {anchors_path}")
+    elif anchors_path:
+        print(f"(anchors file {anchors_path}: not found or without figures; it is optional, no column added)")
+
+    # ---- D2H: the simulated forward
+    ref = ref_label(rd2h, "D2H reference")
+    print()
+    para("D2H simulated forward, overhead vs no capture (28 layers of ~60 us, 16 KiB per hook, graph replay, drain "
+         "running)")
+    w = 45
+    print(f"  {'':<{w}}{'this run':>21}   {ref:>23}" + (f"{'anchor':>13}" if has_anchors else ""))
+    print(f"  {'design':<{w}}{'28 hooks':>10}{'341 hooks':>11}   {'28 hooks':>11}{'341 hooks':>12}"
+          + (f"{'28':>7}{'341':>7}" if has_anchors else ""))
+    fw, rfw = d2h.get("forward", {}), rd2h.get("forward", {})
+    rows = [("no capture (us per forward)", "no_capture", "no_capture"),
+            ("copy only (the copy kernel, no publication)", "copy_only", "copy_only"),
+            ("per-entry release (st.release.sys per entry)", "per_entry_release", "per_entry_release"),
+            ("event per hook (CPU polls an event per hook)", "event_per_hook", None),
+            ("ferry (K=16: one release per 16 hooks)", "ferry", "batched"),
+            ("ferry gather (capture_deferred, K=16)", "ferry_gather", None)]
+
+    def pair(vals, fmt, widths, none):  # two cells, or one message across both when neither was measured
+        if all(v is None for v in vals):
+            return f"{none:>{sum(widths)}}"
+        return "".join(f"{num_or(v, 2, '-', fmt):>{wd}}" for v, wd in zip(vals, widths))
+
+    for label, k, ak in rows:
+        key = "no_capture_us" if k == "no_capture" else f"{k}_overhead_pct"
+        fmt = (lambda v: f"{v:.1f}") if k == "no_capture" else pct
+        mine = [fw.get(f"hooks{H}", {}).get(key) for H in (28, 341)]
+        theirs = [rfw.get(f"hooks{H}", {}).get(key) for H in (28, 341)]
+        line = f"  {label:<{w}}{pair(mine, fmt, (10, 11), absent)}   {pair(theirs, fmt, (11, 12), missing)}"
+        if has_anchors:
+            av = [a["fwd"].get(H, {}).get(ak) if ak else None for H in (28, 341)]
+            af = (lambda v: f"{v:.0f}") if k == "no_capture" else (lambda v: f"+{v:.1f}%")
+            line += "".join(f"{num_or(v, 2, '-', af):>7}" for v in av)
+        print(line.rstrip())
+    para("event per hook: the copy-only kernel plus an event recorded after each hook; a CPU thread polls the events "
+         "and copies each completed entry D2H. The replaced designs' drains check every word, as ferry's.", indent="  ")
+    print(f"\nD2H drain, 64 MiB entries: this run {num_or(d2h.get('drain_gbps_64MiB'), 1, '-')} GB/s (plain pinned "
+          f"D2H memcpy {num_or(d2h.get('memcpy_d2h_gbps_64MiB'), 1, '-')} GB/s);")
+    print(f"  {ref}: {num_or(rd2h.get('drain_gbps_64MiB'), 1, missing)} GB/s (memcpy "
+          f"{num_or(rd2h.get('memcpy_d2h_gbps_64MiB'), 1, missing)} GB/s)"
+          + (f"; anchor: memcpy {num_or(a['d2h_gbps'], 1, '-')} GB/s at 512 MiB" if has_anchors else ""))
+    if d2h:
+        print(f"D2H entries checked: ferry {d2h.get('entries_checked', '-')}, bad {d2h.get('entries_bad', '-')}; "
+              f"the replaced designs' drains {d2h.get('baseline_entries_checked', '-')}, bad "
+              f"{d2h.get('baseline_entries_bad', '-')}")
+        print("  (bad entries of the old volatile flag, an invalid publication, are not failures)")
+    else:
+        print(f"D2H: no summary from this run ({d2h_path} is missing or unreadable: see the D2H benchmark's log)")
+
+    # ---- H2D
+    span = "span on the host-emulated device" if host else "GPU span"
+    rref = ref_label(rh2d, "H2D reference")
+    print()
+    para(f"H2D {span}, us (event before the first upload -> end of the first-consumer kernel)"
+         + (f", median of {h2d['iterations']} per cell" if h2d.get("iterations") else "")
+         + (f"; reference rows: {rref}" if rh2d else ""))
+    if not h2d:
+        print(f"  no summary from this run ({h2d_path} is missing or unreadable: see the H2D benchmark's log)")
+    print(f"  {'case':<10}{'run':<14}{'floor eager/graph':>18}{'direct':>9}{'batch API':>11}{'ferry eager (auto)':>21}"
+          f"{'ferry graph (auto)':>21}")
+
+    def h2d_row(r, none):
+        g = lambda k: num_or(r.get(k), 1, none.split()[0])
+        fl = f"{g('floor_us')}/{g('floor_graph_us')}"
+        fe = f"{g('auto_us')} {(r.get('auto_choice') or '?')[:8]}"
+        fg = f"{g('auto_graph_us')} {(r.get('auto_graph_choice') or '?')[:8]}"
+        return f"{fl:>18}{g('direct_us'):>9}{g('batch_us'):>11}{fe:>21}{fg:>21}"
+
+    cases = list(h2d.get("cases", {}))
+    cases += [c for c in rh2d.get("cases", {}) if c not in cases]
+    rname = f"{rh2d.get('device', '?').replace('NVIDIA ', '')} {rh2d.get('commit', '?')}"[:13]
+    for c in cases:
+        r, rr = h2d.get("cases", {}).get(c), rh2d.get("cases", {}).get(c)
+        print(f"  {c:<10}{'this run':<14}" + (h2d_row(r, absent) if r else f"{absent:>18}"))
+        print(f"  {'':<10}{rname:<14}" + (h2d_row(rr, missing) if rr else f"{missing:>18}"))
+        e = a["h2d"].get(c)
+        if has_anchors and e:
+            fl = f"{num_or(e.get('floor'), 1, '-')}/{num_or(e.get('floor_graph'), 1, '-')}"
+            print(f"  {'':<10}{'anchor':<14}{fl:>18}{num_or(e.get('direct'), 1, '-'):>9}{num_or(e.get('batch'), 1, '-'):>11}"
+                  f"{num_or(e.get('best_eager'), 1, '-') + ' best':>21}{num_or(e.get('best_graph'), 1, '-') + ' best':>21}")
+    para("direct: one cudaMemcpyAsync per member; batch API: cudaMemcpyBatchAsync"
+         + (" (the host backend has no batched copy: one copy per member there, as direct)" if host else "")
+         + "; ferry: the upload its calibration chose." + (" Anchor rows: the lower of 2 runs; in the ferry columns, "
+                                                          "the best reference design of that mode." if has_anchors else ""),
+         indent="  ")
+    print("=" * 108)
 
 
 # ---- tables (docs/perf/README.md) ------------------------------------------------------------------
@@ -334,7 +426,7 @@ def main(argv):
     if cmd == "d2h-summary" and len(argv) == 4:
         d2h_summary(argv[2], argv[3])
     elif cmd == "headline" and len(argv) in (4, 5):
-        headline(argv[2], argv[3], argv[4] if len(argv) == 5 else "../shared/anchors-h200.md")
+        headline(argv[2], argv[3], argv[4] if len(argv) == 5 else os.environ.get("FERRY_ANCHORS"))
     elif cmd == "variants":
         variant_tables(argv[2] if len(argv) > 2 else "docs/perf/h200/d2h.json")
     elif cmd == "tables" or cmd.endswith(".json"):
