@@ -7,5 +7,6 @@
 #include <ferry/d2h/errors.hpp>
 #include <ferry/d2h/forward_plan.hpp>
 #include <ferry/d2h/ring_ref.hpp>
+#include <ferry/d2h/row_selection.hpp>
 #include <ferry/d2h/types.hpp>
 #include <ferry/d2h/write_ticket.hpp>

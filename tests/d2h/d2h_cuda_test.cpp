@@ -10,6 +10,7 @@
 #include "d2h/on_error.hpp"
 #include "d2h/ordering.hpp"
 #include "d2h/replay_token.hpp"
+#include "d2h/select_rows.hpp"
 
 #include <ferry/backend/cuda/backend.hpp>
 #include <ferry/backend/graph.hpp>
@@ -31,6 +32,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(D2hMultiChannel, D2hMultiChannel, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hMisuse, D2hMisuse, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hReplayToken, D2hReplayToken, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hOnError, D2hOnError, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hSelectRows, D2hSelectRows, CudaBackends);
 
 /// In a stream capture, ferry's kernels are launched programmatically only behind one of the channel's own
 /// kernels (channel_state::launch_programmatic): an edge from anything else (here memset nodes; in a model, its

@@ -10,6 +10,7 @@
 #include "d2h/on_error.hpp"
 #include "d2h/ordering.hpp"
 #include "d2h/replay_token.hpp"
+#include "d2h/select_rows.hpp"
 
 namespace ferry::test {
 using HostBackends = ::testing::Types<fb::host_backend, fb::faulty<fb::host_backend>>;
@@ -24,6 +25,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(D2hMultiChannel, D2hMultiChannel, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hMisuse, D2hMisuse, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hReplayToken, D2hReplayToken, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hOnError, D2hOnError, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hSelectRows, D2hSelectRows, HostBackends);
 }  // namespace ferry::test
 
 #include "d2h/host_only.hpp"

@@ -16,6 +16,7 @@
 #include <ferry/d2h/errors.hpp>
 #include <ferry/d2h/forward_plan.hpp>
 #include <ferry/d2h/ring_ref.hpp>
+#include <ferry/d2h/row_selection.hpp>
 #include <ferry/d2h/source_owner.hpp>
 #include <ferry/d2h/types.hpp>
 #include <ferry/d2h/write_ticket.hpp>
@@ -27,7 +28,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <type_traits>
 #include <utility>
 
 namespace ferry::testing {
@@ -126,6 +126,17 @@ class channel {
     impl()->produce([&] {
       (void)impl()->prod.capture(hook, src, reserved_bytes, actual_size, detail::entry_kind::dynamic, s, blocking());
     }, [] {});
+  }
+
+  /// Row-selected capture: the rows `sel` names (row_selection.hpp: an index list, the last token or a window
+  /// of each selected request from query_start_loc; a CPU-known or GPU-resolved count) of the [n_rows,
+  /// row_bytes] device tensor `src`, as one dynamic entry of `hook` (config::size_slots > 0), in selection
+  /// order. Eager and in graphs (a replay reads the selection's current contents). A selection the kernel
+  /// refuses is delivered as entry_status::selection_error; nothing outside `src` is read.
+  void capture_rows(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
+                    const row_selection& sel, stream_view s)
+  {
+    impl()->produce([&] { (void)impl()->prod.capture_rows(hook, src, n_rows, row_bytes, sel, s, blocking()); }, [] {});
   }
 
   /// Deferred capture: records (hook, `src`, `bytes`) on the CPU only; the copy happens in ONE gather

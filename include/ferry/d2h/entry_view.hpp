@@ -23,6 +23,7 @@ struct access;
 enum class entry_status {
   ok,
   size_overflow,  ///< dynamic entry: GPU-resolved size > reservation; no bytes (bytes() throws)
+  selection_error,  ///< capture_rows: the kernel refused the row selection (row_selection.hpp); no bytes (bytes() throws)
 };
 
 /// One delivered entry (move-only). An empty (default-constructed or moved-from) view holds nothing.
@@ -62,6 +63,7 @@ class entry_view {
   [[nodiscard]] std::span<const std::byte> bytes() const
   {
     if (status_ == entry_status::size_overflow) { throw size_overflow_error(hook_, seq_, reserved_, size_); }
+    if (status_ == entry_status::selection_error) { throw selection_error(hook_, seq_); }
     FERRY_EXPECTS(pool_ != nullptr || size_ == 0, ferry::logic_error,
                   "d2h entry {} of hook {}: expected a live view, got a released one", seq_.value, hook_.value);
     return {data_, static_cast<std::size_t>(size_)};

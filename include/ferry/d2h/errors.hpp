@@ -36,6 +36,29 @@ class size_overflow_error : public ferry::error {
   std::uint64_t actual_;
 };
 
+/// A row-selected entry (channel::capture_rows) whose selection the kernel refused: a row index outside [0,
+/// n_rows), a request outside [0, n_requests), a window past its request's span, or a GPU-resolved count
+/// above max_count. Raised by entry_view::bytes() on that entry only (nothing outside the source was read);
+/// the drain goes on and counts it in counters::selection_errors.
+class selection_error : public ferry::error {
+ public:
+  selection_error(hook_id hook, entry_seq seq)
+    : error(ferry::detail::format(
+        "ferry: d2h entry {} of hook {}: its row selection was refused on the device (expected every row in [0, "
+        "n_rows), every request in [0, n_requests), every window inside its request's tokens and the count at most "
+        "max_count); the entry has no bytes",
+        seq.value, hook.value)),
+      hook_{hook}, seq_{seq}
+  {
+  }
+  [[nodiscard]] hook_id hook() const noexcept { return hook_; }
+  [[nodiscard]] entry_seq seq() const noexcept { return seq_; }
+
+ private:
+  hook_id hook_;
+  entry_seq seq_;
+};
+
 /// What close() found: every entry is either delivered or listed here.
 struct shutdown_report {
   std::uint64_t delivered{0};              ///< entries delivered over the channel's life

@@ -97,6 +97,7 @@ struct alignas(128) device_state {
   std::uint32_t skip{0};
   std::uint64_t armed{0};
   std::uint64_t launches{0};
+  std::uint32_t select_error{0};  ///< a block of the selection kernel found an invalid item (reset by its last block)
   std::uint64_t quiet{0};  ///< quiet tokens (a channel with capture disabled): the launch writes nothing, unreported
 };
 

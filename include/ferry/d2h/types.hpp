@@ -141,6 +141,7 @@ struct counters {
   /// Errors that disabled capture (config::on_error = disable): failed producer calls and consumer callback
   /// exceptions, each counted once per disabling (calls while disabled are no-ops, not errors).
   std::uint64_t capture_errors{0};
+  std::uint64_t selection_errors{0};  ///< row-selected entries whose selection the kernel refused (capture_rows)
 };
 
 }  // namespace ferry::d2h

@@ -54,6 +54,11 @@ struct access {
     return entry_view{
       entry_view::parts{nullptr, 0, nullptr, size, reserved, hook, seq, entry_status::size_overflow}};
   }
+  /// A row-selected entry whose selection the kernel refused (its size slot holds selection_error_size).
+  [[nodiscard]] static entry_view selection_error_view(std::uint64_t reserved, hook_id hook, entry_seq seq) noexcept
+  {
+    return entry_view{entry_view::parts{nullptr, 0, nullptr, 0, reserved, hook, seq, entry_status::selection_error}};
+  }
 };
 
 }  // namespace ferry::d2h::detail

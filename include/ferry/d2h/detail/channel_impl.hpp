@@ -180,7 +180,7 @@ void channel_impl<B>::init_resources()
   // Load every kernel the channel launches now: a lazy module load at a first launch would wait for kernels
   // already running on the device (see backend preload).
   int arch = std::min({b.preload(publish_head_kernel(typename B::tag{})), b.preload(arm_replay_kernel(typename B::tag{})),
-                       b.preload(claim_replay_kernel(typename B::tag{}))});
+                       b.preload(claim_replay_kernel(typename B::tag{})), b.preload(select_rows_kernel(typename B::tag{}))});
   for (const copy_form f : {copy_form::bytes, copy_form::v1, copy_form::v2, copy_form::v4, copy_form::v8}) {
     arch = std::min({arch, b.preload(copy_entry_publish_kernel(typename B::tag{}, f)),
                      b.preload(copy_entry_kernel(typename B::tag{}, f)), b.preload(gather_publish_kernel(typename B::tag{}, f))});

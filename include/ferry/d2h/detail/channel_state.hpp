@@ -19,6 +19,7 @@
 #include <ferry/d2h/detail/test_hooks.hpp>
 #include <ferry/d2h/errors.hpp>
 #include <ferry/d2h/ring_ref.hpp>
+#include <ferry/d2h/row_selection.hpp>
 #include <ferry/d2h/types.hpp>
 #include <ferry/error.hpp>
 
@@ -79,7 +80,8 @@ struct channel_state {
 
   // -- counters (relaxed; stats() is a snapshot) --
   std::atomic<std::uint64_t> c_reserved{0}, c_published{0}, c_drained{0}, c_bytes{0}, c_copies{0}, c_stalls{0},
-    c_high{0}, c_overflows{0}, c_cb_errors{0}, c_publishes{0}, c_bytes_copied{0}, c_capture_errors{0};
+    c_high{0}, c_overflows{0}, c_cb_errors{0}, c_publishes{0}, c_bytes_copied{0}, c_capture_errors{0},
+    c_selection_errors{0};
 
   launch_policy<B> launch{b};  ///< how the channel's kernels are launched on the producer stream
 
@@ -182,6 +184,7 @@ struct channel_state {
     c.callback_errors = c_cb_errors.load();
     c.publishes = c_publishes.load();
     c.capture_errors = c_capture_errors.load();
+    c.selection_errors = c_selection_errors.load();
     return c;
   }
 

@@ -152,7 +152,10 @@ std::size_t drainer<B>::complete_finished()
     for (std::size_t i = 0; i < n; ++i) {
       const auto& e = done.entries[i];
       const std::uint64_t size = i + 1 == n ? done.last_size : e.bytes;
-      if (done.overflow) {
+      if (done.overflow && size == selection_error_size) {
+        st_.c_selection_errors.fetch_add(1, std::memory_order_relaxed);
+        deliver(access::selection_error_view(e.reserved, hook_id{e.hook}, entry_seq{e.seq}));
+      } else if (done.overflow) {
         st_.c_overflows.fetch_add(1, std::memory_order_relaxed);
         deliver(access::overflow_view(size, e.reserved, hook_id{e.hook}, entry_seq{e.seq}));
       } else {

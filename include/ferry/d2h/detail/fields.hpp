@@ -47,7 +47,7 @@ struct enum_names<error_policy> {
   X(gather_branch_publish) X(bounce_capture_max_bytes) X(drain_idle_sleep) X(on_error)
 #define FERRY_D2H_COUNTERS(X)                                                                                \
   X(entries_reserved) X(entries_published) X(entries_drained) X(bytes_drained) X(bytes_copied) X(copies)     \
-  X(stalls) X(high_watermark) X(size_overflows) X(callback_errors) X(publishes) X(capture_errors)
+  X(stalls) X(high_watermark) X(size_overflows) X(callback_errors) X(publishes) X(capture_errors) X(selection_errors)
 
 /// f(name, member) for every field of `c` (a config or const config), in declaration order.
 template <class Config, class F>

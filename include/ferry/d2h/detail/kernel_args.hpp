@@ -5,6 +5,7 @@
 #pragma once
 
 #include <ferry/d2h/ring_ref.hpp>
+#include <ferry/d2h/row_selection.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -36,6 +37,19 @@ struct head_args {
   std::uint64_t n{0};
   std::uint32_t normalize{0};
   std::uint32_t boundary{0};
+};
+
+/// The selection kernel (kernels/d2h/select, channel::capture_rows): copies the selected rows of the
+/// [n_rows, row_bytes] source `src` into the dynamic entry `dst`, in selection order, and commits its size
+/// (rows x row_bytes) or selection_error_size when an item is invalid (row_selection.hpp). `vec`: row_bytes
+/// and `src` are 16-byte multiples (16-byte moves).
+struct select_args {
+  ring_ref dst;
+  const std::byte* src{nullptr};
+  std::uint64_t n_rows{0};
+  std::uint64_t row_bytes{0};
+  row_selection sel{};
+  std::uint32_t vec{0};
 };
 
 /// The replay token's kernels (kernels/d2h/replay): the channel's state block and its host-visible report

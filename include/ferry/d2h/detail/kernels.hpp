@@ -8,6 +8,7 @@
 //   gather_publish_kernel      gather/gather_publish: one launch per batch of deferred entries (per vector width)
 //   publish_head_kernel        publish/publish_head: one thread: produced += n, system-scope release of published_head
 //   commit_check_kernel        publish/commit_check: one thread: commits in place of a user writer that did not
+//   select_rows_kernel         select/select_rows: the selected rows of a tensor into one dynamic entry (capture_rows)
 //   arm_replay_kernel          replay/arm_replay: one thread: a plan()'s token for the next graph launch on the stream
 //   claim_replay_kernel        replay/claim_replay: one thread, a captured forward's first node: takes the token,
 //                              or marks the launch unplanned (it writes and publishes nothing) and reports it
@@ -48,6 +49,10 @@ hip_kernel<head_args> publish_head_kernel(hip_tag);
 host_kernel<commit_check_args> commit_check_kernel(host_tag);
 cuda_kernel<commit_check_args> commit_check_kernel(cuda_tag);
 hip_kernel<commit_check_args> commit_check_kernel(hip_tag);
+
+host_kernel<select_args> select_rows_kernel(host_tag);
+cuda_kernel<select_args> select_rows_kernel(cuda_tag);
+hip_kernel<select_args> select_rows_kernel(hip_tag);
 
 host_kernel<replay_token_args> arm_replay_kernel(host_tag);
 cuda_kernel<replay_token_args> arm_replay_kernel(cuda_tag);
