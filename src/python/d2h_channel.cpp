@@ -2,6 +2,8 @@
 // py_channel<B>: ferry.Channel's calls, each a conversion to the core's call (d2h_channel.hpp).
 #include "d2h_channel.hpp"
 
+#include <exception>
+#include <string>
 
 namespace ferry::python {
 
@@ -34,11 +36,13 @@ py_channel<B>::py_channel(int device, fd::config cfg, nb::handle sink) : dev_{de
   ch_.emplace(cfg, b, std::move(cb));
   handle_ = register_channel(channel_calls{this, is_host<B> ? FERRY_BACKEND_HOST : FERRY_BACKEND_CUDA, device,
                                            &py_channel::capture_raw, &py_channel::flush_raw, &py_channel::flags_raw});
+  exit_hooks::get().add(this, &py_channel::at_exit);
 }
 
 template <class B>
 py_channel<B>::~py_channel()
 {
+  exit_hooks::get().remove(this);  // the GIL held: no exit hook runs meanwhile
   {
     gil_release g;
     unregister_channel(handle_);  // waits for C ABI calls in flight
@@ -82,20 +86,25 @@ void py_channel<B>::begin_forward(nb::handle stream)
 {
   auto s = resolve_stream<B>(stream, dev_, "Channel.begin_forward");
   call("begin_forward", [&](fd::channel<B>& ch) { ch.begin_forward(s); });
+  forward_stream_ = nb::borrow(stream);
 }
 
 template <class B>
 py_plan py_channel<B>::end_forward(nb::handle stream)
 {
   auto s = resolve_stream<B>(stream, dev_, "Channel.end_forward");
-  return py_plan{call("end_forward", [&](fd::channel<B>& ch) { return ch.end_forward(s); })};
+  py_plan p{call("end_forward", [&](fd::channel<B>& ch) { return ch.end_forward(s); })};
+  forward_stream_ = nb::object{};
+  return p;
 }
 
 template <class B>
 bool py_channel<B>::abort_forward(nb::handle stream)
 {
   auto s = resolve_stream<B>(stream, dev_, "Channel.abort_forward");
-  return call("abort_forward", [&](fd::channel<B>& ch) { return ch.abort_forward(s); });
+  const bool was_open = call("abort_forward", [&](fd::channel<B>& ch) { return ch.abort_forward(s); });
+  forward_stream_ = nb::object{};
+  return was_open;
 }
 
 template <class B>
@@ -152,6 +161,28 @@ bool py_channel<B>::invalidated() const
 }
 
 template <class B>
+bool py_channel<B>::capture_disabled() const
+{
+  std::shared_lock lk{mu_};
+  return ch_ && ch_->capture_disabled();
+}
+
+template <class B>
+std::optional<std::string> py_channel<B>::capture_error() const
+{
+  std::shared_lock lk{mu_};
+  if (!ch_) { return std::nullopt; }
+  std::string e = ch_->capture_error();
+  return e.empty() ? std::nullopt : std::optional<std::string>{std::move(e)};
+}
+
+template <class B>
+void py_channel<B>::recover()
+{
+  call("recover", [&](fd::channel<B>& ch) { ch.recover(); });
+}
+
+template <class B>
 fb::stream_view<B> py_channel<B>::raw_stream(std::uintptr_t stream, std::uint32_t hook, const char* what)
 {
   if (stream == FERRY_STREAM_OF_FORWARD) {
@@ -197,6 +228,41 @@ std::uint32_t py_channel<B>::flags_raw(void* self)
   const auto f = c.ch_ ? c.ch_->open_forward() : std::nullopt;
   if (!f) { return 0; }
   return FERRY_INFO_FORWARD_OPEN | (f->capturing ? FERRY_INFO_FORWARD_CAPTURING : 0U);
+}
+
+template <class B>
+void py_channel<B>::at_exit(void* self)
+{
+  auto& c = *static_cast<py_channel*>(self);
+  std::shared_lock lk{c.mu_, std::try_to_lock};  // a close() in flight on another thread ends the forward itself
+  if (!lk.owns_lock() || !c.ch_) { return; }
+  const auto f = c.ch_->open_forward();
+  if (!f) { return; }
+  std::string what = std::string{"ferry: Channel("} + traits<B>::name + ", device " + std::to_string(c.dev_) +
+                     ") had a forward open at exit (begin_forward without end_forward); ";
+  try {
+    const auto pending = c.ch_->deferred_pending();
+    c.set_dev();
+    (void)c.ch_->abort_forward(fb::stream_view<B>{B{}, f->stream});  // the GIL stays held: nothing else runs
+    what += f->capturing ? "ferry dropped it with abort_forward (its captured entries were never planned)"
+                         : "ferry ended it with abort_forward (its entries were published";
+    if (!f->capturing) {
+      what += pending > 0 ? ", " + std::to_string(pending) + " pending deferred entries dropped)" : std::string{")"};
+    }
+  } catch (const std::exception&) {
+    // Refused here (the forward belongs to another producer thread): close() has no thread rule, and the
+    // destructor's second close() is then quiet. poll() still returns what was delivered.
+    try {
+      (void)c.ch_->close();
+      what += "ferry closed the channel (close() published the forward's entries)";
+    } catch (const fd::shutdown_error&) {
+      what += "ferry closed the channel (close() published the forward's entries)";
+    } catch (const std::exception& e) {
+      what += std::string{"ending it failed: "} + e.what();
+    }
+  }
+  what += "; call end_forward(stream) before exiting";
+  PySys_WriteStderr("%.900s\n", what.c_str());
 }
 
 template class py_channel<fb::host_backend>;

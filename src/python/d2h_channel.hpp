@@ -85,6 +85,10 @@ class py_channel {
   [[nodiscard]] int device() const noexcept { return dev_; }
   [[nodiscard]] bool programmatic_launch() const;
   [[nodiscard]] bool invalidated() const;
+  /// on_error = disable: whether capture is disabled, its first error (None: none), recover().
+  [[nodiscard]] bool capture_disabled() const;
+  [[nodiscard]] std::optional<std::string> capture_error() const;
+  void recover();
 
  private:
   fd::channel<B>& live(const char* what);
@@ -96,10 +100,14 @@ class py_channel {
                           fd::source_owner owner, bool deferred);
   static void flush_raw(void* self, std::uintptr_t stream);
   static std::uint32_t flags_raw(void* self);
+  /// Interpreter exit (exit_hooks, the GIL held): a forward still open is ended here, while its stream is
+  /// alive, and reported in one line.
+  static void at_exit(void* self);
 
   int dev_;
   std::uint64_t handle_{0};
   nb::object sink_owner_;  // the "ferry.sink" capsule, held until close()
+  nb::object forward_stream_;  // the open forward's stream: alive until the forward ends (or the channel dies)
   mutable std::shared_mutex mu_;  // shared: every call; unique: close()
   std::optional<fd::channel<B>> ch_;
   std::mutex leftover_mu_;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The GIL and object lifetime across ferry's threads: releasing the GIL for a blocking call, the interpreter
-// exit (no call releases the GIL after it began), and Python references that a thread without the GIL gives
-// up (a source owner released on the host backend's stream thread): they wait in a graveyard until a
-// binding call drains it with the GIL held.
+// exit (what live objects settle first: exit_hooks; then no call releases the GIL), and Python references that
+// a thread without the GIL gives up (a source owner released on the host backend's stream thread): they wait
+// in a graveyard until a binding call drains it with the GIL held.
 #pragma once
 
 #include <Python.h>
@@ -10,7 +10,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 namespace ferry::python {
@@ -70,10 +72,62 @@ class gil_release {
   PyThreadState* save_{nullptr};
 };
 
-/// The atexit hook's body (called with the GIL held): marks the exit, then waits, the GIL released, up to
-/// exit_wait for the calls in flight to take the GIL back.
+/// What live objects settle at interpreter exit, before the exit is marked (every stream and tensor is still
+/// alive then; module teardown may destroy a stream before the channel that uses it): a Channel with a
+/// forward open ends it and says so in one line (d2h_channel.cpp). An object adds itself once (construction)
+/// and removes itself with the GIL held before it is destroyed; the hooks run with the GIL held and never
+/// release it, so no object is destroyed while its hook runs.
+class exit_hooks {
+ public:
+  using hook = void (*)(void*);
+  static exit_hooks& get()
+  {
+    static auto* h = new exit_hooks;  // never destroyed: objects may remove themselves during teardown
+    return *h;
+  }
+  void add(void* self, hook fn)
+  {
+    std::lock_guard l{mu_};
+    hooks_.emplace_back(self, fn);
+  }
+  void remove(void* self) noexcept
+  {
+    std::lock_guard l{mu_};
+    for (auto it = hooks_.begin(); it != hooks_.end(); ++it) {
+      if (it->first == self) {
+        hooks_.erase(it);
+        return;
+      }
+    }
+  }
+  /// Runs every hook once, in the order added (the GIL held); a hook added meanwhile does not run.
+  void run()
+  {
+    std::vector<std::pair<void*, hook>> todo;
+    {
+      std::lock_guard l{mu_};
+      todo = hooks_;
+    }
+    for (auto& [self, fn] : todo) {
+      bool live = false;
+      {
+        std::lock_guard l{mu_};
+        for (const auto& h : hooks_) { live = live || h.first == self; }
+      }
+      if (live) { fn(self); }
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<void*, hook>> hooks_;
+};
+
+/// The atexit hook's body (called with the GIL held): runs the exit hooks, marks the exit, then waits, the
+/// GIL released, up to exit_wait for the calls in flight to take the GIL back.
 inline void on_interpreter_exit()
 {
+  exit_hooks::get().run();
   auto& st = exit_state_of_process();
   st.exiting.store(true, std::memory_order_release);
   PyThreadState* save = PyEval_SaveThread();

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // init_h2d: ferry.Publisher, Slot, Producer and Buffer.
 #include "h2d.hpp"
+#include "h2d_scopes.hpp"
 
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -44,7 +45,9 @@ void init_h2d(nb::module_& m)
     });
 
   nb::class_<py_producer<B>>(m, "Producer", "A group's producer scope (Publisher.producer); a context manager.")
-    .def("source", &py_producer<B>::source, nb::arg("buffer"))
+    .def("source", &py_producer<B>::source, nb::arg("buffer"),
+         nb::sig("def source(self, buffer: ferry._ferry.Buffer) -> numpy.ndarray"),
+         "A zero-copy view of the slot's pinned source of buffer; writable until the scope closes, then read-only.")
     .def("set_count", &py_producer<B>::set_count, nb::arg("buffer"), nb::arg("count"))
     .def("write", &py_producer<B>::write, nb::arg("buffer"), nb::arg("array"))
     .def("close", &py_producer<B>::close)
@@ -62,7 +65,7 @@ void init_h2d(nb::module_& m)
                  "capacity: int = ..., unit: str = 'elements', row: int | None = None, dst: object | None = None) "
                  "-> ferry._ferry.Buffer"))
     .def("initialize", &P::initialize, nb::arg("slots") = 2, nb::arg("stream").none() = nb::none(),
-         nb::arg("upload").none() = nb::none())
+         nb::arg("upload").none() = nb::none(), nb::arg("debug_sources").none() = nb::none())
     .def(
       "begin",
       [](nb::handle self, std::size_t slot) {
@@ -75,15 +78,17 @@ void init_h2d(nb::module_& m)
       nb::arg("slot"), nb::rv_policy::take_ownership)
     .def(
       "producer",
-      [](nb::handle self, const std::string& group) {
+      [](nb::handle self, const std::string& group, std::optional<std::size_t> slot) {
         auto& p = nb::cast<P&>(self);
         auto pr = std::make_unique<py_producer<B>>();
         pr->owner = nb::borrow(self);
         pr->group = group;
-        pr->g.emplace(p.producer(group));
+        pr->g.emplace(p.producer(group, slot));
         return pr.release();
       },
-      nb::arg("group"), nb::rv_policy::take_ownership)
+      nb::arg("group"), nb::arg("slot").none() = nb::none(), nb::rv_policy::take_ownership,
+      "The group's producer scope in the active slot; slot: the slot expected active (else LogicError, nothing "
+      "held).")
     .def("set_count", &P::set_count, nb::arg("buffer"), nb::arg("count"))
     .def("publish", &P::publish, nb::arg("group"), nb::arg("stream").none() = nb::none())
     .def("stage", &P::stage, nb::arg("group"))
@@ -97,8 +102,8 @@ void init_h2d(nb::module_& m)
         auto& p = nb::cast<P&>(self);
         const auto& b = p.buffer(pb);
         void* ptr = reinterpret_cast<void*>(p.device_pointer(b));
-        if constexpr (is_host<B>) {
-          return nb::cast(buffer_view<nb::ndarray<nb::numpy>>(b, ptr, self, nb::device::cpu::value, 0));
+        if constexpr (is_host<B>) {  // read-only: the destination is written by publications only
+          return nb::cast(buffer_view<nb::ndarray<nb::numpy, nb::ro>>(b, ptr, self, nb::device::cpu::value, 0));
         } else {
           return nb::cast(buffer_view<nb::ndarray<>>(b, ptr, self, traits<B>::dl_device, p.device()));
         }
@@ -106,6 +111,7 @@ void init_h2d(nb::module_& m)
       nb::arg("buffer"))
     .def("info", &P::info, nb::arg("group"))
     .def_prop_ro("invalidated", [](P& p) { return p.get().invalidated(); })
+    .def_prop_ro("debug_sources", [](P& p) { return p.get().debug_sources(); })
     .def_prop_ro("invalidation_reason", [](P& p) { return p.get().invalidation_reason(); })
     .def_prop_ro("device", &P::device)
     .def_prop_ro_static("backend", [](nb::handle) { return traits<B>::name; });

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// ferry.Publisher (H2D) for one backend, its classes (bound by h2d.cpp): declare typed buffers, fill the slot's pinned sources through
-// zero-copy numpy views inside begin()/producer() scopes, publish into fixed device destinations.
+// ferry.Publisher (H2D) for one backend (bound by h2d.cpp; its Slot and Producer scopes: h2d_scopes.hpp):
+// declare typed buffers, fill the slot's pinned sources through zero-copy numpy views inside
+// begin()/producer() scopes, publish into fixed device destinations.
 #pragma once
 
 #include "arrays.hpp"
@@ -130,7 +131,8 @@ class py_publisher {
     return pb;
   }
 
-  void initialize(std::size_t slots, nb::handle stream, std::optional<std::string> upload)
+  void initialize(std::size_t slots, nb::handle stream, std::optional<std::string> upload,
+                  std::optional<bool> debug_sources)
   {
     auto s = resolve_stream<B>(stream, dev_, "Publisher.initialize");
     fh::config cfg;
@@ -143,6 +145,7 @@ class py_publisher {
                     *upload);
       cfg.backend = *k;
     }
+    cfg.debug_sources = debug_sources;
     keep_.push_back(nb::borrow(stream));  // the owner stream must outlive the publisher
     gil_release g;
     set_dev();
@@ -155,7 +158,11 @@ class py_publisher {
     set_dev();
     return pub_->begin(slot);
   }
-  [[nodiscard]] fh::producer_guard<B> producer(const std::string& group) { return pub_->producer(group); }
+  /// The group's producer scope; `slot`: the expected active slot (checked by the core).
+  [[nodiscard]] fh::producer_guard<B> producer(const std::string& group, std::optional<std::size_t> slot)
+  {
+    return slot ? pub_->producer(group, *slot) : pub_->producer(group);
+  }
 
   void set_count(const py_buffer& b, std::size_t n) { pub_->set_count(fh::buffer_handle{b.index}, n); }
   void publish(const std::string& group, nb::handle stream)
@@ -221,69 +228,6 @@ template <class Array>
   const auto shape = b.shape();
   return Array(p, shape.size(), shape.data(), owner, nullptr, b.dtype, device_type, device_id);
 }
-
-template <class B>
-struct py_slot {
-  nb::object owner;  // the Publisher
-  std::optional<fh::slot_guard<B>> g;
-  void finish()
-  {
-    FERRY_EXPECTS(g.has_value(), ferry::logic_error, "Slot.finish: expected an active slot, got a finished one");
-    auto guard = std::move(g);
-    g.reset();
-    gil_release rel;
-    guard->finish();
-  }
-};
-
-template <class B>
-struct py_producer {
-  nb::object owner;  // the Publisher
-  std::string group;
-  std::optional<fh::producer_guard<B>> g;
-
-  fh::producer_guard<B>& live(const char* what)
-  {
-    FERRY_EXPECTS(g.has_value(), ferry::logic_error, "Producer('{}').{}: expected an open producer scope, got a closed one",
-                  group, what);
-    return *g;
-  }
-  [[nodiscard]] nb::ndarray<nb::numpy> source(const py_buffer& pb)
-  {
-    auto& pub = nb::cast<py_publisher<B>&>(owner);
-    const auto& b = pub.buffer(pb);
-    auto span = live("source").template source<std::byte>(fh::buffer_handle{b.index});
-    return buffer_view<nb::ndarray<nb::numpy>>(b, span.data(), owner, nb::device::cpu::value, 0);
-  }
-  void set_count(const py_buffer& pb, std::size_t n) { live("set_count").set_count(fh::buffer_handle{pb.index}, n); }
-  /// Copies `array` (host, C-contiguous, the buffer's dtype) into the source and sets the count.
-  void write(const py_buffer& pb, nb::handle obj)
-  {
-    auto& pub = nb::cast<py_publisher<B>&>(owner);
-    const auto& b = pub.buffer(pb);
-    const std::string who = "Producer('" + group + "').write('" + b.name + "')";
-    const any_array a = as_array(obj, "Producer.write");
-    FERRY_EXPECTS(a.device_type() == nb::device::cpu::value, ferry::logic_error,
-                  "{}: expected a host array (the pinned source), got DLPack device type {}", who, a.device_type());
-    FERRY_EXPECTS(c_contiguous(a), ferry::logic_error, "{}: expected a C-contiguous array, got a strided one", who);
-    FERRY_EXPECTS(a.dtype() == b.dtype, ferry::logic_error, "{}: expected dtype {}, got {}", who, dtype_str(b.dtype),
-                  dtype_str(a.dtype()));
-    std::size_t count = 0;
-    if (b.unit == "rows") {
-      FERRY_EXPECTS(a.ndim() == 2 && a.shape(1) == b.row, ferry::logic_error,
-                    "{}: expected shape (n, {}), got a {}-d array", who, b.row, a.ndim());
-      count = a.shape(0);
-    } else {
-      count = b.unit == "bytes" ? a.nbytes() : a.size();
-    }
-    FERRY_EXPECTS(a.nbytes() <= b.bytes(), ferry::logic_error, "{}: expected at most {} bytes (capacity), got {}", who,
-                  b.bytes(), a.nbytes());
-    auto span = live("write").template source<std::byte>(fh::buffer_handle{b.index});
-    std::memcpy(span.data(), a.data(), a.nbytes());
-    g->set_count(fh::buffer_handle{b.index}, count);
-  }
-  void close() { g.reset(); }
-};
 
 /// Registers Buffer (backend-independent) in `m`.
 void init_h2d_types(nb::module_& m);

@@ -30,9 +30,11 @@ void init_backend(nb::module_& m)
 NB_MODULE(_ferry, m)
 {
   m.doc() = "ferry: GPU<->CPU transfer publication (D2H channel, H2D publisher); see docs/api/python.md";
-  // Interpreter exit (gil.hpp, exit_state): atexit runs before finalization ends daemon threads.
+  // Interpreter exit (gil.hpp, exit_hooks and exit_state): atexit runs before module teardown (every stream
+  // still alive: a forward left open is ended here) and before finalization ends daemon threads.
   m.def("_on_interpreter_exit", &fp::on_interpreter_exit,
-        "atexit hook: from now on no ferry call releases the GIL (daemon threads end outside ferry).");
+        "atexit hook: ends the forwards left open (one line each), then no ferry call releases the GIL (daemon "
+        "threads end outside ferry).");
   nb::module_::import_("atexit").attr("register")(m.attr("_on_interpreter_exit"));
   // A daemon thread that still references a channel at exit keeps it alive past finalization: expected,
   // not a reference-counting bug, so nanobind's leak report at exit would only alarm.

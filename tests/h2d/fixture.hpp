@@ -22,6 +22,7 @@
 #include <cstring>
 #include <future>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -102,12 +103,16 @@ class h2d_fixture : public ::testing::Test {
     c.tile_bytes = knob_tile_bytes;
     c.threads_per_tile = knob_threads;
     c.speculation = knob_speculation;
+    c.debug_sources = knob_debug_sources;
     pub.initialize(c, owner->view());
   }
   // Scatter knobs used by init() (tests of the tile / speculation paths change them).
   std::size_t knob_tile_bytes{fh::config{}.tile_bytes};
   std::uint32_t knob_threads{fh::config{}.threads_per_tile};
   int knob_speculation{-1};
+  /// nullopt: FERRY_H2D_DEBUG_SOURCES decides (FERRY_H2D_DEBUG_SOURCES=1 ctest -R H2d: no suite writes a
+  /// source after its publication).
+  std::optional<bool> knob_debug_sources{};
 
   /// Host model of each buffer's device bytes.
   struct model {

@@ -6,6 +6,7 @@
 #include "h2d/lifecycle.hpp"
 #include "h2d/misuse.hpp"
 #include "h2d/ordering.hpp"
+#include "h2d/sources.hpp"
 
 #include <ferry/backend/cuda/backend.hpp>
 
@@ -19,4 +20,5 @@ INSTANTIATE_TYPED_TEST_SUITE_P(H2dGraph, H2dGraph, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(H2dLifecycle, H2dLifecycle, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(H2dFailure, H2dFailure, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(H2dMisuse, H2dMisuse, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(H2dSources, H2dSources, CudaBackends);
 }  // namespace ferry::test::h2d

@@ -6,6 +6,7 @@
 #include "h2d/lifecycle.hpp"
 #include "h2d/misuse.hpp"
 #include "h2d/ordering.hpp"
+#include "h2d/sources.hpp"
 
 namespace ferry::test::h2d {
 using HostBackends = ::testing::Types<fb::host_backend, fb::faulty<fb::host_backend>>;
@@ -16,4 +17,5 @@ INSTANTIATE_TYPED_TEST_SUITE_P(H2dGraph, H2dGraph, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(H2dLifecycle, H2dLifecycle, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(H2dFailure, H2dFailure, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(H2dMisuse, H2dMisuse, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(H2dSources, H2dSources, HostBackends);
 }  // namespace ferry::test::h2d

@@ -143,8 +143,36 @@ TYPED_TEST_P(H2dMisuse, OwnerStreamDestroyedFirstIsReportedNotAHang)
   this->owner.emplace(this->b);  // the fixture's later users
 }
 
+/// producer(group, expected_slot), the current-slot check of @h2d_producer(..., slot=): refused before it
+/// holds anything unless the active slot is the expected one, also for a group covered by the combined
+/// group `step`; the right slot opens the scope and the forward publishes exactly.
+TYPED_TEST_P(H2dMisuse, ProducerWithAnExpectedSlotRefusesAnotherSlot)
+{
+  using B = TypeParam;
+  fh::publisher<B> pub{this->b};
+  typename TestFixture::model md;
+  auto m = this->prepare(pub, fh::upload_backend::packed, md);
+  expect_logic_error([&] { (void)pub.producer("step", 1); },
+                     {"h2d producer 'step'", "expected slot 1, got no active slot (call begin(1) first)"});
+  {
+    auto s = pub.begin(1);
+    expect_logic_error([&] { (void)pub.producer("step", 0); }, {"h2d producer 'step'", "expected slot 0, got active slot 1"});
+    expect_logic_error([&] { (void)pub.producer("tokens", 0); }, {"h2d producer 'tokens'", "expected slot 0, got active slot 1"});
+    { auto p = pub.producer("tokens", 1); }  // nothing was held by the refused calls
+    {
+      auto p = pub.producer("step", 1);
+      EXPECT_EQ(p.template source<std::int32_t>(m.ids).size(), 64U);
+      expect_logic_error([&] { (void)pub.producer("tokens", 1); }, {"reentry rejected", "'input_ids'", "group 'step'"});
+    }
+    this->produce(pub, "step", &md, this->step_counts(m, 7), 5);
+    pub.publish("step", this->owner->view());
+    expect_logic_error([&] { (void)pub.producer("sampling", 1); }, {"reentry rejected", "already published", "group 'step'"});
+  }
+  this->expect_model(pub, md, "after the refused slot checks");
+}
+
 REGISTER_TYPED_TEST_SUITE_P(H2dMisuse, SourceWithMismatchedElementTypeIsRefused,
                             GuardsOutlivingThePublisherAreRefusedAndDestroyQuietly, MovedFromGuardsAreRefused,
-                            OwnerStreamDestroyedFirstIsReportedNotAHang);
+                            OwnerStreamDestroyedFirstIsReportedNotAHang, ProducerWithAnExpectedSlotRefusesAnotherSlot);
 
 }  // namespace ferry::test::h2d

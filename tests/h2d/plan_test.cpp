@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // The backend-free parts of H2D publication, tested without a backend: the arena plan (layout, tiles,
-// header, overlap checks), the declaration rules, the slot/epoch state and its validation, and the
-// environment variables. Part of h2d_host (label host).
+// header, overlap checks), the declaration rules, the slot/epoch state and its validation, the debug check
+// of published sources, and the environment variables. Part of h2d_host (label host).
 #include <ferry/h2d/detail/env.hpp>
 #include <ferry/h2d/detail/plan.hpp>
 #include <ferry/h2d/detail/slots.hpp>
+#include <ferry/h2d/detail/source_check.hpp>
 
 #include <gtest/gtest.h>
 
@@ -266,6 +267,90 @@ TEST(H2dEnv, VariablesFillOnlyWhatTheConfigLeavesUnset)
   fd::apply_env(none);
   EXPECT_EQ(none.speculation, -1);
   EXPECT_FALSE(none.backend.has_value());
+}
+
+/// The expected-slot check of open_producer (producer(group, slot)): refused before anything is held.
+TEST(H2dSlots, ExpectedSlotIsCheckedBeforeTheMembers)
+{
+  auto d = mixed();
+  fd::slot_table t;
+  t.reset(2, d.buffers.size());
+  EXPECT_NE(message_of([&] { t.open_producer(d, d.group_of("tokens"), 1); })
+              .find("h2d producer 'tokens': expected slot 1, got no active slot (call begin(1) first)"),
+            std::string::npos);
+  const auto e = t.start_epoch(1);
+  EXPECT_NE(message_of([&] { t.open_producer(d, d.group_of("step"), 0); })
+              .find("h2d producer 'step': expected slot 0, got active slot 1 (epoch " + std::to_string(e) + ")"),
+            std::string::npos);
+  for (auto o : t.producer_open()) { EXPECT_EQ(o, fd::none); }  // nothing held
+  t.open_producer(d, d.group_of("step"), 1);
+  EXPECT_EQ(t.producer_open()[0], d.group_of("step").value);
+}
+
+/// source_check without a publisher: the copy of a published prefix, the first changed byte, reported once,
+/// and the releases (begin of the slot, rewrite of a buffer, recover).
+TEST(H2dSourceCheck, CopiesAreComparedAndReleased)
+{
+  auto d = mixed();
+  std::vector<unsigned char> ids(256, 0x11), pos(512, 0x22);
+  fd::source_check c;
+  c.reset(false, 2);
+  c.record(0, 0, 0, 1, ids.data(), 40);
+  EXPECT_EQ(c.size(), 0U) << "disabled: nothing copied";
+  c.reset(true, 2);
+  c.record(0, 0, 0, 1, ids.data(), 40);
+  c.record(0, 1, 0, 1, pos.data(), 80);
+  c.record(0, 0, 0, 1, ids.data(), 40);  // a second publication (rewrite) replaces the first copy
+  EXPECT_EQ(c.size(), 2U);
+  ids[40] = 0x99;  // past the published prefix: not uploaded, not reported
+  EXPECT_NO_THROW(c.verify(d, "begin()"));
+  ids[7] = 0x12;
+  ids[9] = 0x13;
+  const auto w = message_of([&] { c.verify(d, "begin()"); });
+  EXPECT_NE(w.find("h2d group 'step': buffer 'input_ids' source of slot 0 was written after publish() (epoch 1): "
+                   "byte 7 of its 40 published bytes was 0x11, is 0x12 now (found by begin()"),
+            std::string::npos)
+    << w;
+  EXPECT_EQ(c.size(), 1U);
+  EXPECT_NO_THROW(c.verify(d, "begin()")) << "reported once";
+  pos[3] = 0;
+  c.drop(0, 1);  // rewrite() acquired positions
+  EXPECT_NO_THROW(c.verify(d, "producer()"));
+  c.record(0, 1, 1, 2, pos.data(), 8);
+  c.release_slot(0);
+  EXPECT_EQ(c.size(), 1U) << "slot 1's copy stays";
+  pos[3] = 1;
+  EXPECT_NE(message_of([&] { c.verify(d, "stage()"); }).find("slot 1"), std::string::npos);
+  c.record(0, 1, 1, 2, pos.data(), 8);
+  c.release_all();
+  EXPECT_EQ(c.size(), 0U);
+}
+
+TEST(H2dEnv, DebugSourcesVariable)
+{
+  const char* old = std::getenv("FERRY_H2D_DEBUG_SOURCES");
+  const std::string saved = old != nullptr ? old : "";
+  ::setenv("FERRY_H2D_DEBUG_SOURCES", "1", 1);
+  fh::config on;
+  fd::apply_env(on);
+  EXPECT_EQ(on.debug_sources, true);
+  fh::config set;
+  set.debug_sources = false;
+  fd::apply_env(set);
+  EXPECT_EQ(set.debug_sources, false) << "the config wins";
+  ::setenv("FERRY_H2D_DEBUG_SOURCES", "0", 1);
+  fh::config off;
+  fd::apply_env(off);
+  EXPECT_EQ(off.debug_sources, false);
+  ::setenv("FERRY_H2D_DEBUG_SOURCES", "yes", 1);
+  fh::config bad;
+  EXPECT_NE(message_of([&] { fd::apply_env(bad); }).find("FERRY_H2D_DEBUG_SOURCES='yes' is not 0 or 1"),
+            std::string::npos);
+  ::unsetenv("FERRY_H2D_DEBUG_SOURCES");
+  fh::config none;
+  fd::apply_env(none);
+  EXPECT_FALSE(none.debug_sources.has_value());
+  if (old != nullptr) { ::setenv("FERRY_H2D_DEBUG_SOURCES", saved.c_str(), 1); }
 }
 
 /// A capacity whose bytes do not fit (capacity x unit bytes, or x stride, above 2^48) is refused at declare

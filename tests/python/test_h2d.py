@@ -188,3 +188,69 @@ def test_capacity_whose_bytes_overflow_is_a_typed_error_not_a_crash(capacity):
     with pytest.raises(ferry.LogicError, match=r"h2d buffer 'ids': expected capacity x 4 bytes per unit of at most "
                                                r"2\^48 bytes, got capacity " + str(capacity)):
         pub.declare("ids", ["step"], "int32", capacity)
+
+
+def test_source_views_become_read_only_when_the_scope_closes(stream):
+    # before: a view kept past its scope stayed writable, and a write after publish() silently changed what
+    # the upload read (200 of 200 host runs)
+    pub, bufs, dst = make_publisher(stream)
+    with pub.begin(0):
+        with pub.producer("tokens") as p:
+            ids = p.source(bufs["ids"])
+            ids[:3] = [7, 8, 9]
+            assert ids.flags.writeable
+            p.set_count(bufs["ids"], 3)
+            p.write(bufs["pos"], np.arange(3, dtype=np.int64))
+        assert not ids.flags.writeable
+        with pytest.raises(ValueError, match="assignment destination is read-only"):
+            ids[0] = 1  # after the scope closed: refused before publish()
+        pub.publish("tokens", stream)
+        with pytest.raises(ValueError, match="assignment destination is read-only"):
+            ids[1] = 1  # and after it
+        with pub.producer("blocks") as p:
+            rows = p.source(bufs["bt"])
+            p.close()  # close() is the end of the scope too
+            with pytest.raises(ValueError, match="assignment destination is read-only"):
+                rows[0, 0] = 1
+    stream.synchronize()
+    assert dst["ids"][:3].tolist() == [7, 8, 9]
+    assert ids.tolist()[:3] == [7, 8, 9]  # still readable
+
+
+def test_device_array_is_read_only_on_the_host_backend(stream):
+    pub, bufs, _ = make_publisher(stream)
+    d = pub.device_array(bufs["temp"])
+    assert not d.flags.writeable
+    with pytest.raises(ValueError, match="assignment destination is read-only"):
+        d[0] = 1.0
+    with pytest.raises(ValueError):
+        d.flags.writeable = True  # the view's buffer itself is read-only
+
+
+def test_debug_sources_reports_a_write_after_publish(stream, monkeypatch):
+    pub = ferry.Publisher(backend="host")
+    a = pub.declare("a", ["g"], np.int32, 8)
+    pub.initialize(2, stream=stream, debug_sources=True)
+    assert pub.debug_sources
+    with pub.begin(0):
+        with pub.producer("g") as p:
+            head = p.source(a)[:4]  # a view derived inside the scope keeps numpy's writeable flag
+            p.write(a, np.array([1, 2, 3, 4], np.int32))
+        pub.publish("g", stream)
+        head[1] = 99  # the misuse the read-only views cannot catch
+    with pytest.raises(ferry.LogicError, match=r"h2d group 'g': buffer 'a' source of slot 0 was written after "
+                                               r"publish\(\) \(epoch \d+\): byte 4 of its 16 published bytes was "
+                                               r"0x02, is 0x63 now \(found by begin\(\)"):
+        pub.begin(1)
+    with pub.begin(1):  # reported once; the publisher goes on
+        pass
+    monkeypatch.setenv("FERRY_H2D_DEBUG_SOURCES", "1")
+    env = ferry.Publisher(backend="host")
+    env.declare("a", ["g"], np.int32, 8)
+    env.initialize(2, stream=stream)
+    assert env.debug_sources
+    monkeypatch.delenv("FERRY_H2D_DEBUG_SOURCES")
+    off = ferry.Publisher(backend="host")
+    off.declare("a", ["g"], np.int32, 8)
+    off.initialize(2, stream=stream)
+    assert not off.debug_sources

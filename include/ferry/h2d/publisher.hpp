@@ -20,6 +20,7 @@
 //   detail/upload.hpp    the enqueue of one publication (direct, batch, scatter)
 //   detail/calibrate.hpp the `automatic` backend choice
 //   detail/guards.hpp    slot_guard and producer_guard
+//   detail/source_check.hpp the debug check of sources written after publish() (config::debug_sources)
 //   detail/env.hpp       FERRY_H2D_* environment variables
 // See docs/design/h2d.md for the arena layout and the lifetime and failure rules.
 #pragma once
@@ -31,6 +32,7 @@
 #include <ferry/h2d/detail/guards.hpp>
 #include <ferry/h2d/detail/plan.hpp>
 #include <ferry/h2d/detail/slots.hpp>
+#include <ferry/h2d/detail/source_check.hpp>
 #include <ferry/h2d/detail/storage.hpp>
 #include <ferry/h2d/detail/upload.hpp>
 #include <ferry/h2d/types.hpp>
@@ -105,7 +107,18 @@ class publisher {
   /// Opens the producer scope of `group` in the active slot and epoch (reentry is rejected).
   [[nodiscard]] producer_guard<B> producer(std::string_view group) { return producer(group_of(group)); }
   /// Opens the producer scope of group `g` in the active slot and epoch (reentry is rejected).
-  [[nodiscard]] producer_guard<B> producer(group_handle g);
+  [[nodiscard]] producer_guard<B> producer(group_handle g) { return open_producer(g, std::nullopt); }
+  /// producer(group) that first checks the current slot: refused (logic_error naming the group, the expected
+  /// and the active slot) unless `expected_slot` is the active one (the check of @h2d_producer(..., slot=)).
+  [[nodiscard]] producer_guard<B> producer(std::string_view group, std::size_t expected_slot)
+  {
+    return open_producer(group_of(group), expected_slot);
+  }
+  /// producer(g, expected_slot) by handle.
+  [[nodiscard]] producer_guard<B> producer(group_handle g, std::size_t expected_slot)
+  {
+    return open_producer(g, expected_slot);
+  }
 
   /// Sets `buf`'s count (in its unit, semantic padding included) for the active epoch. Zero is an explicit
   /// empty publication.
@@ -169,6 +182,8 @@ class publisher {
   [[nodiscard]] int active_slot() const noexcept { return slots_.active(); }
   /// The reason given to the latest rewrite().
   [[nodiscard]] const std::string& last_rewrite_reason() const noexcept { return last_reason_; }
+  /// Whether the debug check of published sources runs (config::debug_sources, FERRY_H2D_DEBUG_SOURCES).
+  [[nodiscard]] bool debug_sources() const noexcept { return sources_.enabled(); }
 
  private:
   friend class slot_guard<B>;
@@ -185,6 +200,10 @@ class publisher {
   template <class T>
   [[nodiscard]] std::span<T> producer_source(group_handle g, buffer_handle buf, std::size_t slot,
                                              std::uint64_t epoch) const;
+
+  [[nodiscard]] producer_guard<B> open_producer(group_handle g, std::optional<std::size_t> expected_slot);
+  /// Debug mode: copies the published prefixes of `g`'s members in the active slot (after publish / stage).
+  void record_sources(group_handle g);
 
   // ---- checks and failure handling -----------------------------------------------------------------
   void check_usable(std::string_view what) const;
@@ -208,6 +227,7 @@ class publisher {
   detail::arena_plan plan_;    ///< the arena layout (fixed at initialize)
   detail::storage<B> store_;   ///< destinations, per-slot arenas and events, per-group tables
   detail::slot_table slots_;   ///< epochs, counts, publication marks, open producers
+  detail::source_check sources_;  ///< debug mode: copies of the published sources
   /// (group, slot) -> (buffer, count) of each copy its last capture_upload captured as a direct copy.
   std::map<std::pair<std::uint32_t, std::size_t>, std::vector<std::pair<std::uint32_t, std::size_t>>> baked_;
   std::optional<stream_view> owner_;

@@ -101,6 +101,12 @@ struct config {
   /// crosses PCIe), 0: never, 1: the first tile of each member, 2: every tile (reads whole capacities).
   /// FERRY_H2D_SPECULATION overrides -1.
   int speculation{-1};
+  /// Debug check of published sources (detail/source_check.hpp): publish() and stage() copy each member's
+  /// published prefix, and the next begin(), resume(), producer(), rewrite(), publish() or stage() throws
+  /// ferry::logic_error when a source was written after its publication (until its slot's next begin()).
+  /// nullopt: FERRY_H2D_DEBUG_SOURCES (0 | 1, read once), default off. Costs a copy and a compare of the
+  /// published bytes per call: for tests and CI.
+  std::optional<bool> debug_sources{};
 };
 
 /// Per-group facts chosen at initialization (for logs, tests and benchmarks).

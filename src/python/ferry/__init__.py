@@ -3,7 +3,8 @@
 
 D2H: ``ferry.Channel`` captures device tensors into a device ring; ``poll()`` returns the entries as
 zero-copy numpy views of pinned staging. H2D: ``ferry.Publisher`` publishes per-forward metadata from
-pinned sources into fixed device destinations. See docs/api/python.md.
+pinned sources into fixed device destinations; ``ferry.h2d_producer(publisher, group)`` declares a function
+as the producer of a group. See docs/api/python.md.
 
 Backends: ``"cuda"`` (built with FERRY_PYTHON_CUDA and a GPU present) or ``"host"`` (a host-emulated
 device, always available); ``"auto"`` picks cuda where it can, else host. The environment variable
@@ -29,11 +30,12 @@ from ._ferry import (  # noqa: F401  (re-exported)
     SizeOverflowError,
     TimeoutError,
 )
+from .h2d import h2d_producer  # noqa: F401  (re-exported)
 
 __all__ = [
     "BackendError", "Buffer", "Channel", "Entry", "Error", "Graph", "InvalidatedError", "LogicError",
     "OutOfMemory", "Plan", "Producer", "Publisher", "ShutdownError", "SizeOverflowError", "Slot", "Stream",
-    "TimeoutError", "available_backends", "default_backend",
+    "TimeoutError", "available_backends", "default_backend", "h2d_producer",
 ]
 
 _BACKENDS = ("auto", "host", "cuda")
@@ -105,7 +107,8 @@ class Channel(_Factory):
 
 class Publisher(_Factory):
     """ferry.Publisher(device=0, *, backend="auto"): declare(), initialize(), begin(slot),
-    producer(group), publish(group, stream), stage(), capture_upload(), device_pointer(), device_array()."""
+    producer(group, slot=None), publish(group, stream), stage(), capture_upload(), device_pointer(),
+    device_array() (read-only on the host backend). ``ferry.h2d_producer`` wraps producer() as a decorator."""
 
     _name = "Publisher"
 

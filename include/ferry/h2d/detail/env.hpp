@@ -2,6 +2,7 @@
 // The one place H2D publication reads its environment variables (once, in publisher::initialize()):
 //   FERRY_H2D_BACKEND      packed | direct | batch | zerocopy | auto   when config::backend is unset
 //   FERRY_H2D_SPECULATION  0 | 1 | 2                                   when config::speculation is -1
+//   FERRY_H2D_DEBUG_SOURCES 0 | 1                                      when config::debug_sources is unset
 // An empty variable counts as unset; any other value is rejected (ferry::logic_error).
 #pragma once
 
@@ -22,6 +23,14 @@ inline void apply_env(config& cfg)
       FERRY_EXPECTS(v == "0" || v == "1" || v == "2", logic_error,
                     "h2d publisher: FERRY_H2D_SPECULATION='{}' is not 0, 1 or 2", env);
       cfg.speculation = v[0] - '0';
+    }
+  }
+  if (!cfg.debug_sources) {
+    if (const char* env = std::getenv("FERRY_H2D_DEBUG_SOURCES"); env != nullptr && *env != '\0') {
+      const std::string_view v{env};
+      FERRY_EXPECTS(v == "0" || v == "1", logic_error, "h2d publisher: FERRY_H2D_DEBUG_SOURCES='{}' is not 0 or 1",
+                    env);
+      cfg.debug_sources = v == "1";
     }
   }
   if (!cfg.backend) {

@@ -88,6 +88,7 @@ void publisher<B>::initialize(const config& cfg, stream_view owner)
   b_.stream_synchronize(owner.handle());
   store_.build_tables(b_, decl_, plan_, cfg_, attrs.sm_count, owner);
   slots_.reset(cfg_.slots, decl_.buffers.size());
+  sources_.reset(cfg_.debug_sources.value_or(false), cfg_.slots);
   if (requested_ == upload_backend::automatic) {
     detail::calibrate(uploader(), slots_, owner, cfg_.calibration_iterations);
   }
@@ -99,9 +100,11 @@ slot_guard<B> publisher<B>::begin(std::size_t slot)
 {
   check_usable("begin");
   slots_.check_begin(slot);
+  sources_.verify(decl_, "begin()");
   if (slots_[slot].recorded) {
     guarded("begin: source reuse wait", [&] { store_.slots[slot].done->synchronize(); });
   }
+  sources_.release_slot(slot);  // the slot's uploads have read its sources: writable again
   const auto epoch = slots_.start_epoch(slot);
   return slot_guard<B>{life_, slot, epoch};
 }
@@ -110,6 +113,7 @@ template <ferry::backend::backend B>
 slot_guard<B> publisher<B>::resume(std::size_t slot)
 {
   check_usable("resume");
+  sources_.verify(decl_, "resume()");
   const auto epoch = slots_.resume(slot);
   return slot_guard<B>{life_, slot, epoch};
 }
@@ -125,10 +129,12 @@ void publisher<B>::finish()
 }
 
 template <ferry::backend::backend B>
-producer_guard<B> publisher<B>::producer(group_handle g)
+producer_guard<B> publisher<B>::open_producer(group_handle g, std::optional<std::size_t> expected_slot)
 {
   check_usable("producer");
-  slots_.open_producer(decl_, g);
+  (void)decl_.group(g);
+  sources_.verify(decl_, "producer()");
+  slots_.open_producer(decl_, g, expected_slot);
   return producer_guard<B>{life_, g, static_cast<std::size_t>(slots_.active()), slots_.current().epoch};
 }
 
@@ -147,6 +153,7 @@ void publisher<B>::publish(group_handle g, stream_view stream)
   slots_.commit(decl_, g);
   guarded("publish", [&] { uploader().publish(g.value, store_.slots[slot], s.counts, stream); },
           decl_.groups[g.value].name);
+  record_sources(g);
 }
 
 template <ferry::backend::backend B>
@@ -159,10 +166,15 @@ producer_guard<B> publisher<B>::rewrite(std::string_view group, std::string_view
   FERRY_EXPECTS(slots_.active() >= 0, logic_error, "h2d group '{}': rewrite() with no active slot", gr.name);
   check_owner_thread(gr.name);
   slots_.check_rewrite(decl_, g);
+  sources_.verify(decl_, "rewrite()");
   guarded("rewrite: source acquire", [&] {
     acquire_->record(*owner_);
     acquire_->synchronize();
   });
+  const auto active = static_cast<std::size_t>(slots_.active());
+  for (auto m : gr.members) {  // the earlier upload has read them: the producer may write them again
+    if (slots_.current().published_epoch[m] == slots_.current().epoch) { sources_.drop(active, m); }
+  }
   slots_.reopen(decl_, g);
   last_reason_.assign(reason);
   return producer(g);
@@ -177,6 +189,7 @@ void publisher<B>::stage(group_handle g)
   if (plan_.groups[g.value].arena_bytes > 0) {
     uploader().header(g.value, store_.slots[static_cast<std::size_t>(slots_.active())], s.counts);
   }
+  record_sources(g);
 }
 
 template <ferry::backend::backend B>
@@ -218,6 +231,7 @@ void publisher<B>::recover()
   invalid_ = false;
   invalid_reason_.clear();
   slots_.recover();
+  sources_.release_all();
 }
 
 template <ferry::backend::backend B>

@@ -47,6 +47,18 @@ std::span<T> publisher<B>::producer_source(group_handle g, buffer_handle buf, st
   return {reinterpret_cast<T*>(detail::source_ptr(plan_, store_.slots[slot], buf.value)), r.cap_bytes / sizeof(T)};
 }
 
+template <ferry::backend::backend B>
+void publisher<B>::record_sources(group_handle g)
+{
+  if (!sources_.enabled()) { return; }
+  const auto slot = static_cast<std::size_t>(slots_.active());
+  const auto& s = slots_.current();
+  for (auto m : decl_.groups[g.value].members) {
+    sources_.record(g.value, m, slot, s.epoch, detail::source_ptr(plan_, store_.slots[slot], m),
+                    s.counts[m] * decl_.buffers[m].unit_bytes);
+  }
+}
+
 // ---- checks and failure handling -------------------------------------------------------------------
 
 template <ferry::backend::backend B>
@@ -120,6 +132,7 @@ detail::slot_book& publisher<B>::validate_publication(group_handle g, stream_vie
                   gr.name);
   }
   slots_.check_members(decl_, g);
+  sources_.verify(decl_, enqueue ? "publish()" : "stage()");
   return slots_.current();
 }
 

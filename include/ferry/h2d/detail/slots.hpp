@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -101,11 +102,19 @@ class slot_table {
     std::fill(producer_open_.begin(), producer_open_.end(), none);
   }
 
-  /// producer(g): an active slot, and no member published in this epoch (also through another group) nor
-  /// held by an open producer. Then the group's producer holds every member.
-  void open_producer(const declarations& d, group_handle g)
+  /// producer(g): an active slot (the `expected` one, when given), and no member published in this epoch
+  /// (also through another group) nor held by an open producer. Then the group's producer holds every member.
+  void open_producer(const declarations& d, group_handle g, std::optional<std::size_t> expected = std::nullopt)
   {
     const auto& gr = d.group(g);
+    if (expected) {
+      FERRY_EXPECTS(active_ >= 0, logic_error,
+                    "h2d producer '{}': expected slot {}, got no active slot (call begin({}) first)", gr.name,
+                    *expected, *expected);
+      FERRY_EXPECTS(static_cast<std::size_t>(active_) == *expected, logic_error,
+                    "h2d producer '{}': expected slot {}, got active slot {} (epoch {})", gr.name, *expected, active_,
+                    current().epoch);
+    }
     FERRY_EXPECTS(active_ >= 0, logic_error, "h2d producer '{}': no active slot (call begin() first)", gr.name);
     const auto& s = current();
     for (auto m : gr.members) {
