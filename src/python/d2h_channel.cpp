@@ -142,6 +142,17 @@ void py_channel<B>::plan(const py_plan& p, nb::handle stream)
     call("plan", [&](fd::channel<B>& ch) { ch.plan(p.p); });
     return;
   }
+  if constexpr (!is_host<B>) {  // torch's default stream is the legacy default stream (handle 0)
+    nb::object h = nb::borrow(stream);
+    if (PyObject* raw = stream.is_none() ? torch_current_raw_stream() : nullptr; raw != nullptr) {
+      h = nb::steal(PyObject_CallFunction(raw, "i", dev_));
+      if (!h.is_valid()) { throw nb::python_error(); }
+    }
+    if (PyLong_Check(h.ptr()) && !PyBool_Check(h.ptr()) && nb::cast<std::uintptr_t>(h) == 0) {
+      call("plan", [&](fd::channel<B>& ch) { ch.plan(p.p, fb::default_stream); });
+      return;
+    }
+  }
   auto s = resolve_stream<B>(stream, dev_, "Channel.plan");
   call("plan", [&](fd::channel<B>& ch) { ch.plan(p.p, s); });
 }

@@ -34,6 +34,14 @@ class stream_view {
   handle_type handle_;
 };
 
+/// The legacy default stream (handle 0), named where ferry enqueues work for a launch it does not own:
+/// d2h::channel::plan(p, default_stream) arms a graph replay that the caller launches there (torch's
+/// CUDAGraph.replay() on torch's default stream). Nowhere else: a stream_view is never null.
+struct default_stream_t {
+  explicit constexpr default_stream_t() = default;
+};
+inline constexpr default_stream_t default_stream{};
+
 /// Owning stream (non-blocking with respect to the legacy default stream). Move-only; the destructor
 /// never throws and lets queued work finish, as cudaStreamDestroy does.
 template <backend B>

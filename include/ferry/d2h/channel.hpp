@@ -179,39 +179,29 @@ class channel {
   /// launch. A launch that finds no token (a graph launched without plan()) writes and publishes nothing on
   /// the device, and the channel reports it (invalidated_error naming the launch; every planned forward is
   /// delivered). See docs/design/d2h.md, "the replay token".
-  void plan(const forward_plan& p, stream_view s)
+  void plan(const forward_plan& p, stream_view s) { (void)impl()->plan(p, blocking(), s.handle()); }
+  /// plan(p, s) for a replay the caller launches on the legacy default stream (torch's default stream).
+  void plan(const forward_plan& p, ferry::backend::default_stream_t)
   {
-    impl()->produce([&] { (void)impl()->prod.plan(p, blocking(), s); }, [&] { impl()->prod.arm_quiet(s); });
+    (void)impl()->plan(p, blocking(), typename B::stream_type{});
   }
   /// plan(p, s) on the channel's compute stream: the stream of the last executed forward or replay (before
   /// any, the stream the last forward was captured on). Launch the graph on that stream.
-  void plan(const forward_plan& p)
-  {
-    impl()->produce([&] { (void)impl()->prod.plan(p, blocking()); }, [&] { impl()->prod.arm_quiet(std::nullopt); });
-  }
+  void plan(const forward_plan& p) { (void)impl()->plan(p, blocking(), std::nullopt); }
   /// Same as plan(); returns false instead of blocking / throwing when the ring, FIFO or size ring is full
   /// (nothing reserved, no token).
   [[nodiscard]] bool try_plan(const forward_plan& p, stream_view s)
   {
-    return impl()->produce([&] { return impl()->prod.plan(p, detail::when_full::refuse, s); }, [&] {
-      impl()->prod.arm_quiet(s);
-      return true;
-    });
+    return impl()->plan(p, detail::when_full::refuse, s.handle());
   }
-  [[nodiscard]] bool try_plan(const forward_plan& p)
-  {
-    return impl()->produce([&] { return impl()->prod.plan(p, detail::when_full::refuse); }, [&] {
-      impl()->prod.arm_quiet(std::nullopt);
-      return true;
-    });
-  }
+  [[nodiscard]] bool try_plan(const forward_plan& p) { return impl()->plan(p, detail::when_full::refuse, std::nullopt); }
   /// plan(p, s), then launch the graph on `s` (with capture disabled: a quiet token, then the launch).
   void replay(const ferry::backend::graph_exec<B>& g, const forward_plan& p, stream_view s)
   {
     impl()->produce([&] {
       impl()->prod.before_replay(s);
-      (void)impl()->prod.plan(p, blocking(), s);
-    }, [&] { impl()->prod.arm_quiet(s); });
+      (void)impl()->prod.plan(p, blocking(), s.handle());
+    }, [&] { impl()->prod.arm_quiet(s.handle()); });
     impl()->guarded([&] { g.launch(s); });  // the engine's graph runs whether capture is enabled or not
   }
 

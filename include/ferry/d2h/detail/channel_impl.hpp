@@ -81,6 +81,15 @@ class channel_impl {
   /// A producer call: `f`, or with capture disabled (config::on_error = disable) the no-op `off`. Under
   /// on_error = disable a typed error of `f` disables capture (the error kept, the open forward closed:
   /// producer::disable) and the call returns `off()`.
+  /// channel::plan / try_plan: reserves and arms one replay (producer::plan), or, with capture disabled, a
+  /// quiet token (the replay writes nothing, unreported).
+  bool plan(const forward_plan& p, when_full full, std::optional<typename B::stream_type> s)
+  {
+    return produce([&] { return prod.plan(p, full, s); }, [&] {
+      prod.arm_quiet(s);
+      return true;
+    });
+  }
   template <class F, class Off>
   std::invoke_result_t<F> produce(F&& f, Off&& off)
   {

@@ -87,9 +87,9 @@ class producer {
   write_ticket begin_write(hook_id hook, std::uint64_t reserved_bytes, entry_kind kind, stream_view s);
   void end_write(write_ticket&& t, stream_view s);
   /// Reserves `p`'s entries and arms one replay (kernels/d2h/replay) on `launch_stream` (joined to the last
-  /// forward's stream first), or without one on the stream of the last executed forward or replay (else of
-  /// the last producer call).
-  bool plan(const forward_plan& p, when_full full, std::optional<stream_view> launch_stream = std::nullopt);
+  /// forward's stream first; the null handle: the legacy default stream, channel::plan(p, default_stream)),
+  /// or without one on the stream of the last executed forward or replay (else of the last producer call).
+  bool plan(const forward_plan& p, when_full full, std::optional<stream_type> launch_stream = std::nullopt);
   bool abort_forward(stream_view s);
   /// channel::replay: the graph is about to be launched on `s`; joins the stream of the last executed forward.
   void before_replay(stream_view s);
@@ -102,7 +102,7 @@ class producer {
   /// The engine's forward open or closed while capture is disabled (its begin_forward / end_forward).
   void set_user_open(bool open) noexcept { user_open_ = open; }
   /// plan / replay while capture is disabled: a quiet replay token (the replay writes nothing, unreported).
-  void arm_quiet(std::optional<stream_view> launch_stream) noexcept;
+  void arm_quiet(std::optional<stream_type> launch_stream) noexcept;
   [[nodiscard]] write_ticket disabled_ticket(hook_id hook, std::uint64_t reserved);
   /// Re-enables capture at a forward boundary (not on an invalidated channel: invalidated_error).
   void recover();

@@ -42,13 +42,13 @@ void producer<B>::while_disabled()
 /// the graph's claim kernel skips it unreported. Best effort: a failure leaves no token, and the launch is
 /// then reported as unplanned (nothing is written either way).
 template <ferry::backend::backend B>
-void producer<B>::arm_quiet(std::optional<stream_view> launch_stream) noexcept
+void producer<B>::arm_quiet(std::optional<stream_type> launch_stream) noexcept
 {
   try {
     stream_type s = have_exec_stream_ ? exec_stream_ : last_stream_;
     if (launch_stream) {
-      join_last_stream(launch_stream->handle(), "replay");
-      s = launch_stream->handle();
+      join_last_stream(*launch_stream, "replay");
+      s = *launch_stream;
     }
     if (!launch_stream && !have_exec_stream_ && !have_last_stream_) { return; }
     replay_token_args a = token_args();

@@ -16,7 +16,7 @@ void producer<B>::before_replay(stream_view s)
 }
 
 template <ferry::backend::backend B>
-bool producer<B>::plan(const forward_plan& p, when_full full, std::optional<stream_view> launch_stream)
+bool producer<B>::plan(const forward_plan& p, when_full full, std::optional<stream_type> launch_stream)
 {
   check_thread("plan");
   check_capture_open("plan");
@@ -47,8 +47,8 @@ bool producer<B>::plan(const forward_plan& p, when_full full, std::optional<stre
   // launch leaves no reservation behind.
   stream_type s{};
   if (launch_stream) {
-    join_last_stream(launch_stream->handle(), "plan");
-    s = launch_stream->handle();
+    join_last_stream(*launch_stream, "plan");
+    s = *launch_stream;
   } else {
     s = have_exec_stream_ ? exec_stream_ : last_stream_;
     FERRY_EXPECTS(have_exec_stream_ || have_last_stream_, ferry::logic_error,
