@@ -22,8 +22,10 @@
 //   relaxed_publish : published_head is stored memory_order_relaxed  -> data race on the payload vars
 //   early_reclaim   : ring space is released before the copy reads the payload -> the producer
 //                     overwrites a slot the copy still reads (data race / stale-value assert)
+//   size_after_release : a dynamic entry's size slot (a GPU-resolved size: capture_dynamic, capture_rows) is
+//                     written after the release that publishes it -> the drain reads it unordered (data race)
 //
-// Usage: d2h_relacy_model [model|relaxed_publish|early_reclaim|all] [--iterations N] [--bound B] [--verbose]
+// Usage: d2h_relacy_model [model|relaxed_publish|early_reclaim|size_after_release|all] [--iterations N] [--bound B] [--verbose]
 //   model           : every correct configuration must pass (exit 0), else exit 1
 //   <mutant>        : every configuration must be CAUGHT by relacy (exit 0), else exit 1
 #include <relacy/relacy.hpp>
@@ -40,7 +42,7 @@
 
 namespace {
 
-enum class mutant { none, relaxed_publish, early_reclaim };
+enum class mutant { none, relaxed_publish, early_reclaim, size_after_release };
 
 const char* name(mutant m)
 {
@@ -48,6 +50,7 @@ const char* name(mutant m)
     case mutant::none: return "model";
     case mutant::relaxed_publish: return "relaxed_publish";
     case mutant::early_reclaim: return "early_reclaim";
+    case mutant::size_after_release: return "size_after_release";
   }
   return "?";
 }
@@ -122,7 +125,9 @@ struct d2h_model : rl::test_suite<d2h_model<K, C, N, F, M>, 2> {
       const unsigned actual = actual_words(seq);
       RL_ASSERT(actual >= 1 && actual <= e.reserved);
       for (unsigned w = 0; w < actual; ++w) { ring[e.offset + w]($) = payload(seq, w); }
-      if (e.size_slot >= 0) { size_ring[e.size_slot]($) = actual; }
+      // The size slot is written before the release that publishes the entry (the copy kernel's and the
+      // selection kernel's commit, ring_ref::commit(c, actual)); the mutant writes it after that release.
+      if (e.size_slot >= 0 && M != mutant::size_after_release) { size_ring[e.size_slot]($) = actual; }
       const std::uint64_t produced = seq + 1;
       const bool batch = (produced - published) >= K;
       const bool forward_end = produced % F == 0 || produced == N;
@@ -130,6 +135,7 @@ struct d2h_model : rl::test_suite<d2h_model<K, C, N, F, M>, 2> {
         publish(produced);
         published = produced;
       }
+      if (e.size_slot >= 0 && M == mutant::size_after_release) { size_ring[e.size_slot]($) = actual; }
     }
     RL_ASSERT(published == N);  // a partial batch never stays hidden
   }
@@ -323,10 +329,13 @@ int main(int argc, char** argv)
     ok = run_all<mutant::relaxed_publish>(o);
   } else if (mode == "early_reclaim") {
     ok = run_all<mutant::early_reclaim>(o);
+  } else if (mode == "size_after_release") {
+    ok = run_all<mutant::size_after_release>(o);
   } else if (mode == "all") {
     ok = run_all<mutant::none>(o);
     ok &= run_all<mutant::relaxed_publish>(o);
     ok &= run_all<mutant::early_reclaim>(o);
+    ok &= run_all<mutant::size_after_release>(o);
   } else {
     std::fprintf(stderr, "usage: %s [model|relaxed_publish|early_reclaim|all] [--iterations N] [--bound B] [--verbose]\n",
                  argv[0]);
