@@ -120,6 +120,15 @@ void py_channel<B>::capture(std::uint32_t hook, nb::handle tensor, nb::handle st
 }
 
 template <class B>
+void py_channel<B>::capture_rows_core(std::uint32_t hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
+                                      const fd::row_selection& sel, const fb::stream_view<B>& s, fd::source_owner owner)
+{
+  call("capture_rows", [&](fd::channel<B>& ch) {
+    ch.capture_rows(fd::hook_id{hook}, src, n_rows, row_bytes, sel, s, std::move(owner));
+  });
+}
+
+template <class B>
 void py_channel<B>::flush(nb::handle stream)
 {
   auto s = resolve_stream<B>(stream, dev_, "Channel.flush");

@@ -68,6 +68,10 @@ class py_channel {
   /// Drops the forward open on `stream` (d2h::channel::abort_forward); returns whether one was open.
   [[nodiscard]] bool abort_forward(nb::handle stream);
   void capture(std::uint32_t hook, nb::handle tensor, nb::handle stream, bool deferred);
+  /// Channel.capture_rows: the arguments converted (d2h_rows.cpp), then the core's capture_rows.
+  void capture_rows(std::uint32_t hook, nb::handle tensor, const nb::kwargs& sel);
+  void capture_rows_core(std::uint32_t hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
+                         const fd::row_selection& sel, const fb::stream_view<B>& s, fd::source_owner owner);
   void flush(nb::handle stream);
   [[nodiscard]] std::size_t deferred_pending() const;
   void plan(const py_plan& p, nb::handle stream);

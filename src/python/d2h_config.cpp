@@ -193,6 +193,13 @@ void init_d2h_channel(nb::module_& m)
       },
       nb::arg("hook"), nb::arg("tensor").none(), nb::arg("stream").none() = nb::none(),
       nb::sig("def capture_deferred(self, hook: int, tensor: object, stream: object | None = None) -> None"))
+    .def(
+      "capture_rows",
+      [](C& c, nb::handle hook, nb::handle t, const nb::kwargs& k) { c.capture_rows(hook_of(hook, "capture_rows"), t, k); },
+      nb::arg("hook"), nb::arg("tensor"), nb::arg("kwargs"),
+      nb::sig("def capture_rows(self, hook: int, tensor: object, *, rows: object | None = None, query_start_loc: object "
+              "| None = None, requests: object | None = None, window: tuple[int, int] | None = None, count: object | "
+              "None = None, max_count: int | None = None, stream: object | None = None) -> None"))
     .def("flush", &C::flush, nb::arg("stream").none() = nb::none())
     .def_prop_ro("deferred_pending", &C::deferred_pending)
     .def("plan", &C::plan, nb::arg("plan"), nb::arg("stream").none() = nb::none())

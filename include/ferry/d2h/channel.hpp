@@ -134,9 +134,11 @@ class channel {
   /// order. Eager and in graphs (a replay reads the selection's current contents). A selection the kernel
   /// refuses is delivered as entry_status::selection_error; nothing outside `src` is read.
   void capture_rows(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
-                    const row_selection& sel, stream_view s)
+                    const row_selection& sel, stream_view s, source_owner owner = {})
   {
-    impl()->produce([&] { (void)impl()->prod.capture_rows(hook, src, n_rows, row_bytes, sel, s, blocking()); }, [] {});
+    impl()->produce([&] {
+      (void)impl()->prod.capture_rows(hook, src, n_rows, row_bytes, sel, s, blocking(), std::move(owner));
+    }, [] {});
   }
 
   /// Deferred capture: records (hook, `src`, `bytes`) on the CPU only; the copy happens in ONE gather

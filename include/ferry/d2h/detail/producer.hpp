@@ -81,7 +81,7 @@ class producer {
                stream_view s, when_full full, source_owner owner = {});
   /// The rows `sel` names of the [n_rows, row_bytes] device tensor `src`, as one dynamic entry (producer_rows.inl).
   bool capture_rows(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
-                    const row_selection& sel, stream_view s, when_full full);
+                    const row_selection& sel, stream_view s, when_full full, source_owner owner = {});
   void capture_deferred(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, source_owner owner = {});
   void flush(stream_view s);
   write_ticket begin_write(hook_id hook, std::uint64_t reserved_bytes, entry_kind kind, stream_view s);

@@ -10,7 +10,7 @@ namespace ferry::d2h::detail {
 
 template <ferry::backend::backend B>
 bool producer<B>::capture_rows(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
-                               const row_selection& sel, stream_view s, when_full full)
+                               const row_selection& sel, stream_view s, when_full full, source_owner owner)
 {
   constexpr const char* what = "capture_rows";
   check_producer(s, what);
@@ -56,18 +56,39 @@ bool producer<B>::capture_rows(hook_id hook, const void* src, std::uint64_t n_ro
     p = place(res_.head(), reserved, st_.cfg.ring_bytes);
     if (!wait_for_space(p.end, 1, 1, full, s.handle(), who)) { return false; }
   }
+  // `owner` holds the source and the selection arrays until the kernel read them (retire); the host snapshot
+  // rule (hold_source) applies to every array the kernel reads: a host-written source and selection are
+  // copied at the call in an eager forward on the host backend, as stream order makes it so on a GPU.
+  held_source h = hold_source<B>(src, n_rows * row_bytes, std::move(owner), capturing_);
+  row_selection read = sel;
+  std::array<held_source, 3> arrays{};
+  if (h.snapshot) {
+    auto snap = [&](std::size_t k, const void* p, std::uint64_t n) {
+      source_owner o;
+      o.host_written = true;
+      arrays[k] = hold_source<B>(p, n, std::move(o), false);
+      return arrays[k].src;
+    };
+    read.indices = snap(0, sel.indices, items * (sel.form == selection_form::rows ? sel.index_bytes : 4));
+    if (sel.query_start_loc != nullptr) {
+      read.query_start_loc = static_cast<const std::int32_t*>(snap(1, sel.query_start_loc, (sel.n_requests + 1ULL) * 4));
+    }
+    if (sel.device_count != nullptr) { read.device_count = static_cast<const std::int32_t*>(snap(2, sel.device_count, 4)); }
+  }
   select_args a;
   a.dst = make_ref(reserved, entry_kind::dynamic);
-  a.src = static_cast<const std::byte*>(src);
+  a.src = static_cast<const std::byte*>(h.src);
   a.n_rows = n_rows;
   a.row_bytes = row_bytes;
-  a.sel = sel;
-  a.vec = row_bytes % 16 == 0 && reinterpret_cast<std::uintptr_t>(src) % 16 == 0 ? 1U : 0U;
+  a.sel = read;
+  a.vec = row_bytes % 16 == 0 && reinterpret_cast<std::uintptr_t>(a.src) % 16 == 0 ? 1U : 0U;
   namespace rules = ferry::detail::launch_rules;
   const auto threads = static_cast<std::uint32_t>(rules::block_threads(st_.cfg.copy_block_threads));
   const std::uint64_t wave = rules::one_wave_blocks(st_.sm_count, threads);
   const auto blocks = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(items * per_item, 1, wave));
   st_.launch.own(select_rows_kernel(typename B::tag{}), blocks, threads, s.handle(), a);
+  retire(std::move(h), s.handle());
+  for (auto& x : arrays) { st_.b.release_after(s.handle(), std::move(x.snapshot)); }
   commit_entry(hook, p, reserved, bytes, entry_kind::dynamic, s.handle(), false);
   return true;
 }

@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+// Channel.capture_rows (docs/api/python.md): conversion of the tensor and the selection arrays into the
+// core's row_selection (ferry/d2h/row_selection.hpp); every rule about them (ranges, the reservation, what the
+// kernel refuses) is the core's.
+//   ch.capture_rows(hook, tensor, rows=idx)                                   the rows idx[0..n)
+//   ch.capture_rows(hook, tensor, query_start_loc=qsl, requests=req)         the last token of each request
+//   ch.capture_rows(hook, tensor, query_start_loc=qsl, requests=req, window=(a, b))
+//   count=None (every element of rows / requests) | int (the first `count`) | a 1-element int32 device array
+//   (a GPU-resolved count, at most max_count, default the array's length); stream=None as capture.
+#include "d2h_channel.hpp"
+
+#include <string>
+#include <utility>
+
+namespace ferry::python {
+
+namespace {
+
+/// A 1-D C-contiguous index array in backend B's device memory of `device`, of int32 (or int64 where `wide`).
+template <class B>
+any_array index_array(nb::handle obj, int device, const char* name, bool wide)
+{
+  const std::string who = std::string{"Channel.capture_rows: "} + name;
+  any_array a = as_array(obj, who.c_str());
+  check_device_array<B>(a, device, who);
+  const auto d = a.dtype();
+  const bool ok = static_cast<nb::dlpack::dtype_code>(d.code) == nb::dlpack::dtype_code::Int &&
+                  (d.bits == 32 || (wide && d.bits == 64)) && d.lanes == 1;
+  if (a.ndim() != 1 || !ok) {
+    throw nb::type_error(("ferry: " + who + ": expected a 1-D " + (wide ? "int32 or int64" : "int32") +
+                          " array, got a " + std::to_string(a.ndim()) + "-d " + dtype_str(d) + " one")
+                           .c_str());
+  }
+  return a;
+}
+
+nb::handle kw(const nb::kwargs& k, const char* name)
+{
+  return k.contains(name) ? nb::handle(k[name]) : nb::handle(Py_None);
+}
+
+}  // namespace
+
+template <class B>
+void py_channel<B>::capture_rows(std::uint32_t hook, nb::handle tensor, const nb::kwargs& k)
+{
+  constexpr const char* what = "Channel.capture_rows";
+  for (auto [key, v] : k) {
+    const std::string n = nb::cast<std::string>(key);
+    if (n != "rows" && n != "query_start_loc" && n != "requests" && n != "window" && n != "count" &&
+        n != "max_count" && n != "stream") {
+      throw nb::type_error(("ferry: Channel.capture_rows: unexpected keyword '" + n +
+                            "' (expected rows, query_start_loc, requests, window, count, max_count, stream)")
+                             .c_str());
+    }
+  }
+  auto s = resolve_stream<B>(kw(k, "stream"), dev_, what);
+  any_array t = as_array(tensor, what);
+  check_device_array<B>(t, dev_, std::string{what} + " (hook " + std::to_string(hook) + ")");
+  const std::uint64_t n_rows = t.ndim() > 0 ? t.shape(0) : 0;
+  const std::uint64_t row_bytes = n_rows > 0 ? t.nbytes() / n_rows : 0;
+  const nb::handle rows = kw(k, "rows");
+  const nb::handle qsl = kw(k, "query_start_loc");
+  const nb::handle req = kw(k, "requests");
+  const nb::handle window = kw(k, "window");
+  if (rows.is_none() == (req.is_none() || qsl.is_none())) {
+    throw nb::type_error("ferry: Channel.capture_rows: expected either rows=, or query_start_loc= and requests= "
+                         "(the last token, or window=(a, b), of each request)");
+  }
+  nb::list keep;  // the tensor and every selection array, alive until the kernel read them
+  keep.append(tensor);
+  fd::row_selection sel;
+  std::uint64_t items = 0;
+  if (!rows.is_none()) {
+    any_array r = index_array<B>(rows, dev_, "rows", true);
+    items = r.shape(0);
+    sel = r.dtype().bits == 64 ? fd::row_selection::rows(static_cast<const std::int64_t*>(r.data()), items)
+                               : fd::row_selection::rows(static_cast<const std::int32_t*>(r.data()), items);
+    keep.append(rows);
+  } else {
+    any_array q = index_array<B>(qsl, dev_, "query_start_loc", false);
+    any_array r = index_array<B>(req, dev_, "requests", false);
+    items = r.shape(0);
+    const auto n_req = static_cast<std::uint32_t>(q.shape(0) > 0 ? q.shape(0) - 1 : 0);
+    const auto* qp = static_cast<const std::int32_t*>(q.data());
+    const auto* rp = static_cast<const std::int32_t*>(r.data());
+    if (window.is_none()) {
+      sel = fd::row_selection::last_token(qp, n_req, rp, items);
+    } else {
+      if (!nb::isinstance<nb::tuple>(window) || nb::len(window) != 2) {
+        throw nb::type_error(("ferry: Channel.capture_rows: expected window=(begin, end), got " + type_of(window)).c_str());
+      }
+      const nb::tuple w = nb::borrow<nb::tuple>(window);
+      sel = fd::row_selection::window(qp, n_req, rp, items, nb::cast<std::int64_t>(w[0]), nb::cast<std::int64_t>(w[1]));
+    }
+    keep.append(qsl);
+    keep.append(req);
+  }
+  const nb::handle count = kw(k, "count");
+  if (PyLong_Check(count.ptr()) != 0) {
+    sel.count = nb::cast<std::uint64_t>(count);
+    sel.max_count = sel.count;
+    FERRY_EXPECTS(sel.count <= items, ferry::logic_error,
+                  "Channel.capture_rows (hook {}): expected count <= the {} selected items given, got {}", hook, items,
+                  sel.count);
+  } else if (!count.is_none()) {
+    any_array c = index_array<B>(count, dev_, "count", false);
+    const nb::handle mc = kw(k, "max_count");
+    sel = sel.counted_on_device(static_cast<const std::int32_t*>(c.data()),
+                                mc.is_none() ? items : nb::cast<std::uint64_t>(mc));
+    keep.append(count);
+  }
+  fd::source_owner owner = py_source::make<B>(keep, array_bytes{}.dl, false);
+  capture_rows_core(hook, t.data(), n_rows, row_bytes, sel, s, std::move(owner));
+}
+
+template void py_channel<fb::host_backend>::capture_rows(std::uint32_t, nb::handle, const nb::kwargs&);
+#if defined(FERRY_PYTHON_CUDA)
+template void py_channel<fb::cuda_backend>::capture_rows(std::uint32_t, nb::handle, const nb::kwargs&);
+#endif
+
+}  // namespace ferry::python
