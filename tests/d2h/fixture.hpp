@@ -66,6 +66,51 @@ struct sources {
   [[nodiscard]] const void* at(std::uint64_t k) const { return static_cast<const std::byte*>(dev.data()) + k * stride; }
 };
 
+/// The sources of a captured forward of `n` entries of `size` bytes: device slots the graph reads, and a
+/// pinned table of `forwards` x n payloads (entry e of the table holds pattern(e); payload() rewrites one).
+/// load(f, s) copies forward f's payloads into the slots on `s`: the next launch on `s` reads them.
+template <class B>
+struct replay_sources {
+  B b;
+  std::uint64_t n, size;
+  fb::device_buffer<B> dev;
+  fb::pinned_buffer<B> table;
+  replay_sources(B be, std::uint64_t entries, std::uint64_t bytes, std::uint64_t forwards)
+    : b{be}, n{entries}, size{bytes}, dev{entries * bytes, be}, table{forwards * entries * bytes, be}
+  {
+    for (std::uint64_t e = 0; e < forwards * n; ++e) { payload(e, e); }
+  }
+  /// Table entry e (forward e / n, slot e % n) holds pattern(seq).
+  void payload(std::uint64_t e, std::uint64_t seq)
+  {
+    auto* h = static_cast<std::uint8_t*>(table.data()) + e * size;
+    for (std::uint64_t i = 0; i < size; ++i) { h[i] = ferry::testing::pattern_byte(seq, i); }
+  }
+  [[nodiscard]] const void* at(std::uint64_t j) const { return static_cast<const std::byte*>(dev.data()) + j * size; }
+  void load(std::uint64_t f, fb::stream_view<B> s)
+  {
+    b.memcpy_async(dev.data(), static_cast<const std::byte*>(table.data()) + f * n * size, n * size,
+                   fb::memcpy_kind::host_to_device, s.handle());
+  }
+  /// Captures one forward on `s` that captures slot j as an entry of hook j (`deferred`: capture_deferred);
+  /// `plan` receives its plan.
+  fb::graph_exec<B> capture_forward(fd::channel<B>& ch, fb::stream_view<B> s, fd::forward_plan& plan,
+                                    bool deferred = false) const
+  {
+    return fb::graph_exec<B>::capture(s, [&](fb::stream_view<B> cs) {
+      ch.begin_forward(cs);
+      for (std::uint64_t j = 0; j < n; ++j) {
+        if (deferred) {
+          ch.capture_deferred(fd::hook_id{static_cast<std::uint32_t>(j)}, at(j), size, cs);
+        } else {
+          ch.capture(fd::hook_id{static_cast<std::uint32_t>(j)}, at(j), size, cs);
+        }
+      }
+      plan = ch.end_forward(cs);
+    });
+  }
+};
+
 /// Zeroed device slots whose payloads a slow producer writes just before each capture: slot j is filled with
 /// pattern(j) by the probe late_fill kernel ~20 us after it starts (it lets a programmatic dependent start
 /// at once), so a copy or a release that does not wait for that kernel sees stale bytes.

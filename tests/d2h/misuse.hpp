@@ -144,37 +144,26 @@ TYPED_TEST_P(D2hMisuse, BytesDrainedCountsPayloadBytes)
   EXPECT_LE(st.bytes_copied, n * 112);
 }
 
-/// A captured forward launched directly (graph.launch, no plan()): the drainer sees published_head beyond
-/// the planned entries, invalidates the channel ("graph replayed without plan()") and delivers every planned
-/// entry exact and nothing past them.
+/// A captured forward launched directly (graph.launch, no plan()) after planned replays: its claim kernel
+/// finds no token, so it writes nothing; the channel is invalidated ("graph replayed without plan()") and
+/// every planned entry is delivered exact, nothing past them (the cases first and in the middle:
+/// replay_token.hpp).
 TYPED_TEST_P(D2hMisuse, GraphReplayedWithoutPlanInvalidatesTheChannel)
 {
   using B = TypeParam;
   constexpr std::uint64_t n = 3, size = 512, replays = 4;
   fb::stream<B> s{this->b};
-  fb::device_buffer<B> dsrc{n * size, this->b};
-  fb::pinned_buffer<B> all{(replays + 1) * n * size, this->b};
-  auto* h = static_cast<std::uint8_t*>(all.data());
-  for (std::uint64_t e = 0; e < (replays + 1) * n; ++e) {
-    for (std::uint64_t i = 0; i < size; ++i) { h[e * size + i] = ferry::testing::pattern_byte(e, i); }
-  }
+  replay_sources<B> src{this->b, n, size, replays + 1};
   checker chk;
   fd::channel<B> ch{this->small_config(1 << 16, 16), this->b, chk.callback()};
   fd::forward_plan plan;
-  auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
-    ch.begin_forward(cs);
-    for (std::uint64_t j = 0; j < n; ++j) {
-      ch.capture(fd::hook_id{static_cast<std::uint32_t>(j)}, static_cast<const std::byte*>(dsrc.data()) + j * size,
-                 size, cs);
-    }
-    plan = ch.end_forward(cs);
-  });
+  auto g = src.capture_forward(ch, s.view(), plan);
   for (std::uint64_t r = 0; r < replays; ++r) {
     for (std::uint64_t j = 0; j < n; ++j) { chk.expect(r * n + j, static_cast<std::uint32_t>(j), size); }
-    this->b.memcpy_async(dsrc.data(), h + r * n * size, n * size, fb::memcpy_kind::host_to_device, s.handle());
+    src.load(r, s.view());
     ch.replay(g, plan, s);
   }
-  this->b.memcpy_async(dsrc.data(), h + replays * n * size, n * size, fb::memcpy_kind::host_to_device, s.handle());
+  src.load(replays, s.view());
   g.launch(s);  // the misuse: no plan()
   s.synchronize();
   EXPECT_TRUE(wait_until<B>([&] { return ch.invalidated(); }, 5s)) << "the drainer must see the unplanned replay";

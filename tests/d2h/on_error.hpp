@@ -141,26 +141,14 @@ TYPED_TEST_P(D2hOnError, GraphReplaysWhileDisabledWriteNothing)
   using B = TypeParam;
   constexpr std::uint64_t n = 3, size = 256;
   fb::stream<B> s{this->b};
-  fb::device_buffer<B> dsrc{n * size, this->b};
-  fb::pinned_buffer<B> all{8 * n * size, this->b};
-  auto* h = static_cast<std::uint8_t*>(all.data());
-  for (std::uint64_t e = 0; e < 8 * n; ++e) {
-    for (std::uint64_t i = 0; i < size; ++i) { h[e * size + i] = ferry::testing::pattern_byte(e, i); }
-  }
+  replay_sources<B> src{this->b, n, size, 8};
   checker chk;
   fd::channel<B> ch{this->disable_config(), this->b, chk.callback()};
   fd::forward_plan plan;
-  auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
-    ch.begin_forward(cs);
-    for (std::uint64_t j = 0; j < n; ++j) {
-      ch.capture(fd::hook_id{static_cast<std::uint32_t>(j)}, static_cast<const std::byte*>(dsrc.data()) + j * size,
-                 size, cs);
-    }
-    plan = ch.end_forward(cs);
-  });
+  auto g = src.capture_forward(ch, s.view(), plan);
   std::uint64_t seq = 0;
   auto replay = [&](bool expect_delivery) {
-    this->b.memcpy_async(dsrc.data(), h + seq * size, n * size, fb::memcpy_kind::host_to_device, s.handle());
+    src.load(seq / n, s.view());  // forward seq / n of the table holds pattern(seq .. seq + n - 1)
     if (expect_delivery) {
       for (std::uint64_t j = 0; j < n; ++j) { chk.expect(seq + j, static_cast<std::uint32_t>(j), size); }
     }
@@ -169,7 +157,7 @@ TYPED_TEST_P(D2hOnError, GraphReplaysWhileDisabledWriteNothing)
   };
   replay(true);
   ch.begin_forward(s);
-  ch.capture(fd::hook_id{9}, dsrc.data(), 0, s);  // the misuse: capture disabled
+  ch.capture(fd::hook_id{9}, src.at(0), 0, s);  // the misuse: capture disabled
   (void)ch.end_forward(s);
   ASSERT_TRUE(ch.capture_disabled());
   for (int r = 0; r < 3; ++r) { EXPECT_NO_THROW(replay(false)); }  // the engine keeps serving

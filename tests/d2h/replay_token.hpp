@@ -31,38 +31,22 @@ class D2hReplayToken : public d2h_fixture<B> {
   {
     constexpr std::uint64_t size = 512;
     fb::stream<B> s{this->b};
-    fb::device_buffer<B> dsrc{n * size, this->b};
-    fb::pinned_buffer<B> all{launches * n * size, this->b};
-    auto* h = static_cast<std::uint8_t*>(all.data());
+    replay_sources<B> src{this->b, n, size, launches};
     std::uint64_t planned = 0;
     for (std::size_t k = 0; k < launches; ++k) {
-      for (std::uint64_t j = 0; j < n; ++j) {
-        const std::uint64_t seq = k == unplanned_at ? 1000 + j : planned * n + j;
-        for (std::uint64_t i = 0; i < size; ++i) { h[(k * n + j) * size + i] = ferry::testing::pattern_byte(seq, i); }
-      }
+      for (std::uint64_t j = 0; j < n; ++j) { src.payload(k * n + j, k == unplanned_at ? 1000 + j : planned * n + j); }
       if (k != unplanned_at) { ++planned; }
     }
     checker chk;
     fd::channel<B> ch{this->small_config(1 << 16, 2), this->b, chk.callback()};
     d2h_access::set_fault(ch, fault);
     fd::forward_plan plan;
-    auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
-      ch.begin_forward(cs);
-      for (std::uint64_t j = 0; j < n; ++j) {
-        const auto* src = static_cast<const std::byte*>(dsrc.data()) + j * size;
-        if (deferred) {
-          ch.capture_deferred(fd::hook_id{static_cast<std::uint32_t>(j)}, src, size, cs);
-        } else {
-          ch.capture(fd::hook_id{static_cast<std::uint32_t>(j)}, src, size, cs);
-        }
-      }
-      plan = ch.end_forward(cs);
-    });
+    auto g = src.capture_forward(ch, s.view(), plan, deferred);
     for (std::uint64_t e = 0; e < planned * n; ++e) { chk.expect(e, static_cast<std::uint32_t>(e % n), size); }
     gate<B> held{this->b};
     held.close_on(this->b, s.view());
     for (std::size_t k = 0; k < launches; ++k) {
-      this->b.memcpy_async(dsrc.data(), h + k * n * size, n * size, fb::memcpy_kind::host_to_device, s.handle());
+      src.load(k, s.view());
       if (k == unplanned_at) {
         g.launch(s.view());  // the misuse: no plan()
       } else {
@@ -133,12 +117,7 @@ TYPED_TEST_P(D2hReplayToken, PlanOnTheLaunchStreamArmsThatStream)
   constexpr std::uint64_t n = 2, size = 256, replays = 3;
   fb::stream<B> s1{this->b}, s2{this->b};
   sources<B> eager{this->b, s1.view(), 0, n, size};
-  fb::device_buffer<B> dsrc{n * size, this->b};
-  fb::pinned_buffer<B> all{(replays + 1) * n * size, this->b};
-  auto* h = static_cast<std::uint8_t*>(all.data());
-  for (std::uint64_t e = 0; e < (replays + 1) * n; ++e) {
-    for (std::uint64_t i = 0; i < size; ++i) { h[e * size + i] = ferry::testing::pattern_byte(e, i); }
-  }
+  replay_sources<B> src{this->b, n, size, replays + 1};
   checker chk;
   fd::channel<B> ch{this->small_config(1 << 16, 4), this->b, chk.callback()};
   ch.begin_forward(s1);
@@ -148,17 +127,10 @@ TYPED_TEST_P(D2hReplayToken, PlanOnTheLaunchStreamArmsThatStream)
   }
   (void)ch.end_forward(s1);
   fd::forward_plan plan;
-  auto g = fb::graph_exec<B>::capture(s2.view(), [&](fb::stream_view<B> cs) {
-    ch.begin_forward(cs);
-    for (std::uint64_t j = 0; j < n; ++j) {
-      ch.capture(fd::hook_id{static_cast<std::uint32_t>(j)}, static_cast<const std::byte*>(dsrc.data()) + j * size,
-                 size, cs);
-    }
-    plan = ch.end_forward(cs);
-  });
+  auto g = src.capture_forward(ch, s2.view(), plan);
   for (std::uint64_t r = 1; r <= replays; ++r) {
     for (std::uint64_t j = 0; j < n; ++j) { chk.expect(r * n + j, static_cast<std::uint32_t>(j), size); }
-    this->b.memcpy_async(dsrc.data(), h + r * n * size, n * size, fb::memcpy_kind::host_to_device, s2.handle());
+    src.load(r, s2.view());
     ch.plan(plan, s2.view());
     g.launch(s2.view());
   }
