@@ -139,6 +139,34 @@ int capture_deferred(std::uint64_t channel, std::uint32_t hook, const void* ptr,
   return capture_any(channel, hook, ptr, bytes, stream, keep_alive, unchanged, owner, true, err, len);
 }
 
+int capture_rows(std::uint64_t channel, std::uint32_t hook, const void* ptr, std::uint64_t n_rows,
+                 std::uint64_t row_bytes, const ferry_row_selection* sel, std::uintptr_t stream,
+                 void (*keep_alive)(void*), void* owner, char* err, std::size_t len)
+{
+  fd::source_owner o;
+  if (keep_alive != nullptr) {
+    try {
+      o.keep = std::make_shared<capi_owner>(keep_alive, nullptr, owner);
+    } catch (...) {
+      keep_alive(owner);
+      put(err, len, "ferry C ABI: capture_rows: out of host memory");
+      return FERRY_ERR_OOM;
+    }
+  }
+  return guarded(err, len, true, [&] {
+    FERRY_EXPECTS(sel != nullptr && sel->form <= 2, ferry::logic_error,
+                  "ferry C ABI capture_rows (hook {}): expected a selection of form 0, 1 or 2, got {}", hook,
+                  sel == nullptr ? std::string{"NULL"} : std::to_string(sel->form));
+    const fd::row_selection s{static_cast<fd::selection_form>(sel->form), sel->index_bytes, sel->indices,
+                              sel->query_start_loc, sel->n_requests, sel->window_begin, sel->window_end,
+                              sel->count, sel->device_count, sel->max_count};
+    registry::get().with(channel, [&](const channel_calls& c) {
+      o.host_written = c.backend == FERRY_BACKEND_HOST;
+      c.capture_rows(c.self, hook, ptr, n_rows, row_bytes, s, stream, std::move(o));
+    });
+  });
+}
+
 int flush(std::uint64_t channel, std::uintptr_t stream, char* err, std::size_t len)
 {
   return guarded(err, len, true,
@@ -160,7 +188,7 @@ int channel_info(std::uint64_t channel, int* backend, int* device, std::uint32_t
 const ferry_capi* capi_table()
 {
   static const ferry_capi t{FERRY_CAPI_VERSION, sizeof(ferry_capi), &capture, &channel_info, &set_python_error,
-                            &capture_deferred, &flush};
+                            &capture_deferred, &flush, &capture_rows};
   return &t;
 }
 

@@ -35,7 +35,8 @@ py_channel<B>::py_channel(int device, fd::config cfg, nb::handle sink) : dev_{de
   }
   ch_.emplace(cfg, b, std::move(cb));
   handle_ = register_channel(channel_calls{this, is_host<B> ? FERRY_BACKEND_HOST : FERRY_BACKEND_CUDA, device,
-                                           &py_channel::capture_raw, &py_channel::flush_raw, &py_channel::flags_raw});
+                                           &py_channel::capture_raw, &py_channel::flush_raw, &py_channel::flags_raw,
+                                           &py_channel::capture_rows_raw});
   exit_hooks::get().add(this, &py_channel::at_exit);
 }
 

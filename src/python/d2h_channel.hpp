@@ -47,6 +47,8 @@ struct channel_calls {
                   fd::source_owner owner, bool deferred){nullptr};
   void (*flush)(void* self, std::uintptr_t stream){nullptr};
   std::uint32_t (*flags)(void* self){nullptr};
+  void (*capture_rows)(void* self, std::uint32_t hook, const void* ptr, std::uint64_t n_rows, std::uint64_t row_bytes,
+                       const fd::row_selection& sel, std::uintptr_t stream, fd::source_owner owner){nullptr};
 };
 /// Registers a live channel for the C ABI; returns its handle (capi.cpp).
 [[nodiscard]] std::uint64_t register_channel(const channel_calls& c);
@@ -103,6 +105,9 @@ class py_channel {
   static void capture_raw(void* self, std::uint32_t hook, const void* ptr, std::uint64_t bytes, std::uintptr_t stream,
                           fd::source_owner owner, bool deferred);
   static void flush_raw(void* self, std::uintptr_t stream);
+  static void capture_rows_raw(void* self, std::uint32_t hook, const void* ptr, std::uint64_t n_rows,
+                               std::uint64_t row_bytes, const fd::row_selection& sel, std::uintptr_t stream,
+                               fd::source_owner owner);
   static std::uint32_t flags_raw(void* self);
   /// Interpreter exit (exit_hooks, the GIL held): a forward still open is ended here, while its stream is
   /// alive, and reported in one line.

@@ -114,6 +114,28 @@ void py_channel<B>::capture_rows(std::uint32_t hook, nb::handle tensor, const nb
   capture_rows_core(hook, t.data(), n_rows, row_bytes, sel, s, std::move(owner));
 }
 
+/// The C ABI's capture_rows (capi.cpp): the stream resolved as capture_raw resolves it.
+template <class B>
+void py_channel<B>::capture_rows_raw(void* self, std::uint32_t hook, const void* ptr, std::uint64_t n_rows,
+                                     std::uint64_t row_bytes, const fd::row_selection& sel, std::uintptr_t stream,
+                                     fd::source_owner owner)
+{
+  auto& c = *static_cast<py_channel*>(self);
+  std::shared_lock lk{c.mu_};
+  auto& ch = c.live("capture_rows");
+  const auto s = c.raw_stream(stream, hook, "capture_rows");
+  c.set_dev();
+  ch.capture_rows(fd::hook_id{hook}, ptr, n_rows, row_bytes, sel, s, std::move(owner));
+}
+
+template void py_channel<fb::host_backend>::capture_rows_raw(void*, std::uint32_t, const void*, std::uint64_t,
+                                                             std::uint64_t, const fd::row_selection&, std::uintptr_t,
+                                                             fd::source_owner);
+#if defined(FERRY_PYTHON_CUDA)
+template void py_channel<fb::cuda_backend>::capture_rows_raw(void*, std::uint32_t, const void*, std::uint64_t,
+                                                             std::uint64_t, const fd::row_selection&, std::uintptr_t,
+                                                             fd::source_owner);
+#endif
 template void py_channel<fb::host_backend>::capture_rows(std::uint32_t, nb::handle, const nb::kwargs&);
 #if defined(FERRY_PYTHON_CUDA)
 template void py_channel<fb::cuda_backend>::capture_rows(std::uint32_t, nb::handle, const nb::kwargs&);

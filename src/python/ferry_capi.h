@@ -20,8 +20,9 @@ extern "C" {
 #endif
 
 #define FERRY_CAPI_NAME "ferry._ferry._capi"
-/* Version 2 appended capture_deferred and flush; a table of version >= 2 starts with version 1's members. */
-#define FERRY_CAPI_VERSION 2u
+/* Version 2 appended capture_deferred and flush, version 3 capture_rows; a table of version N starts with the
+ * members of every version before N. */
+#define FERRY_CAPI_VERSION 3u
 #define FERRY_SINK_NAME "ferry.sink"
 #define FERRY_SINK_VERSION 1u
 /** ferry_capi::capture's `stream` meaning "the stream given to the channel's open begin_forward". */
@@ -72,6 +73,24 @@ typedef struct ferry_entry {
   const void* data;  /**< pinned staging, valid until fn returns */
 } ferry_entry;
 
+/** ferry_capi::capture_rows' selection, field by field d2h::row_selection (ferry/d2h/row_selection.hpp):
+ * form 0 rows (`indices`: int32 or int64 row indices, index_bytes 4 or 8), 1 the last token and 2 the window
+ * [window_begin, window_end) of each request in `indices` (int32 request ids) from `query_start_loc`
+ * (int32 [n_requests + 1]); `count` items, or with `device_count` (int32 device memory) at most `max_count`. */
+typedef struct ferry_row_selection {
+  uint32_t form;
+  uint32_t index_bytes;
+  const void* indices;
+  const int32_t* query_start_loc;
+  uint32_t n_requests;
+  uint32_t unused;
+  int64_t window_begin;
+  int64_t window_end;
+  uint64_t count;
+  const int32_t* device_count;
+  uint64_t max_count;
+} ferry_row_selection;
+
 /** A native consumer (capsule FERRY_SINK_NAME). The capsule must stay alive while the channel uses it (the
  * channel holds a reference until close()). fn must not throw (C++) nor call into Python without the GIL. */
 typedef struct ferry_sink {
@@ -113,6 +132,13 @@ typedef struct ferry_capi {
                           size_t err_len);
   /** Channel.flush(stream): enqueues the gather of the pending deferred entries (checked as above). */
   int (*flush)(uint64_t channel, uintptr_t stream, char* err, size_t err_len);
+  /* ---- version 3 ---- */
+  /** Channel.capture_rows: the rows `sel` names of the [n_rows, row_bytes] tensor at `ptr` as one entry of
+   * `hook` (stream as capture). `owner` (keep_alive) holds the tensor and every selection array until the
+   * kernel read them; keep_alive is also called when the call fails. */
+  int (*capture_rows)(uint64_t channel, uint32_t hook, const void* ptr, uint64_t n_rows, uint64_t row_bytes,
+                      const ferry_row_selection* sel, uintptr_t stream, void (*keep_alive)(void* owner), void* owner,
+                      char* err, size_t err_len);
 } ferry_capi;
 
 #ifdef __cplusplus

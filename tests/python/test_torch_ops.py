@@ -208,7 +208,7 @@ def test_capi_error_mapping():
     get.argtypes = [ctypes.py_object, ctypes.c_char_p]
     base = get(ferry._ferry._capi, b"ferry._ferry._capi")
     version, size = ctypes.c_uint32.from_address(base).value, ctypes.c_uint32.from_address(base + 4).value
-    assert version == 2 and size >= 8 + 5 * ctypes.sizeof(ctypes.c_void_p)  # version 2: + capture_deferred, flush
+    assert version == 3 and size >= 8 + 6 * ctypes.sizeof(ctypes.c_void_p)  # version 2: + capture_deferred, flush; 3: + capture_rows
     fn_addr = ctypes.c_void_p.from_address(base + 8 + 2 * ctypes.sizeof(ctypes.c_void_p)).value
     set_error = ctypes.PYFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p)(fn_addr)
     for status, cls in [(1, ferry.LogicError), (2, ferry.OutOfMemory), (3, ferry.TimeoutError),

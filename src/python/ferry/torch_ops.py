@@ -17,6 +17,18 @@ Deferred capture (one gather launch per batch of K entries, ``Channel.capture_de
     torch.ops.ferry.capture_deferred(Tensor(a!) token, Tensor x, int channel, int hook) -> ()
     torch.ops.ferry.flush(Tensor(a!) token, int channel) -> ()
 
+Row-selected capture (``Channel.capture_rows``: the rows each request asked for, from a device-resident
+selection that a graph replay reads at each step)::
+
+    torch.ops.ferry.capture_rows(Tensor(a!) token, Tensor x, Tensor selection, Tensor? query_start_loc,
+                                 Tensor? count, int channel, int hook, int window_begin=0, int window_end=0,
+                                 int max_count=0) -> ()
+
+``selection``: int32/int64 row indices, or with ``query_start_loc`` int32 request ids (the last token of each,
+or the window ``[window_begin, window_end)`` when ``window_end > window_begin``); ``count``: ``None`` (every
+element) or a 1-element int32 tensor (a GPU-resolved count, at most ``max_count``, by default the selection's
+length).
+
 ``x`` is held, and ``x._version`` recorded, until the gather of its batch is enqueued (the K-th deferred
 entry, ``end_forward``, ``flush``, an immediate capture). A pending ``x`` written in place since its capture
 makes the call that would flush it raise ``ferry.LogicError`` naming the hook, before anything of the batch
@@ -34,7 +46,7 @@ import torch as _torch
 
 from . import Channel, LogicError, _ferry
 
-__all__ = ["capture", "capture_deferred", "flush", "library_path", "token"]
+__all__ = ["capture", "capture_deferred", "capture_rows", "flush", "library_path", "token"]
 
 _LIB = _os.path.join(_os.path.dirname(__file__), "_torch_ops.so")
 
@@ -48,7 +60,7 @@ def _load() -> None:
     if not _os.path.exists(_LIB):
         raise ImportError(f"ferry.torch_ops: expected the op library {_LIB}, got none (ferry was built without "
                           "torch: rebuild where torch is importable, or with -DFERRY_BUILD_TORCH=ON)")
-    if not hasattr(_torch.ops.ferry, "capture_deferred"):
+    if not hasattr(_torch.ops.ferry, "capture_rows"):
         _torch.ops.load_library(_LIB)
     get = _ctypes.pythonapi.PyCapsule_GetPointer
     get.restype = _ctypes.c_void_p
@@ -75,6 +87,12 @@ def _capture_fake(token, x, channel, hook):
 @_torch.library.register_fake("ferry::capture_deferred")
 def _capture_deferred_fake(token, x, channel, hook):
     _check_contiguous("capture_deferred", x, hook)
+
+
+@_torch.library.register_fake("ferry::capture_rows")
+def _capture_rows_fake(token, x, selection, query_start_loc, count, channel, hook, window_begin=0, window_end=0,
+                       max_count=0):
+    _check_contiguous("capture_rows", x, hook)
 
 
 @_torch.library.register_fake("ferry::flush")
@@ -108,3 +126,14 @@ def flush(token: _torch.Tensor, channel) -> None:
     if isinstance(channel, Channel):
         channel = channel.handle
     _torch.ops.ferry.flush(token, channel)
+
+
+def capture_rows(token: _torch.Tensor, x: _torch.Tensor, channel, hook: int, selection: _torch.Tensor,
+                 query_start_loc: _torch.Tensor | None = None, count: _torch.Tensor | None = None,
+                 window: tuple[int, int] | None = None, max_count: int = 0) -> None:
+    """torch.ops.ferry.capture_rows(token, x, selection, query_start_loc, count, channel, hook, a, b, max_count);
+    `channel` may be a ferry.Channel, `window` the (begin, end) of each request."""
+    if isinstance(channel, Channel):
+        channel = channel.handle
+    a, b = window if window is not None else (0, 0)
+    _torch.ops.ferry.capture_rows(token, x, selection, query_start_loc, count, channel, hook, a, b, max_count)
