@@ -70,3 +70,36 @@ def test_torch_compile_fullgraph_keeps_capture_rows(make_channel, stream):
     (e,) = _drain(ch, 1)
     assert torch.equal(_rows(e, 4), (x * 2)[[7, 0]])
     e.release()
+
+
+@pytest.mark.skipif("cuda" not in ferry.available_backends() or not torch.cuda.is_available(),
+                    reason="needs the CUDA backend and a GPU")
+def test_cuda_graph_replays_capture_the_rows_of_their_step():
+    # torch.cuda.graph records the op; the selection (indices and a device count) keeps its address and its
+    # contents change before every replay; Channel.plan(plan) arms the replay on torch's current stream
+    ch = ferry.Channel(0, ring_bytes=4 << 20, size_slots=64, backend="cuda")
+    s = torch.cuda.Stream()
+    x = torch.randn(256, 128, device="cuda")
+    idx = torch.zeros(256, dtype=torch.int32, device="cuda")
+    n = torch.zeros(1, dtype=torch.int32, device="cuda")
+    tok = fto.token("cuda")
+    g = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g, stream=s):
+        h = x * 3
+        ch.begin_forward(s)
+        fto.capture_rows(tok, h, ch, 7, idx, count=n, max_count=256)
+        plan = ch.end_forward(s)
+    gen = torch.Generator().manual_seed(5)
+    for step, k in enumerate([16, 0, 256, 1, 31]):
+        rows = torch.randint(0, 256, (k,), generator=gen, dtype=torch.int32)
+        idx[:k].copy_(rows)
+        n.fill_(k)
+        torch.cuda.synchronize()
+        ch.plan(plan)
+        g.replay()
+        (e,) = _drain(ch, 1)
+        assert e.ok, step
+        assert torch.equal(_rows(e, 128), (x * 3).cpu()[rows.long()]), step
+        e.release()
+    assert ch.close()["clean"]
