@@ -13,6 +13,22 @@ namespace ferry::python {
 
 using any_array = nb::ndarray<nb::ro>;
 
+/// An unsigned integer argument (a count, a capacity, a slot): the binding accepts any Python int and get()
+/// range-checks it with a ferry LogicError naming the call, the argument and its range (nanobind's own
+/// unsigned conversion answers a negative or too-large int with "incompatible function arguments").
+struct uint_arg {
+  std::uint64_t value{0};
+  long long negative{0};  ///< the value, when below 0
+  bool too_large{false};  ///< at least 2^64
+  [[nodiscard]] std::uint64_t get(const char* who, const char* name, std::uint64_t max = UINT64_MAX) const
+  {
+    FERRY_EXPECTS(negative == 0 && !too_large && value <= max, ferry::logic_error, "{}: expected {} an int in [0, {}], got {}",
+                  who, name, max,
+                  negative != 0 ? std::to_string(negative) : too_large ? std::string{">= 2^64"} : std::to_string(value));
+    return value;
+  }
+};
+
 /// The bytes of a tensor argument: its address and size; `dl` holds a DLPack import (the general path)
 /// alive while the bytes are used (a bare DLPack capsule owns its memory).
 struct array_bytes {
@@ -185,3 +201,39 @@ template <class B>
 }
 
 }  // namespace ferry::python
+
+namespace nanobind::detail {
+/// uint_arg from any Python int (not a bool); rendered as `int` in the stubs.
+template <>
+struct type_caster<ferry::python::uint_arg> {
+  NB_TYPE_CASTER(ferry::python::uint_arg, const_name("int"))
+  bool from_python(handle src, uint8_t, cleanup_list*) noexcept
+  {
+    if (PyLong_Check(src.ptr()) == 0 || PyBool_Check(src.ptr()) != 0) { return false; }
+    value = {};
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(src.ptr(), &overflow);
+    if (overflow < 0) {
+      value.negative = -1;  // below -2^63: any negative value says it
+    } else if (overflow > 0) {
+      const unsigned long long u = PyLong_AsUnsignedLongLong(src.ptr());
+      if (PyErr_Occurred() != nullptr) {
+        PyErr_Clear();
+        value.too_large = true;
+      } else {
+        value.value = u;
+      }
+    } else if (v < 0) {
+      value.negative = v;
+    } else {
+      value.value = static_cast<std::uint64_t>(v);
+    }
+    return true;
+  }
+  static handle from_cpp(const ferry::python::uint_arg& v, rv_policy, cleanup_list*) noexcept
+  {
+    return PyLong_FromUnsignedLongLong(v.value);
+  }
+};
+}  // namespace nanobind::detail
+

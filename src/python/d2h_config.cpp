@@ -203,7 +203,10 @@ void init_d2h_channel(nb::module_& m)
     .def("flush", &C::flush, nb::arg("stream").none() = nb::none())
     .def_prop_ro("deferred_pending", &C::deferred_pending)
     .def("plan", &C::plan, nb::arg("plan"), nb::arg("stream").none() = nb::none())
-    .def("poll", &C::poll, nb::arg("max_entries") = 1024, nb::arg("timeout").none() = 0.0)
+    .def(
+      "poll",
+      [](C& c, uint_arg n, std::optional<double> timeout) { return c.poll(n.get("Channel.poll", "max_entries"), timeout); },
+      nb::arg("max_entries") = 1024, nb::arg("timeout").none() = 0.0)
     .def("stats", &C::stats)
     .def("close", &C::close, nb::arg("timeout").none() = nb::none())
     .def("__enter__", [](nb::handle self) { return nb::borrow(self); })

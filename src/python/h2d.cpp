@@ -68,7 +68,7 @@ void init_h2d(nb::module_& m)
          nb::arg("upload").none() = nb::none(), nb::arg("debug_sources").none() = nb::none())
     .def(
       "begin",
-      [](nb::handle self, std::size_t slot) {
+      [](nb::handle self, uint_arg slot) {
         auto& p = nb::cast<P&>(self);
         auto s = std::make_unique<py_slot<B>>();
         s->owner = nb::borrow(self);
@@ -78,7 +78,7 @@ void init_h2d(nb::module_& m)
       nb::arg("slot"), nb::rv_policy::take_ownership)
     .def(
       "producer",
-      [](nb::handle self, const std::string& group, std::optional<std::size_t> slot) {
+      [](nb::handle self, const std::string& group, std::optional<uint_arg> slot) {
         auto& p = nb::cast<P&>(self);
         auto pr = std::make_unique<py_producer<B>>();
         pr->owner = nb::borrow(self);

@@ -79,10 +79,13 @@ class py_publisher {
     pub_.reset();
   }
 
-  [[nodiscard]] py_buffer declare(const std::string& name, nb::handle groups, nb::handle dtype, std::size_t capacity,
-                                  const std::string& unit, std::optional<std::size_t> row, nb::handle dst)
+  [[nodiscard]] py_buffer declare(const std::string& name, nb::handle groups, nb::handle dtype, uint_arg capacity_arg,
+                                  const std::string& unit, std::optional<uint_arg> row_arg, nb::handle dst)
   {
     const std::string who = "Publisher.declare('" + name + "')";
+    const std::size_t capacity = capacity_arg.get(who.c_str(), "capacity");
+    const std::optional<std::size_t> row =
+      row_arg ? std::optional<std::size_t>{row_arg->get(who.c_str(), "row")} : std::nullopt;
     py_buffer pb;
     pb.name = name;
     pb.np_dtype = nb::module_::import_("numpy").attr("dtype")(dtype);
@@ -131,12 +134,12 @@ class py_publisher {
     return pb;
   }
 
-  void initialize(std::size_t slots, nb::handle stream, std::optional<std::string> upload,
+  void initialize(uint_arg slots, nb::handle stream, std::optional<std::string> upload,
                   std::optional<bool> debug_sources)
   {
     auto s = resolve_stream<B>(stream, dev_, "Publisher.initialize");
     fh::config cfg;
-    cfg.slots = slots;
+    cfg.slots = slots.get("Publisher.initialize", "slots");
     cfg.device = fb::device_id{dev_};
     if (upload) {
       const auto k = fh::parse_upload_backend(*upload);
@@ -152,19 +155,23 @@ class py_publisher {
     pub_->initialize(cfg, s);
   }
 
-  [[nodiscard]] fh::slot_guard<B> begin(std::size_t slot)
+  [[nodiscard]] fh::slot_guard<B> begin(uint_arg slot)
   {
+    const std::size_t k = slot.get("Publisher.begin", "slot");
     gil_release g;
     set_dev();
-    return pub_->begin(slot);
+    return pub_->begin(k);
   }
   /// The group's producer scope; `slot`: the expected active slot (checked by the core).
-  [[nodiscard]] fh::producer_guard<B> producer(const std::string& group, std::optional<std::size_t> slot)
+  [[nodiscard]] fh::producer_guard<B> producer(const std::string& group, std::optional<uint_arg> slot)
   {
-    return slot ? pub_->producer(group, *slot) : pub_->producer(group);
+    return slot ? pub_->producer(group, slot->get("Publisher.producer", "slot")) : pub_->producer(group);
   }
 
-  void set_count(const py_buffer& b, std::size_t n) { pub_->set_count(fh::buffer_handle{b.index}, n); }
+  void set_count(const py_buffer& b, uint_arg n)
+  {
+    pub_->set_count(fh::buffer_handle{b.index}, n.get("Publisher.set_count", "count"));
+  }
   void publish(const std::string& group, nb::handle stream)
   {
     auto s = resolve_stream<B>(stream, dev_, "Publisher.publish");
@@ -173,8 +180,9 @@ class py_publisher {
     pub_->publish(group, s);
   }
   void stage(const std::string& group) { pub_->stage(group); }
-  void capture_upload(const std::string& group, std::size_t slot, nb::handle stream)
+  void capture_upload(const std::string& group, uint_arg slot_arg, nb::handle stream)
   {
+    const std::size_t slot = slot_arg.get("Publisher.capture_upload", "slot");
     auto s = resolve_stream<B>(stream, dev_, "Publisher.capture_upload");
     gil_release g;
     set_dev();

@@ -61,7 +61,10 @@ struct py_producer {
     views.emplace_back(view);
     return view;
   }
-  void set_count(const py_buffer& pb, std::size_t n) { live("set_count").set_count(fh::buffer_handle{pb.index}, n); }
+  void set_count(const py_buffer& pb, uint_arg n)
+  {
+    live("set_count").set_count(fh::buffer_handle{pb.index}, n.get("Producer.set_count", "count"));
+  }
   /// Copies `array` (host, C-contiguous, the buffer's dtype) into the source and sets the count.
   void write(const py_buffer& pb, nb::handle obj)
   {

@@ -204,3 +204,28 @@ def test_newcomer_inputs_get_a_message_that_names_them():
     got[0].release()
     got[0].release()  # idempotent
     assert ch.close()["clean"]
+
+
+@pytest.mark.parametrize("bad", [-1, 2**64, 2**70])
+def test_negative_or_too_large_ints_are_ferry_errors_naming_the_argument_and_its_range(bad):
+    # not nanobind's "incompatible function arguments": every count, capacity and slot is range-checked with
+    # a ferry.LogicError that names the call, the argument and its range
+    ch = ferry.Channel(ring_bytes=1 << 16, backend="host")
+    s = ferry.Stream(backend="host")
+    p = ferry.Publisher(backend="host")
+    buf = p.declare("ids", "step", dtype="int32", capacity=8)
+    p.initialize(slots=2, stream=s)
+    calls = [
+        ("Channel.poll", "max_entries", lambda: ch.poll(bad)),
+        ("Publisher.declare('x')", "capacity", lambda: ferry.Publisher(backend="host").declare("x", "g", "int32", bad)),
+        ("Publisher.initialize", "slots", lambda: ferry.Publisher(backend="host").initialize(slots=bad, stream=s)),
+        ("Publisher.begin", "slot", lambda: p.begin(bad)),
+        ("Publisher.producer", "slot", lambda: p.producer("step", slot=bad)),
+        ("Publisher.set_count", "count", lambda: p.set_count(buf, bad)),
+        ("Publisher.capture_upload", "slot", lambda: p.capture_upload("step", bad, s)),
+    ]
+    for who, name, call in calls:
+        with pytest.raises(ferry.LogicError, match=rf"expected {name} an int in \[0, ") as info:
+            call()
+        assert who in str(info.value), (who, str(info.value))
+    ch.close()
