@@ -75,6 +75,19 @@ ferry_install_python_deps() {
   for i in "${!mods[@]}"; do "$py" -c "import ${mods[$i]}" > /dev/null 2>&1 || return 1; done
 }
 
+# The Python fuzz stage's dependency (PyPI): atheris (binary wheels for CPython <= 3.11 on Linux; no source
+# build, which would need clang's libFuzzer). Installs it only when `python3` cannot import it. Returns non-zero
+# when it still cannot be imported (the caller then records the stage as skipped).
+ferry_install_fuzz_deps() {
+  local py=${PYTHON:-python3}
+  command -v "$py" > /dev/null 2>&1 || return 1
+  "$py" -c "import atheris" > /dev/null 2>&1 && return 0
+  echo "ferry: pip installing atheris for the Python fuzz stage"
+  "$py" -m pip install -q --only-binary=:all: atheris > /dev/null 2>&1 ||
+    echo "ferry: could not pip install atheris (offline, or no wheel for $("$py" -V 2>&1)): the Python fuzz stage is skipped" >&2
+  "$py" -c "import atheris" > /dev/null 2>&1
+}
+
 # The torch layer's test dependencies (PyPI): torch and transformers. Optional: the torch ops extension and
 # its tests are built/run only where torch imports. Skipped with FERRY_SKIP_TORCH=1 or when offline.
 # Returns non-zero when torch still cannot be imported.

@@ -6,6 +6,8 @@
 #   * the Python package's tests (pytest, tests/python, label host;python) when its build dependencies
 #     (nanobind, scikit-build-core, numpy, pytest: from PyPI) can be imported or pip-installed; with torch
 #     and transformers (PyPI, skipped with FERRY_SKIP_TORCH=1) also the torch ops, hooks and presets tests;
+#   * the Python surface under atheris (tests/python/fuzz: its corpus, then a bounded random run) when the
+#     Python package was built and atheris (PyPI, CPython <= 3.11) can be imported or pip-installed;
 #   * the HIP compile check (gfx90a) when hipcc is installed (CI installs it), and a .hip consumer of the
 #     installed ferry::hip.
 # Every stage's output goes to build/test-logs/<stage>.log (a failing stage prints its tail); the run ends with
@@ -91,6 +93,17 @@ if ((ok)); then
   stage "ctest ($labels)" ctest ctest --test-dir "$build" -L "$labels" --output-on-failure -j"$jobs" --timeout 900
 else
   skip "ctest ($labels)" "(the build failed)"
+fi
+
+# The Python surface under atheris (tests/python/fuzz/run.sh: the corpus, then a bounded random run).
+if ((!ok)); then
+  skip "python fuzz (atheris)" "(the build failed)"
+elif [[ ${py_flags[0]} != -DFERRY_BUILD_PYTHON=ON ]]; then
+  skip "python fuzz (atheris)" "(the Python package was not built)"
+elif ferry_install_fuzz_deps; then
+  stage "python fuzz (atheris)" python-fuzz bash "$root/tests/python/fuzz/run.sh" --build "$build"
+else
+  skip "python fuzz (atheris)" "(atheris not importable: pip install atheris, CPython <= 3.11)"
 fi
 
 # Reliability under sanitizers (clang-14): TSan/ASan stress, fault sweeps with LSan, bounded libFuzzer runs.
