@@ -192,6 +192,16 @@ template <class B>
 {
   array_bytes out;
   if (torch_fast_bytes<B>(tensor, device, out)) { return out; }
+  // A torch tensor with the conjugate or negative bit holds its values un-negated in memory (the bit is a lazy
+  // view): its bytes are not its values, so it is refused, not copied (DLPack may export the raw memory).
+  if (PyTypeObject* tp = torch_tensor_type(); tp != nullptr && PyObject_TypeCheck(tensor.ptr(), tp) != 0) {
+    const auto& n = detail::names();
+    FERRY_EXPECTS(detail::call_truth(tensor.ptr(), n.is_conj) != 1 && detail::call_truth(tensor.ptr(), n.is_neg) != 1,
+                  ferry::logic_error,
+                  "{} (hook {}): expected a tensor whose memory holds its values, got one with the conjugate or negative "
+                  "bit set (call .resolve_conj() / .resolve_neg() first)",
+                  what, hook);
+  }
   any_array t = as_array(tensor, what);
   check_device_array<B>(t, device, std::string{what} + " (hook " + std::to_string(hook) + ")");
   out.data = t.data();
@@ -203,20 +213,31 @@ template <class B>
 }  // namespace ferry::python
 
 namespace nanobind::detail {
-/// uint_arg from any Python int (not a bool); rendered as `int` in the stubs.
+/// uint_arg from any Python int or integer-like object (__index__: numpy's integers), not a bool; rendered as
+/// `int` in the stubs.
 template <>
 struct type_caster<ferry::python::uint_arg> {
   NB_TYPE_CASTER(ferry::python::uint_arg, const_name("int"))
   bool from_python(handle src, uint8_t, cleanup_list*) noexcept
   {
-    if (PyLong_Check(src.ptr()) == 0 || PyBool_Check(src.ptr()) != 0) { return false; }
+    if (PyBool_Check(src.ptr()) != 0) { return false; }
+    object as_int;
+    if (PyLong_Check(src.ptr()) == 0) {
+      if (PyIndex_Check(src.ptr()) == 0) { return false; }
+      as_int = steal(PyNumber_Index(src.ptr()));
+      if (!as_int.is_valid()) {
+        PyErr_Clear();
+        return false;
+      }
+    }
+    PyObject* n = as_int.is_valid() ? as_int.ptr() : src.ptr();
     value = {};
     int overflow = 0;
-    const long long v = PyLong_AsLongLongAndOverflow(src.ptr(), &overflow);
+    const long long v = PyLong_AsLongLongAndOverflow(n, &overflow);
     if (overflow < 0) {
       value.negative = -1;  // below -2^63: any negative value says it
     } else if (overflow > 0) {
-      const unsigned long long u = PyLong_AsUnsignedLongLong(src.ptr());
+      const unsigned long long u = PyLong_AsUnsignedLongLong(n);
       if (PyErr_Occurred() != nullptr) {
         PyErr_Clear();
         value.too_large = true;

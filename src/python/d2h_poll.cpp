@@ -2,6 +2,8 @@
 // The consumer side of py_channel<B> (d2h_channel.hpp): poll(), stats() and close().
 #include "d2h_channel.hpp"
 
+#include <cmath>
+
 #include <ferry/d2h/detail/fields.hpp>
 
 #include <thread>
@@ -12,6 +14,9 @@ template <class B>
 std::vector<py_entry> py_channel<B>::poll(std::size_t max_entries, std::optional<double> timeout)
 {
   FERRY_EXPECTS(max_entries > 0, ferry::logic_error, "Channel.poll: expected max_entries >= 1, got 0");
+  // NaN compares false with everything: a NaN timeout would never expire (found by the fuzzer)
+  FERRY_EXPECTS(!timeout || !std::isnan(*timeout), ferry::logic_error,
+                "Channel.poll: expected timeout a number of seconds (<= 0: no wait) or None (wait forever), got nan");
   FERRY_EXPECTS(!sink_owner_.is_valid(), ferry::logic_error,
                 "Channel.poll: expected a channel without a native sink, got one with a sink (its entries go to "
                 "the sink)");

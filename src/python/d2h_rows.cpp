@@ -46,7 +46,7 @@ void py_channel<B>::capture_rows(std::uint32_t hook, nb::handle tensor, const nb
 {
   constexpr const char* what = "Channel.capture_rows";
   for (auto [key, v] : k) {
-    const std::string n = nb::cast<std::string>(key);
+    const std::string n = nb::cast<std::string>(nb::str(key));
     if (n != "rows" && n != "query_start_loc" && n != "requests" && n != "window" && n != "count" &&
         n != "max_count" && n != "stream") {
       throw nb::type_error(("ferry: Channel.capture_rows: unexpected keyword '" + n +
@@ -91,14 +91,20 @@ void py_channel<B>::capture_rows(std::uint32_t hook, nb::handle tensor, const nb
         throw nb::type_error(("ferry: Channel.capture_rows: expected window=(begin, end), got " + type_of(window)).c_str());
       }
       const nb::tuple w = nb::borrow<nb::tuple>(window);
-      sel = fd::row_selection::window(qp, n_req, rp, items, nb::cast<std::int64_t>(w[0]), nb::cast<std::int64_t>(w[1]));
+      std::int64_t a = 0;
+      std::int64_t b = 0;
+      if (!nb::try_cast(w[0], a) || !nb::try_cast(w[1], b)) {
+        throw nb::type_error("ferry: Channel.capture_rows: expected window=(begin, end) of two ints in [-2^63, 2^63)");
+      }
+      sel = fd::row_selection::window(qp, n_req, rp, items, a, b);
     }
     keep.append(qsl);
     keep.append(req);
   }
   const nb::handle count = kw(k, "count");
-  if (PyLong_Check(count.ptr()) != 0) {
-    sel.count = nb::cast<std::uint64_t>(count);
+  uint_arg n;
+  if (!count.is_none() && nb::try_cast(count, n)) {
+    sel.count = n.get(what, "count");
     sel.max_count = sel.count;
     FERRY_EXPECTS(sel.count <= items, ferry::logic_error,
                   "Channel.capture_rows (hook {}): expected count <= the {} selected items given, got {}", hook, items,
@@ -106,8 +112,11 @@ void py_channel<B>::capture_rows(std::uint32_t hook, nb::handle tensor, const nb
   } else if (!count.is_none()) {
     any_array c = index_array<B>(count, dev_, "count", false);
     const nb::handle mc = kw(k, "max_count");
-    sel = sel.counted_on_device(static_cast<const std::int32_t*>(c.data()),
-                                mc.is_none() ? items : nb::cast<std::uint64_t>(mc));
+    uint_arg m;
+    if (!mc.is_none() && !nb::try_cast(mc, m)) {
+      throw nb::type_error(("ferry: Channel.capture_rows: expected max_count an int, got " + type_of(mc)).c_str());
+    }
+    sel = sel.counted_on_device(static_cast<const std::int32_t*>(c.data()), mc.is_none() ? items : m.get(what, "max_count"));
     keep.append(count);
   }
   fd::source_owner owner = py_source::make<B>(keep, array_bytes{}.dl, false);

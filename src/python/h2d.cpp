@@ -102,6 +102,10 @@ void init_h2d(nb::module_& m)
         auto& p = nb::cast<P&>(self);
         const auto& b = p.buffer(pb);
         void* ptr = reinterpret_cast<void*>(p.device_pointer(b));
+        FERRY_EXPECTS(ptr != nullptr, ferry::logic_error,
+                      "Publisher.device_array('{}'): expected an initialized publisher (its device memory exists after "
+                      "initialize()), got none",
+                      b.name);
         if constexpr (is_host<B>) {  // read-only: the destination is written by publications only
           return nb::cast(buffer_view<nb::ndarray<nb::numpy, nb::ro>>(b, ptr, self, nb::device::cpu::value, 0));
         } else {

@@ -98,7 +98,16 @@ class py_publisher {
     if (nb::isinstance<nb::str>(groups)) {
       spec.groups.push_back(nb::cast<std::string>(groups));
     } else {
-      for (nb::handle g : groups) { spec.groups.push_back(nb::cast<std::string>(g)); }
+      // a str or a sequence of str; anything else (bytes, ints, a non-iterable) is a TypeError naming it
+      if (nb::isinstance<nb::bytes>(groups) || PySequence_Check(groups.ptr()) == 0) {
+        throw nb::type_error(("ferry: " + who + ": expected groups a str or a sequence of str, got " + type_of(groups)).c_str());
+      }
+      for (nb::handle g : groups) {
+        if (!nb::isinstance<nb::str>(g)) {
+          throw nb::type_error(("ferry: " + who + ": expected every group a str, got " + type_of(g)).c_str());
+        }
+        spec.groups.push_back(nb::cast<std::string>(g));
+      }
     }
     spec.element_size = pb.itemsize;
     spec.capacity = capacity;

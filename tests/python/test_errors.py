@@ -229,3 +229,22 @@ def test_negative_or_too_large_ints_are_ferry_errors_naming_the_argument_and_its
             call()
         assert who in str(info.value), (who, str(info.value))
     ch.close()
+
+
+def test_a_torch_tensor_with_the_conjugate_or_negative_bit_is_refused_not_copied(make_channel, stream):
+    # its memory holds the un-negated values: copying it would deliver wrong bytes as good (found by the fuzzer)
+    torch = pytest.importorskip("torch")
+    ch = make_channel()
+    ch.begin_forward(stream)
+    for t in (torch.randn(8, dtype=torch.complex64).conj(), torch.randn(8, dtype=torch.complex64).conj().imag):
+        with pytest.raises(ferry.LogicError, match="conjugate or negative bit"):
+            ch.capture(0, t, stream)
+    ch.end_forward(stream)
+
+
+def test_poll_timeout_nan_is_refused_not_a_wait_forever(make_channel):
+    # a NaN timeout compared false with every deadline: poll never returned (found by the fuzzer)
+    ch = make_channel()
+    with pytest.raises(ferry.LogicError, match="expected timeout a number of seconds .* got nan"):
+        ch.poll(1, timeout=float("nan"))
+    assert ch.poll(1, timeout=-1.0) == []  # <= 0: no wait
