@@ -63,7 +63,7 @@ fd::channel<B>& py_channel<B>::live(const char* what)
 template <class B>
 void py_channel<B>::set_dev() const
 {
-  if constexpr (!is_host<B>) { B{}.set_device(fb::device_id{dev_}); }
+  B{}.set_device(fb::device_id{dev_});  // the host backend emulates devices too: its current one is per thread
 }
 
 /// Every producer call: the channel held open (shared), the GIL released around the core call `f(ch)`, the

@@ -230,7 +230,7 @@ class py_publisher {
  private:
   void set_dev() const
   {
-    if constexpr (!is_host<B>) { B{}.set_device(fb::device_id{dev_}); }
+    B{}.set_device(fb::device_id{dev_});  // the host backend emulates devices too: its current one is per thread
   }
   int dev_;
   std::unique_ptr<fh::publisher<B>> pub_;

@@ -248,3 +248,17 @@ def test_poll_timeout_nan_is_refused_not_a_wait_forever(make_channel):
     with pytest.raises(ferry.LogicError, match="expected timeout a number of seconds .* got nan"):
         ch.poll(1, timeout=float("nan"))
     assert ch.poll(1, timeout=-1.0) == []  # <= 0: no wait
+
+
+def test_an_object_on_emulated_device_1_leaves_device_0_channels_usable():
+    # the binding sets the channel's device before each call, on the host backend too (found by the fuzzer)
+    ch = ferry.Channel(0, backend="host", ring_bytes=1 << 16)
+    s = ferry.Stream(0, backend="host")
+    ferry.Stream(1, backend="host")
+    ch.begin_forward(s)
+    ch.capture(1, np.arange(4, dtype=np.int32), s)
+    ch.end_forward(s)
+    (e,) = ch.poll(1, timeout=5.0)
+    assert (e.numpy().view(np.int32) == np.arange(4)).all()
+    e.release()
+    assert ch.close()["clean"]

@@ -295,6 +295,7 @@ TORCH_LIBRARY_IMPL(ferry, CUDA, m)
     }                                                                                         \
   }
 FERRY_REFUSE_LAYOUT(SparseCPU)
+FERRY_REFUSE_LAYOUT(SparseMeta)
 FERRY_REFUSE_LAYOUT(SparseCUDA)
 FERRY_REFUSE_LAYOUT(SparseCsrCPU)
 FERRY_REFUSE_LAYOUT(SparseCsrCUDA)
