@@ -4,19 +4,13 @@
 // only through the C ABI table of ferry_capi.h (bound once by torch.ops.ferry._bind_capi), so the two
 // modules share no C++ type (this one uses only the Python C API and torch's pybind11 headers, to raise).
 //
-//   capture(Tensor(a!) token, Tensor x, int channel, int hook) -> ()
-//     token: declared mutated and never read, so torch.compile keeps every capture (a side effect on a
-//     graph input) and keeps captures that share a token in program order; x: a contiguous tensor on the
-//     channel's device. CUDA: enqueued on torch's current stream of x's device (so torch.cuda.graph
-//     capture records it). Host backend: enqueued on the stream of the channel's open forward. x is held
-//     until its copy no longer needs it (the core decides when: d2h::source_owner).
-//
-//   capture_deferred(Tensor(a!) token, Tensor x, int channel, int hook) -> ()
-//     Channel.capture_deferred: x is held (and its version counter recorded) until its batch's gather no
-//     longer needs it; before a call flushes the batch, a pending x written in place since (x._version
-//     moved) fails that call with ferry.LogicError naming the hook, before anything of the batch is launched.
-//   flush(Tensor(a!) token, int channel) -> ()
-//     Channel.flush on torch's current stream (CUDA) / the forward's stream (host backend).
+//   capture / capture_deferred(Tensor(a!) token, Tensor x, int channel, int hook), flush(Tensor(a!) token, int
+//   channel), capture_rows(token, x, selection, query_start_loc?, count?, channel, hook, window, max_count): the
+//   Channel calls of the same names (schemas and semantics: ferry/torch_ops.py). token: declared mutated, never
+//   read (torch.compile keeps every capture, in program order per token). CUDA: enqueued on torch's current
+//   stream (torch.cuda.graph records it); host backend: on the stream of the channel's open forward. Sources are
+//   held until the core no longer needs them (d2h::source_owner); a deferred x written in place before its
+//   flush fails the flushing call with ferry.LogicError naming the hook.
 #include "../ferry_capi.h"
 
 #include <Python.h>
