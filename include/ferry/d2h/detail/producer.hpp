@@ -155,6 +155,8 @@ class producer {
   bool check_commit_flag();
   void check_entry(hook_id hook, std::uint64_t bytes, entry_kind kind, const char* what) const;
   [[nodiscard]] ring_ref make_ref(std::uint64_t reserved, entry_kind kind) const noexcept;
+  [[nodiscard]] std::optional<stream_type> replay_stream(std::optional<stream_type> launch_stream, const char* what);
+  void arm_replay(stream_type s, bool quiet);
   [[nodiscard]] replay_token_args token_args() const noexcept
   {
     return {st_.device_state_ptr(), st_.replay_report.template device_as<std::uint64_t>()};

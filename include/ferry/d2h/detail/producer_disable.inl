@@ -45,15 +45,7 @@ template <ferry::backend::backend B>
 void producer<B>::arm_quiet(std::optional<stream_type> launch_stream) noexcept
 {
   try {
-    stream_type s = have_exec_stream_ ? exec_stream_ : last_stream_;
-    if (launch_stream) {
-      join_last_stream(*launch_stream, "replay");
-      s = *launch_stream;
-    }
-    if (!launch_stream && !have_exec_stream_ && !have_last_stream_) { return; }
-    replay_token_args a = token_args();
-    a.quiet = 1;
-    st_.b.launch(arm_replay_kernel(typename B::tag{}), ferry::backend::launch_config{{1}, {1}, 0, false}, s, a);
+    if (const auto s = replay_stream(launch_stream, "replay")) { arm_replay(*s, true); }
   } catch (...) {
   }
 }

@@ -15,6 +15,30 @@ void producer<B>::before_replay(stream_view s)
   join_last_stream(s.handle(), "replay");
 }
 
+/// The stream a replay's token goes on: `launch_stream` (joined to the last forward's stream first), else the
+/// stream of the last executed forward or replay, else of the last producer call; none before any.
+template <ferry::backend::backend B>
+std::optional<typename producer<B>::stream_type> producer<B>::replay_stream(std::optional<stream_type> launch_stream,
+                                                                            const char* what)
+{
+  if (launch_stream) {
+    join_last_stream(*launch_stream, what);
+    return launch_stream;
+  }
+  if (have_exec_stream_) { return exec_stream_; }
+  if (have_last_stream_) { return last_stream_; }
+  return std::nullopt;
+}
+
+/// One replay token on `s` (arm_replay): a plan()'s, or a quiet one while capture is disabled.
+template <ferry::backend::backend B>
+void producer<B>::arm_replay(stream_type s, bool quiet)
+{
+  replay_token_args a = token_args();
+  a.quiet = quiet ? 1U : 0U;
+  st_.b.launch(arm_replay_kernel(typename B::tag{}), ferry::backend::launch_config{{1}, {1}, 0, false}, s, a);
+}
+
 template <ferry::backend::backend B>
 bool producer<B>::plan(const forward_plan& p, when_full full, std::optional<stream_type> launch_stream)
 {
@@ -45,20 +69,15 @@ bool producer<B>::plan(const forward_plan& p, when_full full, std::optional<stre
   // The replay's token, on the stream it will be launched on, after that stream joined the last forward's
   // (the arm kernel must follow every earlier launch's claim). Enqueued before the FIFO records: a failed
   // launch leaves no reservation behind.
-  stream_type s{};
-  if (launch_stream) {
-    join_last_stream(*launch_stream, "plan");
-    s = *launch_stream;
-  } else {
-    s = have_exec_stream_ ? exec_stream_ : last_stream_;
-    FERRY_EXPECTS(have_exec_stream_ || have_last_stream_, ferry::logic_error,
-                  "d2h channel plan: expected a stream to arm the replay on, got none (no forward ran or was captured "
-                  "on this channel); call plan(plan, stream)");
-    exec_stream_ = s;
+  const std::optional<stream_type> s = replay_stream(launch_stream, "plan");
+  FERRY_EXPECTS(s.has_value(), ferry::logic_error,
+                "d2h channel plan: expected a stream to arm the replay on, got none (no forward ran or was captured "
+                "on this channel); call plan(plan, stream)");
+  if (!launch_stream) {
+    exec_stream_ = *s;
     have_exec_stream_ = true;
   }
-  st_.b.launch(arm_replay_kernel(typename B::tag{}), ferry::backend::launch_config{{1}, {1}, 0, false}, s,
-               token_args());
+  arm_replay(*s, false);
   for (std::size_t i = 0; i < p.size(); ++i) {
     const auto& e = p.entries()[i];
     res_.push(e.hook, where[i], e.reserved, e.bytes, e.dynamic);
