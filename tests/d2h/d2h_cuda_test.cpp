@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The D2H typed suites on the CUDA backend (H200, FERRY_REQUIRE_GPU=1).
+#include "d2h/attribution.hpp"
 #include "d2h/capacity.hpp"
 #include "d2h/failure.hpp"
 #include "d2h/gather.hpp"
@@ -33,6 +34,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(D2hMisuse, D2hMisuse, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hReplayToken, D2hReplayToken, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hOnError, D2hOnError, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hSelectRows, D2hSelectRows, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hAttribution, D2hAttribution, CudaBackends);
 
 /// In a stream capture, ferry's kernels are launched programmatically only behind one of the channel's own
 /// kernels (channel_state::launch_programmatic): an edge from anything else (here memset nodes; in a model, its

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The D2H typed suites on the host backend (CI) and the fault-injecting decorator, plus host-only tests.
+#include "d2h/attribution.hpp"
 #include "d2h/capacity.hpp"
 #include "d2h/failure.hpp"
 #include "d2h/gather.hpp"
@@ -26,6 +27,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(D2hMisuse, D2hMisuse, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hReplayToken, D2hReplayToken, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hOnError, D2hOnError, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hSelectRows, D2hSelectRows, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hAttribution, D2hAttribution, HostBackends);
 }  // namespace ferry::test
 
 #include "d2h/host_only.hpp"

@@ -91,6 +91,17 @@ TEST(D2hCoalesce, ADynamicEntryEndsItsRunWithItsGpuSize)
   EXPECT_EQ(run(e, 3, ~0ULL, {0, 300, 0}), (run_plan{2, 64 + 300, 300, false}));
 }
 
+TEST(D2hCoalesce, ADynamicEntryThatFilledItsBytesDoesNotEndItsRun)
+{
+  // capture_rows with a CPU-known count: the CPU asked for exactly the bytes the kernel wrote
+  auto e = placed(0, {64, 512, 32}, {false, true, false});
+  e[1].bytes = 512;
+  EXPECT_EQ(run(e, 3, ~0ULL, {0, 512, 0}), (run_plan{3, 64 + 512 + 32, 32, false}));
+  EXPECT_EQ(run(e, 3, ~0ULL, {0, 496, 0}), (run_plan{2, 64 + 496, 496, false})) << "short: it ends its run";
+  EXPECT_EQ(run(e, 3, ~0ULL, {0, fd::selection_error_size, 0}), (run_plan{1, 64, 64, false}))
+    << "a refused selection is a run of its own";
+}
+
 TEST(D2hCoalesce, AnOverflowingDynamicEntryIsARunOfItsOwnWithoutACopy)
 {
   const auto e = placed(0, {64, 512, 32}, {false, true, false});

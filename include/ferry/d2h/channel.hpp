@@ -14,6 +14,7 @@
 #include <ferry/d2h/detail/channel_impl.hpp>
 #include <ferry/d2h/entry_view.hpp>
 #include <ferry/d2h/errors.hpp>
+#include <ferry/d2h/forward_info.hpp>
 #include <ferry/d2h/forward_plan.hpp>
 #include <ferry/d2h/ring_ref.hpp>
 #include <ferry/d2h/row_selection.hpp>
@@ -73,10 +74,10 @@ class channel {
   /// mode); otherwise entries are reserved just in time (eager mode). Every producer call of the forward
   /// must use `s` (another stream: logic_error naming both). An eager forward on a stream other than the
   /// last executed forward's first makes `s` wait for that stream (an event recorded there), so that stream
-  /// must still be alive.
-  void begin_forward(stream_view s)
+  /// must still be alive. `meta` (eager only): the forward's tag, request rows and bytes, on every entry.
+  void begin_forward(stream_view s, forward_meta meta = {})
   {
-    impl()->produce([&] { impl()->prod.begin_forward(s); }, [&] { impl()->prod.set_user_open(true); });
+    impl()->produce([&] { impl()->prod.begin_forward(s, std::move(meta)); }, [&] { impl()->prod.set_user_open(true); });
   }
   /// Closes the forward: one publication (system-scope release) covering the forward's remaining entries,
   /// and the cursor normalization. Returns the plan in graph mode (empty in eager mode).
@@ -180,29 +181,32 @@ class channel {
   /// forward's stream first, as begin_forward does). Launch the graph on `s` right after: one plan, one
   /// launch. A launch that finds no token (a graph launched without plan()) writes and publishes nothing on
   /// the device, and the channel reports it (invalidated_error naming the launch; every planned forward is
-  /// delivered). See docs/design/d2h.md, "the replay token".
-  void plan(const forward_plan& p, stream_view s) { (void)impl()->plan(p, blocking(), s.handle()); }
-  /// plan(p, s) for a replay the caller launches on the legacy default stream (torch's default stream).
-  void plan(const forward_plan& p, ferry::backend::default_stream_t)
+  /// delivered). See docs/design/d2h.md, "the replay token". `meta`: this replay's tag, request rows and bytes.
+  void plan(const forward_plan& p, stream_view s, forward_meta meta = {})
   {
-    (void)impl()->plan(p, blocking(), typename B::stream_type{});
+    (void)impl()->plan(p, blocking(), s.handle(), std::move(meta));
+  }
+  /// plan(p, s) for a replay the caller launches on the legacy default stream (torch's default stream).
+  void plan(const forward_plan& p, ferry::backend::default_stream_t, forward_meta meta = {})
+  {
+    (void)impl()->plan(p, blocking(), typename B::stream_type{}, std::move(meta));
   }
   /// plan(p, s) on the channel's compute stream: the stream of the last executed forward or replay (before
   /// any, the stream the last forward was captured on). Launch the graph on that stream.
   void plan(const forward_plan& p) { (void)impl()->plan(p, blocking(), std::nullopt); }
   /// Same as plan(); returns false instead of blocking / throwing when the ring, FIFO or size ring is full
   /// (nothing reserved, no token).
-  [[nodiscard]] bool try_plan(const forward_plan& p, stream_view s)
+  [[nodiscard]] bool try_plan(const forward_plan& p, stream_view s, forward_meta meta = {})
   {
-    return impl()->plan(p, detail::when_full::refuse, s.handle());
+    return impl()->plan(p, detail::when_full::refuse, s.handle(), std::move(meta));
   }
   [[nodiscard]] bool try_plan(const forward_plan& p) { return impl()->plan(p, detail::when_full::refuse, std::nullopt); }
   /// plan(p, s), then launch the graph on `s` (with capture disabled: a quiet token, then the launch).
-  void replay(const ferry::backend::graph_exec<B>& g, const forward_plan& p, stream_view s)
+  void replay(const ferry::backend::graph_exec<B>& g, const forward_plan& p, stream_view s, forward_meta meta = {})
   {
     impl()->produce([&] {
       impl()->prod.before_replay(s);
-      (void)impl()->prod.plan(p, blocking(), s.handle());
+      (void)impl()->prod.plan(p, blocking(), s.handle(), std::move(meta));
     }, [&] { impl()->prod.arm_quiet(s.handle()); });
     impl()->guarded([&] { g.launch(s); });  // the engine's graph runs whether capture is enabled or not
   }

@@ -20,6 +20,7 @@ struct plan_entry {
   std::uint64_t reserved{0};  ///< ring bytes (16-byte multiple); the upper bound for a dynamic entry
   std::uint64_t bytes{0};     ///< static payload bytes (dynamic: resolved on the GPU)
   bool dynamic{false};
+  std::uint64_t row_bytes{0};  ///< capture_rows: bytes per row (0: captured whole)
 };
 
 /// The entries of one captured forward (what plan() reserves for a replay). Returned by end_forward().

@@ -13,6 +13,13 @@
 
 namespace ferry::d2h::detail {
 
+/// Which forward a delivered entry belongs to (entry_meta::forward, its forward_log metadata) and its row size.
+struct entry_attribution {
+  std::uint64_t forward{0};
+  std::uint64_t row_bytes{0};
+  std::shared_ptr<const forward_meta> meta;
+};
+
 struct access {
   // ---- forward_plan (producer) ----
   static void start_recording(forward_plan& p, const void* owner)
@@ -43,21 +50,24 @@ struct access {
   /// A delivered entry whose payload lies in staging region `region` at `data`.
   [[nodiscard]] static entry_view ok_view(std::shared_ptr<staging_pool> pool, std::uint64_t region,
                                           const std::byte* data, std::uint64_t size, std::uint64_t reserved,
-                                          hook_id hook, entry_seq seq) noexcept
+                                          hook_id hook, entry_seq seq, entry_attribution at = {}) noexcept
   {
-    return entry_view{entry_view::parts{std::move(pool), region, data, size, reserved, hook, seq, entry_status::ok}};
+    return entry_view{entry_view::parts{std::move(pool), region, data, size, reserved, hook, seq, entry_status::ok,
+                                        at.forward, at.row_bytes, std::move(at.meta)}};
   }
   /// A rejected dynamic entry (GPU-resolved `size` > `reserved`): no bytes.
   [[nodiscard]] static entry_view overflow_view(std::uint64_t size, std::uint64_t reserved, hook_id hook,
-                                                entry_seq seq) noexcept
+                                                entry_seq seq, entry_attribution at = {}) noexcept
   {
-    return entry_view{
-      entry_view::parts{nullptr, 0, nullptr, size, reserved, hook, seq, entry_status::size_overflow}};
+    return entry_view{entry_view::parts{nullptr, 0, nullptr, size, reserved, hook, seq, entry_status::size_overflow,
+                                        at.forward, at.row_bytes, std::move(at.meta)}};
   }
   /// A row-selected entry whose selection the kernel refused (its size slot holds selection_error_size).
-  [[nodiscard]] static entry_view selection_error_view(std::uint64_t reserved, hook_id hook, entry_seq seq) noexcept
+  [[nodiscard]] static entry_view selection_error_view(std::uint64_t reserved, hook_id hook, entry_seq seq,
+                                                       entry_attribution at = {}) noexcept
   {
-    return entry_view{entry_view::parts{nullptr, 0, nullptr, 0, reserved, hook, seq, entry_status::selection_error}};
+    return entry_view{entry_view::parts{nullptr, 0, nullptr, 0, reserved, hook, seq, entry_status::selection_error,
+                                        at.forward, at.row_bytes, std::move(at.meta)}};
   }
 };
 

@@ -83,9 +83,9 @@ class channel_impl {
   /// producer::disable) and the call returns `off()`.
   /// channel::plan / try_plan: reserves and arms one replay (producer::plan), or, with capture disabled, a
   /// quiet token (the replay writes nothing, unreported).
-  bool plan(const forward_plan& p, when_full full, std::optional<typename B::stream_type> s)
+  bool plan(const forward_plan& p, when_full full, std::optional<typename B::stream_type> s, forward_meta meta = {})
   {
-    return produce([&] { return prod.plan(p, full, s); }, [&] {
+    return produce([&] { return prod.plan(p, full, s, std::move(meta)); }, [&] {
       prod.arm_quiet(s);
       return true;
     });

@@ -14,6 +14,7 @@
 #include <ferry/backend/stream.hpp>
 #include <ferry/d2h/detail/entry_meta.hpp>
 #include <ferry/d2h/detail/launch_policy.hpp>
+#include <ferry/d2h/detail/forward_log.hpp>
 #include <ferry/d2h/detail/spsc_fifo.hpp>
 #include <ferry/d2h/detail/staging.hpp>
 #include <ferry/d2h/detail/test_hooks.hpp>
@@ -69,6 +70,7 @@ struct channel_state {
   std::atomic<bool> captured{false};
   std::shared_ptr<staging_pool> staging;
   spsc_fifo<entry_meta> fifo;
+  forward_log forwards;  ///< forward metadata, producer -> drainer (forward_log.hpp)
   test_hooks hooks;
 
   // -- ring space, shared between producer and drainer --

@@ -25,8 +25,9 @@ struct run_plan {
 /// `head` the published_head the caller acquired (entries with seq >= head are not published: never copied),
 /// `size_of(e)` the size slot of a dynamic entry (read only for entries below `head`), `staging_fits(n)`
 /// whether staging has room for a run of n bytes. A run is contiguous in the ring and never crosses the wrap
-/// (an entry at physical offset 0 starts a new run); a dynamic entry ends its run (its size ends the useful
-/// bytes); a dynamic entry whose size exceeds its reservation is a run of its own, with no copy.
+/// (an entry at physical offset 0 starts a new run); a dynamic entry whose size is not the `bytes` the CPU asked
+/// for ends its run (its size ends the useful bytes); one whose size exceeds its reservation is a run of its
+/// own, with no copy.
 template <class Peek, class SizeOf, class StagingFits>
 [[nodiscard]] constexpr run_plan coalesce(std::size_t avail, Peek&& peek, std::uint64_t head, std::uint64_t ring_bytes,
                                           SizeOf&& size_of, StagingFits&& staging_fits)
@@ -44,13 +45,15 @@ template <class Peek, class SizeOf, class StagingFits>
     if (i > 0) {
       const entry_meta& prev = peek(i - 1);
       const bool contiguous = e.start == prev.start + prev.reserved && e.start % ring_bytes != 0;
-      if (!contiguous || prev.dynamic || over) { break; }
+      if (!contiguous || over) { break; }
     }
     if (over) { return run_plan{1, 0, len, true}; }  // i == 0: rejected, its own run
     const std::uint64_t run_bytes = i == 0 ? len : (e.start - peek(0).start) + len;
     if (!staging_fits(run_bytes)) { break; }  // the consumer has not released enough views yet
     r = run_plan{i + 1, run_bytes, len, false};
-    if (e.dynamic) { break; }
+    // A dynamic entry shorter than the bytes the CPU asked for ends its run (its size ends the useful bytes);
+    // one that filled them (capture_rows with a CPU-known count) lies like a fixed entry: the run goes on.
+    if (e.dynamic && len != e.bytes) { break; }
   }
   return r;
 }

@@ -152,18 +152,19 @@ std::size_t drainer<B>::complete_finished()
     for (std::size_t i = 0; i < n; ++i) {
       const auto& e = done.entries[i];
       const std::uint64_t size = i + 1 == n ? done.last_size : e.bytes;
+      entry_attribution at{e.forward, e.row_bytes, st_.forwards.find(e.forward)};
       if (done.overflow && size == selection_error_size) {
         st_.c_selection_errors.fetch_add(1, std::memory_order_relaxed);
-        deliver(access::selection_error_view(e.reserved, hook_id{e.hook}, entry_seq{e.seq}));
+        deliver(access::selection_error_view(e.reserved, hook_id{e.hook}, entry_seq{e.seq}, std::move(at)));
       } else if (done.overflow) {
         st_.c_overflows.fetch_add(1, std::memory_order_relaxed);
-        deliver(access::overflow_view(size, e.reserved, hook_id{e.hook}, entry_seq{e.seq}));
+        deliver(access::overflow_view(size, e.reserved, hook_id{e.hook}, entry_seq{e.seq}, std::move(at)));
       } else {
         const std::uint64_t off = e.start - done.entries.front().start;
         const std::byte* data = st_.staging->base() + done.staging_start % st_.staging->bytes() + off;
         payload += size;
         deliver(access::ok_view(st_.staging, done.staging_start, data, size, e.reserved, hook_id{e.hook},
-                                entry_seq{e.seq}));
+                                entry_seq{e.seq}, std::move(at)));
       }
       ++delivered;
     }

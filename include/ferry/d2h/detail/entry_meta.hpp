@@ -17,6 +17,8 @@ struct entry_meta {
   std::uint64_t slot{0};      ///< dynamic entries: index into the size ring (dyn counter % slots)
   std::uint32_t hook{0};
   bool dynamic{false};
+  std::uint64_t forward{0};    ///< the forward's index in the channel (forward_log.hpp: its metadata)
+  std::uint64_t row_bytes{0};  ///< capture_rows: bytes per row (0: not a row entry)
 };
 
 /// a = max(a, v) (relaxed; statistics only).

@@ -75,7 +75,9 @@ class producer {
     }
   }
 
-  void begin_forward(stream_view s);
+  /// Opens a forward; `meta` (forward_info.hpp) travels to its entries (an eager forward only: a captured
+  /// forward's metadata is given per replay, to plan()).
+  void begin_forward(stream_view s, forward_meta meta = {});
   forward_plan end_forward(stream_view s);
   bool capture(hook_id hook, const void* src, std::uint64_t bytes, const std::uint64_t* actual, entry_kind kind,
                stream_view s, when_full full, source_owner owner = {});
@@ -89,7 +91,8 @@ class producer {
   /// Reserves `p`'s entries and arms one replay (kernels/d2h/replay) on `launch_stream` (joined to the last
   /// forward's stream first; the null handle: the legacy default stream, channel::plan(p, default_stream)),
   /// or without one on the stream of the last executed forward or replay (else of the last producer call).
-  bool plan(const forward_plan& p, when_full full, std::optional<stream_type> launch_stream = std::nullopt);
+  bool plan(const forward_plan& p, when_full full, std::optional<stream_type> launch_stream = std::nullopt,
+            forward_meta meta = {});
   bool abort_forward(stream_view s);
   /// channel::replay: the graph is about to be launched on `s`; joins the stream of the last executed forward.
   void before_replay(stream_view s);
@@ -195,7 +198,14 @@ class producer {
   [[nodiscard]] bool fits_after_deferred(std::uint64_t reserved, std::uint64_t n_dyn, when_full full, stream_type s,
                                          Who&& who_fn);
   void commit_entry(hook_id hook, placement p, std::uint64_t reserved, std::uint64_t bytes, entry_kind kind,
-                    stream_type s, bool publish_fused);
+                    stream_type s, bool publish_fused, std::uint64_t row_bytes = 0);
+  /// A forward starts (eager begin_forward, or plan()): its index for the FIFO records, its metadata to the log.
+  void start_forward(forward_meta&& meta)
+  {
+    const std::uint64_t index = forwards_++;
+    res_.set_forward(index);
+    if (!meta.empty()) { st_.forwards.push(index, std::make_shared<const forward_meta>(std::move(meta))); }
+  }
 
   channel_state<B>& st_;
   release_chain<B>& rel_;
@@ -216,6 +226,7 @@ class producer {
   ferry::backend::event<B> join_ev_;
   forward_plan recording_;
   std::uint32_t fwd_entries_{0};  ///< entries since begin_forward (names an entry in the commit check)
+  std::uint64_t forwards_{0};     ///< forwards started (eager begin_forward and plan()): the next one's index
   std::optional<ferry::backend::mapped_buffer<B>> commit_flag_;  ///< the commit check's report (check_commits)
   bool wrote_user_entry_{false};  ///< a commit check was enqueued: the CPU reads its flag from then on
   bool commit_fault_{false};      ///< the channel's first failure was a commit fault (check_commit_flag)

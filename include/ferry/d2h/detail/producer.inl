@@ -20,12 +20,16 @@ ring_ref producer<B>::make_ref(std::uint64_t reserved, entry_kind kind) const no
 }
 
 template <ferry::backend::backend B>
-void producer<B>::begin_forward(stream_view s)
+void producer<B>::begin_forward(stream_view s, forward_meta meta)
 {
   check_producer(s, "begin_forward");
   FERRY_EXPECTS(!in_forward_, ferry::logic_error,
                 "d2h channel begin_forward: expected no open forward, got begin_forward twice");
   capturing_ = st_.b.stream_is_capturing(s.handle());
+  FERRY_EXPECTS(!capturing_ || meta.empty(), ferry::logic_error,
+                "d2h channel begin_forward: expected no forward metadata (tag, requests, user bytes) for a forward "
+                "being captured into a graph, got some: give each replay's to plan() or replay()");
+  if (!capturing_) { start_forward(std::move(meta)); }
   if (!capturing_) { join_last_stream(s.handle(), "begin_forward"); }  // a capture runs nothing: its replay joins
   in_forward_ = true;
   parity_ = 0;
@@ -146,14 +150,14 @@ void producer<B>::launch_copy(copy_args a, std::uint64_t bytes, bool one_block, 
 /// the batch when it is complete: the release is enqueued after the writer (release_chain).
 template <ferry::backend::backend B>
 void producer<B>::commit_entry(hook_id hook, placement p, std::uint64_t reserved, std::uint64_t bytes, entry_kind kind,
-                               stream_type s, bool publish_fused)
+                               stream_type s, bool publish_fused, std::uint64_t row_bytes)
 {
   const bool dynamic = kind == entry_kind::dynamic;
   const std::uint64_t after = unpublished_ + 1;
   if (capturing_) {
-    access::record(recording_, plan_entry{hook, reserved, bytes, dynamic});
+    access::record(recording_, plan_entry{hook, reserved, bytes, dynamic, row_bytes});
   } else {
-    res_.push(hook, p, reserved, bytes, dynamic);
+    res_.push(hook, p, reserved, bytes, dynamic, row_bytes);
     res_.advance(p.end, 1);
   }
   parity_ ^= 1U;

@@ -40,7 +40,8 @@ void producer<B>::arm_replay(stream_type s, bool quiet)
 }
 
 template <ferry::backend::backend B>
-bool producer<B>::plan(const forward_plan& p, when_full full, std::optional<stream_type> launch_stream)
+bool producer<B>::plan(const forward_plan& p, when_full full, std::optional<stream_type> launch_stream,
+                       forward_meta meta)
 {
   check_thread("plan");
   check_capture_open("plan");
@@ -78,9 +79,10 @@ bool producer<B>::plan(const forward_plan& p, when_full full, std::optional<stre
     have_exec_stream_ = true;
   }
   arm_replay(*s, false);
+  start_forward(std::move(meta));  // before the replay's first FIFO record (forward_log.hpp)
   for (std::size_t i = 0; i < p.size(); ++i) {
     const auto& e = p.entries()[i];
-    res_.push(e.hook, where[i], e.reserved, e.bytes, e.dynamic);
+    res_.push(e.hook, where[i], e.reserved, e.bytes, e.dynamic, e.row_bytes);
   }
   res_.advance(pos, p.size());
   return true;

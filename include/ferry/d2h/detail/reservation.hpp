@@ -110,12 +110,16 @@ class reservation {
 
   /// Records one reserved entry for the drainer (space was checked: the producer is the only pusher): the
   /// next sequence number, its ring place and sizes; a dynamic entry takes the next size slot.
-  void push(hook_id hook, placement where, std::uint64_t reserved, std::uint64_t bytes, bool dynamic) noexcept
+  void push(hook_id hook, placement where, std::uint64_t reserved, std::uint64_t bytes, bool dynamic,
+            std::uint64_t row_bytes = 0) noexcept
   {
-    const entry_meta m{next_seq_++, where.start, reserved, bytes, dynamic ? dyn_next_ : 0, hook.value, dynamic};
+    const entry_meta m{next_seq_++, where.start, reserved, bytes, dynamic ? dyn_next_ : 0, hook.value, dynamic,
+                       forward_,    row_bytes};
     (void)st_.fifo.try_push(m);
     if (dynamic) { ++dyn_next_; }
   }
+  /// The forward the next pushed entries belong to (begin_forward of an eager forward, plan() of a replay).
+  void set_forward(std::uint64_t index) noexcept { forward_ = index; }
   /// The `n` entries pushed last end at `end`: the head moves there; reserved and high-water counters.
   void advance(std::uint64_t end, std::size_t n) noexcept
   {
@@ -130,6 +134,7 @@ class reservation {
   std::uint64_t head_pos_{0};  ///< virtual ring position after the last reserved entry
   std::uint64_t dyn_next_{0};  ///< dynamic entries reserved (size slot = dyn_next % size_slots)
   std::uint64_t next_seq_{0};
+  std::uint64_t forward_{0};  ///< entry_meta::forward of the next push
 };
 
 }  // namespace ferry::d2h::detail
