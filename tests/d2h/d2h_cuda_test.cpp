@@ -4,6 +4,7 @@
 #include "d2h/capacity.hpp"
 #include "d2h/failure.hpp"
 #include "d2h/gather.hpp"
+#include "d2h/gather_rows.hpp"
 #include "d2h/graph.hpp"
 #include "d2h/lifecycle.hpp"
 #include "d2h/misuse.hpp"
@@ -35,6 +36,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(D2hReplayToken, D2hReplayToken, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hOnError, D2hOnError, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hSelectRows, D2hSelectRows, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hAttribution, D2hAttribution, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hGatherRows, D2hGatherRows, CudaBackends);
 
 /// In a stream capture, ferry's kernels are launched programmatically only behind one of the channel's own
 /// kernels (channel_state::launch_programmatic): an edge from anything else (here memset nodes; in a model, its

@@ -4,6 +4,7 @@
 #include "d2h/capacity.hpp"
 #include "d2h/failure.hpp"
 #include "d2h/gather.hpp"
+#include "d2h/gather_rows.hpp"
 #include "d2h/graph.hpp"
 #include "d2h/lifecycle.hpp"
 #include "d2h/misuse.hpp"
@@ -28,6 +29,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(D2hReplayToken, D2hReplayToken, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hOnError, D2hOnError, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hSelectRows, D2hSelectRows, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hAttribution, D2hAttribution, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hGatherRows, D2hGatherRows, HostBackends);
 }  // namespace ferry::test
 
 #include "d2h/host_only.hpp"

@@ -44,8 +44,8 @@ class channel {
  public:
   using backend_type = B;
   using stream_view = ferry::backend::stream_view<B>;
-  /// Called on the drainer (drain thread, or the poll() caller) for every completed entry, in entry order.
-  /// Keep the view to hold its staging bytes; let it go to release them. Exceptions are caught and counted.
+  /// Called on the drainer (drain thread or poll() caller) for every completed entry, in entry order. Keep the
+  /// view to hold its staging; let it go to release it. Exceptions are caught and counted.
   using callback_type = std::function<void(entry_view&&)>;
 
   /// Creates the channel for the backend's current device. Throws logic_error on a bad config (K = 0, ring
@@ -59,10 +59,7 @@ class channel {
   channel(channel&&) noexcept = default;
   channel& operator=(channel&& o) noexcept
   {
-    if (this != &o) {
-      reset();
-      impl_ = std::move(o.impl_);
-    }
+    if (this != &o) { reset(), impl_ = std::move(o.impl_); }
     return *this;
   }
   /// Never throws. Drains every published entry (waiting up to config::timeout) and waits for in-flight
@@ -111,12 +108,10 @@ class channel {
     }, [] {});
   }
   /// Same; returns false instead of blocking / throwing when the ring, FIFO or size ring is full.
-  [[nodiscard]] bool try_capture(hook_id hook, const void* src, std::uint64_t bytes, stream_view s,
-                                 source_owner owner = {})
+  [[nodiscard]] bool try_capture(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, source_owner owner = {})
   {
     return impl()->produce([&] {
-      return impl()->prod.capture(hook, src, bytes, nullptr, detail::entry_kind::fixed, s, detail::when_full::refuse,
-                                  std::move(owner));
+      return impl()->prod.capture(hook, src, bytes, nullptr, detail::entry_kind::fixed, s, detail::when_full::refuse, std::move(owner));
     }, [] { return false; });
   }
   /// Dynamic entry: reserves `reserved_bytes`; the GPU-resolved size is read from device memory
@@ -137,9 +132,17 @@ class channel {
   void capture_rows(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
                     const row_selection& sel, stream_view s, source_owner owner = {})
   {
-    impl()->produce([&] {
-      (void)impl()->prod.capture_rows(hook, src, n_rows, row_bytes, sel, s, blocking(), std::move(owner));
-    }, [] {});
+    impl()->produce([&] { (void)impl()->prod.capture_rows(hook, src, n_rows, row_bytes, sel, s, blocking(), std::move(owner)); },
+                    [] {});
+  }
+  /// capture_rows, deferred: recorded on the CPU; a batch of entries sharing one selection and n_rows is copied
+  /// by ONE gather launch at its flush point (capture_deferred's contract: `src` and the selection's arrays stay
+  /// unmodified until then).
+  void capture_rows_deferred(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
+                             const row_selection& sel, stream_view s, source_owner owner = {})
+  {
+    impl()->produce([&] { impl()->prod.capture_rows_deferred(hook, src, n_rows, row_bytes, sel, s, std::move(owner)); },
+                    [] {});
   }
 
   /// Deferred capture: records (hook, `src`, `bytes`) on the CPU only; the copy happens in ONE gather

@@ -35,6 +35,7 @@ struct row_selection {
   std::uint64_t count{0};               ///< CPU-known item count (device_count null)
   const std::int32_t* device_count{nullptr};  ///< GPU-resolved item count (device memory), at most max_count
   std::uint64_t max_count{0};           ///< with device_count: the reservation bound (items)
+  friend constexpr bool operator==(const row_selection&, const row_selection&) = default;
 
   /// Rows `indices[0..count)` (int32 or int64 device memory).
   static constexpr row_selection rows(const std::int32_t* indices, std::uint64_t count) noexcept

@@ -38,7 +38,8 @@ using ferry::d2h::detail::gather_args;
 /// entry placed from offset 0 (the first one that no longer fits, or the one after an entry that ended
 /// exactly at the ring's end). Every block computes it from the parameters alone: no dependent chain of
 /// parameter loads per entry (tests/d2h/d2h_units_test.cpp checks it against the chain).
-FERRY_HD constexpr std::uint64_t gather_offset(const gather_args& a, std::uint64_t phys, std::uint32_t i) noexcept
+template <class Args>  // gather_args, gather_rows_args: the same placement fields (dst, pre, n)
+FERRY_HD constexpr std::uint64_t gather_offset(const Args& a, std::uint64_t phys, std::uint32_t i) noexcept
 {
   const std::uint64_t ring = a.dst.ring_bytes;
   if (phys + a.pre[i + 1] <= ring) { return phys + a.pre[i]; }
@@ -48,7 +49,8 @@ FERRY_HD constexpr std::uint64_t gather_offset(const gather_args& a, std::uint64
 }
 
 /// Where the batch ends (the next writer's cursor phys, reduced: 0 at the ring's end).
-FERRY_HD constexpr std::uint64_t gather_end(const gather_args& a, std::uint64_t phys) noexcept
+template <class Args>
+FERRY_HD constexpr std::uint64_t gather_end(const Args& a, std::uint64_t phys) noexcept
 {
   const std::uint64_t end = gather_offset(a, phys, a.n - 1) + (a.pre[a.n] - a.pre[a.n - 1]);
   return end == a.dst.ring_bytes ? 0 : end;
@@ -120,7 +122,8 @@ FERRY_HD inline bool gather_join_arrive(ferry::d2h::device_state* st, std::uint3
 /// block's arrival, and every block read its cursor before it arrived): at a forward boundary the cursor
 /// normalization (slot[0] = slot[1], as publish_head_body), then produced += head_n and the system-scope
 /// release of published_head.
-FERRY_HD inline void gather_release(const gather_args& a) noexcept
+template <class Args>  // gather_args, gather_rows_args: the same release fields
+FERRY_HD inline void gather_release(const Args& a) noexcept
 {
   // a boundary of a launch no plan() armed: the cursor restored from the slot this gather wrote, no release
   if (a.boundary != 0 && end_unplanned(a.dst.state, a.dst.parity ^ 1U)) { return; }

@@ -27,20 +27,20 @@ namespace ferry::kernels::d2h {
 using ferry::d2h::detail::select_args;
 
 /// The number of items the entry holds; `ok` false when a GPU-resolved count is negative or above max_count.
-FERRY_HD inline std::uint64_t select_items(const select_args& a, bool& ok) noexcept
+FERRY_HD inline std::uint64_t select_items(const ferry::d2h::row_selection& s, bool& ok) noexcept
 {
-  if (a.sel.device_count == nullptr) { return a.sel.count; }
-  const std::int32_t c = *a.sel.device_count;
-  ok = c >= 0 && static_cast<std::uint64_t>(c) <= a.sel.max_count;
+  if (s.device_count == nullptr) { return s.count; }
+  const std::int32_t c = *s.device_count;
+  ok = c >= 0 && static_cast<std::uint64_t>(c) <= s.max_count;
   return ok ? static_cast<std::uint64_t>(c) : 0;
 }
 
 /// The source row of the entry's row `j` (item j / rows_per_item), or -1 when its item is invalid.
-FERRY_HD inline std::int64_t select_source_row(const select_args& a, std::uint64_t j, std::uint64_t per_item) noexcept
+FERRY_HD inline std::int64_t select_source_row(const ferry::d2h::row_selection& s, std::uint64_t n_rows, std::uint64_t j,
+                                               std::uint64_t per_item) noexcept
 {
-  const auto& s = a.sel;
   const std::uint64_t i = j / per_item;
-  const auto n = static_cast<std::int64_t>(a.n_rows);
+  const auto n = static_cast<std::int64_t>(n_rows);
   if (s.form == ferry::d2h::selection_form::rows) {
     const std::int64_t r = s.index_bytes == 8 ? static_cast<const std::int64_t*>(s.indices)[i]
                                               : static_cast<const std::int32_t*>(s.indices)[i];
@@ -84,12 +84,12 @@ __device__ __forceinline__ void select_rows_block(const select_args& a, std::uin
   if (t == 0) { block_error = 0; }
   bool count_ok = true;
   const std::uint64_t per_item = a.sel.rows_per_item();
-  const std::uint64_t rows = select_items(a, count_ok) * per_item;
+  const std::uint64_t rows = select_items(a.sel, count_ok) * per_item;
   const ferry::d2h::cursor c = a.dst.load();
   std::byte* dst = ferry::d2h::cursor_live(c) ? a.dst.ring + a.dst.offset(c) : nullptr;
   __syncthreads();
   for (std::uint64_t j = blk; j < rows && dst != nullptr; j += nblk) {
-    const std::int64_t r = select_source_row(a, j, per_item);
+    const std::int64_t r = select_source_row(a.sel, a.n_rows, j, per_item);
     if (r < 0) {
       if (t == 0) { block_error = 1; }
       continue;
@@ -116,11 +116,11 @@ inline void select_rows_block_host(const select_args& a, std::uint32_t blk, std:
   bool count_ok = true;
   bool block_error = false;
   const std::uint64_t per_item = a.sel.rows_per_item();
-  const std::uint64_t rows = select_items(a, count_ok) * per_item;
+  const std::uint64_t rows = select_items(a.sel, count_ok) * per_item;
   const ferry::d2h::cursor c = a.dst.load();
   std::byte* dst = ferry::d2h::cursor_live(c) ? a.dst.ring + a.dst.offset(c) : nullptr;
   for (std::uint64_t j = blk; j < rows && dst != nullptr; j += nblk) {
-    const std::int64_t r = select_source_row(a, j, per_item);
+    const std::int64_t r = select_source_row(a.sel, a.n_rows, j, per_item);
     if (r < 0) {
       block_error = true;
       continue;

@@ -11,6 +11,7 @@
 #include <ferry/backend/concepts.hpp>
 #include <ferry/backend/types.hpp>
 #include <ferry/d2h/detail/gather.hpp>
+#include <ferry/d2h/row_selection.hpp>
 #include <ferry/d2h/source_owner.hpp>
 #include <ferry/d2h/types.hpp>
 #include <ferry/error.hpp>
@@ -20,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -51,7 +53,26 @@ template <ferry::backend::backend B>
   return h;
 }
 
-/// The deferred entries recorded since the last flush, in entry order.
+/// A row batch's shared part (capture_rows_deferred): every entry of the batch reads `sel` over `n_rows` rows.
+/// `read` is what the gather reads (the selection, or the host backend's snapshot of its arrays: `arrays`).
+struct row_batch {
+  row_selection sel{};
+  std::uint64_t n_rows{0};
+  row_selection read{};
+  std::array<held_source, 3> arrays{};
+  [[nodiscard]] bool same(const row_selection& s, std::uint64_t n) const noexcept { return sel == s && n_rows == n; }
+};
+
+/// What record_deferred needs of a row entry (capture_rows_deferred); `sel` null: a whole entry.
+struct deferred_rows {
+  const row_selection* sel{nullptr};
+  std::uint64_t n_rows{0};
+  std::uint64_t row_bytes{0};
+};
+
+/// The deferred entries recorded since the last flush, in entry order: whole entries (capture_deferred, bounce
+/// captures: ONE gather_publish) or row entries sharing one selection (capture_rows_deferred: ONE
+/// gather_rows_publish); an entry of the other kind, or of another selection, flushes the batch first.
 class deferred_batch {
  public:
   struct entry {
@@ -60,6 +81,7 @@ class deferred_batch {
     std::uint64_t reserved{0};
     bool bounced{false};  ///< a bounce capture (its source is a channel-owned bounce slot)
     held_source source;
+    std::uint64_t row_bytes{0};  ///< a row entry: bytes per row (the batch's rows())
   };
 
   /// `limit` entries at most (deferred_limit), spanning at most `ring_bytes`.
@@ -69,28 +91,44 @@ class deferred_batch {
   [[nodiscard]] std::uint32_t size() const noexcept { return n_; }
   [[nodiscard]] std::uint32_t limit() const noexcept { return limit_; }
   [[nodiscard]] const entry& operator[](std::uint32_t i) const noexcept { return e_[i]; }
+  /// A row batch's selection (null: a batch of whole entries).
+  [[nodiscard]] const row_batch* rows() const noexcept { return rows_ ? &*rows_ : nullptr; }
+  /// Dynamic entries recorded (every entry of a row batch).
+  [[nodiscard]] std::uint32_t dynamic_count() const noexcept { return rows_ ? n_ : 0; }
 
-  /// Whether an entry of `reserved` bytes must go into a new batch: the batch holds `limit` entries, or
-  /// with it the batch could span more than the ring (its entries plus at most one wrap padding, which is
-  /// shorter than the largest entry), which no reservation could hold.
-  [[nodiscard]] bool needs_flush_before(std::uint64_t reserved) const noexcept
+  /// Whether an entry of `reserved` bytes (a row entry of `sel` over `n_rows` rows when `sel` is set) must go
+  /// into a new batch: the batch holds `limit` entries, is of the other kind or selection, or with it could span
+  /// more than the ring (its entries plus at most one wrap padding, shorter than the largest entry), which no
+  /// reservation could hold.
+  [[nodiscard]] bool needs_flush_before(std::uint64_t reserved, const row_selection* sel = nullptr,
+                                        std::uint64_t n_rows = 0) const noexcept
   {
     if (n_ == 0) { return false; }
     if (n_ >= limit_) { return true; }
+    if ((sel != nullptr) != rows_.has_value() || (sel != nullptr && !rows_->same(*sel, n_rows))) { return true; }
     return sum_ + reserved + std::max(max_, reserved) > ring_bytes_;
   }
   /// Whether recording an entry of `reserved` bytes flushes the batch (before it, or after it: it fills the
   /// batch). The recorded sources are checked (check_sources) before such a call changes anything.
-  [[nodiscard]] bool record_flushes(std::uint64_t reserved) const noexcept
+  [[nodiscard]] bool record_flushes(std::uint64_t reserved, const row_selection* sel = nullptr,
+                                    std::uint64_t n_rows = 0) const noexcept
   {
-    return needs_flush_before(reserved) || n_ + 1U >= limit_;
+    return needs_flush_before(reserved, sel, n_rows) || n_ + 1U >= limit_;
   }
 
-  void push(hook_id hook, std::uint64_t bytes, std::uint64_t reserved, held_source src, bool bounced)
+  void push(hook_id hook, std::uint64_t bytes, std::uint64_t reserved, held_source src, bool bounced,
+            std::uint64_t row_bytes = 0)
   {
-    e_[n_++] = entry{hook, bytes, reserved, bounced, std::move(src)};
+    e_[n_++] = entry{hook, bytes, reserved, bounced, std::move(src), row_bytes};
     sum_ += reserved;
     max_ = std::max(max_, reserved);
+  }
+  /// The first entry of a row batch: its shared selection (call before push, on an empty batch).
+  void start_rows(row_batch&& r) { rows_.emplace(std::move(r)); }
+  /// Takes a row batch's selection arrays (the flush gives them back once the gather no longer needs them).
+  [[nodiscard]] std::array<held_source, 3> take_selection() noexcept
+  {
+    return rows_ ? std::exchange(rows_->arrays, {}) : std::array<held_source, 3>{};
   }
 
   /// Asks the owners' check functions whether every recorded source is unchanged since its capture (one
@@ -140,6 +178,7 @@ class deferred_batch {
       ++k;
     }
     n_ = k;
+    if (n_ == 0) { rows_.reset(); }  // a row batch has no bounced entry
   }
   /// Empties the batch; owners still held go back at once (never launched).
   void clear() noexcept
@@ -148,6 +187,7 @@ class deferred_batch {
     n_ = 0;
     sum_ = 0;
     max_ = 0;
+    rows_.reset();
   }
 
  private:
@@ -157,6 +197,7 @@ class deferred_batch {
   std::uint64_t ring_bytes_;
   std::uint64_t sum_{0};  ///< reserved bytes of the batch
   std::uint64_t max_{0};  ///< largest reserved entry of the batch
+  std::optional<row_batch> rows_;  ///< a row batch's selection
 };
 
 /// The batch limit: K (config::publish_every), at most gather_max_entries and the FIFO's capacity.

@@ -110,4 +110,29 @@ struct gather_args {
 };
 static_assert(sizeof(gather_args) <= 4096, "gather_args travels as kernel parameters: at most 4 KiB");
 
+/// The row gather's arguments (kernels/d2h/select/gather_rows_publish, channel::capture_rows_deferred): ONE
+/// launch copies a flushed batch of row-selected deferred entries that share one selection `sel` and one row
+/// count `n_rows`. Entry i holds the rows `sel` names of the [n_rows, row_bytes[i]] source src[i], in selection
+/// order: a dynamic entry (size slot: the cursor's next + i) placed as gather_publish places its entries (pre:
+/// prefix sums of the reservations, gather_offset), reserved for the selection's item bound. Blocks take
+/// (entry, row) work items; block 0 writes the next cursor; the block that arrives last at the join counter
+/// writes every size slot (rows x row_bytes[i]; selection_error_size for all when an item is invalid: the
+/// entries share the selection) and, when head_n > 0, releases as gather_publish does.
+struct gather_rows_args {
+  ring_ref dst;
+  std::uint64_t* head{nullptr};
+  std::uint64_t head_n{0};
+  std::uint32_t n{0};
+  std::uint32_t normalize{0};
+  std::uint32_t boundary{0};
+  std::uint32_t vec{0};  ///< every row size and source is 16-byte aligned: 16-byte moves
+  std::uint32_t test_skip_wait{0};
+  std::uint64_t n_rows{0};
+  row_selection sel{};
+  const std::byte* src[gather_max_entries]{};
+  std::uint32_t row_bytes[gather_max_entries]{};
+  std::uint64_t pre[gather_max_entries + 1]{};
+};
+static_assert(sizeof(gather_rows_args) <= 4096, "gather_rows_args travels as kernel parameters: at most 4 KiB");
+
 }  // namespace ferry::d2h::detail

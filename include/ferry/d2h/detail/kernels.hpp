@@ -9,6 +9,8 @@
 //   publish_head_kernel        publish/publish_head: one thread: produced += n, system-scope release of published_head
 //   commit_check_kernel        publish/commit_check: one thread: commits in place of a user writer that did not
 //   select_rows_kernel         select/select_rows: the selected rows of a tensor into one dynamic entry (capture_rows)
+//   gather_rows_publish_kernel select/gather_rows_publish: one launch per batch of row-selected deferred entries
+//                              (capture_rows_deferred; optional release in its last block)
 //   arm_replay_kernel          replay/arm_replay: one thread: a plan()'s token for the next graph launch on the stream
 //   claim_replay_kernel        replay/claim_replay: one thread, a captured forward's first node: takes the token,
 //                              or marks the launch unplanned (it writes and publishes nothing) and reports it
@@ -53,6 +55,9 @@ hip_kernel<commit_check_args> commit_check_kernel(hip_tag);
 host_kernel<select_args> select_rows_kernel(host_tag);
 cuda_kernel<select_args> select_rows_kernel(cuda_tag);
 hip_kernel<select_args> select_rows_kernel(hip_tag);
+host_kernel<gather_rows_args> gather_rows_publish_kernel(host_tag);
+cuda_kernel<gather_rows_args> gather_rows_publish_kernel(cuda_tag);
+hip_kernel<gather_rows_args> gather_rows_publish_kernel(hip_tag);
 
 host_kernel<replay_token_args> arm_replay_kernel(host_tag);
 cuda_kernel<replay_token_args> arm_replay_kernel(cuda_tag);

@@ -85,6 +85,9 @@ class producer {
   bool capture_rows(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
                     const row_selection& sel, stream_view s, when_full full, source_owner owner = {});
   void capture_deferred(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, source_owner owner = {});
+  /// capture_rows recorded in the deferred batch; one gather_rows_publish per batch sharing a selection.
+  void capture_rows_deferred(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
+                             const row_selection& sel, stream_view s, source_owner owner = {});
   void flush(stream_view s);
   write_ticket begin_write(hook_id hook, std::uint64_t reserved_bytes, entry_kind kind, stream_view s);
   void end_write(write_ticket&& t, stream_view s);
@@ -179,7 +182,13 @@ class producer {
   /// from `source()` (called after that flush), flushes a full batch.
   template <class Who, class Source>
   bool record_deferred(hook_id hook, std::uint64_t bytes, when_full full, stream_type s, Who&& who, Source&& source,
-                       bool bounced, const char* what);
+                       bool bounced, const char* what, deferred_rows part = {});
+  // Row capture's parts (producer_rows.inl): the CPU's checks (returns the payload bound), the host snapshot of a
+  // selection's arrays, a row batch's gather arguments and shape.
+  std::uint64_t check_rows(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
+                           const row_selection& sel, const char* what);
+  row_batch hold_selection(const row_selection& sel, std::uint64_t n_rows, bool snapshot);
+  gather_rows_args row_gather_args(const gather_rows_args& rel, std::uint32_t n, gather_shape& sh) const;
   /// Gives a held source back once the copy enqueued on `s` no longer needs it: the backend's release_after
   /// (eager), or with the channel's graph sources (a captured forward: every replay reads it again).
   void retire(held_source&& h, stream_type s);

@@ -51,11 +51,11 @@ bool producer<B>::capture_bounced(hook_id hook, const void* src, std::uint64_t b
 template <ferry::backend::backend B>
 template <class Who, class Source>
 bool producer<B>::record_deferred(hook_id hook, std::uint64_t bytes, when_full full, stream_type s, Who&& who,
-                                  Source&& source, bool bounced, const char* what)
+                                  Source&& source, bool bounced, const char* what, deferred_rows part)
 {
   const std::uint64_t reserved = align_up(bytes, entry_alignment);
   // A call that flushes checks the recorded sources first, before it changes anything.
-  if (deferred_.record_flushes(reserved)) { deferred_.check_sources(what); }
+  if (deferred_.record_flushes(reserved, part.sel, part.n_rows)) { deferred_.check_sources(what); }
   // Reserve (eager): ring space and FIFO slots for the recorded batch with this entry, placed as
   // flush_deferred will place them (the gather's chain is place()'s). Under fail_fast (or refuse) a full ring
   // refuses THIS entry before anything else happens: the batch recorded so far stays intact and nothing is
@@ -64,13 +64,14 @@ bool producer<B>::record_deferred(hook_id hook, std::uint64_t bytes, when_full f
   // advances the reservation's head before the flush (every other writer flushes first), so it holds.
   auto reserve = [&] {
     if (capturing_) { return true; }  // a captured forward reserves at plan()
-    return wait_for_space(place(deferred_end(), reserved, st_.cfg.ring_bytes).end, deferred_.size() + 1U, 0, full, s,
-                          who);
+    return wait_for_space(place(deferred_end(), reserved, st_.cfg.ring_bytes).end, deferred_.size() + 1U,
+                          deferred_.dynamic_count() + (part.sel != nullptr ? 1U : 0U), full, s, who);
   };
   if (full != when_full::wait && !reserve()) { return false; }  // refused before the flush below
-  if (deferred_.needs_flush_before(reserved)) { launch_deferred(s, false); }
+  if (deferred_.needs_flush_before(reserved, part.sel, part.n_rows)) { launch_deferred(s, false); }
   if (full == when_full::wait) { (void)reserve(); }
-  deferred_.push(hook, bytes, reserved, source(), bounced);  // source() after the flush: a bounce slot is free
+  // source() after the flush: a bounce slot is free, a row batch starts with its selection
+  deferred_.push(hook, bytes, reserved, source(), bounced, part.row_bytes);
   if (deferred_.size() >= deferred_.limit()) { launch_deferred(s, false); }
   return true;
 }
@@ -88,8 +89,8 @@ bool producer<B>::fits_after_deferred(std::uint64_t reserved, std::uint64_t n_dy
 {
   // captured: plan() reserves; wait: after the flush; no batch: the caller's own check is the same check
   if (capturing_ || full == when_full::wait || deferred_.empty()) { return true; }
-  return wait_for_space(place(deferred_end(), reserved, st_.cfg.ring_bytes).end, deferred_.size() + 1U, n_dyn, full,
-                        s, std::forward<Who>(who_fn));
+  return wait_for_space(place(deferred_end(), reserved, st_.cfg.ring_bytes).end, deferred_.size() + 1U,
+                        n_dyn + deferred_.dynamic_count(), full, s, std::forward<Who>(who_fn));
 }
 
 template <ferry::backend::backend B>
@@ -108,23 +109,19 @@ bool producer<B>::flush_deferred(stream_type s, bool boundary, const char* what)
 }
 
 /// Places the batch (reservation::place_run from the head, the device's place_phys chain), reserves it
-/// (eager) or records it into the plan (graph), launches the gather, then gives the sources back. The
-/// gather publishes when the entries since the last release reach K.
+/// (eager) or records it into the plan (graph), launches its gather (gather_publish; a row batch:
+/// gather_rows_publish), then gives the sources back. The gather publishes when the entries since the last
+/// release reach K.
 template <ferry::backend::backend B>
 bool producer<B>::launch_deferred(stream_type s, bool boundary)
 {
   const std::uint32_t n = deferred_.size();
   if (n == 0) { return false; }
-  gather_args a{};
-  a.dst = make_ref(0, entry_kind::fixed);
-  a.head = st_.head_dev;
-  set_gather_entries(a, n, [&](std::uint32_t i) {
-    return gather_entry{static_cast<const std::byte*>(deferred_[i].source.src), deferred_[i].bytes};
-  });
+  const bool rows = deferred_.rows() != nullptr;  // every entry dynamic, its size slot after the cursor's
   std::array<placement, gather_max_entries> where{};
   const std::uint64_t pos = res_.place_run(res_.head(), n, [&](std::size_t i) { return deferred_[static_cast<std::uint32_t>(i)].reserved; }, where.data());
   if (!capturing_) {  // reserved at capture_deferred already: this finds the space (kept as the check)
-    (void)wait_for_space(pos, n, 0, blocking_policy(st_.cfg), s, [&] {
+    (void)wait_for_space(pos, n, deferred_.dynamic_count(), blocking_policy(st_.cfg), s, [&] {
       return ferry::detail::format("deferred batch of {} entries ({} bytes)", n, pos - res_.head());
     });
   }
@@ -132,18 +129,18 @@ bool producer<B>::launch_deferred(stream_type s, bool boundary)
   // At the forward boundary the gather releases every entry since the last release whatever their number,
   // in its own last block (never on the branch: the boundary's release is on the producer stream).
   const bool publish = boundary || after >= st_.cfg.publish_every;
-  const gather_shape sh = apportion_gather(st_.cfg, a, st_.sm_count);
-  a.vecs_per_thread = sh.vecs_per_thread;
-  a.test_skip_wait = st_.hooks.is(debug_fault::programmatic_without_wait) ? 1U : 0U;
   // The batch's release: fused into the gather's last block, or (gather_branch_publish) on the branch
   // after the launch, behind a fork event recorded after the gather (release_chain::release_on_branch).
   const bool on_branch = publish && !boundary && st_.cfg.branch_publish && st_.cfg.gather_branch_publish;
+  gather_rows_args rel{};  // the release part, the same fields in both argument blocks
+  rel.head = st_.head_dev;
+  rel.test_skip_wait = st_.hooks.is(debug_fault::programmatic_without_wait) ? 1U : 0U;
   if (publish && !on_branch) {
     rel_.join_for_fused_release(s);  // joins an open branch first: the gather's release stays in the one chain
-    a.head_n = after;
+    rel.head_n = after;
     // the gather writes slot[1]; the next forward starts at parity 0 and reads slot[0]
-    a.normalize = boundary && parity_ == 0 && !st_.hooks.is(debug_fault::boundary_gather_without_normalize) ? 1U : 0U;
-    a.boundary = boundary ? 1U : 0U;
+    rel.normalize = boundary && parity_ == 0 && !st_.hooks.is(debug_fault::boundary_gather_without_normalize) ? 1U : 0U;
+    rel.boundary = boundary ? 1U : 0U;
   }
   // The FIFO records go in BEFORE the launch that may release them: the drainer's check that published_head
   // never passes the entries the CPU placed (check_planned) relies on it (a fused release with its records
@@ -151,16 +148,41 @@ bool producer<B>::launch_deferred(stream_type s, bool boundary)
   for (std::uint32_t i = 0; i < n; ++i) {
     const auto& e = deferred_[i];
     if (capturing_) {
-      access::record(recording_, plan_entry{e.hook, e.reserved, e.bytes, false});
+      access::record(recording_, plan_entry{e.hook, e.reserved, e.bytes, rows, e.row_bytes});
     } else {
-      res_.push(e.hook, where[i], e.reserved, e.bytes, false);  // space was checked in wait_for_space
+      res_.push(e.hook, where[i], e.reserved, e.bytes, rows, e.row_bytes);  // space was checked in wait_for_space
     }
   }
+  gather_args a{};
+  gather_shape sh{};
+  if (rows) {
+    rel = row_gather_args(rel, n, sh);
+  } else {
+    a.dst = make_ref(0, entry_kind::fixed);
+    a.head = rel.head;
+    a.head_n = rel.head_n;
+    a.normalize = rel.normalize;
+    a.boundary = rel.boundary;
+    a.test_skip_wait = rel.test_skip_wait;
+    set_gather_entries(a, n, [&](std::uint32_t i) {
+      return gather_entry{static_cast<const std::byte*>(deferred_[i].source.src), deferred_[i].bytes};
+    });
+    sh = apportion_gather(st_.cfg, a, st_.sm_count);
+    a.vecs_per_thread = sh.vecs_per_thread;
+  }
+  // The sources (and a row batch's selection) leave the batch before the launch: a failed launch invalidates
+  // the channel and leaves no batch behind. The gather reads them (stream order) before they go back.
+  std::array<held_source, 3> selection = deferred_.take_selection();
   std::array<held_source, gather_max_entries> sources{};
   std::uint32_t k = 0;
-  deferred_.take_sources([&](held_source&& h) { sources[k++] = std::move(h); });  // a failed launch invalidates
-  st_.launch.own(gather_publish_kernel(typename B::tag{}, vec_form(sh.vecs_per_thread)), sh.blocks, sh.threads, s, a);
-  for (std::uint32_t i = 0; i < k; ++i) { retire(std::move(sources[i]), s); }  // the gather read them (stream order)
+  deferred_.take_sources([&](held_source&& h) { sources[k++] = std::move(h); });
+  if (rows) {
+    st_.launch.own(gather_rows_publish_kernel(typename B::tag{}), sh.blocks, sh.threads, s, rel);
+  } else {
+    st_.launch.own(gather_publish_kernel(typename B::tag{}, vec_form(sh.vecs_per_thread)), sh.blocks, sh.threads, s, a);
+  }
+  for (std::uint32_t i = 0; i < k; ++i) { retire(std::move(sources[i]), s); }
+  for (auto& x : selection) { retire(std::move(x), s); }
   if (on_branch) { rel_.release_batch(s, after, false); }
   if (!capturing_) { res_.advance(pos, n); }
   parity_ ^= 1U;  // one writer: the gather commits the cursor once for the whole batch

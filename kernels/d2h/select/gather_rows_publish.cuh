@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+// Body of the gather_rows_publish kernel (channel::capture_rows_deferred), shared by the GPU wrapper
+// (gather_rows_publish.cu) and the host backend's (gather_rows_publish_host.cpp). ONE launch per flushed batch
+// of row-selected deferred entries sharing one selection (arguments: gather_rows_args, kernel_args.hpp). The
+// order of every block:
+//   1. the item count (CPU-known, or the GPU-resolved *device_count, refused above max_count) and the cursor
+//      slot[parity] (one load; cursor_unplanned: a graph launch no plan() armed stores nothing); block 0's
+//      thread 0 writes slot[parity ^ 1] = the batch's end and the size slot after its n entries, from that same
+//      cursor value (no thread of this kernel reads that slot; the next writer reads it after the kernel
+//      boundary);
+//   2. work items blk, blk + nblk, ... over (entry i, row j): the source row from the selection (validated as
+//      select_rows validates it: an invalid item is not read, its row not written, the block notes the error),
+//      the row's bytes into entry i (gather_offset) at row j;
+//   3. block barrier, then thread 0 ORs a block error into device_state::select_error and arrives at the join
+//      counter (acq_rel, device scope: gather_join_arrive); the block that arrives last reads the error flag
+//      (acquired by the arrival), resets it, writes every entry's size slot (rows x row_bytes[i], or
+//      selection_error_size for every entry) and, when head_n > 0, releases published_head at system scope
+//      (gather_release: cumulative over every block's stores and its own size-slot stores).
+// Without an in-kernel release the batch's release is a later kernel on the stream or the branch (the kernel
+// boundary joins every block's stores and the size slots).
+#pragma once
+
+#include "../../detail/vector_copy.cuh"
+#include "../gather/gather_publish.cuh"  // gather_offset, gather_end, gather_join_arrive, gather_release
+#include "select_rows.cuh"               // select_items, select_source_row
+
+#include <ferry/d2h/detail/kernel_args.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+namespace ferry::kernels::d2h {
+
+using ferry::d2h::detail::gather_rows_args;
+
+/// Step 1's next cursor: the batch's end and the size slot after its n dynamic entries (no division unless the
+/// size ring is smaller than the batch).
+FERRY_HD inline ferry::d2h::cursor gather_rows_next(const gather_rows_args& a, ferry::d2h::cursor c) noexcept
+{
+  if (!ferry::d2h::cursor_live(c)) { return c; }
+  std::uint64_t slot = ferry::d2h::cursor_size_slot(c.dyn_slot) + a.n;
+  const std::uint64_t count = a.dst.size_slot_count;
+  if (count != 0 && slot >= count) { slot %= count; }
+  return ferry::d2h::cursor{gather_end(a, c.phys), slot | (c.dyn_slot & ~std::uint64_t{0xffffffffULL})};
+}
+
+/// Step 3 by thread 0 of the block that arrived last: the error flag, every size slot, the release.
+FERRY_HD inline void gather_rows_commit(const gather_rows_args& a, ferry::d2h::cursor c, std::uint64_t rows,
+                                        bool count_ok) noexcept
+{
+  ferry::d2h::device_state* st = a.dst.state;
+  const bool bad = !count_ok || st->select_error != 0;  // every block's OR is ordered before its arrival
+  st->select_error = 0;
+  const std::uint64_t count = a.dst.size_slot_count;
+  if (ferry::d2h::cursor_live(c) && count != 0) {
+    std::uint64_t slot = ferry::d2h::cursor_size_slot(c.dyn_slot);
+    for (std::uint32_t i = 0; i < a.n; ++i) {
+      a.dst.size_slots[slot] = bad ? ferry::d2h::selection_error_size : rows * a.row_bytes[i];
+      slot = slot + 1 >= count ? 0 : slot + 1;
+    }
+  }
+  if (a.head_n != 0) { gather_release(a); }
+}
+
+/// Step 1 for block `blk`: the row count, the cursor, and (block 0, thread `t` 0) the next cursor.
+FERRY_HD inline ferry::d2h::cursor gather_rows_start(const gather_rows_args& a, std::uint32_t blk, std::uint32_t t,
+                                                     std::uint64_t& rows, bool& count_ok) noexcept
+{
+  rows = select_items(a.sel, count_ok) * a.sel.rows_per_item();
+  const ferry::d2h::cursor c = a.dst.load();
+  if (blk == 0 && t == 0) { ferry::d2h::store_cursor(&a.dst.state->slot[a.dst.parity ^ 1U], gather_rows_next(a, c)); }
+  return c;
+}
+
+/// Step 2's work item `w` of `rows` rows per entry: where its row comes from and goes (null from: invalid).
+struct gather_rows_item {
+  const std::byte* from{nullptr};
+  std::byte* to{nullptr};
+  std::uint64_t bytes{0};
+};
+FERRY_HD inline gather_rows_item gather_rows_at(const gather_rows_args& a, ferry::d2h::cursor c, std::uint64_t w,
+                                                std::uint64_t rows) noexcept
+{
+  const auto i = static_cast<std::uint32_t>(w / rows);
+  const std::uint64_t j = w - std::uint64_t{i} * rows;
+  const std::int64_t r = select_source_row(a.sel, a.n_rows, j, a.sel.rows_per_item());
+  const std::uint64_t rb = a.row_bytes[i];
+  if (r < 0) { return {nullptr, nullptr, rb}; }
+  return {a.src[i] + static_cast<std::uint64_t>(r) * rb, a.dst.ring + gather_offset(a, c.phys, i) + j * rb, rb};
+}
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+/// The GPU body of block `blk` of `nblk` (`nt` threads): each row by the whole block, 16-byte moves when `vec`.
+__device__ __forceinline__ void gather_rows_block(const gather_rows_args& a, std::uint32_t blk, std::uint32_t nblk,
+                                                  std::uint32_t t, std::uint32_t nt)
+{
+  __shared__ int block_error;
+  if (t == 0) { block_error = 0; }
+  std::uint64_t rows = 0;
+  bool count_ok = true;
+  const ferry::d2h::cursor c = gather_rows_start(a, blk, t, rows, count_ok);
+  __syncthreads();
+  const std::uint64_t total = ferry::d2h::cursor_live(c) ? rows * a.n : 0;
+  for (std::uint64_t w = blk; w < total; w += nblk) {
+    const gather_rows_item it = gather_rows_at(a, c, w, rows);
+    if (it.from == nullptr) {
+      if (t == 0) { block_error = 1; }
+      continue;
+    }
+    if (a.vec != 0) {
+      const auto* s = reinterpret_cast<const vec16*>(it.from);
+      auto* d = reinterpret_cast<vec16*>(it.to);
+      for (std::uint64_t k = t; k < it.bytes / 16; k += nt) { d[k] = s[k]; }
+    } else {
+      copy_tail(it.to, it.from, t, it.bytes, nt);
+    }
+  }
+  __syncthreads();  // every store and error note of the block happen-before thread 0's arrival
+  if (t == 0) {
+    if (block_error != 0) { atomicOr(&a.dst.state->select_error, 1U); }
+    if (gather_join_arrive(a.dst.state, nblk)) { gather_rows_commit(a, c, rows, count_ok); }
+  }
+}
+#endif
+
+/// The host backend's block `blk` of `nblk` (one thread): the same rows, one memcpy each, then the arrival.
+inline void gather_rows_block_host(const gather_rows_args& a, std::uint32_t blk, std::uint32_t nblk)
+{
+  std::uint64_t rows = 0;
+  bool count_ok = true;
+  bool block_error = false;
+  const ferry::d2h::cursor c = gather_rows_start(a, blk, 0, rows, count_ok);
+  const std::uint64_t total = ferry::d2h::cursor_live(c) ? rows * a.n : 0;
+  for (std::uint64_t w = blk; w < total; w += nblk) {
+    const gather_rows_item it = gather_rows_at(a, c, w, rows);
+    if (it.from == nullptr) {
+      block_error = true;
+      continue;
+    }
+    std::memcpy(it.to, it.from, it.bytes);
+  }
+  if (block_error) { std::atomic_ref<std::uint32_t>{a.dst.state->select_error}.fetch_or(1U, std::memory_order_relaxed); }
+  if (gather_join_arrive(a.dst.state, nblk)) { gather_rows_commit(a, c, rows, count_ok); }
+}
+
+}  // namespace ferry::kernels::d2h
