@@ -2,7 +2,7 @@
 # Build, test and benchmark ferry on the lent H200 (device tool). Writes logs and JSON under $OUT.
 # Usage (from the repo root on the device machine):
 #   bash bench/device/drivers/h200.sh [steps...]   steps: tests memcheck synccheck initcheck bench stress python qwen3
-#                                          stepprobe
+#                                          stepprobe select
 #                                          (default: tests memcheck synccheck initcheck bench)
 # python: the Python package with the CUDA backend (+ the torch ops where torch imports), its pytest suite on
 # the GPU (pytest_gpu.log); qwen3: bench/torch/qwen3_capture.py, the Qwen3-0.6B-shaped decode benchmark
@@ -30,6 +30,12 @@ cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHIT
       -DFERRY_ENABLE_CUDA=ON "${py_flags[@]}" > "$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
 cmake --build build-h200 -j"$jobs" ${FERRY_BUILD_TARGETS:+--target $FERRY_BUILD_TARGETS} > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
 rc=0
+if has select; then
+  # selective capture (issue 27): bench/d2h/select.cpp; select_raw.json (medians) and bench_select.log (spreads)
+  bin=build-h200/bench/d2h/ferry_bench_select
+  FERRY_COMMAND="$bin" timeout "${FERRY_SELECT_TIMEOUT:-300}" "$bin" > "$OUT/select_raw.json" 2> "$OUT/bench_select.log" || rc=1
+  tail -20 "$OUT/bench_select.log"
+fi
 if has bench; then
   # Names as docs/perf/h200 keeps them: d2h.json (summary), d2h_gbench.json (Google Benchmark's JSON),
   # bench_d2h.log; h2d.json, h2d_gbench.json, bench_h2d.log.
