@@ -10,8 +10,10 @@
 //   full_gather   every row of every hook (capture_deferred: one gather per batch)
 //   select        the selected rows of every hook, one select_rows kernel per hook (capture_rows)
 //   select_gather the selected rows, one gather_rows_publish per batch (capture_rows_deferred)
-// A step's time is the wall time of `steps` back-to-back steps, the drain's copies included (the run waits for
-// every entry), divided by `steps`; the figure is the median over rounds.
+// A step's time is the wall time of `steps` back-to-back steps (publish, plan, replay) until the compute stream
+// finished, divided by `steps`: the drain's copies run beside it and any backpressure they cause (a full ring
+// blocks plan()) is inside; after each round the run waits for every entry to be checked (the lag is reported).
+// The consumer hands each entry to a pool of checker threads, which compare every row with the host's copy.
 // Usage: ferry_bench_select [--quick] > select_raw.json   (medians in microseconds; JSON on stdout)
 #include "common.hpp"
 
@@ -21,6 +23,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -98,6 +102,62 @@ void run(const scenario& sc, int rounds, int steps, result& res)
   std::mutex m;
   std::unordered_map<std::uint64_t, std::vector<std::int64_t>> rows_of_step;  // tag -> source rows
   std::atomic<std::uint64_t> delivered{0};
+  // The consumer: the drain hands every entry to a pool of checker threads (a checker on the drain thread
+  // would be the bottleneck); each row is compared with the activation's row on the host (memcmp).
+  std::vector<std::byte> host_act(T * widest);
+  for (std::uint64_t i = 0; i < T * widest / 8; ++i) {
+    const std::uint64_t w = ferry::testing::pattern_word(0, i);
+    std::memcpy(host_act.data() + i * 8, &w, 8);
+  }
+  struct pool {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::pair<fd::entry_view, bool>> q;
+    bool stop{false};
+    std::vector<std::thread> threads;
+    void push(fd::entry_view&& e, bool whole)
+    {
+      {
+        std::lock_guard lock{mu};
+        q.emplace_back(std::move(e), whole);
+      }
+      cv.notify_one();
+    }
+  } checker;
+  auto check = [&](const fd::entry_view& e, bool whole) {
+    const std::uint64_t rb = sc.row_bytes[e.hook().value];
+    std::vector<std::int64_t> rows;
+    if (whole) {
+      return e.ok() && e.size() == T * rb && std::memcmp(e.bytes().data(), host_act.data(), T * rb) == 0;
+    }
+    {
+      std::lock_guard lock{m};
+      rows = rows_of_step.at(e.tag());
+    }
+    bool ok = e.ok() && e.size() == rows.size() * rb;
+    for (std::size_t j = 0; ok && j < rows.size(); ++j) {
+      ok = std::memcmp(e.bytes().data() + j * rb, host_act.data() + static_cast<std::uint64_t>(rows[j]) * rb, rb) == 0;
+    }
+    return ok;
+  };
+  for (int t = 0; t < (host_mode ? 1 : 8); ++t) {
+    checker.threads.emplace_back([&] {
+      std::unique_lock lock{checker.mu};
+      for (;;) {
+        checker.cv.wait(lock, [&] { return checker.stop || !checker.q.empty(); });
+        if (checker.q.empty()) { return; }
+        auto [e, whole] = std::move(checker.q.front());
+        checker.q.pop_front();
+        lock.unlock();
+        const bool ok = check(e, whole);
+        e.release();
+        res.checked.fetch_add(1);
+        res.bad.fetch_add(ok ? 0 : 1);
+        delivered.fetch_add(1, std::memory_order_release);
+        lock.lock();
+      }
+    });
+  }
   struct contestant {
     mode md;
     std::optional<fd::channel<B>> ch;
@@ -105,6 +165,7 @@ void run(const scenario& sc, int rounds, int steps, result& res)
     fd::forward_plan plan;
     std::uint64_t entries{0};
     std::vector<double> us;
+    double lag_us{0};  ///< the longest wait, after a round's last step, for its last entry to be checked
   };
   std::vector<contestant> cs(sc.modes.size());
   for (std::size_t c = 0; c < cs.size(); ++c) {
@@ -118,27 +179,7 @@ void run(const scenario& sc, int rounds, int steps, result& res)
       cfg.size_slots = static_cast<std::uint32_t>(4 * H);
       cfg.fifo_capacity = static_cast<std::uint32_t>(4 * H);
       cfg.timeout = std::chrono::seconds(60);
-      x.ch.emplace(cfg, b, [&, md = x.md](fd::entry_view&& e) {
-        const std::uint64_t rb = sc.row_bytes[e.hook().value];
-        std::vector<std::int64_t> rows;
-        if (md == mode::full_gather) {
-          rows.resize(T);
-          std::iota(rows.begin(), rows.end(), 0);
-        } else {
-          std::lock_guard lock{m};
-          rows = rows_of_step.at(e.tag());
-        }
-        bool ok = e.ok() && e.size() == rows.size() * rb;
-        for (std::size_t j = 0; ok && j < rows.size(); ++j) {
-          const auto* w = reinterpret_cast<const std::uint64_t*>(e.bytes().data() + j * rb);
-          for (std::uint64_t k = 0; k < rb / 8 && ok; k += (md == mode::full_gather ? 61 : 1)) {
-            ok = w[k] == word_of(static_cast<std::uint64_t>(rows[j]), rb, k);
-          }
-        }
-        res.checked += 1;
-        res.bad += ok ? 0 : 1;
-        delivered.fetch_add(1, std::memory_order_release);
-      });
+      x.ch.emplace(cfg, b, [&, md = x.md](fd::entry_view&& e) { checker.push(std::move(e), md == mode::full_gather); });
     }
     const fb::launch_config layer_shape{{static_cast<std::uint32_t>(sms)}, {256}, 0};
     x.g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> g) {
@@ -202,19 +243,28 @@ void run(const scenario& sc, int rounds, int steps, result& res)
       s.synchronize();
       const auto t0 = clk::now();
       for (int k = 0; k < steps; ++k) { one_step(x); }
-      s.synchronize();
-      while (delivered.load(std::memory_order_acquire) < want) { std::this_thread::yield(); }
+      s.synchronize();  // the engine's steps: any backpressure of the capture (a full ring) is inside
       const double us = std::chrono::duration<double, std::micro>(clk::now() - t0).count() / steps;
+      const auto t1 = clk::now();
+      while (delivered.load(std::memory_order_acquire) < want) { std::this_thread::yield(); }
+      x.lag_us = std::max(x.lag_us, std::chrono::duration<double, std::micro>(clk::now() - t1).count());
       if (r >= 0) { x.us.push_back(us); }
     }
   }
   for (auto& x : cs) {
     if (x.ch) { (void)x.ch->close(); }
     res.us[mode_name(x.md)] = median(x.us);
-    std::fprintf(stderr, "ferry_bench_select %s %s: median %.1f us/step (min %.1f, max %.1f, %zu rounds)\n",
+    std::fprintf(stderr, "ferry_bench_select %s %s: median %.1f us/step (min %.1f, max %.1f, %zu rounds of %d steps; "
+                 "drain lag after a round <= %.0f us)\n",
                  sc.name.c_str(), mode_name(x.md), median(x.us), *std::min_element(x.us.begin(), x.us.end()),
-                 *std::max_element(x.us.begin(), x.us.end()), x.us.size());
+                 *std::max_element(x.us.begin(), x.us.end()), x.us.size(), steps, x.lag_us);
   }
+  {
+    std::lock_guard lock{checker.mu};
+    checker.stop = true;
+  }
+  checker.cv.notify_all();
+  for (auto& t : checker.threads) { t.join(); }
 }
 
 std::vector<std::uint64_t> vllm_rows()
@@ -231,7 +281,7 @@ int main(int argc, char** argv)
 {
   using namespace ferry::bench;
   const bool quick = host_mode || (argc > 1 && std::string{argv[1]} == "--quick");
-  const int rounds = quick ? 3 : 15, steps = quick ? 2 : 10;
+  const int rounds = quick ? 3 : 15, steps = quick ? 2 : 20;
   const std::uint64_t scale = quick ? 16 : 1;  // the host backend: 1/16 of the tokens
   const std::vector<std::uint64_t> hidden(28, 2 * KiB);
   const std::vector<scenario> all{
