@@ -14,7 +14,8 @@
 // finished, divided by `steps`: the drain's copies run beside it and any backpressure they cause (a full ring
 // blocks plan()) is inside; after each round the run waits for every entry to be checked (the lag is reported).
 // The consumer hands each entry to a pool of checker threads, which compare every row with the host's copy.
-// Usage: ferry_bench_select [--quick] > select_raw.json   (medians in microseconds; JSON on stdout)
+// Usage: ferry_bench_select [--quick|--full] [K] > select_raw.json   (K: publish_every, default 128: one gather per
+// 128 hooks, 3 per vllm-full forward; medians in microseconds; JSON on stdout)
 #include "common.hpp"
 
 #include <ferry/h2d.hpp>
@@ -60,6 +61,7 @@ struct scenario {
   std::uint64_t picked;        ///< rows selected per step (0: the last token of each of `requests`)
   std::uint64_t requests;      ///< last-token scenarios: requests of tokens / requests tokens each
   std::vector<mode> modes;
+  std::uint32_t k{16};  ///< config::publish_every of every channel
 };
 
 struct result {
@@ -179,6 +181,7 @@ void run(const scenario& sc, int rounds, int steps, result& res)
       cfg.size_slots = static_cast<std::uint32_t>(4 * H);
       cfg.fifo_capacity = static_cast<std::uint32_t>(4 * H);
       cfg.timeout = std::chrono::seconds(60);
+      cfg.publish_every = sc.k;  // K: one gather (and one release) per K hooks
       x.ch.emplace(cfg, b, [&, md = x.md](fd::entry_view&& e) { checker.push(std::move(e), md == mode::full_gather); });
     }
     const fb::launch_config layer_shape{{static_cast<std::uint32_t>(sms)}, {256}, 0};
@@ -284,14 +287,16 @@ int main(int argc, char** argv)
   const int rounds = quick ? 3 : 15, steps = quick ? 2 : 20;
   const std::uint64_t scale = quick ? 16 : 1;  // the host backend: 1/16 of the tokens
   const std::vector<std::uint64_t> hidden(28, 2 * KiB);
-  const std::vector<scenario> all{
+  const std::uint32_t k = argc > 2 ? static_cast<std::uint32_t>(std::stoul(argv[2])) : 128;  // --quick K
+  std::vector<scenario> all{
     {"d2h_t256_select16", 256 / scale, 107'000, vllm_rows(), 16 / scale, 1,
      {mode::none, mode::full_gather, mode::select, mode::select_gather}},
     {"d2h_t16_full", 16, 60'000, vllm_rows(), 0, 1, {mode::none, mode::full_gather}},
     {"prefill_last_token_hidden_states", 8192 / scale, 900'000 / scale, hidden, 0, 16, {mode::none, mode::select_gather}},
     {"prefill_last_token_vllm_full", 8192 / scale, 900'000 / scale, vllm_rows(), 0, 16, {mode::none, mode::select_gather}}};
-  std::printf("{\"host_backend\": %s", host_mode ? "true" : "false");
-  for (const auto& sc : all) {
+  std::printf("{\"host_backend\": %s, \"publish_every\": %u", host_mode ? "true" : "false", k);
+  for (auto& sc : all) {
+    sc.k = k;
     result r;
     run(sc, rounds, steps, r);
     std::printf(",\n \"%s\": {", sc.name.c_str());
