@@ -14,9 +14,9 @@ template <class B>
 std::vector<py_entry> py_channel<B>::poll(std::size_t max_entries, std::optional<double> timeout)
 {
   FERRY_EXPECTS(max_entries > 0, ferry::logic_error, "Channel.poll: expected max_entries >= 1, got 0");
-  // NaN compares false with everything: a NaN timeout would never expire (found by the fuzzer)
-  FERRY_EXPECTS(!timeout || !std::isnan(*timeout), ferry::logic_error,
-                "Channel.poll: expected timeout a number of seconds (<= 0: no wait) or None (wait forever), got nan");
+  // NaN compares false with everything: a NaN timeout would never expire (found by the fuzzer); <= 0: no
+  // wait, inf: forever (a duration<double>, never converted to an integer)
+  if (timeout) { (void)seconds_arg(*timeout, "Channel.poll", "timeout", -HUGE_VAL, HUGE_VAL); }
   FERRY_EXPECTS(!sink_owner_.is_valid(), ferry::logic_error,
                 "Channel.poll: expected a channel without a native sink, got one with a sink (its entries go to "
                 "the sink)");
@@ -79,10 +79,11 @@ nb::dict py_channel<B>::close(std::optional<double> timeout)
     gil_release g;
     std::unique_lock lk{mu_};
     FERRY_EXPECTS(ch_.has_value(), ferry::logic_error, "Channel.close: expected an open channel, got a closed one");
+    const double secs = timeout ? seconds_arg(*timeout, "Channel.close", "timeout") : 0.0;
+    const auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(secs));
     set_dev();
     try {
-      rep = timeout ? ch_->close(std::chrono::milliseconds(static_cast<std::int64_t>(*timeout * 1000.0)))
-                    : ch_->close();
+      rep = timeout ? ch_->close(limit) : ch_->close();
     } catch (const ferry::error&) {
       err = std::current_exception();
     }
