@@ -33,7 +33,15 @@ py_channel<B>::py_channel(int device, fd::config cfg, nb::handle sink) : dev_{de
     cb = sink_callback(sink);
     sink_owner_ = nb::borrow(sink);
   }
-  ch_.emplace(cfg, b, std::move(cb));
+  {
+    // Without the GIL: a construction that fails after allocating frees, and a free waits for every queued
+    // operation of the host streams (as cudaFree does), among them a torch op's tensor released on a stream
+    // thread, which needs the GIL (a deadlock, found by the fuzzer). Nothing here touches a Python object:
+    // `cfg`, `b` and `cb` (the sink's C function and context) are plain C++.
+    gil_release g;
+    ch_.emplace(cfg, b, std::move(cb));
+  }
+  drain_released();  // sources given up meanwhile
   handle_ = register_channel(channel_calls{this, is_host<B> ? FERRY_BACKEND_HOST : FERRY_BACKEND_CUDA, device,
                                            &py_channel::capture_raw, &py_channel::flush_raw, &py_channel::flags_raw,
                                            &py_channel::capture_rows_raw});
