@@ -259,41 +259,6 @@ std::uint32_t py_channel<B>::flags_raw(void* self)
   return FERRY_INFO_FORWARD_OPEN | (f->capturing ? FERRY_INFO_FORWARD_CAPTURING : 0U);
 }
 
-template <class B>
-void py_channel<B>::at_exit(void* self)
-{
-  auto& c = *static_cast<py_channel*>(self);
-  std::shared_lock lk{c.mu_, std::try_to_lock};  // a close() in flight on another thread ends the forward itself
-  if (!lk.owns_lock() || !c.ch_) { return; }
-  const auto f = c.ch_->open_forward();
-  if (!f) { return; }
-  std::string what = std::string{"ferry: Channel("} + traits<B>::name + ", device " + std::to_string(c.dev_) +
-                     ") had a forward open at exit (begin_forward without end_forward); ";
-  try {
-    const auto pending = c.ch_->deferred_pending();
-    c.set_dev();
-    (void)c.ch_->abort_forward(fb::stream_view<B>{B{}, f->stream});  // the GIL stays held: nothing else runs
-    what += f->capturing ? "ferry dropped it with abort_forward (its captured entries were never planned)"
-                         : "ferry ended it with abort_forward (its entries were published";
-    if (!f->capturing) {
-      what += pending > 0 ? ", " + std::to_string(pending) + " pending deferred entries dropped)" : std::string{")"};
-    }
-  } catch (const std::exception&) {
-    // Refused here (the forward belongs to another producer thread): close() has no thread rule, and the
-    // destructor's second close() is then quiet. poll() still returns what was delivered.
-    try {
-      (void)c.ch_->close();
-      what += "ferry closed the channel (close() published the forward's entries)";
-    } catch (const fd::shutdown_error&) {
-      what += "ferry closed the channel (close() published the forward's entries)";
-    } catch (const std::exception& e) {
-      what += std::string{"ending it failed: "} + e.what();
-    }
-  }
-  what += "; call end_forward(stream) before exiting";
-  PySys_WriteStderr("%.900s\n", what.c_str());
-}
-
 template class py_channel<fb::host_backend>;
 #if defined(FERRY_PYTHON_CUDA)
 template class py_channel<fb::cuda_backend>;
