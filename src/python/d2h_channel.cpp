@@ -45,6 +45,8 @@ py_channel<B>::py_channel(int device, fd::config cfg, nb::handle sink) : dev_{de
   handle_ = register_channel(channel_calls{this, is_host<B> ? FERRY_BACKEND_HOST : FERRY_BACKEND_CUDA, device,
                                            &py_channel::capture_raw, &py_channel::flush_raw, &py_channel::flags_raw,
                                            &py_channel::capture_rows_raw});
+  tie_ = std::make_shared<graph_tie>(std::string{"Channel("} + traits<B>::name + ", device " + std::to_string(device) +
+                                     ", handle " + std::to_string(handle_) + ")");
   exit_hooks::get().add(this, &py_channel::at_exit);
 }
 
@@ -55,6 +57,7 @@ py_channel<B>::~py_channel()
   {
     gil_release g;
     unregister_channel(handle_);  // waits for C ABI calls in flight
+    tie_->kill("destroyed");      // before the memory its graphs write is freed
     ch_.reset();
     leftovers_.clear();
   }
@@ -94,6 +97,7 @@ template <class B>
 void py_channel<B>::begin_forward(nb::handle stream)
 {
   auto s = resolve_stream<B>(stream, dev_, "Channel.begin_forward");
+  tie(s);
   call("begin_forward", [&](fd::channel<B>& ch) { ch.begin_forward(s); });
   forward_stream_ = nb::borrow(stream);
 }
@@ -102,6 +106,7 @@ template <class B>
 py_plan py_channel<B>::end_forward(nb::handle stream)
 {
   auto s = resolve_stream<B>(stream, dev_, "Channel.end_forward");
+  tie(s);
   py_plan p{call("end_forward", [&](fd::channel<B>& ch) { return ch.end_forward(s); })};
   forward_stream_ = nb::object{};
   return p;
@@ -111,6 +116,7 @@ template <class B>
 bool py_channel<B>::abort_forward(nb::handle stream)
 {
   auto s = resolve_stream<B>(stream, dev_, "Channel.abort_forward");
+  tie(s);
   const bool was_open = call("abort_forward", [&](fd::channel<B>& ch) { return ch.abort_forward(s); });
   forward_stream_ = nb::object{};
   return was_open;
@@ -121,6 +127,7 @@ void py_channel<B>::capture(std::uint32_t hook, nb::handle tensor, nb::handle st
 {
   const char* what = deferred ? "Channel.capture_deferred" : "Channel.capture";
   auto s = resolve_stream<B>(stream, dev_, what);
+  tie(s);
   array_bytes t = tensor_bytes<B>(tensor, dev_, what, hook);
   fd::source_owner owner = py_source::make<B>(tensor, std::move(t.dl), deferred);
   call(deferred ? "capture_deferred" : "capture", [&](fd::channel<B>& ch) {
@@ -132,6 +139,7 @@ template <class B>
 void py_channel<B>::capture_rows_core(std::uint32_t hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
                                       const fd::row_selection& sel, const fb::stream_view<B>& s, fd::source_owner owner)
 {
+  tie(s);
   call("capture_rows", [&](fd::channel<B>& ch) {
     ch.capture_rows(fd::hook_id{hook}, src, n_rows, row_bytes, sel, s, std::move(owner));
   });
@@ -141,6 +149,7 @@ template <class B>
 void py_channel<B>::flush(nb::handle stream)
 {
   auto s = resolve_stream<B>(stream, dev_, "Channel.flush");
+  tie(s);
   call("flush", [&](fd::channel<B>& ch) { ch.flush(s); });
 }
 
@@ -172,6 +181,7 @@ void py_channel<B>::plan(const py_plan& p, nb::handle stream)
     }
   }
   auto s = resolve_stream<B>(stream, dev_, "Channel.plan");
+  tie(s);
   call("plan", [&](fd::channel<B>& ch) { ch.plan(p.p, s); });
 }
 
@@ -234,6 +244,7 @@ void py_channel<B>::capture_raw(void* self, std::uint32_t hook, const void* ptr,
   std::shared_lock lk{c.mu_};
   auto& ch = c.live(deferred ? "capture_deferred" : "capture");
   const auto s = c.raw_stream(stream, hook, deferred ? "capture_deferred" : "capture");
+  c.tie(s);
   c.set_dev();
   capture_into(ch, hook, ptr, bytes, s, std::move(owner), deferred);
 }
@@ -245,6 +256,7 @@ void py_channel<B>::flush_raw(void* self, std::uintptr_t stream)
   std::shared_lock lk{c.mu_};
   auto& ch = c.live("flush");
   const auto s = c.raw_stream(stream, 0, "flush");
+  c.tie(s);
   c.set_dev();
   ch.flush(s);
 }

@@ -81,6 +81,7 @@ nb::dict py_channel<B>::close(std::optional<double> timeout)
     std::unique_lock lk{mu_};
     FERRY_EXPECTS(ch_.has_value(), ferry::logic_error, "Channel.close: expected an open channel, got a closed one");
     const double secs = timeout ? seconds_arg(*timeout, "Channel.close", "timeout") : 0.0;
+    tie_->kill("closed");  // graphs of this channel refuse to launch from now on (stream.hpp, graph_tie)
     const auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(secs));
     set_dev();
     try {

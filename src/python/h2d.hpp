@@ -74,10 +74,13 @@ class py_publisher {
     B b{};
     b.set_device(fb::device_id{device});
     pub_ = std::make_unique<fh::publisher<B>>(b);
+    tie_ = std::make_shared<graph_tie>("Publisher #" + std::to_string(id_) + " (" + traits<B>::name + ", device " +
+                                       std::to_string(device) + ")");
   }
   ~py_publisher()
   {
     gil_release g;
+    tie_->kill("destroyed");  // graphs of its captured uploads refuse to launch (stream.hpp, graph_tie)
     pub_.reset();
   }
 
@@ -187,6 +190,7 @@ class py_publisher {
   void publish(const std::string& group, nb::handle stream)
   {
     auto s = resolve_stream<B>(stream, dev_, "Publisher.publish");
+    tie_to_capture(s, tie_);
     gil_release g;
     set_dev();
     pub_->publish(group, s);
@@ -196,6 +200,7 @@ class py_publisher {
   {
     const std::size_t slot = slot_arg.get("Publisher.capture_upload", "slot");
     auto s = resolve_stream<B>(stream, dev_, "Publisher.capture_upload");
+    tie_to_capture(s, tie_);
     gil_release g;
     set_dev();
     pub_->capture_upload(group, slot, s);
@@ -252,6 +257,7 @@ class py_publisher {
   int dev_;
   std::uint64_t id_;  ///< Publisher #id_: names it in errors (a Buffer records it)
   std::unique_ptr<fh::publisher<B>> pub_;
+  std::shared_ptr<graph_tie> tie_;  ///< killed by the destructor (stream.hpp)
   std::vector<py_buffer> bufs_;
   std::vector<nb::object> keep_;  // bound destinations and the owner stream
 };

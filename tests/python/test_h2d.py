@@ -291,3 +291,26 @@ def test_a_buffer_of_another_publisher_is_refused_naming_both(stream):
     np.testing.assert_array_equal(a.device_array(a_ids)[:3], np.arange(3))
     assert a.device_pointer(a_ids) != b.device_pointer(b_ids)
 
+
+def test_graph_launch_after_its_publisher_died_is_refused(stream):
+    # the H2D side of the graph ties: a captured upload's graph outliving its publisher is refused, not a read
+    # of freed staging and a write into freed device memory
+    import gc
+    pub, bufs, dst = make_publisher(stream)
+    stream.begin_capture()
+    pub.capture_upload("tokens", 0, stream)
+    graph = stream.end_capture()
+    data = step_data(1)
+    with pub.begin(0):
+        with pub.producer("tokens") as p:
+            p.write(bufs["ids"], data[0])
+            p.write(bufs["pos"], data[1])
+        pub.stage("tokens")
+        graph.launch(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(dst["ids"][: len(data[0])], data[0])
+    del pub, bufs, p  # the producer holds its publisher too
+    gc.collect()
+    with pytest.raises(ferry.LogicError, match=r"Graph.launch: .* got Publisher #\d+ \(host, device 0\) destroyed"):
+        graph.launch(stream)
+    stream.synchronize()
