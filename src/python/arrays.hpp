@@ -29,6 +29,21 @@ struct uint_arg {
   }
 };
 
+/// The longest wait or sleep a seconds-valued argument may ask for (about 31 years): far inside what the
+/// core's durations hold (milliseconds, microseconds, and steady_clock::now() plus it in nanoseconds).
+inline constexpr double max_seconds = 1e9;
+
+/// A seconds-valued float argument (a timeout, a sleep), checked before it becomes a duration (a float-to-int
+/// conversion of nan, inf or 1e300 is undefined): nan or a value outside [lo, hi] is a ferry LogicError naming
+/// the call, the argument, the range and the value. The one check of every float->duration conversion.
+[[nodiscard]] inline double seconds_arg(double s, const char* who, const char* name, double lo = 0.0,
+                                        double hi = max_seconds)
+{
+  FERRY_EXPECTS(s >= lo && s <= hi, ferry::logic_error, "{}: expected {} a number of seconds in [{}, {}], got {}", who,
+                name, lo, hi, s);
+  return s;
+}
+
 /// The bytes of a tensor argument: its address and size; `dl` holds a DLPack import (the general path)
 /// alive while the bytes are used (a bare DLPack capsule owns its memory).
 struct array_bytes {

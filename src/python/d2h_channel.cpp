@@ -33,10 +33,20 @@ py_channel<B>::py_channel(int device, fd::config cfg, nb::handle sink) : dev_{de
     cb = sink_callback(sink);
     sink_owner_ = nb::borrow(sink);
   }
-  ch_.emplace(cfg, b, std::move(cb));
+  {
+    // Without the GIL: a construction that fails after allocating frees, and a free waits for every queued
+    // operation of the host streams (as cudaFree does), among them a torch op's tensor released on a stream
+    // thread, which needs the GIL (a deadlock, found by the fuzzer). Nothing here touches a Python object:
+    // `cfg`, `b` and `cb` (the sink's C function and context) are plain C++.
+    gil_release g;
+    ch_.emplace(cfg, b, std::move(cb));
+  }
+  drain_released();  // sources given up meanwhile
   handle_ = register_channel(channel_calls{this, is_host<B> ? FERRY_BACKEND_HOST : FERRY_BACKEND_CUDA, device,
                                            &py_channel::capture_raw, &py_channel::flush_raw, &py_channel::flags_raw,
                                            &py_channel::capture_rows_raw});
+  tie_ = std::make_shared<graph_tie>(std::string{"Channel("} + traits<B>::name + ", device " + std::to_string(device) +
+                                     ", handle " + std::to_string(handle_) + ")");
   exit_hooks::get().add(this, &py_channel::at_exit);
 }
 
@@ -47,6 +57,7 @@ py_channel<B>::~py_channel()
   {
     gil_release g;
     unregister_channel(handle_);  // waits for C ABI calls in flight
+    tie_->kill("destroyed");      // before the memory its graphs write is freed
     ch_.reset();
     leftovers_.clear();
   }
@@ -86,6 +97,7 @@ template <class B>
 void py_channel<B>::begin_forward(nb::handle stream)
 {
   auto s = resolve_stream<B>(stream, dev_, "Channel.begin_forward");
+  tie(s);
   call("begin_forward", [&](fd::channel<B>& ch) { ch.begin_forward(s); });
   forward_stream_ = nb::borrow(stream);
 }
@@ -94,6 +106,7 @@ template <class B>
 py_plan py_channel<B>::end_forward(nb::handle stream)
 {
   auto s = resolve_stream<B>(stream, dev_, "Channel.end_forward");
+  tie(s);
   py_plan p{call("end_forward", [&](fd::channel<B>& ch) { return ch.end_forward(s); })};
   forward_stream_ = nb::object{};
   return p;
@@ -103,6 +116,7 @@ template <class B>
 bool py_channel<B>::abort_forward(nb::handle stream)
 {
   auto s = resolve_stream<B>(stream, dev_, "Channel.abort_forward");
+  tie(s);
   const bool was_open = call("abort_forward", [&](fd::channel<B>& ch) { return ch.abort_forward(s); });
   forward_stream_ = nb::object{};
   return was_open;
@@ -113,6 +127,7 @@ void py_channel<B>::capture(std::uint32_t hook, nb::handle tensor, nb::handle st
 {
   const char* what = deferred ? "Channel.capture_deferred" : "Channel.capture";
   auto s = resolve_stream<B>(stream, dev_, what);
+  tie(s);
   array_bytes t = tensor_bytes<B>(tensor, dev_, what, hook);
   fd::source_owner owner = py_source::make<B>(tensor, std::move(t.dl), deferred);
   call(deferred ? "capture_deferred" : "capture", [&](fd::channel<B>& ch) {
@@ -124,6 +139,7 @@ template <class B>
 void py_channel<B>::capture_rows_core(std::uint32_t hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
                                       const fd::row_selection& sel, const fb::stream_view<B>& s, fd::source_owner owner)
 {
+  tie(s);
   call("capture_rows", [&](fd::channel<B>& ch) {
     ch.capture_rows(fd::hook_id{hook}, src, n_rows, row_bytes, sel, s, std::move(owner));
   });
@@ -133,6 +149,7 @@ template <class B>
 void py_channel<B>::flush(nb::handle stream)
 {
   auto s = resolve_stream<B>(stream, dev_, "Channel.flush");
+  tie(s);
   call("flush", [&](fd::channel<B>& ch) { ch.flush(s); });
 }
 
@@ -164,6 +181,7 @@ void py_channel<B>::plan(const py_plan& p, nb::handle stream)
     }
   }
   auto s = resolve_stream<B>(stream, dev_, "Channel.plan");
+  tie(s);
   call("plan", [&](fd::channel<B>& ch) { ch.plan(p.p, s); });
 }
 
@@ -226,6 +244,7 @@ void py_channel<B>::capture_raw(void* self, std::uint32_t hook, const void* ptr,
   std::shared_lock lk{c.mu_};
   auto& ch = c.live(deferred ? "capture_deferred" : "capture");
   const auto s = c.raw_stream(stream, hook, deferred ? "capture_deferred" : "capture");
+  c.tie(s);
   c.set_dev();
   capture_into(ch, hook, ptr, bytes, s, std::move(owner), deferred);
 }
@@ -237,6 +256,7 @@ void py_channel<B>::flush_raw(void* self, std::uintptr_t stream)
   std::shared_lock lk{c.mu_};
   auto& ch = c.live("flush");
   const auto s = c.raw_stream(stream, 0, "flush");
+  c.tie(s);
   c.set_dev();
   ch.flush(s);
 }
@@ -249,41 +269,6 @@ std::uint32_t py_channel<B>::flags_raw(void* self)
   const auto f = c.ch_ ? c.ch_->open_forward() : std::nullopt;
   if (!f) { return 0; }
   return FERRY_INFO_FORWARD_OPEN | (f->capturing ? FERRY_INFO_FORWARD_CAPTURING : 0U);
-}
-
-template <class B>
-void py_channel<B>::at_exit(void* self)
-{
-  auto& c = *static_cast<py_channel*>(self);
-  std::shared_lock lk{c.mu_, std::try_to_lock};  // a close() in flight on another thread ends the forward itself
-  if (!lk.owns_lock() || !c.ch_) { return; }
-  const auto f = c.ch_->open_forward();
-  if (!f) { return; }
-  std::string what = std::string{"ferry: Channel("} + traits<B>::name + ", device " + std::to_string(c.dev_) +
-                     ") had a forward open at exit (begin_forward without end_forward); ";
-  try {
-    const auto pending = c.ch_->deferred_pending();
-    c.set_dev();
-    (void)c.ch_->abort_forward(fb::stream_view<B>{B{}, f->stream});  // the GIL stays held: nothing else runs
-    what += f->capturing ? "ferry dropped it with abort_forward (its captured entries were never planned)"
-                         : "ferry ended it with abort_forward (its entries were published";
-    if (!f->capturing) {
-      what += pending > 0 ? ", " + std::to_string(pending) + " pending deferred entries dropped)" : std::string{")"};
-    }
-  } catch (const std::exception&) {
-    // Refused here (the forward belongs to another producer thread): close() has no thread rule, and the
-    // destructor's second close() is then quiet. poll() still returns what was delivered.
-    try {
-      (void)c.ch_->close();
-      what += "ferry closed the channel (close() published the forward's entries)";
-    } catch (const fd::shutdown_error&) {
-      what += "ferry closed the channel (close() published the forward's entries)";
-    } catch (const std::exception& e) {
-      what += std::string{"ending it failed: "} + e.what();
-    }
-  }
-  what += "; call end_forward(stream) before exiting";
-  PySys_WriteStderr("%.900s\n", what.c_str());
 }
 
 template class py_channel<fb::host_backend>;

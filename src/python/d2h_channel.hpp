@@ -101,6 +101,8 @@ class py_channel {
   template <class F>
   decltype(auto) call(const char* what, F&& f);
   void set_dev() const;
+  /// This channel is in the graph of the capture in progress on `s`, if any (capture_ties).
+  void tie(const fb::stream_view<B>& s) const { tie_to_capture(s, tie_); }
   [[nodiscard]] fb::stream_view<B> raw_stream(std::uintptr_t stream, std::uint32_t hook, const char* what);
   static void capture_raw(void* self, std::uint32_t hook, const void* ptr, std::uint64_t bytes, std::uintptr_t stream,
                           fd::source_owner owner, bool deferred);
@@ -117,6 +119,7 @@ class py_channel {
   std::uint64_t handle_{0};
   nb::object sink_owner_;  // the "ferry.sink" capsule, held until close()
   nb::object forward_stream_;  // the open forward's stream: alive until the forward ends (or the channel dies)
+  std::shared_ptr<graph_tie> tie_;  // killed by close() and the destructor: graphs of this channel refuse to launch
   mutable std::shared_mutex mu_;  // shared: every call; unique: close()
   std::optional<fd::channel<B>> ch_;
   std::mutex leftover_mu_;

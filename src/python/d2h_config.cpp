@@ -67,10 +67,12 @@ void assign(T& field, nb::handle v, const char* name)
   } else {
     static_assert(is_duration<T>, "a config field of a type the binding cannot convert");
     const bool num = PyFloat_Check(v.ptr()) != 0 || (PyLong_Check(v.ptr()) != 0 && PyBool_Check(v.ptr()) == 0);
-    const double s = num ? PyFloat_AsDouble(v.ptr()) : -1.0;
-    FERRY_EXPECTS(num && std::isfinite(s) && s >= 0, ferry::logic_error,
-                  "Channel: expected {} >= 0 s (a number of seconds), got {}", name, nb::cast<std::string>(nb::repr(v)));
-    field = std::chrono::duration_cast<T>(std::chrono::duration<double>(s));
+    const double s = num ? PyFloat_AsDouble(v.ptr()) : -1.0;  // an int past a double's range: OverflowError
+    const bool overflow = PyErr_Occurred() != nullptr;
+    PyErr_Clear();
+    FERRY_EXPECTS(num && !overflow, ferry::logic_error, "Channel: expected {} a number of seconds, got {}", name,
+                  nb::cast<std::string>(nb::repr(v)));
+    field = std::chrono::duration_cast<T>(std::chrono::duration<double>(seconds_arg(s, "Channel", name)));
   }
 }
 

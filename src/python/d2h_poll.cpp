@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The consumer side of py_channel<B> (d2h_channel.hpp): poll(), stats() and close().
+// The consumer side of py_channel<B> (d2h_channel.hpp): poll(), stats() and close(); at_exit (the forward
+// left open at interpreter exit).
 #include "d2h_channel.hpp"
 
 #include <cmath>
@@ -14,9 +15,9 @@ template <class B>
 std::vector<py_entry> py_channel<B>::poll(std::size_t max_entries, std::optional<double> timeout)
 {
   FERRY_EXPECTS(max_entries > 0, ferry::logic_error, "Channel.poll: expected max_entries >= 1, got 0");
-  // NaN compares false with everything: a NaN timeout would never expire (found by the fuzzer)
-  FERRY_EXPECTS(!timeout || !std::isnan(*timeout), ferry::logic_error,
-                "Channel.poll: expected timeout a number of seconds (<= 0: no wait) or None (wait forever), got nan");
+  // NaN compares false with everything: a NaN timeout would never expire (found by the fuzzer); <= 0: no
+  // wait, inf: forever (a duration<double>, never converted to an integer)
+  if (timeout) { (void)seconds_arg(*timeout, "Channel.poll", "timeout", -HUGE_VAL, HUGE_VAL); }
   FERRY_EXPECTS(!sink_owner_.is_valid(), ferry::logic_error,
                 "Channel.poll: expected a channel without a native sink, got one with a sink (its entries go to "
                 "the sink)");
@@ -79,10 +80,12 @@ nb::dict py_channel<B>::close(std::optional<double> timeout)
     gil_release g;
     std::unique_lock lk{mu_};
     FERRY_EXPECTS(ch_.has_value(), ferry::logic_error, "Channel.close: expected an open channel, got a closed one");
+    const double secs = timeout ? seconds_arg(*timeout, "Channel.close", "timeout") : 0.0;
+    tie_->kill("closed");  // graphs of this channel refuse to launch from now on (stream.hpp, graph_tie)
+    const auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(secs));
     set_dev();
     try {
-      rep = timeout ? ch_->close(std::chrono::milliseconds(static_cast<std::int64_t>(*timeout * 1000.0)))
-                    : ch_->close();
+      rep = timeout ? ch_->close(limit) : ch_->close();
     } catch (const ferry::error&) {
       err = std::current_exception();
     }
@@ -99,13 +102,50 @@ nb::dict py_channel<B>::close(std::optional<double> timeout)
   return report_dict(*rep);
 }
 
+template <class B>
+void py_channel<B>::at_exit(void* self)
+{
+  auto& c = *static_cast<py_channel*>(self);
+  std::shared_lock lk{c.mu_, std::try_to_lock};  // a close() in flight on another thread ends the forward itself
+  if (!lk.owns_lock() || !c.ch_) { return; }
+  const auto f = c.ch_->open_forward();
+  if (!f) { return; }
+  std::string what = std::string{"ferry: Channel("} + traits<B>::name + ", device " + std::to_string(c.dev_) +
+                     ") had a forward open at exit (begin_forward without end_forward); ";
+  try {
+    const auto pending = c.ch_->deferred_pending();
+    c.set_dev();
+    (void)c.ch_->abort_forward(fb::stream_view<B>{B{}, f->stream});  // the GIL stays held: nothing else runs
+    what += f->capturing ? "ferry dropped it with abort_forward (its captured entries were never planned)"
+                         : "ferry ended it with abort_forward (its entries were published";
+    if (!f->capturing) {
+      what += pending > 0 ? ", " + std::to_string(pending) + " pending deferred entries dropped)" : std::string{")"};
+    }
+  } catch (const std::exception&) {
+    // Refused here (the forward belongs to another producer thread): close() has no thread rule, and the
+    // destructor's second close() is then quiet. poll() still returns what was delivered.
+    try {
+      (void)c.ch_->close();
+      what += "ferry closed the channel (close() published the forward's entries)";
+    } catch (const fd::shutdown_error&) {
+      what += "ferry closed the channel (close() published the forward's entries)";
+    } catch (const std::exception& e) {
+      what += std::string{"ending it failed: "} + e.what();
+    }
+  }
+  what += "; call end_forward(stream) before exiting";
+  PySys_WriteStderr("%.900s\n", what.c_str());
+}
+
 template std::vector<py_entry> py_channel<fb::host_backend>::poll(std::size_t, std::optional<double>);
 template nb::dict py_channel<fb::host_backend>::stats() const;
 template nb::dict py_channel<fb::host_backend>::close(std::optional<double>);
+template void py_channel<fb::host_backend>::at_exit(void*);
 #if defined(FERRY_PYTHON_CUDA)
 template std::vector<py_entry> py_channel<fb::cuda_backend>::poll(std::size_t, std::optional<double>);
 template nb::dict py_channel<fb::cuda_backend>::stats() const;
 template nb::dict py_channel<fb::cuda_backend>::close(std::optional<double>);
+template void py_channel<fb::cuda_backend>::at_exit(void*);
 #endif
 
 }  // namespace ferry::python

@@ -133,6 +133,7 @@ void py_channel<B>::capture_rows_raw(void* self, std::uint32_t hook, const void*
   std::shared_lock lk{c.mu_};
   auto& ch = c.live("capture_rows");
   const auto s = c.raw_stream(stream, hook, "capture_rows");
+  c.tie(s);
   c.set_dev();
   ch.capture_rows(fd::hook_id{hook}, ptr, n_rows, row_bytes, sel, s, std::move(owner));
 }

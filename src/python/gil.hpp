@@ -74,7 +74,7 @@ class gil_release {
 
 /// What live objects settle at interpreter exit, before the exit is marked (every stream and tensor is still
 /// alive then; module teardown may destroy a stream before the channel that uses it): a Channel with a
-/// forward open ends it and says so in one line (d2h_channel.cpp). An object adds itself once (construction)
+/// forward open ends it and says so in one line (d2h_poll.cpp). An object adds itself once (construction)
 /// and removes itself with the GIL held before it is destroyed; the hooks run with the GIL held and never
 /// release it, so no object is destroyed while its hook runs.
 class exit_hooks {

@@ -100,7 +100,7 @@ void init_h2d(nb::module_& m)
       "device_array",
       [](nb::handle self, const py_buffer& pb) -> nb::object {
         auto& p = nb::cast<P&>(self);
-        const auto& b = p.buffer(pb);
+        const auto& b = p.buffer(pb, "Publisher.device_array");
         void* ptr = reinterpret_cast<void*>(p.device_pointer(b));
         FERRY_EXPECTS(ptr != nullptr, ferry::logic_error,
                       "Publisher.device_array('{}'): expected an initialized publisher (its device memory exists after "
@@ -118,6 +118,11 @@ void init_h2d(nb::module_& m)
     .def_prop_ro("debug_sources", [](P& p) { return p.get().debug_sources(); })
     .def_prop_ro("invalidation_reason", [](P& p) { return p.get().invalidation_reason(); })
     .def_prop_ro("device", &P::device)
+    .def("__repr__",  // "#id" names the publisher in errors (a foreign Buffer)
+         [](const P& p) {
+           return "<ferry.Publisher #" + std::to_string(p.id()) + " " + traits<B>::name + " device " +
+                  std::to_string(p.device()) + ">";
+         })
     .def_prop_ro_static("backend", [](nb::handle) { return traits<B>::name; });
 }
 

@@ -8,6 +8,7 @@
 
 #include <ferry/h2d.hpp>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -20,6 +21,7 @@ namespace fh = ferry::h2d;
 
 /// A declared buffer as Python sees it (backend-independent).
 struct py_buffer {
+  std::uint64_t publisher{0};  ///< the id of the Publisher that declared it (py_publisher::id)
   std::uint32_t index{0};
   std::string name;
   nb::dlpack::dtype dtype{};
@@ -67,15 +69,18 @@ struct py_buffer {
 template <class B>
 class py_publisher {
  public:
-  explicit py_publisher(int device) : dev_{device}
+  explicit py_publisher(int device) : dev_{device}, id_{next_id()}
   {
     B b{};
     b.set_device(fb::device_id{device});
     pub_ = std::make_unique<fh::publisher<B>>(b);
+    tie_ = std::make_shared<graph_tie>("Publisher #" + std::to_string(id_) + " (" + traits<B>::name + ", device " +
+                                       std::to_string(device) + ")");
   }
   ~py_publisher()
   {
     gil_release g;
+    tie_->kill("destroyed");  // graphs of its captured uploads refuse to launch (stream.hpp, graph_tie)
     pub_.reset();
   }
 
@@ -87,6 +92,7 @@ class py_publisher {
     const std::optional<std::size_t> row =
       row_arg ? std::optional<std::size_t>{row_arg->get(who.c_str(), "row")} : std::nullopt;
     py_buffer pb;
+    pb.publisher = id_;
     pb.name = name;
     pb.np_dtype = nb::module_::import_("numpy").attr("dtype")(dtype);
     pb.dtype = to_dlpack(pb.np_dtype, who);
@@ -179,11 +185,12 @@ class py_publisher {
 
   void set_count(const py_buffer& b, uint_arg n)
   {
-    pub_->set_count(fh::buffer_handle{b.index}, n.get("Publisher.set_count", "count"));
+    pub_->set_count(handle(b, "Publisher.set_count"), n.get("Publisher.set_count", "count"));
   }
   void publish(const std::string& group, nb::handle stream)
   {
     auto s = resolve_stream<B>(stream, dev_, "Publisher.publish");
+    tie_to_capture(s, tie_);
     gil_release g;
     set_dev();
     pub_->publish(group, s);
@@ -193,6 +200,7 @@ class py_publisher {
   {
     const std::size_t slot = slot_arg.get("Publisher.capture_upload", "slot");
     auto s = resolve_stream<B>(stream, dev_, "Publisher.capture_upload");
+    tie_to_capture(s, tie_);
     gil_release g;
     set_dev();
     pub_->capture_upload(group, slot, s);
@@ -205,7 +213,7 @@ class py_publisher {
   }
   [[nodiscard]] std::uintptr_t device_pointer(const py_buffer& b) const
   {
-    return reinterpret_cast<std::uintptr_t>(pub_->device_pointer(fh::buffer_handle{b.index}));
+    return reinterpret_cast<std::uintptr_t>(pub_->device_pointer(handle(b, "Publisher.device_pointer")));
   }
   [[nodiscard]] nb::dict info(const std::string& group) const
   {
@@ -220,11 +228,20 @@ class py_publisher {
   }
   [[nodiscard]] fh::publisher<B>& get() { return *pub_; }
   [[nodiscard]] int device() const noexcept { return dev_; }
-  [[nodiscard]] const py_buffer& buffer(const py_buffer& b) const
+  [[nodiscard]] std::uint64_t id() const noexcept { return id_; }
+  /// `b` as this publisher declared it; a Buffer of another publisher (its index names another buffer here, or
+  /// none) is a LogicError naming the call, the buffer and both publishers.
+  [[nodiscard]] const py_buffer& buffer(const py_buffer& b, const char* who) const
   {
-    FERRY_EXPECTS(b.index < bufs_.size() && bufs_[b.index].name == b.name, ferry::logic_error,
-                  "Publisher: buffer '{}' was declared by another publisher", b.name);
+    FERRY_EXPECTS(b.publisher == id_ && b.index < bufs_.size(), ferry::logic_error,
+                  "{}: expected a buffer declared by this publisher (Publisher #{}), got buffer '{}' of Publisher #{}",
+                  who, id_, b.name, b.publisher);
     return bufs_[b.index];
+  }
+  /// The core's handle of `b` (buffer() checked).
+  [[nodiscard]] fh::buffer_handle handle(const py_buffer& b, const char* who) const
+  {
+    return fh::buffer_handle{buffer(b, who).index};
   }
 
  private:
@@ -232,8 +249,15 @@ class py_publisher {
   {
     B{}.set_device(fb::device_id{dev_});  // the host backend emulates devices too: its current one is per thread
   }
+  static std::uint64_t next_id() noexcept
+  {
+    static std::atomic<std::uint64_t> n{0};
+    return n.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
   int dev_;
+  std::uint64_t id_;  ///< Publisher #id_: names it in errors (a Buffer records it)
   std::unique_ptr<fh::publisher<B>> pub_;
+  std::shared_ptr<graph_tie> tie_;  ///< killed by the destructor (stream.hpp)
   std::vector<py_buffer> bufs_;
   std::vector<nb::object> keep_;  // bound destinations and the owner stream
 };

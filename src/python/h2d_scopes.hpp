@@ -55,7 +55,7 @@ struct py_producer {
   [[nodiscard]] nb::object source(const py_buffer& pb)
   {
     auto& pub = nb::cast<py_publisher<B>&>(owner);
-    const auto& b = pub.buffer(pb);
+    const auto& b = pub.buffer(pb, "Producer.source");
     auto span = live("source").template source<std::byte>(fh::buffer_handle{b.index});
     nb::object view = buffer_view<nb::ndarray<nb::numpy>>(b, span.data(), owner, nb::device::cpu::value, 0).cast();
     views.emplace_back(view);
@@ -63,13 +63,14 @@ struct py_producer {
   }
   void set_count(const py_buffer& pb, uint_arg n)
   {
-    live("set_count").set_count(fh::buffer_handle{pb.index}, n.get("Producer.set_count", "count"));
+    const auto h = nb::cast<py_publisher<B>&>(owner).handle(pb, "Producer.set_count");
+    live("set_count").set_count(h, n.get("Producer.set_count", "count"));
   }
   /// Copies `array` (host, C-contiguous, the buffer's dtype) into the source and sets the count.
   void write(const py_buffer& pb, nb::handle obj)
   {
     auto& pub = nb::cast<py_publisher<B>&>(owner);
-    const auto& b = pub.buffer(pb);
+    const auto& b = pub.buffer(pb, "Producer.write");
     const std::string who = "Producer('" + group + "').write('" + b.name + "')";
     const any_array a = as_array(obj, "Producer.write");
     FERRY_EXPECTS(a.device_type() == nb::device::cpu::value, ferry::logic_error,

@@ -26,18 +26,27 @@ void init_streams(nb::module_& m)
     .def("begin_capture",
          [](const py_stream<B>& s) {
            auto h = s.handle();
+           const auto key = reinterpret_cast<std::uintptr_t>(h);
            gil_release g;
-           B{}.capture_begin(h);
+           capture_ties::get().begin(key);  // the channels and publishers whose work the graph captures
+           try {
+             B{}.capture_begin(h);
+           } catch (...) {
+             (void)capture_ties::get().end(key);
+             throw;
+           }
          })
     .def("end_capture", [](const py_stream<B>& s) {
       auto h = s.handle();
       gil_release g;
+      auto ties = capture_ties::get().end(reinterpret_cast<std::uintptr_t>(h));
       B b{};
       auto graph = b.capture_end(h);
       auto exec = b.graph_instantiate(graph);
       b.graph_destroy(graph);
       auto* x = new py_graph<B>;
       x->exec = exec;
+      x->ties = std::move(ties);
       return x;
     }, nb::rv_policy::take_ownership);
   if constexpr (!is_host<B>) {  // the CUDA stream protocol: (version, cudaStream_t)
@@ -50,6 +59,17 @@ void init_streams(nb::module_& m)
     .def("launch", [](const py_graph<B>& x, nb::handle stream) {
       auto s = resolve_stream<B>(stream, 0, "Graph.launch");
       gil_release g;
+      // Every tie held shared until the launch is enqueued: its owner's memory is not freed meanwhile.
+      std::vector<std::shared_lock<std::shared_mutex>> held;
+      held.reserve(x.ties.size());
+      for (const auto& t : x.ties) {
+        held.emplace_back(t->mu);
+        FERRY_EXPECTS(t->dead == nullptr, ferry::logic_error,
+                      "Graph.launch: expected every channel and publisher whose work the graph captured alive, got "
+                      "{} {} (the graph's kernels would write its freed memory); launch a graph only before its "
+                      "channels close, and capture a new one for a new channel",
+                      t->name, t->dead);
+      }
       B{}.graph_launch(x.exec, s.handle());
     }, nb::arg("stream"));
   m.def("device_count", [] { return B{}.device_count(); });

@@ -15,10 +15,17 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #if defined(FERRY_PYTHON_CUDA)
 #include <ferry/backend/cuda/backend.hpp>
@@ -169,10 +176,81 @@ template <class B>
   }
 }
 
+/// What a graph captured with Stream.begin_capture / end_capture writes through: one Channel's or Publisher's
+/// device memory. Its owner kills the tie (close, destruction) before that memory is freed; Graph.launch holds
+/// every tie of the graph shared while it checks and enqueues, so a launch is either enqueued before the kill
+/// (the free then waits for it: a host-backend free and cudaFree wait for queued work) or refused after it.
+struct graph_tie {
+  explicit graph_tie(std::string n) : name{std::move(n)} {}
+  std::shared_mutex mu;
+  const char* dead{nullptr};  ///< nullptr while the memory lives; else "closed" or "destroyed"
+  const std::string name;     ///< "Channel(host, device 0, handle 3)"
+  void kill(const char* how)
+  {
+    std::unique_lock l{mu};
+    if (dead == nullptr) { dead = how; }
+  }
+};
+
+/// The ties of the captures in progress, by stream handle: Stream.begin_capture opens an entry, every
+/// producer call (Channel, Publisher) on a stream being captured adds its owner's tie, Stream.end_capture
+/// hands them to the Graph. One relaxed load per call while no capture is open.
+class capture_ties {
+ public:
+  static capture_ties& get()
+  {
+    static auto* t = new capture_ties;  // never destroyed: objects may tie or die during teardown
+    return *t;
+  }
+  void begin(std::uintptr_t stream)
+  {
+    std::lock_guard l{mu_};
+    by_stream_[stream].clear();
+    open_.store(by_stream_.size(), std::memory_order_relaxed);
+  }
+  void tie(std::uintptr_t stream, const std::shared_ptr<graph_tie>& t)
+  {
+    if (open_.load(std::memory_order_relaxed) == 0) { return; }
+    std::lock_guard l{mu_};
+    auto it = by_stream_.find(stream);
+    if (it == by_stream_.end()) { return; }
+    for (const auto& x : it->second) {
+      if (x == t) { return; }
+    }
+    it->second.push_back(t);
+  }
+  [[nodiscard]] std::vector<std::shared_ptr<graph_tie>> end(std::uintptr_t stream)
+  {
+    std::lock_guard l{mu_};
+    std::vector<std::shared_ptr<graph_tie>> out;
+    if (auto it = by_stream_.find(stream); it != by_stream_.end()) {
+      out = std::move(it->second);
+      by_stream_.erase(it);
+    }
+    open_.store(by_stream_.size(), std::memory_order_relaxed);
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  std::atomic<std::size_t> open_{0};
+  std::map<std::uintptr_t, std::vector<std::shared_ptr<graph_tie>>> by_stream_;
+};
+
+/// Adds `t` to the capture in progress on `s`, if any (a producer call of t's owner on `s`).
+template <class B>
+void tie_to_capture(const fb::stream_view<B>& s, const std::shared_ptr<graph_tie>& t)
+{
+  capture_ties::get().tie(reinterpret_cast<std::uintptr_t>(s.handle()), t);
+}
+
 /// An executable graph (Stream.end_capture); the engine's own graphs (torch.cuda.CUDAGraph) work the same.
+/// `ties`: the channels and publishers whose work it captured (graph_tie): a launch after one of them closed
+/// is refused.
 template <class B>
 struct py_graph {
   typename B::graph_exec_type exec{};
+  std::vector<std::shared_ptr<graph_tie>> ties;
   py_graph() = default;
   py_graph(const py_graph&) = delete;
   py_graph& operator=(const py_graph&) = delete;

@@ -209,3 +209,26 @@ def test_auto_capture_fn_on_cuda_channels_is_the_core_call_eagerly_and_the_op_wh
     assert [(e.hook, e.tobytes()) for e in got] == [(h, raw(x)) for h, x in enumerate(xs)] + [(3, raw(xs[0] + 1))]
     assert torch.equal(y, (xs[0] + 1) * 2)
     assert ch.close()["clean"]
+
+
+@pytest.mark.parametrize("use_ops", [False, True])
+def test_hook_closures_refuse_sparse_and_other_layouts_naming_the_hook(make_channel, stream, drain, use_ops):
+    # a sparse tensor through a closure raised RuntimeError from torch's is_contiguous() / contiguous() (found by
+    # the fuzzer): now a ferry.LogicError naming the hook and the layout, as torch.ops.ferry.* refuse it
+    if use_ops:
+        pytest.importorskip("ferry.torch_ops", exc_type=ImportError)
+    ch = make_channel()
+    cap = fh.ops_capture(ch) if use_ops else fh.channel_capture(ch, stream)
+    dense = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    bad = [dense.to_sparse(), dense.to_sparse_csr(), dense.to_sparse_csc(), dense.to_mkldnn(),
+           torch.eye(4).to_sparse_bsr((2, 2))]
+    ch.begin_forward(stream)
+    for h, t in enumerate(bad):
+        with pytest.raises(ferry.LogicError, match=rf"hook {7 + h}\): expected a dense \(strided\) tensor, got a "
+                                                   rf"{t.layout} tensor"):
+            cap(7 + h, t)
+    cap(1, dense)  # nothing lost: the forward goes on
+    ch.end_forward(stream)
+    (e,) = drain(ch, 1)
+    assert e.hook == 1 and e.tobytes() == raw(dense)
+    assert ch.close()["clean"]

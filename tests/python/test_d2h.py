@@ -188,6 +188,61 @@ def test_graph_plan_replays(make_channel, stream, drain):
     assert ch.close()["clean"]
 
 
+@pytest.mark.parametrize("end", ["close", "drop"])
+def test_graph_launch_after_its_channel_closed_is_refused_not_a_write_into_freed_memory(make_channel, stream, drain,
+                                                                                         end):
+    # Graph.launch after its channel closed (or was dropped) wrote the freed channel state (claim_replay_body;
+    # valgrind: invalid writes; found by the fuzzer): the graph knows the channels whose work it captured, and a
+    # launch after one of them closed is a LogicError naming it, with nothing enqueued
+    ch = ferry.Channel(backend="host", ring_bytes=1 << 16, publish_every=2)  # not the fixture's: dropped below
+    other = make_channel()  # a channel the graph did not capture: closing it changes nothing
+    a = np.arange(40, dtype=np.int32)
+    stream.begin_capture()
+    ch.begin_forward(stream)
+    ch.capture(1, a, stream)
+    plan = ch.end_forward(stream)
+    graph = stream.end_capture()
+    other.close()
+    ch.plan(plan)
+    graph.launch(stream)
+    (e,) = drain(ch, 1)
+    assert e.tobytes() == a.tobytes()
+    e.release()
+    name = f"Channel\\(host, device 0, handle {ch.handle}\\)"
+    if end == "close":
+        assert ch.close()["clean"]
+        how = "closed"
+    else:
+        del ch  # the last reference: the channel is destroyed (its destructor closes it)
+        gc.collect()
+        how = "destroyed"
+    for _ in range(2):
+        with pytest.raises(ferry.LogicError, match=rf"Graph.launch: expected every channel and publisher whose work "
+                                                   rf"the graph captured alive, got {name} ({how})"):
+            graph.launch(stream)
+    stream.synchronize()
+
+
+def test_graph_of_an_eager_forward_whose_stream_began_a_capture_is_refused_after_close(make_channel, stream):
+    # the documented misuse (an eager forward whose stream began a capture) records the channel's kernels into
+    # the graph too: that graph is refused after the close as well
+    ch = make_channel(publish_every=16)
+    ch.begin_forward(stream)
+    stream.begin_capture()
+    ch.capture(1, np.ones(8, np.uint8), stream)
+    with pytest.raises(ferry.LogicError, match="capture state"):
+        ch.end_forward(stream)
+    graph = stream.end_capture()
+    ch.abort_forward(stream)
+    try:
+        ch.close(timeout=0.5)
+    except ferry.Error:
+        pass
+    with pytest.raises(ferry.LogicError, match=r"Graph.launch: .* got Channel\(host, device 0, handle \d+\) closed"):
+        graph.launch(stream)
+    stream.synchronize()
+
+
 def test_close_keeps_undelivered_entries_for_poll(make_channel, stream):
     ch = make_channel()
     ch.begin_forward(stream)

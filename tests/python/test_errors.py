@@ -262,3 +262,39 @@ def test_an_object_on_emulated_device_1_leaves_device_0_channels_usable():
     assert (e.numpy().view(np.int32) == np.arange(4)).all()
     e.release()
     assert ch.close()["clean"]
+
+
+@pytest.mark.parametrize("bad, shown", [(float("nan"), "nan"), (float("inf"), "inf"), (-float("inf"), "-inf"),
+                                        (1e300, r"1e\+300"), (1e10, r"1e\+10"), (-0.5, "-0.5")])
+def test_seconds_arguments_out_of_range_are_logic_errors_not_undefined_conversions(make_channel, bad, shown):
+    # close(timeout=1e300), Channel(timeout=1e300) or Channel(drain_idle_sleep=1e300) converted a double to an
+    # integer duration out of its range (undefined behaviour; found by the fuzzer): one range check for each
+    ch = make_channel()
+    calls = [
+        ("Channel", "timeout", lambda: ferry.Channel(backend="host", ring_bytes=1 << 16, timeout=bad)),
+        ("Channel", "drain_idle_sleep",
+         lambda: ferry.Channel(backend="host", ring_bytes=1 << 16, drain_idle_sleep=bad)),
+        ("Channel.close", "timeout", lambda: ch.close(timeout=bad)),
+    ]
+    for who, name, call in calls:
+        with pytest.raises(ferry.LogicError, match=rf"{who}: expected {name} a number of seconds in \[0, 1e\+09\], "
+                                                   rf"got {shown} "):
+            call()
+    assert not ch.closed  # the refused close changed nothing
+    assert ch.close(timeout=1e9)["clean"]  # the top of the range
+
+
+def test_seconds_arguments_in_range_are_accepted(make_channel, stream):
+    ch = make_channel(timeout=0.25, drain_idle_sleep=2e-4)
+    ch2 = make_channel(timeout=10**9, drain_idle_sleep=0)  # ints too, up to the top of the range
+    with pytest.raises(ferry.LogicError, match="expected timeout a number of seconds, got 'a'"):
+        make_channel(timeout="a")
+    with pytest.raises(ferry.LogicError, match="expected timeout a number of seconds, got 1000"):
+        make_channel(timeout=10**400)  # an int past a double's range
+    ch.begin_forward(stream)
+    ch.capture(3, np.arange(4, dtype=np.int32), stream)
+    ch.end_forward(stream)
+    (e,) = ch.poll(1, timeout=float("inf"))  # poll: inf waits for the first entry (nan is refused, above)
+    assert e.hook == 3
+    e.release()
+    assert ch.close(timeout=0)["clean"] and ch2.close(timeout=0.5)["clean"]

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # ferry.Publisher on the host backend: typed buffers, zero-copy pinned sources, exact published prefixes
 # with untouched tails (eager and graph replays), and bad input that changes nothing.
+import re
+
 import numpy as np
 import pytest
 
@@ -254,3 +256,61 @@ def test_debug_sources_reports_a_write_after_publish(stream, monkeypatch):
     off.declare("a", ["g"], np.int32, 8)
     off.initialize(2, stream=stream)
     assert not off.debug_sources
+
+
+def test_a_buffer_of_another_publisher_is_refused_naming_both(stream):
+    # Publisher.device_pointer / set_count and Producer.set_count took another publisher's Buffer by its index
+    # (and set the count of this publisher's buffer of the same index; found by the fuzzer)
+    a, b = ferry.Publisher(backend="host"), ferry.Publisher(backend="host")
+    a_ids = a.declare("ids", "g", np.int32, 8)
+    b_ids = b.declare("ids", "g", np.int32, 8)  # same name and index as a's
+    b_pos = b.declare("pos", "g", np.int32, 8)  # an index a does not have
+    a.initialize(slots=2, stream=stream)
+    b.initialize(slots=2, stream=stream)
+    with a.begin(0):
+        p = a.producer("g")
+        calls = [("Publisher.device_pointer", lambda x: a.device_pointer(x)),
+                 ("Publisher.device_array", lambda x: a.device_array(x)),
+                 ("Publisher.set_count", lambda x: a.set_count(x, 1)),
+                 ("Producer.set_count", lambda x: p.set_count(x, 1)),
+                 ("Producer.source", lambda x: p.source(x)),
+                 ("Producer.write", lambda x: p.write(x, np.ones(1, np.int32)))]
+        for who, call in calls:
+            for buf in (b_ids, b_pos):
+                with pytest.raises(ferry.LogicError, match=rf"{who}: expected a buffer declared by this publisher "
+                                                           rf"\(Publisher #\d+\), got buffer '{buf.name}' of "
+                                                           rf"Publisher #\d+") as info:
+                    call(buf)
+                # expected vs got: a's number and b's, as their reprs show them
+                ids = re.findall(r"Publisher #(\d+)", str(info.value))
+                assert [f"<ferry.Publisher #{i} host device 0>" for i in ids] == [repr(a), repr(b)]
+        p.write(a_ids, np.arange(3, dtype=np.int32))  # a's own buffer: accepted
+        p.close()
+        a.publish("g", stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(a.device_array(a_ids)[:3], np.arange(3))
+    assert a.device_pointer(a_ids) != b.device_pointer(b_ids)
+
+
+def test_graph_launch_after_its_publisher_died_is_refused(stream):
+    # the H2D side of the graph ties: a captured upload's graph outliving its publisher is refused, not a read
+    # of freed staging and a write into freed device memory
+    import gc
+    pub, bufs, dst = make_publisher(stream)
+    stream.begin_capture()
+    pub.capture_upload("tokens", 0, stream)
+    graph = stream.end_capture()
+    data = step_data(1)
+    with pub.begin(0):
+        with pub.producer("tokens") as p:
+            p.write(bufs["ids"], data[0])
+            p.write(bufs["pos"], data[1])
+        pub.stage("tokens")
+        graph.launch(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(dst["ids"][: len(data[0])], data[0])
+    del pub, bufs, p  # the producer holds its publisher too
+    gc.collect()
+    with pytest.raises(ferry.LogicError, match=r"Graph.launch: .* got Publisher #\d+ \(host, device 0\) destroyed"):
+        graph.launch(stream)
+    stream.synchronize()

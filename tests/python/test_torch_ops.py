@@ -201,6 +201,45 @@ def test_destroyed_channel_handle_is_refused():
         torch.ops.ferry.capture(fto.token(), torch.zeros(4), h, 1)
 
 
+_CTOR_FAILS_AFTER_OP_CAPTURES = r"""
+import ferry, torch, ferry.torch_ops as fto
+s = ferry.Stream(backend="host")
+ch = ferry.Channel(backend="host", ring_bytes=64 << 20, publish_every=16)
+tok = fto.token()
+ch.begin_forward(s)
+for i in range(48):  # 1 MiB temporaries: the stream thread drops the last reference to each (which needs the GIL)
+    torch.ops.ferry.capture_deferred(tok, torch.full((1 << 18,), float(i)), ch.handle, i)
+torch.ops.ferry.flush(tok, ch.handle)  # one gather reads them all, then releases them on the stream thread
+try:
+    ferry.Channel(backend="host", ring_bytes=1 << 16, staging_bytes=2**50)  # fails after allocating
+except ferry.OutOfMemory:
+    print("refused")
+ch.end_forward(s)
+got = []
+while len(got) < 48:
+    got += ch.poll(64, timeout=5.0)
+assert [e.hook for e in got] == list(range(48))
+print("delivered", ch.close()["clean"])
+"""
+
+
+def test_channel_constructor_failing_after_op_captures_is_an_error_not_a_deadlock():
+    # Channel() failing after an allocation waited for the host streams with the GIL held, while a stream thread
+    # dropping a torch op's tensor waited for the GIL: a deadlock (found by the fuzzer; a libFuzzer timeout). The
+    # constructor now runs without the GIL. In a subprocess, so that a deadlock is a timeout, not a hung suite.
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, FERRY_PYTHON_BACKEND="host", PYTHONPATH=os.pathsep.join(sys.path))
+    try:
+        r = subprocess.run([sys.executable, "-c", _CTOR_FAILS_AFTER_OP_CAPTURES], env=env, capture_output=True,
+                           text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("Channel(staging_bytes=2**50) after torch op captures deadlocked (no answer within 30 s)")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["refused", "delivered", "True"], r.stdout + r.stderr
+
+
 def test_capi_error_mapping():
     # Every ferry_status becomes the exception Channel.capture raises for it (the torch op's error path).
     get = ctypes.pythonapi.PyCapsule_GetPointer

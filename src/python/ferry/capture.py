@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """The capture call sites of ``ferry.hooks`` (re-exported there): ``capture(hook, tensor)`` closures over
 ``Channel.capture`` / ``capture_deferred`` or ``torch.ops.ferry.capture`` / ``capture_deferred``. Each only
-converts the tensor (detached when it requires grad, contiguous when it is not); what a capture means (when a
-deferred batch flushes, how long the tensor is held) is the C++ core's."""
+converts the tensor (detached when it requires grad, contiguous when it is not; a sparse or other non-strided
+tensor is refused, as the torch ops refuse it); what a capture means (when a deferred batch flushes, how long the
+tensor is held) is the C++ core's."""
 
 from __future__ import annotations
 
@@ -13,8 +14,27 @@ __all__ = ["CaptureFn", "capture_fn", "channel_capture", "ops_capture"]
 CaptureFn = Callable[[int, Any], None]
 
 
-def _ready(t: Any) -> Any:
-    """``t`` as a capture takes it: detached when it requires grad, contiguous when it is not."""
+def _strided() -> Any:
+    """``torch.strided``, looked up once per closure (None without torch: then no tensor is a torch tensor)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch.strided
+
+
+def _layout_error(hook: int, t: Any) -> Exception:
+    from . import LogicError
+    return LogicError(f"ferry.hooks capture (hook {hook}): expected a dense (strided) tensor, got a {t.layout} "
+                      f"tensor (ferry copies the bytes of a contiguous tensor; .to_dense() it first)")
+
+
+def _ready(hook: int, t: Any, strided: Any) -> Any:
+    """``t`` as a capture takes it: detached when it requires grad, contiguous when it is not. A tensor of
+    another layout (sparse COO / CSR / BSR, MKL-DNN, jagged) is a ``ferry.LogicError`` naming the hook and the
+    layout, as ``torch.ops.ferry.*`` refuse it (torch's ``.contiguous()`` raised ``RuntimeError``)."""
+    if t.layout is not strided and strided is not None:
+        raise _layout_error(hook, t)
     if t.requires_grad:
         t = t.detach()
     return t if t.is_contiguous() else t.contiguous()
@@ -37,17 +57,18 @@ def channel_capture(channel: Any, stream: Any = None, *, deferred: Any = False) 
     imm = channel.capture
     dfr = channel.capture_deferred
     d = _deferred_set(deferred)
+    strided = _strided()
     if d is True or d is False or not d:
         fn = dfr if d is True else imm
 
         def capture(hook: int, t: Any) -> None:
-            fn(hook, _ready(t), stream)
+            fn(hook, _ready(hook, t, strided), stream)
 
         return capture
     ids = d
 
     def capture_mixed(hook: int, t: Any) -> None:
-        (dfr if hook in ids else imm)(hook, _ready(t), stream)
+        (dfr if hook in ids else imm)(hook, _ready(hook, t, strided), stream)
 
     return capture_mixed
 
@@ -64,18 +85,19 @@ def ops_capture(channel: Any, token: Any = None, device: Any = None, *, deferred
     op = torch.ops.ferry.capture.default
     op_d = torch.ops.ferry.capture_deferred.default
     handle = channel.handle
+    strided = torch.strided
     d = _deferred_set(deferred)
 
     if d is True or d is False or not d:
         fn = op_d if d is True else op
 
         def capture(hook: int, t: Any) -> None:
-            fn(token, _ready(t), handle, hook)
+            fn(token, _ready(hook, t, strided), handle, hook)
     else:
         ids = d
 
         def capture(hook: int, t: Any) -> None:
-            (op_d if hook in ids else op)(token, _ready(t), handle, hook)
+            (op_d if hook in ids else op)(token, _ready(hook, t, strided), handle, hook)
 
     capture.token = token  # type: ignore[attr-defined]
     return capture
