@@ -3,9 +3,11 @@
 #pragma once
 
 #include <ferry/d2h/channel.hpp>
+#include <ferry/d2h/dtype.hpp>
 #include <ferry/d2h/entry_view.hpp>
 #include <ferry/d2h/errors.hpp>
 #include <ferry/d2h/forward_plan.hpp>
+#include <ferry/d2h/hook_schema.hpp>
 #include <ferry/d2h/ring_ref.hpp>
 #include <ferry/d2h/row_selection.hpp>
 #include <ferry/d2h/types.hpp>

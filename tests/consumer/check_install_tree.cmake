@@ -7,7 +7,8 @@
 #   * in a public header (not under a detail/ directory, where the hooks the testing accessors reach may
 #     live): the D2H/H2D test hooks (debug_fault, debug_copy_delay, snapshot(, state_snapshot);
 #   The one mention allowed: the friend declaration of the testing accessors (`ferry::testing::d2h_access`,
-#   `h2d_access`, declared in the public class and defined only under tests/support), and its namespace.
+#   `h2d_access`, `sink_access`, declared in the public class and defined only under tests/support), and its
+#   namespace.
 #   * in a library: symbols or sources of the testing tree (ferry::testing, probe, checksum, pattern_word,
 #     globaltimer, tests/support, kernels/testing).
 file(REMOVE_RECURSE "${WORK_DIR}")
@@ -40,7 +41,7 @@ foreach(f IN LISTS files)
   endif()
   foreach(h IN LISTS hits)
     string(STRIP "${h}" h)
-    if(h STREQUAL "" OR h MATCHES "(d2h|h2d)_access" OR h MATCHES "^(namespace ferry::testing {|}  // namespace ferry::testing)$")
+    if(h STREQUAL "" OR h MATCHES "(d2h|h2d|sink)_access" OR h MATCHES "^(namespace ferry::testing {|}  // namespace ferry::testing)$")
       continue()
     endif()
     string(SUBSTRING "${h}" 0 160 h)

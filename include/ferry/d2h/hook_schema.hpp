@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: Apache-2.0
+// What each hook's bytes are: per hook id a name, an element type (dtype.hpp) and the shape of one row. An
+// entry of n * row_bytes bytes is then the tensor [n, *row_shape]: a capture_rows entry of n rows, or an entry
+// captured whole whose first dimension is its rows (a [tokens, hidden] activation: row_shape {hidden}). Sinks
+// that write typed tensors (sink/safetensors.hpp) take one. Host-only.
+//
+//   fd::hook_schema schema;
+//   schema.add(fd::hook_id{0}, "layers.0.resid_pre", fd::dtype::bf16, {1024})
+//         .add(fd::hook_id{1}, "token_ids", fd::dtype::i64);             // row_shape {}: one element per row
+//   schema.shape_of(fd::hook_id{0}, 3 * 2048);                             // {3, 1024}
+#pragma once
+
+#include <ferry/d2h/dtype.hpp>
+#include <ferry/d2h/entry_view.hpp>
+#include <ferry/d2h/types.hpp>
+#include <ferry/error.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ferry::d2h {
+
+/// An invalid schema: an empty, duplicate or malformed hook name, a duplicate hook id, an unknown dtype name,
+/// a zero dimension, or a row whose byte count overflows 64 bits. Raised by hook_schema::add.
+class schema_error : public ferry::logic_error {
+ public:
+  using logic_error::logic_error;
+};
+
+/// An entry that does not fit the schema: its hook is not in it, its size is not a whole number of rows, or
+/// its own row size (capture_rows) differs from the schema's. Carries the hook, the size and the row bytes.
+class entry_shape_error : public ferry::logic_error {
+ public:
+  entry_shape_error(hook_id hook, std::uint64_t size, std::uint64_t row_bytes, const std::string& msg)
+    : logic_error(msg), hook_{hook}, size_{size}, row_bytes_{row_bytes}
+  {
+  }
+  [[nodiscard]] hook_id hook() const noexcept { return hook_; }
+  [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
+  /// The schema's row bytes of the hook (0: the hook is not in the schema).
+  [[nodiscard]] std::uint64_t row_bytes() const noexcept { return row_bytes_; }
+
+ private:
+  hook_id hook_;
+  std::uint64_t size_;
+  std::uint64_t row_bytes_;
+};
+
+/// One hook of a schema.
+struct hook_spec {
+  hook_id id{};
+  std::string name;                    ///< unique in the schema; no control character and no '#'
+  d2h::dtype type{d2h::dtype::u8};
+  std::vector<std::uint64_t> row_shape;  ///< the dimensions of one row ({}: one element)
+  std::uint64_t row_bytes{0};          ///< product(row_shape) * dtype_bytes(type)
+};
+
+/// The hooks a consumer knows, by id. Value type; add() validates each hook as it comes.
+class hook_schema {
+ public:
+  /// Adds hook `id`. Throws schema_error naming the hook for an id already added, an empty name, a name
+  /// already used, holding a control character or '#' (sinks use it to number a hook's repeats), a zero
+  /// dimension, or a row of more than 2^64 - 1 bytes.
+  hook_schema& add(hook_id id, std::string name, d2h::dtype type, std::vector<std::uint64_t> row_shape = {})
+  {
+    FERRY_EXPECTS(!name.empty(), schema_error, "hook schema: hook {}: expected a non-empty name, got \"\"", id.value);
+    const auto bad = std::find_if(name.begin(), name.end(), [](char c) {
+      return static_cast<unsigned char>(c) < 0x20 || c == 0x7f || c == '#';
+    });
+    FERRY_EXPECTS(bad == name.end(), schema_error,
+                  "hook schema: hook {} \"{}\": expected a name without control characters or '#', got character "
+                  "{:#04x} at {}", id.value, printable(name), static_cast<unsigned>(static_cast<unsigned char>(*bad)),
+                  bad - name.begin());
+    const auto it = std::lower_bound(hooks_.begin(), hooks_.end(), id.value,
+                                     [](const hook_spec& h, std::uint32_t v) { return h.id.value < v; });
+    FERRY_EXPECTS(it == hooks_.end() || it->id != id, schema_error,
+                  "hook schema: expected each hook id once, got hook {} twice (\"{}\", then \"{}\")", id.value, it->name,
+                  printable(name));
+    for (const auto& h : hooks_) {
+      FERRY_EXPECTS(h.name != name, schema_error,
+                    "hook schema: expected unique hook names, got \"{}\" for hook {} and hook {}", printable(name),
+                    h.id.value, id.value);
+    }
+    std::uint64_t bytes = dtype_bytes(type);
+    for (std::size_t d = 0; d < row_shape.size(); ++d) {
+      FERRY_EXPECTS(row_shape[d] != 0, schema_error,
+                    "hook schema: hook {} \"{}\": expected row dimensions >= 1, got 0 at dimension {} of {}", id.value,
+                    name, d, shape_text(row_shape));
+      FERRY_EXPECTS(bytes <= std::numeric_limits<std::uint64_t>::max() / row_shape[d], schema_error,
+                    "hook schema: hook {} \"{}\": expected a row of at most 2^64 - 1 bytes, got {} x {} ({} bytes per "
+                    "element) overflowing it", id.value, name, shape_text(row_shape), dtype_name(type), dtype_bytes(type));
+      bytes *= row_shape[d];
+    }
+    hooks_.insert(it, hook_spec{id, std::move(name), type, std::move(row_shape), bytes});
+    return *this;
+  }
+
+  /// As above with the dtype by its safetensors name ("F32", "BF16", ...); schema_error for another name.
+  hook_schema& add(hook_id id, std::string name, std::string_view type, std::vector<std::uint64_t> row_shape = {})
+  {
+    d2h::dtype t{};
+    FERRY_EXPECTS(parse_dtype(type, t), schema_error, "hook schema: hook {} \"{}\": expected a dtype among {}, got \"{}\"",
+                  id.value, printable(name), dtype_names(), printable(type));
+    return add(id, std::move(name), t, std::move(row_shape));
+  }
+
+  /// The hook `id`, or null.
+  [[nodiscard]] const hook_spec* find(hook_id id) const noexcept
+  {
+    const auto it = std::lower_bound(hooks_.begin(), hooks_.end(), id.value,
+                                     [](const hook_spec& h, std::uint32_t v) { return h.id.value < v; });
+    return it != hooks_.end() && it->id == id ? &*it : nullptr;
+  }
+  /// The hooks, by increasing id.
+  [[nodiscard]] const std::vector<hook_spec>& hooks() const noexcept { return hooks_; }
+  [[nodiscard]] std::size_t size() const noexcept { return hooks_.size(); }
+  [[nodiscard]] bool empty() const noexcept { return hooks_.empty(); }
+
+  /// The schema's hook of an entry of `hook` holding `bytes` bytes, its own row size `entry_row_bytes`
+  /// (entry_view::row_bytes(): 0 for an entry captured whole); `rows` receives bytes / row_bytes. Throws
+  /// entry_shape_error for a hook not in the schema, a size that is not a whole number of rows, or an entry
+  /// row size other than the schema's.
+  [[nodiscard]] const hook_spec& check(hook_id hook, std::uint64_t bytes, std::uint64_t entry_row_bytes,
+                                       std::uint64_t& rows) const
+  {
+    const hook_spec* h = find(hook);
+    if (h == nullptr) {
+      throw entry_shape_error(hook, bytes, 0,
+                              ferry::detail::format("ferry: hook schema: entry of hook {} ({} bytes): expected a hook of "
+                                                    "the schema ({} hooks), got one it does not name [{}:{}]",
+                                                    hook.value, bytes, hooks_.size(), __FILE__, __LINE__));
+    }
+    if (entry_row_bytes != 0 && entry_row_bytes != h->row_bytes) {
+      throw entry_shape_error(hook, bytes, h->row_bytes,
+                              ferry::detail::format("ferry: hook schema: entry of hook {} \"{}\" ({} bytes): expected rows "
+                                                    "of {} bytes ({} x {}), got capture_rows rows of {} bytes [{}:{}]",
+                                                    hook.value, h->name, bytes, h->row_bytes, shape_text(h->row_shape),
+                                                    dtype_name(h->type), entry_row_bytes, __FILE__, __LINE__));
+    }
+    if (bytes % h->row_bytes != 0) {
+      throw entry_shape_error(hook, bytes, h->row_bytes,
+                              ferry::detail::format("ferry: hook schema: entry of hook {} \"{}\": expected a multiple of "
+                                                    "its row bytes {} ({} x {}), got {} bytes [{}:{}]",
+                                                    hook.value, h->name, h->row_bytes, shape_text(h->row_shape),
+                                                    dtype_name(h->type), bytes, __FILE__, __LINE__));
+    }
+    rows = bytes / h->row_bytes;
+    return *h;
+  }
+
+  /// The tensor shape [rows, *row_shape] of an entry of `hook` holding `bytes` bytes (check() above).
+  [[nodiscard]] std::vector<std::uint64_t> shape_of(hook_id hook, std::uint64_t bytes,
+                                                    std::uint64_t entry_row_bytes = 0) const
+  {
+    std::uint64_t rows = 0;
+    const hook_spec& h = check(hook, bytes, entry_row_bytes, rows);
+    std::vector<std::uint64_t> s{rows};
+    s.insert(s.end(), h.row_shape.begin(), h.row_shape.end());
+    return s;
+  }
+  /// The tensor shape of a delivered ok entry (its hook, size() and row_bytes()).
+  [[nodiscard]] std::vector<std::uint64_t> shape_of(const entry_view& e) const
+  {
+    return shape_of(e.hook(), e.size(), e.row_bytes());
+  }
+
+  /// "[2, 3]" (for messages).
+  [[nodiscard]] static std::string shape_text(const std::vector<std::uint64_t>& s)
+  {
+    std::string t = "[";
+    for (std::size_t i = 0; i < s.size(); ++i) { t += (i != 0 ? ", " : "") + std::to_string(s[i]); }
+    return t + "]";
+  }
+
+ private:
+  /// `s` with its control characters escaped (a refused name is quoted in a message).
+  static std::string printable(std::string_view s)
+  {
+    std::string t;
+    for (const char c : s) {
+      const auto u = static_cast<unsigned char>(c);
+      t += u < 0x20 || u == 0x7f ? ferry::detail::format("\\x{:02x}", static_cast<unsigned>(u)) : std::string(1, c);
+    }
+    return t;
+  }
+
+  std::vector<hook_spec> hooks_;  // by increasing id
+};
+
+}  // namespace ferry::d2h

@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: Apache-2.0
+// safetensors_impl's two threads (safetensors_impl.hpp): deliver(), the drain thread's call (the forward
+// it belongs to, the queue limit and its policy), and run(), the writer thread's loop (each queued item handed
+// to the shard_writer; a logic error refuses the entry, any other error ends the run).
+#pragma once
+
+#include <ferry/sink/detail/safetensors_impl.hpp>
+
+namespace ferry::sink::detail {
+
+/// The drain thread's call: the entry is queued, dropped (policy drop), or refused.
+inline void safetensors_impl::deliver(d2h::entry_view&& v)
+{
+  if (!v.ok()) {
+    ++c_.failed_entries;
+    return;
+  }
+  const std::uint64_t fwd = v.forward_index();
+  const std::uint64_t need = v.size();
+  std::unique_lock lk{mu_};
+  if (failed_ || stopping_) { return refuse_locked(v, fwd); }
+  if (!in_valid_ || fwd != in_fwd_) {
+    in_valid_ = true;
+    in_fwd_ = fwd;
+    in_dropped_ = false;
+  }
+  if (in_dropped_) {
+    ++c_.dropped_entries;
+    c_.dropped_bytes += need;
+    return;
+  }
+  if (q_bytes_ != 0 && q_bytes_ + need > cfg_.max_queue_bytes) {
+    if (cfg_.policy == queue_policy::drop) {
+      in_dropped_ = true;
+      ++c_.dropped_forwards;
+      ++c_.dropped_entries;
+      c_.dropped_bytes += need;
+      push_locked(queued{queued::kind::drop, {}, fwd, 0, 0, clock::now()});
+      return;
+    }
+    ++c_.stalls;
+    const bool room = space_.wait_for(lk, cfg_.block_timeout, [&] {
+      return failed_ || stopping_ || q_bytes_ == 0 || q_bytes_ + need <= cfg_.max_queue_bytes;
+    });
+    if (failed_ || stopping_) { return refuse_locked(v, fwd); }
+    if (!room) {
+      ++c_.stall_timeouts;
+      keep_locked(std::make_exception_ptr(stall_error(ferry::detail::format(
+        "ferry: safetensors sink {}: entry of hook {} (forward {}, {} bytes): expected queue space within "
+        "block_timeout {} ms, got a writer still holding {} of max_queue_bytes {} (the entry was queued anyway) [{}:{}]",
+        cfg_.directory.string(), v.hook().value, fwd, need, cfg_.block_timeout.count(), q_bytes_,
+        cfg_.max_queue_bytes, __FILE__, __LINE__))));
+    }
+  }
+  const std::uint64_t tag = v.tag();
+  push_locked(queued{queued::kind::entry, std::move(v), fwd, tag, need, clock::now()});
+}
+
+
+/// The writer thread.
+inline void safetensors_impl::run()
+{
+  std::unique_lock lk{mu_};
+  for (;;) {
+    work_.wait(lk, [&] { return !q_.empty(); });
+    if (test_hold_writer.load(std::memory_order_relaxed)) {
+      lk.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      lk.lock();
+      continue;
+    }
+    queued it = std::move(q_.front());
+    q_.pop_front();
+    const bool was_failed = failed_;
+    const std::string error = first_text_;
+    lk.unlock();
+    std::exception_ptr soft, fatal;
+    try {
+      if (was_failed) {
+        if (it.k == queued::kind::stop) { writer_->finish_failed(error); }
+      } else if (it.k == queued::kind::entry) {
+        writer_->entry(it.forward, it.tag, it.view);
+      } else if (it.k == queued::kind::drop) {
+        writer_->drop(it.forward);
+      } else if (it.k == queued::kind::flush) {
+        writer_->flush();
+      } else {
+        writer_->finish(error);
+      }
+    } catch (const ferry::logic_error&) {
+      soft = std::current_exception();
+    } catch (...) {
+      fatal = std::current_exception();
+      writer_->abandon();
+      if (it.k == queued::kind::stop) { writer_->finish_failed(what_of(fatal)); }
+    }
+    it.view.release();
+    std::vector<queued> refused;
+    lk.lock();
+    if (it.k == queued::kind::entry) {
+      --q_entries_;
+      q_bytes_ -= it.bytes;
+      if (soft || was_failed || fatal) { ++c_.refused_entries; }
+    }
+    if (soft) { keep_locked(soft); }
+    if (fatal) {
+      keep_locked(fatal);
+      fatal_ = fatal;
+      failed_ = true;
+      std::deque<queued> orders;  // queued entries go back now (their staging with them); orders stay
+      for (auto& q : q_) {
+        if (q.k == queued::kind::entry) {
+          ++c_.refused_entries;
+          --q_entries_;
+          q_bytes_ -= q.bytes;
+          refused.push_back(std::move(q));
+        } else {
+          orders.push_back(std::move(q));
+        }
+      }
+      q_.swap(orders);
+    }
+    if (it.k == queued::kind::flush) { ++flush_done_; }
+    const bool stop = it.k == queued::kind::stop;
+    stopped_ = stopped_ || stop;
+    done_.notify_all();
+    space_.notify_all();
+    lk.unlock();
+    refused.clear();  // the views' staging, released without the lock
+    if (stop) { return; }
+    lk.lock();
+  }
+}
+
+
+}  // namespace ferry::sink::detail

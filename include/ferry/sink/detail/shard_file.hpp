@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: Apache-2.0
+// One safetensors shard being written (sink/safetensors.hpp): a temporary file `.shard-NNNNN.safetensors.tmp`
+// whose data section starts at a reserved offset (the header is written last, when every tensor is known),
+// the tensors of its committed forwards and of the forward still open (pending: dropped by rollback(), or
+// moved whole into the next shard by move_pending()), and per forward its byte range and CRC-32. publish()
+// writes the header (padded with spaces, which the format allows; the data is copied once to a new offset
+// when the reservation was too small or far too large), truncates, optionally fsyncs, renames the file to
+// `shard-NNNNN.safetensors` and fsyncs the directory. A shard never published removes its temporary file.
+#pragma once
+
+#include <ferry/d2h/dtype.hpp>
+#include <ferry/detail/format.hpp>
+#include <ferry/sink/detail/crc32.hpp>
+#include <ferry/sink/detail/json.hpp>
+#include <ferry/sink/detail/posix_file.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ferry::sink::detail {
+
+/// A tensor of a shard: offsets relative to the start of the data section (safetensors' data_offsets).
+struct tensor_record {
+  std::string name;
+  d2h::dtype type{};
+  std::vector<std::uint64_t> shape;
+  std::uint64_t begin{0};
+  std::uint64_t end{0};
+};
+
+/// A forward of a shard: its tag, its data range, the CRC-32 of those bytes and its tensor count.
+struct forward_record {
+  std::uint64_t tag{0};
+  std::uint64_t begin{0};
+  std::uint64_t end{0};
+  std::uint32_t crc{0};
+  std::uint64_t tensors{0};
+};
+
+/// `,"name":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}` (the leading comma included).
+inline void append_record(std::string& out, const tensor_record& t)
+{
+  json::append_key(out, t.name);
+  out += "{\"dtype\":\"";
+  out += d2h::dtype_name(t.type);
+  out += "\",\"shape\":";
+  json::append_array(out, t.shape);
+  out += ",\"data_offsets\":";
+  json::append_array(out, {t.begin, t.end});
+  out += '}';
+}
+[[nodiscard]] inline std::uint64_t record_bytes(const tensor_record& t)
+{
+  std::string s;
+  append_record(s, t);
+  return s.size();
+}
+
+/// "shard-00007.safetensors".
+[[nodiscard]] inline std::string shard_name(std::uint64_t number) { return ferry::detail::format("shard-{:05}.safetensors", number); }
+
+[[nodiscard]] constexpr std::uint64_t round_up8(std::uint64_t n) noexcept { return (n + 7) / 8 * 8; }
+
+class shard_file {
+ public:
+  /// Creates `dir/.shard-NNNNN.safetensors.tmp`; the data starts at `reserve` (rounded up to 8: aligned data).
+  shard_file(fs::path dir, std::uint64_t number, std::uint64_t reserve)
+    : dir_{std::move(dir)}, number_{number}, name_{shard_name(number)}, tmp_{dir_ / ("." + name_ + ".tmp")},
+      data_start_{round_up8(std::max<std::uint64_t>(reserve, 64))}
+  {
+    f_ = file::create(tmp_);
+  }
+  shard_file(const shard_file&) = delete;
+  shard_file& operator=(const shard_file&) = delete;
+  ~shard_file()
+  {
+    if (!published_) {
+      f_ = file{};
+      remove_quietly(tmp_);
+    }
+  }
+
+  [[nodiscard]] std::uint64_t number() const noexcept { return number_; }
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  [[nodiscard]] std::uint64_t committed_bytes() const noexcept { return committed_; }
+  [[nodiscard]] std::uint64_t pending_bytes() const noexcept { return pending_; }
+  /// JSON bytes of every tensor record (committed and pending): the header's size but for its metadata.
+  [[nodiscard]] std::uint64_t record_json_bytes() const noexcept { return records_; }
+  [[nodiscard]] const std::vector<tensor_record>& tensors() const noexcept { return tensors_; }
+  [[nodiscard]] const std::vector<forward_record>& forwards() const noexcept { return forwards_; }
+  [[nodiscard]] std::uint64_t committed_tensors() const noexcept { return committed_tensors_; }
+
+  /// Writes one tensor of the open forward after everything written so far.
+  void append(std::string name, d2h::dtype type, std::vector<std::uint64_t> shape, std::span<const std::byte> bytes)
+  {
+    const std::uint64_t off = committed_ + pending_;
+    f_.write_at(bytes.data(), bytes.size(), data_start_ + off);
+    crc_ = crc32(bytes.data(), bytes.size(), crc_);
+    tensors_.push_back(tensor_record{std::move(name), type, std::move(shape), off, off + bytes.size()});
+    records_ += record_bytes(tensors_.back());
+    pending_ += bytes.size();
+  }
+  /// The open forward is complete: it becomes part of the shard.
+  void commit(std::uint64_t tag)
+  {
+    forwards_.push_back({tag, committed_, committed_ + pending_, crc_, tensors_.size() - committed_tensors_});
+    committed_ += pending_;
+    committed_tensors_ = tensors_.size();
+    pending_ = 0;
+    crc_ = 0;
+  }
+  /// Forgets the open forward (its bytes are overwritten by the next one, or cut by publish()).
+  void rollback()
+  {
+    for (std::size_t i = committed_tensors_; i < tensors_.size(); ++i) { records_ -= record_bytes(tensors_[i]); }
+    tensors_.resize(committed_tensors_);
+    pending_ = 0;
+    crc_ = 0;
+  }
+  /// Moves the open forward (bytes and tensors) into `next`, a shard holding nothing yet.
+  void move_pending(shard_file& next)
+  {
+    f_.copy_to(next.f_, data_start_ + committed_, next.data_start_, pending_);
+    for (std::size_t i = committed_tensors_; i < tensors_.size(); ++i) {
+      tensor_record t = std::move(tensors_[i]);
+      records_ -= record_bytes(t);
+      t.begin -= committed_;
+      t.end -= committed_;
+      next.records_ += record_bytes(t);
+      next.tensors_.push_back(std::move(t));
+    }
+    next.pending_ = pending_;
+    next.crc_ = crc_;
+    tensors_.resize(committed_tensors_);
+    pending_ = 0;
+    crc_ = 0;
+  }
+
+  /// Writes the header `{"__metadata__":<metadata>, <tensors>}` of the committed forwards (the open one, if
+  /// any, is dropped), then truncates, syncs (`durable`), renames and syncs the directory (`durable`). Adds 1 to
+  /// `relocations` when the data had to move (reservation too small, or more than max(64 KiB, data / 8) of
+  /// padding). Returns the data bytes.
+  std::uint64_t publish(const std::string& metadata, bool durable, std::uint64_t& relocations)
+  {
+    rollback();
+    std::string h = "{\"__metadata__\":" + metadata;
+    for (const auto& t : tensors_) { append_record(h, t); }
+    h += '}';
+    const std::uint64_t need = round_up8(8 + h.size());
+    const std::uint64_t slack = data_start_ >= need ? data_start_ - need : 0;
+    if (need > data_start_ || slack > std::max<std::uint64_t>(std::uint64_t{64} << 10, committed_ / 8)) {
+      relocate(need);
+      ++relocations;
+    }
+    h.resize(data_start_ - 8, ' ');
+    std::array<unsigned char, 8> len{};
+    for (std::size_t i = 0; i < 8; ++i) { len[i] = static_cast<unsigned char>(h.size() >> (8 * i)); }
+    f_.write_at(len.data(), len.size(), 0);
+    f_.write_at(h.data(), h.size(), 8);
+    f_.truncate(data_start_ + committed_);
+    if (durable) { f_.sync(); }
+    f_.close();
+    rename_file(tmp_, dir_ / name_);
+    published_ = true;
+    if (durable) { sync_dir(dir_); }
+    return committed_;
+  }
+
+ private:
+  /// Copies the committed data to a new temporary file whose data starts at `start`, which replaces the old one.
+  void relocate(std::uint64_t start)
+  {
+    const fs::path moved = dir_ / ("." + name_ + ".moved.tmp");
+    try {
+      file g = file::create(moved);
+      f_.copy_to(g, data_start_, start, committed_);
+      rename_file(moved, tmp_);  // g's descriptor stays valid; the old file is unlinked by the rename
+      g.renamed(tmp_);
+      f_ = std::move(g);
+      data_start_ = start;
+    } catch (...) {
+      remove_quietly(moved);
+      throw;
+    }
+  }
+
+  fs::path dir_;
+  std::uint64_t number_;
+  std::string name_;
+  fs::path tmp_;
+  std::uint64_t data_start_;
+  file f_;
+  std::vector<tensor_record> tensors_;
+  std::vector<forward_record> forwards_;
+  std::uint64_t committed_tensors_{0};
+  std::uint64_t committed_{0};
+  std::uint64_t pending_{0};
+  std::uint64_t records_{0};
+  std::uint32_t crc_{0};
+  bool published_{false};
+};
+
+}  // namespace ferry::sink::detail

@@ -1,0 +1,240 @@
+// SPDX-License-Identifier: Apache-2.0
+// The writer thread's state of the safetensors sink (sink/safetensors.hpp): forwards out of consecutive
+// entries, tensor names, shards out of whole forwards, the run's index. Single-threaded (the writer thread
+// only). Throws ferry::logic_error (an entry_shape_error, a repeated tag, an entry after flush() completed its
+// forward) for an entry it refuses, and anything else (io_error) for a failure that ends the run.
+#pragma once
+
+#include <ferry/d2h/entry_view.hpp>
+#include <ferry/d2h/hook_schema.hpp>
+#include <ferry/sink/detail/run_index.hpp>
+#include <ferry/sink/detail/shard_file.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace ferry::sink::detail {
+
+/// The sink's counters, updated by the drain and writer threads (safetensors_stats is their snapshot).
+struct live_counters {
+  std::atomic<std::uint64_t> forwards_written{0}, tensors_written{0}, bytes_written{0}, shards_written{0};
+  std::atomic<std::uint64_t> stalls{0}, stall_timeouts{0};
+  std::atomic<std::uint64_t> dropped_forwards{0}, dropped_entries{0}, dropped_bytes{0};
+  std::atomic<std::uint64_t> failed_entries{0}, refused_entries{0}, lost_forwards{0}, relocations{0};
+};
+
+/// What the writer needs of the sink's configuration.
+struct writer_options {
+  fs::path directory;
+  d2h::hook_schema schema;
+  std::uint64_t shard_bytes{0};
+  bool durable{false};
+};
+
+/// Headers above this start a new shard at a forward boundary (safetensors' readers refuse more than 100 MB).
+inline constexpr std::uint64_t max_header_bytes = std::uint64_t{64} << 20;
+
+class shard_writer {
+ public:
+  shard_writer(writer_options o, live_counters& c) : o_{std::move(o)}, c_{c}, index_{o_.directory, o_.schema, o_.durable}
+  {
+    index_.write(false, {});  // the run is valid (and ours) from the start: an index of no shard
+  }
+
+  /// An ok entry of forward `forward` (tag `tag`): written as the tensor "{tag}/{hook name}" (a hook's k-th
+  /// repeat in its forward, k >= 1: "{tag}/{hook name}#{k}").
+  void entry(std::uint64_t forward, std::uint64_t tag, const d2h::entry_view& v)
+  {
+    if (!open_ || forward != cur_) { begin_forward(forward, tag); }
+    if (refused_) {
+      ++c_.refused_entries;  // the forward's first entry carried the error
+      return;
+    }
+    std::uint64_t rows = 0;
+    const d2h::hook_spec& h = o_.schema.check(v.hook(), v.size(), v.row_bytes(), rows);
+    const std::uint32_t k = repeats_[v.hook().value]++;
+    std::string name = std::to_string(tag) + "/" + h.name + (k != 0 ? "#" + std::to_string(k) : std::string{});
+    std::vector<std::uint64_t> shape{rows};
+    shape.insert(shape.end(), h.row_shape.begin(), h.row_shape.end());
+    const tensor_record probe{name, h.type, shape, 0, v.size()};
+    make_room(v.size(), record_bytes(probe) + 24);
+    shard_->append(std::move(name), h.type, std::move(shape), v.bytes());
+    ++tensors_;
+  }
+
+  /// Policy drop: forgets forward `forward` if it is the open one (what it wrote is rolled back).
+  void drop(std::uint64_t forward)
+  {
+    if (!open_ || cur_ != forward) { return; }
+    if (shard_) {
+      c_.dropped_entries += tensors_;
+      c_.dropped_bytes += shard_->pending_bytes();
+      shard_->rollback();
+    }
+    open_ = false;
+  }
+
+  /// The open forward is complete; the shard is published if it holds any forward. An entry of that forward
+  /// arriving later is refused.
+  void flush()
+  {
+    if (open_) {
+      commit_open();
+      sealed_ = cur_;
+      have_sealed_ = true;
+    }
+    if (shard_ && !shard_->forwards().empty()) { publish_shard(); }
+    shard_.reset();
+  }
+
+  /// close(): flush(), then index.json marked complete, with the run's first error (empty: none).
+  void finish(std::string_view error)
+  {
+    flush();
+    index_.write(true, error);
+  }
+
+  /// After a failure that ends the run: the shard being written is not published (its temporary removed); its
+  /// forwards and the open one are counted as lost.
+  void abandon() noexcept
+  {
+    c_.lost_forwards += (shard_ ? shard_->forwards().size() : 0) + (open_ && !refused_ && tensors_ != 0 ? 1 : 0);
+    shard_.reset();
+    open_ = false;
+  }
+
+  /// index.json after a failure (complete, with the error), best effort.
+  void finish_failed(std::string_view error) noexcept
+  {
+    try {
+      index_.write(true, error);
+    } catch (...) {  // the disk that failed the run may refuse this too; the last index written stays valid
+    }
+  }
+
+ private:
+  void begin_forward(std::uint64_t forward, std::uint64_t tag)
+  {
+    if (open_) { commit_open(); }
+    open_ = true;
+    cur_ = forward;
+    repeats_.clear();
+    tensors_ = 0;
+    refused_ = true;  // until the checks below pass
+    FERRY_EXPECTS(!have_sealed_ || forward > sealed_, ferry::logic_error,
+                  "safetensors sink {}: entry of forward {} (tag {}): expected a forward after {}, which flush() "
+                  "completed, got one of it (call flush() between forwards only); the entry is not written",
+                  o_.directory.string(), forward, tag, sealed_);
+    FERRY_EXPECTS(tags_.insert(tag).second, ferry::logic_error,
+                  "safetensors sink {}: forward {}: expected a tag no earlier forward had (tensor names are "
+                  "\"{{tag}}/{{hook}}\"), got tag {} again; the forward is not written",
+                  o_.directory.string(), forward, tag);
+    refused_ = false;
+    tag_ = tag;
+  }
+
+  void commit_open()
+  {
+    open_ = false;
+    if (refused_ || tensors_ == 0 || !shard_) { return; }
+    shard_->commit(tag_);
+    if (shard_->committed_bytes() >= o_.shard_bytes || header_estimate(*shard_) >= max_header_bytes) { publish_shard(); }
+  }
+
+  /// Before writing `bytes` (a record of `record` JSON bytes): a shard is open, and it stays within shard_bytes
+  /// and the header limit unless the open forward is its only one (the open forward then moves into a new shard).
+  void make_room(std::uint64_t bytes, std::uint64_t record)
+  {
+    if (!shard_) {
+      shard_ = std::make_unique<shard_file>(o_.directory, next_, reservation(bytes, record));
+      return;
+    }
+    const bool over = shard_->committed_bytes() + shard_->pending_bytes() + bytes > o_.shard_bytes ||
+                      header_estimate(*shard_) + record > max_header_bytes;
+    if (!over || shard_->forwards().empty()) { return; }
+    auto next = std::make_unique<shard_file>(o_.directory, next_ + 1, reservation(bytes, record));
+    if (shard_->pending_bytes() != 0 || shard_->tensors().size() > shard_->committed_tensors()) {
+      shard_->move_pending(*next);
+      ++c_.relocations;
+    }
+    publish_shard();
+    shard_ = std::move(next);
+  }
+
+  /// The data offset of a new shard: the header the shard will likely need (the header bytes per data byte
+  /// seen so far, or of the first entry, for shard_bytes of data) plus a quarter; publish() moves the data
+  /// once when the guess was too small or far too large.
+  [[nodiscard]] std::uint64_t reservation(std::uint64_t bytes, std::uint64_t record) const
+  {
+    const double ratio = seen_data_ != 0 ? static_cast<double>(seen_header_) / static_cast<double>(seen_data_)
+                                         : static_cast<double>(record + 64) / static_cast<double>(std::max<std::uint64_t>(bytes, 1));
+    const double want = ratio * static_cast<double>(o_.shard_bytes) * 1.25 + 512.0;
+    return static_cast<std::uint64_t>(std::clamp(want, 4096.0, static_cast<double>(max_header_bytes + (1U << 20))));
+  }
+
+  [[nodiscard]] static std::uint64_t header_estimate(const shard_file& s)
+  {
+    return s.record_json_bytes() + 64 * s.forwards().size() + 512;
+  }
+
+  void publish_shard()
+  {
+    std::string fwd = "[";
+    for (const auto& f : shard_->forwards()) {
+      fwd += ferry::detail::format("{}[{},{},{},{},{}]", fwd.size() > 1 ? "," : "", f.tag, f.begin, f.end, f.crc, f.tensors);
+    }
+    fwd += "]";
+    std::string meta = "{\"format\":\"pt\"";
+    json::append_key(meta, "ferry.format");
+    json::append_string(meta, run_format);
+    json::append_key(meta, "ferry.format_version");
+    json::append_string(meta, std::to_string(run_format_version));
+    json::append_key(meta, "ferry.version");
+    json::append_string(meta, ferry::version);
+    json::append_key(meta, "ferry.shard");
+    json::append_string(meta, std::to_string(shard_->number()));
+    json::append_key(meta, "ferry.forwards");  // [[tag, begin, end, crc32, tensors], ...] of the data section
+    json::append_string(meta, fwd);
+    meta += '}';
+    std::uint64_t relocations = 0;
+    const std::uint64_t data = shard_->publish(meta, o_.durable, relocations);
+    c_.relocations += relocations;
+    const std::uint64_t tensors = shard_->committed_tensors();
+    seen_header_ += meta.size() + shard_->record_json_bytes() + 32;
+    seen_data_ += data;
+    index_.add_shard(shard_->name(), shard_->tensors(), shard_->forwards(), data);
+    index_.write(false, {});
+    ++c_.shards_written;
+    c_.forwards_written += shard_->forwards().size();
+    c_.tensors_written += tensors;
+    c_.bytes_written += data;
+    next_ = shard_->number() + 1;
+    shard_.reset();
+  }
+
+  writer_options o_;
+  live_counters& c_;
+  run_index index_;
+  std::unique_ptr<shard_file> shard_;
+  std::uint64_t next_{0};  // the next shard's number
+  bool open_{false};       // a forward is open (its entries go to shard_ as pending)
+  bool refused_{false};    // the open forward is refused (a repeated tag, or after flush())
+  std::uint64_t cur_{0};
+  std::uint64_t tag_{0};
+  std::uint64_t tensors_{0};  // tensors the open forward wrote
+  std::unordered_map<std::uint32_t, std::uint32_t> repeats_;
+  std::unordered_set<std::uint64_t> tags_;
+  bool have_sealed_{false};
+  std::uint64_t sealed_{0};
+  std::uint64_t seen_header_{0};
+  std::uint64_t seen_data_{0};
+};
+
+}  // namespace ferry::sink::detail

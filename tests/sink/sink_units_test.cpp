@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: Apache-2.0
+// Pure units of the sinks, no channel: dtypes, the hook schema (validation, shapes, refusals), the JSON
+// writer, CRC-32, and one shard file (publish, rollback, a forward moved to the next shard, the header
+// reservation too small and far too large), each shard read back by tests/sink/run_reader.hpp.
+#include "sink/run_reader.hpp"
+
+#include <ferry/d2h/hook_schema.hpp>
+#include <ferry/sink/detail/crc32.hpp>
+#include <ferry/sink/detail/json.hpp>
+#include <ferry/sink/detail/run_index.hpp>
+#include <ferry/sink/detail/shard_file.hpp>
+#include <ferry/version.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+namespace {
+
+namespace fd = ferry::d2h;
+namespace fsd = ferry::sink::detail;
+namespace fs = std::filesystem;
+using ferry::test::sinkread::read_shard;
+
+template <class E, class F>
+std::string message_of(F&& f)
+{
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an exception";
+  return {};
+}
+
+TEST(SinkUnits, DtypesAreSafetensorsNames)
+{
+  EXPECT_EQ(fd::dtype_name(fd::dtype::bf16), "BF16");
+  EXPECT_EQ(fd::dtype_bytes(fd::dtype::bf16), 2U);
+  EXPECT_EQ(fd::dtype_bytes(fd::dtype::i64), 8U);
+  EXPECT_EQ(fd::dtype_bytes(fd::dtype::boolean), 1U);
+  for (const auto& i : fd::detail::dtype_table) {
+    fd::dtype t{};
+    ASSERT_TRUE(fd::parse_dtype(i.name, t)) << i.name;
+    EXPECT_EQ(t, i.type);
+  }
+  fd::dtype t{};
+  EXPECT_FALSE(fd::parse_dtype("bf16", t));  // exact spelling
+  EXPECT_NE(fd::dtype_names().find("F8_E4M3"), std::string::npos);
+}
+
+TEST(SinkUnits, SchemaShapesAndRefusals)
+{
+  fd::hook_schema s;
+  s.add(fd::hook_id{3}, "layers.0.q", fd::dtype::bf16, {4, 8}).add(fd::hook_id{1}, "token_ids", "I64");
+  ASSERT_EQ(s.size(), 2U);
+  EXPECT_EQ(s.hooks()[0].id.value, 1U) << "by increasing id";
+  EXPECT_EQ(s.find(fd::hook_id{3})->row_bytes, 64U);
+  EXPECT_EQ(s.find(fd::hook_id{1})->row_bytes, 8U);
+  EXPECT_EQ(s.find(fd::hook_id{2}), nullptr);
+  EXPECT_EQ(s.shape_of(fd::hook_id{3}, 3 * 64), (std::vector<std::uint64_t>{3, 4, 8}));
+  EXPECT_EQ(s.shape_of(fd::hook_id{1}, 16), (std::vector<std::uint64_t>{2}));
+  EXPECT_EQ(s.shape_of(fd::hook_id{3}, 64, 64), (std::vector<std::uint64_t>{1, 4, 8}));
+
+  // an entry that does not fit: names the hook, the size and the row bytes
+  try {
+    (void)s.shape_of(fd::hook_id{3}, 100);
+    ADD_FAILURE() << "expected entry_shape_error";
+  } catch (const fd::entry_shape_error& e) {
+    EXPECT_EQ(e.hook().value, 3U);
+    EXPECT_EQ(e.size(), 100U);
+    EXPECT_EQ(e.row_bytes(), 64U);
+    EXPECT_NE(std::string(e.what()).find("expected a multiple of its row bytes 64 ([4, 8] x BF16), got 100 bytes"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_NE(message_of<fd::entry_shape_error>([&] { (void)s.shape_of(fd::hook_id{9}, 8); }).find("hook 9 (8 bytes)"),
+            std::string::npos);
+  EXPECT_NE(message_of<fd::entry_shape_error>([&] { (void)s.shape_of(fd::hook_id{3}, 128, 32); })
+              .find("got capture_rows rows of 32 bytes"), std::string::npos);
+
+  // invalid schemas: each a schema_error saying what, which hook, expected vs got
+  const auto refuse = [](auto&& f, const char* want) {
+    const std::string m = message_of<fd::schema_error>(f);
+    EXPECT_NE(m.find(want), std::string::npos) << m;
+    EXPECT_NE(m.find("hook_schema.hpp:"), std::string::npos) << "file:line: " << m;
+  };
+  refuse([&] { fd::hook_schema{s}.add(fd::hook_id{7}, "", fd::dtype::f32); }, "hook 7: expected a non-empty name");
+  refuse([&] { fd::hook_schema{s}.add(fd::hook_id{7}, "token_ids", fd::dtype::f32); },
+         "expected unique hook names, got \"token_ids\" for hook 1 and hook 7");
+  refuse([&] { fd::hook_schema{s}.add(fd::hook_id{1}, "x", fd::dtype::f32); }, "got hook 1 twice");
+  refuse([&] { fd::hook_schema{s}.add(fd::hook_id{7}, "x", "float32"); }, "expected a dtype among F64, F32");
+  refuse([&] { fd::hook_schema{s}.add(fd::hook_id{7}, "x", fd::dtype::f32, {4, 0}); },
+         "expected row dimensions >= 1, got 0 at dimension 1 of [4, 0]");
+  refuse([&] { fd::hook_schema{s}.add(fd::hook_id{7}, "x", fd::dtype::f32, {1ULL << 32, 1ULL << 31}); },
+         "expected a row of at most 2^64 - 1 bytes");
+  refuse([&] { fd::hook_schema{s}.add(fd::hook_id{7}, "a#1", fd::dtype::f32); }, "without control characters or '#'");
+  refuse([&] { fd::hook_schema{s}.add(fd::hook_id{7}, "a\nb", fd::dtype::f32); }, "\"a\\x0ab\"");
+  EXPECT_EQ(s.size(), 2U);
+}
+
+TEST(SinkUnits, JsonStringsAreEscaped)
+{
+  EXPECT_EQ(fsd::json::string("a\"b\\c\n\x01/é"), "\"a\\\"b\\\\c\\u000a\\u0001/é\"");
+  std::string a;
+  fsd::json::append_array(a, {1, 22, 333});
+  EXPECT_EQ(a, "[1,22,333]");
+}
+
+TEST(SinkUnits, Crc32IsZlibs)
+{
+  EXPECT_EQ(fsd::crc32("123456789", 9), 0xCBF43926U);
+  EXPECT_EQ(fsd::crc32("", 0), 0U);
+  std::string s(1000, '\0');
+  for (std::size_t i = 0; i < s.size(); ++i) { s[i] = static_cast<char>(i * 7); }
+  EXPECT_EQ(fsd::crc32(s.data() + 333, s.size() - 333, fsd::crc32(s.data(), 333)), fsd::crc32(s.data(), s.size()));
+}
+
+TEST(SinkUnits, RunFilesAreRecognized)
+{
+  for (const char* n : {"index.json", ".index.json.tmp", "shard-00000.safetensors", ".shard-00012.safetensors.tmp",
+                        ".shard-123456.safetensors.moved.tmp"}) {
+    EXPECT_TRUE(fsd::is_run_file(n)) << n;
+  }
+  for (const char* n : {"notes.txt", "shard-1.safetensors", "shard-00000.safetensors.bak", "model.safetensors", "index.json.bak"}) {
+    EXPECT_FALSE(fsd::is_run_file(n)) << n;
+  }
+}
+
+class ShardFile : public ::testing::Test {
+ protected:
+  void SetUp() override
+  {
+    dir = fs::temp_directory_path() / ("ferry_shard_file_" + std::to_string(::getpid()) + "_" +
+                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  static std::vector<std::byte> bytes(std::size_t n, int seed)
+  {
+    std::vector<std::byte> b(n);
+    for (std::size_t i = 0; i < n; ++i) { b[i] = static_cast<std::byte>(i * 13 + static_cast<std::size_t>(seed)); }
+    return b;
+  }
+  static std::vector<std::uint8_t> u8(const std::vector<std::byte>& b)
+  {
+    return {reinterpret_cast<const std::uint8_t*>(b.data()), reinterpret_cast<const std::uint8_t*>(b.data()) + b.size()};
+  }
+  fs::path dir;
+};
+
+TEST_F(ShardFile, PublishRollbackAndMoveToTheNextShard)
+{
+  const auto a = bytes(40, 1), b = bytes(24, 2), c = bytes(16, 3), d = bytes(8, 4);
+  {
+    fsd::shard_file s{dir, 0, 4096}, next{dir, 1, 4096};
+    s.append("0/a", fd::dtype::f32, {10}, a);
+    s.commit(0);
+    s.append("1/b", fd::dtype::u8, {24}, b);
+    s.rollback();  // forward 1 dropped
+    s.append("2/c", fd::dtype::f32, {2, 2}, c);
+    s.append("2/d", fd::dtype::i64, {1}, d);
+    s.move_pending(next);  // forward 2 goes to the next shard whole
+    EXPECT_TRUE(fs::exists(dir / ".shard-00000.safetensors.tmp"));
+    std::uint64_t rel = 0;
+    EXPECT_EQ(s.publish("{\"format\":\"pt\"}", true, rel), 40U);
+    EXPECT_EQ(rel, 0U);
+    next.commit(2);
+    EXPECT_EQ(next.forwards().at(0).crc, fsd::crc32(d.data(), d.size(), fsd::crc32(c.data(), c.size())));
+    EXPECT_EQ(next.publish("{}", false, rel), 24U);
+  }
+  EXPECT_FALSE(fs::exists(dir / ".shard-00000.safetensors.tmp")) << "renamed";
+  const auto s0 = read_shard(dir / "shard-00000.safetensors");
+  ASSERT_EQ(s0.tensors.size(), 1U);
+  EXPECT_EQ(s0.tensors[0].name, "0/a");
+  EXPECT_EQ(s0.tensors[0].bytes, u8(a));
+  EXPECT_EQ(s0.metadata.at("format"), "pt");
+  const auto s1 = read_shard(dir / "shard-00001.safetensors");
+  ASSERT_EQ(s1.tensors.size(), 2U);
+  EXPECT_EQ(s1.tensors[0].name, "2/c");
+  EXPECT_EQ(s1.tensors[0].shape, (std::vector<std::uint64_t>{2, 2}));
+  EXPECT_EQ(s1.tensors[0].bytes, u8(c));
+  EXPECT_EQ(s1.tensors[1].dtype, "I64");
+  EXPECT_EQ(s1.tensors[1].bytes, u8(d));
+}
+
+TEST_F(ShardFile, AHeaderGuessTooSmallOrFarTooLargeMovesTheDataOnce)
+{
+  const auto a = bytes(64, 5);
+  {
+    fsd::shard_file s{dir, 0, 64};  // far too small for 200 tensors' records
+    for (int i = 0; i < 200; ++i) { s.append("0/t" + std::to_string(i), fd::dtype::u8, {64}, a); }
+    s.commit(0);
+    std::uint64_t rel = 0;
+    (void)s.publish("{}", false, rel);
+    EXPECT_EQ(rel, 1U);
+  }
+  {
+    fsd::shard_file s{dir, 1, 8U << 20};  // 8 MiB of padding for 64 bytes
+    s.append("0/x", fd::dtype::u8, {64}, a);
+    s.commit(0);
+    std::uint64_t rel = 0;
+    (void)s.publish("{}", false, rel);
+    EXPECT_EQ(rel, 1U);
+  }
+  const auto s0 = read_shard(dir / "shard-00000.safetensors");
+  ASSERT_EQ(s0.tensors.size(), 200U);
+  EXPECT_EQ(s0.tensors[199].bytes, u8(a));
+  const auto s1 = read_shard(dir / "shard-00001.safetensors");
+  EXPECT_LT(fs::file_size(dir / "shard-00001.safetensors"), 1U << 17) << "compacted";
+  EXPECT_EQ(s1.tensors.at(0).bytes, u8(a));
+}
+
+TEST_F(ShardFile, AnUnpublishedShardLeavesNothing)
+{
+  {
+    fsd::shard_file s{dir, 0, 4096};
+    s.append("0/a", fd::dtype::u8, {3}, bytes(3, 0));
+    s.commit(0);
+  }
+  EXPECT_TRUE(fs::is_empty(dir));
+}
+
+TEST(SinkUnits, VersionIsTheProjectVersion) { EXPECT_EQ(ferry::version, FERRY_PROJECT_VERSION); }
+
+}  // namespace

@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: Apache-2.0
+// Test access to a safetensors sink's test hook (not installed): holding its writer thread, so a test decides
+// when the writer queue fills (policies block and drop) and when it drains.
+#pragma once
+
+#include <ferry/sink/safetensors.hpp>
+
+#include <atomic>
+
+namespace ferry::testing {
+
+struct sink_access {
+  /// While `hold`, the sink's writer takes nothing from its queue (release it before close()).
+  static void hold_writer(ferry::sink::safetensors& s, bool hold) noexcept
+  {
+    s.impl_->test_hold_writer.store(hold, std::memory_order_relaxed);
+  }
+};
+
+}  // namespace ferry::testing
