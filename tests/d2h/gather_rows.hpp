@@ -35,14 +35,14 @@ class D2hGatherRows : public D2hSelectRows<B> {
 };
 TYPED_TEST_SUITE_P(D2hGatherRows);
 
-/// 40 hooks of mixed row sizes (16-byte multiples and odd) share one selection per forward: batches of K = 16
-/// (three gathers), every form, CPU-known and device counts; each entry holds its source's selected rows; with a
+/// 40 hooks of mixed row sizes (16-byte multiples and odd; two wider than the gather's 16 KiB chunk) share one
+/// selection per forward: batches of K = 16 (three gathers), every form, CPU-known and device counts; each entry holds its source's selected rows; with a
 /// CPU-known count the entries fill their bytes and coalesce (fewer D2H copies than entries).
 TYPED_TEST_P(D2hGatherRows, BatchesSharingASelectionHoldTheirRows)
 {
   using B = TypeParam;
   fb::stream<B> s{this->b};
-  const std::vector<std::uint64_t> sizes{64, 48, 36, 128, 16};
+  const std::vector<std::uint64_t> sizes{64, 48, 36, 128, 16, 40000, 33808};
   std::vector<fb::device_buffer<B>> src;
   for (std::size_t h = 0; h < 40; ++h) { src.push_back(this->salted(sizes[h % sizes.size()], static_cast<std::uint8_t>(h), s.view())); }
   std::vector<std::int32_t> qsl{0, 10, 10, 25, 40, 64};
@@ -67,7 +67,7 @@ TYPED_TEST_P(D2hGatherRows, BatchesSharingASelectionHoldTheirRows)
   for (std::size_t f = 0; f < forms.size(); ++f) {
     SCOPED_TRACE(::testing::Message() << "form " << f);
     typename TestFixture::collected got;
-    fd::channel<B> ch{this->rows_config(1 << 18), this->b, got.callback()};
+    fd::channel<B> ch{this->rows_config(16 << 20), this->b, got.callback()};
     ch.begin_forward(s);
     for (std::size_t h = 0; h < 40; ++h) {
       ch.capture_rows_deferred(fd::hook_id{static_cast<std::uint32_t>(h)}, src[h].data(), TestFixture::n_rows,

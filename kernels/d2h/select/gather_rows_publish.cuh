@@ -8,9 +8,9 @@
 //      thread 0 writes slot[parity ^ 1] = the batch's end and the size slot after its n entries, from that same
 //      cursor value (no thread of this kernel reads that slot; the next writer reads it after the kernel
 //      boundary);
-//   2. work items blk, blk + nblk, ... over (entry i, row j): the source row from the selection (validated as
-//      select_rows validates it: an invalid item is not read, its row not written, the block notes the error),
-//      the row's bytes into entry i (gather_offset) at row j;
+//   2. work items blk, blk + nblk, ... over (entry i, row j, chunk k): the source row from the selection
+//      (validated as select_rows validates it: an invalid item is not read, its row not written, the block notes
+//      the error), chunk k of the row's bytes into entry i (gather_offset) at row j;
 //   3. block barrier, then thread 0 ORs a block error into device_state::select_error and arrives at the join
 //      counter (acq_rel, device scope: gather_join_arrive); the block that arrives last reads the error flag
 //      (acquired by the arrival), resets it, writes every entry's size slot (rows x row_bytes[i], or
@@ -79,15 +79,35 @@ struct gather_rows_item {
   std::byte* to{nullptr};
   std::uint64_t bytes{0};
 };
+/// Work items are (entry i, row j, chunk k), entry-major then row-major: entry i's start at rows x cpre[i].
 FERRY_HD inline gather_rows_item gather_rows_at(const gather_rows_args& a, ferry::d2h::cursor c, std::uint64_t w,
                                                 std::uint64_t rows) noexcept
 {
-  const auto i = static_cast<std::uint32_t>(w / rows);
-  const std::uint64_t j = w - std::uint64_t{i} * rows;
-  const std::int64_t r = select_source_row(a.sel, a.n_rows, j, a.sel.rows_per_item());
+  const std::uint64_t u = w / rows;  // cpre[i] <= u < cpre[i + 1]
+  std::uint32_t i = static_cast<std::uint32_t>(u);
+  if (a.cpre[a.n] != a.n) {  // some row has several chunks: the entry by binary search of cpre
+    std::uint32_t lo = 0;
+    std::uint32_t hi = a.n;  // cpre[lo] <= u < cpre[hi]
+    while (hi - lo > 1) {
+      const std::uint32_t mid = (lo + hi) / 2;
+      if (a.cpre[mid] <= u) {
+        lo = mid;
+      } else {
+        hi = mid;
+      }
+    }
+    i = lo;
+  }
+  const std::uint64_t chunks = a.cpre[i + 1] - a.cpre[i];
+  const std::uint64_t local = w - rows * a.cpre[i];
+  const std::uint64_t j = local / chunks;
+  const std::uint64_t k = local - j * chunks;
   const std::uint64_t rb = a.row_bytes[i];
-  if (r < 0) { return {nullptr, nullptr, rb}; }
-  return {a.src[i] + static_cast<std::uint64_t>(r) * rb, a.dst.ring + gather_offset(a, c.phys, i) + j * rb, rb};
+  const std::uint64_t at = k * a.chunk_bytes;
+  const std::uint64_t n = rb - at < a.chunk_bytes ? rb - at : a.chunk_bytes;
+  const std::int64_t r = select_source_row(a.sel, a.n_rows, j, a.sel.rows_per_item());
+  if (r < 0) { return {nullptr, nullptr, n}; }
+  return {a.src[i] + static_cast<std::uint64_t>(r) * rb + at, a.dst.ring + gather_offset(a, c.phys, i) + j * rb + at, n};
 }
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
@@ -101,7 +121,7 @@ __device__ __forceinline__ void gather_rows_block(const gather_rows_args& a, std
   bool count_ok = true;
   const ferry::d2h::cursor c = gather_rows_start(a, blk, t, rows, count_ok);
   __syncthreads();
-  const std::uint64_t total = ferry::d2h::cursor_live(c) ? rows * a.n : 0;
+  const std::uint64_t total = ferry::d2h::cursor_live(c) ? rows * a.cpre[a.n] : 0;
   for (std::uint64_t w = blk; w < total; w += nblk) {
     const gather_rows_item it = gather_rows_at(a, c, w, rows);
     if (it.from == nullptr) {
@@ -131,7 +151,7 @@ inline void gather_rows_block_host(const gather_rows_args& a, std::uint32_t blk,
   bool count_ok = true;
   bool block_error = false;
   const ferry::d2h::cursor c = gather_rows_start(a, blk, 0, rows, count_ok);
-  const std::uint64_t total = ferry::d2h::cursor_live(c) ? rows * a.n : 0;
+  const std::uint64_t total = ferry::d2h::cursor_live(c) ? rows * a.cpre[a.n] : 0;
   for (std::uint64_t w = blk; w < total; w += nblk) {
     const gather_rows_item it = gather_rows_at(a, c, w, rows);
     if (it.from == nullptr) {

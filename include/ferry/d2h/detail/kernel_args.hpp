@@ -115,7 +115,8 @@ static_assert(sizeof(gather_args) <= 4096, "gather_args travels as kernel parame
 /// count `n_rows`. Entry i holds the rows `sel` names of the [n_rows, row_bytes[i]] source src[i], in selection
 /// order: a dynamic entry (size slot: the cursor's next + i) placed as gather_publish places its entries (pre:
 /// prefix sums of the reservations, gather_offset), reserved for the selection's item bound. Blocks take
-/// (entry, row) work items; block 0 writes the next cursor; the block that arrives last at the join counter
+/// (entry, row, chunk) work items (a row of more than chunk_bytes is split: entry i has cpre[i + 1] - cpre[i]
+/// chunks per row, so one wide row does not hold the launch back); block 0 writes the next cursor; the block that arrives last at the join counter
 /// writes every size slot (rows x row_bytes[i]; selection_error_size for all when an item is invalid: the
 /// entries share the selection) and, when head_n > 0, releases as gather_publish does.
 struct gather_rows_args {
@@ -132,6 +133,8 @@ struct gather_rows_args {
   const std::byte* src[gather_max_entries]{};
   std::uint32_t row_bytes[gather_max_entries]{};
   std::uint64_t pre[gather_max_entries + 1]{};
+  std::uint32_t cpre[gather_max_entries + 1]{};  ///< prefix sums of the chunks per row of each entry
+  std::uint32_t chunk_bytes{0};                  ///< a multiple of 16
 };
 static_assert(sizeof(gather_rows_args) <= 4096, "gather_rows_args travels as kernel parameters: at most 4 KiB");
 

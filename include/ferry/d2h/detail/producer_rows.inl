@@ -131,6 +131,9 @@ void producer<B>::capture_rows_deferred(hook_id hook, const void* src, std::uint
   (void)record_deferred(hook, bytes, blocking_policy(st_.cfg), s.handle(), who, source, false, what, part);
 }
 
+/// The row gather's work item: at most this many bytes of one row (a wider row is split into chunks).
+inline constexpr std::uint32_t row_gather_chunk = 16 << 10;
+
 /// The arguments of a row batch's gather (deferred_batch::rows()) from the batch and `rel` (the release part
 /// launch_deferred decided), and its shape `sh`: (entry, row) work items over at most one wave of blocks, each
 /// block as wide as the widest row's 16-byte vectors (32 .. copy_block_threads threads).
@@ -144,21 +147,24 @@ gather_rows_args producer<B>::row_gather_args(const gather_rows_args& rel, std::
   a.n_rows = rb.n_rows;
   a.sel = rb.read;
   a.pre[0] = 0;
+  a.cpre[0] = 0;
   a.vec = 1;
+  a.chunk_bytes = row_gather_chunk;
   std::uint64_t widest = 0;
   for (std::uint32_t i = 0; i < n; ++i) {
     const auto& e = deferred_[i];
     a.src[i] = static_cast<const std::byte*>(e.source.src);
     a.row_bytes[i] = static_cast<std::uint32_t>(e.row_bytes);
     a.pre[i + 1] = a.pre[i] + e.reserved;
-    widest = std::max(widest, e.row_bytes);
+    a.cpre[i + 1] = a.cpre[i] + static_cast<std::uint32_t>((e.row_bytes + row_gather_chunk - 1) / row_gather_chunk);
+    widest = std::max(widest, std::min<std::uint64_t>(e.row_bytes, row_gather_chunk));
     if (e.row_bytes % 16 != 0 || reinterpret_cast<std::uintptr_t>(a.src[i]) % 16 != 0) { a.vec = 0; }
   }
   namespace rules = ferry::detail::launch_rules;
   const auto cap = static_cast<std::uint64_t>(rules::block_threads(st_.cfg.copy_block_threads));
   sh.threads = static_cast<std::uint32_t>(std::clamp<std::uint64_t>((widest / 16 + 31) / 32 * 32, 32, cap));
   const std::uint64_t wave = rules::one_wave_blocks(st_.sm_count, sh.threads);
-  const std::uint64_t work = std::uint64_t{n} * rb.sel.item_bound() * rb.sel.rows_per_item();
+  const std::uint64_t work = std::uint64_t{a.cpre[n]} * rb.sel.item_bound() * rb.sel.rows_per_item();
   sh.blocks = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(work, 1, wave));
   return a;
 }
