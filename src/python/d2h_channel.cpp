@@ -94,11 +94,11 @@ decltype(auto) py_channel<B>::call(const char* what, F&& f)
 }
 
 template <class B>
-void py_channel<B>::begin_forward(nb::handle stream)
+void py_channel<B>::begin_forward(nb::handle stream, fd::forward_meta meta)
 {
   auto s = resolve_stream<B>(stream, dev_, "Channel.begin_forward");
   tie(s);
-  call("begin_forward", [&](fd::channel<B>& ch) { ch.begin_forward(s); });
+  call("begin_forward", [&](fd::channel<B>& ch) { ch.begin_forward(s, std::move(meta)); });
   forward_stream_ = nb::borrow(stream);
 }
 
@@ -137,11 +137,16 @@ void py_channel<B>::capture(std::uint32_t hook, nb::handle tensor, nb::handle st
 
 template <class B>
 void py_channel<B>::capture_rows_core(std::uint32_t hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
-                                      const fd::row_selection& sel, const fb::stream_view<B>& s, fd::source_owner owner)
+                                      const fd::row_selection& sel, const fb::stream_view<B>& s, fd::source_owner owner,
+                                      bool deferred)
 {
   tie(s);
-  call("capture_rows", [&](fd::channel<B>& ch) {
-    ch.capture_rows(fd::hook_id{hook}, src, n_rows, row_bytes, sel, s, std::move(owner));
+  call(deferred ? "capture_rows_deferred" : "capture_rows", [&](fd::channel<B>& ch) {
+    if (deferred) {
+      ch.capture_rows_deferred(fd::hook_id{hook}, src, n_rows, row_bytes, sel, s, std::move(owner));
+    } else {
+      ch.capture_rows(fd::hook_id{hook}, src, n_rows, row_bytes, sel, s, std::move(owner));
+    }
   });
 }
 
@@ -161,12 +166,12 @@ std::size_t py_channel<B>::deferred_pending() const
 }
 
 template <class B>
-void py_channel<B>::plan(const py_plan& p, nb::handle stream)
+void py_channel<B>::plan(const py_plan& p, nb::handle stream, fd::forward_meta meta)
 {
   // None: torch's current stream where torch is imported (CUDA: where torch.cuda.CUDAGraph.replay launches),
   // else the channel's compute stream (the core's plan(p)).
   if (stream.is_none() && (is_host<B> || torch_module() == nullptr)) {
-    call("plan", [&](fd::channel<B>& ch) { ch.plan(p.p); });
+    call("plan", [&](fd::channel<B>& ch) { ch.plan(p.p, std::move(meta)); });
     return;
   }
   if constexpr (!is_host<B>) {  // torch's default stream is the legacy default stream (handle 0)
@@ -176,13 +181,13 @@ void py_channel<B>::plan(const py_plan& p, nb::handle stream)
       if (!h.is_valid()) { throw nb::python_error(); }
     }
     if (PyLong_Check(h.ptr()) && !PyBool_Check(h.ptr()) && nb::cast<std::uintptr_t>(h) == 0) {
-      call("plan", [&](fd::channel<B>& ch) { ch.plan(p.p, fb::default_stream); });
+      call("plan", [&](fd::channel<B>& ch) { ch.plan(p.p, fb::default_stream, std::move(meta)); });
       return;
     }
   }
   auto s = resolve_stream<B>(stream, dev_, "Channel.plan");
   tie(s);
-  call("plan", [&](fd::channel<B>& ch) { ch.plan(p.p, s); });
+  call("plan", [&](fd::channel<B>& ch) { ch.plan(p.p, s, std::move(meta)); });
 }
 
 template <class B>

@@ -30,8 +30,11 @@ struct py_source {
   any_array dl;
   long long version{0};
   bool versioned{false};
+  /// `obj` a list (a row capture's tensor and selection arrays): each item's version (-1: none).
+  std::vector<long long> item_versions;
 
-  /// The owner of `obj`'s bytes (`dl`: their DLPack import, if any); `deferred`: records its version.
+  /// The owner of `obj`'s bytes (`dl`: their DLPack import, if any); `deferred`: records its version (a list:
+  /// every item's, so a selection array written before the flush is refused as the tensor is).
   template <class B>
   [[nodiscard]] static fd::source_owner make(nb::handle obj, any_array dl, bool deferred);
   /// source_owner::check_fn: the GIL taken once for the whole run of sources.
@@ -54,6 +57,10 @@ struct channel_calls {
 [[nodiscard]] std::uint64_t register_channel(const channel_calls& c);
 /// Unregisters `handle` and waits for its C ABI calls in flight (capi.cpp).
 void unregister_channel(std::uint64_t handle);
+/// A forward's metadata from Python (d2h_meta.cpp): tag None | int, requests None | [int] (one row each, in order)
+/// | [(request, first_row, rows)], meta None | bytes-like. Every rule about it is the core's (forward_info.hpp).
+[[nodiscard]] fd::forward_meta forward_meta_of(nb::handle tag, nb::handle requests, nb::handle meta, const char* who);
+
 /// The "ferry.sink" capsule's consumer as a channel callback (capi.cpp).
 [[nodiscard]] std::function<void(fd::entry_view&&)> sink_callback(nb::handle capsule);
 
@@ -65,18 +72,20 @@ class py_channel {
   py_channel(const py_channel&) = delete;
   py_channel& operator=(const py_channel&) = delete;
 
-  void begin_forward(nb::handle stream);
+  /// `meta`: the forward's tag, request rows and bytes (d2h_meta.cpp: forward_meta_of).
+  void begin_forward(nb::handle stream, fd::forward_meta meta);
   [[nodiscard]] py_plan end_forward(nb::handle stream);
   /// Drops the forward open on `stream` (d2h::channel::abort_forward); returns whether one was open.
   [[nodiscard]] bool abort_forward(nb::handle stream);
   void capture(std::uint32_t hook, nb::handle tensor, nb::handle stream, bool deferred);
   /// Channel.capture_rows: the arguments converted (d2h_rows.cpp), then the core's capture_rows.
-  void capture_rows(std::uint32_t hook, nb::handle tensor, const nb::kwargs& sel);
+  void capture_rows(std::uint32_t hook, nb::handle tensor, const nb::kwargs& sel, bool deferred);
   void capture_rows_core(std::uint32_t hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
-                         const fd::row_selection& sel, const fb::stream_view<B>& s, fd::source_owner owner);
+                         const fd::row_selection& sel, const fb::stream_view<B>& s, fd::source_owner owner,
+                         bool deferred);
   void flush(nb::handle stream);
   [[nodiscard]] std::size_t deferred_pending() const;
-  void plan(const py_plan& p, nb::handle stream);
+  void plan(const py_plan& p, nb::handle stream, fd::forward_meta meta);
   /// Up to `max_entries` delivered entries: waits up to `timeout` seconds (None: forever) for the first one,
   /// then takes whatever else is ready. The GIL is released while waiting; Ctrl-C is honoured.
   [[nodiscard]] std::vector<py_entry> poll(std::size_t max_entries, std::optional<double> timeout);

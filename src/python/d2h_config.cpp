@@ -165,6 +165,18 @@ const char* init_signature()
 
 }  // namespace
 
+/// The stub signature of Channel.capture_rows / capture_rows_deferred (the same keywords, d2h_rows.cpp).
+const char* rows_signature(const char* name)
+{
+  static std::string sigs[2];
+  std::string& s = sigs[std::string{name} == "capture_rows" ? 0 : 1];
+  s = std::string{"def "} + name +
+      "(self, hook: int, tensor: object, *, rows: object | None = None, query_start_loc: object | None = None, "
+      "requests: object | None = None, window: tuple[int, int] | None = None, count: object | None = None, "
+      "max_count: int | None = None, stream: object | None = None) -> None";
+  return s.c_str();
+}
+
 template <class B>
 void init_d2h_channel(nb::module_& m)
 {
@@ -177,7 +189,15 @@ void init_d2h_channel(nb::module_& m)
         new (self) C(device, config_from(kw), sink);
       },
       nb::arg("device") = 0, nb::arg("kwargs"), nb::sig(init_signature()))
-    .def("begin_forward", &C::begin_forward, nb::arg("stream").none() = nb::none())
+    .def(
+      "begin_forward",
+      [](C& c, nb::handle s, nb::handle tag, nb::handle req, nb::handle meta) {
+        c.begin_forward(s, forward_meta_of(tag, req, meta, "Channel.begin_forward"));
+      },
+      nb::arg("stream").none() = nb::none(), nb::kw_only(), nb::arg("tag").none() = nb::none(),
+      nb::arg("requests").none() = nb::none(), nb::arg("meta").none() = nb::none(),
+      nb::sig("def begin_forward(self, stream: object | None = None, *, tag: int | None = None, requests: object | "
+              "None = None, meta: bytes | None = None) -> None"))
     .def("end_forward", &C::end_forward, nb::arg("stream").none() = nb::none())
     .def("abort_forward", &C::abort_forward, nb::arg("stream").none() = nb::none(),
          "Drops the forward open on stream (the recovery after an exception inside a forward): an eager "
@@ -197,14 +217,27 @@ void init_d2h_channel(nb::module_& m)
       nb::sig("def capture_deferred(self, hook: int, tensor: object, stream: object | None = None) -> None"))
     .def(
       "capture_rows",
-      [](C& c, nb::handle hook, nb::handle t, const nb::kwargs& k) { c.capture_rows(hook_of(hook, "capture_rows"), t, k); },
-      nb::arg("hook"), nb::arg("tensor"), nb::arg("kwargs"),
-      nb::sig("def capture_rows(self, hook: int, tensor: object, *, rows: object | None = None, query_start_loc: object "
-              "| None = None, requests: object | None = None, window: tuple[int, int] | None = None, count: object | "
-              "None = None, max_count: int | None = None, stream: object | None = None) -> None"))
+      [](C& c, nb::handle hook, nb::handle t, const nb::kwargs& k) {
+        c.capture_rows(hook_of(hook, "capture_rows"), t, k, false);
+      },
+      nb::arg("hook"), nb::arg("tensor"), nb::arg("kwargs"), nb::sig(rows_signature("capture_rows")))
+    .def(
+      "capture_rows_deferred",
+      [](C& c, nb::handle hook, nb::handle t, const nb::kwargs& k) {
+        c.capture_rows(hook_of(hook, "capture_rows_deferred"), t, k, true);
+      },
+      nb::arg("hook"), nb::arg("tensor"), nb::arg("kwargs"), nb::sig(rows_signature("capture_rows_deferred")))
     .def("flush", &C::flush, nb::arg("stream").none() = nb::none())
     .def_prop_ro("deferred_pending", &C::deferred_pending)
-    .def("plan", &C::plan, nb::arg("plan"), nb::arg("stream").none() = nb::none())
+    .def(
+      "plan",
+      [](C& c, const py_plan& p, nb::handle s, nb::handle tag, nb::handle req, nb::handle meta) {
+        c.plan(p, s, forward_meta_of(tag, req, meta, "Channel.plan"));
+      },
+      nb::arg("plan"), nb::arg("stream").none() = nb::none(), nb::kw_only(), nb::arg("tag").none() = nb::none(),
+      nb::arg("requests").none() = nb::none(), nb::arg("meta").none() = nb::none(),
+      nb::sig("def plan(self, plan: Plan, stream: object | None = None, *, tag: int | None = None, requests: object | "
+              "None = None, meta: bytes | None = None) -> None"))
     .def(
       "poll",
       [](C& c, uint_arg n, std::optional<double> timeout) { return c.poll(n.get("Channel.poll", "max_entries"), timeout); },

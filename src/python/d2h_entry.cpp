@@ -40,6 +40,29 @@ void init_d2h_entry(nb::module_& m)
     .def_ro("size", &py_entry::size)
     .def_ro("reserved", &py_entry::reserved)
     .def_ro("ok", &py_entry::ok)
+    .def_ro("tag", &py_entry::tag, "The forward's tag (begin_forward / plan tag=; without one, the forward's index).")
+    .def_ro("forward", &py_entry::forward, "The index of the entry's forward in its channel.")
+    .def_ro("row_bytes", &py_entry::row_bytes, "capture_rows: bytes per row (0: captured whole).")
+    .def_ro("rows", &py_entry::rows, "capture_rows: the rows the entry holds.")
+    .def_prop_ro(
+      "meta",
+      [](const py_entry& x) -> nb::object {
+        if (!x.meta || x.meta->user.empty()) { return nb::none(); }
+        return nb::bytes(reinterpret_cast<const char*>(x.meta->user.data()), x.meta->user.size());
+      },
+      "The forward's meta= bytes (None: none).")
+    .def_prop_ro(
+      "requests",
+      [](const py_entry& x) {
+        nb::list l;
+        if (x.meta) {
+          for (const auto& r : x.meta->requests) { l.append(nb::make_tuple(r.request, r.first_row, r.rows)); }
+        }
+        return l;
+      },
+      "The forward's requests as (request, first_row, rows) tuples.")
+    .def("rows_of", &py_entry::rows_of, nb::arg("request"),
+         "The rows of one request of the forward (requests=), a [rows, row_bytes] uint8 view (no copy).")
     .def_prop_ro("released", &py_entry::released)
     .def_prop_ro("views", &py_entry::views)
     .def("numpy", &py_entry::numpy)

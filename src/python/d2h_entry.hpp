@@ -33,12 +33,27 @@ struct py_entry {
   std::uint64_t size{0};
   std::uint64_t reserved{0};
   bool ok{true};
+  std::uint64_t tag{0}, forward{0}, row_bytes{0}, rows{0};  ///< attribution (d2h/forward_info.hpp)
+  std::shared_ptr<const fd::forward_meta> meta;
 
   explicit py_entry(fd::entry_view&& v)
     : held{std::make_shared<holder>()}, hook{v.hook().value}, seq{v.seq().value}, size{v.size()},
-      reserved{v.reserved_bytes()}, ok{v.ok()}
+      reserved{v.reserved_bytes()}, ok{v.ok()}, tag{v.tag()}, forward{v.forward_index()}, row_bytes{v.row_bytes()},
+      rows{v.rows()}, meta{v.shared_meta()}
   {
     held->v = std::move(v);
+  }
+  /// rows_of(request): the request's rows, a [rows, row_bytes] uint8 view of the staging (no copy).
+  [[nodiscard]] nb::ndarray<nb::numpy, const std::uint8_t, nb::ndim<2>> rows_of(std::uint64_t request) const
+  {
+    FERRY_EXPECTS(held != nullptr, ferry::logic_error,
+                  "d2h entry {} of hook {}: expected a live entry, got a released one (rows_of() after release())", seq,
+                  hook);
+    auto bytes = held->v.rows_of(request);  // the core's checks: a row entry, a known request, rows in the entry
+    auto* keep = new std::shared_ptr<holder>(held);
+    nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<holder>*>(p); });
+    const std::size_t shape[2] = {bytes.size() / row_bytes, row_bytes};
+    return {reinterpret_cast<const std::uint8_t*>(bytes.data()), 2, shape, owner};
   }
 
   [[nodiscard]] nb::ndarray<nb::numpy, const std::uint8_t, nb::ndim<1>> numpy() const

@@ -42,9 +42,9 @@ nb::handle kw(const nb::kwargs& k, const char* name)
 }  // namespace
 
 template <class B>
-void py_channel<B>::capture_rows(std::uint32_t hook, nb::handle tensor, const nb::kwargs& k)
+void py_channel<B>::capture_rows(std::uint32_t hook, nb::handle tensor, const nb::kwargs& k, bool deferred)
 {
-  constexpr const char* what = "Channel.capture_rows";
+  const char* what = deferred ? "Channel.capture_rows_deferred" : "Channel.capture_rows";
   for (auto [key, v] : k) {
     const std::string n = nb::cast<std::string>(nb::str(key));
     if (n != "rows" && n != "query_start_loc" && n != "requests" && n != "window" && n != "count" &&
@@ -119,8 +119,8 @@ void py_channel<B>::capture_rows(std::uint32_t hook, nb::handle tensor, const nb
     sel = sel.counted_on_device(static_cast<const std::int32_t*>(c.data()), mc.is_none() ? items : m.get(what, "max_count"));
     keep.append(count);
   }
-  fd::source_owner owner = py_source::make<B>(keep, array_bytes{}.dl, false);
-  capture_rows_core(hook, t.data(), n_rows, row_bytes, sel, s, std::move(owner));
+  fd::source_owner owner = py_source::make<B>(keep, array_bytes{}.dl, deferred);
+  capture_rows_core(hook, t.data(), n_rows, row_bytes, sel, s, std::move(owner), deferred);
 }
 
 /// The C ABI's capture_rows (capi.cpp): the stream resolved as capture_raw resolves it.
@@ -146,9 +146,9 @@ template void py_channel<fb::cuda_backend>::capture_rows_raw(void*, std::uint32_
                                                              std::uint64_t, const fd::row_selection&, std::uintptr_t,
                                                              fd::source_owner);
 #endif
-template void py_channel<fb::host_backend>::capture_rows(std::uint32_t, nb::handle, const nb::kwargs&);
+template void py_channel<fb::host_backend>::capture_rows(std::uint32_t, nb::handle, const nb::kwargs&, bool);
 #if defined(FERRY_PYTHON_CUDA)
-template void py_channel<fb::cuda_backend>::capture_rows(std::uint32_t, nb::handle, const nb::kwargs&);
+template void py_channel<fb::cuda_backend>::capture_rows(std::uint32_t, nb::handle, const nb::kwargs&, bool);
 #endif
 
 }  // namespace ferry::python

@@ -38,8 +38,16 @@ long long read_version(PyObject* o, bool& ok)
 template <class B>
 fd::source_owner py_source::make(nb::handle obj, any_array dl, bool deferred)
 {
-  auto* p = new py_source{nb::borrow(obj), std::move(dl), 0, false};
-  if (deferred) { p->version = read_version(obj.ptr(), p->versioned); }
+  auto* p = new py_source{nb::borrow(obj), std::move(dl), 0, false, {}};
+  if (deferred && PyList_Check(obj.ptr()) != 0) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(obj.ptr()); ++i) {
+      bool ok = false;
+      const long long v = read_version(PyList_GET_ITEM(obj.ptr(), i), ok);
+      p->item_versions.push_back(ok ? v : -1);
+    }
+  } else if (deferred) {
+    p->version = read_version(obj.ptr(), p->versioned);
+  }
   fd::source_owner o;
   o.keep = std::shared_ptr<void>(p, [](void* q) {
     graveyard::get().give(q, [](void* r) { delete static_cast<py_source*>(r); });
@@ -54,6 +62,12 @@ std::size_t py_source::unchanged(void* const* owners, std::size_t n)
   nb::gil_scoped_acquire g;
   for (std::size_t i = 0; i < n; ++i) {
     const auto* p = static_cast<const py_source*>(owners[i]);
+    for (std::size_t k = 0; k < p->item_versions.size(); ++k) {
+      if (p->item_versions[k] < 0) { continue; }
+      bool ok = false;
+      const long long now = read_version(PyList_GET_ITEM(p->obj.ptr(), static_cast<Py_ssize_t>(k)), ok);
+      if (!ok || now != p->item_versions[k]) { return i; }
+    }
     if (!p->versioned) { continue; }
     bool ok = false;
     const long long now = read_version(p->obj.ptr(), ok);

@@ -196,7 +196,7 @@ class channel {
   }
   /// plan(p, s) on the channel's compute stream: the stream of the last executed forward or replay (before
   /// any, the stream the last forward was captured on). Launch the graph on that stream.
-  void plan(const forward_plan& p) { (void)impl()->plan(p, blocking(), std::nullopt); }
+  void plan(const forward_plan& p, forward_meta meta = {}) { (void)impl()->plan(p, blocking(), std::nullopt, std::move(meta)); }
   /// Same as plan(); returns false instead of blocking / throwing when the ring, FIFO or size ring is full
   /// (nothing reserved, no token).
   [[nodiscard]] bool try_plan(const forward_plan& p, stream_view s, forward_meta meta = {})

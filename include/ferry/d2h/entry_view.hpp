@@ -71,6 +71,8 @@ class entry_view {
   [[nodiscard]] std::uint64_t tag() const noexcept { return meta_ && meta_->tag ? *meta_->tag : forward_; }
   /// The forward's metadata as the engine gave it (null: none).
   [[nodiscard]] const forward_meta* meta() const noexcept { return meta_.get(); }
+  /// The same, shared (it outlives the view: a binding keeps it after release()).
+  [[nodiscard]] const std::shared_ptr<const forward_meta>& shared_meta() const noexcept { return meta_; }
   /// capture_rows: bytes per row (0: the entry was captured whole).
   [[nodiscard]] std::uint64_t row_bytes() const noexcept { return row_bytes_; }
   /// capture_rows: the rows the entry holds (size() / row_bytes(); 0 for a failed or whole entry).
