@@ -298,6 +298,45 @@ def test_a_writer_killed_mid_shard_leaves_a_valid_run_of_complete_shards(tmp_pat
             assert len(f.keys()) > 0
 
 
+FAILING_WRITER = textwrap.dedent("""
+    import json, resource, signal, sys, numpy as np, ferry
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past RLIMIT_FSIZE fails with EFBIG instead
+    resource.setrlimit(resource.RLIMIT_FSIZE, (32 << 10, 32 << 10))
+    sink = ferry.sinks.safetensors(sys.argv[1], {0: ("x", np.float32, (1024,))}, shard_bytes=8 << 10)
+    ch = ferry.Channel(backend="host", ring_bytes=1 << 20, sink=sink)
+    s = ferry.Stream(backend="host")
+    for f in range(8):  # forwards of one 4 KiB row, but forward 4 has 16 rows: a shard of its own, past the limit
+        ch.begin_forward(s)
+        ch.capture(0, np.full((16 if f == 4 else 1, 1024), f, np.float32), s)
+        ch.end_forward(s)
+    ch.close()
+    try:
+        sink.close()
+        out = {"errno": None}
+    except ferry.IOError as e:
+        out = {"errno": e.errno, "message": str(e)}
+    out["stats"] = sink.stats()
+    print(json.dumps(out))
+""")
+
+
+def test_a_write_failing_mid_shard_ends_the_run_and_leaves_complete_shards(tmp_path):
+    # EFBIG from RLIMIT_FSIZE: a write failing mid-shard without root (tests/sink does ENOSPC on a tmpfs as root)
+    d = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-c", FAILING_WRITER, str(d)], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, FERRY_PYTHON_BACKEND="host"))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["errno"] == errno.EFBIG and ".shard-00002.safetensors.tmp" in out["message"], out
+    st = out["stats"]
+    assert st["failed"] and st["forwards_written"] == 4 and st["refused_entries"] == 4, st
+    run = ferry.shards.open(d)
+    assert run.tags == [0, 1, 2, 3] and run.complete and "errno 27" in run.error
+    for tag, _, a in run:
+        assert (a == tag).all()
+    assert not [p for p in d.iterdir() if p.name.endswith(".tmp")]
+
+
 def test_the_version_is_the_packages():
     pyproject = pathlib.Path(__file__).resolve().parents[2] / "src" / "python" / "pyproject.toml"
     assert f'version = "{ferry.__version__}"' in pyproject.read_text()
