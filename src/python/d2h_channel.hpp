@@ -61,8 +61,12 @@ void unregister_channel(std::uint64_t handle);
 /// | [(request, first_row, rows)], meta None | bytes-like. Every rule about it is the core's (forward_info.hpp).
 [[nodiscard]] fd::forward_meta forward_meta_of(nb::handle tag, nb::handle requests, nb::handle meta, const char* who);
 
-/// The "ferry.sink" capsule's consumer as a channel callback (capi.cpp).
-[[nodiscard]] std::function<void(fd::entry_view&&)> sink_callback(nb::handle capsule);
+/// Channel(sink=...)'s consumer as a channel callback (capi.cpp): a sink of this module (sink_view_callback),
+/// or a "ferry.sink" capsule's.
+[[nodiscard]] std::function<void(fd::entry_view&&)> sink_callback(nb::handle sink);
+/// The callback of a sink object of this module (ferry.sinks: entry views handed over as they are), or an
+/// empty function when `obj` is not one (sink.cpp).
+[[nodiscard]] std::function<void(fd::entry_view&&)> sink_view_callback(nb::handle obj);
 
 template <class B>
 class py_channel {
