@@ -64,11 +64,11 @@ void init_streams(nb::module_& m)
       held.reserve(x.ties.size());
       for (const auto& t : x.ties) {
         held.emplace_back(t->mu);
-        FERRY_EXPECTS(t->dead == nullptr, ferry::logic_error,
+        FERRY_EXPECTS(t->alive(), ferry::logic_error,
                       "Graph.launch: expected every channel and publisher whose work the graph captured alive, got "
                       "{} {} (the graph's kernels would write its freed memory); launch a graph only before its "
                       "channels close, and capture a new one for a new channel",
-                      t->name, t->dead);
+                      t->name, t->dead.load());
       }
       B{}.graph_launch(x.exec, s.handle());
     }, nb::arg("stream"));
