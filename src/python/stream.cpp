@@ -26,22 +26,28 @@ void init_streams(nb::module_& m)
     .def("begin_capture",
          [](const py_stream<B>& s) {
            auto h = s.handle();
-           const auto key = reinterpret_cast<std::uintptr_t>(h);
            gil_release g;
-           capture_ties::get().begin(key);  // the channels and publishers whose work the graph captures
-           try {
-             B{}.capture_begin(h);
-           } catch (...) {
-             (void)capture_ties::get().end(key);
-             throw;
-           }
+           B{}.capture_begin(h);  // refused (already capturing): the capture in progress keeps its ties
+           capture_ties::get().begin(reinterpret_cast<std::uintptr_t>(h));  // whose work the graph captures
          })
     .def("end_capture", [](const py_stream<B>& s) {
       auto h = s.handle();
+      const auto key = reinterpret_cast<std::uintptr_t>(h);
       gil_release g;
-      auto ties = capture_ties::get().end(reinterpret_cast<std::uintptr_t>(h));
       B b{};
-      auto graph = b.capture_end(h);
+      typename B::graph_type graph{};
+      try {
+        graph = b.capture_end(h);
+      } catch (...) {
+        bool capturing = false;  // refused with the capture going on (a stream that joined another's): ties kept
+        try {
+          capturing = b.stream_is_capturing(h);
+        } catch (...) {
+        }
+        if (!capturing) { (void)capture_ties::get().end(key); }
+        throw;
+      }
+      auto ties = capture_ties::get().end(key);
       auto exec = b.graph_instantiate(graph);
       b.graph_destroy(graph);
       auto* x = new py_graph<B>;
