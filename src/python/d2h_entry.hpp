@@ -26,6 +26,20 @@ namespace fd = ferry::d2h;
 struct py_entry {
   struct holder {
     fd::entry_view v;
+    std::shared_ptr<graph_tie> channel;  ///< its channel's tie (stream.hpp): dead once the channel closed
+    holder() = default;
+    holder(const holder&) = delete;
+    holder& operator=(const holder&) = delete;
+    /// The last view of a closed channel frees its pinned staging, and a free waits for the host streams,
+    /// some of whose operations need the GIL (a torch op's tensor released on a stream thread): a deadlock
+    /// with the GIL held. Released here, as close() releases it.
+    ~holder()
+    {
+      if (channel != nullptr && !channel->alive() && PyGILState_Check() != 0) {
+        gil_release g;
+        v.release();
+      }
+    }
   };
   std::shared_ptr<holder> held;
   std::uint32_t hook{0};
@@ -36,12 +50,13 @@ struct py_entry {
   std::uint64_t tag{0}, forward{0}, row_bytes{0}, rows{0};  ///< attribution (d2h/forward_info.hpp)
   std::shared_ptr<const fd::forward_meta> meta;
 
-  explicit py_entry(fd::entry_view&& v)
+  py_entry(fd::entry_view&& v, std::shared_ptr<graph_tie> channel)
     : held{std::make_shared<holder>()}, hook{v.hook().value}, seq{v.seq().value}, size{v.size()},
       reserved{v.reserved_bytes()}, ok{v.ok()}, tag{v.tag()}, forward{v.forward_index()}, row_bytes{v.row_bytes()},
       rows{v.rows()}, meta{v.shared_meta()}
   {
     held->v = std::move(v);
+    held->channel = std::move(channel);
   }
   /// rows_of(request): the request's rows, a [rows, row_bytes] uint8 view of the staging (no copy).
   [[nodiscard]] nb::ndarray<nb::numpy, const std::uint8_t, nb::ndim<2>> rows_of(std::uint64_t request) const

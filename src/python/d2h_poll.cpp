@@ -52,7 +52,7 @@ std::vector<py_entry> py_channel<B>::poll(std::size_t max_entries, std::optional
         std::this_thread::sleep_for(std::chrono::microseconds(20));
       }
     }
-    for (auto& v : got) { out.emplace_back(std::move(v)); }
+    for (auto& v : got) { out.emplace_back(std::move(v), tie_); }
     if (!out.empty()) { return out; }
     FERRY_EXPECTS(!closed, ferry::logic_error,
                   "Channel.poll: expected an open channel, got a closed one with no entries left");

@@ -26,22 +26,28 @@ void init_streams(nb::module_& m)
     .def("begin_capture",
          [](const py_stream<B>& s) {
            auto h = s.handle();
-           const auto key = reinterpret_cast<std::uintptr_t>(h);
            gil_release g;
-           capture_ties::get().begin(key);  // the channels and publishers whose work the graph captures
-           try {
-             B{}.capture_begin(h);
-           } catch (...) {
-             (void)capture_ties::get().end(key);
-             throw;
-           }
+           B{}.capture_begin(h);  // refused (already capturing): the capture in progress keeps its ties
+           capture_ties::get().begin(reinterpret_cast<std::uintptr_t>(h));  // whose work the graph captures
          })
     .def("end_capture", [](const py_stream<B>& s) {
       auto h = s.handle();
+      const auto key = reinterpret_cast<std::uintptr_t>(h);
       gil_release g;
-      auto ties = capture_ties::get().end(reinterpret_cast<std::uintptr_t>(h));
       B b{};
-      auto graph = b.capture_end(h);
+      typename B::graph_type graph{};
+      try {
+        graph = b.capture_end(h);
+      } catch (...) {
+        bool capturing = false;  // refused with the capture going on (a stream that joined another's): ties kept
+        try {
+          capturing = b.stream_is_capturing(h);
+        } catch (...) {
+        }
+        if (!capturing) { (void)capture_ties::get().end(key); }
+        throw;
+      }
+      auto ties = capture_ties::get().end(key);
       auto exec = b.graph_instantiate(graph);
       b.graph_destroy(graph);
       auto* x = new py_graph<B>;
@@ -64,11 +70,11 @@ void init_streams(nb::module_& m)
       held.reserve(x.ties.size());
       for (const auto& t : x.ties) {
         held.emplace_back(t->mu);
-        FERRY_EXPECTS(t->dead == nullptr, ferry::logic_error,
+        FERRY_EXPECTS(t->alive(), ferry::logic_error,
                       "Graph.launch: expected every channel and publisher whose work the graph captured alive, got "
                       "{} {} (the graph's kernels would write its freed memory); launch a graph only before its "
                       "channels close, and capture a new one for a new channel",
-                      t->name, t->dead);
+                      t->name, t->dead.load());
       }
       B{}.graph_launch(x.exec, s.handle());
     }, nb::arg("stream"));

@@ -183,13 +183,14 @@ template <class B>
 struct graph_tie {
   explicit graph_tie(std::string n) : name{std::move(n)} {}
   std::shared_mutex mu;
-  const char* dead{nullptr};  ///< nullptr while the memory lives; else "closed" or "destroyed"
-  const std::string name;     ///< "Channel(host, device 0, handle 3)"
+  std::atomic<const char*> dead{nullptr};  ///< nullptr while the memory lives; else "closed" or "destroyed"
+  const std::string name;                  ///< "Channel(host, device 0, handle 3)"
   void kill(const char* how)
   {
     std::unique_lock l{mu};
-    if (dead == nullptr) { dead = how; }
+    if (dead.load(std::memory_order_relaxed) == nullptr) { dead.store(how, std::memory_order_release); }
   }
+  [[nodiscard]] bool alive() const noexcept { return dead.load(std::memory_order_acquire) == nullptr; }
 };
 
 /// The ties of the captures in progress, by stream handle: Stream.begin_capture opens an entry, every

@@ -243,6 +243,24 @@ def test_graph_of_an_eager_forward_whose_stream_began_a_capture_is_refused_after
     stream.synchronize()
 
 
+def test_a_refused_second_begin_capture_keeps_the_graph_ties(stream):
+    # found by the fuzzer in the fix above: a begin_capture refused (already capturing) dropped the ties of the
+    # capture in progress, and the graph then launched after its channel was destroyed
+    ch = ferry.Channel(backend="host", ring_bytes=1 << 16)
+    stream.begin_capture()
+    with pytest.raises(ferry.BackendError, match="already capturing"):
+        stream.begin_capture()
+    ch.begin_forward(stream)
+    ch.capture(1, np.ones(16, np.uint8), stream)
+    ch.end_forward(stream)
+    graph = stream.end_capture()
+    del ch
+    gc.collect()
+    with pytest.raises(ferry.LogicError, match=r"Graph.launch: .* got Channel\(host, device 0, handle \d+\) destroyed"):
+        graph.launch(stream)
+    stream.synchronize()
+
+
 def test_close_keeps_undelivered_entries_for_poll(make_channel, stream):
     ch = make_channel()
     ch.begin_forward(stream)

@@ -240,6 +240,52 @@ def test_channel_constructor_failing_after_op_captures_is_an_error_not_a_deadloc
     assert r.stdout.split() == ["refused", "delivered", "True"], r.stdout + r.stderr
 
 
+_LAST_VIEW_DROPPED_AFTER_CLOSE = r"""
+import gc
+import numpy as np
+import ferry, torch, ferry.torch_ops as fto
+s = ferry.Stream(backend="host")
+a = ferry.Channel(backend="host", ring_bytes=1 << 16)
+a.begin_forward(s)
+a.capture(1, np.ones(64, np.uint8), s)
+a.end_forward(s)
+(e,) = a.poll(1, timeout=5.0)
+v = e.numpy()
+e.release()
+a.close()  # v keeps a's pinned staging
+ch = ferry.Channel(backend="host", ring_bytes=64 << 20, publish_every=16)
+tok = fto.token()
+ch.begin_forward(s)
+for i in range(48):
+    torch.ops.ferry.capture_deferred(tok, torch.full((1 << 18,), float(i)), ch.handle, i)
+torch.ops.ferry.flush(tok, ch.handle)
+del v  # the last view: frees a's staging while the stream thread releases the op tensors
+gc.collect()
+ch.end_forward(s)
+got = []
+while len(got) < 48:
+    got += ch.poll(64, timeout=5.0)
+print("delivered", ch.close()["clean"])
+"""
+
+
+def test_the_last_view_of_a_closed_channel_dropped_during_op_releases_is_not_a_deadlock():
+    # the same deadlock as the failing constructor's: the last Entry / numpy view of a closed channel frees its
+    # pinned staging, and the free waited for the host streams with the GIL held; the view now lets it go
+    # without the GIL once its channel closed
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, FERRY_PYTHON_BACKEND="host", PYTHONPATH=os.pathsep.join(sys.path))
+    try:
+        r = subprocess.run([sys.executable, "-c", _LAST_VIEW_DROPPED_AFTER_CLOSE], env=env, capture_output=True,
+                           text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("dropping the last view of a closed channel during op tensor releases deadlocked (30 s)")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["delivered", "True"], r.stdout + r.stderr
+
+
 def test_capi_error_mapping():
     # Every ferry_status becomes the exception Channel.capture raises for it (the torch op's error path).
     get = ctypes.pythonapi.PyCapsule_GetPointer

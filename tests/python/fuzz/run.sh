@@ -3,7 +3,7 @@
 # The Python fuzz stage (docs/testing.md, "Python fuzzing (atheris)"): tests/python/fuzz/fuzz_ferry.py on the
 # host backend, against a CMake build with FERRY_BUILD_PYTHON=ON (default build/test, as tests/run.sh builds it):
 #   1. regression: every seed of tests/python/fuzz/corpus/ once;
-#   2. a bounded random run from that corpus: FERRY_PY_FUZZ_RUNS inputs (400), at most FERRY_PY_FUZZ_SECONDS (40),
+#   2. a bounded random run from that corpus: FERRY_PY_FUZZ_RUNS inputs (1500), at most FERRY_PY_FUZZ_SECONDS (90),
 #      libFuzzer seed FERRY_PY_FUZZ_SEED (1; 0 = a new one each run).
 # Every input is bounded by -timeout=10 s and the run by -rss_limit_mb=3072. Findings (crash-*, timeout-*, oom-*)
 # and the inputs the random run adds go to build/test-logs/python-fuzz/ (FERRY_PY_FUZZ_OUT), never into the source
@@ -35,8 +35,8 @@ fi
 out="${FERRY_PY_FUZZ_OUT:-$root/build/test-logs/python-fuzz}"
 rm -rf "$out/corpus" "$out/findings" "$out/corpus.log" "$out/random.log"
 mkdir -p "$out/corpus" "$out/findings"
-runs=${FERRY_PY_FUZZ_RUNS:-400}
-secs=${FERRY_PY_FUZZ_SECONDS:-40}
+runs=${FERRY_PY_FUZZ_RUNS:-1500}
+secs=${FERRY_PY_FUZZ_SECONDS:-90}
 seed=${FERRY_PY_FUZZ_SEED:-1}
 flags=(-timeout=10 -rss_limit_mb=3072 -max_len=1024 -len_control=0 -print_final_stats=1 "-artifact_prefix=$out/findings/")
 t0=$SECONDS
