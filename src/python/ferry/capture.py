@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-__all__ = ["CaptureFn", "capture_fn", "channel_capture", "ops_capture"]
+__all__ = ["CaptureFn", "capture_fn", "channel_capture", "ops_capture", "rows_capture"]
 
 CaptureFn = Callable[[int, Any], None]
 
@@ -136,3 +136,25 @@ def capture_fn(channel: Any, stream: Any = None, *, use_ops: str | bool = "auto"
             capture.token = traced.token  # type: ignore[attr-defined]
             return capture
     return channel_capture(channel, stream, deferred=deferred)
+
+
+def rows_capture(channel: Any, stream: Any = None, *, deferred: bool = True, **selection: Any) -> CaptureFn:
+    """``capture(hook, t)`` of the selected rows only (continuous batching: the requests that want capture this
+    step), through ``channel.capture_rows_deferred`` (``deferred=True``: one gather per batch of hooks sharing the
+    selection) or ``channel.capture_rows``. A hooked ``[B, S, ...]`` tensor is taken as ``B * S`` token rows of the
+    remaining dims (a ``[B, S]`` token-id tensor: one element per row). ``selection``: the keywords of
+    ``Channel.capture_rows`` (``rows=`` or ``query_start_loc=`` + ``requests=`` [+ ``window=``], ``count=``,
+    ``max_count=``): device tensors at fixed addresses that the engine rewrites every step (e.g. with
+    ``ferry.Publisher``), so the closure works eagerly and inside a captured ``torch.cuda.graph``."""
+    fn = channel.capture_rows_deferred if deferred else channel.capture_rows
+    strided = _strided()
+    sel = dict(selection)
+    if stream is not None:
+        sel["stream"] = stream
+
+    def capture(hook: int, t: Any) -> None:
+        t = _ready(hook, t, strided)
+        n = t.shape[0] * t.shape[1] if t.dim() >= 2 else t.shape[0]
+        fn(hook, t.reshape(n, -1), **sel)
+
+    return capture
