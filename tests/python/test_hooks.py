@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -129,6 +130,40 @@ def test_entries_bit_exact_and_removal(model, preset, make_channel, stream, drai
     assert seen == [] and ch.poll(16, timeout=0.2) == []
     for _, m in model.named_modules():
         assert not m._forward_hooks and not m._forward_pre_hooks
+    assert ch.close()["clean"]
+
+
+@pytest.mark.parametrize("preset", ["hidden-states", "vllm-full"])
+@pytest.mark.parametrize("deferred", [True, False])
+def test_rows_capture_holds_the_selected_token_rows_of_every_hook(model, preset, deferred, make_channel, stream,
+                                                                 drain):
+    """Continuous batching: a batch of 3 sequences x 4 tokens, the engine selects rows (tokens) 11, 2 and 7 at
+    fixed "device" addresses; every hook's entry holds exactly those rows of the hooked tensor, attributed to the
+    forward's requests (rows_of)."""
+    ch = make_channel(ring_bytes=1 << 20, publish_every=8, size_slots=512)
+    rows = np.array([11, 2, 7, 0], dtype=np.int32)
+    count = np.array([3], dtype=np.int32)
+    seen = []
+    cap = fh.rows_capture(ch, stream, deferred=deferred, rows=rows, count=count, max_count=4)
+
+    def both(h, t):
+        seen.append((h, t.detach().clone()))
+        cap(h, t)
+
+    points = fh.preset(model, preset)
+    with fh.install(model, points, both):
+        ids = torch.arange(12).reshape(3, 4) * 5 % 256
+        ch.begin_forward(stream, tag=42, requests=[311, 302, 307])
+        with torch.inference_mode():
+            model(input_ids=ids, use_cache=False)
+        ch.end_forward(stream)
+    entries = drain(ch, len(points))
+    for e, (h, t) in zip(entries, seen):
+        flat = t.contiguous().reshape(12, -1)
+        assert (e.hook, e.ok, e.tag, e.rows) == (h, True, 42, 3)
+        assert e.tobytes() == flat[[11, 2, 7]].view(torch.uint8).numpy().tobytes(), h
+        assert e.rows_of(302).tobytes() == flat[[2]].view(torch.uint8).numpy().tobytes(), h
+        e.release()
     assert ch.close()["clean"]
 
 

@@ -963,7 +963,12 @@ def op_begin_forward(w: World):
     if c is None:
         return
     obj, sm = w.stream_arg()
-    ok, r = attempt("Channel.begin_forward", c.ch.begin_forward, obj)
+    meta = {}  # a forward's attribution (tag, requests, meta bytes), in and out of range
+    if w.src.chance(3, "fwd_meta"):
+        meta["tag"] = w.src.pick([0, 7, 2**64 - 1, -1, 2**64, "t", None], "tag")
+        meta["requests"] = w.src.pick([None, [1, 2], [(5, 0, 1)], [(5, 0)], "ab", [-1], [2**70]], "requests")
+        meta["meta"] = w.src.pick([None, b"x", bytearray(3), memoryview(b"ab"), 5, "s"], "meta")
+    ok, r = attempt("Channel.begin_forward", c.ch.begin_forward, obj, **meta)
     if sm is None and obj is not None:
         expect_type_error("Channel.begin_forward(junk stream)", ok, r)
     if ok:
@@ -1227,9 +1232,10 @@ def op_capture_rows(w: World):
         if isinstance(kw.get("count"), int):
             expect = "any"  # the op takes a device count only
     else:
-        what = "Channel.capture_rows"
+        deferred = src.chance(3, "rows_deferred")  # one gather per batch sharing the selection
+        what = "Channel.capture_rows_deferred" if deferred else "Channel.capture_rows"
         hook = src.pick(HOOKS[:11], "rhook")
-        ok, r = attempt(what, c.ch.capture_rows, hook, t, stream=obj, **kw)
+        ok, r = attempt(what, c.ch.capture_rows_deferred if deferred else c.ch.capture_rows, hook, t, stream=obj, **kw)
         if sm is None and obj is not None and ok:
             raise Finding(f"{what}: accepted stream {obj!r}")
     if ok:
