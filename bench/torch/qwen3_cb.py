@@ -77,6 +77,10 @@ def parse_args(argv=None):
     ap.add_argument("--upload", choices=["auto", "packed", "direct", "zerocopy"], default="auto",
                     help="the selection Publisher's upload backend")
     ap.add_argument("--attn", default="sdpa", help="transformers attention implementation (sdpa, eager)")
+    ap.add_argument("--fault", choices=["none", "rows", "requests", "tag"], default="none",
+                    help="a self-test of the check (the run must then fail): ferry rows get the wrong rows (the "
+                         "uploaded selection shifted by one slot; torch_select too), the requests rotated by one, or "
+                         "the next step's tag")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--commit", default=None)
     args = ap.parse_args(argv)
@@ -191,7 +195,7 @@ def main(argv=None):
                    "min_select": args.min_select, "max_select": args.max_select, "presets": presets,
                    "contestants": sorted(kinds), "ring_mib": args.ring_mib, "publish_every": args.publish_every,
                    "size_slots": args.size_slots, "upload": args.upload, "upload_info": upload_info,
-                   "check": args.check, "graph": rig.cuda, "channel_close_clean": report.get("clean")},
+                   "check": args.check, "fault": args.fault, "graph": rig.cuda, "channel_close_clean": report.get("clean")},
         "failures": failures,
     })
     summary(result, checker, failures)

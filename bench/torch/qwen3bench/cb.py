@@ -58,6 +58,7 @@ class SelectionUpload:
 
     def __init__(self, rig, sels, upload):
         self.rig, self.sels = rig, sels
+        self.fault_rows = rig.args.fault == "rows"
         dev = rig.device
         self.rows_t = torch.zeros(sels.pad, dtype=torch.int32, device=dev)
         self.count_t = torch.zeros(1, dtype=torch.int32, device=dev)
@@ -72,6 +73,9 @@ class SelectionUpload:
         with pub.begin(i % 2):
             with pub.producer(self.GROUP) as p:
                 p.source(b)[:] = self.sels.padded[i]
+                if self.fault_rows:  # --fault rows: the device gets the next batch slots (a self-test of the check)
+                    k = self.sels.count(i)
+                    p.source(b)[:k] = (self.sels.padded[i][:k] + 1) % self.sels.batch
                 p.set_count(b, self.sels.pad)
                 p.source(self.count_b)[0] = self.sels.count(i)
                 p.set_count(self.count_b, 1)

@@ -90,8 +90,14 @@ def capture_call(rig, kind):
 
 
 def forward_meta(rig, kind, i):
-    """The step's attribution: its tag, and (row entries) the request of each selected row, in order."""
-    return {"tag": i, "requests": rig.sels.rids[i]} if kind == "rows" else {"tag": i}
+    """The step's attribution: its tag, and (row entries) the request of each selected row, in order. --fault
+    requests / tag (a self-test of the check, ferry rows only): the requests rotated by one, the next step's tag."""
+    if kind != "rows":
+        return {"tag": i}
+    rids, fault = rig.sels.rids[i], rig.args.fault
+    if fault == "requests":
+        rids = rids[1:] + rids[:1]
+    return {"tag": i + 1 if fault == "tag" else i, "requests": rids}
 
 
 def hooked_graph(rig, dec, model, pts, cap):
