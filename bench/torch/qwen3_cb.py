@@ -38,6 +38,7 @@ import faulthandler
 import os
 import statistics
 import sys
+import time
 import traceback
 
 import torch
@@ -48,7 +49,7 @@ from qwen3bench.cb_check import CHECK_METHOD, RowChecker
 from qwen3bench.cb_contestants import KINDS, make_runs
 from qwen3bench.meta import device_name, header, log, write_json
 from qwen3bench.model import Decoder, build_model
-from qwen3bench.timing import round_robin, timed_ms
+from qwen3bench.timing import timed_ms
 
 
 def parse_args(argv=None):
@@ -68,6 +69,9 @@ def parse_args(argv=None):
                     help="which contestants run beside no capture (the JSON has null for the others)")
     ap.add_argument("--rounds", type=int, default=None, help="timed rounds after the warm-up one; default 10 "
                                                               "(cuda), 1 (cpu)")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="no new round starts once the timed rounds took this long (0: no limit); default 120 "
+                         "(cuda), 0 (cpu)")
     ap.add_argument("--check", choices=["on", "off"], default="on",
                     help="the checked generation of each ferry contestant (off: a diagnostic, nothing checked)")
     ap.add_argument("--ring-mib", type=int, default=256)
@@ -86,6 +90,7 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     cpu = args.device == "cpu"
     args.rounds = args.rounds if args.rounds is not None else (1 if cpu else 10)
+    args.budget_s = args.budget_s if args.budget_s is not None else (0 if cpu else 120)
     if cpu:
         args.cache = args.cache if args.cache and args.cache <= args.tokens + 1 else 0
     return args
@@ -124,7 +129,27 @@ def run(args, rig, checker, model, cfg, presets, kinds, failures):
     def progress(rep, times):
         log(f"  round {rep}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:.2f} ms" for k, v in times.items()))
 
-    times = round_robin(list(runs), args.rounds, generation_ms, "the timed generation", progress)
+    # round-robin (as qwen3bench.timing.round_robin): round 0 a warm-up, not recorded; no new round starts once
+    # the recorded ones took --budget-s
+    keys = list(runs)
+    times = {k: [] for k in keys}
+    start = time.perf_counter()
+    for rep in range(args.rounds + 1):
+        if rep == 1:
+            start = time.perf_counter()
+        elif rep > 1 and args.budget_s and time.perf_counter() - start > args.budget_s:
+            log(f"  --budget-s {args.budget_s:g} spent: {rep - 1} of {args.rounds} rounds")
+            break
+        for key in keys:
+            try:
+                v = generation_ms(key)
+            except Exception:
+                log(f"  FAILED in the timed generation of {key} (round {rep})")
+                raise
+            if rep:
+                times[key].append(v)
+        if rep:
+            progress(rep, times)
     if args.check == "on":
         for key, c in runs.items():
             if c.witnessed is not None:
@@ -183,7 +208,8 @@ def main(argv=None):
         "spreads": {k: spread(v) for k, v in times.items() if v},
         "batch": args.batch,
         "tokens": args.tokens,
-        "rounds": args.rounds,
+        "rounds": min(len(v) for v in times.values()) if times else 0,
+        "rounds_asked": args.rounds,
         "selected": sels.summary(),
     }
     command = " ".join([os.path.basename(sys.executable)] + sys.argv)

@@ -180,6 +180,8 @@ class CbRig:
         self.upload = SelectionUpload(self, sels, args.upload)
         self.pool = torch.cuda.graph_pool_handle() if self.cuda else None
         self.expected = 0
+        if self.cuda:  # the model and the selection buffers were made on the legacy default stream
+            torch.cuda.synchronize()
 
     def stream_arg(self):
         """The stream of ferry's eager calls: torch's current stream (CUDA), the host stream (host)."""
