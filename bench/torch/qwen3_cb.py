@@ -175,7 +175,7 @@ def main(argv=None):
     log(f"model: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, vocab {cfg.vocab_size}, device {device}, "
         f"transformers attention {args.attn}")
     sels = Selections(args.tokens, args.batch, args.min_select, args.max_select, args.pad, args.seed)
-    failures, times, report = [], {}, {}
+    failures, times, report, upload_info = [], {}, {}, None
     rig = CbRig(args, sels)
     checker = RowChecker(rig)
     ctx = torch.cuda.stream(rig.main) if rig.cuda else contextlib.nullcontext()
@@ -221,7 +221,8 @@ def main(argv=None):
                    "min_select": args.min_select, "max_select": args.max_select, "presets": presets,
                    "contestants": sorted(kinds), "ring_mib": args.ring_mib, "publish_every": args.publish_every,
                    "size_slots": args.size_slots, "upload": args.upload, "upload_info": upload_info,
-                   "check": args.check, "fault": args.fault, "graph": rig.cuda, "channel_close_clean": report.get("clean")},
+                   "check": args.check, "fault": args.fault, "graph": rig.cuda,
+                   "channel_close_clean": report.get("clean")},
         "failures": failures,
     })
     summary(result, checker, failures)
