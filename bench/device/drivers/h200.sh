@@ -2,11 +2,12 @@
 # Build, test and benchmark ferry on the lent H200 (device tool). Writes logs and JSON under $OUT.
 # Usage (from the repo root on the device machine):
 #   bash bench/device/drivers/h200.sh [steps...]   steps: tests memcheck synccheck initcheck bench stress python qwen3
-#                                          stepprobe select
+#                                          qwen3cb stepprobe select
 #                                          (default: tests memcheck synccheck initcheck bench)
 # python: the Python package with the CUDA backend (+ the torch ops where torch imports), its pytest suite on
 # the GPU (pytest_gpu.log); qwen3: bench/torch/qwen3_capture.py, the Qwen3-0.6B-shaped decode benchmark
-# (torch_qwen3.json, bench_qwen3.log).
+# (torch_qwen3.json, bench_qwen3.log); qwen3cb: bench/torch/qwen3_cb.py, selective capture under continuous
+# batching at B=64 (qwen3_cb.json, bench_qwen3_cb.log; FERRY_QWEN3CB_ARGS, FERRY_QWEN3CB_TIMEOUT default 240 s).
 # Output names are the ones docs/perf/h200 keeps (bench_d2h.log, d2h.json, ..., ctest_gpu.log,
 # sanitizers.txt, gpu_stress.{json,log}); bench/device/drivers/publish.sh copies them there.
 # FERRY_BENCH (d2h, h2d or both), FERRY_BENCH_ARGS (e.g. --benchmark_filter=...), FERRY_BENCH_TIMEOUT
@@ -23,7 +24,7 @@ export FERRY_DATE=${FERRY_DATE:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 jobs=$(nproc)
 py_flags=()
-if has python || has qwen3 || has stepprobe; then
+if has python || has qwen3 || has qwen3cb || has stepprobe; then
   py_flags=(-DFERRY_BUILD_PYTHON=ON -DFERRY_PYTHON_CUDA=ON "-DPython_EXECUTABLE=$(python3 -c 'import sys; print(sys.executable)')")
 fi
 cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
@@ -77,6 +78,15 @@ if has qwen3; then
   PYTHONPATH=$PWD/build-h200/src/python FERRY_COMMAND="$cmd" timeout "${FERRY_QWEN3_TIMEOUT:-420}" $cmd \
     > "$OUT/bench_qwen3.log" 2>&1 || rc=1
   tail -30 "$OUT/bench_qwen3.log"
+fi
+if has qwen3cb; then
+  # selective capture under continuous batching (issue 27): ferry rows vs capture-all-then-select-on-the-CPU vs
+  # torch index_select + pinned copies, B=64 graphed decode; every delivered row checked (about 1-2 minutes)
+  cmd="python3 bench/torch/qwen3_cb.py --out $OUT/qwen3_cb.json ${FERRY_QWEN3CB_ARGS:-}"
+  # shellcheck disable=SC2086
+  PYTHONPATH=$PWD/build-h200/src/python FERRY_COMMAND="$cmd" timeout "${FERRY_QWEN3CB_TIMEOUT:-240}" $cmd \
+    > "$OUT/bench_qwen3_cb.log" 2>&1 || rc=1
+  tail -20 "$OUT/bench_qwen3_cb.log"
 fi
 if has stepprobe; then
   # where the capture cost of the graphed decode step goes (bench/torch/step_probe.py; step_probe.json)

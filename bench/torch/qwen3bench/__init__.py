@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The pieces of the bench/torch programs (qwen3_capture.py, step_probe.py, capture_cost.py), one concern each:
+"""The pieces of the bench/torch programs (qwen3_capture.py, qwen3_cb.py, step_probe.py, capture_cost.py), one
+concern each:
 
   model         the Qwen3-0.6B-shaped transformers model, its static KV cache and the decode step (and the step
                 captured into a CUDA graph)
@@ -12,6 +13,11 @@
   h2d           qwen3_capture's H2D decode-metadata comparison
   timing        the round-robin timing loop and its clock
   meta          run metadata (device, commit, date, command), the JSON writing and the log
+  cb            qwen3_cb's harness: the steps' selections, their ferry.Publisher upload, the channel and its
+                consumer thread
+  cb_contestants  qwen3_cb's contestants (none, ferry rows, cpu_select, torch_select), each ferry one with its
+                witness
+  cb_check      qwen3_cb's check: every delivered row against its witness, and its attribution
 
 The scripts put their own directory on sys.path (python runs them that way), so ``import qwen3bench`` works.
 """
