@@ -16,22 +16,65 @@ namespace ferry::python {
 
 namespace {
 
+/// An array argument as the selection kernel reads it: its address, first dimension, element bits, byte size.
+struct rows_arg {
+  const void* data{nullptr};
+  std::uint64_t len{0};
+  std::uint64_t nbytes{0};
+  std::uint32_t bits{0};
+  std::size_t ndim{0};
+  bool integer{false};
+  std::string dtype;  ///< for messages
+};
+
+/// A plain torch.Tensor on the channel's device read through its attributes (torch_fast_bytes, then shape and
+/// dtype), never through __dlpack__: torch's __dlpack__ makes the legacy default stream wait for the current
+/// one, which invalidates a CUDA graph capture (capture_rows inside torch.cuda.graph). False: not one.
+template <class B>
+bool torch_rows_arg(nb::handle obj, int device, rows_arg& out)
+{
+  array_bytes ab;
+  if (!torch_fast_bytes<B>(obj, device, ab)) { return false; }
+  const nb::object shape = nb::steal(PyObject_GetAttrString(obj.ptr(), "shape"));  // torch.Size: ints
+  const nb::object dtype = nb::steal(PyObject_GetAttrString(obj.ptr(), "dtype"));
+  const nb::object dts = dtype.is_valid() ? nb::steal(PyObject_Str(dtype.ptr())) : nb::object();
+  const char* dtc = dts.is_valid() ? PyUnicode_AsUTF8(dts.ptr()) : nullptr;
+  if (!shape.is_valid() || dtc == nullptr) { throw nb::python_error(); }
+  const std::string dt = dtc;
+  out.data = ab.data;
+  out.nbytes = ab.nbytes;
+  out.ndim = static_cast<std::size_t>(PySequence_Size(shape.ptr()));
+  out.len = 0;
+  if (out.ndim > 0) {
+    const nb::object first = nb::steal(PySequence_GetItem(shape.ptr(), 0));
+    out.len = first.is_valid() ? PyLong_AsUnsignedLongLong(first.ptr()) : 0;
+    if (PyErr_Occurred() != nullptr) { throw nb::python_error(); }
+  }
+  out.integer = dt == "torch.int32" || dt == "torch.int64";
+  out.bits = dt == "torch.int64" ? 64 : 32;
+  out.dtype = dt;
+  return true;
+}
+
 /// A 1-D C-contiguous index array in backend B's device memory of `device`, of int32 (or int64 where `wide`).
 template <class B>
-any_array index_array(nb::handle obj, int device, const char* name, bool wide)
+rows_arg index_array(nb::handle obj, int device, const char* name, bool wide)
 {
   const std::string who = std::string{"Channel.capture_rows: "} + name;
-  any_array a = as_array(obj, who.c_str());
-  check_device_array<B>(a, device, who);
-  const auto d = a.dtype();
-  const bool ok = static_cast<nb::dlpack::dtype_code>(d.code) == nb::dlpack::dtype_code::Int &&
-                  (d.bits == 32 || (wide && d.bits == 64)) && d.lanes == 1;
-  if (a.ndim() != 1 || !ok) {
-    throw nb::type_error(("ferry: " + who + ": expected a 1-D " + (wide ? "int32 or int64" : "int32") +
-                          " array, got a " + std::to_string(a.ndim()) + "-d " + dtype_str(d) + " one")
+  rows_arg r;
+  if (!torch_rows_arg<B>(obj, device, r)) {
+    any_array a = as_array(obj, who.c_str());
+    check_device_array<B>(a, device, who);
+    const auto d = a.dtype();
+    r = {a.data(), a.ndim() > 0 ? a.shape(0) : 0, a.nbytes(), d.bits, a.ndim(),
+         static_cast<nb::dlpack::dtype_code>(d.code) == nb::dlpack::dtype_code::Int && d.lanes == 1, dtype_str(d)};
+  }
+  if (r.ndim != 1 || !r.integer || !(r.bits == 32 || (wide && r.bits == 64))) {
+    throw nb::type_error(("ferry: " + who + ": expected a 1-D " + (wide ? "int32 or int64" : "int32") + " array, got a " +
+                          std::to_string(r.ndim) + "-d " + r.dtype + " one")
                            .c_str());
   }
-  return a;
+  return r;
 }
 
 nb::handle kw(const nb::kwargs& k, const char* name)
@@ -55,10 +98,14 @@ void py_channel<B>::capture_rows(std::uint32_t hook, nb::handle tensor, const nb
     }
   }
   auto s = resolve_stream<B>(kw(k, "stream"), dev_, what);
-  any_array t = as_array(tensor, what);
-  check_device_array<B>(t, dev_, std::string{what} + " (hook " + std::to_string(hook) + ")");
-  const std::uint64_t n_rows = t.ndim() > 0 ? t.shape(0) : 0;
-  const std::uint64_t row_bytes = n_rows > 0 ? t.nbytes() / n_rows : 0;
+  rows_arg t;
+  if (!torch_rows_arg<B>(tensor, dev_, t)) {  // not a plain torch tensor (or one the fast path leaves): DLPack
+    const array_bytes ab = tensor_bytes<B>(tensor, dev_, what, hook);  // its checks (device, layout, conj bits)
+    any_array a = as_array(tensor, what);
+    t = {ab.data, a.ndim() > 0 ? a.shape(0) : 0, ab.nbytes, 0, a.ndim(), false, {}};
+  }
+  const std::uint64_t n_rows = t.len;
+  const std::uint64_t row_bytes = n_rows > 0 ? t.nbytes / n_rows : 0;
   const nb::handle rows = kw(k, "rows");
   const nb::handle qsl = kw(k, "query_start_loc");
   const nb::handle req = kw(k, "requests");
@@ -72,18 +119,18 @@ void py_channel<B>::capture_rows(std::uint32_t hook, nb::handle tensor, const nb
   fd::row_selection sel;
   std::uint64_t items = 0;
   if (!rows.is_none()) {
-    any_array r = index_array<B>(rows, dev_, "rows", true);
-    items = r.shape(0);
-    sel = r.dtype().bits == 64 ? fd::row_selection::rows(static_cast<const std::int64_t*>(r.data()), items)
-                               : fd::row_selection::rows(static_cast<const std::int32_t*>(r.data()), items);
+    const rows_arg r = index_array<B>(rows, dev_, "rows", true);
+    items = r.len;
+    sel = r.bits == 64 ? fd::row_selection::rows(static_cast<const std::int64_t*>(r.data), items)
+                       : fd::row_selection::rows(static_cast<const std::int32_t*>(r.data), items);
     keep.append(rows);
   } else {
-    any_array q = index_array<B>(qsl, dev_, "query_start_loc", false);
-    any_array r = index_array<B>(req, dev_, "requests", false);
-    items = r.shape(0);
-    const auto n_req = static_cast<std::uint32_t>(q.shape(0) > 0 ? q.shape(0) - 1 : 0);
-    const auto* qp = static_cast<const std::int32_t*>(q.data());
-    const auto* rp = static_cast<const std::int32_t*>(r.data());
+    const rows_arg q = index_array<B>(qsl, dev_, "query_start_loc", false);
+    const rows_arg r = index_array<B>(req, dev_, "requests", false);
+    items = r.len;
+    const auto n_req = static_cast<std::uint32_t>(q.len > 0 ? q.len - 1 : 0);
+    const auto* qp = static_cast<const std::int32_t*>(q.data);
+    const auto* rp = static_cast<const std::int32_t*>(r.data);
     if (window.is_none()) {
       sel = fd::row_selection::last_token(qp, n_req, rp, items);
     } else {
@@ -110,17 +157,17 @@ void py_channel<B>::capture_rows(std::uint32_t hook, nb::handle tensor, const nb
                   "Channel.capture_rows (hook {}): expected count <= the {} selected items given, got {}", hook, items,
                   sel.count);
   } else if (!count.is_none()) {
-    any_array c = index_array<B>(count, dev_, "count", false);
+    const rows_arg c = index_array<B>(count, dev_, "count", false);
     const nb::handle mc = kw(k, "max_count");
     uint_arg m;
     if (!mc.is_none() && !nb::try_cast(mc, m)) {
       throw nb::type_error(("ferry: Channel.capture_rows: expected max_count an int, got " + type_of(mc)).c_str());
     }
-    sel = sel.counted_on_device(static_cast<const std::int32_t*>(c.data()), mc.is_none() ? items : m.get(what, "max_count"));
+    sel = sel.counted_on_device(static_cast<const std::int32_t*>(c.data), mc.is_none() ? items : m.get(what, "max_count"));
     keep.append(count);
   }
   fd::source_owner owner = py_source::make<B>(keep, array_bytes{}.dl, deferred);
-  capture_rows_core(hook, t.data(), n_rows, row_bytes, sel, s, std::move(owner), deferred);
+  capture_rows_core(hook, t.data, n_rows, row_bytes, sel, s, std::move(owner), deferred);
 }
 
 /// The C ABI's capture_rows (capi.cpp): the stream resolved as capture_raw resolves it.
