@@ -150,7 +150,10 @@ void py_channel<B>::capture_rows(std::uint32_t hook, nb::handle tensor, const nb
   }
   const nb::handle count = kw(k, "count");
   uint_arg n;
-  if (!count.is_none() && nb::try_cast(count, n)) {
+  // An array (anything with __dlpack__) is a device count: never converted as an int, whose __index__ on a
+  // one-element torch CUDA tensor is .item(), a device-to-host sync that invalidates a graph capture.
+  const bool array = !count.is_none() && PyObject_HasAttrString(count.ptr(), "__dlpack__") != 0;
+  if (!count.is_none() && !array && nb::try_cast(count, n)) {
     sel.count = n.get(what, "count");
     sel.max_count = sel.count;
     FERRY_EXPECTS(sel.count <= items, ferry::logic_error,

@@ -134,3 +134,28 @@ def test_a_torch_selection_written_before_the_deferred_flush_is_refused(make_cha
         ch.flush(s)
     ch.abort_forward(s)
     ch.close()
+
+
+def test_a_torch_count_tensor_is_a_device_count_never_an_int(make_channel, drain):
+    """count= a one-element torch tensor is read by the kernel (a device count, bound max_count or the items):
+    never converted through __index__ (on a CUDA tensor .item(), a sync that invalidates a graph capture)."""
+    torch = pytest.importorskip("torch")
+
+    class NoIndex(torch.Tensor):
+        def __index__(self):
+            raise AssertionError("count converted as an int")
+
+    ch = make_channel(size_slots=16)
+    s = ferry.Stream(backend="host")
+    x = _source()
+    rows = torch.tensor([5, 6, 7, 8], dtype=torch.int32)
+    ch.begin_forward(s)
+    ch.capture_rows(1, x, rows=rows, count=torch.tensor([2], dtype=torch.int32), stream=s)
+    ch.capture_rows(2, x, rows=rows, count=torch.tensor([3], dtype=torch.int32).as_subclass(NoIndex), stream=s)
+    ch.end_forward(s)
+    a, b = drain(ch, 2)
+    assert (a.rows, a.reserved, b.rows) == (2, 4 * 48, 3)  # the bound reserved: the items given
+    np.testing.assert_array_equal(a.numpy().view(np.float32).reshape(-1, 12), x[[5, 6]])
+    a.release()
+    b.release()
+    assert ch.close()["clean"]
