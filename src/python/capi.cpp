@@ -220,8 +220,9 @@ void unregister_channel(std::uint64_t handle)
 
 std::function<void(fd::entry_view&&)> sink_callback(nb::handle capsule)
 {
+  if (auto cb = sink_view_callback(capsule)) { return cb; }  // ferry.sinks.*: C++ takes the views itself
   FERRY_EXPECTS(PyCapsule_CheckExact(capsule.ptr()) != 0 && PyCapsule_IsValid(capsule.ptr(), FERRY_SINK_NAME) != 0,
-                ferry::logic_error, "Channel: expected sink to be a PyCapsule named '{}', got {}", FERRY_SINK_NAME,
+                ferry::logic_error, "Channel: expected sink to be a ferry.sinks sink or a PyCapsule named '{}', got {}", FERRY_SINK_NAME,
                 type_of(capsule));
   const auto* s = static_cast<const ferry_sink*>(PyCapsule_GetPointer(capsule.ptr(), FERRY_SINK_NAME));
   FERRY_EXPECTS(s != nullptr && s->fn != nullptr && s->version == FERRY_SINK_VERSION, ferry::logic_error,

@@ -54,8 +54,12 @@ struct channel_calls {
 [[nodiscard]] std::uint64_t register_channel(const channel_calls& c);
 /// Unregisters `handle` and waits for its C ABI calls in flight (capi.cpp).
 void unregister_channel(std::uint64_t handle);
-/// The "ferry.sink" capsule's consumer as a channel callback (capi.cpp).
-[[nodiscard]] std::function<void(fd::entry_view&&)> sink_callback(nb::handle capsule);
+/// Channel(sink=...)'s consumer as a channel callback (capi.cpp): a sink of this module (sink_view_callback),
+/// or a "ferry.sink" capsule's.
+[[nodiscard]] std::function<void(fd::entry_view&&)> sink_callback(nb::handle sink);
+/// The callback of a sink object of this module (ferry.sinks: entry views handed over as they are), or an
+/// empty function when `obj` is not one (sink.cpp).
+[[nodiscard]] std::function<void(fd::entry_view&&)> sink_view_callback(nb::handle obj);
 
 template <class B>
 class py_channel {

@@ -5,6 +5,7 @@
 
 #include <ferry/d2h/errors.hpp>
 #include <ferry/error.hpp>
+#include <ferry/sink/errors.hpp>
 
 #include <string>
 
@@ -14,6 +15,7 @@ int status_of(const std::exception& e) noexcept
 {
   if (dynamic_cast<const ferry::d2h::shutdown_error*>(&e) != nullptr) { return FERRY_ERR_SHUTDOWN; }
   if (dynamic_cast<const ferry::d2h::size_overflow_error*>(&e) != nullptr) { return FERRY_ERR_SIZE_OVERFLOW; }
+  if (dynamic_cast<const ferry::sink::io_error*>(&e) != nullptr) { return FERRY_ERR_IO; }
   if (dynamic_cast<const ferry::logic_error*>(&e) != nullptr) { return FERRY_ERR_LOGIC; }
   if (dynamic_cast<const ferry::out_of_memory*>(&e) != nullptr) { return FERRY_ERR_OOM; }
   if (dynamic_cast<const ferry::timeout_error*>(&e) != nullptr) { return FERRY_ERR_TIMEOUT; }
@@ -56,6 +58,7 @@ void init_errors(nb::module_& m)
     {FERRY_ERR_BACKEND, "A backend (CUDA, host) call failed.", nullptr},
     {FERRY_ERR_SHUTDOWN, "Channel.close() could not drain every reserved entry; .report lists them.", nullptr},
     {FERRY_ERR_SIZE_OVERFLOW, "A dynamic entry's GPU-resolved size exceeded its reservation.", nullptr},
+    {FERRY_ERR_IO, "A sink's file operation failed (errno: .errno; ferry.sinks).", PyExc_OSError},
   };
   for (const auto& s : specs) { make(s.status, s.doc, t[FERRY_ERR_OTHER], s.extra_base); }
 
@@ -66,6 +69,10 @@ void init_errors(nb::module_& m)
       nb::object inst = nb::handle(exception_of(FERRY_ERR_SHUTDOWN))(err.what());
       inst.attr("report") = report_dict(err.report());
       PyErr_SetObject(exception_of(FERRY_ERR_SHUTDOWN), inst.ptr());
+    } catch (const ferry::sink::io_error& err) {
+      // an OSError: .errno is the errno, str() the message
+      nb::object inst = nb::handle(exception_of(FERRY_ERR_IO))(err.code(), err.what());
+      PyErr_SetObject(exception_of(FERRY_ERR_IO), inst.ptr());
     } catch (const ferry::error& err) {
       set_python_error(status_of(err), err.what());
     }

@@ -38,7 +38,9 @@ typedef enum ferry_status {
   FERRY_ERR_BACKEND = 5,     /**< ferry.BackendError */
   FERRY_ERR_OTHER = 6,       /**< ferry.Error or an unknown exception */
   FERRY_ERR_SHUTDOWN = 7,    /**< ferry.ShutdownError: close() could not drain every reserved entry */
-  FERRY_ERR_SIZE_OVERFLOW = 8 /**< ferry.SizeOverflowError: a dynamic entry's size exceeded its reservation */
+  FERRY_ERR_SIZE_OVERFLOW = 8, /**< ferry.SizeOverflowError: a dynamic entry's size exceeded its reservation */
+  FERRY_ERR_IO = 9            /**< ferry.IOError (an OSError): a sink's file operation failed (appended: callers
+                                   built against an older header see it as ferry.Error) */
 } ferry_status;
 
 /** The name of the ferry exception class of `status` ("LogicError", ...; "Error" for any other), the one
@@ -53,6 +55,7 @@ static inline const char* ferry_status_name(int status)
     case FERRY_ERR_BACKEND: return "BackendError";
     case FERRY_ERR_SHUTDOWN: return "ShutdownError";
     case FERRY_ERR_SIZE_OVERFLOW: return "SizeOverflowError";
+    case FERRY_ERR_IO: return "IOError";
     default: return "Error";
   }
 }

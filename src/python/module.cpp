@@ -13,6 +13,7 @@ namespace fp = ferry::python;
 namespace ferry::python {
 void init_capi(nb::module_& m);         // capi.cpp
 void init_d2h_fields(nb::module_& m);   // d2h_config.cpp
+void init_sink(nb::module_& m);         // sink.cpp
 }  // namespace ferry::python
 
 namespace {
@@ -45,6 +46,7 @@ NB_MODULE(_ferry, m)
   fp::init_d2h_fields(m);
   fp::init_h2d_types(m);
   fp::init_capi(m);
+  fp::init_sink(m);
 
   nb::module_ host = m.def_submodule("host", "The host-emulated backend (no GPU needed).");
   init_backend<ferry::backend::host_backend>(host);

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-# Runs every ```python block of docs/api/python.md (and of README.md), in order and in one namespace per
-# document, on the host backend. Tagged blocks need more: ```python torch runs where torch and transformers
+# Runs every ```python block of docs/api/python.md and docs/api/sinks.md (and of README.md), in order and in one
+# namespace per document, on the host backend. Tagged blocks need more: ```python torch runs where torch and transformers
 # import (CI installs them), ```python gpu where the CUDA backend has a GPU (the H200 run); otherwise they are
 # skipped and the test says so. ```c blocks are compiled (syntax only) against src/python/ferry_capi.h.
 import gc
@@ -16,6 +16,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "api" / "python.md"
+SINKS = ROOT / "docs" / "api" / "sinks.md"
 README = ROOT / "README.md"
 
 
@@ -74,6 +75,21 @@ def test_doc_snippets_run(monkeypatch):
     gc.collect()
     if skipped:
         pytest.skip(f"ran the other blocks; skipped blocks {', '.join(skipped)}: torch/transformers or a GPU missing")
+
+
+def test_sinks_doc_snippets_run(monkeypatch):
+    monkeypatch.setenv("FERRY_PYTHON_BACKEND", "host")
+    found = tagged_blocks(SINKS)
+    assert len(found) >= 2, "docs/api/sinks.md has python blocks (the sink, the reader)"
+    ns = {"__name__": "sinks_md"}
+    for i, (tag, code) in enumerate(found):
+        assert not tag, f"docs/api/sinks.md python block {i}: expected an untagged block (host backend), got {tag!r}"
+        try:
+            exec(compile(code, f"{SINKS.name}[python block {i}]", "exec"), ns)
+        except Exception as err:  # name the block that failed
+            pytest.fail(f"docs/api/sinks.md python block {i} failed: {err!r}\n{code}")
+    ns.clear()
+    gc.collect()
 
 
 def test_doc_c_snippets_compile(tmp_path):

@@ -100,6 +100,8 @@ TEST(SinkUnits, SchemaShapesAndRefusals)
          "expected a row of at most 2^64 - 1 bytes");
   refuse([&] { fd::hook_schema{s}.add(fd::hook_id{7}, "a#1", fd::dtype::f32); }, "without control characters or '#'");
   refuse([&] { fd::hook_schema{s}.add(fd::hook_id{7}, "a\nb", fd::dtype::f32); }, "\"a\\x0ab\"");
+  refuse([&] { fd::hook_schema{s}.add(fd::hook_id{7}, "a\xff", fd::dtype::f32); }, "expected a UTF-8 name (it is written into JSON), got byte 0xff at 1");
+  EXPECT_NO_THROW(fd::hook_schema{s}.add(fd::hook_id{7}, "couche.\xc3\xa9t\xc3\xa9", fd::dtype::f32));
   EXPECT_EQ(s.size(), 2U);
 }
 

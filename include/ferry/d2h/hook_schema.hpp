@@ -76,6 +76,10 @@ class hook_schema {
                   "hook schema: hook {} \"{}\": expected a name without control characters or '#', got character "
                   "{:#04x} at {}", id.value, printable(name), static_cast<unsigned>(static_cast<unsigned char>(*bad)),
                   bad - name.begin());
+    const std::size_t bad_utf8 = utf8_error(name);
+    FERRY_EXPECTS(bad_utf8 == name.size(), schema_error,
+                  "hook schema: hook {} \"{}\": expected a UTF-8 name (it is written into JSON), got byte {:#04x} at {}",
+                  id.value, printable(name), static_cast<unsigned>(static_cast<unsigned char>(name[bad_utf8])), bad_utf8);
     const auto it = std::lower_bound(hooks_.begin(), hooks_.end(), id.value,
                                      [](const hook_spec& h, std::uint32_t v) { return h.id.value < v; });
     FERRY_EXPECTS(it == hooks_.end() || it->id != id, schema_error,
@@ -178,13 +182,30 @@ class hook_schema {
   }
 
  private:
-  /// `s` with its control characters escaped (a refused name is quoted in a message).
+  /// The offset of the first byte of `s` that is not valid UTF-8 (s.size(): none).
+  static std::size_t utf8_error(std::string_view s) noexcept
+  {
+    std::size_t i = 0;
+    while (i < s.size()) {
+      const auto c = static_cast<unsigned char>(s[i]);
+      const std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 && c >= 0xC2 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E && c <= 0xF4 ? 4 : 0;
+      if (n == 0 || i + n > s.size()) { return i; }
+      for (std::size_t k = 1; k < n; ++k) {
+        if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) { return i; }
+      }
+      i += n;
+    }
+    return s.size();
+  }
+  /// `s` with its control characters (and, if it is not UTF-8, its non-ASCII bytes) escaped: a refused name
+  /// is quoted in a message, which stays UTF-8.
   static std::string printable(std::string_view s)
   {
+    const bool utf8 = utf8_error(s) == s.size();
     std::string t;
     for (const char c : s) {
       const auto u = static_cast<unsigned char>(c);
-      t += u < 0x20 || u == 0x7f ? ferry::detail::format("\\x{:02x}", static_cast<unsigned>(u)) : std::string(1, c);
+      t += u < 0x20 || u == 0x7f || (u >= 0x80 && !utf8) ? ferry::detail::format("\\x{:02x}", static_cast<unsigned>(u)) : std::string(1, c);
     }
     return t;
   }

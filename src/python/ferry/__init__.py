@@ -23,6 +23,7 @@ from ._ferry import (  # noqa: F401  (re-exported)
     Entry,
     Error,
     InvalidatedError,
+    IOError,
     LogicError,
     OutOfMemory,
     Plan,
@@ -31,11 +32,14 @@ from ._ferry import (  # noqa: F401  (re-exported)
     TimeoutError,
 )
 from .h2d import h2d_producer  # noqa: F401  (re-exported)
+from . import shards, sinks  # noqa: F401,E402  (ferry.sinks.safetensors, ferry.shards.open)
+
+__version__ = _ferry.version
 
 __all__ = [
-    "BackendError", "Buffer", "Channel", "Entry", "Error", "Graph", "InvalidatedError", "LogicError",
+    "BackendError", "Buffer", "Channel", "Entry", "Error", "Graph", "IOError", "InvalidatedError", "LogicError",
     "OutOfMemory", "Plan", "Producer", "Publisher", "ShutdownError", "SizeOverflowError", "Slot", "Stream",
-    "TimeoutError", "available_backends", "default_backend", "h2d_producer",
+    "TimeoutError", "available_backends", "default_backend", "h2d_producer", "shards", "sinks",
 ]
 
 _BACKENDS = ("auto", "host", "cuda")
@@ -99,7 +103,8 @@ class Channel(_Factory):
     begin_forward(stream), capture(hook, tensor, stream), end_forward(stream) -> Plan, plan(plan),
     poll(max_entries=1024, timeout=0.0) -> list[Entry], stats() -> dict, close(timeout=None) -> dict.
     ``handle``: the integer handle for native code (torch.ops.ferry.capture, ferry_capi.h); ``sink``: a
-    "ferry.sink" capsule, a native consumer that gets every entry instead of poll().
+    ``ferry.sinks`` sink (e.g. ``ferry.sinks.safetensors(...)``) or a "ferry.sink" capsule, a native consumer
+    that gets every entry instead of poll().
     """
 
     _name = "Channel"

@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: Apache-2.0
+// ferry.sinks.safetensors' native half: _ferry.SafetensorsSink, a thin handle on ferry::sink::safetensors
+// (sink/safetensors.hpp): conversion only (the schema from (hook, name, dtype, row_shape) tuples, the knobs,
+// the counters as a dict). Channel(sink=...) hands it entry views directly (sink_view_callback): the drain
+// thread calls the C++ sink, no Python and no GIL per entry. ferry/sinks.py is the Python face.
+#include "d2h_channel.hpp"
+
+#include <ferry/sink/safetensors.hpp>
+#include <ferry/version.hpp>
+
+#include <nanobind/stl/tuple.h>
+
+#include <chrono>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace ferry::python {
+
+namespace {
+
+namespace fk = ferry::sink;
+
+struct py_sink {
+  fk::safetensors s;
+  explicit py_sink(fk::safetensors_config c) : s{std::move(c)} {}
+};
+
+using hook_tuple = std::tuple<uint_arg, std::string, std::string, std::vector<uint_arg>>;
+
+fk::safetensors_config config_of(const std::string& directory, const std::vector<hook_tuple>& schema, uint_arg shard_bytes,
+                                 uint_arg max_queue_bytes, const std::string& policy, double block_timeout, bool fsync,
+                                 bool overwrite)
+{
+  const char* who = "ferry.sinks.safetensors";
+  fk::safetensors_config c;
+  c.directory = directory;
+  for (const auto& [id, name, dtype, shape] : schema) {
+    std::vector<std::uint64_t> dims;
+    for (const auto& d : shape) { dims.push_back(d.get(who, "a row dimension")); }
+    c.schema.add(fd::hook_id{static_cast<std::uint32_t>(id.get(who, "a hook id", UINT32_MAX))}, name, dtype, std::move(dims));
+  }
+  c.shard_bytes = shard_bytes.get(who, "shard_bytes");
+  c.max_queue_bytes = max_queue_bytes.get(who, "max_queue_bytes");
+  FERRY_EXPECTS(policy == "block" || policy == "drop", ferry::logic_error,
+                "{}: expected policy 'block' or 'drop', got '{}'", who, policy);
+  c.policy = policy == "block" ? fk::queue_policy::block : fk::queue_policy::drop;
+  FERRY_EXPECTS(block_timeout >= 0.0 && block_timeout < 1e9, ferry::logic_error,
+                "{}: expected block_timeout >= 0 s, got {}", who, block_timeout);
+  c.block_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(block_timeout * 1000.0));
+  c.fsync = fsync;
+  c.overwrite = overwrite;
+  return c;
+}
+
+nb::dict stats_dict(const fk::safetensors_stats& st)
+{
+  nb::dict d;
+  fk::for_each_stat(st, [&](const char* name, const auto& v) {
+    using T = std::remove_cvref_t<decltype(v)>;
+    if constexpr (std::is_same_v<T, std::string>) {
+      d[name] = v.empty() ? nb::none() : nb::cast(v);
+    } else {
+      d[name] = v;
+    }
+  });
+  return d;
+}
+
+}  // namespace
+
+std::function<void(fd::entry_view&&)> sink_view_callback(nb::handle obj)
+{
+  py_sink* p = nullptr;
+  if (!nb::try_cast<py_sink*>(obj, p) || p == nullptr) { return {}; }
+  return p->s.callback();
+}
+
+void init_sink(nb::module_& m)
+{
+  m.attr("version") = std::string{ferry::version};
+  nb::list names;
+  fk::safetensors_stats st;
+  fk::for_each_stat(st, [&](const char* name, const auto&) { names.append(name); });
+  m.attr("sink_stats") = nb::tuple(names);
+
+  nb::class_<py_sink>(m, "SafetensorsSink",
+                      "A D2H sink writing safetensors shards and index.json (ferry.sinks.safetensors builds one).")
+    .def(
+      "__init__",
+      [](py_sink* self, const std::string& directory, const std::vector<hook_tuple>& schema, uint_arg shard_bytes,
+         uint_arg max_queue_bytes, const std::string& policy, double block_timeout, bool fsync, bool overwrite) {
+        auto c = config_of(directory, schema, shard_bytes, max_queue_bytes, policy, block_timeout, fsync, overwrite);
+        gil_release g;  // prepares the directory, writes the first index
+        new (self) py_sink(std::move(c));
+      },
+      nb::arg("directory"), nb::arg("schema"), nb::kw_only(), nb::arg("shard_bytes"), nb::arg("max_queue_bytes"),
+      nb::arg("policy"), nb::arg("block_timeout"), nb::arg("fsync"), nb::arg("overwrite"))
+    .def(
+      "flush",
+      [](py_sink& p) {
+        gil_release g;
+        p.s.flush();
+      },
+      "Completes the open forward and publishes the shard being written (call it between forwards).")
+    .def("stats", [](const py_sink& p) { return stats_dict(p.s.stats()); })
+    .def(
+      "close",
+      [](py_sink& p) {
+        fk::safetensors_stats st;
+        {
+          gil_release g;
+          st = p.s.close();
+        }
+        return stats_dict(st);
+      },
+      "Publishes the last shard, marks index.json complete, stops the writer; raises the first error kept.")
+    .def_prop_ro("closed", [](const py_sink& p) { return p.s.closed(); })
+    .def_prop_ro("directory", [](const py_sink& p) { return p.s.cfg().directory.string(); })
+    .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+    .def("__exit__", [](py_sink& p, nb::args exc) {
+      // closes the sink; an error of the with-body is not masked by a close() error
+      if (p.s.closed()) { return; }
+      const bool clean = nb::len(exc) == 0 || exc[0].is_none();
+      gil_release g;
+      if (clean) {
+        (void)p.s.close();
+        return;
+      }
+      try {
+        (void)p.s.close();
+      } catch (const std::exception&) {
+      }
+    });
+}
+
+}  // namespace ferry::python
