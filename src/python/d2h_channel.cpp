@@ -29,8 +29,10 @@ py_channel<B>::py_channel(int device, fd::config cfg, nb::handle sink) : dev_{de
   B b{};
   b.set_device(fb::device_id{device});
   typename fd::channel<B>::callback_type cb;
+  fd::staging_memory staging;  // a sink's own staging (ferry.sinks.shm_stream: shared memory), or none
   if (sink.is_valid() && !sink.is_none()) {
     cb = sink_callback(sink);
+    staging = sink_staging(sink, b);
     sink_owner_ = nb::borrow(sink);
   }
   {
@@ -39,7 +41,7 @@ py_channel<B>::py_channel(int device, fd::config cfg, nb::handle sink) : dev_{de
     // thread, which needs the GIL (a deadlock, found by the fuzzer). Nothing here touches a Python object:
     // `cfg`, `b` and `cb` (the sink's C function and context) are plain C++.
     gil_release g;
-    ch_.emplace(cfg, b, std::move(cb));
+    ch_.emplace(cfg, b, std::move(cb), std::move(staging));
   }
   drain_released();  // sources given up meanwhile
   handle_ = register_channel(channel_calls{this, is_host<B> ? FERRY_BACKEND_HOST : FERRY_BACKEND_CUDA, device,
@@ -94,11 +96,13 @@ decltype(auto) py_channel<B>::call(const char* what, F&& f)
 }
 
 template <class B>
-void py_channel<B>::begin_forward(nb::handle stream)
+void py_channel<B>::begin_forward(nb::handle stream, std::optional<std::uint64_t> tag)
 {
   auto s = resolve_stream<B>(stream, dev_, "Channel.begin_forward");
   tie(s);
-  call("begin_forward", [&](fd::channel<B>& ch) { ch.begin_forward(s); });
+  fd::forward_meta m;
+  m.tag = tag;  // every entry's tag (entry_view::tag(); sinks name and stream entries by it)
+  call("begin_forward", [&](fd::channel<B>& ch) { ch.begin_forward(s, std::move(m)); });
   forward_stream_ = nb::borrow(stream);
 }
 

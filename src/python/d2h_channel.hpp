@@ -60,6 +60,12 @@ void unregister_channel(std::uint64_t handle);
 /// The callback of a sink object of this module (ferry.sinks: entry views handed over as they are), or an
 /// empty function when `obj` is not one (sink.cpp).
 [[nodiscard]] std::function<void(fd::entry_view&&)> sink_view_callback(nb::handle obj);
+/// The same for a ferry.sinks.shm_stream sink (shm_stream.cpp).
+[[nodiscard]] std::function<void(fd::entry_view&&)> shm_sink_callback(nb::handle obj);
+/// The staging a sink gives the channel (a shm_stream: its segment's, registered with `b`), or none
+/// (shm_stream.cpp; instantiated for the module's backends).
+template <class B>
+[[nodiscard]] fd::staging_memory sink_staging(nb::handle sink, const B& b);
 
 template <class B>
 class py_channel {
@@ -69,7 +75,8 @@ class py_channel {
   py_channel(const py_channel&) = delete;
   py_channel& operator=(const py_channel&) = delete;
 
-  void begin_forward(nb::handle stream);
+  /// `tag`: the forward's tag (forward_meta::tag; none: the forward's index).
+  void begin_forward(nb::handle stream, std::optional<std::uint64_t> tag = std::nullopt);
   [[nodiscard]] py_plan end_forward(nb::handle stream);
   /// Drops the forward open on `stream` (d2h::channel::abort_forward); returns whether one was open.
   [[nodiscard]] bool abort_forward(nb::handle stream);

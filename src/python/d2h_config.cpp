@@ -177,7 +177,15 @@ void init_d2h_channel(nb::module_& m)
         new (self) C(device, config_from(kw), sink);
       },
       nb::arg("device") = 0, nb::arg("kwargs"), nb::sig(init_signature()))
-    .def("begin_forward", &C::begin_forward, nb::arg("stream").none() = nb::none())
+    .def(
+      "begin_forward",
+      [](C& c, nb::handle s, std::optional<uint_arg> tag) {
+        c.begin_forward(s, tag ? std::optional<std::uint64_t>{tag->get("Channel.begin_forward", "tag")} : std::nullopt);
+      },
+      nb::arg("stream").none() = nb::none(), nb::kw_only(), nb::arg("tag").none() = nb::none(),
+      nb::sig("def begin_forward(self, stream: object | None = None, *, tag: int | None = None) -> None"),
+      "Opens a forward on stream; `tag` (an int): every entry's tag (ShmEntry.tag, the safetensors tensor names), "
+      "else the forward's index.")
     .def("end_forward", &C::end_forward, nb::arg("stream").none() = nb::none())
     .def("abort_forward", &C::abort_forward, nb::arg("stream").none() = nb::none(),
          "Drops the forward open on stream (the recovery after an exception inside a forward): an eager "

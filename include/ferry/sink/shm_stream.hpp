@@ -126,8 +126,9 @@ class shm_stream {
   /// The channel's callback (d2h::channel's callback_type): publishes each entry (drain thread).
   [[nodiscard]] std::function<void(d2h::entry_view&&)> callback() const;
   void operator()(d2h::entry_view&& e) const;
-  /// The segment's staging, registered with `b` (host_register) for the ONE channel that feeds this stream:
-  /// pass it to the channel's constructor. Unregistered when the channel and its last view let it go.
+  /// The segment's staging, registered with `b` (host_register) for the channel that feeds this stream: pass
+  /// it to the channel's constructor. One channel at a time: unregistered when the channel and its last view
+  /// let it go, then another channel may take it (logic_error before).
   template <class B>
   [[nodiscard]] d2h::staging_memory staging(B b) const;
   [[nodiscard]] shm_stream_stats stats() const;

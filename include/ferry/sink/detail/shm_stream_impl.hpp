@@ -25,7 +25,7 @@
 
 namespace ferry::sink::detail {
 
-class shm_stream_impl {
+class shm_stream_impl : public std::enable_shared_from_this<shm_stream_impl> {
   using clock = std::chrono::steady_clock;
   using views = std::vector<d2h::entry_view>;
 
@@ -61,12 +61,20 @@ class shm_stream_impl {
   {
     std::lock_guard lk{mu_};
     FERRY_EXPECTS(!staging_given_ && !stopping_, ferry::logic_error,
-                  "shm stream '{}': staging() expected once, for the one channel feeding an open stream, got {}",
-                  cfg_.name, stopping_ ? "a closed stream" : "a second call");
+                  "shm stream '{}': staging() expected for one channel at a time of an open stream, got {}", cfg_.name,
+                  stopping_ ? "a closed stream" : "a call while another channel (or its views) holds it");
     b.host_register(seg_->staging(), seg_->staging_bytes());
     staging_given_ = true;
+    // Unregistered once the channel and its last view let go; then another channel may take the staging.
     auto seg = seg_;
-    std::shared_ptr<void> owner(seg->staging(), [b, seg](void* p) noexcept { b.host_unregister(p); });
+    std::weak_ptr<shm_stream_impl> self = weak_from_this();
+    std::shared_ptr<void> owner(seg->staging(), [b, seg, self](void* p) noexcept {
+      b.host_unregister(p);
+      if (auto s = self.lock()) {
+        std::lock_guard l{s->mu_};
+        s->staging_given_ = false;
+      }
+    });
     return d2h::staging_memory{seg->staging(), seg->staging_bytes(), std::move(owner)};
   }
 

@@ -269,13 +269,14 @@ inline shm_stream_stats shm_stream_impl::close()
   pending_.clear();
   released_ = head_;
   lag_bytes_ = 0;
-  pool_.reset();
+  auto pool = std::move(pool_);  // its last reference may unregister the staging: not under mu_
   seg_->unlink();
   stopped_ = true;
   space_.notify_all();
   std::exception_ptr e = first_error_;
   lk.unlock();
   out.clear();
+  pool.reset();
   if (e) { std::rethrow_exception(e); }
   return stats();
 }
