@@ -433,6 +433,10 @@ TEST_F(ShmStream, MisuseIsRefused)
   cc.staging_bytes = 4096;
   EXPECT_THROW((fd::channel<B>{cc, b, stream.callback(), m}), ferry::logic_error);
   m = {};
+  {
+    fd::channel<B> next{channel_config(), b, stream.callback(), stream.staging(b)};  // free again
+    (void)next.close();
+  }
   EXPECT_THROW((void)stream.close(), ferry::logic_error);  // the refused entries' error
   auto bad = stream_config();
   bad.name = "a/b";
