@@ -284,3 +284,21 @@ def test_entries_release_by_views_and_misuse_is_refused(name, stream):
 def test_the_stream_errors_are_ferry_errors():
     for cls in (ferry.StreamBusyError, ferry.LayoutVersionError, ferry.ReaderDetachedError, ferry.ProducerGoneError):
         assert issubclass(cls, ferry.Error) and cls.__module__ == "ferry"
+
+
+def test_block_close_waits_for_a_reader_that_attaches_late(name, stream):
+    # the producer is done before the trainer started: close() (policy block) waits up to its timeout for a reader
+    # to attach and release what was published, so nothing is lost
+    sink = ferry.sinks.shm_stream(name, timeout=20)
+    ch = ferry.Channel(backend="host", ring_bytes=1 << 16, sink=sink)
+    run_forwards(ch, stream, range(3))
+    assert ch.close()["clean"]
+    reader = Reader(name)
+    try:
+        st = sink.close()  # the reader attaches meanwhile, reads to the end of the stream, releases
+        assert reader.line() == ["attached", "0"]
+        recs, _ = reader.until("ended")
+    finally:
+        reader.close()
+    expect_whole_forwards(recs, 0)
+    assert st["entries_released"] == 9 and st["unreleased_at_close"] == 0

@@ -133,8 +133,9 @@ class shm_stream {
   [[nodiscard]] d2h::staging_memory staging(B b) const;
   [[nodiscard]] shm_stream_stats stats() const;
   /// Publishes what is pending (block), marks the stream closed (the reader reads to its end), waits up to
-  /// `timeout` for the reader to release everything, then releases every view and removes the name;
-  /// idempotent. Throws the first error kept (the first call only). Close the channel first.
+  /// `timeout` for the reader to release everything (block: also for a reader still to attach; drop: only
+  /// while one is attached), then releases every view and removes the name; idempotent. Throws the first
+  /// error kept (the first call only). Close the channel first.
   shm_stream_stats close();
   [[nodiscard]] bool closed() const;
   [[nodiscard]] const shm_stream_config& cfg() const;

@@ -28,8 +28,6 @@ class shm_reader_impl : public std::enable_shared_from_this<shm_reader_impl> {
     producer_pid_ = static_cast<long>(shm::load(h_, shm::w_producer_pid));
     producer_start_ = shm::load(h_, shm::w_producer_start);
     generation_ = shm::load(h_, shm::w_generation);
-    FERRY_EXPECTS(shm::load(h_, shm::w_state) == shm::state_open, ferry::logic_error,
-                  "shm reader: stream '{}' expected open, got closed by its producer (pid {})", name, producer_pid_);
     check_producer(name);
     std::random_device rd;
     std::uint32_t nonce = 0;

@@ -251,11 +251,13 @@ inline shm_stream_stats shm_stream_impl::close()
   stopping_ = true;
   space_.notify_all();
   // Publish what is pending while a reader takes it, mark the stream closed (S5), then give the reader up to
-  // `timeout` to release what it holds; the stream thread serves it meanwhile.
+  // `timeout` to release what it holds; the stream thread serves it meanwhile. block: also a reader that has
+  // not attached yet (nothing lost); drop: only the reader attached now.
   const auto deadline = clock::now() + cfg_.timeout;
-  space_.wait_until(lk, deadline, [&] { return pending_.empty() || session_ == 0; });
+  const bool block = cfg_.policy == queue_policy::block;
+  space_.wait_until(lk, deadline, [&] { return pending_.empty() || (!block && session_ == 0); });
   shm::store(h_, shm::w_state, shm::state_closed);
-  space_.wait_until(lk, deadline, [&] { return held_.empty() || session_ == 0; });
+  space_.wait_until(lk, deadline, [&] { return held_.empty() || (!block && session_ == 0); });
   stop_thread_ = true;
   wake_.notify_all();
   lk.unlock();
