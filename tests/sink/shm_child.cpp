@@ -2,12 +2,13 @@
 // The other process of the shared-memory stream tests (shm_stream_test.cpp): a reader (or a producer) in a
 // process of its own, driven by its arguments, reporting on stdout one line per event:
 //
-//   ferry_shm_child read <name> <count> [<release_first> [<delay_us>]]
+//   ferry_shm_child read <name> <count> [<release_first> [<delay_us> [<window>]]]
 //       attaches, prints "attached <start index>", reads up to <count> entries (or to the end of the stream),
 //       each checked byte by byte against shm_pattern(tag, hook, i), printing
-//       "entry <index> <hook> <seq> <forward> <tag> <size> <status> <bytes ok 0|1>"; releases each entry at once,
-//       or, with <release_first> given, only the first <release_first> and then holds the rest and prints "holding"
-//       and sleeps (the test kills it); <delay_us>: sleep that long before each poll (a slow reader).
+//       "entry <index> <hook> <seq> <forward> <tag> <size> <status> <bytes ok 0|1>"; with <release_first> >= 0
+//       releases only the first <release_first>, holds the rest, prints "holding" and sleeps (the test kills
+//       it); else holds the last <window> entries and checks each again before releasing it; <delay_us>: sleep
+//       that long before each poll (a slow reader).
 //   ferry_shm_child stall <name> <sleep_ms>
 //       attaches, reads one entry and keeps it, prints "stalled", sleeps <sleep_ms>, then polls once and prints
 //       "detached" (reader_detached_error) or "still attached".
@@ -27,6 +28,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,37 +49,60 @@ void say(const std::string& s)
   for (;;) { std::this_thread::sleep_for(1s); }
 }
 
-void print_entry(const fk::shm_entry& e)
+/// Whether every byte of `e` is the pattern's.
+bool bytes_ok(const fk::shm_entry& e)
 {
-  bool ok = true;
-  if (e.ok()) {
-    const auto b = e.bytes();
-    for (std::size_t i = 0; i < b.size(); ++i) {
-      if (static_cast<std::uint8_t>(b[i]) != ferry::test::shm_pattern(e.tag(), e.hook().value, i)) {
-        ok = false;
-        break;
-      }
-    }
+  if (!e.ok()) { return true; }
+  const auto b = e.bytes();
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    if (static_cast<std::uint8_t>(b[i]) != ferry::test::shm_pattern(e.tag(), e.hook().value, i)) { return false; }
   }
+  return true;
+}
+
+void print_entry(const fk::shm_entry& e, bool ok)
+{
   say("entry " + std::to_string(e.index()) + " " + std::to_string(e.hook().value) + " " + std::to_string(e.seq().value) +
       " " + std::to_string(e.forward_index()) + " " + std::to_string(e.tag()) + " " + std::to_string(e.size()) + " " +
       std::to_string(static_cast<int>(e.status())) + " " + (ok ? "1" : "0"));
 }
 
-int read(const std::string& name, std::uint64_t count, long release_first, long delay_us)
+/// Reads up to `count` entries (or to the end of the stream). release_first >= 0: prints each at once, releases
+/// the first release_first and holds the rest, then sleeps. Else keeps the last `window` entries unreleased
+/// (all released when a poll finds nothing new: the producer may be waiting for them) and checks each entry's
+/// bytes twice, when read and again just before releasing it (a region the producer reused while this process
+/// still held it fails the second check), printing it then.
+int read(const std::string& name, std::uint64_t count, long release_first, long delay_us, long window)
 {
   fk::shm_reader r{name, 10s};
   say("attached " + std::to_string(r.stats().start_index));
   std::vector<fk::shm_entry> kept;
+  std::deque<std::pair<fk::shm_entry, bool>> win;
+  const auto retire = [&] {
+    auto& [e, ok] = win.front();
+    print_entry(e, ok && bytes_ok(e));
+    win.pop_front();  // released
+  };
   std::uint64_t n = 0;
   while (n < count && !r.ended()) {
     if (delay_us > 0) { std::this_thread::sleep_for(std::chrono::microseconds(delay_us)); }
-    for (auto& e : r.poll(delay_us > 0 ? 1 : std::min<std::uint64_t>(64, count - n), 100ms)) {
-      print_entry(e);
+    auto got = r.poll(delay_us > 0 ? 1 : std::min<std::uint64_t>(64, count - n), 20ms);
+    if (got.empty()) {  // nothing new: the producer may wait for what this window holds
+      while (!win.empty()) { retire(); }
+    }
+    for (auto& e : got) {
       ++n;
-      if (release_first >= 0 && static_cast<long>(n) > release_first) { kept.push_back(std::move(e)); }
+      if (release_first >= 0) {
+        print_entry(e, bytes_ok(e));
+        if (static_cast<long>(n) > release_first) { kept.push_back(std::move(e)); }
+        continue;
+      }
+      const bool ok = bytes_ok(e);
+      win.emplace_back(std::move(e), ok);
+      while (win.size() > static_cast<std::size_t>(std::max(window, 0L))) { retire(); }
     }
   }
+  while (!win.empty()) { retire(); }
   if (release_first >= 0) {
     say("holding");
     sleep_forever();
@@ -128,7 +153,9 @@ int main(int argc, char** argv)
   const std::vector<std::string> a(argv + 1, argv + argc);
   const auto num = [&](std::size_t i, long dflt) { return i < a.size() ? std::atol(a[i].c_str()) : dflt; };
   try {
-    if (a.size() >= 3 && a[0] == "read") { return read(a[1], static_cast<std::uint64_t>(num(2, 0)), num(3, -1), num(4, 0)); }
+    if (a.size() >= 3 && a[0] == "read") {
+      return read(a[1], static_cast<std::uint64_t>(num(2, 0)), num(3, -1), num(4, 0), num(5, 0));
+    }
     if (a.size() >= 3 && a[0] == "stall") {
       fk::shm_reader r{a[1], 10s};
       auto e = r.poll(1, 10s);

@@ -12,7 +12,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <deque>
 #include <optional>
 #include <string>
 #include <thread>
@@ -118,13 +121,13 @@ class ShmStream : public ::testing::Test {
   std::vector<fb::device_buffer<B>> src;
 };
 
-// The staging (64 KiB, about 13 forwards) is reused about 30 times over: a region comes back only after the reader
-// process released it, or its bytes would be overwritten before that process checked them.
+// The staging (64 KiB, about 13 forwards) is reused about 30 times over while the reader process holds its last
+// 20 entries (about 34 KiB) and checks each again before releasing it: a region reused before its release fails.
 TEST_F(ShmStream, EveryEntryReachesTheReaderProcessByteExact)
 {
   constexpr std::uint64_t F = 400;
   fk::shm_stream stream{stream_config()};
-  shm_child reader{{"read", name, std::to_string(F * shm_hooks)}};
+  shm_child reader{{"read", name, std::to_string(F * shm_hooks), "-1", "0", "30"}};  // holds 30, checks them twice
   EXPECT_EQ(reader.expect_line("attached"), "attached 0");
   fd::channel<B> ch{channel_config(), b, stream.callback(), stream.staging(b)};
   for (std::uint64_t f = 0; f < F; ++f) { forward(ch, f); }
@@ -141,6 +144,51 @@ TEST_F(ShmStream, EveryEntryReachesTheReaderProcessByteExact)
   EXPECT_EQ(st.readers_left, 1U);
   EXPECT_EQ(st.unreleased_at_close + st.dropped_entries + st.refused_entries, 0U);
   EXPECT_TRUE(st.first_error.empty()) << st.first_error;
+}
+
+// S6 directly: this process reads and holds everything the 16 KiB staging can take while a producer thread has
+// more queued in the ring, then releases one entry at a time and checks every entry it still holds after each
+// release: the drain reuses exactly the region given back (and only it), never a held one.
+TEST_F(ShmStream, AStagingRegionComesBackOnlyAfterItsRelease)
+{
+  constexpr std::uint64_t F = 40;
+  auto sc = stream_config();
+  sc.staging_bytes = 16 << 10;
+  fk::shm_stream stream{sc};
+  auto cc = channel_config();
+  cc.ring_bytes = 32 << 10;
+  fd::channel<B> ch{cc, b, stream.callback(), stream.staging(b)};
+  fk::shm_reader r{name, 5s};
+  std::thread producer{[&] {
+    for (std::uint64_t f = 0; f < F; ++f) { forward(ch, f); }
+  }};
+  std::deque<fk::shm_entry> held;
+  std::uint64_t checked = 0, next = 0, max_held = 0;
+  const auto intact = [&](const fk::shm_entry& e) {
+    const auto want = shm_entry_bytes(e.tag(), e.hook().value);
+    const auto have = e.bytes();
+    return have.size() == want.size() && std::memcmp(have.data(), want.data(), want.size()) == 0;
+  };
+  while (next < F * shm_hooks) {
+    for (auto& e : r.poll(64, held.empty() ? 2s : 5ms)) {
+      ASSERT_EQ(e.index(), next++);
+      held.push_back(std::move(e));
+    }
+    max_held = std::max<std::uint64_t>(max_held, held.size());
+    if (held.empty()) { continue; }
+    held.pop_front();  // released: its region may be reused now, and no other
+    std::this_thread::sleep_for(2ms);  // the drain copies into what came back
+    for (const auto& e : held) {
+      ASSERT_TRUE(intact(e)) << "entry " << e.index() << " was overwritten while this reader held it";
+      ++checked;
+    }
+  }
+  producer.join();
+  held.clear();
+  (void)ch.close();
+  (void)stream.close();
+  EXPECT_GE(max_held, 6U) << "the staging held several entries at once";
+  EXPECT_GT(checked, 100U);
 }
 
 // block without a reader: the drain waits `timeout` once, then keeps the entries; the reader that attaches later
