@@ -302,3 +302,32 @@ def test_block_close_waits_for_a_reader_that_attaches_late(name, stream):
         reader.close()
     expect_whole_forwards(recs, 0)
     assert st["entries_released"] == 9 and st["unreleased_at_close"] == 0
+
+
+def test_a_cuda_channel_streams_to_a_reader_process_without_a_gpu(name):
+    # the CUDA backend (the H200 run): the D2H lands in the cudaHostRegister'ed segment, read byte-exact by a
+    # process that sees no GPU (CUDA_VISIBLE_DEVICES="")
+    torch = pytest.importorskip("torch")
+    if "cuda" not in ferry.available_backends() or not torch.cuda.is_available():
+        pytest.skip("needs ferry built with FERRY_PYTHON_CUDA=ON, a GPU and torch")
+    xs = {(f, h): torch.from_numpy(data(f, h)).cuda() for f in range(100) for h in range(3)}
+    s = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with ferry.sinks.shm_stream(name, staging_bytes=64 << 10, descriptors=32) as sink:
+        reader = Reader(name, count=300)
+        try:
+            assert reader.line() == ["attached", "0"]
+            ch = ferry.Channel(0, backend="cuda", ring_bytes=1 << 20, publish_every=4, sink=sink)
+            with torch.cuda.stream(s):
+                for f in range(100):
+                    ch.begin_forward(s, tag=1000 + f)
+                    for h in range(3):
+                        ch.capture(h, xs[f, h], s)
+                    ch.end_forward(s)
+            recs, _ = reader.until("done")
+            assert ch.close()["clean"]
+        finally:
+            reader.close()
+        st = sink.close()
+    expect_whole_forwards(recs, 0)
+    assert len(recs) == 300 and st["entries_released"] == 300
