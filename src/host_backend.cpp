@@ -58,6 +58,15 @@ thread_local int tls_device = 0;
 struct allocations {
   std::mutex mu;
   std::map<std::uintptr_t, std::size_t> by_base;
+  std::map<std::uintptr_t, std::size_t> registered;  ///< host_register's ranges (also in by_base)
+  /// Whether [a, a + n) overlaps a known range (caller holds mu).
+  [[nodiscard]] bool overlaps(std::uintptr_t a, std::size_t n) const
+  {
+    auto it = by_base.lower_bound(a + n);
+    if (it == by_base.begin()) { return false; }
+    --it;
+    return it->first + it->second > a;
+  }
   [[nodiscard]] bool contains(const void* p)
   {
     const auto a = reinterpret_cast<std::uintptr_t>(p);
@@ -487,6 +496,31 @@ void host_backend::free_pinned(void* p) const noexcept
   aligned_free(p);
 }
 void* host_backend::mapped_device_pointer(void* pinned) const { return pinned; }
+void host_backend::host_register(void* p, std::size_t bytes) const
+{
+  if (p == nullptr || bytes == 0) {
+    host_fail(1, "invalid_value", "host_register", ferry::detail::format("expected a non-empty range, got {} bytes at {}", bytes, p));
+  }
+  auto& m = backend_memory();
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::lock_guard l{m.mu};
+  if (m.overlaps(a, bytes)) {
+    host_fail(712, "host_memory_already_registered", "host_register",
+              ferry::detail::format("expected memory not registered nor allocated by this backend, got {} bytes at {} "
+                                    "overlapping such a range", bytes, p));
+  }
+  m.by_base[a] = bytes;
+  m.registered[a] = bytes;
+}
+void host_backend::host_unregister(void* p) const noexcept
+{
+  if (p == nullptr) { return; }
+  host_detail::wait_all_streams();  // no emulated copy into or out of it still queued
+  auto& m = backend_memory();
+  std::lock_guard l{m.mu};
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  if (m.registered.erase(a) != 0) { m.by_base.erase(a); }
+}
 void* host_backend::allocate_managed(std::size_t bytes) const { return aligned_alloc_poisoned(bytes); }
 void host_backend::free_managed(void* p) const noexcept
 {

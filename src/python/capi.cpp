@@ -221,6 +221,7 @@ void unregister_channel(std::uint64_t handle)
 std::function<void(fd::entry_view&&)> sink_callback(nb::handle capsule)
 {
   if (auto cb = sink_view_callback(capsule)) { return cb; }  // ferry.sinks.*: C++ takes the views itself
+  if (auto cb = shm_sink_callback(capsule)) { return cb; }   // ferry.sinks.shm_stream: likewise
   FERRY_EXPECTS(PyCapsule_CheckExact(capsule.ptr()) != 0 && PyCapsule_IsValid(capsule.ptr(), FERRY_SINK_NAME) != 0,
                 ferry::logic_error, "Channel: expected sink to be a ferry.sinks sink or a PyCapsule named '{}', got {}", FERRY_SINK_NAME,
                 type_of(capsule));

@@ -29,8 +29,10 @@ py_channel<B>::py_channel(int device, fd::config cfg, nb::handle sink) : dev_{de
   B b{};
   b.set_device(fb::device_id{device});
   typename fd::channel<B>::callback_type cb;
+  fd::staging_memory staging;  // a sink's own staging (ferry.sinks.shm_stream: shared memory), or none
   if (sink.is_valid() && !sink.is_none()) {
     cb = sink_callback(sink);
+    staging = sink_staging(sink, b);
     sink_owner_ = nb::borrow(sink);
   }
   {
@@ -39,7 +41,7 @@ py_channel<B>::py_channel(int device, fd::config cfg, nb::handle sink) : dev_{de
     // thread, which needs the GIL (a deadlock, found by the fuzzer). Nothing here touches a Python object:
     // `cfg`, `b` and `cb` (the sink's C function and context) are plain C++.
     gil_release g;
-    ch_.emplace(cfg, b, std::move(cb));
+    ch_.emplace(cfg, b, std::move(cb), std::move(staging));
   }
   drain_released();  // sources given up meanwhile
   handle_ = register_channel(channel_calls{this, is_host<B> ? FERRY_BACKEND_HOST : FERRY_BACKEND_CUDA, device,

@@ -67,6 +67,12 @@ void unregister_channel(std::uint64_t handle);
 /// The callback of a sink object of this module (ferry.sinks: entry views handed over as they are), or an
 /// empty function when `obj` is not one (sink.cpp).
 [[nodiscard]] std::function<void(fd::entry_view&&)> sink_view_callback(nb::handle obj);
+/// The same for a ferry.sinks.shm_stream sink (shm_stream.cpp).
+[[nodiscard]] std::function<void(fd::entry_view&&)> shm_sink_callback(nb::handle obj);
+/// The staging a sink gives the channel (a shm_stream: its segment's, registered with `b`), or none
+/// (shm_stream.cpp; instantiated for the module's backends).
+template <class B>
+[[nodiscard]] fd::staging_memory sink_staging(nb::handle sink, const B& b);
 
 template <class B>
 class py_channel {

@@ -16,6 +16,10 @@ int status_of(const std::exception& e) noexcept
   if (dynamic_cast<const ferry::d2h::shutdown_error*>(&e) != nullptr) { return FERRY_ERR_SHUTDOWN; }
   if (dynamic_cast<const ferry::d2h::size_overflow_error*>(&e) != nullptr) { return FERRY_ERR_SIZE_OVERFLOW; }
   if (dynamic_cast<const ferry::sink::io_error*>(&e) != nullptr) { return FERRY_ERR_IO; }
+  if (dynamic_cast<const ferry::sink::stream_busy_error*>(&e) != nullptr) { return FERRY_ERR_STREAM_BUSY; }
+  if (dynamic_cast<const ferry::sink::layout_version_error*>(&e) != nullptr) { return FERRY_ERR_LAYOUT_VERSION; }
+  if (dynamic_cast<const ferry::sink::reader_detached_error*>(&e) != nullptr) { return FERRY_ERR_READER_DETACHED; }
+  if (dynamic_cast<const ferry::sink::producer_gone_error*>(&e) != nullptr) { return FERRY_ERR_PRODUCER_GONE; }
   if (dynamic_cast<const ferry::logic_error*>(&e) != nullptr) { return FERRY_ERR_LOGIC; }
   if (dynamic_cast<const ferry::out_of_memory*>(&e) != nullptr) { return FERRY_ERR_OOM; }
   if (dynamic_cast<const ferry::timeout_error*>(&e) != nullptr) { return FERRY_ERR_TIMEOUT; }
@@ -59,6 +63,13 @@ void init_errors(nb::module_& m)
     {FERRY_ERR_SHUTDOWN, "Channel.close() could not drain every reserved entry; .report lists them.", nullptr},
     {FERRY_ERR_SIZE_OVERFLOW, "A dynamic entry's GPU-resolved size exceeded its reservation.", nullptr},
     {FERRY_ERR_IO, "A sink's file operation failed (errno: .errno; ferry.sinks).", PyExc_OSError},
+    {FERRY_ERR_STREAM_BUSY, "A shared-memory stream is taken: a second reader (.owner_pid: the first), or a name "
+                            "a live producer holds.", nullptr},
+    {FERRY_ERR_LAYOUT_VERSION, "A shared-memory stream of another layout version (.expected: the reader's, .got: the "
+                               "stream's).", nullptr},
+    {FERRY_ERR_READER_DETACHED, "The producer ended this reader's session (evicted under policy 'drop'); attach again.",
+     nullptr},
+    {FERRY_ERR_PRODUCER_GONE, "The shared-memory stream's producer died (raised once its entries were read).", nullptr},
   };
   for (const auto& s : specs) { make(s.status, s.doc, t[FERRY_ERR_OTHER], s.extra_base); }
 
@@ -73,6 +84,15 @@ void init_errors(nb::module_& m)
       // an OSError: .errno is the errno, str() the message
       nb::object inst = nb::handle(exception_of(FERRY_ERR_IO))(err.code(), err.what());
       PyErr_SetObject(exception_of(FERRY_ERR_IO), inst.ptr());
+    } catch (const ferry::sink::stream_busy_error& err) {
+      nb::object inst = nb::handle(exception_of(FERRY_ERR_STREAM_BUSY))(err.what());
+      inst.attr("owner_pid") = err.owner_pid();
+      PyErr_SetObject(exception_of(FERRY_ERR_STREAM_BUSY), inst.ptr());
+    } catch (const ferry::sink::layout_version_error& err) {
+      nb::object inst = nb::handle(exception_of(FERRY_ERR_LAYOUT_VERSION))(err.what());
+      inst.attr("expected") = err.expected();
+      inst.attr("got") = err.got();
+      PyErr_SetObject(exception_of(FERRY_ERR_LAYOUT_VERSION), inst.ptr());
     } catch (const ferry::error& err) {
       set_python_error(status_of(err), err.what());
     }

@@ -39,8 +39,13 @@ typedef enum ferry_status {
   FERRY_ERR_OTHER = 6,       /**< ferry.Error or an unknown exception */
   FERRY_ERR_SHUTDOWN = 7,    /**< ferry.ShutdownError: close() could not drain every reserved entry */
   FERRY_ERR_SIZE_OVERFLOW = 8, /**< ferry.SizeOverflowError: a dynamic entry's size exceeded its reservation */
-  FERRY_ERR_IO = 9            /**< ferry.IOError (an OSError): a sink's file operation failed (appended: callers
+  FERRY_ERR_IO = 9,           /**< ferry.IOError (an OSError): a sink's file operation failed (appended: callers
                                    built against an older header see it as ferry.Error) */
+  /* the shared-memory stream (ferry.sinks.shm_stream, ferry.ShmReader); appended like FERRY_ERR_IO */
+  FERRY_ERR_STREAM_BUSY = 10,     /**< ferry.StreamBusyError: a second reader, or a name a live producer holds */
+  FERRY_ERR_LAYOUT_VERSION = 11,  /**< ferry.LayoutVersionError: a reader of another stream layout version */
+  FERRY_ERR_READER_DETACHED = 12, /**< ferry.ReaderDetachedError: the producer ended the reader's session */
+  FERRY_ERR_PRODUCER_GONE = 13    /**< ferry.ProducerGoneError: the stream's producer died */
 } ferry_status;
 
 /** The name of the ferry exception class of `status` ("LogicError", ...; "Error" for any other), the one
@@ -56,6 +61,10 @@ static inline const char* ferry_status_name(int status)
     case FERRY_ERR_SHUTDOWN: return "ShutdownError";
     case FERRY_ERR_SIZE_OVERFLOW: return "SizeOverflowError";
     case FERRY_ERR_IO: return "IOError";
+    case FERRY_ERR_STREAM_BUSY: return "StreamBusyError";
+    case FERRY_ERR_LAYOUT_VERSION: return "LayoutVersionError";
+    case FERRY_ERR_READER_DETACHED: return "ReaderDetachedError";
+    case FERRY_ERR_PRODUCER_GONE: return "ProducerGoneError";
     default: return "Error";
   }
 }

@@ -14,6 +14,8 @@ namespace ferry::python {
 void init_capi(nb::module_& m);         // capi.cpp
 void init_d2h_fields(nb::module_& m);   // d2h_config.cpp
 void init_sink(nb::module_& m);         // sink.cpp
+void init_shm_stream(nb::module_& m);   // shm_stream.cpp
+void init_shm_reader(nb::module_& m);   // shm_reader.cpp
 }  // namespace ferry::python
 
 namespace {
@@ -47,6 +49,8 @@ NB_MODULE(_ferry, m)
   fp::init_h2d_types(m);
   fp::init_capi(m);
   fp::init_sink(m);
+  fp::init_shm_stream(m);
+  fp::init_shm_reader(m);
 
   nb::module_ host = m.def_submodule("host", "The host-emulated backend (no GPU needed).");
   init_backend<ferry::backend::host_backend>(host);

@@ -18,7 +18,10 @@
 #include <random>
 #include <regex>
 #include <thread>
+#include <type_traits>
 #include <vector>
+
+#include <sys/mman.h>
 
 namespace ferry::test {
 
@@ -407,8 +410,52 @@ TYPED_TEST_P(BackendContract, PageableCopiesReadAndWriteAtTheCall)
   }
 }
 
+/// Caller-owned host memory registered with host_register (a shared mapping, as sink::shm_stream's staging)
+/// takes DMA both ways in stream order and behaves as pinned memory: on the host backend a copy into it is
+/// asynchronous (behind a busy stream it has not landed when the call returns; it has after a synchronize),
+/// as for allocate_pinned. Registering an overlapping range again is the backend's error; unregistering twice
+/// and null are no-ops.
+TYPED_TEST_P(BackendContract, RegisteredHostMemoryTakesCopiesLikePinned)
+{
+  using B = TypeParam;
+  constexpr std::size_t bytes = std::size_t{1} << 20;
+  constexpr std::size_t busy_bytes = std::size_t{64} << 20;
+  void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  auto* host = static_cast<std::uint8_t*>(map);
+  std::memset(host, 0, bytes);
+  this->b.host_register(map, bytes);
+  EXPECT_THROW(this->b.host_register(host + 4096, 4096), typename B::error_type);
+  fb::stream<B> s{this->b};
+  fb::device_buffer<B> busy{busy_bytes, this->b};
+  fb::device_buffer<B> dev{bytes, this->b};
+  std::vector<std::uint8_t> want(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) { want[i] = static_cast<std::uint8_t>(i * 7 + 3); }
+  this->b.memcpy_async(dev.data(), want.data(), bytes, fb::memcpy_kind::host_to_device, s.handle());
+  this->b.memset_async(busy.data(), 1, busy_bytes, s.handle());
+  this->b.memcpy_async(host, dev.data(), bytes, fb::memcpy_kind::device_to_host, s.handle());
+  if constexpr (std::is_same_v<B, fb::host_backend>) {
+    EXPECT_NE(host[bytes - 1], want[bytes - 1]) << "a copy into registered memory returned after it landed";
+  }
+  s.synchronize();
+  EXPECT_EQ(std::memcmp(host, want.data(), bytes), 0);
+  std::memset(host, 0x5A, bytes);  // and back out of it
+  this->b.memcpy_async(dev.data(), host, bytes, fb::memcpy_kind::host_to_device, s.handle());
+  std::vector<std::uint8_t> back(bytes, 0);
+  this->b.memcpy_async(back.data(), dev.data(), bytes, fb::memcpy_kind::device_to_host, s.handle());
+  s.synchronize();
+  EXPECT_EQ(std::count(back.begin(), back.end(), std::uint8_t{0x5A}), static_cast<std::ptrdiff_t>(bytes));
+  this->b.host_unregister(map);
+  this->b.host_unregister(map);  // a no-op, as is null
+  this->b.host_unregister(nullptr);
+  this->b.host_register(map, bytes);  // free again
+  this->b.host_unregister(map);
+  ::munmap(map, bytes);
+}
+
 REGISTER_TYPED_TEST_SUITE_P(BackendContract, AttributesAreReadable, StreamOrderAcrossCopiesOfEveryMemoryKind,
                             BatchCopyLandsEveryRangeInStreamOrder, PageableCopiesReadAndWriteAtTheCall,
+                            RegisteredHostMemoryTakesCopiesLikePinned,
                             EventCompletesOnlyWhenReached, TimingEventsMeasureElapsedTime,
                             CrossStreamWaitOrdersTheWaiter, DeviceReleaseHostAcquireHandOff,
                             HostReleaseDeviceAcquireHandOff, GraphReplayRepeatsCapturedWork,

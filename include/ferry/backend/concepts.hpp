@@ -49,6 +49,8 @@ concept backend = std::copyable<B> &&
     { b.allocate_pinned(n, true) } -> std::same_as<void*>;
     b.free_pinned(p);
     { b.mapped_device_pointer(p) } -> std::same_as<void*>;
+    b.host_register(p, n);  // caller-owned host memory page-locked for DMA (a shared-memory staging)
+    b.host_unregister(p);
     { b.allocate_managed(n) } -> std::same_as<void*>;
     b.free_managed(p);
     b.mem_advise(p, n, mem_advice::read_mostly, d);

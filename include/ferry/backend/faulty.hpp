@@ -104,6 +104,7 @@ class faulty : public B {
   FERRY_FAULTY_FORWARD(allocate, allocate_device)
   FERRY_FAULTY_FORWARD(allocate, allocate_pinned)
   FERRY_FAULTY_FORWARD(allocate, mapped_device_pointer)
+  FERRY_FAULTY_FORWARD(allocate, host_register)
   FERRY_FAULTY_FORWARD(allocate, allocate_managed)
   FERRY_FAULTY_FORWARD(allocate, mem_advise)
   FERRY_FAULTY_FORWARD(copy, memcpy_async)

@@ -19,6 +19,7 @@
 #include <ferry/d2h/ring_ref.hpp>
 #include <ferry/d2h/row_selection.hpp>
 #include <ferry/d2h/source_owner.hpp>
+#include <ferry/d2h/staging_memory.hpp>
 #include <ferry/d2h/types.hpp>
 #include <ferry/d2h/write_ticket.hpp>
 
@@ -49,11 +50,10 @@ class channel {
   using callback_type = std::function<void(entry_view&&)>;
 
   /// Creates the channel for the backend's current device. Throws logic_error on a bad config (K = 0, ring
-  /// size, managed placement without concurrentManagedAccess).
-  explicit channel(config cfg, B b = B{}, callback_type cb = {})
-    : impl_{std::make_unique<detail::channel_impl<B>>(cfg, b, std::move(cb))}
-  {
-  }
+  /// size, managed placement without concurrentManagedAccess). `staging` (staging_memory.hpp): registered host
+  /// memory to land the D2H copies in instead of allocating pinned staging (e.g. a sink::shm_stream's segment).
+  explicit channel(config cfg, B b = B{}, callback_type cb = {}, staging_memory staging = {})
+    : impl_{std::make_unique<detail::channel_impl<B>>(cfg, b, std::move(cb), std::move(staging))} {}
   channel(const channel&) = delete;
   channel& operator=(const channel&) = delete;
   channel(channel&&) noexcept = default;

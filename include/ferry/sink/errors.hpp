@@ -2,10 +2,14 @@
 // Typed errors of ferry's sinks (sink/safetensors.hpp): a failed file operation (io_error, with the path and
 // the errno), a directory that already holds another run (existing_run_error), and a drain thread that waited
 // for the writer past its limit (stall_error). Schema mismatches are d2h::entry_shape_error (hook_schema.hpp).
+// The shared-memory stream (shm_stream.hpp, shm_reader.hpp): a stream or its reader slot already taken
+// (stream_busy_error), a reader of another layout version (layout_version_error), a reader whose session the
+// producer ended (reader_detached_error), a producer that died (producer_gone_error).
 #pragma once
 
 #include <ferry/error.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -41,6 +45,46 @@ class existing_run_error : public io_error {
 class stall_error : public ferry::timeout_error {
  public:
   using timeout_error::timeout_error;
+};
+
+/// A shared-memory stream is taken: a second reader attaching while a live one is attached, or a producer
+/// creating a stream whose name a live producer holds. `owner_pid()` is the process holding it.
+class stream_busy_error : public ferry::error {
+ public:
+  stream_busy_error(const std::string& msg, long owner_pid) : error(msg), pid_{owner_pid} {}
+  [[nodiscard]] long owner_pid() const noexcept { return pid_; }
+
+ private:
+  long pid_;
+};
+
+/// A reader built for one layout version of the shared-memory stream found a segment of another.
+class layout_version_error : public ferry::error {
+ public:
+  layout_version_error(const std::string& msg, std::uint64_t expected, std::uint64_t got)
+    : error(msg), expected_{expected}, got_{got}
+  {
+  }
+  [[nodiscard]] std::uint64_t expected() const noexcept { return expected_; }  ///< the reader's version
+  [[nodiscard]] std::uint64_t got() const noexcept { return got_; }            ///< the segment's version
+
+ private:
+  std::uint64_t expected_;
+  std::uint64_t got_;
+};
+
+/// The producer ended this reader's session (policy drop: the reader held entries without releasing any for
+/// longer than the stream's timeout while the stream needed the room). The reader may attach again.
+class reader_detached_error : public ferry::error {
+ public:
+  using error::error;
+};
+
+/// The stream's producer process died without closing the stream (or the segment is a dead producer's).
+/// Entries it published before are still read; this is raised once none is left.
+class producer_gone_error : public ferry::error {
+ public:
+  using error::error;
 };
 
 }  // namespace ferry::sink

@@ -38,6 +38,7 @@
 #include <ferry/d2h/entry_view.hpp>
 #include <ferry/d2h/hook_schema.hpp>
 #include <ferry/sink/errors.hpp>
+#include <ferry/sink/policy.hpp>  // queue_policy: what the drain thread does when the writer queue is full
 
 #include <chrono>
 #include <cstdint>
@@ -47,12 +48,6 @@
 #include <string>
 
 namespace ferry::sink {
-
-/// What the drain thread does when the writer queue is full.
-enum class queue_policy {
-  block,  ///< wait up to block_timeout, then queue anyway and record a stall_error (nothing lost)
-  drop,   ///< drop the entry's whole forward (counted: dropped_forwards, dropped_entries, dropped_bytes)
-};
 
 struct safetensors_config {
   std::filesystem::path directory;   ///< created if missing; another run's files refused unless overwrite

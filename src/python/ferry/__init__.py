@@ -4,7 +4,8 @@
 D2H: ``ferry.Channel`` captures device tensors into a device ring; ``poll()`` returns the entries as
 zero-copy numpy views of pinned staging. H2D: ``ferry.Publisher`` publishes per-forward metadata from
 pinned sources into fixed device destinations; ``ferry.h2d_producer(publisher, group)`` declares a function
-as the producer of a group. See docs/api/python.md.
+as the producer of a group. Sinks (``ferry.sinks``) consume a channel's entries natively: safetensors shards,
+or a zero-copy shared-memory stream that ``ferry.ShmReader`` reads in another process. See docs/api/python.md.
 
 Backends: ``"cuda"`` (built with FERRY_PYTHON_CUDA and a GPU present) or ``"host"`` (a host-emulated
 device, always available); ``"auto"`` picks cuda where it can, else host. The environment variable
@@ -24,11 +25,17 @@ from ._ferry import (  # noqa: F401  (re-exported)
     Error,
     InvalidatedError,
     IOError,
+    LayoutVersionError,
     LogicError,
     OutOfMemory,
     Plan,
+    ProducerGoneError,
+    ReaderDetachedError,
+    ShmEntry,
+    ShmReader,
     ShutdownError,
     SizeOverflowError,
+    StreamBusyError,
     TimeoutError,
 )
 from .h2d import h2d_producer  # noqa: F401  (re-exported)
@@ -37,9 +44,10 @@ from . import shards, sinks  # noqa: F401,E402  (ferry.sinks.safetensors, ferry.
 __version__ = _ferry.version
 
 __all__ = [
-    "BackendError", "Buffer", "Channel", "Entry", "Error", "Graph", "IOError", "InvalidatedError", "LogicError",
-    "OutOfMemory", "Plan", "Producer", "Publisher", "ShutdownError", "SizeOverflowError", "Slot", "Stream",
-    "TimeoutError", "available_backends", "default_backend", "h2d_producer", "shards", "sinks",
+    "BackendError", "Buffer", "Channel", "Entry", "Error", "Graph", "IOError", "InvalidatedError",
+    "LayoutVersionError", "LogicError", "OutOfMemory", "Plan", "Producer", "ProducerGoneError", "Publisher",
+    "ReaderDetachedError", "ShmEntry", "ShmReader", "ShutdownError", "SizeOverflowError", "Slot", "Stream",
+    "StreamBusyError", "TimeoutError", "available_backends", "default_backend", "h2d_producer", "shards", "sinks",
 ]
 
 _BACKENDS = ("auto", "host", "cuda")

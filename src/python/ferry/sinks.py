@@ -5,6 +5,10 @@ Python per entry). Pass one as ``ferry.Channel(..., sink=...)``; docs/api/sinks.
 ``safetensors(directory, schema, ...)`` writes safetensors shards and an index.json in the style of Hugging
 Face's sharded checkpoints; ``ferry.shards.open(directory)`` reads them back. The schema maps each hook id to
 ``(name, dtype, row_shape)``: an entry of n rows is the tensor ``[n, *row_shape]``.
+
+``shm_stream(name, ...)`` publishes every entry zero-copy to ONE reader process through shared memory
+(/dev/shm/ferry-<name>): the channel's D2H lands in the shared segment, and ``ferry.ShmReader(name)`` in the
+other process reads it there.
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ import os as _os
 from . import _ferry
 from ._ferry import LogicError
 
-__all__ = ["SafetensorsSink", "dtype_name", "row_spec", "safetensors"]
+__all__ = ["SafetensorsSink", "ShmStreamSink", "dtype_name", "row_spec", "safetensors", "shm_stream"]
 
 SafetensorsSink = _ferry.SafetensorsSink
+ShmStreamSink = _ferry.ShmStreamSink
 
 # safetensors' dtype names by the names numpy, ml_dtypes and torch give their dtypes
 _BY_NAME = {
@@ -104,3 +109,29 @@ def safetensors(directory, schema, *, shard_bytes: int = 1 << 30, policy: str = 
     return _ferry.SafetensorsSink(_os.fspath(directory), _schema(schema), shard_bytes=shard_bytes,
                                   max_queue_bytes=max_queue_bytes, policy=policy, block_timeout=float(block_timeout),
                                   fsync=bool(fsync), overwrite=bool(overwrite))
+
+
+def shm_stream(name: str, *, staging_bytes: int = 64 << 20, descriptors: int = 4096, policy: str = "block",
+               timeout: float = 5.0, max_lag_entries: int = 0, max_lag_bytes: int = 0,
+               poll_interval: float = 1e-4) -> ShmStreamSink:
+    """A sink streaming every entry zero-copy to a reader in another process: ``ferry.ShmReader(name)`` there.
+
+    Creates the shared-memory segment /dev/shm/ferry-<name> (a name of [A-Za-z0-9._-]; ferry.StreamBusyError if a
+    live producer holds it) with `staging_bytes` of staging, which the channel given this sink uses as its own
+    (``Channel(..., sink=s)``: its staging_bytes must be 0 or equal), and a ring of `descriptors` (a power of two)
+    entries published and not yet released. An entry's bytes are reused only after the reader released it.
+
+    `policy` when the reader has no room (absent, dead or slow): "block" waits up to `timeout` seconds, then keeps
+    the entry anyway and records a TimeoutError (raised by ``close()``): nothing is lost and the channel's own
+    backpressure reaches the producer; a reader attaching later starts at the first entry not released. "drop"
+    admits or drops each forward whole at its first entry (admitted while a reader is attached and lags by at most
+    `max_lag_entries` entries and `max_lag_bytes` of staging; 0: half the ring / staging), counted in ``stats()``;
+    a reader that releases nothing for `timeout` while room is needed is evicted (ferry.ReaderDetachedError there).
+    `poll_interval`: the stream thread's period (seconds) while a reader is attached.
+
+    ``stats()`` (dict), ``close()`` (marks the stream ended, waits up to `timeout` for the reader to release,
+    raises the first error kept); a context manager. Close the channel first, then the sink.
+    """
+    return _ferry.ShmStreamSink(str(name), staging_bytes=staging_bytes, descriptors=descriptors, policy=policy,
+                                timeout=float(timeout), max_lag_entries=max_lag_entries, max_lag_bytes=max_lag_bytes,
+                                poll_interval=float(poll_interval))

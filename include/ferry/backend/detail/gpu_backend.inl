@@ -150,34 +150,35 @@ struct FERRY_GPU_BACKEND {
     void* p = nullptr;
     return allocated(FERRY_GPU(Malloc)(&p, bytes), p, "device", bytes);
   }
-  void free_device(void* p) const noexcept
-  {
-    if (p != nullptr) { (void)FERRY_GPU(Free)(p); }
-  }
+  void free_device(void* p) const noexcept { if (p != nullptr) { (void)FERRY_GPU(Free)(p); } }
   [[nodiscard]] void* allocate_pinned(std::size_t bytes, bool mapped) const
   {
     void* p = nullptr;
     return allocated(FERRY_GPU_HOST_ALLOC(&p, bytes, mapped ? FERRY_GPU_HOST_ALLOC_MAPPED : 0u), p, "pinned", bytes);
   }
-  void free_pinned(void* p) const noexcept
-  {
-    if (p != nullptr) { (void)FERRY_GPU_HOST_FREE(p); }
-  }
+  void free_pinned(void* p) const noexcept { if (p != nullptr) { (void)FERRY_GPU_HOST_FREE(p); } }
   [[nodiscard]] void* mapped_device_pointer(void* pinned) const
   {
     void* d = nullptr;
     FERRY_GPU_TRY(FERRY_GPU(HostGetDevicePointer)(&d, pinned, 0));
     return d;
   }
+  /// Page-locks `bytes` of caller-owned host memory at `p` (e.g. a shared-memory mapping) for DMA, for every
+  /// device (portable); host_unregister(p) undoes it. Registering a range twice is the runtime's error.
+  void host_register(void* p, std::size_t bytes) const
+  {
+    FERRY_GPU_TRY(FERRY_GPU(HostRegister)(p, bytes, FERRY_GPU(HostRegisterPortable)));
+  }
+  void host_unregister(void* p) const noexcept
+  {
+    if (p != nullptr && FERRY_GPU(HostUnregister)(p) != FERRY_GPU(Success)) { (void)FERRY_GPU(GetLastError)(); }
+  }
   [[nodiscard]] void* allocate_managed(std::size_t bytes) const
   {
     void* p = nullptr;
     return allocated(FERRY_GPU(MallocManaged)(&p, bytes, FERRY_GPU(MemAttachGlobal)), p, "managed", bytes);
   }
-  void free_managed(void* p) const noexcept
-  {
-    if (p != nullptr) { (void)FERRY_GPU(Free)(p); }
-  }
+  void free_managed(void* p) const noexcept { if (p != nullptr) { (void)FERRY_GPU(Free)(p); } }
   void mem_advise(void* p, std::size_t bytes, mem_advice advice, device_id d) const
   {
     FERRY_GPU_TRY(FERRY_GPU_MEM_ADVISE(p, bytes, advice, d.value));

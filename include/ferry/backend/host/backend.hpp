@@ -109,6 +109,11 @@ struct host_backend {
   [[nodiscard]] void* allocate_pinned(std::size_t bytes, bool mapped) const;
   void free_pinned(void* p) const noexcept;
   [[nodiscard]] void* mapped_device_pointer(void* pinned) const;
+  /// Caller-owned host memory becomes the emulated device's pinned memory: copies into and out of it are
+  /// asynchronous (as for allocate_pinned), not the pageable rules of memcpy_async. host_error for a null or
+  /// empty range, or one overlapping memory already registered or allocated by this backend.
+  void host_register(void* p, std::size_t bytes) const;
+  void host_unregister(void* p) const noexcept;
   [[nodiscard]] void* allocate_managed(std::size_t bytes) const;
   void free_managed(void* p) const noexcept;
   void mem_advise(void* p, std::size_t bytes, mem_advice advice, device_id d) const;

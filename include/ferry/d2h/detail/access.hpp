@@ -46,7 +46,9 @@ struct access {
   [[nodiscard]] static std::uint64_t bytes(const write_ticket& t) noexcept { return t.bytes_; }
   [[nodiscard]] static placement where(const write_ticket& t) noexcept { return t.where_; }
 
-  // ---- entry_view (drainer) ----
+  // ---- entry_view (drainer; sinks read the pool a view holds) ----
+  /// The staging pool `v`'s bytes lie in (null for a view without bytes): a sink watching staging pressure.
+  [[nodiscard]] static const std::shared_ptr<staging_pool>& staging_of(const entry_view& v) noexcept { return v.pool_; }
   /// A delivered entry whose payload lies in staging region `region` at `data`.
   [[nodiscard]] static entry_view ok_view(std::shared_ptr<staging_pool> pool, std::uint64_t region,
                                           const std::byte* data, std::uint64_t size, std::uint64_t reserved,

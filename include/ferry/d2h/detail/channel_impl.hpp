@@ -42,8 +42,9 @@ class channel_impl {
 
   /// Members in order: the shared state (config validated), then its device resources (init_resources, run
   /// before the parts that use them are built), the release chain, the producer, the drainer (its events).
-  channel_impl(config cfg, B b, callback_type cb)
-    : st{cfg, b}, rel{(init_resources(), st)}, prod{st, rel, progress_fn()}, drain{st, std::move(cb)}
+  /// `staging`: given staging memory (staging_memory.hpp), or empty (the channel allocates pinned staging).
+  channel_impl(config cfg, B b, callback_type cb, const staging_memory& staging = {})
+    : st{with_staging(cfg, staging), b}, rel{(init_resources(staging), st)}, prod{st, rel, progress_fn()}, drain{st, std::move(cb)}
   {
     st.drain_stream.synchronize();  // the zeroed state block and ring are in place before any kernel reads them
     if (st.cfg.drain == drain_mode::thread) {
@@ -134,7 +135,7 @@ class channel_impl {
     };
   }
 
-  void init_resources();
+  void init_resources(const staging_memory& staging);
   void throw_if_failed(const shutdown_report& rep) const;
 
   std::atomic<bool> stop{false};
@@ -144,7 +145,7 @@ class channel_impl {
 };
 
 template <ferry::backend::backend B>
-void channel_impl<B>::init_resources()
+void channel_impl<B>::init_resources(const staging_memory& staging)
 {
   auto& b = st.b;
   const auto attrs = b.attributes(st.dev);
@@ -183,9 +184,13 @@ void channel_impl<B>::init_resources()
     st.size_ring.advise(ferry::backend::mem_advice::preferred_location_host, st.dev);
     st.size_ring.advise(ferry::backend::mem_advice::accessed_by_device, st.dev);
   }
-  auto pinned = std::make_shared<ferry::backend::pinned_buffer<B>>(st.staging_bytes, b);
-  auto* base = static_cast<std::byte*>(pinned->data());
-  st.staging = std::make_shared<staging_pool>(base, st.staging_bytes, std::shared_ptr<void>(pinned, pinned.get()));
+  if (!staging.empty()) {
+    st.staging = std::make_shared<staging_pool>(staging.base, st.staging_bytes, staging.owner);
+  } else {
+    auto pinned = std::make_shared<ferry::backend::pinned_buffer<B>>(st.staging_bytes, b);
+    auto* base = static_cast<std::byte*>(pinned->data());
+    st.staging = std::make_shared<staging_pool>(base, st.staging_bytes, std::shared_ptr<void>(pinned, pinned.get()));
+  }
   // Load every kernel the channel launches now: a lazy module load at a first launch would wait for kernels
   // already running on the device (see backend preload).
   int arch = std::min({b.preload(publish_head_kernel(typename B::tag{})), b.preload(arm_replay_kernel(typename B::tag{})),

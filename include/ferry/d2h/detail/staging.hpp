@@ -2,10 +2,14 @@
 // Pinned host staging for completed D2H copies: a byte ring of regions (one per coalesced copy), each
 // region released when the last entry view on it is released (views may be released in any order; the
 // ring tail advances over released regions in order). Shared by the channel and every entry view, so
-// a view that outlives its channel keeps its bytes valid.
+// a view that outlives its channel keeps its bytes valid. The memory is the channel's pinned buffer, or
+// staging given to the channel (staging_memory.hpp, with_staging).
 #pragma once
 
 #include <ferry/d2h/ring_ref.hpp>
+#include <ferry/d2h/staging_memory.hpp>
+#include <ferry/d2h/types.hpp>
+#include <ferry/error.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -96,5 +100,21 @@ class staging_pool {
   std::uint64_t head_{0};
   std::uint64_t tail_{0};
 };
+
+/// `cfg` with config::staging_bytes the size of the given staging `m` (none: `cfg` as is). logic_error for a
+/// base not aligned to entry_alignment, fewer bytes, or a config::staging_bytes other than 0 and m.bytes.
+inline config with_staging(config cfg, const staging_memory& m)
+{
+  if (m.empty()) { return cfg; }
+  FERRY_EXPECTS(m.base != nullptr && reinterpret_cast<std::uintptr_t>(m.base) % entry_alignment == 0 &&
+                  m.bytes >= entry_alignment, ferry::logic_error,
+                "d2h channel: given staging expected a base aligned to {} bytes and at least {} bytes, got {} bytes at {}",
+                entry_alignment, entry_alignment, m.bytes, static_cast<const void*>(m.base));
+  FERRY_EXPECTS(cfg.staging_bytes == 0 || cfg.staging_bytes == m.bytes, ferry::logic_error,
+                "d2h channel: config::staging_bytes expected 0 or the given staging's {} bytes, got {}", m.bytes,
+                cfg.staging_bytes);
+  cfg.staging_bytes = m.bytes;
+  return cfg;
+}
 
 }  // namespace ferry::d2h::detail

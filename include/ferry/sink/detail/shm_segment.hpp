@@ -1,0 +1,222 @@
+// SPDX-License-Identifier: Apache-2.0
+// The shared-memory stream's segment (layout: shm_layout.hpp): created by the producer (shm_open O_EXCL, the
+// size reserved with posix_fallocate so a full /dev/shm is an io_error, not a SIGBUS later; a stale segment of a
+// dead producer is replaced, a live producer's refused), opened by a reader (waiting for it to appear, version
+// and sizes checked). The producer maps it whole, read-write; a reader maps the header and the descriptors
+// read-write and the staging read-only. Unmapped by the destructor; the name is removed by unlink().
+#pragma once
+
+#include <ferry/sink/detail/shm_layout.hpp>
+#include <ferry/sink/errors.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace ferry::sink::detail::shm {
+
+class segment {
+ public:
+  segment(const segment&) = delete;
+  segment& operator=(const segment&) = delete;
+  ~segment()
+  {
+    if (staging_ != nullptr && staging_ != MAP_FAILED && staging_ != control_ + staging_offset_) {
+      ::munmap(staging_, staging_bytes_);
+    }
+    if (control_ != nullptr) { ::munmap(control_, control_bytes_); }
+    if (fd_ >= 0) { ::close(fd_); }
+  }
+
+  /// Producer: a new stream `name` with `capacity` descriptors (a power of two) and `staging_bytes` of staging.
+  static std::shared_ptr<segment> create(const std::string& name, std::uint64_t capacity, std::uint64_t staging_bytes)
+  {
+    std::shared_ptr<segment> s{new segment{name}};
+    const std::string obj = object_name(name);
+    for (int attempt = 0;; ++attempt) {
+      s->fd_ = ::shm_open(obj.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      if (s->fd_ >= 0) { break; }
+      const int e = errno;
+      if (e != EEXIST || attempt == 2) {
+        FERRY_FAIL_IO(io_error, "/dev/shm" + obj, e, "shm stream '{}': creating shared memory {}", name, obj);
+      }
+      replace_stale(name, obj);
+    }
+    const std::uint64_t desc_end = header_bytes + capacity * descriptor_bytes;
+    s->staging_offset_ = align_page(desc_end);
+    s->staging_bytes_ = staging_bytes;
+    s->control_bytes_ = s->staging_offset_ + align_page(staging_bytes);
+    if (const int e = ::posix_fallocate(s->fd_, 0, static_cast<off_t>(s->control_bytes_)); e != 0) {
+      ::shm_unlink(obj.c_str());
+      FERRY_FAIL_IO(io_error, "/dev/shm" + obj, e, "shm stream '{}': reserving {} bytes of shared memory (/dev/shm)",
+                    name, s->control_bytes_);
+    }
+    void* p = ::mmap(nullptr, s->control_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd_, 0);
+    if (p == MAP_FAILED) {
+      const int e = errno;
+      ::shm_unlink(obj.c_str());
+      FERRY_FAIL_IO(io_error, "/dev/shm" + obj, e, "shm stream '{}': mapping {} bytes", name, s->control_bytes_);
+    }
+    s->control_ = static_cast<std::byte*>(p);
+    s->staging_ = s->control_ + s->staging_offset_;
+    s->capacity_ = capacity;
+    s->owner_ = true;
+    std::byte* h = s->control_;
+    const std::uint64_t fixed[] = {0, layout_version, header_bytes, s->control_bytes_, header_bytes, capacity,
+                                   s->staging_offset_, staging_bytes, generation(),
+                                   static_cast<std::uint64_t>(::getpid()), start_time(::getpid()), descriptor_bytes};
+    for (std::size_t i = 1; i < std::size(fixed); ++i) { store(h, i * 8, fixed[i], std::memory_order_relaxed); }
+    store(h, w_state, state_open, std::memory_order_relaxed);
+    store(h, w_magic, magic);  // last, release: a reader that sees the magic sees every field above
+    return s;
+  }
+
+  /// Reader: stream `name`, waiting up to `timeout` for it to exist and be initialized.
+  static std::shared_ptr<segment> open(const std::string& name, std::chrono::milliseconds timeout)
+  {
+    FERRY_EXPECTS(valid_name(name), ferry::logic_error,
+                  "shm reader: expected a stream name of 1..200 characters [A-Za-z0-9._-], got '{}'", name);
+    std::shared_ptr<segment> s{new segment{name}};
+    const std::string obj = object_name(name);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    struct stat st {};
+    for (;;) {
+      if (s->fd_ < 0) { s->fd_ = ::shm_open(obj.c_str(), O_RDWR | O_CLOEXEC, 0); }
+      if (s->fd_ >= 0 && ::fstat(s->fd_, &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= header_bytes) {
+        if (s->control_ == nullptr) {
+          void* p = ::mmap(nullptr, header_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd_, 0);
+          if (p != MAP_FAILED) {
+            s->control_ = static_cast<std::byte*>(p);
+            s->control_bytes_ = header_bytes;
+          }
+        }
+        if (s->control_ != nullptr && load(s->control_, w_magic) == magic) { break; }
+      } else if (s->fd_ < 0 && errno != ENOENT) {
+        const int e = errno;
+        FERRY_FAIL_IO(io_error, "/dev/shm" + obj, e, "shm reader: opening stream '{}' ({})", name, obj);
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        FERRY_FAIL(ferry::timeout_error, "shm reader: expected stream '{}' ({}) within {} ms, got {}", name, obj,
+                   timeout.count(), s->fd_ < 0 ? "no such stream" : "a segment not initialized");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::byte* h = s->control_;
+    const std::uint64_t version = load(h, w_version);
+    if (version != layout_version) {
+      throw layout_version_error(
+        ::ferry::detail::format("ferry: shm reader: stream '{}' expected layout version {} (this reader's), got version "
+                                "{} (the producer's); use a ferry of the producer's version [{}:{}]",
+                                name, layout_version, version, __FILE__, __LINE__),
+        layout_version, version);
+    }
+    s->capacity_ = load(h, w_desc_capacity);
+    s->staging_offset_ = load(h, w_staging_offset);
+    s->staging_bytes_ = load(h, w_staging_bytes);
+    const std::uint64_t total = load(h, w_total_bytes);
+    FERRY_EXPECTS(load(h, w_descriptor_bytes) == descriptor_bytes && s->capacity_ != 0 &&
+                    (s->capacity_ & (s->capacity_ - 1)) == 0 && s->staging_offset_ % page == 0 &&
+                    s->staging_offset_ >= header_bytes + s->capacity_ * descriptor_bytes &&
+                    total >= s->staging_offset_ + s->staging_bytes_ && static_cast<std::uint64_t>(st.st_size) >= total,
+                  ferry::logic_error,
+                  "shm reader: stream '{}' expected a consistent header (descriptors of {} bytes, a power-of-two "
+                  "capacity, staging after them within the {} byte segment), got capacity {}, staging at {} of {} bytes, "
+                  "total {}", name, descriptor_bytes, st.st_size, s->capacity_, s->staging_offset_, s->staging_bytes_, total);
+    ::munmap(s->control_, header_bytes);
+    s->control_ = nullptr;
+    void* c = ::mmap(nullptr, s->staging_offset_, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd_, 0);
+    void* d = c == MAP_FAILED ? MAP_FAILED
+                              : ::mmap(nullptr, align_page(s->staging_bytes_), PROT_READ, MAP_SHARED, s->fd_,
+                                       static_cast<off_t>(s->staging_offset_));
+    if (c == MAP_FAILED || d == MAP_FAILED) {
+      const int e = errno;
+      if (c != MAP_FAILED) { ::munmap(c, s->staging_offset_); }
+      FERRY_FAIL_IO(io_error, "/dev/shm" + obj, e, "shm reader: mapping stream '{}' ({} bytes)", name, total);
+    }
+    s->control_ = static_cast<std::byte*>(c);
+    s->control_bytes_ = s->staging_offset_;
+    s->staging_ = static_cast<std::byte*>(d);
+    return s;
+  }
+
+  /// Producer: removes the name (mappings stay valid; a reader still attached keeps reading). Idempotent.
+  void unlink() noexcept
+  {
+    if (owner_) {
+      owner_ = false;
+      ::shm_unlink(object_name(name_).c_str());
+    }
+  }
+
+  [[nodiscard]] std::byte* header() const noexcept { return control_; }
+  [[nodiscard]] descriptor* descriptors() const noexcept
+  {
+    return reinterpret_cast<descriptor*>(control_ + header_bytes);
+  }
+  [[nodiscard]] std::byte* staging() const noexcept { return staging_; }
+  [[nodiscard]] std::uint64_t staging_bytes() const noexcept { return staging_bytes_; }
+  [[nodiscard]] std::uint64_t capacity() const noexcept { return capacity_; }
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+
+ private:
+  explicit segment(std::string name) : name_{std::move(name)} {}
+
+  /// An existing segment of this name: a live producer's is refused; a dead producer's (or one never
+  /// initialized for 100 ms) is removed so the caller can create it again.
+  static void replace_stale(const std::string& name, const std::string& obj)
+  {
+    const int fd = ::shm_open(obj.c_str(), O_RDONLY | O_CLOEXEC, 0);
+    if (fd >= 0) {
+      struct stat st {};
+      void* p = MAP_FAILED;
+      if (::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= header_bytes) {
+        p = ::mmap(nullptr, header_bytes, PROT_READ, MAP_SHARED, fd, 0);
+      }
+      ::close(fd);
+      if (p != MAP_FAILED) {
+        auto* h = static_cast<std::byte*>(p);
+        for (int i = 0; i < 100 && load(h, w_magic) != magic; ++i) { std::this_thread::sleep_for(std::chrono::milliseconds(1)); }
+        const bool ours = load(h, w_magic) == magic;
+        const long pid = ours ? static_cast<long>(load(h, w_producer_pid)) : 0;
+        const bool live = ours && load(h, w_state) != state_closed && alive(pid, load(h, w_producer_start));
+        ::munmap(p, header_bytes);
+        if (live) {
+          throw stream_busy_error(
+            ::ferry::detail::format("ferry: shm stream '{}': expected a free name, got a stream of the live producer pid "
+                                    "{} ({}) [{}:{}]", name, pid, obj, __FILE__, __LINE__), pid);
+        }
+      }
+    }
+    ::shm_unlink(obj.c_str());
+  }
+
+  /// A number that tells this segment from an earlier one of the same name.
+  static std::uint64_t generation()
+  {
+    std::random_device rd;
+    const auto now = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    return ((std::uint64_t{rd()} << 32) ^ rd() ^ now) | 1;
+  }
+
+  std::string name_;
+  int fd_{-1};
+  bool owner_{false};
+  std::byte* control_{nullptr};
+  std::uint64_t control_bytes_{0};
+  std::byte* staging_{nullptr};
+  std::uint64_t staging_offset_{0};
+  std::uint64_t staging_bytes_{0};
+  std::uint64_t capacity_{0};
+};
+
+}  // namespace ferry::sink::detail::shm

@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: Apache-2.0
+// The reader of a shared-memory stream (shm_stream.hpp), for another process; needs no GPU and no backend:
+//
+//   ferry::sink::shm_reader r{"acts"};                 // attaches (waits up to 5 s for the stream)
+//   while (!r.ended()) {
+//     for (auto& e : r.poll(64, std::chrono::milliseconds(100))) {
+//       use(e.hook(), e.tag(), e.bytes());             // zero-copy: the bytes where the D2H put them
+//     }                                                // each entry released when it dies (or release())
+//   }
+//
+// Entries come in stream order (the channel's delivery order) and may be released in any order; the producer
+// gets back the released prefix. Errors: stream_busy_error (another reader is attached), layout_version_error
+// (a producer of another layout version), reader_detached_error (the producer ended this session: evicted
+// under policy drop), producer_gone_error (the producer died; raised once every entry it published was read),
+// timeout_error (no stream of that name, or no session, within the attach timeout).
+#pragma once
+
+#include <ferry/d2h/entry_view.hpp>
+#include <ferry/sink/detail/shm_segment.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ferry::sink {
+
+namespace detail {
+class shm_reader_impl;
+}
+
+/// One entry of the stream (move-only): its descriptor and its bytes in the stream's staging, valid until
+/// released (release(), the destructor; or the reader's close() while unreleased: the producer may then reuse
+/// the bytes).
+class shm_entry {
+ public:
+  shm_entry() = default;
+  shm_entry(const shm_entry&) = delete;
+  shm_entry& operator=(const shm_entry&) = delete;
+  shm_entry(shm_entry&& o) noexcept
+    : r_{std::move(o.r_)}, d_{o.d_}, data_{std::exchange(o.data_, nullptr)}
+  {
+  }
+  shm_entry& operator=(shm_entry&& o) noexcept
+  {
+    if (this != &o) {
+      release();
+      r_ = std::move(o.r_);
+      d_ = o.d_;
+      data_ = std::exchange(o.data_, nullptr);
+    }
+    return *this;
+  }
+  ~shm_entry() { release(); }
+
+  [[nodiscard]] std::uint64_t index() const noexcept { return d_.index; }  ///< position in the stream
+  [[nodiscard]] d2h::hook_id hook() const noexcept { return d2h::hook_id{d_.hook}; }
+  [[nodiscard]] d2h::entry_seq seq() const noexcept { return d2h::entry_seq{d_.seq}; }
+  [[nodiscard]] std::uint64_t forward_index() const noexcept { return d_.forward; }
+  [[nodiscard]] std::uint64_t tag() const noexcept { return d_.tag; }
+  [[nodiscard]] d2h::entry_status status() const noexcept { return static_cast<d2h::entry_status>(d_.status); }
+  [[nodiscard]] bool ok() const noexcept { return d_.status == 0; }
+  [[nodiscard]] std::uint64_t size() const noexcept { return d_.size; }
+  [[nodiscard]] std::uint64_t row_bytes() const noexcept { return d_.row_bytes; }
+  [[nodiscard]] bool released() const noexcept { return r_ == nullptr; }
+  /// The payload (read-only mapping). Throws as entry_view::bytes() for an entry without bytes, logic_error
+  /// after release().
+  [[nodiscard]] std::span<const std::byte> bytes() const
+  {
+    if (status() == d2h::entry_status::size_overflow) { throw d2h::size_overflow_error(hook(), seq(), 0, d_.size); }
+    if (status() == d2h::entry_status::selection_error) { throw d2h::selection_error(hook(), seq()); }
+    FERRY_EXPECTS(r_ != nullptr || d_.size == 0, ferry::logic_error,
+                  "shm entry {} (hook {}, seq {}): expected a live entry, got a released one", d_.index, d_.hook, d_.seq);
+    return {data_, static_cast<std::size_t>(d_.size)};
+  }
+  /// Gives the entry back to the producer (once every entry before it in the stream is given back too).
+  void release() noexcept;
+
+ private:
+  friend class detail::shm_reader_impl;
+  std::shared_ptr<detail::shm_reader_impl> r_;
+  detail::shm::descriptor d_{};
+  const std::byte* data_{nullptr};
+};
+
+/// What a reader saw (a snapshot).
+struct shm_reader_stats {
+  std::uint64_t entries_read{0};
+  std::uint64_t bytes_read{0};
+  std::uint64_t entries_released{0};
+  std::uint64_t held{0};            ///< read, not released
+  std::uint64_t published{0};       ///< the stream's head now
+  std::uint64_t session{0};         ///< this reader's session number in the stream
+  std::uint64_t start_index{0};     ///< the stream index this reader started at
+  std::uint64_t generation{0};      ///< the segment's generation (a new producer of the same name: another)
+  std::uint64_t producer_pid{0};
+};
+
+/// The reader side (move-only handle). One per stream at a time.
+class shm_reader {
+ public:
+  explicit shm_reader(const std::string& name, std::chrono::milliseconds attach_timeout = std::chrono::seconds(5));
+  shm_reader(shm_reader&&) noexcept = default;
+  shm_reader& operator=(shm_reader&& o) noexcept;
+  shm_reader(const shm_reader&) = delete;
+  shm_reader& operator=(const shm_reader&) = delete;
+  ~shm_reader();
+
+  /// Up to `max` entries, in stream order: waits up to `timeout` for the first, then takes what else is
+  /// published. Empty when none came in time, or the stream ended (ended()).
+  [[nodiscard]] std::vector<shm_entry> poll(std::size_t max, std::chrono::microseconds timeout);
+  /// The next entry, or none (timeout or end of stream).
+  [[nodiscard]] std::optional<shm_entry> next(std::chrono::microseconds timeout);
+  /// The producer closed the stream and every entry it published was read.
+  [[nodiscard]] bool ended() const;
+  [[nodiscard]] shm_reader_stats stats() const;
+  /// Gives back what was released, frees the reader slot (a new reader may attach); idempotent. Entries read
+  /// and not released are the next reader's (policy block) or dropped (drop); their bytes may be reused.
+  void close() noexcept;
+  [[nodiscard]] const std::string& name() const;
+
+ private:
+  [[nodiscard]] detail::shm_reader_impl& impl() const;
+  std::shared_ptr<detail::shm_reader_impl> impl_;
+};
+
+}  // namespace ferry::sink
+
+#include <ferry/sink/detail/shm_reader_impl.hpp>

@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+// A zero-copy shared-memory stream of captured entries to another process (a trainer), docs/api/sinks.md:
+//
+//   ferry::sink::shm_stream_config sc;
+//   sc.name = "acts";                                     // /dev/shm/ferry-acts
+//   ferry::sink::shm_stream stream{sc};
+//   fd::channel<B> ch{cfg, b, stream.callback(), stream.staging(b)};  // D2H lands in the shared segment
+//   ... forwards ...
+//   ch.close();      // every entry delivered
+//   stream.close();  // end of stream for the reader; throws the first error kept
+//
+// and in the other process ferry::sink::shm_reader (shm_reader.hpp) or ferry.ShmReader (Python) attaches by
+// name and reads each entry's bytes where the D2H put them. The channel's staging IS the segment's staging:
+// the stream holds every entry view it published until the reader released it (its release index, written
+// back into the segment), so a region is reused only after the reader is done with it.
+//
+// One reader at a time (a second is refused: stream_busy_error). A reader that dies (its pid gone, checked
+// every 10 ms) or detaches ends its session; a new reader can attach. When the reader has no room (the
+// descriptor ring full, the staging held) the stream follows its policy:
+//   block  the drain thread waits up to `timeout`, then keeps the entry anyway (published when the reader
+//          frees a slot) and records a stall_error: nothing lost, and the channel's own backpressure (staging,
+//          then the ring, then config::timeout) reaches the producer. A new reader starts at the first entry
+//          its predecessor had not released.
+//   drop   each forward is admitted or dropped whole at its first entry: admitted while a reader is attached
+//          and lags by at most max_lag_entries descriptors and max_lag_bytes of staging; a dropped forward's
+//          entries are released at once and counted. A reader that releases nothing for `timeout` while the
+//          stream needs room is evicted (reader_detached_error at its next call; its entries released); the
+//          forward it was reading is not continued for anyone. A new reader starts at the next entry published.
+// Neither policy waits longer than `timeout` in one call. The protocol: docs/design/shm_stream.md.
+#pragma once
+
+#include <ferry/d2h/entry_view.hpp>
+#include <ferry/d2h/staging_memory.hpp>
+#include <ferry/sink/errors.hpp>
+#include <ferry/sink/policy.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace ferry::sink {
+
+struct shm_stream_config {
+  std::string name;  ///< 1..200 characters [A-Za-z0-9._-]: the segment /dev/shm/ferry-<name>
+  std::uint64_t staging_bytes{std::uint64_t{64} << 20};  ///< the channel's staging, in the segment
+  std::uint64_t descriptors{4096};  ///< descriptor ring capacity: entries published and not yet released (power of 2)
+  queue_policy policy{queue_policy::block};
+  std::chrono::milliseconds timeout{std::chrono::seconds(5)};  ///< the longest wait of one call; drop: a stalled reader's grace
+  std::uint64_t max_lag_entries{0};  ///< drop: admit a forward while the reader lags by at most this (0: descriptors / 2)
+  std::uint64_t max_lag_bytes{0};    ///< drop: ... and staging in use is at most this (0: staging_bytes / 2)
+  std::chrono::microseconds poll_interval{100};  ///< the stream thread's period while a reader is attached
+};
+
+/// A snapshot of the stream's counters (monotonic but for the "now" ones).
+struct shm_stream_stats {
+  std::uint64_t entries_published{0};  ///< descriptors published (entries without bytes included)
+  std::uint64_t bytes_published{0};    ///< payload bytes of the published entries
+  std::uint64_t entries_released{0};   ///< published entries the reader released
+  std::uint64_t stalls{0};             ///< entries that found no room (block: waited; drop: an admitted forward waited)
+  std::uint64_t stall_timeouts{0};     ///< of those, waits that reached the timeout
+  std::uint64_t dropped_forwards{0};   ///< drop: forwards not admitted
+  std::uint64_t truncated_forwards{0}; ///< drop: admitted forwards whose reader went away before their end
+  std::uint64_t dropped_entries{0};    ///< drop: entries of dropped and truncated forwards (never published)
+  std::uint64_t dropped_bytes{0};
+  std::uint64_t discarded_entries{0};  ///< drop: published entries released because their reader went away
+  std::uint64_t refused_entries{0};    ///< entries not published because of an error (after close, not in the staging)
+  std::uint64_t unreleased_at_close{0};  ///< published or pending entries no reader released by close()
+  std::uint64_t pending_entries{0};    ///< block, now: entries kept while the ring is full
+  std::uint64_t reader_lag_entries{0}; ///< now: published, not released
+  std::uint64_t reader_lag_bytes{0};   ///< now: their payload bytes
+  std::uint64_t reader_unread{0};      ///< now: published, not yet read by the attached reader
+  std::uint64_t readers_attached{0};   ///< reader sessions started
+  std::uint64_t readers_left{0};       ///< sessions the reader ended (detach, close)
+  std::uint64_t readers_died{0};       ///< sessions ended by the reader's death
+  std::uint64_t readers_evicted{0};    ///< drop: sessions ended because the reader stalled
+  std::uint64_t reader_pid{0};         ///< now: the attached reader's pid (0: none)
+  std::string first_error;             ///< the first error kept (empty: none)
+};
+
+/// Calls f(name, value) for each counter of `s` (the bindings' field list), in declaration order.
+template <class S, class F>
+void for_each_shm_stat(S& s, F&& f)
+{
+  f("entries_published", s.entries_published);
+  f("bytes_published", s.bytes_published);
+  f("entries_released", s.entries_released);
+  f("stalls", s.stalls);
+  f("stall_timeouts", s.stall_timeouts);
+  f("dropped_forwards", s.dropped_forwards);
+  f("truncated_forwards", s.truncated_forwards);
+  f("dropped_entries", s.dropped_entries);
+  f("dropped_bytes", s.dropped_bytes);
+  f("discarded_entries", s.discarded_entries);
+  f("refused_entries", s.refused_entries);
+  f("unreleased_at_close", s.unreleased_at_close);
+  f("pending_entries", s.pending_entries);
+  f("reader_lag_entries", s.reader_lag_entries);
+  f("reader_lag_bytes", s.reader_lag_bytes);
+  f("reader_unread", s.reader_unread);
+  f("readers_attached", s.readers_attached);
+  f("readers_left", s.readers_left);
+  f("readers_died", s.readers_died);
+  f("readers_evicted", s.readers_evicted);
+  f("reader_pid", s.reader_pid);
+  f("first_error", s.first_error);
+}
+
+namespace detail {
+class shm_stream_impl;
+}
+
+/// The producer side of a shared-memory stream (move-only handle). Construction creates the segment
+/// (stream_busy_error: a live producer holds the name; io_error: /dev/shm full) and the stream thread.
+class shm_stream {
+ public:
+  explicit shm_stream(shm_stream_config cfg);
+  shm_stream(shm_stream&&) noexcept = default;
+  shm_stream& operator=(shm_stream&& o) noexcept;
+  shm_stream(const shm_stream&) = delete;
+  shm_stream& operator=(const shm_stream&) = delete;
+  /// close() if not closed; an error is printed on stderr, never thrown.
+  ~shm_stream();
+
+  /// The channel's callback (d2h::channel's callback_type): publishes each entry (drain thread).
+  [[nodiscard]] std::function<void(d2h::entry_view&&)> callback() const;
+  void operator()(d2h::entry_view&& e) const;
+  /// The segment's staging, registered with `b` (host_register) for the channel that feeds this stream: pass
+  /// it to the channel's constructor. One channel at a time: unregistered when the channel and its last view
+  /// let it go, then another channel may take it (logic_error before).
+  template <class B>
+  [[nodiscard]] d2h::staging_memory staging(B b) const;
+  [[nodiscard]] shm_stream_stats stats() const;
+  /// Publishes what is pending (block), marks the stream closed (the reader reads to its end), waits up to
+  /// `timeout` for the reader to release everything (block: also for a reader still to attach; drop: only
+  /// while one is attached), then releases every view and removes the name; idempotent. Throws the first
+  /// error kept (the first call only). Close the channel first.
+  shm_stream_stats close();
+  [[nodiscard]] bool closed() const;
+  [[nodiscard]] const shm_stream_config& cfg() const;
+
+ private:
+  [[nodiscard]] detail::shm_stream_impl& impl() const;
+  std::shared_ptr<detail::shm_stream_impl> impl_;
+};
+
+}  // namespace ferry::sink
+
+#include <ferry/sink/detail/shm_stream_impl.hpp>
+#include <ferry/sink/detail/shm_stream_impl.inl>
+#include <ferry/sink/detail/shm_stream.inl>

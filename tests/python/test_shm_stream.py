@@ -1,0 +1,333 @@
+# SPDX-License-Identifier: Apache-2.0
+# ferry.sinks.shm_stream and ferry.ShmReader (docs/api/sinks.md, docs/design/shm_stream.md): a host-backend channel
+# whose staging is a shared-memory segment, read zero-copy by a reader in a second process (a subprocess spawned
+# here, with no GPU). The reader reports every entry's hook, seq, tag, forward, status and a SHA-256 of its bytes,
+# checked against what this process captured; both policies, a SIGKILLed reader and its successor, two readers,
+# another layout version, misuse.
+import hashlib
+import mmap
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import ferry
+
+READER = textwrap.dedent("""
+    import hashlib, sys, time
+    import ferry
+    name, count, hold_after, delay = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    r = ferry.ShmReader(name, timeout=20)
+    print("attached", r.stats()["start_index"], flush=True)
+    kept, n = [], 0
+    while n < count:
+        if delay:
+            time.sleep(delay)
+        got = r.poll(1 if delay else min(64, count - n), timeout=0.1)
+        if not got and r.ended:
+            break
+        for e in got:
+            a = e.numpy()
+            assert not a.flags.writeable
+            print("entry", e.index, e.hook, e.seq, e.forward, e.tag, e.status, hashlib.sha256(a).hexdigest(), flush=True)
+            del a
+            n += 1
+            if 0 <= hold_after < n:
+                kept.append(e)
+            else:
+                e.release()
+    if hold_after >= 0:
+        print("holding", flush=True)
+        time.sleep(600)
+    print("ended" if r.ended else "done", flush=True)
+    r.close()
+""")
+
+
+class Reader:
+    """A reader process: `count` entries (or to the end of the stream); holds every entry after the first
+    `hold_after` (>= 0) and then waits to be killed; sleeps `delay` seconds before each entry (a slow reader)."""
+
+    def __init__(self, name, count=10**9, hold_after=-1, delay=0.0):
+        env = dict(os.environ, FERRY_PYTHON_BACKEND="host", CUDA_VISIBLE_DEVICES="")
+        self.p = subprocess.Popen([sys.executable, "-c", READER, name, str(count), str(hold_after), str(delay)],
+                                  stdout=subprocess.PIPE, text=True, env=env)
+
+    def line(self):
+        line = self.p.stdout.readline()
+        assert line, f"the reader ended early (exit {self.p.poll()})"
+        return line.split()
+
+    def until(self, stop):
+        """The entry records up to the line `stop`: (index, hook, seq, forward, tag, status, sha256)."""
+        out = []
+        while True:
+            w = self.line()
+            if w[0] == stop:
+                return out, w
+            assert w[0] == "entry", w
+            out.append((int(w[1]), int(w[2]), int(w[3]), int(w[4]), int(w[5]), w[6], w[7]))
+
+    def kill(self):
+        self.p.send_signal(signal.SIGKILL)
+        self.p.wait()
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait()
+        self.p.stdout.close()
+
+
+def data(f, h):
+    """Hook h's tensor of forward f: a size per hook, every byte from (f, h, position)."""
+    n = (4000, 1000, 48)[h]
+    return ((np.arange(n, dtype=np.uint64) * 7 + f * 37 + h * 101 + 3) % 251).astype(np.uint8)
+
+
+def sha(f, h):
+    return hashlib.sha256(data(f, h)).hexdigest()
+
+
+def run_forwards(ch, stream, forwards, sleep=0.0):
+    for f in forwards:
+        ch.begin_forward(stream, tag=1000 + f)
+        for h in range(3):
+            ch.capture(h, data(f, h), stream)
+        ch.end_forward(stream)
+        if sleep:
+            time.sleep(sleep)
+
+
+def expect_whole_forwards(recs, first_index):
+    """Consecutive stream indices from first_index, whole forwards in hook order, every byte as captured."""
+    assert len(recs) % 3 == 0, recs
+    for i, (index, hook, seq, forward, tag, status, digest) in enumerate(recs):
+        assert index == first_index + i
+        assert hook == i % 3 and seq == forward * 3 + hook and tag == 1000 + forward and status == "ok"
+        assert digest == sha(forward, hook), f"entry {index}: bytes differ from the captured ones"
+        if i % 3:
+            assert forward == recs[i - 1][3]
+
+
+def wait_for(pred, what, timeout=10.0):
+    end = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def name(request):
+    n = f"pytest-{os.getpid()}-{request.node.name}"[:120].replace("[", "-").replace("]", "")
+    yield n
+    try:
+        os.unlink(f"/dev/shm/ferry-{n}")
+    except OSError:
+        pass
+
+
+def test_a_reader_process_gets_every_entry_byte_exact_with_hook_seq_and_tag(name, stream):
+    # 64 KiB of staging holds ~13 forwards: it is reused ~15 times, a region only after the reader released it
+    with ferry.sinks.shm_stream(name, staging_bytes=64 << 10, descriptors=32) as sink:
+        reader = Reader(name, count=600)
+        try:
+            assert reader.line() == ["attached", "0"]
+            ch = ferry.Channel(backend="host", ring_bytes=1 << 16, publish_every=4, sink=sink)
+            run_forwards(ch, stream, range(200))
+            recs, _ = reader.until("done")
+            assert ch.close()["clean"]
+        finally:
+            reader.close()
+        st = sink.close()
+    assert len(recs) == 600
+    expect_whole_forwards(recs, 0)
+    assert st["entries_published"] == st["entries_released"] == 600
+    assert st["bytes_published"] == 200 * 5048 and st["readers_attached"] == 1 and st["first_error"] is None
+
+
+def test_block_keeps_everything_for_a_late_reader_and_close_reports_the_stall(name, stream):
+    sink = ferry.sinks.shm_stream(name, staging_bytes=64 << 10, descriptors=8, timeout=0.2)
+    ch = ferry.Channel(backend="host", ring_bytes=1 << 16, sink=sink)
+    run_forwards(ch, stream, range(6))
+    wait_for(lambda: ch.stats()["entries_drained"] == 18, "the drain")
+    st = sink.stats()
+    assert (st["entries_published"], st["pending_entries"], st["stall_timeouts"]) == (8, 10, 1)
+    assert "expected a free descriptor within timeout 200 ms" in st["first_error"]
+    reader = Reader(name, count=18)
+    try:
+        assert reader.line() == ["attached", "0"]
+        recs, _ = reader.until("done")
+    finally:
+        reader.close()
+    expect_whole_forwards(recs, 0)
+    ch.close()
+    with pytest.raises(ferry.TimeoutError, match="expected a free descriptor"):
+        sink.close()
+
+
+def test_drop_admits_or_drops_whole_forwards_and_a_slow_reader_never_slows_the_producer(name, stream):
+    sink = ferry.sinks.shm_stream(name, policy="drop", max_lag_entries=6)
+    reader = Reader(name, delay=0.002)
+    try:
+        reader.line()
+        wait_for(lambda: sink.stats()["readers_attached"] == 1, "the reader")
+        ch = ferry.Channel(backend="host", ring_bytes=1 << 20, sink=sink)
+        t0 = time.monotonic()
+        run_forwards(ch, stream, range(150), sleep=0.0002)
+        assert time.monotonic() - t0 < 5.0
+        ch.close()
+        sink.close()
+        recs, _ = reader.until("ended")
+    finally:
+        reader.close()
+    st = sink.stats()
+    expect_whole_forwards(recs, 0)
+    assert st["dropped_forwards"] > 0 and st["entries_published"] == len(recs)
+    assert st["entries_published"] // 3 + st["dropped_forwards"] == 150
+    assert st["dropped_entries"] == 3 * st["dropped_forwards"]
+
+
+def test_a_sigkilled_reader_is_replaced_and_its_successor_resumes_at_its_last_release(name, stream):
+    sink = ferry.sinks.shm_stream(name, staging_bytes=1 << 20)
+    first = Reader(name, count=30, hold_after=10)
+    try:
+        first.line()
+        ch = ferry.Channel(backend="host", ring_bytes=1 << 20, sink=sink)
+        run_forwards(ch, stream, range(20))
+        held, _ = first.until("holding")
+        assert len(held) == 30
+        first.kill()
+        wait_for(lambda: sink.stats()["readers_died"] == 1, "the reader's death")
+        assert sink.stats()["entries_released"] == 10
+        nxt = Reader(name, count=80)
+        try:
+            assert nxt.line() == ["attached", "10"]
+            run_forwards(ch, stream, range(20, 30))
+            recs, _ = nxt.until("done")
+        finally:
+            nxt.close()
+        assert ch.close()["clean"]
+    finally:
+        first.close()
+    assert [r[0] for r in recs] == list(range(10, 90))
+    expect_whole_forwards(recs[2:], 12)  # 10, 11: the rest of forward 3, whose first entry the killed reader released
+    st = sink.close()
+    assert st["entries_released"] == 90 and st["readers_attached"] == 2
+
+
+def test_a_second_reader_is_refused_naming_the_first(name):
+    with ferry.sinks.shm_stream(name) as sink:
+        first = Reader(name, count=1, hold_after=0)
+        try:
+            first.line()
+            with pytest.raises(ferry.StreamBusyError, match=f"got reader pid {first.p.pid}") as e:
+                ferry.ShmReader(name, timeout=1)
+            assert e.value.owner_pid == first.p.pid
+            first.kill()
+            with ferry.ShmReader(name, timeout=2) as mine:  # the dead reader's slot is freed
+                assert mine.poll(timeout=0) == []
+            assert sink.stats()["readers_died"] == 1
+        finally:
+            first.close()
+
+
+def test_a_reader_of_another_layout_version_is_refused_naming_both(name):
+    with ferry.sinks.shm_stream(name):
+        with open(f"/dev/shm/ferry-{name}", "r+b") as f, mmap.mmap(f.fileno(), 4096) as m:
+            m[8:16] = (99).to_bytes(8, "little")  # the layout version word
+        with pytest.raises(ferry.LayoutVersionError, match=r"expected layout version 1 .*got version 99") as e:
+            ferry.ShmReader(name, timeout=1)
+        assert (e.value.expected, e.value.got) == (1, 99)
+
+
+def test_entries_release_by_views_and_misuse_is_refused(name, stream):
+    with pytest.raises(ferry.LogicError, match="policy"):
+        ferry.sinks.shm_stream(name, policy="sometimes")
+    with pytest.raises(ferry.LogicError, match="name"):
+        ferry.sinks.shm_stream("a/b")
+    with pytest.raises(ferry.TimeoutError, match="no such stream"):
+        ferry.ShmReader(name + "-none", timeout=0.05)
+    sink = ferry.sinks.shm_stream(name, staging_bytes=1 << 16)
+    with pytest.raises(ferry.LogicError, match="staging_bytes expected 0 or the given staging's 65536 bytes"):
+        ferry.Channel(backend="host", ring_bytes=1 << 16, staging_bytes=4096, sink=sink)
+    ch = ferry.Channel(backend="host", ring_bytes=1 << 16, sink=sink)
+    with pytest.raises(ferry.LogicError, match="one channel at a time"):
+        ferry.Channel(backend="host", ring_bytes=1 << 16, sink=sink)
+    with pytest.raises(ferry.LogicError, match="sink"):
+        ch.poll()
+    with ferry.ShmReader(name) as r:  # a reader in this process too (tests; the use is another process)
+        run_forwards(ch, stream, [0])
+        got = []
+        while len(got) < 3:
+            got += r.poll(3, timeout=5)
+        view = got[0].numpy()
+        got[0].release()  # the view keeps the entry until it dies
+        assert got[0].released and sink.stats()["entries_released"] == 0
+        assert bytes(view) == data(0, 0).tobytes()
+        del view
+        with got[1], got[2]:
+            assert got[1].tobytes() == data(0, 1).tobytes() and got[2].tag == 1000
+        wait_for(lambda: sink.stats()["entries_released"] == 3, "the releases")
+        with pytest.raises(ferry.LogicError, match="released"):
+            got[1].numpy()
+    ch.close()
+    sink.close()
+    assert repr(sink).endswith("closed>")
+
+
+def test_the_stream_errors_are_ferry_errors():
+    for cls in (ferry.StreamBusyError, ferry.LayoutVersionError, ferry.ReaderDetachedError, ferry.ProducerGoneError):
+        assert issubclass(cls, ferry.Error) and cls.__module__ == "ferry"
+
+
+def test_block_close_waits_for_a_reader_that_attaches_late(name, stream):
+    # the producer is done before the trainer started: close() (policy block) waits up to its timeout for a reader
+    # to attach and release what was published, so nothing is lost
+    sink = ferry.sinks.shm_stream(name, timeout=20)
+    ch = ferry.Channel(backend="host", ring_bytes=1 << 16, sink=sink)
+    run_forwards(ch, stream, range(3))
+    assert ch.close()["clean"]
+    reader = Reader(name)
+    try:
+        st = sink.close()  # the reader attaches meanwhile, reads to the end of the stream, releases
+        assert reader.line() == ["attached", "0"]
+        recs, _ = reader.until("ended")
+    finally:
+        reader.close()
+    expect_whole_forwards(recs, 0)
+    assert st["entries_released"] == 9 and st["unreleased_at_close"] == 0
+
+
+def test_a_cuda_channel_streams_to_a_reader_process_without_a_gpu(name):
+    # the CUDA backend (the H200 run): the D2H lands in the cudaHostRegister'ed segment, read byte-exact by a
+    # process that sees no GPU (CUDA_VISIBLE_DEVICES="")
+    torch = pytest.importorskip("torch")
+    if "cuda" not in ferry.available_backends() or not torch.cuda.is_available():
+        pytest.skip("needs ferry built with FERRY_PYTHON_CUDA=ON, a GPU and torch")
+    xs = {(f, h): torch.from_numpy(data(f, h)).cuda() for f in range(100) for h in range(3)}
+    s = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with ferry.sinks.shm_stream(name, staging_bytes=64 << 10, descriptors=32) as sink:
+        reader = Reader(name, count=300)
+        try:
+            assert reader.line() == ["attached", "0"]
+            ch = ferry.Channel(0, backend="cuda", ring_bytes=1 << 20, publish_every=4, sink=sink)
+            with torch.cuda.stream(s):
+                for f in range(100):
+                    ch.begin_forward(s, tag=1000 + f)
+                    for h in range(3):
+                        ch.capture(h, xs[f, h], s)
+                    ch.end_forward(s)
+            recs, _ = reader.until("done")
+            assert ch.close()["clean"]
+        finally:
+            reader.close()
+        st = sink.close()
+    expect_whole_forwards(recs, 0)
+    assert len(recs) == 300 and st["entries_released"] == 300
