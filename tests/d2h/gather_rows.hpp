@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -206,7 +207,66 @@ TYPED_TEST_P(D2hGatherRows, AnInvalidSelectionFailsItsBatchOnly)
   EXPECT_EQ(ch.stats().selection_errors, 6U);
 }
 
+/// plan()'s forward_meta::selected (the CPU knows this replay's count): each row entry's expected size is exact,
+/// so the drain copies a batch with one D2H instead of one per entry; a hint the device count disagrees with is
+/// still delivered right; a hint above the reservation is refused before anything is enqueued.
+TYPED_TEST_P(D2hGatherRows, APlannedCountCoalescesAReplaysRowEntries)
+{
+  using B = TypeParam;
+  constexpr std::uint64_t rb = 32, hooks = 12, bound = 8;
+  fb::stream<B> s{this->b};
+  std::vector<fb::device_buffer<B>> src;
+  for (std::size_t h = 0; h < hooks; ++h) { src.push_back(this->salted(rb, static_cast<std::uint8_t>(h), s.view())); }
+  fb::device_buffer<B> idx{bound * 4, this->b};
+  fb::device_buffer<B> count{4, this->b};
+  typename TestFixture::collected got;
+  auto cfg = this->rows_config(1 << 20);
+  cfg.publish_every = 64;
+  fd::channel<B> ch{cfg, this->b, got.callback()};
+  const auto sel = fd::row_selection::rows(static_cast<const std::int32_t*>(idx.data()), 0)
+                     .counted_on_device(static_cast<const std::int32_t*>(count.data()), bound);
+  fd::forward_plan plan;
+  auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
+    ch.begin_forward(cs);
+    for (std::size_t h = 0; h < hooks; ++h) {
+      ch.capture_rows_deferred(fd::hook_id{static_cast<std::uint32_t>(h)}, src[h].data(), TestFixture::n_rows, rb, sel, cs);
+    }
+    plan = ch.end_forward(cs);
+  });
+  const std::vector<std::int32_t> rows{9, 1, 40, 3, 3};
+  this->write(idx, rows, s.view());
+  this->write(count, std::vector<std::int32_t>{5}, s.view());
+  auto replay = [&](std::optional<std::uint64_t> hint) {
+    fd::forward_meta m;
+    m.selected = hint;
+    const std::uint64_t before = ch.stats().copies;
+    const std::size_t n = got.size();
+    ch.replay(g, plan, s, std::move(m));
+    s.synchronize();
+    EXPECT_TRUE(wait_until<B>([&] { return got.size() == n + hooks; }, 10s));
+    return ch.stats().copies - before;
+  };
+  EXPECT_EQ(replay(std::nullopt), hooks) << "a device count alone: one copy per entry";
+  EXPECT_EQ(replay(5), 1U) << "the planned count: one copy for the batch";
+  EXPECT_EQ(replay(4), hooks) << "a hint the device count disagrees with: delivered, one copy per entry";
+  fd::forward_meta over;
+  over.selected = bound + 1;
+  try {
+    ch.plan(plan, s, over);
+    ADD_FAILURE() << "expected a logic_error for a hint above the reservation";
+  } catch (const ferry::logic_error& e) {
+    EXPECT_NE(std::string{e.what()}.find("at most the 8 items"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW((void)ch.close(10s));
+  ASSERT_EQ(got.size(), 3 * hooks);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got.status[i], fd::entry_status::ok) << i;
+    EXPECT_EQ(got.bytes[i], TestFixture::expect({9, 1, 40, 3, 3}, rb, static_cast<std::uint8_t>(i % hooks))) << i;
+  }
+}
+
 REGISTER_TYPED_TEST_SUITE_P(D2hGatherRows, BatchesSharingASelectionHoldTheirRows, KindsAndSelectionsSplitBatchesInOrder,
-                            GraphReplaysGatherTheSelectionOfTheirStep, AnInvalidSelectionFailsItsBatchOnly);
+                            GraphReplaysGatherTheSelectionOfTheirStep, AnInvalidSelectionFailsItsBatchOnly,
+                            APlannedCountCoalescesAReplaysRowEntries);
 
 }  // namespace ferry::test

@@ -31,8 +31,13 @@ struct forward_meta {
   std::optional<std::uint64_t> tag;   ///< the engine's step id (entry_view::tag(); none: the forward's index)
   std::vector<request_rows> requests;  ///< the row layout of the forward's row-selected entries, in row order
   std::vector<std::byte> user;         ///< opaque bytes, delivered as given (entry_view::meta()->user)
+  /// plan() only: the items the replay's row selections hold, when the CPU knows them (e.g. the requests that want
+  /// capture this step). Each row entry's expected size is then exact, so the drain copies a batch of them with
+  /// one D2H (a device count that disagrees is still delivered right, one copy per entry); the ring reservation
+  /// stays the captured bound.
+  std::optional<std::uint64_t> selected;
 
-  [[nodiscard]] bool empty() const noexcept { return !tag && requests.empty() && user.empty(); }
+  [[nodiscard]] bool empty() const noexcept { return !tag && requests.empty() && user.empty() && !selected; }
   /// The layout of `count` requests `ids[0..count)` holding `rows_each` consecutive rows each (a last-token
   /// selection: 1; a window [a, b): b - a), in that order.
   template <class Id>

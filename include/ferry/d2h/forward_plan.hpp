@@ -21,6 +21,7 @@ struct plan_entry {
   std::uint64_t bytes{0};     ///< static payload bytes (dynamic: resolved on the GPU)
   bool dynamic{false};
   std::uint64_t row_bytes{0};  ///< capture_rows: bytes per row (0: captured whole)
+  std::uint64_t per_item{1};   ///< capture_rows: rows per selected item (a window's length)
 };
 
 /// The entries of one captured forward (what plan() reserves for a replay). Returned by end_forward().

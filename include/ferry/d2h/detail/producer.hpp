@@ -207,7 +207,7 @@ class producer {
   [[nodiscard]] bool fits_after_deferred(std::uint64_t reserved, std::uint64_t n_dyn, when_full full, stream_type s,
                                          Who&& who_fn);
   void commit_entry(hook_id hook, placement p, std::uint64_t reserved, std::uint64_t bytes, entry_kind kind,
-                    stream_type s, bool publish_fused, std::uint64_t row_bytes = 0);
+                    stream_type s, bool publish_fused, std::uint64_t row_bytes = 0, std::uint64_t per_item = 1);
   /// A forward starts (eager begin_forward, or plan()): its index for the FIFO records, its metadata to the log.
   void start_forward(forward_meta&& meta)
   {

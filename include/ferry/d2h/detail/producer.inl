@@ -26,6 +26,9 @@ void producer<B>::begin_forward(stream_view s, forward_meta meta)
   FERRY_EXPECTS(!in_forward_, ferry::logic_error,
                 "d2h channel begin_forward: expected no open forward, got begin_forward twice");
   capturing_ = st_.b.stream_is_capturing(s.handle());
+  FERRY_EXPECTS(!meta.selected, ferry::logic_error,
+                "d2h channel begin_forward: expected no forward_meta::selected (a plan() hint for a replay's row entries), "
+                "got {}", meta.selected.value_or(0));
   FERRY_EXPECTS(!capturing_ || meta.empty(), ferry::logic_error,
                 "d2h channel begin_forward: expected no forward metadata (tag, requests, user bytes) for a forward "
                 "being captured into a graph, got some: give each replay's to plan() or replay()");
@@ -150,12 +153,12 @@ void producer<B>::launch_copy(copy_args a, std::uint64_t bytes, bool one_block, 
 /// the batch when it is complete: the release is enqueued after the writer (release_chain).
 template <ferry::backend::backend B>
 void producer<B>::commit_entry(hook_id hook, placement p, std::uint64_t reserved, std::uint64_t bytes, entry_kind kind,
-                               stream_type s, bool publish_fused, std::uint64_t row_bytes)
+                               stream_type s, bool publish_fused, std::uint64_t row_bytes, std::uint64_t per_item)
 {
   const bool dynamic = kind == entry_kind::dynamic;
   const std::uint64_t after = unpublished_ + 1;
   if (capturing_) {
-    access::record(recording_, plan_entry{hook, reserved, bytes, dynamic, row_bytes});
+    access::record(recording_, plan_entry{hook, reserved, bytes, dynamic, row_bytes, per_item});
   } else {
     res_.push(hook, p, reserved, bytes, dynamic, row_bytes);
     res_.advance(p.end, 1);

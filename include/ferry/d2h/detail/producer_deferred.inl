@@ -148,7 +148,8 @@ bool producer<B>::launch_deferred(stream_type s, bool boundary)
   for (std::uint32_t i = 0; i < n; ++i) {
     const auto& e = deferred_[i];
     if (capturing_) {
-      access::record(recording_, plan_entry{e.hook, e.reserved, e.bytes, rows, e.row_bytes});
+      access::record(recording_, plan_entry{e.hook, e.reserved, e.bytes, rows, e.row_bytes,
+                                            rows ? deferred_.rows()->sel.rows_per_item() : 1});
     } else {
       res_.push(e.hook, where[i], e.reserved, e.bytes, rows, e.row_bytes);  // space was checked in wait_for_space
     }

@@ -63,6 +63,13 @@ bool producer<B>::plan(const forward_plan& p, when_full full, std::optional<stre
   FERRY_EXPECTS(n_dyn <= st_.cfg.size_slots, ferry::logic_error,
                 "d2h channel plan: expected at most size_slots = {} dynamic entries per forward, got {}",
                 st_.cfg.size_slots, n_dyn);
+  for (const auto& e : p.entries()) {  // forward_meta::selected: at most the items each row entry reserved
+    FERRY_EXPECTS(!meta.selected || e.row_bytes == 0 ||
+                    *meta.selected <= e.bytes / e.row_bytes / std::max<std::uint64_t>(e.per_item, 1),
+                  ferry::logic_error,
+                  "d2h channel plan: hook {} expected forward_meta::selected at most the {} items its capture reserved, got {}",
+                  e.hook.value, e.bytes / e.row_bytes / std::max<std::uint64_t>(e.per_item, 1), meta.selected.value_or(0));
+  }
   if (!wait_for_space(pos, p.size(), n_dyn, full, std::nullopt,
                       [&] { return ferry::detail::format("plan of {} entries", p.size()); })) {
     return false;
@@ -79,10 +86,12 @@ bool producer<B>::plan(const forward_plan& p, when_full full, std::optional<stre
     have_exec_stream_ = true;
   }
   arm_replay(*s, false);
+  const std::optional<std::uint64_t> selected = meta.selected;
   start_forward(std::move(meta));  // before the replay's first FIFO record (forward_log.hpp)
   for (std::size_t i = 0; i < p.size(); ++i) {
     const auto& e = p.entries()[i];
-    res_.push(e.hook, where[i], e.reserved, e.bytes, e.dynamic, e.row_bytes);
+    const std::uint64_t bytes = selected && e.row_bytes != 0 ? std::max<std::uint64_t>(*selected * e.per_item * e.row_bytes, entry_alignment) : e.bytes;
+    res_.push(e.hook, where[i], e.reserved, bytes, e.dynamic, e.row_bytes);
   }
   res_.advance(pos, p.size());
   return true;

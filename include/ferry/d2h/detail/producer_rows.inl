@@ -104,7 +104,7 @@ bool producer<B>::capture_rows(hook_id hook, const void* src, std::uint64_t n_ro
   st_.launch.own(select_rows_kernel(typename B::tag{}), blocks, threads, s.handle(), a);
   retire(std::move(h), s.handle());
   for (auto& x : held.arrays) { st_.b.release_after(s.handle(), std::move(x.snapshot)); }
-  commit_entry(hook, p, reserved, bytes, entry_kind::dynamic, s.handle(), false, row_bytes);
+  commit_entry(hook, p, reserved, bytes, entry_kind::dynamic, s.handle(), false, row_bytes, sel.rows_per_item());
   return true;
 }
 
