@@ -50,7 +50,7 @@ struct shm_stream_config {
   std::chrono::milliseconds timeout{std::chrono::seconds(5)};  ///< the longest wait of one call; drop: a stalled reader's grace
   std::uint64_t max_lag_entries{0};  ///< drop: admit a forward while the reader lags by at most this (0: descriptors / 2)
   std::uint64_t max_lag_bytes{0};    ///< drop: ... and staging in use is at most this (0: staging_bytes / 2)
-  std::chrono::microseconds poll_interval{100};  ///< the stream thread's period while a reader is attached
+  std::chrono::microseconds poll_interval{100};  ///< the stream thread's period while the reader holds entries (else 1 ms)
 };
 
 /// A snapshot of the stream's counters (monotonic but for the "now" ones).

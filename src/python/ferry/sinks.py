@@ -127,7 +127,7 @@ def shm_stream(name: str, *, staging_bytes: int = 64 << 20, descriptors: int = 4
     admits or drops each forward whole at its first entry (admitted while a reader is attached and lags by at most
     `max_lag_entries` entries and `max_lag_bytes` of staging; 0: half the ring / staging), counted in ``stats()``;
     a reader that releases nothing for `timeout` while room is needed is evicted (ferry.ReaderDetachedError there).
-    `poll_interval`: the stream thread's period (seconds) while a reader is attached.
+    `poll_interval`: the stream thread's period (seconds) while the reader holds entries (else 1 ms).
 
     ``stats()`` (dict), ``close()`` (marks the stream ended, waits up to `timeout` for the reader to release,
     raises the first error kept); a context manager. Close the channel first, then the sink.

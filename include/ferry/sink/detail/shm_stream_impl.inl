@@ -222,15 +222,15 @@ inline bool shm_stream_impl::admit_locked() const
          (!pool_ || pool_->in_use() <= cfg_.max_lag_bytes);
 }
 
-/// The stream thread: a pass every poll_interval while a reader is attached or entries are pending, every
-/// millisecond otherwise (an attach request waits at most that long).
+/// The stream thread: a pass every poll_interval while the reader holds entries or entries are pending, every
+/// millisecond otherwise (an attach request, a reader's death or detach wait at most that long).
 inline void shm_stream_impl::run()
 {
   std::unique_lock lk{mu_};
   while (!stop_thread_) {
     views out;
     service_locked(out);
-    const bool busy = session_ != 0 || !pending_.empty();
+    const bool busy = (session_ != 0 && !held_.empty()) || !pending_.empty();
     lk.unlock();
     out.clear();
     lk.lock();
