@@ -231,13 +231,19 @@ void init_d2h_channel(nb::module_& m)
     .def_prop_ro("deferred_pending", &C::deferred_pending)
     .def(
       "plan",
-      [](C& c, const py_plan& p, nb::handle s, nb::handle tag, nb::handle req, nb::handle meta) {
-        c.plan(p, s, forward_meta_of(tag, req, meta, "Channel.plan"));
+      [](C& c, const py_plan& p, nb::handle s, nb::handle tag, nb::handle req, nb::handle meta, nb::handle selected) {
+        fd::forward_meta m = forward_meta_of(tag, req, meta, "Channel.plan");
+        uint_arg n;
+        if (!selected.is_none() && !nb::try_cast(selected, n)) {
+          throw nb::type_error(("ferry: Channel.plan: expected selected an int or None, got " + type_of(selected)).c_str());
+        }
+        if (!selected.is_none()) { m.selected = n.get("Channel.plan", "selected"); }
+        c.plan(p, s, std::move(m));
       },
       nb::arg("plan"), nb::arg("stream").none() = nb::none(), nb::kw_only(), nb::arg("tag").none() = nb::none(),
-      nb::arg("requests").none() = nb::none(), nb::arg("meta").none() = nb::none(),
+      nb::arg("requests").none() = nb::none(), nb::arg("meta").none() = nb::none(), nb::arg("selected").none() = nb::none(),
       nb::sig("def plan(self, plan: Plan, stream: object | None = None, *, tag: int | None = None, requests: object | "
-              "None = None, meta: bytes | None = None) -> None"))
+              "None = None, meta: bytes | None = None, selected: int | None = None) -> None"))
     .def(
       "poll",
       [](C& c, uint_arg n, std::optional<double> timeout) { return c.poll(n.get("Channel.poll", "max_entries"), timeout); },

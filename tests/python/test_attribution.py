@@ -108,7 +108,7 @@ def test_graph_replays_carry_the_tag_of_their_plan(make_channel, drain):
         k = [0, 8, 3, 1, 5][step]
         idx[:k] = rng.integers(0, 32, size=k)
         n[0] = k
-        ch.plan(plan, s, tag=100 + step, requests=[500 + i for i in range(k)])
+        ch.plan(plan, s, tag=100 + step, requests=[500 + i for i in range(k)], selected=k if step % 2 else None)
         g.launch(s)
         got = drain(ch, 3)
         for h, e in enumerate(got):
@@ -159,3 +159,23 @@ def test_a_torch_count_tensor_is_a_device_count_never_an_int(make_channel, drain
     a.release()
     b.release()
     assert ch.close()["clean"]
+
+
+def test_plan_selected_above_the_reservation_is_refused(make_channel):
+    ch = make_channel(size_slots=64)
+    s = ferry.Stream(backend="host")
+    x = _source()
+    idx = np.zeros(4, dtype=np.int32)
+    n = np.zeros(1, dtype=np.int32)
+    s.begin_capture()
+    ch.begin_forward(s)
+    ch.capture_rows_deferred(0, x, rows=idx, count=n, max_count=4, stream=s)
+    plan = ch.end_forward(s)
+    s.end_capture()
+    with pytest.raises(ferry.LogicError, match="at most the 4 items"):
+        ch.plan(plan, s, selected=5)
+    with pytest.raises(TypeError, match="selected an int"):
+        ch.plan(plan, s, selected="5")
+    with pytest.raises(ferry.LogicError, match="selected"):
+        ch.plan(plan, s, selected=-1)
+    ch.close()
