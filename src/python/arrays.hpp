@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace ferry::python {
 
@@ -42,6 +43,23 @@ inline constexpr double max_seconds = 1e9;
   FERRY_EXPECTS(s >= lo && s <= hi, ferry::logic_error, "{}: expected {} a number of seconds in [{}, {}], got {}", who,
                 name, lo, hi, s);
   return s;
+}
+
+/// A sink's counters as a dict: `for_each(f)` calls f(name, value) per field (the core's field list); an empty
+/// string (no error) becomes None.
+template <class ForEach>
+[[nodiscard]] nb::dict fields_dict(ForEach&& for_each)
+{
+  nb::dict d;
+  for_each([&](const char* name, const auto& v) {
+    using T = std::remove_cvref_t<decltype(v)>;
+    if constexpr (std::is_same_v<T, std::string>) {
+      d[name] = v.empty() ? nb::none() : nb::cast(v);
+    } else {
+      d[name] = v;
+    }
+  });
+  return d;
 }
 
 /// The bytes of a tensor argument: its address and size; `dl` holds a DLPack import (the general path)

@@ -56,16 +56,7 @@ fk::shm_stream_config config_of(const std::string& name, uint_arg staging_bytes,
 
 nb::dict stats_dict(const fk::shm_stream_stats& st)
 {
-  nb::dict d;
-  fk::for_each_shm_stat(st, [&](const char* name, const auto& v) {
-    using T = std::remove_cvref_t<decltype(v)>;
-    if constexpr (std::is_same_v<T, std::string>) {
-      d[name] = v.empty() ? nb::none() : nb::cast(v);
-    } else {
-      d[name] = v;
-    }
-  });
-  return d;
+  return fields_dict([&](auto&& f) { fk::for_each_shm_stat(st, f); });
 }
 
 py_shm_stream* shm_of(nb::handle obj)

@@ -45,9 +45,7 @@ fk::safetensors_config config_of(const std::string& directory, const std::vector
   FERRY_EXPECTS(policy == "block" || policy == "drop", ferry::logic_error,
                 "{}: expected policy 'block' or 'drop', got '{}'", who, policy);
   c.policy = policy == "block" ? fk::queue_policy::block : fk::queue_policy::drop;
-  FERRY_EXPECTS(block_timeout >= 0.0 && block_timeout < 1e9, ferry::logic_error,
-                "{}: expected block_timeout >= 0 s, got {}", who, block_timeout);
-  c.block_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(block_timeout * 1000.0));
+  c.block_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(seconds_arg(block_timeout, who, "block_timeout") * 1000.0));
   c.fsync = fsync;
   c.overwrite = overwrite;
   return c;
@@ -55,16 +53,7 @@ fk::safetensors_config config_of(const std::string& directory, const std::vector
 
 nb::dict stats_dict(const fk::safetensors_stats& st)
 {
-  nb::dict d;
-  fk::for_each_stat(st, [&](const char* name, const auto& v) {
-    using T = std::remove_cvref_t<decltype(v)>;
-    if constexpr (std::is_same_v<T, std::string>) {
-      d[name] = v.empty() ? nb::none() : nb::cast(v);
-    } else {
-      d[name] = v;
-    }
-  });
-  return d;
+  return fields_dict([&](auto&& f) { fk::for_each_stat(st, f); });
 }
 
 }  // namespace
