@@ -23,6 +23,7 @@ set(d2h_kernels
     "ferry::kernels::d2h::copy_entry=9"            # bytes, v1, v2, v4, v8 and the four one-pass forms
     "ferry::kernels::d2h::copy_entry_publish=5"
     "ferry::kernels::d2h::gather_publish=4"
+    "ferry::kernels::d2h::gather_rows_publish=1"
     "ferry::kernels::d2h::publish_head=1"
     "ferry::kernels::d2h::commit_check=1"
     "ferry::kernels::d2h::arm_replay=1"
