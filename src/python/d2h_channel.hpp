@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -73,6 +74,21 @@ void unregister_channel(std::uint64_t handle);
 /// (shm_stream.cpp; instantiated for the module's backends).
 template <class B>
 [[nodiscard]] fd::staging_memory sink_staging(nb::handle sink, const B& b);
+
+/// A sink's `__exit__` (ferry.sinks): closes `s` without the GIL unless it is closed; after an error in the
+/// with-body, an error of close() is dropped so it does not mask the body's.
+template <class Sink>
+void close_on_exit(Sink& s, nb::args exc)
+{
+  if (s.closed()) { return; }
+  const bool clean = nb::len(exc) == 0 || exc[0].is_none();
+  gil_release g;
+  try {
+    (void)s.close();
+  } catch (const std::exception&) {
+    if (clean) { throw; }
+  }
+}
 
 template <class B>
 class py_channel {

@@ -126,20 +126,7 @@ void init_shm_stream(nb::module_& m)
       return std::string{p.s.cfg().policy == fk::queue_policy::block ? "block" : "drop"};
     })
     .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
-    .def("__exit__", [](py_shm_stream& p, nb::args exc) {
-      // closes the stream; an error of the with-body is not masked by a close() error
-      if (p.s.closed()) { return; }
-      const bool clean = nb::len(exc) == 0 || exc[0].is_none();
-      gil_release g;
-      if (clean) {
-        (void)p.s.close();
-        return;
-      }
-      try {
-        (void)p.s.close();
-      } catch (const std::exception&) {
-      }
-    })
+    .def("__exit__", [](py_shm_stream& p, nb::args exc) { close_on_exit(p.s, std::move(exc)); })
     .def("__repr__", [](const py_shm_stream& p) {
       return "<ferry.sinks.ShmStreamSink '" + p.s.cfg().name + "' " +
              (p.s.cfg().policy == fk::queue_policy::block ? "block" : "drop") + (p.s.closed() ? " closed>" : ">");

@@ -107,20 +107,7 @@ void init_sink(nb::module_& m)
     .def_prop_ro("closed", [](const py_sink& p) { return p.s.closed(); })
     .def_prop_ro("directory", [](const py_sink& p) { return p.s.cfg().directory.string(); })
     .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
-    .def("__exit__", [](py_sink& p, nb::args exc) {
-      // closes the sink; an error of the with-body is not masked by a close() error
-      if (p.s.closed()) { return; }
-      const bool clean = nb::len(exc) == 0 || exc[0].is_none();
-      gil_release g;
-      if (clean) {
-        (void)p.s.close();
-        return;
-      }
-      try {
-        (void)p.s.close();
-      } catch (const std::exception&) {
-      }
-    });
+    .def("__exit__", [](py_sink& p, nb::args exc) { close_on_exit(p.s, std::move(exc)); });
 }
 
 }  // namespace ferry::python
