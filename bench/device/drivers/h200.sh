@@ -2,7 +2,7 @@
 # Build, test and benchmark ferry on the lent H200 (device tool). Writes logs and JSON under $OUT.
 # Usage (from the repo root on the device machine):
 #   bash bench/device/drivers/h200.sh [steps...]   steps: tests memcheck synccheck initcheck bench stress python qwen3
-#                                          qwen3cb stepprobe select
+#                                          qwen3cb stepprobe select eager
 #                                          (default: tests memcheck synccheck initcheck bench)
 # python: the Python package with the CUDA backend (+ the torch ops where torch imports), its pytest suite on
 # the GPU (pytest_gpu.log); qwen3: bench/torch/qwen3_capture.py, the Qwen3-0.6B-shaped decode benchmark
@@ -24,7 +24,7 @@ export FERRY_DATE=${FERRY_DATE:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 jobs=$(nproc)
 py_flags=()
-if has python || has qwen3 || has qwen3cb || has stepprobe; then
+if has python || has qwen3 || has qwen3cb || has stepprobe || has eager; then
   py_flags=(-DFERRY_BUILD_PYTHON=ON -DFERRY_PYTHON_CUDA=ON "-DPython_EXECUTABLE=$(python3 -c 'import sys; print(sys.executable)')")
 fi
 cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
@@ -87,6 +87,15 @@ if has qwen3cb; then
   PYTHONPATH=$PWD/build-h200/src/python FERRY_COMMAND="$cmd" timeout "${FERRY_QWEN3CB_TIMEOUT:-240}" $cmd \
     > "$OUT/bench_qwen3_cb.log" 2>&1 || rc=1
   tail -20 "$OUT/bench_qwen3_cb.log"
+fi
+if has eager; then
+  # eager B=1 capture with a native sink running (issue 28): bench/torch/qwen3_eager.py (eager_b1.json,
+  # bench_eager.log; FERRY_EAGER_ARGS, FERRY_EAGER_TIMEOUT default 420 s)
+  cmd="python3 bench/torch/qwen3_eager.py --out $OUT/eager_b1.json ${FERRY_EAGER_ARGS:-}"
+  # shellcheck disable=SC2086
+  PYTHONPATH=$PWD/build-h200/src/python FERRY_COMMAND="$cmd" timeout "${FERRY_EAGER_TIMEOUT:-420}" $cmd \
+    > "$OUT/bench_eager.log" 2>&1 || rc=1
+  tail -20 "$OUT/bench_eager.log"
 fi
 if has stepprobe; then
   # where the capture cost of the graphed decode step goes (bench/torch/step_probe.py; step_probe.json)

@@ -1,0 +1,239 @@
+# SPDX-License-Identifier: Apache-2.0
+"""qwen3_eager's contestants: eager B=1 decode steps of the Qwen3-0.6B-shaped model, each preset's hooks
+capturing into a channel whose entries go to a native sink (C++ threads: no Python and no GIL per entry), beside
+torch's own per-hook pinned copies; diagnostics that split the capture's cost (the hook layer alone, a Python
+consumer thread polling the same channel per entry or per batch)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import threading
+import time
+
+import torch
+
+import ferry
+import ferry.hooks as fh
+
+
+class Sinked:
+    """One preset's channel and its native sink (safetensors shards in ``directory``: a tmpfs by default, so the
+    disk does not pace the decode), the schema from one recorded step (every hook's dtype and row shape)."""
+
+    def __init__(self, args, model, dec, pts, directory, stream):
+        self.pts, self.dir = pts, directory
+        specs = {}
+
+        def record(h, t):
+            specs.setdefault(h, t)
+
+        with fh.install(model, pts, record):
+            dec.reset()
+            dec.step()
+        names = {p.id: p.name for p in pts}
+        schema = {h: ferry.sinks.row_spec(names[h], t) for h, t in specs.items()}
+        shutil.rmtree(directory, ignore_errors=True)
+        self.sink = ferry.sinks.safetensors(directory, schema, shard_bytes=args.shard_mib << 20, policy="block",
+                                            max_queue_bytes=256 << 20, block_timeout=30.0)
+        self.ch = ferry.Channel(0, ring_bytes=args.ring_mib << 20, publish_every=args.publish_every,
+                                backend="cuda" if args.device == "cuda" else "host", fifo_capacity=1 << 16,
+                                timeout=30.0, sink=self.sink)
+        self.stream = stream
+
+    def settle(self, timeout=120.0):
+        """Waits until every entry reserved so far reached the sink and the writer's queue is empty (the next
+        contestant must not share the CPU with this one's backlog)."""
+        end = time.monotonic() + timeout
+        while True:
+            c, q = self.ch.stats(), self.sink.stats()
+            if c["entries_drained"] == c["entries_reserved"] and q["queue_entries"] == 0:
+                return
+            if time.monotonic() > end:
+                raise RuntimeError(f"sink {self.dir}: not settled after {timeout} s: channel {c}, sink {q}")
+            time.sleep(0.002)
+
+    def capture_fn(self, deferred, use_ops):
+        return fh.capture_fn(self.ch, self.stream, use_ops=use_ops, deferred=deferred)
+
+    def close(self):
+        rep = self.ch.close(timeout=60.0)
+        self.sink.close()
+        return rep
+
+
+class PyConsumer:
+    """Diagnostic: a channel without a sink, drained by a Python thread (``poll`` per entry, or ``poll_batch``
+    where the build has it), started for its contestant's turn only (it takes the GIL from the decode loop)."""
+
+    def __init__(self, args, stream, batch):
+        self.ch = ferry.Channel(0, ring_bytes=args.ring_mib << 20, publish_every=args.publish_every,
+                                backend="cuda" if args.device == "cuda" else "host", fifo_capacity=1 << 16,
+                                timeout=30.0)
+        self.stream, self.batch, self.count = stream, batch and hasattr(self.ch, "poll_batch"), 0
+        self._halt, self._thread = threading.Event(), None
+
+    def _run(self):
+        while not self._halt.is_set():
+            if self.batch:
+                with self.ch.poll_batch(256, 0.02) as b:
+                    self.count += len(b)
+            else:
+                got = self.ch.poll(256, 0.02)
+                for e in got:
+                    e.release()
+                self.count += len(got)
+                del got
+
+    @contextlib.contextmanager
+    def running(self):
+        self._halt.clear()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        try:
+            yield
+        finally:
+            self._halt.set()
+            self._thread.join()
+
+    def close(self):
+        return self.ch.close(timeout=60.0)
+
+
+def deferred_points(pts):
+    """The preset's deferred points but token_ids: the decoder writes its input tokens in place at the end of a
+    step (``tok.copy_(argmax)``), before end_forward flushes the last batch (with 341 hooks the batch holding
+    token_ids flushes at its 128th capture, mid-step; a small model's single batch would see the new tokens, and
+    ferry refuses that flush)."""
+    return frozenset(p.id for p in pts if p.deferred and p.name != "token_ids")
+
+
+def forward_steps(dec, ch, stream, n):
+    for _ in range(n):
+        ch.begin_forward(stream)
+        dec.step()
+        ch.end_forward(stream)
+
+
+def plain_steps(dec, n):
+    for _ in range(n):
+        dec.step()
+
+
+class Contestant:
+    """``run(n)``: n decode steps, the contestant's hooks installed around them (installed per run, as a user's
+    context manager would be; the install costs microseconds against the steps' milliseconds)."""
+
+    def __init__(self, run, entries=0, context=None):
+        self.run, self.entries, self.context = run, entries, context or contextlib.nullcontext
+
+
+def make_contestants(args, model, dec, presets, sinked, pycons, stream):
+    """{key: Contestant} in round-robin order: none; per preset: hooks (a no-op hook: the hook layer's own
+    cost), ferry (immediate capture), deferred (the preset's deferred points: a gather per batch), torch
+    (pinned copy_ per hook, an event per step); diagnostics (--diagnostics on): pyconsumer / pybatch (ferry
+    immediate into a channel drained by a Python thread)."""
+    use_ops = {"auto": "auto", "ops": True, "core": False}[args.capture]
+    runs = {"none": Contestant(lambda n: plain_steps(dec, n))}
+    for preset in presets:
+        pts, sk = presets[preset], sinked[preset]
+
+        def noop(h, t):
+            pass
+
+        def installed(fn, pts=pts):
+            return lambda: fh.install(model, pts, fn)
+
+        runs[f"hooks:{preset}"] = Contestant(lambda n: plain_steps(dec, n), context=installed(noop))
+        for kind, deferred in (("ferry", False), ("deferred", deferred_points(pts))):
+            cap = sk.capture_fn(deferred, use_ops)
+            runs[f"{kind}:{preset}"] = Contestant(lambda n, ch=sk.ch: forward_steps(dec, ch, stream, n),
+                                                  entries=len(pts), context=installed(cap))
+        runs[f"torch:{preset}"] = torch_copies(args, model, dec, pts)
+        if args.diagnostics == "on":
+            for kind, pc in pycons.items():
+                cap = fh.capture_fn(pc.ch, stream, use_ops=use_ops, deferred=False)
+
+                @contextlib.contextmanager
+                def ctx(pc=pc, cap=cap, pts=pts):
+                    with pc.running(), fh.install(model, pts, cap):
+                        yield
+
+                runs[f"{kind}:{preset}"] = Contestant(lambda n, ch=pc.ch: forward_steps(dec, ch, stream, n),
+                                                      entries=len(pts), context=ctx)
+    return runs
+
+
+def torch_copies(args, model, dec, pts):
+    """torch-native: one pinned buffer per hook, ``copy_(non_blocking=True)`` on the current stream, an event
+    per step after which the host may read them (the next step overwrites them)."""
+    cuda = args.device == "cuda"
+    pinned: dict[int, torch.Tensor] = {}
+
+    def copy(h, t):
+        buf = pinned.get(h)
+        if buf is None:
+            buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=cuda)
+            pinned[h] = buf
+        buf.copy_(t.detach(), non_blocking=True)
+
+    with fh.install(model, pts, copy):
+        dec.reset()
+        dec.step()  # allocates the buffers
+    events = [torch.cuda.Event() for _ in range(args.tokens)] if cuda else []
+
+    def run(n):
+        for i in range(n):
+            dec.step()
+            if cuda:
+                events[i].record()
+        if cuda:
+            events[n - 1].synchronize()
+
+    return Contestant(run, context=lambda: fh.install(model, pts, copy))
+
+
+def timed_step(dec, c, n, sync):
+    """(wall ms per step, main-thread CPU ms per step) of n steps of contestant c from the start state."""
+    dec.reset()
+    sync()
+    with c.context():
+        t0, c0 = time.perf_counter(), time.thread_time()
+        c.run(n)
+        sync()
+        c1, t1 = time.thread_time(), time.perf_counter()
+    return (t1 - t0) * 1e3 / n, (c1 - c0) * 1e3 / n
+
+
+def call_costs(args, sk, stream, sync, n=2000):
+    """CPU us per call outside the model: Channel.capture (immediate / deferred) of a 2 KiB bf16 tensor, the
+    hooks' capture closure, and torch's pinned copy_."""
+    dev = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
+    t = torch.randn(1024, device=dev).to(torch.bfloat16)
+    pinned = torch.empty_like(t, device="cpu", pin_memory=args.device == "cuda")
+    out = {}
+
+    def timed(name, fn, forward=True):
+        if forward:
+            sk.ch.begin_forward(stream)
+        c0 = time.thread_time()
+        for _ in range(n):
+            fn()
+        out[name] = (time.thread_time() - c0) / n * 1e6
+        if forward:
+            sk.ch.end_forward(stream)
+        sync()
+
+    h = sk.pts[0].id
+    timed("channel_capture_us", lambda: sk.ch.capture(h, t, stream))
+    timed("channel_capture_deferred_us", lambda: sk.ch.capture_deferred(h, t, stream))
+    cap = sk.capture_fn(False, {"auto": "auto", "ops": True, "core": False}[args.capture])
+    timed("hooks_capture_fn_us", lambda: cap(h, t))
+    timed("torch_pinned_copy_us", lambda: pinned.copy_(t, non_blocking=True), forward=False)
+    return out
+
+
+def sink_dir(args, preset):
+    base = args.sink_dir or ("/dev/shm" if os.path.isdir("/dev/shm") else "/tmp")
+    return os.path.join(base, f"ferry-eager-{os.getpid()}-{preset}")

@@ -1,0 +1,41 @@
+# SPDX-License-Identifier: Apache-2.0
+# A smoke run of bench/torch/qwen3_eager.py (eager B=1 capture with a native sink running, issue 28) on the CPU
+# with the host backend and a tiny model: every contestant timed, the sinks' shards read back bit-exact against
+# the witness, the JSON's eager_b1 block in the schema docs/perf/h200/sinks.json takes. Skipped where torch or
+# transformers is missing.
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import ferry  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_qwen3_eager_smoke_checks_every_entry_and_writes_the_schema(tmp_path):
+    out = tmp_path / "eager.json"
+    env = dict(os.environ, FERRY_PYTHON_BACKEND="host")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(os.path.dirname(ferry.__file__)),
+                                                    env.get("PYTHONPATH")) if p)
+    cmd = [sys.executable, str(ROOT / "bench/torch/qwen3_eager.py"), "--device", "cpu", "--tiny", "--layers", "2",
+           "--tokens", "2", "--rounds", "1", "--check-steps", "2", "--sink-dir", str(tmp_path), "--out", str(out)]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    d = json.loads(out.read_text())
+    e = d["eager_b1"]
+    assert e["rounds"] == 1 and e["no_capture_ms"] > 0
+    for p, hooks in (("hidden_states", 2), ("vllm_full", 29)):
+        assert {"ferry_ms", "deferred_ms", "torch_copy_ms"} <= set(e[p]) and e[p]["hooks"] == hooks
+        assert all(e[p][k] > 0 for k in ("ferry_ms", "deferred_ms", "torch_copy_ms"))
+    # 2 check steps x 2 ferry kinds x (2 + 29) hooks, every one read back from the shards
+    assert d["entries_checked"] == 2 * 2 * 31 and d["entries_bad"] == 0
+    assert all(s["failed_entries"] == 0 and s["dropped_entries"] == 0 and s["channel_clean"] for s in d["sinks"].values())
+    assert {"pyconsumer:vllm-full", "hooks:vllm-full", "torch:hidden-states"} <= set(d["contestants"])
+    assert not list(tmp_path.glob("ferry-eager-*"))  # the shard runs are removed
