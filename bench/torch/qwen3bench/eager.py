@@ -7,6 +7,7 @@ consumer thread polling the same channel per entry or per batch)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import shutil
 import threading
@@ -16,6 +17,9 @@ import torch
 
 import ferry
 import ferry.hooks as fh
+
+
+OTHER_CORES: list[int] = []  # pin_threads: the cores of every thread but the decode loop's
 
 
 class Sinked:
@@ -39,7 +43,7 @@ class Sinked:
                                             max_queue_bytes=256 << 20, block_timeout=30.0)
         self.ch = ferry.Channel(0, ring_bytes=args.ring_mib << 20, publish_every=args.publish_every,
                                 backend="cuda" if args.device == "cuda" else "host", fifo_capacity=1 << 16,
-                                timeout=30.0, sink=self.sink)
+                                timeout=30.0, drain_idle_sleep=args.drain_idle_us * 1e-6, sink=self.sink)
         self.stream = stream
 
     def settle(self, timeout=120.0):
@@ -70,11 +74,13 @@ class PyConsumer:
     def __init__(self, args, stream, batch):
         self.ch = ferry.Channel(0, ring_bytes=args.ring_mib << 20, publish_every=args.publish_every,
                                 backend="cuda" if args.device == "cuda" else "host", fifo_capacity=1 << 16,
-                                timeout=30.0)
+                                timeout=30.0, drain_idle_sleep=args.drain_idle_us * 1e-6)
         self.stream, self.batch, self.count = stream, batch and hasattr(self.ch, "poll_batch"), 0
         self._halt, self._thread = threading.Event(), None
 
     def _run(self):
+        if OTHER_CORES:
+            os.sched_setaffinity(0, OTHER_CORES)  # started from the pinned main thread: off its core
         while not self._halt.is_set():
             if self.batch:
                 with self.ch.poll_batch(256, 0.02) as b:
@@ -109,20 +115,26 @@ def deferred_points(pts):
     return frozenset(p.id for p in pts if p.deferred and p.name != "token_ids")
 
 
-def forward_steps(dec, ch, stream, n):
+def forward_steps(dec, ch, stream, n, cpu):
+    clock = time.thread_time
     for _ in range(n):
+        c0 = clock()
         ch.begin_forward(stream)
         dec.step()
         ch.end_forward(stream)
+        cpu.append(clock() - c0)
 
 
-def plain_steps(dec, n):
+def plain_steps(dec, n, cpu):
+    clock = time.thread_time
     for _ in range(n):
+        c0 = clock()
         dec.step()
+        cpu.append(clock() - c0)
 
 
 class Contestant:
-    """``run(n)``: n decode steps, the contestant's hooks installed around them (installed per run, as a user's
+    """``run(n, cpu)``: n decode steps (each step's main-thread CPU seconds appended to ``cpu``), the contestant's hooks installed around them (installed per run, as a user's
     context manager would be; the install costs microseconds against the steps' milliseconds)."""
 
     def __init__(self, run, entries=0, context=None):
@@ -135,7 +147,7 @@ def make_contestants(args, model, dec, presets, sinked, pycons, stream):
     (pinned copy_ per hook, an event per step); diagnostics (--diagnostics on): pyconsumer / pybatch (ferry
     immediate into a channel drained by a Python thread)."""
     use_ops = {"auto": "auto", "ops": True, "core": False}[args.capture]
-    runs = {"none": Contestant(lambda n: plain_steps(dec, n))}
+    runs = {"none": Contestant(lambda n, cpu: plain_steps(dec, n, cpu))}
     for preset in presets:
         pts, sk = presets[preset], sinked[preset]
 
@@ -145,10 +157,10 @@ def make_contestants(args, model, dec, presets, sinked, pycons, stream):
         def installed(fn, pts=pts):
             return lambda: fh.install(model, pts, fn)
 
-        runs[f"hooks:{preset}"] = Contestant(lambda n: plain_steps(dec, n), context=installed(noop))
+        runs[f"hooks:{preset}"] = Contestant(lambda n, cpu: plain_steps(dec, n, cpu), context=installed(noop))
         for kind, deferred in (("ferry", False), ("deferred", deferred_points(pts))):
             cap = sk.capture_fn(deferred, use_ops)
-            runs[f"{kind}:{preset}"] = Contestant(lambda n, ch=sk.ch: forward_steps(dec, ch, stream, n),
+            runs[f"{kind}:{preset}"] = Contestant(lambda n, cpu, ch=sk.ch: forward_steps(dec, ch, stream, n, cpu),
                                                   entries=len(pts), context=installed(cap))
         runs[f"torch:{preset}"] = torch_copies(args, model, dec, pts)
         if args.diagnostics == "on":
@@ -160,7 +172,7 @@ def make_contestants(args, model, dec, presets, sinked, pycons, stream):
                     with pc.running(), fh.install(model, pts, cap):
                         yield
 
-                runs[f"{kind}:{preset}"] = Contestant(lambda n, ch=pc.ch: forward_steps(dec, ch, stream, n),
+                runs[f"{kind}:{preset}"] = Contestant(lambda n, cpu, ch=pc.ch: forward_steps(dec, ch, stream, n, cpu),
                                                       entries=len(pts), context=ctx)
     return runs
 
@@ -183,11 +195,14 @@ def torch_copies(args, model, dec, pts):
         dec.step()  # allocates the buffers
     events = [torch.cuda.Event() for _ in range(args.tokens)] if cuda else []
 
-    def run(n):
+    def run(n, cpu):
+        clock = time.thread_time
         for i in range(n):
+            c0 = clock()
             dec.step()
             if cuda:
                 events[i].record()
+            cpu.append(clock() - c0)
         if cuda:
             events[n - 1].synchronize()
 
@@ -195,15 +210,52 @@ def torch_copies(args, model, dec, pts):
 
 
 def timed_step(dec, c, n, sync):
-    """(wall ms per step, main-thread CPU ms per step) of n steps of contestant c from the start state."""
+    """(wall ms per step, main-thread CPU ms per step, [CPU ms of each step]) of n steps of contestant c from
+    the start state; the garbage collector off during the turn (its passes land on whichever turn they fall)."""
     dec.reset()
     sync()
+    cpu = []
     with c.context():
-        t0, c0 = time.perf_counter(), time.thread_time()
-        c.run(n)
-        sync()
-        c1, t1 = time.thread_time(), time.perf_counter()
-    return (t1 - t0) * 1e3 / n, (c1 - c0) * 1e3 / n
+        gc.collect()
+        gc.disable()
+        try:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            c.run(n, cpu)
+            sync()
+            c1, t1 = time.thread_time(), time.perf_counter()
+        finally:
+            gc.enable()
+    return (t1 - t0) * 1e3 / n, (c1 - c0) * 1e3 / n, [x * 1e3 for x in cpu]
+
+
+def pin_threads():
+    """Keeps the decode loop's core to itself: every thread started after this call (ferry's drain and sink
+    threads, the consumers) runs on the other cores, off the main core's SMT siblings; the main thread is then
+    pinned to its core by ``pin_main``. Returns the main core (None where affinity is not settable)."""
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    if len(cores) < 4:
+        return None
+    main = cores[-1]
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{main}/topology/thread_siblings_list") as f:
+            sib = set()
+            for part in f.read().strip().split(","):
+                a, _, b = part.partition("-")
+                sib.update(range(int(a), int(b or a) + 1))
+    except OSError:
+        sib = {main}
+    rest = [c for c in cores if c not in sib] or cores
+    os.sched_setaffinity(0, rest)
+    OTHER_CORES[:] = rest
+    return main
+
+
+def pin_main(core):
+    if core is not None:
+        os.sched_setaffinity(0, {core})
 
 
 def call_costs(args, sk, stream, sync, n=2000):
