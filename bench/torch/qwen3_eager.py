@@ -59,6 +59,8 @@ def parse():
     ap.add_argument("--diagnostics", choices=["on", "off"], default="on")
     ap.add_argument("--check-steps", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bounce", type=int, default=16384,
+                    help="the bounce contestant's bounce_capture_max_bytes (0: no bounce contestant)")
     ap.add_argument("--pin", choices=["on", "off"], default="on",
                     help="the decode loop on a core of its own, every other thread elsewhere (less noise)")
     ap.add_argument("--drain-idle-us", type=float, default=200.0,
@@ -93,8 +95,10 @@ def check(args, model, dec, pts, preset, stream, use_ops):
     """(checked, bad): --check-steps steps per ferry kind into a fresh shard run, every tensor read back from
     the shards compared bit-exact with the witness (``.cpu()`` at the hook, beside the capture)."""
     checked = bad = 0
-    for kind, deferred in (("ferry", False), ("deferred", deferred_points(pts))):
-        sk = Sinked(args, model, dec, pts, sink_dir(args, f"{preset}-check-{kind}"), stream)
+    kinds = [("ferry", False, 0), ("deferred", deferred_points(pts), 0)] + ([("bounce", False, args.bounce)]
+                                                                           if args.bounce else [])
+    for kind, deferred, bounce in kinds:
+        sk = Sinked(args, model, dec, pts, sink_dir(args, f"{preset}-check-{kind}"), stream, bounce)
         cap = sk.capture_fn(deferred, use_ops)
         names = {p.id: p.name for p in pts}
         want = {}
@@ -144,6 +148,9 @@ def main():
     presets = {p: fh.preset(model, p) for p in args.presets.split(",")}
     use_ops = {"auto": "auto", "ops": True, "core": False}[args.capture]
     sinked = {p: Sinked(args, model, dec, pts, sink_dir(args, p), stream) for p, pts in presets.items()}
+    if args.bounce:
+        for p, pts in presets.items():
+            sinked[(p, "bounce")] = Sinked(args, model, dec, pts, sink_dir(args, p + "-bounce"), stream, args.bounce)
     pycons = {"pyconsumer": PyConsumer(args, stream, batch=False)}
     if hasattr(pycons["pyconsumer"].ch, "poll_batch"):
         pycons["pybatch"] = PyConsumer(args, stream, batch=True)
@@ -151,8 +158,11 @@ def main():
     pin_main(main_core)
     log(f"main thread on core {main_core}, other threads on {OTHER_CORES or 'any'}")
     first = next(iter(sinked.values()))
-    calls = call_costs(args, first, stream, sync)
+    fbounce = sinked.get((next(iter(presets)), "bounce"))
+    calls = call_costs(args, first, stream, sync, fbounce)
     first.settle()
+    if fbounce is not None:
+        fbounce.settle()
     log("cpu per call: " + ", ".join(f"{k} {v:.2f}" for k, v in calls.items()))
     times = {k: [] for k in runs}
     for rnd in range(args.rounds + 1):
@@ -177,6 +187,7 @@ def main():
     sink_stats = {}
     for p, sk in sinked.items():
         rep = sk.close()
+        p = p if isinstance(p, str) else "-".join(p)
         sink_stats[p] = {k: v for k, v in sk.sink.stats().items() if not isinstance(v, str) or v}
         sink_stats[p]["channel_clean"] = bool(rep.get("clean", False))
         shutil.rmtree(sk.dir, ignore_errors=True)
@@ -185,10 +196,11 @@ def main():
     eager = {"rounds": args.rounds, "tokens_per_round": args.tokens, "measure": "main-thread CPU ms per step",
              "no_capture_ms": stats["none"]["cpu_ms"], "no_capture_wall_ms": stats["none"]["wall_ms"]}
     for p in presets:
-        st = {x: stats[f"{x}:{p}"] for x in ("ferry", "deferred", "torch", "hooks")}
+        st = {x: stats[f"{x}:{p}"] for x in ("ferry", "deferred", "bounce", "torch", "hooks") if f"{x}:{p}" in stats}
         eager[PRESET_KEY.get(p, p)] = {
             "ferry_ms": st["ferry"]["cpu_ms"], "deferred_ms": st["deferred"]["cpu_ms"],
             "torch_copy_ms": st["torch"]["cpu_ms"], "hooks_only_ms": st["hooks"]["cpu_ms"],
+            "bounce_ms": st["bounce"]["cpu_ms"] if "bounce" in st else None,
             "overhead_pct": {x: st[x]["overhead_pct"] for x in st},
             "spread_pct": {x: [st[x]["overhead_pct_p10"], st[x]["overhead_pct_p90"]] for x in st},
             "hooks": len(presets[p])}

@@ -34,8 +34,9 @@ def test_qwen3_eager_smoke_checks_every_entry_and_writes_the_schema(tmp_path):
     for p, hooks in (("hidden_states", 2), ("vllm_full", 29)):
         assert {"ferry_ms", "deferred_ms", "torch_copy_ms"} <= set(e[p]) and e[p]["hooks"] == hooks
         assert all(e[p][k] > 0 for k in ("ferry_ms", "deferred_ms", "torch_copy_ms"))
-    # 2 check steps x 2 ferry kinds x (2 + 29) hooks, every one read back from the shards
-    assert d["entries_checked"] == 2 * 2 * 31 and d["entries_bad"] == 0
+    # 2 check steps x 3 ferry kinds (immediate, deferred, bounce) x (2 + 29) hooks, each read back from the shards
+    assert d["entries_checked"] == 2 * 3 * 31 and d["entries_bad"] == 0
+    assert e["vllm_full"]["bounce_ms"] > 0
     assert all(s["failed_entries"] == 0 and s["dropped_entries"] == 0 and s["channel_clean"] for s in d["sinks"].values())
     assert {"pyconsumer:vllm-full", "hooks:vllm-full", "torch:hidden-states"} <= set(d["contestants"])
     assert not list(tmp_path.glob("ferry-eager-*"))  # the shard runs are removed

@@ -26,7 +26,7 @@ class Sinked:
     """One preset's channel and its native sink (safetensors shards in ``directory``: a tmpfs by default, so the
     disk does not pace the decode), the schema from one recorded step (every hook's dtype and row shape)."""
 
-    def __init__(self, args, model, dec, pts, directory, stream):
+    def __init__(self, args, model, dec, pts, directory, stream, bounce=0):
         self.pts, self.dir = pts, directory
         specs = {}
 
@@ -43,7 +43,8 @@ class Sinked:
                                             max_queue_bytes=256 << 20, block_timeout=30.0)
         self.ch = ferry.Channel(0, ring_bytes=args.ring_mib << 20, publish_every=args.publish_every,
                                 backend="cuda" if args.device == "cuda" else "host", fifo_capacity=1 << 16,
-                                timeout=30.0, drain_idle_sleep=args.drain_idle_us * 1e-6, sink=self.sink)
+                                timeout=30.0, drain_idle_sleep=args.drain_idle_us * 1e-6,
+                                bounce_capture_max_bytes=bounce, sink=self.sink)
         self.stream = stream
 
     def settle(self, timeout=120.0):
@@ -143,7 +144,9 @@ class Contestant:
 
 def make_contestants(args, model, dec, presets, sinked, pycons, stream):
     """{key: Contestant} in round-robin order: none; per preset: hooks (a no-op hook: the hook layer's own
-    cost), ferry (immediate capture), deferred (the preset's deferred points: a gather per batch), torch
+    cost), ferry (immediate capture), deferred (the preset's deferred points: a gather per batch), bounce
+    (immediate capture on a channel with bounce_capture_max_bytes: a device copy into a bounce slot per hook,
+    one gather per batch; ``sinked[(preset, "bounce")]``, where built), torch
     (pinned copy_ per hook, an event per step); diagnostics (--diagnostics on): pyconsumer / pybatch (ferry
     immediate into a channel drained by a Python thread)."""
     use_ops = {"auto": "auto", "ops": True, "core": False}[args.capture]
@@ -158,9 +161,12 @@ def make_contestants(args, model, dec, presets, sinked, pycons, stream):
             return lambda: fh.install(model, pts, fn)
 
         runs[f"hooks:{preset}"] = Contestant(lambda n, cpu: plain_steps(dec, n, cpu), context=installed(noop))
-        for kind, deferred in (("ferry", False), ("deferred", deferred_points(pts))):
-            cap = sk.capture_fn(deferred, use_ops)
-            runs[f"{kind}:{preset}"] = Contestant(lambda n, cpu, ch=sk.ch: forward_steps(dec, ch, stream, n, cpu),
+        kinds = [("ferry", False, sk), ("deferred", deferred_points(pts), sk)]
+        if (preset, "bounce") in sinked:
+            kinds.append(("bounce", False, sinked[(preset, "bounce")]))
+        for kind, deferred, s in kinds:
+            cap = s.capture_fn(deferred, use_ops)
+            runs[f"{kind}:{preset}"] = Contestant(lambda n, cpu, ch=s.ch: forward_steps(dec, ch, stream, n, cpu),
                                                   entries=len(pts), context=installed(cap))
         runs[f"torch:{preset}"] = torch_copies(args, model, dec, pts)
         if args.diagnostics == "on":
@@ -258,31 +264,33 @@ def pin_main(core):
         os.sched_setaffinity(0, {core})
 
 
-def call_costs(args, sk, stream, sync, n=2000):
-    """CPU us per call outside the model: Channel.capture (immediate / deferred) of a 2 KiB bf16 tensor, the
-    hooks' capture closure, and torch's pinned copy_."""
+def call_costs(args, sk, stream, sync, bounce=None, n=2000):
+    """CPU us per call outside the model: Channel.capture (immediate / deferred / on the bounce channel) of a
+    2 KiB bf16 tensor, the hooks' capture closure, and torch's pinned copy_."""
     dev = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
     t = torch.randn(1024, device=dev).to(torch.bfloat16)
     pinned = torch.empty_like(t, device="cpu", pin_memory=args.device == "cuda")
     out = {}
 
-    def timed(name, fn, forward=True):
-        if forward:
-            sk.ch.begin_forward(stream)
+    def timed(name, fn, ch=None):
+        if ch is not None:
+            ch.begin_forward(stream)
         c0 = time.thread_time()
         for _ in range(n):
             fn()
         out[name] = (time.thread_time() - c0) / n * 1e6
-        if forward:
-            sk.ch.end_forward(stream)
+        if ch is not None:
+            ch.end_forward(stream)
         sync()
 
     h = sk.pts[0].id
-    timed("channel_capture_us", lambda: sk.ch.capture(h, t, stream))
-    timed("channel_capture_deferred_us", lambda: sk.ch.capture_deferred(h, t, stream))
+    timed("channel_capture_us", lambda: sk.ch.capture(h, t, stream), sk.ch)
+    timed("channel_capture_deferred_us", lambda: sk.ch.capture_deferred(h, t, stream), sk.ch)
+    if bounce is not None:
+        timed("channel_capture_bounce_us", lambda: bounce.ch.capture(h, t, stream), bounce.ch)
     cap = sk.capture_fn(False, {"auto": "auto", "ops": True, "core": False}[args.capture])
-    timed("hooks_capture_fn_us", lambda: cap(h, t))
-    timed("torch_pinned_copy_us", lambda: pinned.copy_(t, non_blocking=True), forward=False)
+    timed("hooks_capture_fn_us", lambda: cap(h, t), sk.ch)
+    timed("torch_pinned_copy_us", lambda: pinned.copy_(t, non_blocking=True))
     return out
 
 
