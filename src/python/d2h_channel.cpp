@@ -24,13 +24,14 @@ void capture_into(fd::channel<B>& ch, std::uint32_t hook, const void* ptr, std::
 }  // namespace
 
 template <class B>
-py_channel<B>::py_channel(int device, fd::config cfg, nb::handle sink) : dev_{device}
+py_channel<B>::py_channel(int device, fd::config cfg, nb::handle sink, fd::hook_schema schema) : dev_{device}
 {
   B b{};
   b.set_device(fb::device_id{device});
   typename fd::channel<B>::callback_type cb;
   fd::staging_memory staging;  // a sink's own staging (ferry.sinks.shm_stream: shared memory), or none
   if (sink.is_valid() && !sink.is_none()) {
+    sink_adopt_schema(sink, schema);  // first: a sink that has no schema refuses before anything is made
     cb = sink_callback(sink);
     staging = sink_staging(sink, b);
     sink_owner_ = nb::borrow(sink);
@@ -41,8 +42,9 @@ py_channel<B>::py_channel(int device, fd::config cfg, nb::handle sink) : dev_{de
     // thread, which needs the GIL (a deadlock, found by the fuzzer). Nothing here touches a Python object:
     // `cfg`, `b` and `cb` (the sink's C function and context) are plain C++.
     gil_release g;
-    ch_.emplace(cfg, b, std::move(cb), std::move(staging));
+    ch_.emplace(cfg, b, std::move(cb), std::move(staging), std::move(schema));
   }
+  schema_ = ch_->schema();
   drain_released();  // sources given up meanwhile
   handle_ = register_channel(channel_calls{this, is_host<B> ? FERRY_BACKEND_HOST : FERRY_BACKEND_CUDA, device,
                                            &py_channel::capture_raw, &py_channel::flush_raw, &py_channel::flags_raw,

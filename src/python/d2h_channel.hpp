@@ -6,6 +6,7 @@
 #pragma once
 
 #include "arrays.hpp"
+#include "d2h_batch.hpp"
 #include "d2h_entry.hpp"
 #include "ferry_capi.h"
 
@@ -70,6 +71,14 @@ void unregister_channel(std::uint64_t handle);
 [[nodiscard]] std::function<void(fd::entry_view&&)> sink_view_callback(nb::handle obj);
 /// The same for a ferry.sinks.shm_stream sink (shm_stream.cpp).
 [[nodiscard]] std::function<void(fd::entry_view&&)> shm_sink_callback(nb::handle obj);
+/// The counters of a sink of this module (its stats() dict: ferry.sinks.safetensors' or shm_stream's), or None
+/// for another sink (a "ferry.sink" capsule) (sink.cpp).
+[[nodiscard]] nb::object sink_stats(nb::handle sink);
+/// The same for a ferry.sinks.shm_stream sink, None for anything else (shm_stream.cpp).
+[[nodiscard]] nb::object shm_sink_stats(nb::handle sink);
+/// Attaching `sink` to a channel whose hook schema is `schema`: a safetensors sink without a schema of its own
+/// takes it (sink::safetensors::adopt_schema, whose rules these are); other sinks ignore it (sink.cpp).
+void sink_adopt_schema(nb::handle sink, const fd::hook_schema& schema);
 /// The staging a sink gives the channel (a shm_stream: its segment's, registered with `b`), or none
 /// (shm_stream.cpp; instantiated for the module's backends).
 template <class B>
@@ -93,7 +102,8 @@ void close_on_exit(Sink& s, nb::args exc)
 template <class B>
 class py_channel {
  public:
-  py_channel(int device, fd::config cfg, nb::handle sink);
+  /// `schema`: the channel's hook schema (typed entries; the default of a safetensors sink without one).
+  py_channel(int device, fd::config cfg, nb::handle sink, fd::hook_schema schema = {});
   ~py_channel();
   py_channel(const py_channel&) = delete;
   py_channel& operator=(const py_channel&) = delete;
@@ -115,7 +125,13 @@ class py_channel {
   /// Up to `max_entries` delivered entries: waits up to `timeout` seconds (None: forever) for the first one,
   /// then takes whatever else is ready. The GIL is released while waiting; Ctrl-C is honoured.
   [[nodiscard]] std::vector<py_entry> poll(std::size_t max_entries, std::optional<double> timeout);
+  /// poll() as one EntryBatch: the same wait, the entries popped under one lock; empty after the timeout.
+  [[nodiscard]] py_batch poll_batch(std::size_t max_entries, std::optional<double> timeout);
+  /// The channel's counters; with a native sink of this module, its counters under "sink" (sink_stats; after
+  /// close(), as they were when the channel closed).
   [[nodiscard]] nb::dict stats() const;
+  /// The hook schema the channel was created with (empty: none).
+  [[nodiscard]] const fd::hook_schema& schema() const noexcept { return *schema_; }
   /// Drains, stops and destroys the C++ channel; entries delivered but not polled stay available to poll().
   /// Raises ShutdownError (with .report) when entries were lost, InvalidatedError after a backend failure.
   [[nodiscard]] nb::dict close(std::optional<double> timeout);
@@ -133,6 +149,13 @@ class py_channel {
 
  private:
   fd::channel<B>& live(const char* what);
+  /// The one wait of poll() and poll_batch() (`who`): up to `max` delivered views, waiting up to `timeout`
+  /// seconds (None: forever) for the first, then whatever else is ready; the GIL released while waiting, Ctrl-C
+  /// honoured; none after the timeout (or at interpreter exit). A closed channel gives its leftovers, then
+  /// LogicError.
+  [[nodiscard]] std::vector<fd::entry_view> wait_views(std::size_t max, std::optional<double> timeout, const char* who);
+  /// The schema entries carry: null when the channel has none (no typed views to make).
+  [[nodiscard]] std::shared_ptr<const fd::hook_schema> entry_schema() const { return schema_->empty() ? nullptr : schema_; }
   template <class F>
   decltype(auto) call(const char* what, F&& f);
   void set_dev() const;
@@ -160,7 +183,12 @@ class py_channel {
   std::mutex leftover_mu_;
   std::deque<fd::entry_view> leftovers_;
   fd::counters final_stats_{};
+  std::shared_ptr<const fd::hook_schema> schema_;  // never null; outlives the C++ channel (its entries use it)
+  nb::object final_sink_stats_;  // the sink's counters when the channel closed (None: no native sink)
 };
+
+/// The stub signature of Channel.capture_rows / capture_rows_deferred (d2h_rows.cpp).
+[[nodiscard]] const char* rows_signature(const char* name);
 
 /// Registers Channel of backend B in `m` (its keyword arguments from d2h::config's field list).
 template <class B>

@@ -131,9 +131,10 @@ fd::config config_from(const nb::kwargs& kw)
     assign(field, kw[name], name);
     ++used;
   });
-  if (used + (kw.contains("sink") ? 1 : 0) != static_cast<std::size_t>(PyDict_Size(kw.ptr()))) {
+  used += (kw.contains("sink") ? 1U : 0U) + (kw.contains("schema") ? 1U : 0U);  // the keywords that are not fields
+  if (used != static_cast<std::size_t>(PyDict_Size(kw.ptr()))) {
     for (auto [k, v] : kw) {
-      bool known = nb::cast<std::string>(k) == "sink";
+      bool known = nb::cast<std::string>(k) == "sink" || nb::cast<std::string>(k) == "schema";
       fd::detail::for_each_config_field(c, [&](const char* name, auto&) {
         known = known || (!fixed(name) && nb::cast<std::string>(k) == name);
       });
@@ -158,24 +159,12 @@ const char* init_signature()
       using T = std::remove_cvref_t<decltype(v)>;
       s += std::string{", "} + name + ": " + annotation<T>() + " = " + literal(v);
     });
-    return s + ", sink: object | None = None) -> None";
+    return s + ", sink: object | None = None, schema: object | None = None) -> None";
   }();
   return sig.c_str();
 }
 
 }  // namespace
-
-/// The stub signature of Channel.capture_rows / capture_rows_deferred (the same keywords, d2h_rows.cpp).
-const char* rows_signature(const char* name)
-{
-  static std::string sigs[2];
-  std::string& s = sigs[std::string{name} == "capture_rows" ? 0 : 1];
-  s = std::string{"def "} + name +
-      "(self, hook: int, tensor: object, *, rows: object | None = None, query_start_loc: object | None = None, "
-      "requests: object | None = None, window: tuple[int, int] | None = None, count: object | None = None, "
-      "max_count: int | None = None, stream: object | None = None) -> None";
-  return s.c_str();
-}
 
 template <class B>
 void init_d2h_channel(nb::module_& m)
@@ -186,7 +175,8 @@ void init_d2h_channel(nb::module_& m)
       "__init__",
       [](C* self, int device, nb::kwargs kw) {
         nb::object sink = kw.contains("sink") ? nb::object(kw["sink"]) : nb::none();
-        new (self) C(device, config_from(kw), sink);
+        const bool typed = kw.contains("schema") && !kw["schema"].is_none();
+        new (self) C(device, config_from(kw), sink, typed ? schema_of(kw["schema"], "ferry.Channel") : fd::hook_schema{});
       },
       nb::arg("device") = 0, nb::arg("kwargs"), nb::sig(init_signature()))
     .def(
@@ -248,6 +238,16 @@ void init_d2h_channel(nb::module_& m)
       "poll",
       [](C& c, uint_arg n, std::optional<double> timeout) { return c.poll(n.get("Channel.poll", "max_entries"), timeout); },
       nb::arg("max_entries") = 1024, nb::arg("timeout").none() = 0.0)
+    .def(
+      "poll_batch",
+      [](C& c, uint_arg n, std::optional<double> timeout) {
+        return c.poll_batch(n.get("Channel.poll_batch", "max_entries"), timeout);
+      },
+      nb::arg("max_entries") = 1024, nb::arg("timeout").none() = nb::none(),
+      "Up to max_entries delivered entries as one EntryBatch: waits up to timeout s (None: forever) for the first "
+      "without the GIL, then takes what is ready; an empty batch after the timeout.")
+    .def_prop_ro("schema", [](const C& c) { return schema_dict(c.schema()); },
+                 "The channel's hook schema: {hook: (name, dtype, row_shape)} ({}: none).")
     .def("stats", &C::stats)
     .def("close", &C::close, nb::arg("timeout").none() = nb::none())
     .def("__enter__", [](nb::handle self) { return nb::borrow(self); })

@@ -17,6 +17,7 @@ nb::dict report_dict(const fd::shutdown_report& r)
   for (auto s : r.undrained) { undrained.append(s.value); }
   d["delivered"] = r.delivered;
   d["pending_pop"] = r.pending_pop;
+  d["views_held"] = r.views_held;
   d["unpublished"] = unpub;
   d["unpublished_hooks"] = hooks;
   d["undrained"] = undrained;
@@ -65,7 +66,30 @@ void init_d2h_entry(nb::module_& m)
          "The rows of one request of the forward (requests=), a [rows, row_bytes] uint8 view (no copy).")
     .def_prop_ro("released", &py_entry::released)
     .def_prop_ro("views", &py_entry::views)
-    .def("numpy", &py_entry::numpy)
+    .def("numpy", [](const py_entry& x) { return x.array(false); }, nb::sig("def numpy(self) -> numpy.ndarray"),
+         "The payload, a read-only numpy view of the staging (no copy): [rows, *row_shape] of the hook's dtype "
+         "when the channel's schema declares the hook (BF16 / F8: the elements' bits, uint16 / uint8), else uint8 "
+         "bytes.")
+    .def("tensor", [](const py_entry& x) { return x.array(true); }, nb::sig("def tensor(self) -> object"),
+         "The payload as a torch.Tensor over the staging (no copy; CPU): [rows, *row_shape] of the hook's dtype "
+         "(bfloat16 included) when the schema declares the hook, else uint8 bytes.")
+    .def_prop_ro(
+      "name", [](const py_entry& x) { return x.spec() ? nb::cast(x.spec()->name) : nb::none(); },
+      nb::sig("def name(self) -> str | None"), "The hook's name in the channel's schema (None: not declared).")
+    .def_prop_ro(
+      "dtype",
+      [](const py_entry& x) { return x.spec() ? nb::cast(std::string{fd::dtype_name(x.spec()->type)}) : nb::none(); },
+      nb::sig("def dtype(self) -> str | None"), "The hook's dtype (safetensors' name, 'BF16'; None: not declared).")
+    .def_prop_ro(
+      "shape",
+      [](const py_entry& x) -> nb::object {
+        if (x.spec() == nullptr || !x.ok) { return nb::none(); }
+        nb::list l;
+        for (auto d : x.schema->shape_of(fd::hook_id{x.hook}, x.size, x.row_bytes)) { l.append(d); }
+        return nb::tuple(l);
+      },
+      nb::sig("def shape(self) -> tuple[int, ...] | None"),
+      "[rows, *row_shape] from the schema (None: not declared, or not ok); LogicError if the size is not whole rows.")
     .def("tobytes", &py_entry::to_bytes)
     .def("release", &py_entry::release, release_doc)
     .def("__len__", [](const py_entry& x) { return x.size; })

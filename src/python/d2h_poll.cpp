@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The consumer side of py_channel<B> (d2h_channel.hpp): poll(), stats() and close(); at_exit (the forward
-// left open at interpreter exit).
+// The consumer side of py_channel<B> (d2h_channel.hpp): poll() and poll_batch() (one wait), stats() and close();
+// at_exit (the forward left open at interpreter exit).
 #include "d2h_channel.hpp"
 
 #include <cmath>
@@ -12,21 +12,19 @@
 namespace ferry::python {
 
 template <class B>
-std::vector<py_entry> py_channel<B>::poll(std::size_t max_entries, std::optional<double> timeout)
+std::vector<fd::entry_view> py_channel<B>::wait_views(std::size_t max, std::optional<double> timeout, const char* who)
 {
-  FERRY_EXPECTS(max_entries > 0, ferry::logic_error, "Channel.poll: expected max_entries >= 1, got 0");
+  FERRY_EXPECTS(max > 0, ferry::logic_error, "{}: expected max_entries >= 1, got 0", who);
   // NaN compares false with everything: a NaN timeout would never expire (found by the fuzzer); <= 0: no
   // wait, inf: forever (a duration<double>, never converted to an integer)
-  if (timeout) { (void)seconds_arg(*timeout, "Channel.poll", "timeout", -HUGE_VAL, HUGE_VAL); }
+  if (timeout) { (void)seconds_arg(*timeout, who, "timeout", -HUGE_VAL, HUGE_VAL); }
   FERRY_EXPECTS(!sink_owner_.is_valid(), ferry::logic_error,
-                "Channel.poll: expected a channel without a native sink, got one with a sink (its entries go to "
-                "the sink)");
+                "{}: expected a channel without a native sink, got one with a sink (its entries go to the sink)", who);
   drain_released();
-  std::vector<py_entry> out;
   const auto start = std::chrono::steady_clock::now();
   const auto limit = timeout ? std::chrono::duration<double>(*timeout) : std::chrono::duration<double>::max();
+  std::vector<fd::entry_view> got;
   for (;;) {
-    std::vector<fd::entry_view> got;
     bool closed = false;
     {
       gil_release g;
@@ -36,29 +34,41 @@ std::vector<py_entry> py_channel<B>::poll(std::size_t max_entries, std::optional
       for (;;) {
         if (closed) {
           std::lock_guard l2{leftover_mu_};
-          while (got.size() < max_entries && !leftovers_.empty()) {
+          while (got.size() < max && !leftovers_.empty()) {
             got.push_back(std::move(leftovers_.front()));
             leftovers_.pop_front();
           }
         } else {
-          while (got.size() < max_entries) {
-            auto v = ch_->try_pop();
-            if (!v) { break; }
-            got.push_back(std::move(*v));
-          }
+          (void)ch_->try_pop(got, max - got.size());  // the core's batch pop: one lock for all
         }
         const auto now = std::chrono::steady_clock::now();
         if (!got.empty() || closed || now - start >= limit || now >= slice_end || interpreter_exiting()) { break; }
         std::this_thread::sleep_for(std::chrono::microseconds(20));
       }
     }
-    for (auto& v : got) { out.emplace_back(std::move(v), tie_); }
-    if (!out.empty()) { return out; }
-    FERRY_EXPECTS(!closed, ferry::logic_error,
-                  "Channel.poll: expected an open channel, got a closed one with no entries left");
-    if (std::chrono::steady_clock::now() - start >= limit || interpreter_exiting()) { return out; }
+    if (!got.empty()) { return got; }
+    FERRY_EXPECTS(!closed, ferry::logic_error, "{}: expected an open channel, got a closed one with no entries left",
+                  who);
+    if (std::chrono::steady_clock::now() - start >= limit || interpreter_exiting()) { return got; }
     if (PyErr_CheckSignals() != 0) { throw nb::python_error(); }
   }
+}
+
+template <class B>
+std::vector<py_entry> py_channel<B>::poll(std::size_t max_entries, std::optional<double> timeout)
+{
+  std::vector<fd::entry_view> got = wait_views(max_entries, timeout, "Channel.poll");
+  std::vector<py_entry> out;
+  out.reserve(got.size());
+  const auto hooks = entry_schema();
+  for (auto& v : got) { out.emplace_back(std::move(v), tie_, hooks); }
+  return out;
+}
+
+template <class B>
+py_batch py_channel<B>::poll_batch(std::size_t max_entries, std::optional<double> timeout)
+{
+  return py_batch{wait_views(max_entries, timeout, "Channel.poll_batch"), tie_, entry_schema()};
 }
 
 template <class B>
@@ -68,6 +78,8 @@ nb::dict py_channel<B>::stats() const
   const fd::counters c = ch_ ? ch_->stats() : final_stats_;
   nb::dict d;
   fd::detail::for_each_counter(c, [&](const char* name, std::uint64_t v) { d[name] = v; });
+  nb::object sink = ch_ ? sink_stats(sink_owner_) : final_sink_stats_;
+  if (sink.is_valid() && !sink.is_none()) { d["sink"] = sink; }
   return d;
 }
 
@@ -96,6 +108,7 @@ nb::dict py_channel<B>::close(std::optional<double> timeout)
     }
     ch_.reset();
   }
+  final_sink_stats_ = sink_stats(sink_owner_);  // the sink's counters as the channel closed (its last entry given)
   sink_owner_.reset();
   drain_released();
   if (err) { std::rethrow_exception(err); }
@@ -138,11 +151,13 @@ void py_channel<B>::at_exit(void* self)
 }
 
 template std::vector<py_entry> py_channel<fb::host_backend>::poll(std::size_t, std::optional<double>);
+template py_batch py_channel<fb::host_backend>::poll_batch(std::size_t, std::optional<double>);
 template nb::dict py_channel<fb::host_backend>::stats() const;
 template nb::dict py_channel<fb::host_backend>::close(std::optional<double>);
 template void py_channel<fb::host_backend>::at_exit(void*);
 #if defined(FERRY_PYTHON_CUDA)
 template std::vector<py_entry> py_channel<fb::cuda_backend>::poll(std::size_t, std::optional<double>);
+template py_batch py_channel<fb::cuda_backend>::poll_batch(std::size_t, std::optional<double>);
 template nb::dict py_channel<fb::cuda_backend>::stats() const;
 template nb::dict py_channel<fb::cuda_backend>::close(std::optional<double>);
 template void py_channel<fb::cuda_backend>::at_exit(void*);

@@ -201,4 +201,16 @@ template void py_channel<fb::host_backend>::capture_rows(std::uint32_t, nb::hand
 template void py_channel<fb::cuda_backend>::capture_rows(std::uint32_t, nb::handle, const nb::kwargs&, bool);
 #endif
 
+/// The stub signature of Channel.capture_rows / capture_rows_deferred (the same keywords, d2h_rows.cpp).
+const char* rows_signature(const char* name)
+{
+  static std::string sigs[2];
+  std::string& s = sigs[std::string{name} == "capture_rows" ? 0 : 1];
+  s = std::string{"def "} + name +
+      "(self, hook: int, tensor: object, *, rows: object | None = None, query_start_loc: object | None = None, "
+      "requests: object | None = None, window: tuple[int, int] | None = None, count: object | None = None, "
+      "max_count: int | None = None, stream: object | None = None) -> None";
+  return s.c_str();
+}
+
 }  // namespace ferry::python

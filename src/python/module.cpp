@@ -45,6 +45,7 @@ NB_MODULE(_ferry, m)
 
   fp::init_errors(m);
   fp::init_d2h_entry(m);
+  fp::init_d2h_batch(m);
   fp::init_d2h_fields(m);
   fp::init_h2d_types(m);
   fp::init_capi(m);

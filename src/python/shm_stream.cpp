@@ -74,6 +74,12 @@ std::function<void(fd::entry_view&&)> shm_sink_callback(nb::handle obj)
   return p != nullptr ? p->s.callback() : std::function<void(fd::entry_view&&)>{};
 }
 
+nb::object shm_sink_stats(nb::handle sink)
+{
+  py_shm_stream* p = shm_of(sink);
+  return p != nullptr ? nb::object(stats_dict(p->s.stats())) : nb::none();
+}
+
 template <class B>
 fd::staging_memory sink_staging(nb::handle sink, const B& b)
 {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // ferry.sinks.safetensors' native half: _ferry.SafetensorsSink, a thin handle on ferry::sink::safetensors
-// (sink/safetensors.hpp): conversion only (the schema from (hook, name, dtype, row_shape) tuples, the knobs,
-// the counters as a dict). Channel(sink=...) hands it entry views directly (sink_view_callback): the drain
+// (sink/safetensors.hpp): conversion only (the schema from (hook, name, dtype, row_shape) tuples, d2h_typed.hpp;
+// none: the channel's, which the core's adopt_schema takes; the knobs; the counters as a dict, also under
+// Channel.stats()["sink"]). Channel(sink=...) hands it entry views directly (sink_view_callback): the drain
 // thread calls the C++ sink, no Python and no GIL per entry. ferry/sinks.py is the Python face.
 #include "d2h_channel.hpp"
 
@@ -26,8 +27,6 @@ struct py_sink {
   explicit py_sink(fk::safetensors_config c) : s{std::move(c)} {}
 };
 
-using hook_tuple = std::tuple<uint_arg, std::string, std::string, std::vector<uint_arg>>;
-
 fk::safetensors_config config_of(const std::string& directory, const std::vector<hook_tuple>& schema, uint_arg shard_bytes,
                                  uint_arg max_queue_bytes, const std::string& policy, double block_timeout, bool fsync,
                                  bool overwrite)
@@ -35,11 +34,7 @@ fk::safetensors_config config_of(const std::string& directory, const std::vector
   const char* who = "ferry.sinks.safetensors";
   fk::safetensors_config c;
   c.directory = directory;
-  for (const auto& [id, name, dtype, shape] : schema) {
-    std::vector<std::uint64_t> dims;
-    for (const auto& d : shape) { dims.push_back(d.get(who, "a row dimension")); }
-    c.schema.add(fd::hook_id{static_cast<std::uint32_t>(id.get(who, "a hook id", UINT32_MAX))}, name, dtype, std::move(dims));
-  }
+  c.schema = schema_of(schema, who);  // empty: the channel's (sink_adopt_schema)
   c.shard_bytes = shard_bytes.get(who, "shard_bytes");
   c.max_queue_bytes = max_queue_bytes.get(who, "max_queue_bytes");
   FERRY_EXPECTS(policy == "block" || policy == "drop", ferry::logic_error,
@@ -56,13 +51,33 @@ nb::dict stats_dict(const fk::safetensors_stats& st)
   return fields_dict([&](auto&& f) { fk::for_each_stat(st, f); });
 }
 
+py_sink* sink_of(nb::handle obj)
+{
+  py_sink* p = nullptr;
+  if (!obj.is_valid() || obj.is_none() || !nb::try_cast<py_sink*>(obj, p)) { return nullptr; }
+  return p;
+}
+
 }  // namespace
 
 std::function<void(fd::entry_view&&)> sink_view_callback(nb::handle obj)
 {
-  py_sink* p = nullptr;
-  if (!nb::try_cast<py_sink*>(obj, p) || p == nullptr) { return {}; }
-  return p->s.callback();
+  py_sink* p = sink_of(obj);
+  return p != nullptr ? p->s.callback() : std::function<void(fd::entry_view&&)>{};
+}
+
+nb::object sink_stats(nb::handle sink)
+{
+  if (py_sink* p = sink_of(sink); p != nullptr) { return stats_dict(p->s.stats()); }
+  return shm_sink_stats(sink);
+}
+
+void sink_adopt_schema(nb::handle sink, const fd::hook_schema& schema)
+{
+  py_sink* p = sink_of(sink);
+  if (p == nullptr) { return; }
+  gil_release g;  // rewrites index.json
+  p->s.adopt_schema(schema);
 }
 
 void init_sink(nb::module_& m)

@@ -2,6 +2,7 @@
 // The D2H typed suites on the CUDA backend (H200, FERRY_REQUIRE_GPU=1).
 #include "d2h/attribution.hpp"
 #include "d2h/capacity.hpp"
+#include "d2h/consumer.hpp"
 #include "d2h/failure.hpp"
 #include "d2h/gather.hpp"
 #include "d2h/gather_rows.hpp"
@@ -36,6 +37,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(D2hReplayToken, D2hReplayToken, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hOnError, D2hOnError, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hSelectRows, D2hSelectRows, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hAttribution, D2hAttribution, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hConsumer, D2hConsumer, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hGatherRows, D2hGatherRows, CudaBackends);
 
 /// In a stream capture, ferry's kernels are launched programmatically only behind one of the channel's own

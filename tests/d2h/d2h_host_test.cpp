@@ -2,6 +2,7 @@
 // The D2H typed suites on the host backend (CI) and the fault-injecting decorator, plus host-only tests.
 #include "d2h/attribution.hpp"
 #include "d2h/capacity.hpp"
+#include "d2h/consumer.hpp"
 #include "d2h/failure.hpp"
 #include "d2h/gather.hpp"
 #include "d2h/gather_rows.hpp"
@@ -29,6 +30,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(D2hReplayToken, D2hReplayToken, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hOnError, D2hOnError, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hSelectRows, D2hSelectRows, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hAttribution, D2hAttribution, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hConsumer, D2hConsumer, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hGatherRows, D2hGatherRows, HostBackends);
 }  // namespace ferry::test
 

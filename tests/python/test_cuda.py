@@ -145,6 +145,43 @@ def test_torch_cuda_graph_replay_with_plan(programmatic):
     assert channel.close()["clean"]
 
 
+def test_typed_entries_and_poll_batch_over_graph_replays():
+    # the channel's schema on CUDA: entries of a replayed torch.cuda.graph come back as typed CPU views of the
+    # pinned staging (bf16 as torch.bfloat16, f32 [rows, 2, 8]), popped as one EntryBatch per replay
+    x = torch.zeros(4, 2, 8, device="cuda")
+    schema = {0: ("resid", x.to(torch.bfloat16)), 1: ("q", x)}
+    channel = ferry.Channel(0, ring_bytes=4 << 20, publish_every=4, backend="cuda", schema=schema)
+    assert channel.schema == {0: ("resid", "BF16", (2, 8)), 1: ("q", "F32", (2, 8))}
+    s = torch.cuda.Stream()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        x.add_(0)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g, stream=s):
+        y = x.to(torch.bfloat16)
+        channel.begin_forward(s)
+        channel.capture(0, y, s)
+        channel.capture(1, x, s)
+        plan = channel.end_forward(s)
+    for step in range(5):
+        x.copy_(torch.randn(4, 2, 8, device="cuda"))
+        torch.cuda.synchronize()
+        channel.plan(plan, tag=100 + step)
+        g.replay()
+        torch.cuda.synchronize()
+        got = 0
+        while got < 2:
+            with channel.poll_batch(2 - got, timeout=5.0) as batch:
+                assert (batch.tags == 100 + step).all() and batch.ok.all()
+                for i in range(len(batch)):
+                    t = batch.tensor(i)
+                    want = (y if batch.hooks[i] == 0 else x).cpu()
+                    assert t.dtype == want.dtype and t.shape == want.shape and torch.equal(t, want)
+                    del t
+                got += len(batch)
+    assert channel.close()["clean"]
+
+
 def test_publisher_into_a_torch_tensor():
     s = torch.cuda.Stream()
     dst = torch.full((64,), -1, dtype=torch.int32, device="cuda")

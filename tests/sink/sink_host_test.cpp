@@ -2,7 +2,8 @@
 // The safetensors sink behind a host-backend D2H channel (sink/safetensors.hpp): every forward written byte
 // exact (names, dtypes, shapes, tags, CRC-32 per forward), shard rollover with whole forwards and a valid
 // index after every shard, policies block and drop, refusals (schema, tags, flush, close), non-ok entries,
-// an existing run, an unwritable directory, and ENOSPC mid-shard on a tiny tmpfs (root only).
+// the channel's schema taken by a sink without one, an existing run, an unwritable directory, and ENOSPC
+// mid-shard on a tiny tmpfs (root only).
 #include "sink/sink_fixture.hpp"
 
 #include <cerrno>
@@ -279,6 +280,61 @@ TEST_F(SafetensorsSink, EntriesOutsideTheSchemaAreRefusedAndCloseRaisesTheFirst)
   EXPECT_EQ(st.tensors_written, 1U);
   EXPECT_EQ(st.first_error, msg);
   EXPECT_FALSE(st.failed) << "a refused entry does not end the run";
+}
+
+/// A sink made without a schema takes its channel's (adopt_schema, before its first entry): index.json has it
+/// from the start, the forwards are written as with a schema of its own; a sink with one keeps its own; neither
+/// having one, or a schema offered after entries arrived, is refused naming the directory.
+TEST_F(SafetensorsSink, ASinkWithoutASchemaTakesItsChannels)
+{
+  auto sc = sink_config();
+  sc.schema = {};
+  fk::safetensors sink{sc};
+  EXPECT_NE(error_of<ferry::logic_error>([&] { sink.adopt_schema(fd::hook_schema{}); })
+              .find("expected a schema (safetensors_config::schema, or its channel's), got none from either"),
+            std::string::npos);
+  sink.adopt_schema(schema());
+  EXPECT_EQ(sink.cfg().schema.size(), 3U);
+  {
+    const auto r = sinkread::read_run(dir);
+    EXPECT_EQ(r.index["metadata"]["schema"]["2"]["name"].str(), "layers.0.mlp") << "index.json rewritten with it";
+  }
+  fb::stream<B> s{b};
+  fd::channel<B> ch{channel_config(), b, sink.callback(), {}, schema()};
+  forward(ch, s, 0, 10);
+  forward(ch, s, 1, 11);
+  wait_written(ch, sink, 6);
+  EXPECT_NO_THROW(sink.adopt_schema(fd::hook_schema{})) << "it has one now: kept, nothing refused";
+  (void)ch.close();
+  EXPECT_EQ(sink.close().tensors_written, 6U);
+  expect_run({{0, 10}, {1, 11}});
+
+  fd::hook_schema other;
+  other.add(fd::hook_id{0}, "other", fd::dtype::u8);
+  auto oc = sink_config();
+  oc.overwrite = true;  // the run above was checked
+  fk::safetensors own{oc};
+  own.adopt_schema(other);
+  EXPECT_EQ(own.cfg().schema.find(fd::hook_id{0})->name, "embed") << "a sink's own schema wins";
+  (void)own.close();
+}
+
+TEST_F(SafetensorsSink, ASchemaOfferedAfterEntriesArrivedIsRefused)
+{
+  auto sc = sink_config();
+  sc.schema = {};
+  fk::safetensors sink{sc};
+  fb::stream<B> s{b};
+  fd::channel<B> ch{channel_config(), b, sink.callback()};
+  forward(ch, s, 0);
+  wait_for([&] { return ch.stats().entries_drained >= 3; }, "the drain");
+  const std::string msg = error_of<ferry::logic_error>([&] { sink.adopt_schema(schema()); });
+  EXPECT_NE(msg.find("expected to take its channel's schema before its first entry (and before close()), got it after "
+                     "entries were delivered"), std::string::npos) << msg;
+  (void)ch.close();
+  const std::string first = error_of<fd::entry_shape_error>([&] { (void)sink.close(); });
+  EXPECT_NE(first.find("expected a hook of the schema (0 hooks)"), std::string::npos) << first;
+  EXPECT_EQ(sink.stats().refused_entries, 3U) << "entries reaching a sink without a schema are refused, counted";
 }
 
 TEST_F(SafetensorsSink, ARepeatedTagIsRefused)

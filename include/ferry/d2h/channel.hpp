@@ -16,6 +16,7 @@
 #include <ferry/d2h/errors.hpp>
 #include <ferry/d2h/forward_info.hpp>
 #include <ferry/d2h/forward_plan.hpp>
+#include <ferry/d2h/hook_schema.hpp>
 #include <ferry/d2h/ring_ref.hpp>
 #include <ferry/d2h/row_selection.hpp>
 #include <ferry/d2h/source_owner.hpp>
@@ -25,12 +26,12 @@
 
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace ferry::testing {
 struct d2h_access;  // tests/support/ferry/testing/d2h_access.hpp (not installed): the channel's test hooks
@@ -52,8 +53,10 @@ class channel {
   /// Creates the channel for the backend's current device. Throws logic_error on a bad config (K = 0, ring
   /// size, managed placement without concurrentManagedAccess). `staging` (staging_memory.hpp): registered host
   /// memory to land the D2H copies in instead of allocating pinned staging (e.g. a sink::shm_stream's segment).
-  explicit channel(config cfg, B b = B{}, callback_type cb = {}, staging_memory staging = {})
-    : impl_{std::make_unique<detail::channel_impl<B>>(cfg, b, std::move(cb), std::move(staging))} {}
+  /// `schema` (hook_schema.hpp): what each hook's bytes are, for consumers (typed_view.hpp; a sink's default).
+  explicit channel(config cfg, B b = B{}, callback_type cb = {}, staging_memory staging = {}, hook_schema schema = {})
+    : impl_{std::make_unique<detail::channel_impl<B>>(cfg, b, std::move(cb), std::move(staging),
+                                                      std::make_shared<const hook_schema>(std::move(schema)))} {}
   channel(const channel&) = delete;
   channel& operator=(const channel&) = delete;
   channel(channel&&) noexcept = default;
@@ -223,23 +226,14 @@ class channel {
   }
   /// The next completed entry when no callback was given.
   [[nodiscard]] std::optional<entry_view> try_pop() { return impl()->drain.try_pop(); }
+  /// Moves up to `max` completed entries, in order, to the end of `out` (one lock); returns how many.
+  std::size_t try_pop(std::vector<entry_view>& out, std::size_t max) { return impl()->drain.try_pop(out, max); }
 
   /// Drains every published entry (up to `timeout`), stops the drain, and reports. Throws shutdown_error
   /// when some reserved entry was never published (it lists them); nothing is dropped silently.
   /// A user kernel that did not call ring_ref::commit() (found by the commit check) makes it throw
   /// invalidated_error naming the hook.
-  shutdown_report close(std::chrono::milliseconds timeout)
-  {
-    auto* i = impl();
-    try {
-      shutdown_report rep = i->close(timeout);
-      i->prod.raise_commit_fault("close");
-      return rep;
-    } catch (const shutdown_error&) {
-      i->prod.raise_commit_fault("close");
-      throw;
-    }
-  }
+  shutdown_report close(std::chrono::milliseconds timeout) { return impl()->close_checked(timeout); }
   /// close(config::timeout).
   shutdown_report close() { return close(impl()->st.cfg.timeout); }
 
@@ -254,6 +248,8 @@ class channel {
   [[nodiscard]] ferry::backend::device_id device() const { return impl()->st.dev; }
   /// Payload ring size in bytes.
   [[nodiscard]] std::uint64_t ring_bytes() const { return impl()->st.cfg.ring_bytes; }
+  /// The hook schema given at construction (never null; empty: none); shared, so it may outlive the channel.
+  [[nodiscard]] const std::shared_ptr<const hook_schema>& schema() const { return impl()->schema; }
   /// True after a backend call of this channel failed (producer or drain side). Every later producer call
   /// throws invalidated_error naming the failed call, and close() throws it too. Storage a DMA may still
   /// read (ring, staging) is retained until the channel is destroyed, which waits for the drain stream.
@@ -275,13 +271,7 @@ class channel {
   void reset() noexcept
   {
     if (!impl_) { return; }
-    try {
-      impl_->close(impl_->st.cfg.timeout);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "ferry: d2h channel destroyed: %s\n", e.what());
-    } catch (...) {
-      std::fprintf(stderr, "ferry: d2h channel destroyed: unknown error during close\n");
-    }
+    impl_->close_quietly();
     impl_.reset();
   }
   /// The channel's parts; a moved-from channel has none and every call on it throws logic_error.

@@ -51,7 +51,7 @@ namespace ferry::sink {
 
 struct safetensors_config {
   std::filesystem::path directory;   ///< created if missing; another run's files refused unless overwrite
-  d2h::hook_schema schema;           ///< every written hook (an entry of another hook is refused)
+  d2h::hook_schema schema;           ///< every written hook (another hook's entry is refused); empty: adopt_schema()
   std::uint64_t shard_bytes{std::uint64_t{1} << 30};     ///< tensor data per shard, at most (whole forwards)
   std::uint64_t max_queue_bytes{std::uint64_t{64} << 20};  ///< entry bytes queued for the writer, at most
   queue_policy policy{queue_policy::block};
@@ -118,7 +118,8 @@ struct sink_access;  // tests/support/ferry/testing/sink_access.hpp (not install
 namespace ferry::sink {
 
 /// The safetensors shard sink (move-only handle). Construction prepares the directory and writes an empty
-/// index (io_error, existing_run_error, schema_error via the config); a writer thread runs until close().
+/// index (io_error, existing_run_error, schema_error via the config); a writer thread runs until close(). A
+/// sink without a schema takes its channel's (adopt_schema); entries reaching it without one are refused.
 class safetensors {
  public:
   explicit safetensors(safetensors_config cfg);
@@ -134,6 +135,11 @@ class safetensors {
   [[nodiscard]] std::function<void(d2h::entry_view&&)> callback() const;
   /// The callback itself: takes the entry (drain thread).
   void operator()(d2h::entry_view&& e) const;
+  /// Attaching the sink to a channel with a hook schema (channel::schema()): a sink made without a schema of
+  /// its own takes that one (index.json rewritten with it); a sink with one keeps its own. logic_error naming
+  /// the directory when neither has one, or when entries were delivered already (call it before the channel
+  /// exists, or before its first entry).
+  void adopt_schema(const d2h::hook_schema& channel_schema);
   /// Completes the open forward and publishes the shard being written (even below shard_bytes) with the index;
   /// returns once done. Call it between forwards (an entry of the completed forward arriving later is
   /// refused). Throws the first error kept.

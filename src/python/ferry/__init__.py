@@ -22,6 +22,7 @@ from ._ferry import (  # noqa: F401  (re-exported)
     BackendError,
     Buffer,
     Entry,
+    EntryBatch,
     Error,
     InvalidatedError,
     IOError,
@@ -39,15 +40,17 @@ from ._ferry import (  # noqa: F401  (re-exported)
     TimeoutError,
 )
 from .h2d import h2d_producer  # noqa: F401  (re-exported)
-from . import shards, sinks  # noqa: F401,E402  (ferry.sinks.safetensors, ferry.shards.open)
+from . import schema as _schema, shards, sinks  # noqa: F401,E402  (ferry.sinks.safetensors, ferry.shards.open)
+from .schema import dtype_name, row_spec  # noqa: F401,E402  (re-exported)
 
 __version__ = _ferry.version
 
 __all__ = [
-    "BackendError", "Buffer", "Channel", "Entry", "Error", "Graph", "IOError", "InvalidatedError",
+    "BackendError", "Buffer", "Channel", "Entry", "EntryBatch", "Error", "Graph", "IOError", "InvalidatedError",
     "LayoutVersionError", "LogicError", "OutOfMemory", "Plan", "Producer", "ProducerGoneError", "Publisher",
     "ReaderDetachedError", "ShmEntry", "ShmReader", "ShutdownError", "SizeOverflowError", "Slot", "Stream",
-    "StreamBusyError", "TimeoutError", "available_backends", "default_backend", "h2d_producer", "shards", "sinks",
+    "StreamBusyError", "TimeoutError", "available_backends", "default_backend", "dtype_name", "h2d_producer",
+    "row_spec", "shards", "sinks",
 ]
 
 _BACKENDS = ("auto", "host", "cuda")
@@ -106,16 +109,24 @@ class Channel(_Factory):
     """ferry.Channel(device=0, ring_bytes=64 MiB, publish_every=16, *, backend="auto", staging_bytes=0,
     head_memory="managed", on_full="block", timeout=5.0, fifo_capacity=8192, sink=None, branch_publish=True,
     gather_branch_publish=True, programmatic_launch=True, copy_vecs_per_thread=2, lean_copy_kernel=True,
-    bounce_capture_max_bytes=0).
+    bounce_capture_max_bytes=0, schema=None).
 
     begin_forward(stream), capture(hook, tensor, stream), end_forward(stream) -> Plan, plan(plan),
-    poll(max_entries=1024, timeout=0.0) -> list[Entry], stats() -> dict, close(timeout=None) -> dict.
+    poll(max_entries=1024, timeout=0.0) -> list[Entry], poll_batch(max_entries=1024, timeout=None) ->
+    EntryBatch, stats() -> dict, close(timeout=None) -> dict.
     ``handle``: the integer handle for native code (torch.ops.ferry.capture, ferry_capi.h); ``sink``: a
     ``ferry.sinks`` sink (e.g. ``ferry.sinks.safetensors(...)``) or a "ferry.sink" capsule, a native consumer
-    that gets every entry instead of poll().
+    that gets every entry instead of poll(); ``schema``: ``{hook_id: (name, dtype, row_shape) | (name, example)}``
+    (ferry.schema): entries of those hooks are typed (``Entry.numpy()``, ``Entry.tensor()``), and a safetensors
+    sink made without a schema takes it.
     """
 
     _name = "Channel"
+
+    def __new__(cls, *args, backend: str = "auto", schema=None, **kwargs):
+        if schema is not None:
+            kwargs["schema"] = _schema.tuples(schema, "ferry.Channel")
+        return getattr(_module(backend), cls._name)(*args, **kwargs)
 
 
 class Publisher(_Factory):

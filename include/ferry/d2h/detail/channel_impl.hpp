@@ -14,6 +14,7 @@
 #include <ferry/d2h/detail/drainer.hpp>
 #include <ferry/d2h/detail/producer.hpp>
 #include <ferry/d2h/detail/release_chain.hpp>
+#include <ferry/d2h/hook_schema.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -43,8 +44,11 @@ class channel_impl {
   /// Members in order: the shared state (config validated), then its device resources (init_resources, run
   /// before the parts that use them are built), the release chain, the producer, the drainer (its events).
   /// `staging`: given staging memory (staging_memory.hpp), or empty (the channel allocates pinned staging).
-  channel_impl(config cfg, B b, callback_type cb, const staging_memory& staging = {})
-    : st{with_staging(cfg, staging), b}, rel{(init_resources(staging), st)}, prod{st, rel, progress_fn()}, drain{st, std::move(cb)}
+  /// `hooks`: the channel's hook schema (channel::schema(); held for consumers, the channel itself never reads it).
+  channel_impl(config cfg, B b, callback_type cb, const staging_memory& staging = {},
+               std::shared_ptr<const hook_schema> hooks = std::make_shared<const hook_schema>())
+    : st{with_staging(cfg, staging), b}, rel{(init_resources(staging), st)}, prod{st, rel, progress_fn()},
+      drain{st, std::move(cb)}, schema{std::move(hooks)}
   {
     st.drain_stream.synchronize();  // the zeroed state block and ring are in place before any kernel reads them
     if (st.cfg.drain == drain_mode::thread) {
@@ -67,6 +71,10 @@ class channel_impl {
 
   /// Drains every published entry (up to `timeout`), stops the drain and reports; see channel::close().
   shutdown_report close(std::chrono::milliseconds timeout);
+  /// close(), then the commit check (a user kernel that never called ring_ref::commit(): invalidated_error).
+  shutdown_report close_checked(std::chrono::milliseconds timeout);
+  /// close(config::timeout) for destructors: never throws; an error goes to stderr.
+  void close_quietly() noexcept;
 
   /// Runs a channel call; a backend failure inside it invalidates the channel, then propagates.
   template <class F>
@@ -115,6 +123,7 @@ class channel_impl {
   release_chain<B> rel;
   producer<B> prod;
   drainer<B> drain;
+  std::shared_ptr<const hook_schema> schema;  ///< never null
 
   /// The producer's wait for ring space: poll mode drives one drain step itself (nobody else drains);
   /// thread mode waits for the drain thread's reclaim (space_cv).
@@ -207,88 +216,6 @@ void channel_impl<B>::init_resources(const staging_memory& staging)
     st.cfg.programmatic_launch && ferry::backend::programmatic_launch_ok(attrs.compute_capability_major, arch);
 }
 
-template <ferry::backend::backend B>
-shutdown_report channel_impl<B>::close(std::chrono::milliseconds timeout)
-{
-  std::lock_guard close_lock{close_mu};
-  if (final_report) {
-    throw_if_failed(*final_report);
-    return *final_report;
-  }
-  shutdown_report rep;
-  rep.forward_open = prod.close_open_forward();
-  st.closed.store(true);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  const auto outstanding = [&] { return st.c_reserved.load() - st.c_drained.load(std::memory_order_acquire); };
-  while (outstanding() > 0 && std::chrono::steady_clock::now() < deadline) {
-    if (st.cfg.drain == drain_mode::poll || !drain_thread.joinable()) {
-      std::lock_guard lock{drain.mutex()};
-      if (drain.step() == 0) { std::this_thread::sleep_for(std::chrono::microseconds(100)); }
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-  }
-  stop.store(true, std::memory_order_release);
-  if (drain_thread.joinable()) { drain_thread.join(); }
-  {
-    // Final pass: every published entry is copied and delivered; in-flight copies complete first.
-    std::lock_guard lock{drain.mutex()};
-    for (int pass = 0; pass < 1000; ++pass) {
-      try {
-        st.drain_stream.synchronize();
-      } catch (const std::exception& e) {
-        st.fail(e.what());  // an asynchronous copy error: what was delivered may be incomplete
-      }
-      const std::size_t n = drain.step();
-      if (n == 0 && drain.idle()) { break; }
-    }
-    drain.check_planned_final();
-    st.check_replay_report();  // a graph launch without plan() that ran before close is reported here at the latest
-    st.fifo.refresh();
-    const std::size_t left = st.fifo.readable();
-    // The final drain pass above acquired the head: an entry below it was published and is left only
-    // because staging stayed full (views not released); the others were never published.
-    const std::uint64_t head = ferry::backend::host_load_acquire(st.head_host);
-    for (std::size_t i = 0; i < left; ++i) {
-      const auto& e = st.fifo.peek(i);
-      if (e.seq < head) {
-        rep.undrained.push_back(entry_seq{e.seq});
-      } else {
-        rep.unpublished.push_back(entry_seq{e.seq});
-        rep.unpublished_hooks.push_back(hook_id{e.hook});
-      }
-    }
-  }
-  prod.release_graph_sources();  // refused from now on: no replay is planned after close
-  rep.delivered = st.c_drained.load();
-  rep.pending_pop = drain.pending_pop();
-  rep.views_held = st.staging->live_views();
-  {
-    std::lock_guard lock{drain.mutex()};  // the drain thread is joined; poll() callers may still hold it
-    rep.callback_errors = drain.callback_errors();
-    rep.first_callback_error = drain.first_callback_error();
-  }
-  rep.capture_errors = st.c_capture_errors.load();
-  rep.first_capture_error = st.first_capture_error();
-  final_report = rep;
-  throw_if_failed(rep);
-  if (!rep.clean()) { throw shutdown_error(rep); }
-  return rep;
-}
-
-template <ferry::backend::backend B>
-void channel_impl<B>::throw_if_failed(const shutdown_report& rep) const
-{
-  if (!st.is_failed()) { return; }
-  FERRY_FAIL(ferry::invalidated_error,
-             "d2h channel close: expected a channel not invalidated, got: {}; {}{} of {} reserved entries delivered, "
-             "{} never published, {} copies with unobservable completion (ring and staging retained){}",
-             st.failure_reason(),
-             rep.forward_open ? "a forward was still open (begin_forward without end_forward); " : "", rep.delivered,
-             st.c_reserved.load(), rep.unpublished.size(), drain.stuck(),
-             rep.callback_errors > 0 ? ferry::detail::format("; {} consumer callback exceptions, the first: {}",
-                                                             rep.callback_errors, rep.first_callback_error)
-                                     : std::string{});
-}
-
 }  // namespace ferry::d2h::detail
+
+#include <ferry/d2h/detail/channel_close.inl>

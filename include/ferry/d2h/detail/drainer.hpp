@@ -94,6 +94,18 @@ class drainer {
     ready_.pop_front();
     return v;
   }
+  /// Moves up to `max` completed entries, in order, to the end of `out` (one lock); returns how many.
+  std::size_t try_pop(std::vector<entry_view>& out, std::size_t max)
+  {
+    std::lock_guard lock{ready_mu_};
+    const std::size_t n = std::min(max, ready_.size());
+    out.reserve(out.size() + n);
+    for (std::size_t i = 0; i < n; ++i) {
+      out.push_back(std::move(ready_.front()));
+      ready_.pop_front();
+    }
+    return n;
+  }
 
   /// One drain pass (caller holds mutex()). Returns entries delivered plus copies issued (progress).
   std::size_t step();

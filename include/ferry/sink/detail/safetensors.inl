@@ -39,6 +39,7 @@ inline std::function<void(d2h::entry_view&&)> safetensors::callback() const
 }
 
 inline void safetensors::operator()(d2h::entry_view&& e) const { impl().deliver(std::move(e)); }
+inline void safetensors::adopt_schema(const d2h::hook_schema& channel_schema) { impl().adopt_schema(channel_schema); }
 inline void safetensors::flush() { impl().flush(); }
 inline safetensors_stats safetensors::stats() const { return impl().stats(); }
 inline safetensors_stats safetensors::close() { return impl().close(); }

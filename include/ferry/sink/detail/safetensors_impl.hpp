@@ -40,7 +40,6 @@ class safetensors_impl {
   {
     const std::string dir = cfg_.directory.string();
     FERRY_EXPECTS(!cfg_.directory.empty(), ferry::logic_error, "safetensors sink: expected a directory, got an empty path");
-    FERRY_EXPECTS(!cfg_.schema.empty(), ferry::logic_error, "safetensors sink {}: expected a schema of at least one hook, got none", dir);
     FERRY_EXPECTS(cfg_.shard_bytes >= 1 && cfg_.max_queue_bytes >= 1, ferry::logic_error,
                   "safetensors sink {}: expected shard_bytes >= 1 and max_queue_bytes >= 1, got {} and {}", dir,
                   cfg_.shard_bytes, cfg_.max_queue_bytes);
@@ -56,6 +55,24 @@ class safetensors_impl {
 
   /// The drain thread's call: the entry is queued, dropped (policy drop), or refused.
   void deliver(d2h::entry_view&& v);
+
+  /// The schema of the channel the sink is attached to (safetensors::adopt_schema): taken when the sink has
+  /// none of its own, before its first entry (index.json rewritten with it); the sink's own otherwise.
+  void adopt_schema(const d2h::hook_schema& channel_schema)
+  {
+    std::lock_guard lk{mu_};
+    const std::string dir = cfg_.directory.string();
+    if (!cfg_.schema.empty()) { return; }
+    FERRY_EXPECTS(!channel_schema.empty(), ferry::logic_error,
+                  "safetensors sink {}: expected a schema (safetensors_config::schema, or its channel's), got none "
+                  "from either", dir);
+    // Nothing queued, no flush in flight, no entry seen: the writer thread is waiting and never touched writer_.
+    FERRY_EXPECTS(!stopping_ && !in_valid_ && q_.empty() && flush_asked_ == flush_done_, ferry::logic_error,
+                  "safetensors sink {}: expected to take its channel's schema before its first entry (and before "
+                  "close()), got it {}", dir, stopping_ ? "after close()" : "after entries were delivered");
+    cfg_.schema = channel_schema;
+    writer_.emplace(writer_options{cfg_.directory, cfg_.schema, cfg_.shard_bytes, cfg_.fsync}, c_);
+  }
 
   /// Completes the open forward and publishes the shard; returns once the writer did. Throws the error that
   /// ended the run, if one did.

@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+// The hook schema from and to Python, and a delivered entry as an array: conversion only. What an entry's
+// tensor is (its hook's dtype, [rows, *row_shape], the refusals) is the core's (d2h/typed_view.hpp:
+// fd::typed over d2h/hook_schema.hpp); this file maps dtypes to numpy's and torch's and wraps the staging
+// zero-copy. Used by Entry (d2h_entry.hpp), EntryBatch (d2h_batch.hpp), Channel(schema=) and the sinks.
+#pragma once
+
+#include "arrays.hpp"
+
+#include <ferry/d2h/entry_view.hpp>
+#include <ferry/d2h/hook_schema.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace ferry::python {
+
+namespace fd = ferry::d2h;
+
+/// One hook of a schema as Python gives it: (hook id, name, safetensors dtype name, row_shape); ferry/schema.py
+/// makes these from {hook: (name, dtype, row_shape)} with torch / numpy dtypes.
+using hook_tuple = std::tuple<uint_arg, std::string, std::string, std::vector<uint_arg>>;
+/// The schema of `tuples` (the core's hook_schema::add validates each: schema_error naming the hook).
+[[nodiscard]] fd::hook_schema schema_of(const std::vector<hook_tuple>& tuples, const char* who);
+/// The same from a Python object (a sequence of hook tuples); TypeError naming `who` for anything else.
+[[nodiscard]] fd::hook_schema schema_of(nb::handle tuples, const char* who);
+/// {hook: (name, dtype name, row_shape tuple)} (Channel.schema).
+[[nodiscard]] nb::dict schema_dict(const fd::hook_schema& s);
+
+/// A delivered entry's payload as an array over its staging (no copy; `keep` holds the staging and is the
+/// array's base): the tensor [rows, *row_shape] of its hook's dtype when `s` names the hook (fd::typed: a size
+/// that does not fit the schema raises the core's entry_shape_error), else its bytes (uint8, 1-D). `torch`: a
+/// torch.Tensor of the hook's dtype (bfloat16 and float8 included); else a read-only numpy array, where numpy
+/// has the dtype, and the elements' bits where it has not (BF16: uint16, F8_*: uint8).
+[[nodiscard]] nb::object entry_array(const fd::entry_view& v, const fd::hook_schema* s, std::shared_ptr<const void> keep,
+                                     bool torch);
+
+}  // namespace ferry::python
