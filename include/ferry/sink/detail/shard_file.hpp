@@ -67,6 +67,9 @@ inline void append_record(std::string& out, const tensor_record& t)
 
 [[nodiscard]] constexpr std::uint64_t round_up8(std::uint64_t n) noexcept { return (n + 7) / 8 * 8; }
 
+/// Committed data bytes between two write-back starts of a durable shard (shard_file::commit).
+inline constexpr std::uint64_t write_back_bytes = std::uint64_t{32} << 20;
+
 class shard_file {
  public:
   /// Creates `dir/.shard-NNNNN.safetensors.tmp`; the data starts at `reserve` (rounded up to 8: aligned data).
@@ -106,11 +109,18 @@ class shard_file {
     records_ += record_bytes(tensors_.back());
     pending_ += bytes.size();
   }
-  /// The open forward is complete: it becomes part of the shard.
-  void commit(std::uint64_t tag)
+  /// The open forward is complete: it becomes part of the shard. `write_back` (a durable run): once
+  /// write_back_bytes more are committed, their write-back to the disk starts (file::write_back), so the disk
+  /// writes while the next forwards arrive and publish()'s fsync finds little left.
+  void commit(std::uint64_t tag, bool write_back = false)
   {
     forwards_.push_back({tag, committed_, committed_ + pending_, crc_, tensors_.size() - committed_tensors_});
     committed_ += pending_;
+    if (write_back && committed_ - kicked_ >= write_back_bytes) {
+      f_.write_back(data_start_ + waited_, data_start_ + kicked_, committed_ - kicked_);
+      waited_ = kicked_;
+      kicked_ = committed_;
+    }
     committed_tensors_ = tensors_.size();
     pending_ = 0;
     crc_ = 0;
@@ -201,6 +211,8 @@ class shard_file {
   std::uint64_t committed_tensors_{0};
   std::uint64_t committed_{0};
   std::uint64_t pending_{0};
+  std::uint64_t kicked_{0};  ///< committed data bytes whose write-back was started (commit(write_back))
+  std::uint64_t waited_{0};  ///< ... and waited for
   std::uint64_t records_{0};
   std::uint32_t crc_{0};
   bool published_{false};

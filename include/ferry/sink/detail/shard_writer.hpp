@@ -144,7 +144,7 @@ class shard_writer {
   {
     open_ = false;
     if (refused_ || tensors_ == 0 || !shard_) { return; }
-    shard_->commit(tag_);
+    shard_->commit(tag_, o_.durable);
     if (shard_->committed_bytes() >= o_.shard_bytes || header_estimate(*shard_) >= max_header_bytes) { publish_shard(); }
   }
 
