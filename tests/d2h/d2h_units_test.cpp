@@ -347,13 +347,13 @@ TEST(D2hGatherPlacement, PlannedRowLayoutEqualsThePlaceChainOfPlannedReservation
     for (std::uint32_t i = 0; i < a.n; ++i) {
       const std::uint64_t r = fd::detail::planned_row_reserved(st.planned_items, per, a.row_bytes[i]);
       const fd::placement p = fd::place(pos, r, a.dst.ring_bytes);
-      ASSERT_EQ(fk::gather_offset(l, phys, i), p.start % a.dst.ring_bytes)
+      ASSERT_EQ(fk::gather_offset(fk::rows_view_of(a, l), phys, i), p.start % a.dst.ring_bytes)
         << "entry " << i << " of " << a.n << ", phys " << phys << ", ring " << a.dst.ring_bytes << ", items "
         << st.planned_items << (aligned ? " (closed form)" : " (summed)");
       wrapped += p.start != pos ? 1 : 0;
       pos = p.end;
     }
-    ASSERT_EQ(fk::gather_end(l, phys), pos % a.dst.ring_bytes);
+    ASSERT_EQ(fk::gather_end(fk::rows_view_of(a, l), phys), pos % a.dst.ring_bytes);
     EXPECT_EQ(l.limit, std::min(items * per, st.planned_items * per));
     ++cases;
     closed += aligned && st.planned_items != 0 ? 1 : 0;

@@ -37,44 +37,61 @@ namespace ferry::kernels::d2h {
 
 using ferry::d2h::detail::gather_rows_args;
 
-/// The prefix sums pre[0..n] of a row batch's reservations in this launch: the captured ones (`sums` = a.pre), or
-/// a plan()'s (planned_row_reserved of each entry): `sums` a block computed, else `unit` x r16[i] (every row a
-/// 16-byte multiple: closed form), else `unit` x i (no row planned: 16 bytes each).
-struct rows_pre {
-  const std::uint64_t* sums{nullptr};
-  const std::uint32_t* r16{nullptr};
-  std::uint64_t unit{0};
-  FERRY_HD std::uint64_t operator[](std::uint32_t i) const noexcept
-  {
-    if (sums != nullptr) { return sums[i]; }
-    return r16 != nullptr ? unit * r16[i] : unit * i;
-  }
-};
-/// gather_offset / gather_end's view of the batch (their fields: dst.ring_bytes, pre, n) and the rows each entry
-/// may write (`limit`: at most the planned ones).
+/// How a row batch's prefix sums pre[0..n] of its reservations are formed in this launch: the captured ones
+/// (a.pre), or a plan()'s (planned_row_reserved of each entry): `unit` x a.rpre16[i] (every row a 16-byte multiple:
+/// closed form), `unit` x i (no row planned: 16 bytes each), or the sums a block computed (`sums`).
+enum class rows_pre_form : std::uint32_t { captured, closed, uniform, summed };
+/// The batch's layout in this launch: how its prefix sums are formed, and the rows each entry may write (`limit`:
+/// at most the planned ones). It holds no pointer to the kernel's parameters (one would put them in local memory):
+/// rows_view reads them.
 struct rows_layout {
-  struct ring_size {
-    std::uint64_t ring_bytes{0};
-  } dst;
-  rows_pre pre;
-  std::uint32_t n{0};
+  rows_pre_form form{rows_pre_form::captured};
+  std::uint64_t unit{0};
+  const std::uint64_t* sums{nullptr};
   std::uint64_t limit{0};
 };
+/// gather_offset / gather_end's view of a row batch laid out by `l` (their fields: dst.ring_bytes, pre, n), made
+/// where it is used.
+struct rows_view {
+  struct ring_size {
+    std::uint64_t ring_bytes;
+  } dst;
+  struct prefix {
+    const gather_rows_args& a;
+    const rows_layout& l;
+    FERRY_HD std::uint64_t operator[](std::uint32_t i) const noexcept
+    {
+      switch (l.form) {
+        case rows_pre_form::captured: return a.pre[i];
+        case rows_pre_form::closed: return l.unit * a.rpre16[i];
+        case rows_pre_form::uniform: return l.unit * i;
+        default: return l.sums[i];
+      }
+    }
+  } pre;
+  std::uint32_t n;
+};
+FERRY_HD inline rows_view rows_view_of(const gather_rows_args& a, const rows_layout& l) noexcept
+{
+  return rows_view{{a.dst.ring_bytes}, {a, l}, a.n};
+}
 /// The layout of a batch of `rows` rows per entry. A replay's plan()'d items (device_state::planned_items) place a
 /// captured batch; without the closed form `sums` (n + 1 words) receives the prefix sums when `fill` (the GPU: thread
 /// 0, before the block barrier).
 FERRY_HD inline rows_layout gather_rows_layout(const gather_rows_args& a, std::uint64_t rows, std::uint64_t* sums,
                                                bool fill) noexcept
 {
-  rows_layout l{{a.dst.ring_bytes}, {a.pre, nullptr, 0}, a.n, rows};
+  rows_layout l{rows_pre_form::captured, 0, sums, rows};
   const std::uint64_t items = a.planned != 0 ? a.dst.state->planned_items : ferry::d2h::no_planned_items;
   if (items == ferry::d2h::no_planned_items) { return l; }
   const std::uint64_t per = items * a.sel.rows_per_item();
   l.limit = rows < per ? rows : per;
   if (per == 0) {
-    l.pre = {nullptr, nullptr, ferry::d2h::entry_alignment};
+    l.form = rows_pre_form::uniform;
+    l.unit = ferry::d2h::entry_alignment;
   } else if (a.rpre16_ok != 0) {
-    l.pre = {nullptr, a.rpre16, per * 16};
+    l.form = rows_pre_form::closed;
+    l.unit = per * 16;
   } else {
     if (fill) {
       sums[0] = 0;
@@ -82,7 +99,7 @@ FERRY_HD inline rows_layout gather_rows_layout(const gather_rows_args& a, std::u
         sums[i + 1] = sums[i] + ferry::d2h::detail::planned_row_reserved(items, a.sel.rows_per_item(), a.row_bytes[i]);
       }
     }
-    l.pre = {sums, nullptr, 0};
+    l.form = rows_pre_form::summed;
   }
   return l;
 }
@@ -96,7 +113,7 @@ FERRY_HD inline ferry::d2h::cursor gather_rows_next(const gather_rows_args& a, c
   std::uint64_t slot = ferry::d2h::cursor_size_slot(c.dyn_slot) + a.n;
   const std::uint64_t count = a.dst.size_slot_count;
   if (count != 0 && slot >= count) { slot %= count; }
-  return ferry::d2h::cursor{gather_end(l, c.phys), slot | (c.dyn_slot & ~std::uint64_t{0xffffffffULL})};
+  return ferry::d2h::cursor{gather_end(rows_view_of(a, l), c.phys), slot | (c.dyn_slot & ~std::uint64_t{0xffffffffULL})};
 }
 
 /// Step 3 by thread 0 of the block that arrived last: the error flag, every size slot, the release.
@@ -117,14 +134,10 @@ FERRY_HD inline void gather_rows_commit(const gather_rows_args& a, ferry::d2h::c
   if (a.head_n != 0) { gather_release(a); }
 }
 
-/// Step 1 for block `blk`: the row count, the layout (`sums`: gather_rows_layout's), the cursor, and (block 0,
-/// thread `t` 0) the next cursor.
-FERRY_HD inline ferry::d2h::cursor gather_rows_start(const gather_rows_args& a, std::uint32_t blk, std::uint32_t t,
-                                                     std::uint64_t& rows, bool& count_ok, rows_layout& l,
-                                                     std::uint64_t* sums) noexcept
+/// Step 1 for block `blk`: the cursor and (block 0, thread `t` 0) the next cursor, placed by `l`.
+FERRY_HD inline ferry::d2h::cursor gather_rows_start(const gather_rows_args& a, const rows_layout& l, std::uint32_t blk,
+                                                     std::uint32_t t) noexcept
 {
-  rows = select_items(a.sel, count_ok) * a.sel.rows_per_item();
-  l = gather_rows_layout(a, rows, sums, t == 0);
   const ferry::d2h::cursor c = a.dst.load();
   if (blk == 0 && t == 0) { ferry::d2h::store_cursor(&a.dst.state->slot[a.dst.parity ^ 1U], gather_rows_next(a, l, c)); }
   return c;
@@ -165,7 +178,7 @@ FERRY_HD inline gather_rows_item gather_rows_at(const gather_rows_args& a, const
   const std::uint64_t n = rb - at < a.chunk_bytes ? rb - at : a.chunk_bytes;
   const std::int64_t r = select_source_row(a.sel, a.n_rows, j, a.sel.rows_per_item());
   if (r < 0) { return {nullptr, nullptr, n}; }
-  return {a.src[i] + static_cast<std::uint64_t>(r) * rb + at, a.dst.ring + gather_offset(l, c.phys, i) + j * rb + at, n};
+  return {a.src[i] + static_cast<std::uint64_t>(r) * rb + at, a.dst.ring + gather_offset(rows_view_of(a, l), c.phys, i) + j * rb + at, n};
 }
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
@@ -176,10 +189,10 @@ __device__ __forceinline__ void gather_rows_block(const gather_rows_args& a, std
   __shared__ int block_error;
   __shared__ std::uint64_t sums[ferry::d2h::detail::gather_max_entries + 1];
   if (t == 0) { block_error = 0; }
-  std::uint64_t rows = 0;
   bool count_ok = true;
-  rows_layout l{};
-  const ferry::d2h::cursor c = gather_rows_start(a, blk, t, rows, count_ok, l, sums);
+  const std::uint64_t rows = select_items(a.sel, count_ok) * a.sel.rows_per_item();
+  const rows_layout l = gather_rows_layout(a, rows, sums, t == 0);
+  const ferry::d2h::cursor c = gather_rows_start(a, l, blk, t);
   __syncthreads();  // thread 0's sums before any placement
   const std::uint64_t total = ferry::d2h::cursor_live(c) ? l.limit * a.cpre[a.n] : 0;
   for (std::uint64_t w = blk; w < total; w += nblk) {
@@ -207,12 +220,12 @@ __device__ __forceinline__ void gather_rows_block(const gather_rows_args& a, std
 /// The host backend's block `blk` of `nblk` (one thread): the same rows, one memcpy each, then the arrival.
 inline void gather_rows_block_host(const gather_rows_args& a, std::uint32_t blk, std::uint32_t nblk)
 {
-  std::uint64_t rows = 0;
   bool count_ok = true;
   bool block_error = false;
-  rows_layout l{};
+  const std::uint64_t rows = select_items(a.sel, count_ok) * a.sel.rows_per_item();
   std::uint64_t sums[ferry::d2h::detail::gather_max_entries + 1];
-  const ferry::d2h::cursor c = gather_rows_start(a, blk, 0, rows, count_ok, l, sums);
+  const rows_layout l = gather_rows_layout(a, rows, sums, true);
+  const ferry::d2h::cursor c = gather_rows_start(a, l, blk, 0);
   const std::uint64_t total = ferry::d2h::cursor_live(c) ? l.limit * a.cpre[a.n] : 0;
   for (std::uint64_t w = blk; w < total; w += nblk) {
     const gather_rows_item it = gather_rows_at(a, l, c, w, l.limit);
