@@ -12,6 +12,7 @@
 #include "d2h/multi_channel.hpp"
 #include "d2h/on_error.hpp"
 #include "d2h/ordering.hpp"
+#include "d2h/planned_rows.hpp"
 #include "d2h/replay_token.hpp"
 #include "d2h/select_rows.hpp"
 
@@ -39,6 +40,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(D2hSelectRows, D2hSelectRows, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hAttribution, D2hAttribution, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hConsumer, D2hConsumer, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hGatherRows, D2hGatherRows, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hPlannedRows, D2hPlannedRows, CudaBackends);
 
 /// In a stream capture, ferry's kernels are launched programmatically only behind one of the channel's own
 /// kernels (channel_state::launch_programmatic): an edge from anything else (here memset nodes; in a model, its

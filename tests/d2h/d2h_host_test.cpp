@@ -12,6 +12,7 @@
 #include "d2h/multi_channel.hpp"
 #include "d2h/on_error.hpp"
 #include "d2h/ordering.hpp"
+#include "d2h/planned_rows.hpp"
 #include "d2h/replay_token.hpp"
 #include "d2h/select_rows.hpp"
 
@@ -32,6 +33,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(D2hSelectRows, D2hSelectRows, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hAttribution, D2hAttribution, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hConsumer, D2hConsumer, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hGatherRows, D2hGatherRows, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hPlannedRows, D2hPlannedRows, HostBackends);
 }  // namespace ferry::test
 
 #include "d2h/host_only.hpp"

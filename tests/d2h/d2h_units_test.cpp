@@ -3,6 +3,7 @@
 // (detail::coalesce), the copy kernel's launch shape (detail::copy_launch_shape and its helpers), and the
 // gather's shape (detail::apportion_gather) and placement (its kernel body's gather_offset, gather_entry_of).
 #include "kernels/d2h/gather/gather_publish.cuh"
+#include "kernels/d2h/select/gather_rows_publish.cuh"  // rows_layout
 
 #include <ferry/d2h/detail/coalesce.hpp>
 #include <ferry/d2h/detail/gather.hpp>
@@ -108,6 +109,20 @@ TEST(D2hCoalesce, AnOverflowingDynamicEntryIsARunOfItsOwnWithoutACopy)
   EXPECT_EQ(run(e, 3, ~0ULL, {0, 9000, 0}), (run_plan{1, 64, 64, false})) << "the run stops before it";
   const std::vector<entry_meta> from_it{e[1], e[2]};
   EXPECT_EQ(run(from_it, 3, ~0ULL, {0, 9000, 0}), (run_plan{1, 0, 9000, true}));
+}
+
+TEST(D2hCoalesce, ARowEntryAboveItsPlannedRowsIsAnOverflowEvenInsideItsReservation)
+{
+  // plan()'s forward_meta::selected = 3 rows of 4 bytes: 12 bytes expected, 16 reserved (the 16-byte alignment)
+  auto e = placed(0, {64, 16, 32}, {false, true, false});
+  e[1].bytes = 12;
+  e[1].row_bytes = 4;
+  EXPECT_EQ(run(e, 3, ~0ULL, {0, 12, 0}), (run_plan{3, 64 + 16 + 32, 32, false})) << "exactly the planned rows";
+  EXPECT_EQ(run(e, 3, ~0ULL, {0, 8, 0}), (run_plan{2, 64 + 8, 8, false})) << "fewer: it ends its run";
+  const std::vector<entry_meta> from_it{e[1], e[2]};
+  EXPECT_EQ(run(from_it, 3, ~0ULL, {0, 16, 0}), (run_plan{1, 0, 16, true})) << "a fourth row: flagged, not copied";
+  e[1].row_bytes = 0;  // a dynamic entry that is not a row entry: only its reservation bounds it
+  EXPECT_EQ(run(e, 3, ~0ULL, {0, 16, 0}), (run_plan{2, 64 + 16, 16, false}));
 }
 
 TEST(D2hCoalesce, StagingRoomLimitsTheRun)
@@ -291,4 +306,59 @@ TEST(D2hGatherPlacement, EveryBlockFindsItsEntry)
       ASSERT_LT(blk, a.first_block[i + 1]) << "block " << blk << " of " << sh.blocks << ", entry " << i;
     }
   }
+}
+
+// A replay's planned row batch (forward_meta::selected = items): the layout every block of gather_rows_publish
+// computes (rows_layout: the closed form when every row is a 16-byte multiple, else the summed reservations) puts
+// each entry where the CPU's place() chain over planned_row_reserved puts it (plan()), and ends where it ends.
+TEST(D2hGatherPlacement, PlannedRowLayoutEqualsThePlaceChainOfPlannedReservations)
+{
+  std::mt19937_64 rng{13};
+  std::uint64_t cases = 0, wrapped = 0, closed = 0;
+  fd::device_state st{};
+  for (int iter = 0; iter < 20000; ++iter) {
+    fd::detail::gather_rows_args a{};
+    a.dst.state = &st;
+    a.dst.ring_bytes = 256 * (1 + rng() % 64);
+    a.planned = 1;
+    a.sel = fd::row_selection::rows(static_cast<const std::int32_t*>(nullptr), 1 + rng() % 8);
+    if (iter % 4 == 1) { a.sel = fd::row_selection::window(nullptr, 4, nullptr, 1 + rng() % 8, 0, 1 + static_cast<std::int64_t>(rng() % 3)); }
+    const std::uint64_t per = a.sel.rows_per_item(), items = a.sel.item_bound();
+    const bool aligned = iter % 2 == 0;
+    std::uint64_t sum = 0, mx = 0;
+    a.rpre16_ok = aligned ? 1U : 0U;
+    for (std::uint32_t i = 0; i < fd::detail::gather_max_entries; ++i) {
+      const std::uint64_t rb = aligned ? 16 * (1 + rng() % 8) : 1 + rng() % 100;
+      const std::uint64_t r = fd::align_up(std::max<std::uint64_t>(items * per * rb, 16), 16);  // the captured bound
+      if (sum + r + std::max(mx, r) > a.dst.ring_bytes) { break; }  // deferred_batch::needs_flush_before
+      a.row_bytes[i] = static_cast<std::uint32_t>(rb);
+      a.pre[i + 1] = a.pre[i] + r;
+      a.rpre16[i + 1] = a.rpre16[i] + static_cast<std::uint32_t>(rb / 16);
+      ++a.n;
+      sum += r;
+      mx = std::max(mx, r);
+    }
+    if (a.n == 0) { continue; }
+    st.planned_items = rng() % (items + 1);  // what plan() gave: at most the bound
+    std::uint64_t sums[fd::detail::gather_max_entries + 1];
+    const fk::rows_layout l = fk::gather_rows_layout(a, items * per, sums, true);
+    std::uint64_t phys = fd::entry_alignment * (rng() % (a.dst.ring_bytes / fd::entry_alignment));
+    std::uint64_t pos = phys;  // the CPU's chain, in virtual positions from phys
+    for (std::uint32_t i = 0; i < a.n; ++i) {
+      const std::uint64_t r = fd::detail::planned_row_reserved(st.planned_items, per, a.row_bytes[i]);
+      const fd::placement p = fd::place(pos, r, a.dst.ring_bytes);
+      ASSERT_EQ(fk::gather_offset(fk::rows_view_of(a, l), phys, i), p.start % a.dst.ring_bytes)
+        << "entry " << i << " of " << a.n << ", phys " << phys << ", ring " << a.dst.ring_bytes << ", items "
+        << st.planned_items << (aligned ? " (closed form)" : " (summed)");
+      wrapped += p.start != pos ? 1 : 0;
+      pos = p.end;
+    }
+    ASSERT_EQ(fk::gather_end(fk::rows_view_of(a, l), phys), pos % a.dst.ring_bytes);
+    EXPECT_EQ(l.limit, std::min(items * per, st.planned_items * per));
+    ++cases;
+    closed += aligned && st.planned_items != 0 ? 1 : 0;
+  }
+  EXPECT_GT(cases, 10000U);
+  EXPECT_GT(wrapped, 1000U) << "batches that wrap inside";
+  EXPECT_GT(closed, 3000U) << "batches placed in closed form";
 }

@@ -208,8 +208,9 @@ TYPED_TEST_P(D2hGatherRows, AnInvalidSelectionFailsItsBatchOnly)
 }
 
 /// plan()'s forward_meta::selected (the CPU knows this replay's count): each row entry's expected size is exact,
-/// so the drain copies a batch with one D2H instead of one per entry; a hint the device count disagrees with is
-/// still delivered right; a hint above the reservation is refused before anything is enqueued.
+/// so the drain copies a batch with one D2H instead of one per entry; a device count below the plan is still
+/// delivered right (one copy per entry), one above it is a size_overflow (no copy); a count above the reservation
+/// is refused before anything is enqueued. (D2hPlannedRows: the exact reservation itself.)
 TYPED_TEST_P(D2hGatherRows, APlannedCountCoalescesAReplaysRowEntries)
 {
   using B = TypeParam;
@@ -248,7 +249,8 @@ TYPED_TEST_P(D2hGatherRows, APlannedCountCoalescesAReplaysRowEntries)
   };
   EXPECT_EQ(replay(std::nullopt), hooks) << "a device count alone: one copy per entry";
   EXPECT_EQ(replay(5), 1U) << "the planned count: one copy for the batch";
-  EXPECT_EQ(replay(4), hooks) << "a hint the device count disagrees with: delivered, one copy per entry";
+  EXPECT_EQ(replay(6), hooks) << "a plan above the device count: delivered, one copy per entry";
+  EXPECT_EQ(replay(4), 0U) << "a plan below the device count: size_overflow, nothing copied";
   fd::forward_meta over;
   over.selected = bound + 1;
   try {
@@ -258,11 +260,13 @@ TYPED_TEST_P(D2hGatherRows, APlannedCountCoalescesAReplaysRowEntries)
     EXPECT_NE(std::string{e.what()}.find("at most the 8 items"), std::string::npos) << e.what();
   }
   EXPECT_NO_THROW((void)ch.close(10s));
-  ASSERT_EQ(got.size(), 3 * hooks);
+  ASSERT_EQ(got.size(), 4 * hooks);
   for (std::size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(got.status[i], fd::entry_status::ok) << i;
-    EXPECT_EQ(got.bytes[i], TestFixture::expect({9, 1, 40, 3, 3}, rb, static_cast<std::uint8_t>(i % hooks))) << i;
+    const bool over = i >= 3 * hooks;
+    EXPECT_EQ(got.status[i], over ? fd::entry_status::size_overflow : fd::entry_status::ok) << i;
+    if (!over) { EXPECT_EQ(got.bytes[i], TestFixture::expect({9, 1, 40, 3, 3}, rb, static_cast<std::uint8_t>(i % hooks))) << i; }
   }
+  EXPECT_EQ(ch.stats().size_overflows, hooks);
 }
 
 REGISTER_TYPED_TEST_SUITE_P(D2hGatherRows, BatchesSharingASelectionHoldTheirRows, KindsAndSelectionsSplitBatchesInOrder,

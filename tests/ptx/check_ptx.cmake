@@ -18,6 +18,7 @@ set(publishing_kernels
     "ferry::kernels::d2h::publish_head=1"          # kernels/d2h/publish: the batch release
     "ferry::kernels::d2h::commit_check=1"          # kernels/d2h/publish: the commit flag's release
     "ferry::kernels::d2h::claim_replay=1"          # kernels/d2h/replay: the unplanned-launch report's release
+    "ferry::kernels::d2h::arm_replay=1"            # kernels/d2h/replay: the token queue's overflow report
     "ferry::testing::probe::kernels::publish=1")   # kernels/testing/probe.cu: the probe's release
 set(d2h_kernels
     "ferry::kernels::d2h::copy_entry=9"            # bytes, v1, v2, v4, v8 and the four one-pass forms

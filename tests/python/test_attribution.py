@@ -113,6 +113,8 @@ def test_graph_replays_carry_the_tag_of_their_plan(make_channel, drain):
         got = drain(ch, 3)
         for h, e in enumerate(got):
             assert (e.tag, e.forward, e.rows) == (100 + step, step, k)
+            # selected=k: the replay reserves exactly its rows (at least 16 bytes); without it, the bound of 8
+            assert e.reserved == (max(k * 48, 16) if step % 2 else 8 * 48)
             np.testing.assert_array_equal(e.numpy().view(np.float32).reshape(-1, 12), xs[h][idx[:k]])
             for i in range(k):
                 np.testing.assert_array_equal(e.rows_of(500 + i).view(np.float32), xs[h][[idx[i]]])
@@ -158,6 +160,38 @@ def test_a_torch_count_tensor_is_a_device_count_never_an_int(make_channel, drain
     np.testing.assert_array_equal(a.numpy().view(np.float32).reshape(-1, 12), x[[5, 6]])
     a.release()
     b.release()
+    assert ch.close()["clean"]
+
+
+def test_plan_selected_reserves_exactly_and_a_device_count_above_it_overflows(make_channel, drain):
+    """plan(selected=n) reserves n rows per row entry (immediate and deferred) and the replay places them there; a
+    device count above n is delivered as not ok (size_overflow, counted), one below it holds its rows."""
+    ch = make_channel(size_slots=64)
+    s = ferry.Stream(backend="host")
+    xs = [_source(salt=h) for h in range(3)]
+    idx = np.zeros(8, dtype=np.int32)
+    n = np.zeros(1, dtype=np.int32)
+    s.begin_capture()
+    ch.begin_forward(s)
+    ch.capture_rows(0, xs[0], rows=idx, count=n, max_count=8, stream=s)
+    for h in (1, 2):
+        ch.capture_rows_deferred(h, xs[h], rows=idx, count=n, max_count=8, stream=s)
+    plan = ch.end_forward(s)
+    g = s.end_capture()
+    for selected, k in ((2, 3), (3, 2), (4, 4), (0, 0)):
+        idx[:k] = np.arange(k) * 5 + 1
+        n[0] = k
+        ch.plan(plan, s, selected=selected)
+        g.launch(s)
+        for h, e in enumerate(drain(ch, 3)):
+            if k > selected:  # its reservation: the planned rows' bytes
+                assert (e.ok, e.size, e.reserved) == (False, k * 48, selected * 48)
+            else:
+                assert e.ok and (e.rows, e.reserved) == (k, max(16, selected * 48))
+                np.testing.assert_array_equal(e.numpy().view(np.float32).reshape(-1, 12), xs[h][idx[:k]])
+            e.release()
+        s.synchronize()
+    assert ch.stats()["size_overflows"] == 3
     assert ch.close()["clean"]
 
 

@@ -32,9 +32,9 @@ struct forward_meta {
   std::vector<request_rows> requests;  ///< the row layout of the forward's row-selected entries, in row order
   std::vector<std::byte> user;         ///< opaque bytes, delivered as given (entry_view::meta()->user)
   /// plan() only: the items the replay's row selections hold, when the CPU knows them (e.g. the requests that want
-  /// capture this step). Each row entry's expected size is then exact, so the drain copies a batch of them with
-  /// one D2H (a device count that disagrees is still delivered right, one copy per entry); the ring reservation
-  /// stays the captured bound.
+  /// capture this step). Each row entry of the replay then reserves exactly those rows (16-byte aligned) and the
+  /// replay's kernels place them there, so the drain copies a batch of them with one D2H; a device count below it
+  /// is delivered right, one above it as size_overflow (nothing written past the entry).
   std::optional<std::uint64_t> selected;
 
   [[nodiscard]] bool empty() const noexcept { return !tag && requests.empty() && user.empty() && !selected; }

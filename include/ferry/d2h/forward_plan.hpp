@@ -22,6 +22,7 @@ struct plan_entry {
   bool dynamic{false};
   std::uint64_t row_bytes{0};  ///< capture_rows: bytes per row (0: captured whole)
   std::uint64_t per_item{1};   ///< capture_rows: rows per selected item (a window's length)
+  std::uint64_t items{0};      ///< capture_rows: the most items its selection holds (forward_meta::selected's bound)
 };
 
 /// The entries of one captured forward (what plan() reserves for a replay). Returned by end_forward().

@@ -81,6 +81,13 @@ FERRY_HD constexpr std::uint32_t cursor_commits(std::uint64_t dyn_slot) noexcept
   return static_cast<std::uint32_t>(dyn_slot >> 32);
 }
 
+/// device_state::planned_items of a replay whose plan() gave no forward_meta::selected: its row entries take
+/// their captured bound.
+inline constexpr std::uint64_t no_planned_items = ~std::uint64_t{0};
+/// The plan()s the replay token holds ahead of their launches (device_state::planned): one plan, one launch
+/// needs one; more armed at once is reported (device_state::plan_overflow).
+inline constexpr std::uint32_t planned_queue = 16;
+
 /// Device memory, one per channel. `produced` is the GPU-local produced-entry counter; only the
 /// publishing thread (one thread, stream-ordered) touches it. `gather_join` is the cross-block join counter
 /// of a publishing gather kernel (acq_rel arrivals; the last block resets it before it publishes).
@@ -89,7 +96,10 @@ FERRY_HD constexpr std::uint32_t cursor_commits(std::uint64_t dyn_slot) noexcept
 /// node); `launches` counts the graph launches the claim kernel saw; `skip` is set by a claim that found no
 /// token (the releases of that forward publish nothing; the writers see cursor_unplanned instead) and cleared
 /// by the forward's boundary release; `quiet` counts the tokens of replays launched while capture is disabled
-/// (config::on_error): they skip the same way, unreported. All stream-ordered, single-threaded.
+/// (config::on_error): they skip the same way, unreported. Each token carries its plan()'s item count
+/// (forward_meta::selected, or no_planned_items): the arm kernel queues it in `planned` (token k at
+/// k % planned_queue, `claimed` tokens taken so far), the claim moves it into `planned_items`, where the
+/// replay's row kernels read their placement. All stream-ordered, single-threaded.
 struct alignas(128) device_state {
   cursor slot[2];
   std::uint64_t produced{0};
@@ -98,7 +108,11 @@ struct alignas(128) device_state {
   std::uint64_t armed{0};
   std::uint64_t launches{0};
   std::uint32_t select_error{0};  ///< a block of the selection kernel found an invalid item (reset by its last block)
+  std::uint32_t plan_overflow{0};  ///< an arm found planned_queue tokens armed: every later replay writes nothing
   std::uint64_t quiet{0};  ///< quiet tokens (a channel with capture disabled): the launch writes nothing, unreported
+  std::uint64_t planned_items{no_planned_items};  ///< this replay's plan()'d items per row entry (its claim sets it)
+  std::uint64_t claimed{0};                       ///< tokens claimed: the queue's read index
+  std::uint64_t planned[planned_queue]{};         ///< the armed tokens' item counts, in arm order
 };
 
 /// The cursor slot's loads and stores on the GPU (CUDA, sm_80+) carry an L2 evict_last cache-policy hint: in a
@@ -208,5 +222,6 @@ struct ring_ref {
 
 static_assert(std::is_trivially_copyable_v<ring_ref>);
 static_assert(std::is_trivially_copyable_v<device_state>);
+static_assert(sizeof(device_state) == 256, "device_state: two 128-byte lines (the cursor's first)");
 
 }  // namespace ferry::d2h

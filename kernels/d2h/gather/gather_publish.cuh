@@ -38,7 +38,7 @@ using ferry::d2h::detail::gather_args;
 /// entry placed from offset 0 (the first one that no longer fits, or the one after an entry that ended
 /// exactly at the ring's end). Every block computes it from the parameters alone: no dependent chain of
 /// parameter loads per entry (tests/d2h/d2h_units_test.cpp checks it against the chain).
-template <class Args>  // gather_args, gather_rows_args: the same placement fields (dst, pre, n)
+template <class Args>  // gather_args, gather_rows_args, rows_view: the same placement fields (dst, pre, n)
 FERRY_HD constexpr std::uint64_t gather_offset(const Args& a, std::uint64_t phys, std::uint32_t i) noexcept
 {
   const std::uint64_t ring = a.dst.ring_bytes;

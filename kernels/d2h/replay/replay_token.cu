@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // GPU wrapper of the replay token's one-thread kernels arm_replay and claim_replay (bodies in
 // replay_token.cuh; getters declared in ferry/d2h/detail/kernels.hpp). tests/ptx/check_ptx.cmake names both:
-// each executes griddepcontrol.wait (launched plainly: a no-op then), and claim_replay, which releases the
-// host-visible report, contains st.release.sys and no __threadfence / volatile store.
+// each executes griddepcontrol.wait (launched plainly: a no-op then), and each releases into the host-visible
+// report (claim_replay: an unplanned launch; arm_replay: the token queue's overflow), so both contain
+// st.release.sys and no __threadfence / volatile store.
 #include "d2h/replay/replay_token.cuh"
 #include "detail/gpu_kernel.cuh"
 

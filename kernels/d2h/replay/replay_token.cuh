@@ -13,6 +13,11 @@
 // Stream order makes the token exact: the arm kernel of a plan() runs after every earlier launch's claim and
 // before its own replay's claim, so a launch without a plan() finds armed == 0, whatever the CPU ran ahead.
 // The forward's boundary release (publish_head_body / gather_release) clears both marks.
+// A token carries its plan()'s item count (forward_meta::selected, else no_planned_items): the arm queues it
+// (device_state::planned, in arm order), the claim that takes the token moves it into planned_items, where the
+// replay's row kernels read the placement plan() gave them (kernels/d2h/select). A plan() armed while
+// planned_queue tokens wait (plans far ahead of their launches) has no room: device_state::plan_overflow is set
+// and reported (report[2]); every later planned launch then writes and publishes nothing, as an unplanned one.
 #pragma once
 
 #include <ferry/backend/system_atomic.hpp>
@@ -24,11 +29,18 @@ namespace ferry::kernels::d2h {
 
 FERRY_HD inline void arm_replay_body(const ferry::d2h::detail::replay_token_args& a) noexcept
 {
+  ferry::d2h::device_state* st = a.state;
   if (a.quiet != 0) {
-    a.state->quiet += 1;
-  } else {
-    a.state->armed += 1;
+    st->quiet += 1;
+    return;
   }
+  if (st->armed >= ferry::d2h::planned_queue) {
+    st->plan_overflow = 1;
+    ferry::backend::store_release_system(&a.report[2], std::uint64_t{1});
+  } else {
+    st->planned[(st->claimed + st->armed) % ferry::d2h::planned_queue] = a.items;
+  }
+  st->armed += 1;
 }
 
 FERRY_HD inline void claim_replay_body(const ferry::d2h::detail::replay_token_args& a) noexcept
@@ -36,15 +48,22 @@ FERRY_HD inline void claim_replay_body(const ferry::d2h::detail::replay_token_ar
   ferry::d2h::device_state* st = a.state;
   const std::uint64_t launch = st->launches + 1;
   st->launches = launch;
-  if (st->armed > 0) {
+  const bool token = st->armed > 0;
+  st->planned_items = ferry::d2h::no_planned_items;
+  if (token) {
     st->armed -= 1;
-    st->skip = 0;
-    return;
+    st->planned_items = st->planned[st->claimed % ferry::d2h::planned_queue];
+    st->claimed += 1;
+    if (st->plan_overflow == 0) {
+      st->skip = 0;
+      return;
+    }
   }
   st->skip = 1;
   ferry::d2h::cursor c = ferry::d2h::load_cursor(&st->slot[0]);
   c.phys |= ferry::d2h::cursor_unplanned;
   ferry::d2h::store_cursor(&st->slot[0], c);
+  if (token) { return; }  // planned, after the token queue overflowed: skipped, reported by the arm
   if (st->quiet > 0) {  // a replay of a channel with capture disabled: skipped as planned, not reported
     st->quiet -= 1;
     return;

@@ -18,6 +18,9 @@
 //      (gather_release: cumulative over every block's stores and its own size-slot stores).
 // Without an in-kernel release the batch's release is a later kernel on the stream or the branch (the kernel
 // boundary joins every block's stores and the size slots).
+// Captured into a graph (gather_rows_args::planned), a replay whose plan() gave forward_meta::selected places the
+// batch as plan() did: entry i takes planned_row_reserved(items, rows per item, row_bytes[i]) (rows_layout), writes
+// at most those rows and reports its true size (above the plan: size_overflow at the drain).
 #pragma once
 
 #include "../../detail/vector_copy.cuh"
@@ -34,15 +37,83 @@ namespace ferry::kernels::d2h {
 
 using ferry::d2h::detail::gather_rows_args;
 
+/// How a row batch's prefix sums pre[0..n] of its reservations are formed in this launch: the captured ones
+/// (a.pre), or a plan()'s (planned_row_reserved of each entry): `unit` x a.rpre16[i] (every row a 16-byte multiple:
+/// closed form), `unit` x i (no row planned: 16 bytes each), or the sums a block computed (`sums`).
+enum class rows_pre_form : std::uint32_t { captured, closed, uniform, summed };
+/// The batch's layout in this launch: how its prefix sums are formed, and the rows each entry may write (`limit`:
+/// at most the planned ones). It holds no pointer to the kernel's parameters (one would put them in local memory):
+/// rows_view reads them.
+struct rows_layout {
+  rows_pre_form form{rows_pre_form::captured};
+  std::uint64_t unit{0};
+  const std::uint64_t* sums{nullptr};
+  std::uint64_t limit{0};
+};
+/// gather_offset / gather_end's view of a row batch laid out by `l` (their fields: dst.ring_bytes, pre, n), made
+/// where it is used.
+struct rows_view {
+  struct ring_size {
+    std::uint64_t ring_bytes;
+  } dst;
+  struct prefix {
+    const gather_rows_args& a;
+    const rows_layout& l;
+    FERRY_HD std::uint64_t operator[](std::uint32_t i) const noexcept
+    {
+      switch (l.form) {
+        case rows_pre_form::captured: return a.pre[i];
+        case rows_pre_form::closed: return l.unit * a.rpre16[i];
+        case rows_pre_form::uniform: return l.unit * i;
+        default: return l.sums[i];
+      }
+    }
+  } pre;
+  std::uint32_t n;
+};
+FERRY_HD inline rows_view rows_view_of(const gather_rows_args& a, const rows_layout& l) noexcept
+{
+  return rows_view{{a.dst.ring_bytes}, {a, l}, a.n};
+}
+/// The layout of a batch of `rows` rows per entry. A replay's plan()'d items (device_state::planned_items) place a
+/// captured batch; without the closed form `sums` (n + 1 words) receives the prefix sums when `fill` (the GPU: thread
+/// 0, before the block barrier).
+FERRY_HD inline rows_layout gather_rows_layout(const gather_rows_args& a, std::uint64_t rows, std::uint64_t* sums,
+                                               bool fill) noexcept
+{
+  rows_layout l{rows_pre_form::captured, 0, sums, rows};
+  const std::uint64_t items = a.planned != 0 ? a.dst.state->planned_items : ferry::d2h::no_planned_items;
+  if (items == ferry::d2h::no_planned_items) { return l; }
+  const std::uint64_t per = items * a.sel.rows_per_item();
+  l.limit = rows < per ? rows : per;
+  if (per == 0) {
+    l.form = rows_pre_form::uniform;
+    l.unit = ferry::d2h::entry_alignment;
+  } else if (a.rpre16_ok != 0) {
+    l.form = rows_pre_form::closed;
+    l.unit = per * 16;
+  } else {
+    if (fill) {
+      sums[0] = 0;
+      for (std::uint32_t i = 0; i < a.n; ++i) {
+        sums[i + 1] = sums[i] + ferry::d2h::detail::planned_row_reserved(items, a.sel.rows_per_item(), a.row_bytes[i]);
+      }
+    }
+    l.form = rows_pre_form::summed;
+  }
+  return l;
+}
+
 /// Step 1's next cursor: the batch's end and the size slot after its n dynamic entries (no division unless the
 /// size ring is smaller than the batch).
-FERRY_HD inline ferry::d2h::cursor gather_rows_next(const gather_rows_args& a, ferry::d2h::cursor c) noexcept
+FERRY_HD inline ferry::d2h::cursor gather_rows_next(const gather_rows_args& a, const rows_layout& l,
+                                                    ferry::d2h::cursor c) noexcept
 {
   if (!ferry::d2h::cursor_live(c)) { return c; }
   std::uint64_t slot = ferry::d2h::cursor_size_slot(c.dyn_slot) + a.n;
   const std::uint64_t count = a.dst.size_slot_count;
   if (count != 0 && slot >= count) { slot %= count; }
-  return ferry::d2h::cursor{gather_end(a, c.phys), slot | (c.dyn_slot & ~std::uint64_t{0xffffffffULL})};
+  return ferry::d2h::cursor{gather_end(rows_view_of(a, l), c.phys), slot | (c.dyn_slot & ~std::uint64_t{0xffffffffULL})};
 }
 
 /// Step 3 by thread 0 of the block that arrived last: the error flag, every size slot, the release.
@@ -63,13 +134,12 @@ FERRY_HD inline void gather_rows_commit(const gather_rows_args& a, ferry::d2h::c
   if (a.head_n != 0) { gather_release(a); }
 }
 
-/// Step 1 for block `blk`: the row count, the cursor, and (block 0, thread `t` 0) the next cursor.
-FERRY_HD inline ferry::d2h::cursor gather_rows_start(const gather_rows_args& a, std::uint32_t blk, std::uint32_t t,
-                                                     std::uint64_t& rows, bool& count_ok) noexcept
+/// Step 1 for block `blk`: the cursor and (block 0, thread `t` 0) the next cursor, placed by `l`.
+FERRY_HD inline ferry::d2h::cursor gather_rows_start(const gather_rows_args& a, const rows_layout& l, std::uint32_t blk,
+                                                     std::uint32_t t) noexcept
 {
-  rows = select_items(a.sel, count_ok) * a.sel.rows_per_item();
   const ferry::d2h::cursor c = a.dst.load();
-  if (blk == 0 && t == 0) { ferry::d2h::store_cursor(&a.dst.state->slot[a.dst.parity ^ 1U], gather_rows_next(a, c)); }
+  if (blk == 0 && t == 0) { ferry::d2h::store_cursor(&a.dst.state->slot[a.dst.parity ^ 1U], gather_rows_next(a, l, c)); }
   return c;
 }
 
@@ -79,9 +149,10 @@ struct gather_rows_item {
   std::byte* to{nullptr};
   std::uint64_t bytes{0};
 };
-/// Work items are (entry i, row j, chunk k), entry-major then row-major: entry i's start at rows x cpre[i].
-FERRY_HD inline gather_rows_item gather_rows_at(const gather_rows_args& a, ferry::d2h::cursor c, std::uint64_t w,
-                                                std::uint64_t rows) noexcept
+/// Work items are (entry i, row j, chunk k), entry-major then row-major: entry i's start at rows x cpre[i], `rows`
+/// the rows each entry writes (rows_layout::limit).
+FERRY_HD inline gather_rows_item gather_rows_at(const gather_rows_args& a, const rows_layout& l, ferry::d2h::cursor c,
+                                                std::uint64_t w, std::uint64_t rows) noexcept
 {
   const std::uint64_t u = w / rows;  // cpre[i] <= u < cpre[i + 1]
   std::uint32_t i = static_cast<std::uint32_t>(u);
@@ -107,7 +178,7 @@ FERRY_HD inline gather_rows_item gather_rows_at(const gather_rows_args& a, ferry
   const std::uint64_t n = rb - at < a.chunk_bytes ? rb - at : a.chunk_bytes;
   const std::int64_t r = select_source_row(a.sel, a.n_rows, j, a.sel.rows_per_item());
   if (r < 0) { return {nullptr, nullptr, n}; }
-  return {a.src[i] + static_cast<std::uint64_t>(r) * rb + at, a.dst.ring + gather_offset(a, c.phys, i) + j * rb + at, n};
+  return {a.src[i] + static_cast<std::uint64_t>(r) * rb + at, a.dst.ring + gather_offset(rows_view_of(a, l), c.phys, i) + j * rb + at, n};
 }
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
@@ -116,14 +187,16 @@ __device__ __forceinline__ void gather_rows_block(const gather_rows_args& a, std
                                                   std::uint32_t t, std::uint32_t nt)
 {
   __shared__ int block_error;
+  __shared__ std::uint64_t sums[ferry::d2h::detail::gather_max_entries + 1];
   if (t == 0) { block_error = 0; }
-  std::uint64_t rows = 0;
   bool count_ok = true;
-  const ferry::d2h::cursor c = gather_rows_start(a, blk, t, rows, count_ok);
-  __syncthreads();
-  const std::uint64_t total = ferry::d2h::cursor_live(c) ? rows * a.cpre[a.n] : 0;
+  const std::uint64_t rows = select_items(a.sel, count_ok) * a.sel.rows_per_item();
+  const rows_layout l = gather_rows_layout(a, rows, sums, t == 0);
+  const ferry::d2h::cursor c = gather_rows_start(a, l, blk, t);
+  __syncthreads();  // thread 0's sums before any placement
+  const std::uint64_t total = ferry::d2h::cursor_live(c) ? l.limit * a.cpre[a.n] : 0;
   for (std::uint64_t w = blk; w < total; w += nblk) {
-    const gather_rows_item it = gather_rows_at(a, c, w, rows);
+    const gather_rows_item it = gather_rows_at(a, l, c, w, l.limit);
     if (it.from == nullptr) {
       if (t == 0) { block_error = 1; }
       continue;
@@ -147,13 +220,15 @@ __device__ __forceinline__ void gather_rows_block(const gather_rows_args& a, std
 /// The host backend's block `blk` of `nblk` (one thread): the same rows, one memcpy each, then the arrival.
 inline void gather_rows_block_host(const gather_rows_args& a, std::uint32_t blk, std::uint32_t nblk)
 {
-  std::uint64_t rows = 0;
   bool count_ok = true;
   bool block_error = false;
-  const ferry::d2h::cursor c = gather_rows_start(a, blk, 0, rows, count_ok);
-  const std::uint64_t total = ferry::d2h::cursor_live(c) ? rows * a.cpre[a.n] : 0;
+  const std::uint64_t rows = select_items(a.sel, count_ok) * a.sel.rows_per_item();
+  std::uint64_t sums[ferry::d2h::detail::gather_max_entries + 1];
+  const rows_layout l = gather_rows_layout(a, rows, sums, true);
+  const ferry::d2h::cursor c = gather_rows_start(a, l, blk, 0);
+  const std::uint64_t total = ferry::d2h::cursor_live(c) ? l.limit * a.cpre[a.n] : 0;
   for (std::uint64_t w = blk; w < total; w += nblk) {
-    const gather_rows_item it = gather_rows_at(a, c, w, rows);
+    const gather_rows_item it = gather_rows_at(a, l, c, w, l.limit);
     if (it.from == nullptr) {
       block_error = true;
       continue;

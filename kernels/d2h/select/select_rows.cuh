@@ -12,6 +12,11 @@
 //      error flag (acquired by the arrival), resets flag and counter, and commits the entry: its size slot
 //      (rows x row_bytes, or selection_error_size) and the next cursor, from the cursor value it read.
 // The entry's release is a later kernel (the release chain): the kernel boundary joins every block's stores.
+// Captured into a graph (select_args::planned), a replay whose plan() gave forward_meta::selected places the entry
+// with exactly that many items (device_state::planned_items, set by the replay's claim: planned_row_reserved), as
+// plan() placed it; it copies at most those rows and reports its true size, so a device count above the plan is
+// delivered as size_overflow (the drain: a row entry larger than the bytes plan() expected) and nothing is
+// written past the entry.
 #pragma once
 
 #include "../../detail/vector_copy.cuh"
@@ -55,11 +60,28 @@ FERRY_HD inline std::int64_t select_source_row(const ferry::d2h::row_selection& 
   return lo + s.window_end <= hi ? lo + s.window_begin + static_cast<std::int64_t>(j % per_item) : -1;
 }
 
-/// Step 3 by thread 0 of block `blk` after the block barrier: the arrival, and the commit by the last block.
-FERRY_HD inline void select_arrive(const select_args& a, std::uint32_t nblk, bool block_error, std::uint64_t rows,
-                                   bool count_ok) noexcept
+/// The entry's place in this launch (`dst`: a.dst, its reservation the replay's planned one when it has one)
+/// and the rows it may write (`limit`: every row, or at most the planned ones).
+struct select_place {
+  ferry::d2h::ring_ref dst;
+  std::uint64_t limit{0};
+};
+FERRY_HD inline select_place select_place_of(const select_args& a, std::uint64_t rows, std::uint64_t per_item) noexcept
 {
-  ferry::d2h::device_state* st = a.dst.state;
+  select_place p{a.dst, rows};
+  const std::uint64_t items = a.planned != 0 ? a.dst.state->planned_items : ferry::d2h::no_planned_items;
+  if (items != ferry::d2h::no_planned_items) {
+    p.dst.reserved = ferry::d2h::detail::planned_row_reserved(items, per_item, a.row_bytes);
+    p.limit = rows < items * per_item ? rows : items * per_item;
+  }
+  return p;
+}
+
+/// Step 3 by thread 0 of block `blk` after the block barrier: the arrival, and the commit by the last block.
+FERRY_HD inline void select_arrive(const select_args& a, const ferry::d2h::ring_ref& dst, std::uint32_t nblk,
+                                   bool block_error, std::uint64_t rows, bool count_ok) noexcept
+{
+  ferry::d2h::device_state* st = dst.state;
   if (block_error) {
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
     atomicOr(&st->select_error, 1U);
@@ -70,8 +92,8 @@ FERRY_HD inline void select_arrive(const select_args& a, std::uint32_t nblk, boo
   if (!gather_join_arrive(st, nblk)) { return; }
   const bool bad = !count_ok || st->select_error != 0;  // every block's OR is ordered before its arrival
   st->select_error = 0;
-  const ferry::d2h::cursor c = a.dst.load();
-  a.dst.commit(c, bad ? ferry::d2h::selection_error_size : rows * a.row_bytes);
+  const ferry::d2h::cursor c = dst.load();
+  dst.commit(c, bad ? ferry::d2h::selection_error_size : rows * a.row_bytes);
 }
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
@@ -85,10 +107,11 @@ __device__ __forceinline__ void select_rows_block(const select_args& a, std::uin
   bool count_ok = true;
   const std::uint64_t per_item = a.sel.rows_per_item();
   const std::uint64_t rows = select_items(a.sel, count_ok) * per_item;
-  const ferry::d2h::cursor c = a.dst.load();
-  std::byte* dst = ferry::d2h::cursor_live(c) ? a.dst.ring + a.dst.offset(c) : nullptr;
+  const select_place at = select_place_of(a, rows, per_item);
+  const ferry::d2h::cursor c = at.dst.load();
+  std::byte* dst = ferry::d2h::cursor_live(c) ? at.dst.ring + at.dst.offset(c) : nullptr;
   __syncthreads();
-  for (std::uint64_t j = blk; j < rows && dst != nullptr; j += nblk) {
+  for (std::uint64_t j = blk; j < at.limit && dst != nullptr; j += nblk) {
     const std::int64_t r = select_source_row(a.sel, a.n_rows, j, per_item);
     if (r < 0) {
       if (t == 0) { block_error = 1; }
@@ -105,7 +128,7 @@ __device__ __forceinline__ void select_rows_block(const select_args& a, std::uin
     }
   }
   __syncthreads();  // every store and every error note of the block happen-before thread 0's arrival
-  if (t == 0) { select_arrive(a, nblk, block_error != 0, rows, count_ok); }
+  if (t == 0) { select_arrive(a, at.dst, nblk, block_error != 0, rows, count_ok); }
 }
 #endif
 
@@ -117,9 +140,10 @@ inline void select_rows_block_host(const select_args& a, std::uint32_t blk, std:
   bool block_error = false;
   const std::uint64_t per_item = a.sel.rows_per_item();
   const std::uint64_t rows = select_items(a.sel, count_ok) * per_item;
-  const ferry::d2h::cursor c = a.dst.load();
-  std::byte* dst = ferry::d2h::cursor_live(c) ? a.dst.ring + a.dst.offset(c) : nullptr;
-  for (std::uint64_t j = blk; j < rows && dst != nullptr; j += nblk) {
+  const select_place at = select_place_of(a, rows, per_item);
+  const ferry::d2h::cursor c = at.dst.load();
+  std::byte* dst = ferry::d2h::cursor_live(c) ? at.dst.ring + at.dst.offset(c) : nullptr;
+  for (std::uint64_t j = blk; j < at.limit && dst != nullptr; j += nblk) {
     const std::int64_t r = select_source_row(a.sel, a.n_rows, j, per_item);
     if (r < 0) {
       block_error = true;
@@ -127,7 +151,7 @@ inline void select_rows_block_host(const select_args& a, std::uint32_t blk, std:
     }
     std::memcpy(dst + j * a.row_bytes, a.src + static_cast<std::uint64_t>(r) * a.row_bytes, a.row_bytes);
   }
-  select_arrive(a, nblk, block_error, rows, count_ok);
+  select_arrive(a, at.dst, nblk, block_error, rows, count_ok);
 }
 
 }  // namespace ferry::kernels::d2h

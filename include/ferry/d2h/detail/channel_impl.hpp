@@ -188,6 +188,7 @@ void channel_impl<B>::init_resources(const staging_memory& staging)
   st.replay_report = ferry::backend::mapped_buffer<B>{cache_line, b};
   ferry::backend::host_store_release(st.replay_report.template as<std::uint64_t>(), 0);
   ferry::backend::host_store_release(st.replay_report.template as<std::uint64_t>() + 1, 0);
+  ferry::backend::host_store_release(st.replay_report.template as<std::uint64_t>() + 2, 0);
   if (st.cfg.size_slots > 0) {
     st.size_ring = ferry::backend::managed_buffer<B>{align_up(st.cfg.size_slots * 8ULL, cache_line), b};
     st.size_ring.advise(ferry::backend::mem_advice::preferred_location_host, st.dev);

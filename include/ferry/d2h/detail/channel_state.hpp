@@ -65,7 +65,8 @@ struct channel_state {
   std::uint64_t* head_host{nullptr};
   std::uint64_t* head_dev{nullptr};
   /// The replay token's report (kernels/d2h/replay): {first unplanned graph launch, unplanned launches}, written
-  /// by the claim kernel, read by check_replay_report once a forward was captured (`captured`).
+  /// by the claim kernel, and {token queue overflow} by the arm kernel; read by check_replay_report once a forward
+  /// was captured (`captured`).
   ferry::backend::mapped_buffer<B> replay_report;
   std::atomic<bool> captured{false};
   std::shared_ptr<staging_pool> staging;
@@ -155,13 +156,22 @@ struct channel_state {
   }
 
   /// A graph launch that no plan() armed (the claim kernel's report; it wrote and published nothing, every
-  /// planned forward is delivered): invalidates the channel, naming the launch. One acquire load of pinned
-  /// host memory once a forward was captured; any thread (producer calls, the drain, close).
+  /// planned forward is delivered), or a plan() armed with planned_queue plans already waiting for their launches
+  /// (the arm kernel's; every planned launch from then on writes and publishes nothing): invalidates the channel,
+  /// naming the launch. Two acquire loads of pinned host memory once a forward was captured; any thread
+  /// (producer calls, the drain, close).
   void check_replay_report()
   {
     if (!captured.load(std::memory_order_relaxed)) [[likely]] { return; }
     auto* r = replay_report.template as<std::uint64_t>();
     const std::uint64_t count = ferry::backend::host_load_acquire(&r[1]);
+    if (ferry::backend::host_load_acquire(&r[2]) != 0 && !is_failed()) [[unlikely]] {
+      fail(ferry::detail::format(
+        "d2h channel: more than {} plan()s armed ahead of their graph launches (expected one plan, then its launch: "
+        "channel::replay, or plan(plan, stream) right before each launch); the token queue overflowed, so the "
+        "replays launched from then on wrote and published nothing",
+        planned_queue));
+    }
     if (count == 0 || is_failed()) [[likely]] { return; }
     fail(ferry::detail::format(
       "d2h channel: graph replayed without plan(): launch {} of this channel's captured forwards ({} such launch{} so "

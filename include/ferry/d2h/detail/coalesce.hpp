@@ -27,7 +27,8 @@ struct run_plan {
 /// whether staging has room for a run of n bytes. A run is contiguous in the ring and never crosses the wrap
 /// (an entry at physical offset 0 starts a new run); a dynamic entry whose size is not the `bytes` the CPU asked
 /// for ends its run (its size ends the useful bytes); one whose size exceeds its reservation is a run of its
-/// own, with no copy.
+/// own, with no copy, and so is a row entry (row_bytes > 0) whose size exceeds its `bytes`, the rows the CPU
+/// reserved (a plan()'s forward_meta::selected: exactly those rows; the kernel wrote no more).
 template <class Peek, class SizeOf, class StagingFits>
 [[nodiscard]] constexpr run_plan coalesce(std::size_t avail, Peek&& peek, std::uint64_t head, std::uint64_t ring_bytes,
                                           SizeOf&& size_of, StagingFits&& staging_fits)
@@ -40,7 +41,7 @@ template <class Peek, class SizeOf, class StagingFits>
     bool over = false;
     if (e.dynamic) {
       len = size_of(e);
-      over = len > e.reserved;
+      over = len > e.reserved || (e.row_bytes != 0 && len > e.bytes);
     }
     if (i > 0) {
       const entry_meta& prev = peek(i - 1);

@@ -158,7 +158,9 @@ std::size_t drainer<B>::complete_finished()
         deliver(access::selection_error_view(e.reserved, hook_id{e.hook}, entry_seq{e.seq}, std::move(at)));
       } else if (done.overflow) {
         st_.c_overflows.fetch_add(1, std::memory_order_relaxed);
-        deliver(access::overflow_view(size, e.reserved, hook_id{e.hook}, entry_seq{e.seq}, std::move(at)));
+        // a row entry's reservation in payload bytes: its rows (a planned one's exact rows, coalesce)
+        const std::uint64_t reserved = e.row_bytes != 0 ? std::min(e.bytes, e.reserved) : e.reserved;
+        deliver(access::overflow_view(size, reserved, hook_id{e.hook}, entry_seq{e.seq}, std::move(at)));
       } else {
         const std::uint64_t off = e.start - done.entries.front().start;
         const std::byte* data = st_.staging->base() + done.staging_start % st_.staging->bytes() + off;

@@ -50,14 +50,26 @@ struct select_args {
   std::uint64_t row_bytes{0};
   row_selection sel{};
   std::uint32_t vec{0};
+  std::uint32_t planned{0};  ///< captured into a graph: a replay's plan()'d items place it (planned_row_reserved)
 };
+
+/// The ring bytes of a row entry in a replay whose plan() gave `items` (forward_meta::selected): exactly its
+/// rows, 16-byte aligned, at least 16. plan() reserves it and the row kernels (kernels/d2h/select) place the entry
+/// with it (device_state::planned_items), so both sides put it at the same offset.
+FERRY_HD constexpr std::uint64_t planned_row_reserved(std::uint64_t items, std::uint64_t per_item,
+                                                      std::uint64_t row_bytes) noexcept
+{
+  const std::uint64_t b = items * per_item * row_bytes;
+  return b < entry_alignment ? entry_alignment : align_up(b, entry_alignment);
+}
 
 /// The replay token's kernels (kernels/d2h/replay): the channel's state block and its host-visible report
 /// (two words in pinned mapped memory: the first unplanned launch, the number of unplanned launches).
 struct replay_token_args {
   device_state* state{nullptr};
-  std::uint64_t* report{nullptr};
+  std::uint64_t* report{nullptr};  ///< [0] first unplanned launch, [1] their count, [2] plan_overflow
   std::uint32_t quiet{0};  ///< arm_replay: a quiet token (capture disabled: the replay writes nothing, unreported)
+  std::uint64_t items{no_planned_items};  ///< arm_replay: the plan()'s forward_meta::selected (none: the bounds)
 };
 
 /// The commit check after a user-written entry (one thread): `entry` is the ticket's view. When its writer
@@ -135,6 +147,12 @@ struct gather_rows_args {
   std::uint64_t pre[gather_max_entries + 1]{};
   std::uint32_t cpre[gather_max_entries + 1]{};  ///< prefix sums of the chunks per row of each entry
   std::uint32_t chunk_bytes{0};                  ///< a multiple of 16
+  /// Captured into a graph: a replay's plan()'d items place the batch (planned_row_reserved per entry; the
+  /// kernel's rows_layout). `rpre16`: prefix sums of row_bytes / 16 when every row is a 16-byte multiple and
+  /// they fit (`rpre16_ok`): the planned prefix sums in closed form; else each block sums them.
+  std::uint32_t planned{0};
+  std::uint32_t rpre16_ok{0};
+  std::uint32_t rpre16[gather_max_entries + 1]{};
 };
 static_assert(sizeof(gather_rows_args) <= 4096, "gather_rows_args travels as kernel parameters: at most 4 KiB");
 

@@ -162,7 +162,8 @@ class producer {
   void check_entry(hook_id hook, std::uint64_t bytes, entry_kind kind, const char* what) const;
   [[nodiscard]] ring_ref make_ref(std::uint64_t reserved, entry_kind kind) const noexcept;
   [[nodiscard]] std::optional<stream_type> replay_stream(std::optional<stream_type> launch_stream, const char* what);
-  void arm_replay(stream_type s, bool quiet);
+  /// `items`: the plan()'s forward_meta::selected, carried by the token to the replay's row kernels.
+  void arm_replay(stream_type s, bool quiet, std::uint64_t items = no_planned_items);
   [[nodiscard]] replay_token_args token_args() const noexcept
   {
     return {st_.device_state_ptr(), st_.replay_report.template device_as<std::uint64_t>()};
@@ -207,7 +208,8 @@ class producer {
   [[nodiscard]] bool fits_after_deferred(std::uint64_t reserved, std::uint64_t n_dyn, when_full full, stream_type s,
                                          Who&& who_fn);
   void commit_entry(hook_id hook, placement p, std::uint64_t reserved, std::uint64_t bytes, entry_kind kind,
-                    stream_type s, bool publish_fused, std::uint64_t row_bytes = 0, std::uint64_t per_item = 1);
+                    stream_type s, bool publish_fused, std::uint64_t row_bytes = 0, std::uint64_t per_item = 1,
+                    std::uint64_t items = 0);
   /// A forward starts (eager begin_forward, or plan()): its index for the FIFO records, its metadata to the log.
   void start_forward(forward_meta&& meta)
   {

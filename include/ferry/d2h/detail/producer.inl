@@ -153,12 +153,13 @@ void producer<B>::launch_copy(copy_args a, std::uint64_t bytes, bool one_block, 
 /// the batch when it is complete: the release is enqueued after the writer (release_chain).
 template <ferry::backend::backend B>
 void producer<B>::commit_entry(hook_id hook, placement p, std::uint64_t reserved, std::uint64_t bytes, entry_kind kind,
-                               stream_type s, bool publish_fused, std::uint64_t row_bytes, std::uint64_t per_item)
+                               stream_type s, bool publish_fused, std::uint64_t row_bytes, std::uint64_t per_item,
+                               std::uint64_t items)
 {
   const bool dynamic = kind == entry_kind::dynamic;
   const std::uint64_t after = unpublished_ + 1;
   if (capturing_) {
-    access::record(recording_, plan_entry{hook, reserved, bytes, dynamic, row_bytes, per_item});
+    access::record(recording_, plan_entry{hook, reserved, bytes, dynamic, row_bytes, per_item, items});
   } else {
     res_.push(hook, p, reserved, bytes, dynamic, row_bytes);
     res_.advance(p.end, 1);

@@ -148,8 +148,9 @@ bool producer<B>::launch_deferred(stream_type s, bool boundary)
   for (std::uint32_t i = 0; i < n; ++i) {
     const auto& e = deferred_[i];
     if (capturing_) {
+      const row_selection* sel = rows ? &deferred_.rows()->sel : nullptr;
       access::record(recording_, plan_entry{e.hook, e.reserved, e.bytes, rows, e.row_bytes,
-                                            rows ? deferred_.rows()->sel.rows_per_item() : 1});
+                                            sel ? sel->rows_per_item() : 1, sel ? sel->item_bound() : 0});
     } else {
       res_.push(e.hook, where[i], e.reserved, e.bytes, rows, e.row_bytes);  // space was checked in wait_for_space
     }

@@ -30,12 +30,14 @@ std::optional<typename producer<B>::stream_type> producer<B>::replay_stream(std:
   return std::nullopt;
 }
 
-/// One replay token on `s` (arm_replay): a plan()'s, or a quiet one while capture is disabled.
+/// One replay token on `s` (arm_replay): a plan()'s (carrying its `items`: forward_meta::selected), or a quiet one
+/// while capture is disabled.
 template <ferry::backend::backend B>
-void producer<B>::arm_replay(stream_type s, bool quiet)
+void producer<B>::arm_replay(stream_type s, bool quiet, std::uint64_t items)
 {
   replay_token_args a = token_args();
   a.quiet = quiet ? 1U : 0U;
+  a.items = items;
   st_.b.launch(arm_replay_kernel(typename B::tag{}), ferry::backend::launch_config{{1}, {1}, 0, false}, s, a);
 }
 
@@ -52,9 +54,20 @@ bool producer<B>::plan(const forward_plan& p, when_full full, std::optional<stre
   FERRY_EXPECTS(p.size() <= st_.fifo.capacity(), ferry::logic_error,
                 "d2h channel plan: expected at most fifo_capacity = {} entries per forward, got {}",
                 st_.fifo.capacity(), p.size());
+  for (const auto& e : p.entries()) {  // forward_meta::selected: at most the items each row entry reserved
+    FERRY_EXPECTS(!meta.selected || e.row_bytes == 0 || *meta.selected <= e.items, ferry::logic_error,
+                  "d2h channel plan: hook {} expected forward_meta::selected at most the {} items its capture reserved, got {}",
+                  e.hook.value, e.items, meta.selected.value_or(0));
+  }
+  // With forward_meta::selected each row entry takes exactly its rows (planned_row_reserved): the replay's row
+  // kernels place it the same way from the count its token carries (arm_replay -> device_state::planned_items).
+  const std::optional<std::uint64_t> selected = meta.selected;
+  auto reserved_of = [&](std::size_t i) {
+    const plan_entry& e = p.entries()[i];
+    return selected && e.row_bytes != 0 ? planned_row_reserved(*selected, e.per_item, e.row_bytes) : e.reserved;
+  };
   std::vector<placement> where(p.size());
-  const std::uint64_t pos =
-    res_.place_run(res_.head(), p.size(), [&](std::size_t i) { return p.entries()[i].reserved; }, where.data());
+  const std::uint64_t pos = res_.place_run(res_.head(), p.size(), reserved_of, where.data());
   const std::uint64_t n_dyn = static_cast<std::uint64_t>(
     std::count_if(p.entries().begin(), p.entries().end(), [](const plan_entry& e) { return e.dynamic; }));
   FERRY_EXPECTS(pos - res_.head() <= st_.cfg.ring_bytes, ferry::logic_error,
@@ -63,13 +76,6 @@ bool producer<B>::plan(const forward_plan& p, when_full full, std::optional<stre
   FERRY_EXPECTS(n_dyn <= st_.cfg.size_slots, ferry::logic_error,
                 "d2h channel plan: expected at most size_slots = {} dynamic entries per forward, got {}",
                 st_.cfg.size_slots, n_dyn);
-  for (const auto& e : p.entries()) {  // forward_meta::selected: at most the items each row entry reserved
-    FERRY_EXPECTS(!meta.selected || e.row_bytes == 0 ||
-                    *meta.selected <= e.bytes / e.row_bytes / std::max<std::uint64_t>(e.per_item, 1),
-                  ferry::logic_error,
-                  "d2h channel plan: hook {} expected forward_meta::selected at most the {} items its capture reserved, got {}",
-                  e.hook.value, e.bytes / e.row_bytes / std::max<std::uint64_t>(e.per_item, 1), meta.selected.value_or(0));
-  }
   if (!wait_for_space(pos, p.size(), n_dyn, full, std::nullopt,
                       [&] { return ferry::detail::format("plan of {} entries", p.size()); })) {
     return false;
@@ -85,13 +91,13 @@ bool producer<B>::plan(const forward_plan& p, when_full full, std::optional<stre
     exec_stream_ = *s;
     have_exec_stream_ = true;
   }
-  arm_replay(*s, false);
-  const std::optional<std::uint64_t> selected = meta.selected;
+  arm_replay(*s, false, selected.value_or(no_planned_items));
   start_forward(std::move(meta));  // before the replay's first FIFO record (forward_log.hpp)
   for (std::size_t i = 0; i < p.size(); ++i) {
     const auto& e = p.entries()[i];
-    const std::uint64_t bytes = selected && e.row_bytes != 0 ? std::max<std::uint64_t>(*selected * e.per_item * e.row_bytes, entry_alignment) : e.bytes;
-    res_.push(e.hook, where[i], e.reserved, bytes, e.dynamic, e.row_bytes);
+    // a planned row entry expects exactly its rows: more is a size_overflow at the drain (coalesce)
+    const std::uint64_t bytes = selected && e.row_bytes != 0 ? *selected * e.per_item * e.row_bytes : e.bytes;
+    res_.push(e.hook, where[i], reserved_of(i), bytes, e.dynamic, e.row_bytes);
   }
   res_.advance(pos, p.size());
   return true;

@@ -97,6 +97,7 @@ bool producer<B>::capture_rows(hook_id hook, const void* src, std::uint64_t n_ro
   a.row_bytes = row_bytes;
   a.sel = held.read;
   a.vec = row_bytes % 16 == 0 && reinterpret_cast<std::uintptr_t>(a.src) % 16 == 0 ? 1U : 0U;
+  a.planned = capturing_ ? 1U : 0U;  // a replay's plan() may give its item count (forward_meta::selected)
   namespace rules = ferry::detail::launch_rules;
   const auto threads = static_cast<std::uint32_t>(rules::block_threads(st_.cfg.copy_block_threads));
   const std::uint64_t wave = rules::one_wave_blocks(st_.sm_count, threads);
@@ -104,7 +105,8 @@ bool producer<B>::capture_rows(hook_id hook, const void* src, std::uint64_t n_ro
   st_.launch.own(select_rows_kernel(typename B::tag{}), blocks, threads, s.handle(), a);
   retire(std::move(h), s.handle());
   for (auto& x : held.arrays) { st_.b.release_after(s.handle(), std::move(x.snapshot)); }
-  commit_entry(hook, p, reserved, bytes, entry_kind::dynamic, s.handle(), false, row_bytes, sel.rows_per_item());
+  commit_entry(hook, p, reserved, bytes, entry_kind::dynamic, s.handle(), false, row_bytes, sel.rows_per_item(),
+               sel.item_bound());
   return true;
 }
 
@@ -150,12 +152,18 @@ gather_rows_args producer<B>::row_gather_args(const gather_rows_args& rel, std::
   a.cpre[0] = 0;
   a.vec = 1;
   a.chunk_bytes = row_gather_chunk;
+  a.planned = capturing_ ? 1U : 0U;  // a replay's plan() may give its item count (forward_meta::selected)
+  a.rpre16_ok = 1;  // the planned prefix sums in closed form: every row a 16-byte multiple, the sums in 32 bits
+  a.rpre16[0] = 0;
   std::uint64_t widest = 0;
   for (std::uint32_t i = 0; i < n; ++i) {
     const auto& e = deferred_[i];
     a.src[i] = static_cast<const std::byte*>(e.source.src);
     a.row_bytes[i] = static_cast<std::uint32_t>(e.row_bytes);
     a.pre[i + 1] = a.pre[i] + e.reserved;
+    const std::uint64_t r16 = std::uint64_t{a.rpre16[i]} + e.row_bytes / 16;
+    if (e.row_bytes % 16 != 0 || r16 > 0xffffffffULL) { a.rpre16_ok = 0; }
+    a.rpre16[i + 1] = static_cast<std::uint32_t>(r16);
     a.cpre[i + 1] = a.cpre[i] + static_cast<std::uint32_t>((e.row_bytes + row_gather_chunk - 1) / row_gather_chunk);
     widest = std::max(widest, std::min<std::uint64_t>(e.row_bytes, row_gather_chunk));
     if (e.row_bytes % 16 != 0 || reinterpret_cast<std::uintptr_t>(a.src[i]) % 16 != 0) { a.vec = 0; }
