@@ -172,6 +172,7 @@ void run_safetensors(const options& o, forward_rig& rig, json_out& out, bool& ok
     .num("sink_pct_of_disk", disk_gbps > 0 ? sink_gbps / disk_gbps * 100 : 0, 2)
     .boolean("target_sink_90pct_of_disk_met", sink_gbps >= 0.9 * disk_gbps && disk_gbps > 0)
     .num("forward_over_null_consumer_pp", fwd_pct - null_pct)
+    .u64("stalls", bs.stalls).u64("dropped_forwards", ds.dropped_forwards)  // block's waits; drop's whole forwards
     .open("disk").str("method", d1.method).u64("bytes", d1.bytes).num("before_gbps", d1.gbps).num("after_gbps", d2.gbps);
   if (!d1.error.empty() || !d2.error.empty()) { out.str("error", d1.error + " " + d2.error); }
   out.close().open("block").u64("forwards", n).num("seconds", seconds, 3).num("step_us_throttled", step_us, 1)

@@ -164,7 +164,7 @@ void run_shm(const options& o, forward_rig& rig, json_out& out, bool& ok)
 
   out.num("reader_gbps", r1.gbps).num("forward_overhead_pct", fwd_pct).num("in_process_overhead_pct", in_pct)
     .u64("entries_checked", r1.sampled + r2.sampled).u64("entries_bad", r1.bad + r2.bad)
-    .num("overhead_gap_pp", fwd_pct - in_pct).boolean("target_reader_50gbps_met", r1.gbps >= 50)
+    .num("overhead_gap_pp", fwd_pct - in_pct).u64("stalls", st1.stalls + st2.stalls).boolean("target_reader_50gbps_met", r1.gbps >= 50)
     .boolean("target_gap_0_5pp_met", fwd_pct - in_pct <= 0.5)
     .open("throughput").u64("entry_bytes", entry).u64("staging_bytes", staging).num("memcpy_d2h_gbps", memcpy_gbps)
     .num("producer_gbps", producer_gbps);
