@@ -9,7 +9,7 @@
 # (torch_qwen3.json, bench_qwen3.log); qwen3cb: bench/torch/qwen3_cb.py, selective capture under continuous
 # batching at B=64 (qwen3_cb.json, bench_qwen3_cb.log; FERRY_QWEN3CB_ARGS, FERRY_QWEN3CB_TIMEOUT default 240 s);
 # sinks: bench/sink's ferry_bench_sinks, the native sinks of issue 28 (sinks_raw.json, bench_sinks.log; FERRY_SINKS_ARGS,
-# e.g. --volume-gib 16, FERRY_SINKS_TIMEOUT default 600 s; the build always includes ferry_bench_sinks).
+# e.g. --volume-gib 16, FERRY_SINKS_TIMEOUT default 300 s; the build always includes ferry_bench_sinks).
 # Output names are the ones docs/perf/h200 keeps (bench_d2h.log, d2h.json, ..., ctest_gpu.log,
 # sanitizers.txt, gpu_stress.{json,log}); bench/device/drivers/publish.sh copies them there.
 # FERRY_BENCH (d2h, h2d or both), FERRY_BENCH_ARGS (e.g. --benchmark_filter=...), FERRY_BENCH_TIMEOUT
@@ -48,7 +48,7 @@ if has sinks; then
   bin=build-h200/bench/sink/ferry_bench_sinks
   df -h build-h200 /dev/shm > "$OUT/bench_sinks.log" 2>&1
   # shellcheck disable=SC2086
-  FERRY_COMMAND="$bin ${FERRY_SINKS_ARGS:-}" timeout "${FERRY_SINKS_TIMEOUT:-600}" "$bin" ${FERRY_SINKS_ARGS:-} \
+  FERRY_COMMAND="$bin ${FERRY_SINKS_ARGS:-}" timeout "${FERRY_SINKS_TIMEOUT:-300}" "$bin" ${FERRY_SINKS_ARGS:-} \
     > "$OUT/sinks_raw.json" 2>> "$OUT/bench_sinks.log" || rc=1
   tail -25 "$OUT/bench_sinks.log"
 fi
