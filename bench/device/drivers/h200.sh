@@ -2,12 +2,14 @@
 # Build, test and benchmark ferry on the lent H200 (device tool). Writes logs and JSON under $OUT.
 # Usage (from the repo root on the device machine):
 #   bash bench/device/drivers/h200.sh [steps...]   steps: tests memcheck synccheck initcheck bench stress python qwen3
-#                                          qwen3cb stepprobe select eager
+#                                          qwen3cb stepprobe select sinks eager
 #                                          (default: tests memcheck synccheck initcheck bench)
 # python: the Python package with the CUDA backend (+ the torch ops where torch imports), its pytest suite on
 # the GPU (pytest_gpu.log); qwen3: bench/torch/qwen3_capture.py, the Qwen3-0.6B-shaped decode benchmark
 # (torch_qwen3.json, bench_qwen3.log); qwen3cb: bench/torch/qwen3_cb.py, selective capture under continuous
-# batching at B=64 (qwen3_cb.json, bench_qwen3_cb.log; FERRY_QWEN3CB_ARGS, FERRY_QWEN3CB_TIMEOUT default 240 s).
+# batching at B=64 (qwen3_cb.json, bench_qwen3_cb.log; FERRY_QWEN3CB_ARGS, FERRY_QWEN3CB_TIMEOUT default 240 s);
+# sinks: bench/sink's ferry_bench_sinks, the native sinks of issue 28 (sinks_raw.json, bench_sinks.log; FERRY_SINKS_ARGS,
+# e.g. --volume-gib 16, FERRY_SINKS_TIMEOUT default 300 s; the build always includes ferry_bench_sinks).
 # Output names are the ones docs/perf/h200 keeps (bench_d2h.log, d2h.json, ..., ctest_gpu.log,
 # sanitizers.txt, gpu_stress.{json,log}); bench/device/drivers/publish.sh copies them there.
 # FERRY_BENCH (d2h, h2d or both), FERRY_BENCH_ARGS (e.g. --benchmark_filter=...), FERRY_BENCH_TIMEOUT
@@ -29,13 +31,26 @@ if has python || has qwen3 || has qwen3cb || has stepprobe || has eager; then
 fi
 cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
       -DFERRY_ENABLE_CUDA=ON "${py_flags[@]}" > "$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
-cmake --build build-h200 -j"$jobs" ${FERRY_BUILD_TARGETS:+--target $FERRY_BUILD_TARGETS} > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
+targets=${FERRY_BUILD_TARGETS:-}
+if [[ -n $targets ]] && has sinks && [[ " $targets " != *" ferry_bench_sinks "* ]]; then targets+=" ferry_bench_sinks"; fi
+cmake --build build-h200 -j"$jobs" ${targets:+--target $targets} > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
 rc=0
 if has select; then
   # selective capture (issue 27): bench/d2h/select.cpp; select_raw.json (medians) and bench_select.log (spreads)
   bin=build-h200/bench/d2h/ferry_bench_select
   FERRY_COMMAND="$bin" timeout "${FERRY_SELECT_TIMEOUT:-300}" "$bin" > "$OUT/select_raw.json" 2> "$OUT/bench_select.log" || rc=1
   tail -20 "$OUT/bench_select.log"
+fi
+if has sinks; then
+  # native sinks (issue 28): bench/sink; the JSON on stdout (sinks_raw.json: perf_tables.py sinks merges it into
+  # docs/perf/h200/sinks.json), the log on stderr (bench_sinks.log, after the disk and /dev/shm the run found).
+  # The shards go to build-h200/bench/sink/sinks-run (the disk, not /dev/shm) and are removed after the check.
+  bin=build-h200/bench/sink/ferry_bench_sinks
+  df -h build-h200 /dev/shm > "$OUT/bench_sinks.log" 2>&1
+  # shellcheck disable=SC2086
+  FERRY_COMMAND="$bin ${FERRY_SINKS_ARGS:-}" timeout "${FERRY_SINKS_TIMEOUT:-300}" "$bin" ${FERRY_SINKS_ARGS:-} \
+    > "$OUT/sinks_raw.json" 2>> "$OUT/bench_sinks.log" || rc=1
+  tail -25 "$OUT/bench_sinks.log"
 fi
 if has bench; then
   # Names as docs/perf/h200 keeps them: d2h.json (summary), d2h_gbench.json (Google Benchmark's JSON),

@@ -1,0 +1,135 @@
+# SPDX-License-Identifier: Apache-2.0
+# The native-sink benchmark's reports (issue 28): `perf_tables.py sinks` merges ferry_bench_sinks' JSON and the eager
+# B=1 block into docs/perf/h200/sinks.json (each input replaces its own blocks only), `perf_tables.py sinks-tables`
+# renders the table of docs/perf/README.md, whose generated block must be what the committed sinks.json (or its
+# absence) gives. Where the build tree beside the ferry package has ferry_bench_sinks, its --quick output (host
+# backend) goes through the same merge: the binary's keys are the ones the report reads.
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ferry
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLES = ROOT / "bench/device/reports/perf_tables.py"
+
+RAW = {
+    "backend": "cuda", "device": "NVIDIA H200", "commit": "c0ffee1", "date": "2026-12-03T10:00:00Z",
+    "command": "build-h200/bench/sink/ferry_bench_sinks",
+    "forward": {"hooks": 341, "tokens": 16, "step_bytes": 27115648, "layers": 28},
+    "safetensors": {"disk_write_gbps": 1.40, "sink_write_gbps": 1.33, "forward_overhead_pct": 0.9,
+                    "null_consumer_overhead_pct": 0.7, "entries_checked": 150000, "entries_bad": 0,
+                    "block": {"forwards_missing": 0, "forwards_torn": 0, "stalls": 12},
+                    "drop": {"forwards_captured": 320, "dropped_forwards": 250, "forwards_torn": 0}},
+    "shm": {"reader_gbps": 52.5, "forward_overhead_pct": 1.1, "in_process_overhead_pct": 0.8,
+            "entries_checked": 110000, "entries_bad": 0, "check": "a sample of every entry",
+            "throughput": {"entry_bytes": 64 << 20, "memcpy_d2h_gbps": 55.1}},
+}
+EAGER = {
+    "device": "NVIDIA H200", "commit": "beef002", "date": "2026-12-04T10:00:00Z", "command": "python3 eager.py",
+    "eager_b1": {"rounds": 12, "no_capture_ms": 4.0,
+                 "hidden_states": {"ferry_ms": 4.03, "deferred_ms": 4.02, "torch_copy_ms": 4.1},
+                 "vllm_full": {"ferry_ms": 5.3, "deferred_ms": 5.2, "torch_copy_ms": 5.2}},
+}
+
+
+def tables(*args):
+    r = subprocess.run([sys.executable, str(TABLES), *map(str, args)], capture_output=True, text=True, timeout=120,
+                       cwd=ROOT)
+    return r
+
+
+def write(path, obj):
+    path.write_text(json.dumps(obj))
+    return path
+
+
+def test_merge_takes_each_block_from_its_input_and_keeps_the_issue_schema(tmp_path):
+    out = tmp_path / "sinks.json"
+    r = tables("sinks", write(tmp_path / "raw.json", RAW), write(tmp_path / "eager.json", EAGER), out)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(out.read_text())
+    assert list(d)[:7] == ["device", "commit", "date", "command", "safetensors", "shm", "eager_b1"]
+    assert (d["device"], d["commit"], d["command"]) == ("NVIDIA H200", "c0ffee1", RAW["command"])
+    assert d["safetensors"] == RAW["safetensors"] and d["shm"] == RAW["shm"]
+    assert d["eager_b1"]["vllm_full"] == EAGER["eager_b1"]["vllm_full"]
+    assert d["eager_b1"]["source"]["commit"] == "beef002", "a block of another run says where it comes from"
+    assert "missing" not in r.stdout
+
+
+def test_merge_replaces_only_the_blocks_it_is_given(tmp_path):
+    out = tmp_path / "sinks.json"
+    assert tables("sinks", write(tmp_path / "raw.json", RAW), "-", out).returncode == 0
+    assert "eager_b1" not in json.loads(out.read_text())
+    eager2 = dict(EAGER, eager_b1=dict(EAGER["eager_b1"], rounds=20))
+    r = tables("sinks", tmp_path / "absent.json", write(tmp_path / "eager.json", eager2), out)
+    assert r.returncode == 0 and "skipped" in r.stdout
+    d = json.loads(out.read_text())
+    assert d["safetensors"] == RAW["safetensors"] and d["commit"] == "c0ffee1"
+    assert d["eager_b1"]["rounds"] == 20
+    raw2 = dict(RAW, commit="c0ffee2", shm=dict(RAW["shm"], reader_gbps=53.0))
+    assert tables("sinks", write(tmp_path / "raw2.json", raw2), out).returncode == 0
+    d = json.loads(out.read_text())
+    assert d["shm"]["reader_gbps"] == 53.0 and d["eager_b1"]["rounds"] == 20 and d["commit"] == "c0ffee2"
+
+
+def test_merge_names_missing_keys_and_refuses_an_unknown_file(tmp_path):
+    out = tmp_path / "sinks.json"
+    partial = dict(RAW, shm={"reader_gbps": 50.0})
+    r = tables("sinks", write(tmp_path / "raw.json", partial), out)
+    assert r.returncode == 0 and "forward_overhead_pct" in r.stdout and "missing" in r.stdout
+    r = tables("sinks", write(tmp_path / "other.json", {"d2h": 1}), out)
+    assert r.returncode != 0 and "neither" in r.stderr
+
+
+def test_table_without_a_run_says_not_measured_yet(tmp_path):
+    r = tables("sinks-tables", tmp_path / "absent.json")
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and "benchmark" not in line]
+    assert len(rows) == 8
+    assert all(row.endswith("| not measured yet |") for row in rows)
+
+
+def test_table_shows_the_figures_and_whether_each_target_is_met(tmp_path):
+    out = tmp_path / "sinks.json"
+    assert tables("sinks", write(tmp_path / "raw.json", RAW), write(tmp_path / "eager.json", EAGER), out).returncode == 0
+    text = tables("sinks-tables", out).stdout
+    assert "commit c0ffee1" in text
+    row = lambda key: next(line for line in text.splitlines() if key in line)
+    assert "**1.330 GB/s**" in row("sustained write") and row("sustained write").endswith("| yes |")  # 95% of 1.40
+    assert "**52.50 GB/s**" in row("receives 64 MiB") and row("receives 64 MiB").endswith("| yes |")
+    assert "gap 0.30 pp" in row("reader process attached") and row("reader process attached").endswith("| yes |")
+    assert row("hidden-states").endswith("| yes |")
+    assert row("vllm-full (341").endswith("| **no** |"), "ferry 5.3 ms above the torch copies' 5.2 ms"
+
+
+def test_the_readme_block_is_what_the_committed_sinks_json_gives(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text((ROOT / "docs/perf/README.md").read_text())
+    r = tables("sinks-tables", "docs/perf/h200/sinks.json", "--write", readme)
+    assert r.returncode == 0, r.stderr
+    assert readme.read_text() == (ROOT / "docs/perf/README.md").read_text(), \
+        "docs/perf/README.md's sinks block is stale: run perf_tables.py sinks-tables --write docs/perf/README.md"
+
+
+def test_the_benchmark_binarys_json_has_the_keys_the_report_reads(tmp_path):
+    build = Path(ferry.__file__).resolve().parents[3]  # <build>/src/python/ferry/__init__.py
+    binary = build / "bench/sink/ferry_bench_sinks_host"
+    if not binary.exists():
+        binary = build / "bench/sink/ferry_bench_sinks"
+    if not binary.exists():
+        pytest.skip(f"no ferry_bench_sinks in {build}")
+    r = subprocess.run([str(binary), "--quick", "--dir", str(tmp_path / "run")], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    raw = write(tmp_path / "raw.json", json.loads(r.stdout))
+    out = tmp_path / "sinks.json"
+    m = tables("sinks", raw, out)
+    assert m.returncode == 0 and "missing" not in m.stdout, m.stdout
+    d = json.loads(out.read_text())
+    assert d["safetensors"]["entries_checked"] > 0 and d["safetensors"]["entries_bad"] == 0
+    assert d["shm"]["entries_checked"] > 0 and d["shm"]["entries_bad"] == 0
+    assert "not measured yet" not in tables("sinks-tables", out).stdout.split("eager B=1")[0]
