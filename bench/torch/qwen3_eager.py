@@ -132,6 +132,32 @@ def check(args, model, dec, pts, preset, stream, use_ops):
     return checked, bad
 
 
+def document(args, cuda, presets, stats, calls, checked, bad, sink_stats, rounds_done):
+    """The JSON: eager_b1 (issue 28's block: medians per step), every contestant's figures, the verdict."""
+    eager = {"rounds": rounds_done, "tokens_per_round": args.tokens, "measure": "main-thread CPU ms per step",
+             "no_capture_ms": stats["none"]["cpu_ms"], "no_capture_wall_ms": stats["none"]["wall_ms"]}
+    for p in presets:
+        st = {x: stats[f"{x}:{p}"] for x in ("ferry", "deferred", "bounce", "torch", "hooks") if f"{x}:{p}" in stats}
+        eager[PRESET_KEY.get(p, p)] = {
+            "ferry_ms": st["ferry"]["cpu_ms"], "deferred_ms": st["deferred"]["cpu_ms"],
+            "torch_copy_ms": st["torch"]["cpu_ms"], "hooks_only_ms": st["hooks"]["cpu_ms"],
+            "bounce_ms": st["bounce"]["cpu_ms"] if "bounce" in st else None,
+            "overhead_pct": {x: st[x]["overhead_pct"] for x in st},
+            "spread_pct": {x: [st[x]["overhead_pct_p10"], st[x]["overhead_pct_p90"]] for x in st},
+            "hooks": len(presets[p])}
+    verdict = {}
+    for p in presets:
+        k = PRESET_KEY.get(p, p)
+        f, d, t = (stats[f"{x}:{p}"]["overhead_pct"] for x in ("ferry", "deferred", "torch"))
+        verdict[k] = {"ferry_le_torch": f <= t, "deferred_le_ferry": d <= f, "best_ferry_overhead_pct": min(f, d)}
+    out = header(device_name(cuda), os.environ.get("FERRY_COMMAND")
+                 or "python3 " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]))
+    out.update({"eager_b1": eager, "contestants": stats, "call_cpu_us": calls, "verdict": verdict,
+                "entries_checked": checked, "entries_bad": bad, "sinks": sink_stats, "ferry_version": ferry.__version__,
+                "settings": {k: v for k, v in vars(args).items() if k != "out"}})
+    return out
+
+
 def main():
     args = parse()
     main_core = pin_threads() if args.pin == "on" else None  # before torch and ferry start their threads
@@ -179,6 +205,9 @@ def main():
         if rnd:
             log(f"round {rnd}/{args.rounds} (median step, cpu ms): " +
                 ", ".join(f"{k} {statistics.median(v[-1][2]):.2f}" for k, v in times.items()))
+            # the rounds so far (entries_checked 0: not checked yet), so a run cut short still reports them
+            partial = {k: summary(v, times["none"]) for k, v in times.items()}
+            write_json(args.out, document(args, cuda, presets, partial, calls, 0, 0, {}, rnd))
     stats = {k: summary(v, times["none"]) for k, v in times.items()}
     checked = bad = 0
     for p, pts in presets.items():
@@ -193,28 +222,9 @@ def main():
         shutil.rmtree(sk.dir, ignore_errors=True)
     for pc in pycons.values():
         pc.close()
-    eager = {"rounds": args.rounds, "tokens_per_round": args.tokens, "measure": "main-thread CPU ms per step",
-             "no_capture_ms": stats["none"]["cpu_ms"], "no_capture_wall_ms": stats["none"]["wall_ms"]}
-    for p in presets:
-        st = {x: stats[f"{x}:{p}"] for x in ("ferry", "deferred", "bounce", "torch", "hooks") if f"{x}:{p}" in stats}
-        eager[PRESET_KEY.get(p, p)] = {
-            "ferry_ms": st["ferry"]["cpu_ms"], "deferred_ms": st["deferred"]["cpu_ms"],
-            "torch_copy_ms": st["torch"]["cpu_ms"], "hooks_only_ms": st["hooks"]["cpu_ms"],
-            "bounce_ms": st["bounce"]["cpu_ms"] if "bounce" in st else None,
-            "overhead_pct": {x: st[x]["overhead_pct"] for x in st},
-            "spread_pct": {x: [st[x]["overhead_pct_p10"], st[x]["overhead_pct_p90"]] for x in st},
-            "hooks": len(presets[p])}
-    verdict = {}
-    for p in presets:
-        k = PRESET_KEY.get(p, p)
-        f, d, t = (stats[f"{x}:{p}"]["overhead_pct"] for x in ("ferry", "deferred", "torch"))
-        verdict[k] = {"ferry_le_torch": f <= t, "deferred_le_ferry": d <= f, "best_ferry_overhead_pct": min(f, d)}
-    out = header(device_name(cuda), os.environ.get("FERRY_COMMAND")
-                 or "python3 " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]))
-    out.update({"eager_b1": eager, "contestants": stats, "call_cpu_us": calls, "verdict": verdict,
-                "entries_checked": checked, "entries_bad": bad, "sinks": sink_stats, "ferry_version": ferry.__version__,
-                "settings": {k: v for k, v in vars(args).items() if k != "out"}})
+    out = document(args, cuda, presets, stats, calls, checked, bad, sink_stats, args.rounds)
     write_json(args.out, out)
+    verdict = out["verdict"]
     log("medians per step (wall ms, main-thread CPU ms, overhead % [p10..p90]):")
     for k, s in stats.items():
         log(f"  {k:28s} {s['wall_ms']:8.3f} {s['cpu_ms']:8.3f} {s['overhead_pct']:+7.2f}% "
