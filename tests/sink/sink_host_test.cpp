@@ -205,6 +205,33 @@ TEST_F(SafetensorsSink, DropDropsWholeForwards)
   expect_run({{0, 0}, {4, 4}, {5, 5}});
 }
 
+/// Policy drop never holds the channel's staging for the writer: the admitted entries are copied, so a writer
+/// that does not move (a dead disk) cannot stop the staging ring from wrapping. Forwards beyond the queue are
+/// dropped whole, none waits (held staging would stall the D2H behind it: the captures time out), and the
+/// admitted ones are written exact once the writer runs.
+TEST_F(SafetensorsSink, DropNeverHoldsTheChannelsStagingForTheWriter)
+{
+  auto sc = sink_config();
+  sc.policy = fk::queue_policy::drop;
+  sc.max_queue_bytes = 2 * forward_bytes();
+  fk::safetensors sink{sc};
+  ferry::testing::sink_access::hold_writer(sink, true);
+  fb::stream<B> s{b};
+  auto cc = channel_config();
+  cc.timeout = 2s;
+  fd::channel<B> ch{cc, b, sink.callback()};
+  const std::uint64_t n = 4 * cc.ring_bytes / forward_bytes() + 8;  // the staging wraps four times
+  for (std::uint64_t f = 0; f < n; ++f) { forward(ch, s, f); }
+  wait_for([&] { return ch.stats().entries_drained == 3 * n; }, "the drain");
+  ferry::testing::sink_access::hold_writer(sink, false);
+  EXPECT_TRUE(ch.close().clean());
+  const auto st = sink.close();
+  EXPECT_EQ(st.forwards_written, 2U);
+  EXPECT_EQ(st.dropped_forwards, n - 2);
+  EXPECT_EQ(st.stalls, 0U);
+  expect_run({{0, 0}, {1, 1}});
+}
+
 /// Policy drop of a forward the writer had already begun: what it wrote is rolled back, nothing torn.
 TEST_F(SafetensorsSink, DropRollsBackWhatTheWriterWroteOfTheForward)
 {

@@ -23,11 +23,12 @@
 // index.json is rewritten (temporary name, rename): what the directory's index names is, at any time, a set
 // of complete shards.
 //
-// Memory: the writer queue holds at most max_queue_bytes of entry views (a view holds channel staging, so a
-// slow disk slows the drain and, through the ring, the producer). When the queue is full, policy `block` makes
-// the drain thread wait up to block_timeout, then queues the entry anyway and records a stall_error (nothing
-// lost); policy `drop` drops the whole forward (what the writer already wrote of it is rolled back) and counts
-// it. Entries that are not ok (size_overflow, selection_error) are counted, not written.
+// Memory: the writer queue holds at most max_queue_bytes of entries. Policy `block` queues the entry views
+// themselves (zero-copy: a view holds channel staging, so a slow disk slows the drain and, through the ring,
+// the producer); when the queue is full the drain thread waits up to block_timeout, then queues the entry
+// anyway and records a stall_error (nothing lost). Policy `drop` queues a copy of each admitted entry (its
+// staging goes back at once: a slow disk never holds the channel back) and drops the whole forward when the
+// queue is full (what the writer already wrote of it is rolled back), counting it. Entries that are not ok (size_overflow, selection_error) are counted, not written.
 //
 // Errors: a failed file operation (ENOSPC mid-shard, EIO) ends the run: that shard is not published, the
 // error is kept, and every later entry is refused and counted. An entry that does not fit the schema, a

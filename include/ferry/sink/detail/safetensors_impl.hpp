@@ -21,15 +21,20 @@
 
 namespace ferry::sink::detail {
 
-/// One item of the writer queue: an entry, or an order (drop a forward, flush, stop).
+/// One item of the writer queue: an entry, or an order (drop a forward, flush, stop). An entry holds its
+/// staging (`view`, policy block) or a copy of its bytes (`copy`, policy drop: the staging went back at once).
 struct queued {
   enum class kind : std::uint8_t { entry, drop, flush, stop };
   kind k{kind::entry};
-  d2h::entry_view view;
+  d2h::entry_view view{};
   std::uint64_t forward{0};
   std::uint64_t tag{0};
   std::uint64_t bytes{0};
   std::chrono::steady_clock::time_point at{};
+  bool owned{false};             ///< the bytes are `copy` (hook and row_bytes below), not the view's
+  std::vector<std::byte> copy{};
+  d2h::hook_id hook{};
+  std::uint64_t row_bytes{0};
 };
 
 class safetensors_impl {
@@ -82,7 +87,7 @@ class safetensors_impl {
     FERRY_EXPECTS(!stopping_, ferry::logic_error, "safetensors sink {}: flush() expected an open sink, got a closed one",
                   cfg_.directory.string());
     const std::uint64_t id = ++flush_asked_;
-    push_locked(queued{queued::kind::flush, {}, 0, 0, 0, clock::now()});
+    push_locked(queued{.k = queued::kind::flush, .at = clock::now()});
     done_.wait(lk, [&] { return flush_done_ >= id; });
     if (fatal_) { std::rethrow_exception(fatal_); }
   }
@@ -130,7 +135,7 @@ class safetensors_impl {
       if (!stopping_) {
         stopping_ = true;
         joiner = true;
-        push_locked(queued{queued::kind::stop, {}, 0, 0, 0, clock::now()});
+        push_locked(queued{.k = queued::kind::stop, .at = clock::now()});
         space_.notify_all();
       } else {
         done_.wait(lk, [&] { return stopped_; });

@@ -35,7 +35,7 @@ inline void safetensors_impl::deliver(d2h::entry_view&& v)
       ++c_.dropped_forwards;
       ++c_.dropped_entries;
       c_.dropped_bytes += need;
-      push_locked(queued{queued::kind::drop, {}, fwd, 0, 0, clock::now()});
+      push_locked(queued{.k = queued::kind::drop, .forward = fwd, .at = clock::now()});
       return;
     }
     ++c_.stalls;
@@ -53,7 +53,20 @@ inline void safetensors_impl::deliver(d2h::entry_view&& v)
     }
   }
   const std::uint64_t tag = v.tag();
-  push_locked(queued{queued::kind::entry, std::move(v), fwd, tag, need, clock::now()});
+  if (cfg_.policy == queue_policy::drop) {
+    // Policy drop never holds the channel back: the staging is a ring, so an entry waiting for a slow disk
+    // would stop every later D2H behind it. The admitted entry is copied (at memory speed, bounded by
+    // max_queue_bytes) and its staging goes back when the drain thread's view dies, right after this call.
+    queued q{.k = queued::kind::entry, .forward = fwd, .tag = tag, .bytes = need, .at = clock::now(), .owned = true,
+             .hook = v.hook(), .row_bytes = v.row_bytes()};
+    if (need != 0) {
+      const auto b = v.bytes();
+      q.copy.assign(b.begin(), b.end());
+    }
+    push_locked(std::move(q));
+    return;
+  }
+  push_locked(queued{.k = queued::kind::entry, .view = std::move(v), .forward = fwd, .tag = tag, .bytes = need, .at = clock::now()});
 }
 
 
@@ -79,7 +92,12 @@ inline void safetensors_impl::run()
       if (was_failed) {
         if (it.k == queued::kind::stop) { writer_->finish_failed(error); }
       } else if (it.k == queued::kind::entry) {
-        writer_->entry(it.forward, it.tag, it.view);
+        if (it.owned) {
+          writer_->entry(it.forward, it.tag, it.hook, it.row_bytes, it.copy);
+        } else {
+          writer_->entry(it.forward, it.tag, it.view.hook(), it.view.row_bytes(),
+                         it.bytes != 0 ? it.view.bytes() : std::span<const std::byte>{});
+        }
       } else if (it.k == queued::kind::drop) {
         writer_->drop(it.forward);
       } else if (it.k == queued::kind::flush) {

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -50,7 +51,8 @@ class shard_writer {
 
   /// An ok entry of forward `forward` (tag `tag`): written as the tensor "{tag}/{hook name}" (a hook's k-th
   /// repeat in its forward, k >= 1: "{tag}/{hook name}#{k}").
-  void entry(std::uint64_t forward, std::uint64_t tag, const d2h::entry_view& v)
+  void entry(std::uint64_t forward, std::uint64_t tag, d2h::hook_id hook, std::uint64_t row_bytes,
+             std::span<const std::byte> bytes)
   {
     if (!open_ || forward != cur_) { begin_forward(forward, tag); }
     if (refused_) {
@@ -58,14 +60,14 @@ class shard_writer {
       return;
     }
     std::uint64_t rows = 0;
-    const d2h::hook_spec& h = o_.schema.check(v.hook(), v.size(), v.row_bytes(), rows);
-    const std::uint32_t k = repeats_[v.hook().value]++;
+    const d2h::hook_spec& h = o_.schema.check(hook, bytes.size(), row_bytes, rows);
+    const std::uint32_t k = repeats_[hook.value]++;
     std::string name = std::to_string(tag) + "/" + h.name + (k != 0 ? "#" + std::to_string(k) : std::string{});
     std::vector<std::uint64_t> shape{rows};
     shape.insert(shape.end(), h.row_shape.begin(), h.row_shape.end());
-    const tensor_record probe{name, h.type, shape, 0, v.size()};
-    make_room(v.size(), record_bytes(probe) + 24);
-    shard_->append(std::move(name), h.type, std::move(shape), v.bytes());
+    const tensor_record probe{name, h.type, shape, 0, bytes.size()};
+    make_room(bytes.size(), record_bytes(probe) + 24);
+    shard_->append(std::move(name), h.type, std::move(shape), bytes);
     ++tensors_;
   }
 
