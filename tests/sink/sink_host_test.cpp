@@ -219,8 +219,10 @@ TEST_F(SafetensorsSink, DropNeverHoldsTheChannelsStagingForTheWriter)
   fb::stream<B> s{b};
   auto cc = channel_config();
   cc.timeout = 2s;
+  cc.ring_bytes = 4096;  // staging of the same size: the fixture's max_forwards wrap it twice and more
   fd::channel<B> ch{cc, b, sink.callback()};
-  const std::uint64_t n = 4 * cc.ring_bytes / forward_bytes() + 8;  // the staging wraps four times
+  const std::uint64_t n = max_forwards;  // the sources hold max_forwards forwards
+  ASSERT_GT(n * forward_bytes(), 2 * cc.ring_bytes);
   for (std::uint64_t f = 0; f < n; ++f) { forward(ch, s, f); }
   wait_for([&] { return ch.stats().entries_drained == 3 * n; }, "the drain");
   ferry::testing::sink_access::hold_writer(sink, false);
