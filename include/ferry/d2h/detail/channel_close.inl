@@ -4,8 +4,9 @@
 #pragma once
 
 #include <ferry/d2h/detail/channel_impl.hpp>
+#include <ferry/detail/close_quietly.hpp>
 
-#include <cstdio>
+#include <string>
 
 namespace ferry::d2h::detail {
 
@@ -109,13 +110,7 @@ shutdown_report channel_impl<B>::close_checked(std::chrono::milliseconds timeout
 template <ferry::backend::backend B>
 void channel_impl<B>::close_quietly() noexcept
 {
-  try {
-    (void)close(st.cfg.timeout);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ferry: d2h channel destroyed: %s\n", e.what());
-  } catch (...) {
-    std::fprintf(stderr, "ferry: d2h channel destroyed: unknown error during close\n");
-  }
+  ferry::detail::close_quietly([&] { (void)close(st.cfg.timeout); }, [] { return std::string{"ferry: d2h channel destroyed"}; });
 }
 
 }  // namespace ferry::d2h::detail

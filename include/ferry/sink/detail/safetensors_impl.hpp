@@ -4,6 +4,7 @@
 // the shard_writer, flush and close handshakes, the first error kept, the counters.
 #pragma once
 
+#include <ferry/detail/close_quietly.hpp>
 #include <ferry/sink/detail/shard_writer.hpp>
 
 #include <atomic>
@@ -155,14 +156,8 @@ class safetensors_impl {
   /// close() for destructors: never throws; an error goes to stderr.
   void close_quietly() noexcept
   {
-    try {
-      if (!closed()) { (void)close(); }
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "ferry: safetensors sink %s closed by its destructor: %s\n", cfg_.directory.c_str(), e.what());
-    } catch (...) {
-      std::fprintf(stderr, "ferry: safetensors sink %s closed by its destructor: a non-std::exception\n",
-                   cfg_.directory.c_str());
-    }
+    ferry::detail::close_quietly([&] { if (!closed()) { (void)close(); } },
+                                 [&] { return "ferry: safetensors sink " + cfg_.directory.string() + " closed by its destructor"; });
     if (thread_.joinable()) { thread_.join(); }
   }
 

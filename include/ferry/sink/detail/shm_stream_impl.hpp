@@ -9,6 +9,7 @@
 
 #include <ferry/d2h/detail/access.hpp>
 #include <ferry/sink/detail/shm_segment.hpp>
+#include <ferry/detail/close_quietly.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -98,13 +99,8 @@ class shm_stream_impl : public std::enable_shared_from_this<shm_stream_impl> {
   /// close() for destructors: never throws; an error goes to stderr.
   void close_quietly() noexcept
   {
-    try {
-      if (!closed()) { (void)close(); }
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "ferry: shm stream '%s' closed by its destructor: %s\n", cfg_.name.c_str(), e.what());
-    } catch (...) {
-      std::fprintf(stderr, "ferry: shm stream '%s' closed by its destructor: a non-std::exception\n", cfg_.name.c_str());
-    }
+    ferry::detail::close_quietly([&] { if (!closed()) { (void)close(); } },
+                                 [&] { return "ferry: shm stream '" + cfg_.name + "' closed by its destructor"; });
     if (thread_.joinable()) { thread_.join(); }
   }
   [[nodiscard]] bool closed() const
