@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Copies the files docs/perf keeps from one device run (run_all.sh's results.tgz, or its unpacked r/
 # folder) into docs/perf/h200 under the same names, redraws the plots and rewrites every generated block of
-# docs/perf/README.md (targets, native sinks, D2H, H2D, torch) from docs/perf/h200's JSON.
+# docs/perf/README.md (targets, selective capture, native sinks, D2H, H2D, torch) from docs/perf/h200's JSON.
 # Only the files the run produced are replaced. step_probe.json and capture_cost.json, also in docs/perf/h200,
 # are not among the names copied here. sinks.json is merged, not copied: the run's sinks_raw.json (h200.sh sinks)
 # and eager_b1.json (the eager B=1 Python benchmark), whichever the run has, replace their blocks of it.
@@ -32,6 +32,7 @@ if [[ -f $src/sinks_raw.json || -f $src/eager_b1.json ]]; then
   python3 bench/device/reports/perf_tables.py sinks "$src/sinks_raw.json" "$src/eager_b1.json" "$dst/sinks.json"
 fi
 python3 bench/device/reports/perf_tables.py sinks-tables "$dst/sinks.json" --write docs/perf/README.md
+python3 bench/device/reports/perf_tables.py select-tables "$dst/select.json" --write docs/perf/README.md
 python3 bench/device/reports/perf_plots.py "$dst/d2h.json" "$dst/h2d.json" docs/perf
 python3 bench/device/reports/perf_tables.py tables "$dst/d2h.json" "$dst/h2d.json" --write docs/perf/README.md
 if [[ -f $dst/torch_qwen3.json ]]; then

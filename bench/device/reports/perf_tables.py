@@ -21,6 +21,11 @@
   perf_tables.py sinks-tables [SINKS_JSON] [--write README]
       The native sinks (issue 28): docs/perf/h200/sinks.json from ferry_bench_sinks' JSON and the eager B=1
       block, and its table in docs/perf/README.md (<!-- sinks-tables -->); sink_tables.py says how.
+  perf_tables.py select [SELECT_RAW] [QWEN3_CB] OUT_JSON
+  perf_tables.py select-tables [SELECT_JSON] [--write README]
+      Selective capture (issue 27): docs/perf/h200/select.json from ferry_bench_select's JSON and
+      bench/torch/qwen3_cb.py's, and its section of docs/perf/README.md (<!-- select-tables -->);
+      select_tables.py says how.
 The targets table of docs/perf/README.md is targets.py's, the torch section's torch_tables.py's.
 """
 import json
@@ -431,11 +436,15 @@ def main(argv):
         d2h_summary(argv[2], argv[3])
     elif cmd == "headline" and len(argv) in (4, 5):
         headline(argv[2], argv[3], argv[4] if len(argv) == 5 else os.environ.get("FERRY_ANCHORS"))
-    elif cmd in ("sinks", "sinks-tables"):
+    elif cmd in ("sinks", "sinks-tables", "select", "select-tables"):
         sys.dont_write_bytecode = True  # the sibling import leaves no __pycache__ in the tree
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import sink_tables
-        sink_tables.main(argv)
+        if cmd.startswith("sinks"):
+            import sink_tables
+            sink_tables.main(argv)
+        else:
+            import select_tables
+            select_tables.main(argv)
     elif cmd == "variants":
         variant_tables(argv[2] if len(argv) > 2 else "docs/perf/h200/d2h.json")
     elif cmd == "tables" or cmd.endswith(".json"):
