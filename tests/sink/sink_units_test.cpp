@@ -9,6 +9,7 @@
 #include <ferry/sink/detail/json.hpp>
 #include <ferry/sink/detail/run_index.hpp>
 #include <ferry/sink/detail/shard_file.hpp>
+#include <ferry/sink/detail/write_pipeline.hpp>
 #include <ferry/version.hpp>
 
 #include <gtest/gtest.h>
@@ -17,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <csignal>
+#include <sys/resource.h>
 #include <unistd.h>
 
 namespace {
@@ -120,6 +123,24 @@ TEST(SinkUnits, Crc32IsZlibs)
   std::string s(1000, '\0');
   for (std::size_t i = 0; i < s.size(); ++i) { s[i] = static_cast<char>(i * 7); }
   EXPECT_EQ(fsd::crc32(s.data() + 333, s.size() - 333, fsd::crc32(s.data(), 333)), fsd::crc32(s.data(), s.size()));
+}
+
+/// The folding CRC (PCLMULQDQ, where the CPU has it) and the tables agree on every length around its 64-byte
+/// minimum and 16-byte steps, at every alignment, continuing from a nonzero CRC.
+TEST(SinkUnits, Crc32FoldingAgreesWithTheTables)
+{
+  std::vector<unsigned char> b(4096 + 64);
+  std::uint32_t x = 12345;
+  for (auto& c : b) { c = static_cast<unsigned char>((x = x * 1103515245U + 12345U) >> 16); }
+  int bad = 0;
+  for (std::size_t off = 0; off < 17; ++off) {
+    for (std::size_t n : {0, 1, 15, 16, 63, 64, 65, 79, 80, 127, 128, 129, 255, 1000, 4096}) {
+      for (std::uint32_t seed : {0U, 0xDEADBEEFU}) {
+        bad += fsd::crc32(b.data() + off, n, seed) != fsd::crc32(b.data() + off, n, seed, /*portable=*/true);
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << (fsd::crc32_clmul_available() ? "folding" : "tables only") << " path";
 }
 
 TEST(SinkUnits, RunFilesAreRecognized)
@@ -226,6 +247,74 @@ TEST_F(ShardFile, AnUnpublishedShardLeavesNothing)
     s.commit(0);
   }
   EXPECT_TRUE(fs::is_empty(dir));
+}
+
+/// Through the write pipeline (an I/O thread, O_DIRECT asked for): tensors crossing its buffers' boundaries, a
+/// rollback to inside a buffer already written (the partial block read back), a move of the open forward to the
+/// next shard (flush, copy, reposition), every byte read back from the published shards.
+TEST_F(ShardFile, ThePipelineWritesWhatTheSynchronousPathWrites)
+{
+  fsd::write_pipeline pipe{8192, 2};  // two 8 KiB buffers: every step below crosses them
+  const auto a = bytes(10000, 1), b = bytes(20000, 2), c = bytes(5000, 3), d = bytes(3, 4), e = bytes(9000, 5);
+  {
+    fsd::shard_file s{dir, 0, 100, &pipe, true}, next{dir, 1, 5000, &pipe, true};
+    s.append("0/a", fd::dtype::u8, {10000}, a);
+    s.commit(0, true);
+    s.append("1/b", fd::dtype::u8, {20000}, b);  // written to the file, then rolled back to 10000
+    s.rollback();
+    s.append("2/c", fd::dtype::u8, {5000}, c);
+    s.append("2/d", fd::dtype::u8, {3}, d);
+    s.commit(2, true);
+    s.append("3/e", fd::dtype::u8, {9000}, e);
+    s.move_pending(next);
+    std::uint64_t rel = 0;
+    EXPECT_EQ(s.publish("{}", true, rel), 15003U);
+    next.append("3/c", fd::dtype::u8, {5000}, c);
+    next.commit(3, true);
+    EXPECT_EQ(next.forwards().at(0).crc, fsd::crc32(c.data(), c.size(), fsd::crc32(e.data(), e.size())));
+    EXPECT_EQ(next.publish("{}", true, rel), 14000U);
+  }
+  const auto s0 = read_shard(dir / "shard-00000.safetensors");
+  ASSERT_EQ(s0.tensors.size(), 3U);
+  EXPECT_EQ(s0.tensors[0].bytes, u8(a));
+  EXPECT_EQ(s0.tensors[1].bytes, u8(c));
+  EXPECT_EQ(s0.tensors[2].bytes, u8(d));
+  const auto s1 = read_shard(dir / "shard-00001.safetensors");
+  ASSERT_EQ(s1.tensors.size(), 2U);
+  EXPECT_EQ(s1.tensors[0].bytes, u8(e));
+  EXPECT_EQ(s1.tensors[1].bytes, u8(c));
+}
+
+/// A write that fails on the I/O thread (here: the file's size limit, EFBIG) is thrown on the writer's thread by
+/// its next call, as an io_error naming the file; the shard is not published.
+TEST_F(ShardFile, AWriteErrorOnTheIoThreadReachesTheWriter)
+{
+  struct rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  struct sigaction ign{}, prev{};
+  ign.sa_handler = SIG_IGN;
+  ASSERT_EQ(::sigaction(SIGXFSZ, &ign, &prev), 0);
+  struct rlimit lim = old;
+  lim.rlim_cur = 1U << 16;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &lim), 0);
+  int code = 0;
+  {
+    fsd::write_pipeline pipe{8192, 2};
+    try {
+      fsd::shard_file s{dir, 0, 100, &pipe, true};
+      for (int i = 0; i < 64; ++i) { s.append("0/t" + std::to_string(i), fd::dtype::u8, {4096}, bytes(4096, i)); }
+      s.commit(0, true);
+      std::uint64_t rel = 0;
+      (void)s.publish("{}", true, rel);
+    } catch (const ferry::sink::io_error& x) {
+      code = x.code();
+      EXPECT_NE(std::string{x.what()}.find(".shard-00000.safetensors.tmp"), std::string::npos) << x.what();
+    }
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  ::sigaction(SIGXFSZ, &prev, nullptr);
+  EXPECT_EQ(code, EFBIG);
+  EXPECT_TRUE(fs::is_empty(dir)) << "the temporary removed, nothing published";
 }
 
 TEST(SinkUnits, VersionIsTheProjectVersion) { EXPECT_EQ(ferry::version, FERRY_PROJECT_VERSION); }

@@ -59,6 +59,10 @@ struct safetensors_config {
   std::chrono::milliseconds block_timeout{std::chrono::seconds(5)};  ///< policy block: the drain's wait, at most
   bool fsync{false};      ///< fsync each shard and index.json before its rename, and the directory after it
   bool overwrite{false};  ///< remove another run's files (index.json, shard-*.safetensors, temporaries) first
+  /// With fsync: tensor data written with O_DIRECT where the filesystem takes it (the disk's sequential rate,
+  /// the page cache left to the engine); buffered otherwise. Either way an I/O thread writes while the writer
+  /// copies and checksums the next entries.
+  bool direct_io{true};
 };
 
 /// A snapshot of the sink's counters (monotonic but for the queue's).

@@ -39,6 +39,24 @@ class file {
     }
     return f;
   }
+  /// `p`, an existing file, opened again for writing with O_DIRECT (write_pipeline's aligned writes); a file
+  /// that is not open where the filesystem or the platform has no O_DIRECT (EINVAL, EOPNOTSUPP).
+  static file open_direct(const fs::path& p)
+  {
+    file f;
+#if defined(O_DIRECT)
+    f.fd_ = ::open(p.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
+    if (f.fd_ < 0) {
+      const int e = errno;
+      if (e == EINVAL || e == EOPNOTSUPP) { return file{}; }
+      FERRY_FAIL_IO(io_error, p, e, "sink: opening {} for direct writes: expected a writable file", p.string());
+    }
+    f.path_ = p;
+#else
+    (void)p;
+#endif
+    return f;
+  }
   file(file&& o) noexcept : fd_{std::exchange(o.fd_, -1)}, path_{std::move(o.path_)} {}
   file& operator=(file&& o) noexcept
   {

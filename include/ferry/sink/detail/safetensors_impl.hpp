@@ -52,7 +52,7 @@ class safetensors_impl {
     FERRY_EXPECTS(cfg_.block_timeout.count() >= 0, ferry::logic_error,
                   "safetensors sink {}: expected block_timeout >= 0 ms, got {} ms", dir, cfg_.block_timeout.count());
     prepare_run_dir(cfg_.directory, cfg_.overwrite);
-    writer_.emplace(writer_options{cfg_.directory, cfg_.schema, cfg_.shard_bytes, cfg_.fsync}, c_);
+    writer_.emplace(writer_options{cfg_.directory, cfg_.schema, cfg_.shard_bytes, cfg_.fsync, cfg_.direct_io}, c_);
     thread_ = std::thread([this] { run(); });
   }
   safetensors_impl(const safetensors_impl&) = delete;
@@ -77,7 +77,7 @@ class safetensors_impl {
                   "safetensors sink {}: expected to take its channel's schema before its first entry (and before "
                   "close()), got it {}", dir, stopping_ ? "after close()" : "after entries were delivered");
     cfg_.schema = channel_schema;
-    writer_.emplace(writer_options{cfg_.directory, cfg_.schema, cfg_.shard_bytes, cfg_.fsync}, c_);
+    writer_.emplace(writer_options{cfg_.directory, cfg_.schema, cfg_.shard_bytes, cfg_.fsync, cfg_.direct_io}, c_);
   }
 
   /// Completes the open forward and publishes the shard; returns once the writer did. Throws the error that

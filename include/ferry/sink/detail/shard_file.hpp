@@ -6,11 +6,14 @@
 // writes the header (padded with spaces, which the format allows; the data is copied once to a new offset
 // when the reservation was too small or far too large), truncates, optionally fsyncs, renames the file to
 // `shard-NNNNN.safetensors` and fsyncs the directory. A shard never published removes its temporary file.
+// The data goes through a data_stream: with the sink's write_pipeline (an I/O thread; O_DIRECT when asked and
+// the filesystem takes it: the data section then starts at a 4 KiB boundary), else a pwrite per tensor.
 #pragma once
 
 #include <ferry/d2h/dtype.hpp>
 #include <ferry/detail/format.hpp>
 #include <ferry/sink/detail/crc32.hpp>
+#include <ferry/sink/detail/data_stream.hpp>
 #include <ferry/sink/detail/json.hpp>
 #include <ferry/sink/detail/posix_file.hpp>
 
@@ -65,25 +68,31 @@ inline void append_record(std::string& out, const tensor_record& t)
 /// "shard-00007.safetensors".
 [[nodiscard]] inline std::string shard_name(std::uint64_t number) { return ferry::detail::format("shard-{:05}.safetensors", number); }
 
-[[nodiscard]] constexpr std::uint64_t round_up8(std::uint64_t n) noexcept { return (n + 7) / 8 * 8; }
+[[nodiscard]] constexpr std::uint64_t round_up(std::uint64_t n, std::uint64_t to) noexcept { return (n + to - 1) / to * to; }
+[[nodiscard]] constexpr std::uint64_t round_up8(std::uint64_t n) noexcept { return round_up(n, 8); }
 
 /// Committed data bytes between two write-back starts of a durable shard (shard_file::commit).
 inline constexpr std::uint64_t write_back_bytes = std::uint64_t{32} << 20;
 
 class shard_file {
  public:
-  /// Creates `dir/.shard-NNNNN.safetensors.tmp`; the data starts at `reserve` (rounded up to 8: aligned data).
-  shard_file(fs::path dir, std::uint64_t number, std::uint64_t reserve)
+  /// Creates `dir/.shard-NNNNN.safetensors.tmp`; the data starts at `reserve` (rounded up to 8: aligned data;
+  /// to 4 KiB with a pipeline). `pipe` (null: synchronous writes) outlives the shard; `direct`: its data
+  /// written with O_DIRECT where the filesystem allows.
+  shard_file(fs::path dir, std::uint64_t number, std::uint64_t reserve, write_pipeline* pipe = nullptr, bool direct = false)
     : dir_{std::move(dir)}, number_{number}, name_{shard_name(number)}, tmp_{dir_ / ("." + name_ + ".tmp")},
-      data_start_{round_up8(std::max<std::uint64_t>(reserve, 64))}
+      data_start_{round_up(std::max<std::uint64_t>(reserve, 64), pipe != nullptr ? write_pipeline::align : 8)},
+      f_{file::create(tmp_)}, d_{direct && pipe != nullptr ? file::open_direct(tmp_) : file{}},
+      s_{f_, d_, data_start_, pipe}, pipe_{pipe}
   {
-    f_ = file::create(tmp_);
   }
   shard_file(const shard_file&) = delete;
   shard_file& operator=(const shard_file&) = delete;
   ~shard_file()
   {
     if (!published_) {
+      s_.release();  // no write of ours in flight before the descriptors close
+      d_ = file{};
       f_ = file{};
       remove_quietly(tmp_);
     }
@@ -103,8 +112,7 @@ class shard_file {
   void append(std::string name, d2h::dtype type, std::vector<std::uint64_t> shape, std::span<const std::byte> bytes)
   {
     const std::uint64_t off = committed_ + pending_;
-    f_.write_at(bytes.data(), bytes.size(), data_start_ + off);
-    crc_ = crc32(bytes.data(), bytes.size(), crc_);
+    s_.append(bytes.data(), bytes.size(), crc_);
     tensors_.push_back(tensor_record{std::move(name), type, std::move(shape), off, off + bytes.size()});
     records_ += record_bytes(tensors_.back());
     pending_ += bytes.size();
@@ -116,7 +124,7 @@ class shard_file {
   {
     forwards_.push_back({tag, committed_, committed_ + pending_, crc_, tensors_.size() - committed_tensors_});
     committed_ += pending_;
-    if (write_back && committed_ - kicked_ >= write_back_bytes) {
+    if (write_back && pipe_ == nullptr && committed_ - kicked_ >= write_back_bytes) {
       f_.write_back(data_start_ + waited_, data_start_ + kicked_, committed_ - kicked_);
       waited_ = kicked_;
       kicked_ = committed_;
@@ -130,13 +138,17 @@ class shard_file {
   {
     for (std::size_t i = committed_tensors_; i < tensors_.size(); ++i) { records_ -= record_bytes(tensors_[i]); }
     tensors_.resize(committed_tensors_);
+    s_.seek(committed_);
     pending_ = 0;
     crc_ = 0;
   }
   /// Moves the open forward (bytes and tensors) into `next`, a shard holding nothing yet.
   void move_pending(shard_file& next)
   {
+    s_.flush();
     f_.copy_to(next.f_, data_start_ + committed_, next.data_start_, pending_);
+    next.s_.reposition(pending_);
+    s_.seek(committed_);
     for (std::size_t i = committed_tensors_; i < tensors_.size(); ++i) {
       tensor_record t = std::move(tensors_[i]);
       records_ -= record_bytes(t);
@@ -159,6 +171,9 @@ class shard_file {
   std::uint64_t publish(const std::string& metadata, bool durable, std::uint64_t& relocations)
   {
     rollback();
+    s_.flush();
+    s_.release();
+    d_ = file{};
     std::string h = "{\"__metadata__\":" + metadata;
     for (const auto& t : tensors_) { append_record(h, t); }
     h += '}';
@@ -206,6 +221,9 @@ class shard_file {
   fs::path tmp_;
   std::uint64_t data_start_;
   file f_;
+  file d_;  ///< the O_DIRECT descriptor of the temporary (not open: buffered writes only)
+  data_stream s_;
+  write_pipeline* pipe_;
   std::vector<tensor_record> tensors_;
   std::vector<forward_record> forwards_;
   std::uint64_t committed_tensors_{0};

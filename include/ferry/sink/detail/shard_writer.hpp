@@ -37,6 +37,7 @@ struct writer_options {
   d2h::hook_schema schema;
   std::uint64_t shard_bytes{0};
   bool durable{false};
+  bool direct_io{true};  ///< with durable: the data written with O_DIRECT where the filesystem allows
 };
 
 /// Headers above this start a new shard at a forward boundary (safetensors' readers refuse more than 100 MB).
@@ -146,28 +147,44 @@ class shard_writer {
   {
     open_ = false;
     if (refused_ || tensors_ == 0 || !shard_) { return; }
+    last_forward_ = shard_->pending_bytes();
     shard_->commit(tag_, o_.durable);
     if (shard_->committed_bytes() >= o_.shard_bytes || header_estimate(*shard_) >= max_header_bytes) { publish_shard(); }
   }
 
   /// Before writing `bytes` (a record of `record` JSON bytes): a shard is open, and it stays within shard_bytes
-  /// and the header limit unless the open forward is its only one (the open forward then moves into a new shard).
+  /// and the header limit unless the open forward is its only one. At a forward's first entry the shard is
+  /// published when a forward the size of the last one would not fit; a forward larger than that moves into
+  /// a new shard once it overflows (a copy of what it wrote so far: relocations).
   void make_room(std::uint64_t bytes, std::uint64_t record)
   {
     if (!shard_) {
-      shard_ = std::make_unique<shard_file>(o_.directory, next_, reservation(bytes, record));
+      shard_ = new_shard(next_, bytes, record);
+      return;
+    }
+    const bool first = shard_->pending_bytes() == 0 && shard_->tensors().size() == shard_->committed_tensors();
+    if (first && !shard_->forwards().empty() &&
+        shard_->committed_bytes() + std::max(bytes, last_forward_) > o_.shard_bytes) {
+      publish_shard();  // the forward, as large as the last one, would not fit: a new shard now, nothing to move
+      shard_ = new_shard(next_, bytes, record);
       return;
     }
     const bool over = shard_->committed_bytes() + shard_->pending_bytes() + bytes > o_.shard_bytes ||
                       header_estimate(*shard_) + record > max_header_bytes;
     if (!over || shard_->forwards().empty()) { return; }
-    auto next = std::make_unique<shard_file>(o_.directory, next_ + 1, reservation(bytes, record));
+    auto next = new_shard(next_ + 1, bytes, record);
     if (shard_->pending_bytes() != 0 || shard_->tensors().size() > shard_->committed_tensors()) {
       shard_->move_pending(*next);
       ++c_.relocations;
     }
     publish_shard();
     shard_ = std::move(next);
+  }
+
+  /// A new shard: its data through the pipeline (O_DIRECT with durable and direct_io).
+  [[nodiscard]] std::unique_ptr<shard_file> new_shard(std::uint64_t number, std::uint64_t bytes, std::uint64_t record)
+  {
+    return std::make_unique<shard_file>(o_.directory, number, reservation(bytes, record), &pipe_, o_.durable && o_.direct_io);
   }
 
   /// The data offset of a new shard: the header the shard will likely need (the header bytes per data byte
@@ -224,6 +241,7 @@ class shard_writer {
   writer_options o_;
   live_counters& c_;
   run_index index_;
+  write_pipeline pipe_;  // before shard_: the shards' writes end before it stops
   std::unique_ptr<shard_file> shard_;
   std::uint64_t next_{0};  // the next shard's number
   bool open_{false};       // a forward is open (its entries go to shard_ as pending)
@@ -235,6 +253,7 @@ class shard_writer {
   std::unordered_set<std::uint64_t> tags_;
   bool have_sealed_{false};
   std::uint64_t sealed_{0};
+  std::uint64_t last_forward_{0};  // data bytes of the last forward committed (the next one's likely size)
   std::uint64_t seen_header_{0};
   std::uint64_t seen_data_{0};
 };

@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+// The data section of a shard being written (shard_file): bytes appended at a position that moves forward, or
+// back to an earlier point (a forward rolled back), each byte checksummed as it is copied. With a write_pipeline
+// the bytes are copied into the pipeline's buffer and a full buffer is handed to its I/O thread (O_DIRECT
+// where the file has such a descriptor: `base` and every write then aligned); without one each append is a
+// pwrite on the calling thread. flush() puts every byte before the position into the file and waits for it;
+// the file's bytes are read back only after it (a move, a relocation) or by reposition().
+#pragma once
+
+#include <ferry/sink/detail/crc32.hpp>
+#include <ferry/sink/detail/write_pipeline.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace ferry::sink::detail {
+
+class data_stream {
+ public:
+  /// Data byte 0 is at `base` of the file (`direct`: its O_DIRECT descriptor, or one not open; `buffered`: the
+  /// descriptor for everything else). `p` null: synchronous pwrite per append.
+  data_stream(const file& buffered, const file& direct, std::uint64_t base, write_pipeline* p)
+    : f_{buffered}, d_{direct}, base_{base}, p_{p}
+  {
+  }
+  data_stream(const data_stream&) = delete;
+  data_stream& operator=(const data_stream&) = delete;
+  ~data_stream() { release(); }
+
+  [[nodiscard]] std::uint64_t position() const noexcept { return off_ + fill_; }
+
+  /// Appends `n` bytes; `crc` continues over them.
+  void append(const std::byte* src, std::size_t n, std::uint32_t& crc)
+  {
+    if (p_ == nullptr) {
+      f_.write_at(src, n, base_ + off_);
+      crc = crc32(src, n, crc);
+      off_ += n;
+      return;
+    }
+    constexpr std::size_t piece = std::size_t{64} << 10;  // copied, then checksummed while in the cache
+    while (n > 0) {
+      if (buf_ == nullptr) { buf_ = p_->take(); }
+      const std::size_t k = std::min({n, p_->chunk_bytes() - fill_, piece});
+      std::memcpy(buf_ + fill_, src, k);
+      crc = crc32(buf_ + fill_, k, crc);
+      fill_ += k;
+      src += k;
+      n -= k;
+      if (fill_ == p_->chunk_bytes()) {
+        std::byte* full = std::exchange(buf_, nullptr);
+        p_->write(full, fill_, d_, f_, base_ + off_);
+        off_ += fill_;
+        fill_ = 0;
+      }
+    }
+  }
+
+  /// Moves the position back to `pos` (<= position()): later appends overwrite from there.
+  void seek(std::uint64_t pos)
+  {
+    if (pos >= off_) {
+      fill_ = static_cast<std::size_t>(pos - off_);
+      return;
+    }
+    reposition(pos);
+  }
+
+  /// The position becomes `pos`, whose bytes before it are already in the file (written before a drain, or
+  /// copied there): the partial block before `pos` is read back so that aligned writes rewrite it whole.
+  void reposition(std::uint64_t pos)
+  {
+    if (p_ == nullptr) {
+      off_ = pos;
+      return;
+    }
+    p_->drain();
+    if (buf_ == nullptr) { buf_ = p_->take(); }
+    off_ = pos / write_pipeline::align * write_pipeline::align;
+    fill_ = static_cast<std::size_t>(pos - off_);
+    if (fill_ != 0) { f_.read_at(buf_, fill_, base_ + off_); }
+  }
+
+  /// Every byte before position() is in the file (the aligned part through the direct descriptor, the last
+  /// partial block through the buffered one), and no write is in flight.
+  void flush()
+  {
+    if (p_ == nullptr) { return; }
+    p_->drain();
+    if (fill_ == 0) { return; }
+    const std::size_t whole = fill_ / write_pipeline::align * write_pipeline::align;
+    if (whole != 0) { p_->write_now(buf_, whole, d_, f_, base_ + off_); }
+    if (fill_ > whole) { f_.write_at(buf_ + whole, fill_ - whole, base_ + off_ + whole); }
+    std::memmove(buf_, buf_ + whole, fill_ - whole);  // the partial block stays: the next aligned write redoes it
+    off_ += whole;
+    fill_ -= whole;
+  }
+
+  /// Waits for the writes in flight, without throwing, and gives the buffer back (a shard published or given up).
+  void release() noexcept
+  {
+    if (p_ == nullptr) { return; }
+    p_->drain_quietly();
+    if (buf_ != nullptr) { p_->give_back(std::exchange(buf_, nullptr)); }
+  }
+
+ private:
+  const file& f_;
+  const file& d_;
+  std::uint64_t base_;
+  write_pipeline* p_;
+  std::byte* buf_{nullptr};
+  std::uint64_t off_{0};   ///< data position of buf_[0] (aligned with a pipeline)
+  std::size_t fill_{0};    ///< bytes of buf_ in use
+};
+
+}  // namespace ferry::sink::detail

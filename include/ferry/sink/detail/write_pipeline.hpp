@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: Apache-2.0
+// The safetensors sink's write path off its writer thread: a fixed set of page-aligned buffers and one I/O thread
+// that writes full buffers to their files in the order given, so the writer copies and checksums the next
+// entries while the disk takes the last ones. A write goes through the O_DIRECT descriptor of its file where
+// there is one (the disk at its sequential rate, the page cache neither filled nor flushed), else the buffered
+// one; a filesystem that opens O_DIRECT but refuses its first write (EINVAL) gets buffered writes from then on.
+// The first error of a write (ENOSPC, EIO) is kept and thrown by the writer's next take(), write() or drain():
+// the run ends there, as a failed synchronous write would end it. Memory: chunks x chunk_bytes, allocated on
+// first use.
+#pragma once
+
+#include <ferry/sink/detail/posix_file.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <vector>
+
+namespace ferry::sink::detail {
+
+class write_pipeline {
+ public:
+  /// The alignment of buffers, of direct writes' offsets and of their lengths (a multiple of every logical
+  /// block size in use: 512 and 4096).
+  static constexpr std::size_t align = 4096;
+
+  explicit write_pipeline(std::size_t chunk_bytes = std::size_t{16} << 20, std::size_t chunks = 4)
+    : chunk_{(chunk_bytes + align - 1) / align * align}, bufs_(chunks < 2 ? 2 : chunks)
+  {
+    thread_ = std::thread([this] { run(); });
+  }
+  write_pipeline(const write_pipeline&) = delete;
+  write_pipeline& operator=(const write_pipeline&) = delete;
+  /// Lets the writes in flight end (their errors are dropped: the writer saw the run end or ended it), then
+  /// stops the I/O thread.
+  ~write_pipeline()
+  {
+    {
+      std::unique_lock lk{mu_};
+      idle_.wait(lk, [&] { return q_.empty() && !busy_; });
+      stop_ = true;
+    }
+    work_.notify_all();
+    thread_.join();
+  }
+
+  [[nodiscard]] std::size_t chunk_bytes() const noexcept { return chunk_; }
+
+  /// A buffer of chunk_bytes() that no write uses (waits for one). Throws the kept error.
+  [[nodiscard]] std::byte* take()
+  {
+    std::unique_lock lk{mu_};
+    for (;;) {
+      if (error_) { std::rethrow_exception(error_); }
+      for (auto& b : bufs_) {
+        if (!b.taken) {
+          if (!b.mem) { b.mem.reset(static_cast<std::byte*>(::operator new(chunk_, std::align_val_t{align}))); }
+          b.taken = true;
+          return b.mem.get();
+        }
+      }
+      idle_.wait(lk);
+    }
+  }
+  /// Returns a buffer from take() unwritten.
+  void give_back(std::byte* p) noexcept
+  {
+    {
+      std::lock_guard lk{mu_};
+      slot(p).taken = false;
+    }
+    idle_.notify_all();
+  }
+
+  /// Queues the write of `n` bytes of buffer `p` (from take(); free again once written) at `off` of `direct`
+  /// (an O_DIRECT descriptor: `p`, `n` and `off` aligned) or, where `direct` is not open, of `buffered`. Both
+  /// stay open until drain() returns. Throws the kept error.
+  void write(std::byte* p, std::size_t n, const file& direct, const file& buffered, std::uint64_t off)
+  {
+    {
+      std::lock_guard lk{mu_};
+      if (error_) { std::rethrow_exception(error_); }
+      q_.push_back(job{p, n, &direct, &buffered, off});
+    }
+    work_.notify_one();
+  }
+  /// The same write, now, on the calling thread (the caller holds `p`).
+  void write_now(const std::byte* p, std::size_t n, const file& direct, const file& buffered, std::uint64_t off)
+  {
+    put(job{const_cast<std::byte*>(p), n, &direct, &buffered, off});
+  }
+
+  /// Waits until no write is queued or running. Throws the kept error.
+  void drain()
+  {
+    std::unique_lock lk{mu_};
+    idle_.wait(lk, [&] { return q_.empty() && !busy_; });
+    if (error_) { std::rethrow_exception(error_); }
+  }
+  /// drain() that never throws (a shard given up).
+  void drain_quietly() noexcept
+  {
+    std::unique_lock lk{mu_};
+    idle_.wait(lk, [&] { return q_.empty() && !busy_; });
+  }
+
+ private:
+  struct buffer {
+    struct free_aligned {
+      void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{align}); }
+    };
+    std::unique_ptr<std::byte, free_aligned> mem;
+    bool taken{false};
+  };
+  struct job {
+    std::byte* p;
+    std::size_t n;
+    const file* direct;
+    const file* buffered;
+    std::uint64_t off;
+  };
+
+  buffer& slot(const std::byte* p)
+  {
+    for (auto& b : bufs_) {
+      if (b.mem.get() == p) { return b; }
+    }
+    std::abort();  // not one of ours: a bug in the caller, and the bytes would go nowhere
+  }
+
+  /// One write, through the direct descriptor unless there is none or it was refused.
+  void put(const job& j)
+  {
+    if (j.direct->is_open() && !direct_refused_.load(std::memory_order_relaxed)) {
+      try {
+        j.direct->write_at(j.p, j.n, j.off);
+        return;
+      } catch (const io_error& e) {
+        if (e.code() != EINVAL) { throw; }
+        direct_refused_.store(true, std::memory_order_relaxed);  // O_DIRECT opened but not served here
+      }
+    }
+    j.buffered->write_at(j.p, j.n, j.off);
+  }
+
+  void run()
+  {
+    std::unique_lock lk{mu_};
+    for (;;) {
+      work_.wait(lk, [&] { return stop_ || !q_.empty(); });
+      if (q_.empty()) { return; }
+      const job j = q_.front();
+      q_.pop_front();
+      busy_ = true;
+      lk.unlock();
+      std::exception_ptr e;
+      try {
+        put(j);
+      } catch (...) {
+        e = std::current_exception();
+      }
+      lk.lock();
+      busy_ = false;
+      if (e && !error_) { error_ = e; }
+      if (error_) { q_.clear(); }  // the run ends: what is queued after a failed write is not written
+      slot(j.p).taken = false;
+      idle_.notify_all();
+    }
+  }
+
+  std::size_t chunk_;
+  std::vector<buffer> bufs_;
+  std::mutex mu_;
+  std::condition_variable work_;  // the I/O thread: a job or stop
+  std::condition_variable idle_;  // the writer: a buffer free, the queue empty, or an error
+  std::deque<job> q_;
+  bool busy_{false};
+  bool stop_{false};
+  std::exception_ptr error_;
+  std::atomic<bool> direct_refused_{false};
+  std::thread thread_;
+};
+
+}  // namespace ferry::sink::detail
