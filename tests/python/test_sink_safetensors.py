@@ -329,7 +329,10 @@ def test_a_write_failing_mid_shard_ends_the_run_and_leaves_complete_shards(tmp_p
     out = json.loads(r.stdout)
     assert out["errno"] == errno.EFBIG and ".shard-00002.safetensors.tmp" in out["message"], out
     st = out["stats"]
-    assert st["failed"] and st["forwards_written"] == 4 and st["refused_entries"] == 4, st
+    # forwards 4..7 (one entry each) are lost or refused: forward 4's write fails on the sink's I/O thread, seen
+    # at the entry that wrote it or at a later one (forward 4 then lost with its shard, the later entries refused)
+    assert st["failed"] and st["forwards_written"] == 4 and st["refused_entries"] + st["lost_forwards"] == 4, st
+    assert st["refused_entries"] >= 3, st
     run = ferry.shards.open(d)
     assert run.tags == [0, 1, 2, 3] and run.complete and "errno 27" in run.error
     for tag, _, a in run:
