@@ -230,6 +230,8 @@ class safetensors_impl {
   std::condition_variable space_;  // the drain: queue space, a failure, or close
   std::condition_variable done_;   // flush() and close(): the writer did it
   std::deque<queued> q_;
+  std::deque<std::vector<std::byte>> spare_;  // policy drop: copy buffers the writer is done with (FIFO: sizes cycle)
+  std::uint64_t spare_bytes_{0};              // their capacity, at most max_queue_bytes
   std::uint64_t q_entries_{0}, q_bytes_{0}, q_high_{0};
   bool in_valid_{false}, in_dropped_{false};  // the drain side's forward
   std::uint64_t in_fwd_{0};

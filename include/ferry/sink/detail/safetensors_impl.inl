@@ -57,12 +57,26 @@ inline void safetensors_impl::deliver(d2h::entry_view&& v)
     // Policy drop never holds the channel back: the staging is a ring, so an entry waiting for a slow disk
     // would stop every later D2H behind it. The admitted entry is copied (at memory speed, bounded by
     // max_queue_bytes) and its staging goes back when the drain thread's view dies, right after this call.
+    // The copy goes into a buffer the writer gave back (the same hook's, a few forwards ago: no allocation and
+    // no page faults in steady state) and is made without the lock (deliver() is the drain thread's only).
     queued q{.k = queued::kind::entry, .forward = fwd, .tag = tag, .bytes = need, .at = clock::now(), .owned = true,
              .hook = v.hook(), .row_bytes = v.row_bytes()};
+    if (!spare_.empty()) {
+      q.copy = std::move(spare_.front());
+      spare_.pop_front();
+      spare_bytes_ -= q.copy.capacity();
+    }
+    q_bytes_ += need;  // held while the lock is down: the writer's view of the queue stays an upper bound
+    lk.unlock();
     if (need != 0) {
       const auto b = v.bytes();
       q.copy.assign(b.begin(), b.end());
+    } else {
+      q.copy.clear();
     }
+    lk.lock();
+    q_bytes_ -= need;
+    if (stopping_) { return refuse_locked(v, fwd); }  // close() came in between: its stop is queued already
     push_locked(std::move(q));
     return;
   }
@@ -137,6 +151,10 @@ inline void safetensors_impl::run()
         }
       }
       q_.swap(orders);
+    }
+    if (it.owned && spare_bytes_ + it.copy.capacity() <= cfg_.max_queue_bytes) {
+      spare_bytes_ += it.copy.capacity();
+      spare_.push_back(std::move(it.copy));  // for deliver()'s next copy (policy drop)
     }
     if (it.k == queued::kind::flush) { ++flush_done_; }
     const bool stop = it.k == queued::kind::stop;
