@@ -54,6 +54,7 @@ class safetensors_impl {
     prepare_run_dir(cfg_.directory, cfg_.overwrite);
     writer_.emplace(writer_options{cfg_.directory, cfg_.schema, cfg_.shard_bytes, cfg_.fsync, cfg_.direct_io}, c_);
     thread_ = std::thread([this] { run(); });
+    if (cfg_.policy == queue_policy::drop) { copier_ = std::thread([this] { copy_run(); }); }
   }
   safetensors_impl(const safetensors_impl&) = delete;
   safetensors_impl& operator=(const safetensors_impl&) = delete;
@@ -73,7 +74,7 @@ class safetensors_impl {
                   "safetensors sink {}: expected a schema (safetensors_config::schema, or its channel's), got none "
                   "from either", dir);
     // Nothing queued, no flush in flight, no entry seen: the writer thread is waiting and never touched writer_.
-    FERRY_EXPECTS(!stopping_ && !in_valid_ && q_.empty() && flush_asked_ == flush_done_, ferry::logic_error,
+    FERRY_EXPECTS(!stopping_ && !in_valid_ && q_.empty() && cq_.empty() && flush_asked_ == flush_done_, ferry::logic_error,
                   "safetensors sink {}: expected to take its channel's schema before its first entry (and before "
                   "close()), got it {}", dir, stopping_ ? "after close()" : "after entries were delivered");
     cfg_.schema = channel_schema;
@@ -144,6 +145,7 @@ class safetensors_impl {
     }
     if (!joiner) { return stats(); }
     thread_.join();
+    if (copier_.joinable()) { copier_.join(); }
     std::exception_ptr e;
     {
       std::lock_guard lk{mu_};
@@ -159,6 +161,7 @@ class safetensors_impl {
     ferry::detail::close_quietly([&] { if (!closed()) { (void)close(); } },
                                  [&] { return "ferry: safetensors sink " + cfg_.directory.string() + " closed by its destructor"; });
     if (thread_.joinable()) { thread_.join(); }
+    if (copier_.joinable()) { copier_.join(); }
   }
 
   [[nodiscard]] bool closed() const
@@ -179,6 +182,11 @@ class safetensors_impl {
       ++q_entries_;
       q_bytes_ += q.bytes;
       q_high_ = std::max(q_high_, q_bytes_);
+    }
+    if (copier_.joinable()) {  // policy drop: every item through the copier, in order
+      cq_.push_back(std::move(q));
+      copy_work_.notify_one();
+      return;
     }
     q_.push_back(std::move(q));
     work_.notify_one();
@@ -210,6 +218,9 @@ class safetensors_impl {
 
   /// The writer thread.
   void run();
+  /// Policy drop's copier thread: each admitted entry copied out of its staging (released at once), every item
+  /// then passed on to the writer's queue in order; the drain thread never copies.
+  void copy_run();
 
   static std::string what_of(const std::exception_ptr& e)
   {
@@ -230,6 +241,8 @@ class safetensors_impl {
   std::condition_variable space_;  // the drain: queue space, a failure, or close
   std::condition_variable done_;   // flush() and close(): the writer did it
   std::deque<queued> q_;
+  std::deque<queued> cq_;                  // policy drop: items for the copier (then q_)
+  std::condition_variable copy_work_;      // the copier: an item was queued
   std::deque<std::vector<std::byte>> spare_;  // policy drop: copy buffers the writer is done with (FIFO: sizes cycle)
   std::uint64_t spare_bytes_{0};              // their capacity, at most max_queue_bytes
   std::uint64_t q_entries_{0}, q_bytes_{0}, q_high_{0};
@@ -241,6 +254,7 @@ class safetensors_impl {
   std::exception_ptr fatal_;  // the error that ended the run
   std::string first_text_;
   std::thread thread_;
+  std::thread copier_;  // policy drop only
 };
 
 }  // namespace ferry::sink::detail

@@ -57,32 +57,50 @@ inline void safetensors_impl::deliver(d2h::entry_view&& v)
     // Policy drop never holds the channel back: the staging is a ring, so an entry waiting for a slow disk
     // would stop every later D2H behind it. The admitted entry is copied (at memory speed, bounded by
     // max_queue_bytes) and its staging goes back when the drain thread's view dies, right after this call.
-    // The copy goes into a buffer the writer gave back (the same hook's, a few forwards ago: no allocation and
-    // no page faults in steady state) and is made without the lock (deliver() is the drain thread's only).
-    queued q{.k = queued::kind::entry, .forward = fwd, .tag = tag, .bytes = need, .at = clock::now(), .owned = true,
-             .hook = v.hook(), .row_bytes = v.row_bytes()};
-    if (!spare_.empty()) {
-      q.copy = std::move(spare_.front());
-      spare_.pop_front();
-      spare_bytes_ -= q.copy.capacity();
-    }
-    q_bytes_ += need;  // held while the lock is down: the writer's view of the queue stays an upper bound
-    lk.unlock();
-    if (need != 0) {
-      const auto b = v.bytes();
-      q.copy.assign(b.begin(), b.end());
-    } else {
-      q.copy.clear();
-    }
-    lk.lock();
-    q_bytes_ -= need;
-    if (stopping_) { return refuse_locked(v, fwd); }  // close() came in between: its stop is queued already
-    push_locked(std::move(q));
+    // The copier thread copies it out of its staging (into a buffer the writer gave back) and releases the
+    // view; the drain thread goes on at once.
+    const d2h::hook_id hook = v.hook();
+    const std::uint64_t row_bytes = v.row_bytes();
+    push_locked(queued{.k = queued::kind::entry, .view = std::move(v), .forward = fwd, .tag = tag, .bytes = need,
+                       .at = clock::now(), .owned = true, .hook = hook, .row_bytes = row_bytes});
     return;
   }
   push_locked(queued{.k = queued::kind::entry, .view = std::move(v), .forward = fwd, .tag = tag, .bytes = need, .at = clock::now()});
 }
 
+
+/// Policy drop's copier thread.
+inline void safetensors_impl::copy_run()
+{
+  std::unique_lock lk{mu_};
+  for (;;) {
+    copy_work_.wait(lk, [&] { return !cq_.empty(); });
+    queued it = std::move(cq_.front());
+    cq_.pop_front();
+    if (it.k == queued::kind::entry) {
+      // The copy goes into a buffer the writer gave back (the same hook's, a few forwards ago: no allocation and
+      // no page faults in steady state), made without the lock; the staging goes back right after it.
+      if (!spare_.empty()) {
+        it.copy = std::move(spare_.front());
+        spare_.pop_front();
+        spare_bytes_ -= it.copy.capacity();
+      }
+      lk.unlock();
+      if (it.bytes != 0) {
+        const auto b = it.view.bytes();
+        it.copy.assign(b.begin(), b.end());
+      } else {
+        it.copy.clear();
+      }
+      it.view.release();
+      lk.lock();
+    }
+    const bool stop = it.k == queued::kind::stop;
+    q_.push_back(std::move(it));
+    work_.notify_one();
+    if (stop) { return; }
+  }
+}
 
 /// The writer thread.
 inline void safetensors_impl::run()

@@ -6,7 +6,7 @@
 // writes the header (padded with spaces, which the format allows; the data is copied once to a new offset
 // when the reservation was too small or far too large), truncates, optionally fsyncs, renames the file to
 // `shard-NNNNN.safetensors` and fsyncs the directory. A shard never published removes its temporary file.
-// The data goes through a data_stream: with the sink's write_pipeline (an I/O thread; O_DIRECT when asked and
+// The data goes through a data_stream: with the sink's write_pipeline (I/O threads; O_DIRECT when asked and
 // the filesystem takes it: the data section then starts at a 4 KiB boundary), else a pwrite per tensor.
 #pragma once
 

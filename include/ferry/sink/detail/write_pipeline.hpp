@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The safetensors sink's write path off its writer thread: a fixed set of page-aligned buffers and one I/O thread
-// that writes full buffers to their files in the order given, so the writer copies and checksums the next
-// entries while the disk takes the last ones. A write goes through the O_DIRECT descriptor of its file where
+// The safetensors sink's write path off its writer thread: a fixed set of page-aligned buffers and I/O threads
+// that write full buffers to their files (taken in the order given; `threads` writes in flight at once, which a
+// disk queue serves faster than one), so the writer copies and checksums the next entries while the disk takes
+// the last ones. A write goes through the O_DIRECT descriptor of its file where
 // there is one (the disk at its sequential rate, the page cache neither filled nor flushed), else the buffered
 // one; a filesystem that opens O_DIRECT but refuses its first write (EINVAL) gets buffered writes from then on.
 // The first error of a write (ENOSPC, EIO) is kept and thrown by the writer's next take(), write() or drain():
@@ -33,24 +34,24 @@ class write_pipeline {
   /// block size in use: 512 and 4096).
   static constexpr std::size_t align = 4096;
 
-  explicit write_pipeline(std::size_t chunk_bytes = std::size_t{16} << 20, std::size_t chunks = 4)
+  explicit write_pipeline(std::size_t chunk_bytes = std::size_t{16} << 20, std::size_t chunks = 6, std::size_t threads = 2)
     : chunk_{(chunk_bytes + align - 1) / align * align}, bufs_(chunks < 2 ? 2 : chunks)
   {
-    thread_ = std::thread([this] { run(); });
+    for (std::size_t i = 0; i < (threads < 1 ? 1 : threads); ++i) { threads_.emplace_back([this] { run(); }); }
   }
   write_pipeline(const write_pipeline&) = delete;
   write_pipeline& operator=(const write_pipeline&) = delete;
   /// Lets the writes in flight end (their errors are dropped: the writer saw the run end or ended it), then
-  /// stops the I/O thread.
+  /// stops the I/O threads.
   ~write_pipeline()
   {
     {
       std::unique_lock lk{mu_};
-      idle_.wait(lk, [&] { return q_.empty() && !busy_; });
+      idle_.wait(lk, [&] { return q_.empty() && busy_ == 0; });
       stop_ = true;
     }
     work_.notify_all();
-    thread_.join();
+    for (auto& t : threads_) { t.join(); }
   }
 
   [[nodiscard]] std::size_t chunk_bytes() const noexcept { return chunk_; }
@@ -103,14 +104,14 @@ class write_pipeline {
   void drain()
   {
     std::unique_lock lk{mu_};
-    idle_.wait(lk, [&] { return q_.empty() && !busy_; });
+    idle_.wait(lk, [&] { return q_.empty() && busy_ == 0; });
     if (error_) { std::rethrow_exception(error_); }
   }
   /// drain() that never throws (a shard given up).
   void drain_quietly() noexcept
   {
     std::unique_lock lk{mu_};
-    idle_.wait(lk, [&] { return q_.empty() && !busy_; });
+    idle_.wait(lk, [&] { return q_.empty() && busy_ == 0; });
   }
 
  private:
@@ -160,7 +161,7 @@ class write_pipeline {
       if (q_.empty()) { return; }
       const job j = q_.front();
       q_.pop_front();
-      busy_ = true;
+      ++busy_;
       lk.unlock();
       std::exception_ptr e;
       try {
@@ -169,7 +170,7 @@ class write_pipeline {
         e = std::current_exception();
       }
       lk.lock();
-      busy_ = false;
+      --busy_;
       if (e && !error_) { error_ = e; }
       if (error_) { q_.clear(); }  // the run ends: what is queued after a failed write is not written
       slot(j.p).taken = false;
@@ -183,11 +184,11 @@ class write_pipeline {
   std::condition_variable work_;  // the I/O thread: a job or stop
   std::condition_variable idle_;  // the writer: a buffer free, the queue empty, or an error
   std::deque<job> q_;
-  bool busy_{false};
+  std::size_t busy_{0};  // writes running
   bool stop_{false};
   std::exception_ptr error_;
   std::atomic<bool> direct_refused_{false};
-  std::thread thread_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace ferry::sink::detail
