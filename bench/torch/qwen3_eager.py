@@ -253,7 +253,8 @@ def main():
     calls = call_costs(args, first, stream, sync, fbounce)
     for sk in sinked.values():
         sk.settle()
-    log("cpu per call: " + ", ".join(f"{k} {v:.2f}" for k, v in calls.items()))
+    log("cpu per call (us): " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                                        for k, v in calls.items()))
 
     rng = random.Random(args.seed)
     rec = {k: [] for k in runs}

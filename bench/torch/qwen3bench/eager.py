@@ -253,10 +253,15 @@ def pin_main(core):
 
 def call_costs(args, sk, stream, sync, bounce=None, n=2000):
     """CPU us per call outside the model: Channel.capture (immediate / deferred / on the bounce channel) of a
-    2 KiB bf16 tensor, the hooks' capture closure, and torch's pinned copy_."""
+    2 KiB bf16 tensor, the hooks' capture closures (immediate, deferred), and torch's pinned copy_. The closures
+    are made first (ferry.hooks lends the core module the tensor reader of ferry.torch_ops, where built, so the
+    Channel calls are timed as the hooks' calls run); ``tensor_reader``: whether it was lent."""
     dev = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
     t = torch.randn(1024, device=dev).to(torch.bfloat16)
     pinned = torch.empty_like(t, device="cpu", pin_memory=args.device == "cuda")
+    use_ops = {"auto": "auto", "ops": True, "core": False}[args.capture]
+    cap = sk.capture_fn(False, use_ops)
+    cap_d = sk.capture_fn(True, use_ops)
     out = {}
 
     def timed(name, fn, ch=None):
@@ -275,9 +280,10 @@ def call_costs(args, sk, stream, sync, bounce=None, n=2000):
     timed("channel_capture_deferred_us", lambda: sk.ch.capture_deferred(h, t, stream), sk.ch)
     if bounce is not None:
         timed("channel_capture_bounce_us", lambda: bounce.ch.capture(h, t, stream), bounce.ch)
-    cap = sk.capture_fn(False, {"auto": "auto", "ops": True, "core": False}[args.capture])
     timed("hooks_capture_fn_us", lambda: cap(h, t), sk.ch)
+    timed("hooks_capture_fn_deferred_us", lambda: cap_d(h, t), sk.ch)
     timed("torch_pinned_copy_us", lambda: pinned.copy_(t, non_blocking=True))
+    out["tensor_reader"] = bool(getattr(ferry._ferry, "_tensor_reader_bound", lambda: False)())
     return out
 
 
