@@ -54,13 +54,15 @@ NB_MODULE(_ferry, m)
         fp::tensor_reader_slot().store(nullptr, std::memory_order_release);
         return;
       }
-      FERRY_EXPECTS(r->version == FERRY_TENSOR_READER_VERSION &&
-                      r->struct_size >= sizeof(ferry_tensor_reader) && r->read != nullptr && r->version_of != nullptr,
-                    ferry::logic_error, "ferry._ferry._bind_tensor_reader: expected a tensor reader of version {}, got {}",
+      FERRY_EXPECTS(r->version == FERRY_TENSOR_READER_VERSION && r->struct_size >= sizeof(ferry_tensor_reader) &&
+                      r->read != nullptr && r->version_of != nullptr,
+                    ferry::logic_error,
+                    "ferry._ferry._bind_tensor_reader: expected a tensor reader of version {}, got version {}",
                     FERRY_TENSOR_READER_VERSION, r->version);
       fp::tensor_reader_slot().store(r, std::memory_order_release);
     },
-    nb::arg("address"), "Binds the tensor reader of ferry/_torch_ops.so (ferry.torch_ops does, at its import); 0 unbinds.");
+    nb::arg("address"),
+    "Binds the tensor reader of ferry/_torch_ops.so (ferry.torch_ops does, at its import); 0 unbinds.");
   m.def("_tensor_reader_bound", [] { return fp::tensor_reader() != nullptr; });
 
   fp::init_errors(m);
