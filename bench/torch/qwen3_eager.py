@@ -5,28 +5,41 @@ Qwen3ForCausalLM, random bf16 weights, static KV cache), greedy decode at B=1 wi
 CPU-bound (Python and kernel launches). Per preset (hidden-states: 28 hooks, vllm-full: 341) the hooks capture
 into a channel whose entries go to ferry's safetensors sink (shards on /dev/shm by default, written by C++
 threads: no Python per entry), immediate (``ferry``) and deferred (``deferred``: a gather per batch), against
-torch's per-hook ``pinned.copy_(t, non_blocking=True)`` (``torch``). Diagnostics: ``hooks`` (the same hooks
-calling a no-op: the hook layer's own cost), ``pyconsumer`` / ``pybatch`` (immediate capture into a channel
-drained by a Python thread with ``poll`` / ``poll_batch``: the consumer that takes the GIL from the decode loop).
+torch's per-hook ``pinned.copy_(t, non_blocking=True)`` (``torch``). ``hooks``: the same hooks calling a no-op
+(the hook layer's own cost). Diagnostics (--diagnostics on): ``pyconsumer`` / ``pybatch`` (immediate capture into
+a channel drained by a Python thread with ``poll`` / ``poll_batch``: the consumer that takes the GIL).
 
-Measured so that noise cannot decide it: the contestants interleaved round-robin (--rounds, plus a warm-up
-round), each turn --tokens steps from the same start state; per step the wall time and the main thread's CPU time
-(time.thread_time); medians over rounds, the spread of each contestant's per-round overhead against the same
-round's no-capture turn. After the timed rounds, --check-steps steps per (preset, ferry kind) are captured into a
-fresh shard run with a witness (a synchronous ``.cpu()`` of every hooked tensor at its hook) and every tensor read
-back from the shards is compared bit-exact.
+Method: interleaved at step level, so that the machine's speed drift (a lent host: the no-capture step itself
+varies by tens of percent within a minute) cancels. Each round runs one short turn of every contestant, in a
+fresh random order: the decoder reset to the start state, the contestant's hooks installed, the device idle,
+then --steps decode steps (default 1) each timed alone (main-thread CPU time, time.thread_time; wall time; the
+user-space instructions the main thread retires, where perf_event_open is allowed), then the hooks removed and
+the device waited for -- all of that but the steps outside the timed part. Rounds continue until --budget-s
+seconds of them have run (at least --min-rounds, at most --rounds). A contestant's overhead is the median over
+rounds of (its turn / the same round's no-capture turn - 1); reported with its spread (p10..p90, min, max) and a
+distribution-free 95% confidence interval of that median (order statistics). The targets' comparisons
+(ferry - torch, deferred - ferry) are per-round differences of those overheads, with their own median and
+interval: ``decided`` when the interval excludes 0. The garbage collector runs between rounds only.
+
+Before the timed rounds, --check-steps steps (default 1) per (preset, ferry kind) are captured into a fresh
+shard run with a witness (a synchronous ``.cpu()`` of every hooked tensor at its hook) and every tensor read back
+from the shards is compared bit-exact; the JSON is written after the check and every 10 rounds, so a run cut
+short keeps the check and the rounds so far.
 
   python bench/torch/qwen3_eager.py --out eager_b1.json                                # H200 (about 4 minutes)
-  python bench/torch/qwen3_eager.py --device cpu --tiny --layers 2 --tokens 3 --rounds 1 --out /tmp/e.json  # smoke
+  python bench/torch/qwen3_eager.py --device cpu --tiny --layers 2 --rounds 3 --min-rounds 3 --out /tmp/e.json  # smoke
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
+import random
 import shutil
 import statistics
 import sys
+import time
 
 import numpy as np
 import torch
@@ -34,11 +47,13 @@ import torch
 import ferry
 import ferry.hooks as fh
 from qwen3bench.eager import (OTHER_CORES, PyConsumer, Sinked, call_costs, deferred_points, make_contestants,
-                              pin_main, pin_threads, sink_dir, timed_step)
+                              pin_main, pin_threads, sink_dir, turn)
 from qwen3bench.meta import device_name, header, log, write_json
 from qwen3bench.model import Decoder, build_model
+from qwen3bench.paired import Instructions, difference, paired, quantile
 
 PRESET_KEY = {"hidden-states": "hidden_states", "vllm-full": "vllm_full"}
+KINDS = ("ferry", "deferred", "bounce", "torch", "hooks")
 
 
 def parse():
@@ -48,16 +63,19 @@ def parse():
     ap.add_argument("--layers", type=int, default=28)
     ap.add_argument("--tiny", action="store_true", help="hidden 64, vocab 512 (tests)")
     ap.add_argument("--attn", default="sdpa")
-    ap.add_argument("--tokens", type=int, default=32, help="decode steps per contestant turn")
-    ap.add_argument("--rounds", type=int, default=12, help="timed rounds (after one warm-up round)")
+    ap.add_argument("--steps", type=int, default=1, help="timed decode steps per contestant turn")
+    ap.add_argument("--rounds", type=int, default=400, help="at most this many timed rounds")
+    ap.add_argument("--min-rounds", type=int, default=10, help="at least this many, whatever --budget-s says")
+    ap.add_argument("--budget-s", type=float, default=160.0,
+                    help="the timed rounds stop once they ran this many seconds (after --min-rounds)")
     ap.add_argument("--presets", default="hidden-states,vllm-full")
     ap.add_argument("--capture", choices=["auto", "ops", "core"], default="auto")
     ap.add_argument("--ring-mib", type=int, default=64)
     ap.add_argument("--publish-every", type=int, default=4096)
     ap.add_argument("--shard-mib", type=int, default=256)
     ap.add_argument("--sink-dir", default=None, help="where the shard runs go (default /dev/shm)")
-    ap.add_argument("--diagnostics", choices=["on", "off"], default="on")
-    ap.add_argument("--check-steps", type=int, default=3)
+    ap.add_argument("--diagnostics", choices=["on", "off"], default="off")
+    ap.add_argument("--check-steps", type=int, default=1, help="checked steps per (preset, ferry kind)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--bounce", type=int, default=16384,
                     help="the bounce contestant's bounce_capture_max_bytes (0: no bounce contestant)")
@@ -68,27 +86,41 @@ def parse():
     return ap.parse_args()
 
 
-def pct(x, base):
-    return (x / base - 1.0) * 100.0
+def summarize(rec, counted):
+    """Every contestant's figures from the rounds' records rec[key] = [(cpu ms, wall ms, instructions) per
+    round]: the median turn (CPU and wall ms per step), and the paired overheads against the same rounds'
+    no-capture turns (CPU, wall, instructions where `counted`)."""
+    none = rec["none"]
+    out = {}
+    for k, v in rec.items():
+        cpu, wall, ins = ([x[i] for x in v] for i in range(3))
+        s = {"cpu_ms": statistics.median(cpu), "wall_ms": statistics.median(wall),
+             "cpu_ms_p10": quantile(cpu, 0.1), "cpu_ms_p90": quantile(cpu, 0.9)}
+        if k != "none":
+            ov, st = paired(cpu, [x[0] for x in none])
+            s.update({"overhead_pct": st["median"], "overhead_pct_ci95": st["ci95"], "overhead_pct_p10": st["p10"],
+                      "overhead_pct_p90": st["p90"], "overhead_pct_min": st["min"], "overhead_pct_max": st["max"],
+                      "wall_overhead_pct": paired(wall, [x[1] for x in none])[1]["median"], "round_overhead_pct": ov})
+            if counted:
+                _, si = paired(ins, [x[2] for x in none])
+                s.update({"instructions_overhead_pct": si["median"], "instructions_overhead_pct_ci95": si["ci95"]})
+        if counted:
+            s["instructions_per_step"] = statistics.median(ins)
+        out[k] = s
+    return out
 
 
-def summary(turns, none):
-    """One contestant's figures from its turns [(wall ms/step, cpu ms/step, [cpu ms of each step])]: the
-    median step (main-thread CPU ms over every step of every turn, the figure the tables show), the median
-    wall ms per step of its turns, and its overhead against no capture: the median over rounds of (its turn's
-    median step / the same round's no-capture turn's median step - 1), with that per-round overhead's spread
-    (min, p10, p90, max)."""
-    steps = [x for _, _, s in turns for x in s]
-    med = [statistics.median(s) for _, _, s in turns]
-    none_med = [statistics.median(s) for _, _, s in none]
-    ov = [pct(m, n) for m, n in zip(med, none_med)]
-    ow = [pct(w, n[0]) for (w, _, _), n in zip(turns, none)]
-    q = (lambda v: statistics.quantiles(v, n=10) if len(v) > 1 else [v[0]] * 9)
-    return {"cpu_ms": statistics.median(steps), "wall_ms": statistics.median(w for w, _, _ in turns),
-            "cpu_ms_p10": q(steps)[0], "cpu_ms_p90": q(steps)[8],
-            "overhead_pct": statistics.median(ov), "wall_overhead_pct": statistics.median(ow),
-            "overhead_pct_min": min(ov), "overhead_pct_max": max(ov), "overhead_pct_p10": q(ov)[0],
-            "overhead_pct_p90": q(ov)[8], "turn_median_cpu_ms": med, "turn_wall_ms": [w for w, _, _ in turns]}
+def comparisons(stats, presets):
+    """The targets' comparisons per preset, from the per-round overheads (percentage points of the round's
+    no-capture step): ferry - torch, deferred - ferry, deferred - torch, ferry - hooks (the capture's cost
+    above the hook layer)."""
+    out = {}
+    for p in presets:
+        r = {x: stats[f"{x}:{p}"]["round_overhead_pct"] for x in KINDS if f"{x}:{p}" in stats}
+        out[PRESET_KEY.get(p, p)] = {f"{a}_minus_{b}_pp": difference(r[a], r[b])
+                                     for a, b in (("ferry", "torch"), ("deferred", "ferry"), ("deferred", "torch"),
+                                                  ("ferry", "hooks")) if a in r and b in r}
+    return out
 
 
 def check(args, model, dec, pts, preset, stream, use_ops):
@@ -132,28 +164,48 @@ def check(args, model, dec, pts, preset, stream, use_ops):
     return checked, bad
 
 
-def document(args, cuda, presets, stats, calls, checked, bad, sink_stats, rounds_done):
-    """The JSON: eager_b1 (issue 28's block: medians per step), every contestant's figures, the verdict."""
-    eager = {"rounds": rounds_done, "tokens_per_round": args.tokens, "measure": "main-thread CPU ms per step",
-             "no_capture_ms": stats["none"]["cpu_ms"], "no_capture_wall_ms": stats["none"]["wall_ms"]}
-    for p in presets:
-        st = {x: stats[f"{x}:{p}"] for x in ("ferry", "deferred", "bounce", "torch", "hooks") if f"{x}:{p}" in stats}
-        eager[PRESET_KEY.get(p, p)] = {
-            "ferry_ms": st["ferry"]["cpu_ms"], "deferred_ms": st["deferred"]["cpu_ms"],
-            "torch_copy_ms": st["torch"]["cpu_ms"], "hooks_only_ms": st["hooks"]["cpu_ms"],
-            "bounce_ms": st["bounce"]["cpu_ms"] if "bounce" in st else None,
-            "overhead_pct": {x: st[x]["overhead_pct"] for x in st},
-            "spread_pct": {x: [st[x]["overhead_pct_p10"], st[x]["overhead_pct_p90"]] for x in st},
-            "hooks": len(presets[p])}
+def document(args, cuda, presets, stats, calls, checked, bad, sink_stats, rounds_done, counted, orders, keys):
+    """The JSON: eager_b1 (issue 28's block: medians per step), every contestant's figures, the comparisons,
+    the verdict, the rounds' orders."""
+    eager = {"rounds": rounds_done, "tokens_per_round": args.steps, "measure": "main-thread CPU ms per step",
+             "method": "step-level interleaving: per round one turn of every contestant in a fresh random order "
+                       f"({args.steps} timed step(s) each, decoder reset, hooks installed and device idle outside "
+                       "the timed part); overhead = median over rounds of the turn / the same round's no-capture "
+                       "turn - 1; ci95 = order-statistic 95% interval of that median",
+             "no_capture_ms": stats["none"]["cpu_ms"] if stats else None,
+             "no_capture_wall_ms": stats["none"]["wall_ms"] if stats else None,
+             "entries_checked": checked, "entries_bad": bad}
+    cmp = comparisons(stats, presets) if stats else {}
+    for p in (presets if stats else ()):
+        st = {x: stats[f"{x}:{p}"] for x in KINDS if f"{x}:{p}" in stats}
+        blk = {"ferry_ms": st["ferry"]["cpu_ms"], "deferred_ms": st["deferred"]["cpu_ms"],
+               "torch_copy_ms": st["torch"]["cpu_ms"], "hooks_only_ms": st["hooks"]["cpu_ms"],
+               "bounce_ms": st["bounce"]["cpu_ms"] if "bounce" in st else None,
+               "overhead_pct": {x: st[x]["overhead_pct"] for x in st},
+               "spread_pct": {x: [st[x]["overhead_pct_p10"], st[x]["overhead_pct_p90"]] for x in st},
+               "ci95_pct": {x: st[x]["overhead_pct_ci95"] for x in st},
+               "comparisons_pp": cmp[PRESET_KEY.get(p, p)], "hooks": len(presets[p])}
+        if counted:
+            blk["instructions_overhead_pct"] = {x: st[x]["instructions_overhead_pct"] for x in st}
+        eager[PRESET_KEY.get(p, p)] = blk
     verdict = {}
-    for p in presets:
+    for p in (presets if stats else ()):
         k = PRESET_KEY.get(p, p)
         f, d, t = (stats[f"{x}:{p}"]["overhead_pct"] for x in ("ferry", "deferred", "torch"))
-        verdict[k] = {"ferry_le_torch": f <= t, "deferred_le_ferry": d <= f, "best_ferry_overhead_pct": min(f, d)}
+        c = cmp[k]
+        verdict[k] = {"ferry_le_torch": f <= t, "ferry_le_torch_decided": c["ferry_minus_torch_pp"]["decided"],
+                      "deferred_le_ferry": d <= f,
+                      "deferred_le_ferry_decided": c["deferred_minus_ferry_pp"]["decided"],
+                      "best_ferry_overhead_pct": min(f, d)}
+        if k == "hidden_states":
+            ci = stats[f"ferry:{p}"]["overhead_pct_ci95"]
+            verdict[k]["ferry_le_1pct"] = f <= 1.0
+            verdict[k]["ferry_le_1pct_decided"] = bool(ci) and (ci[1] <= 1.0 or ci[0] > 1.0)
     out = header(device_name(cuda), os.environ.get("FERRY_COMMAND")
                  or "python3 " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]))
     out.update({"eager_b1": eager, "contestants": stats, "call_cpu_us": calls, "verdict": verdict,
                 "entries_checked": checked, "entries_bad": bad, "sinks": sink_stats, "ferry_version": ferry.__version__,
+                "instructions_counted": counted, "round_orders": {"keys": keys, "orders": orders},
                 "settings": {k: v for k, v in vars(args).items() if k != "out"}})
     return out
 
@@ -170,49 +222,79 @@ def main():
         ctx.__enter__()
     sync = (lambda: torch.cuda.current_stream().synchronize()) if cuda else stream.synchronize
     cfg, model = build_model(args, dev)
-    dec = Decoder(model, cfg, 1, args.tokens + 2, dev, args.seed + 1)
+    dec = Decoder(model, cfg, 1, max(args.steps, args.check_steps) + 2, dev, args.seed + 1)
     presets = {p: fh.preset(model, p) for p in args.presets.split(",")}
     use_ops = {"auto": "auto", "ops": True, "core": False}[args.capture]
+
+    checked = bad = 0  # first: a run cut short by a time limit still has its check
+    for p, pts in presets.items():
+        c, b = check(args, model, dec, pts, p, stream, use_ops)
+        checked, bad = checked + c, bad + b
+    log(f"entries checked {checked}, bad {bad}")
+    write_json(args.out, document(args, cuda, presets, {}, {}, checked, bad, {}, 0, False, [], []))
+
     sinked = {p: Sinked(args, model, dec, pts, sink_dir(args, p), stream) for p, pts in presets.items()}
     if args.bounce:
         for p, pts in presets.items():
             sinked[(p, "bounce")] = Sinked(args, model, dec, pts, sink_dir(args, p + "-bounce"), stream, args.bounce)
-    pycons = {"pyconsumer": PyConsumer(args, stream, batch=False)}
-    if hasattr(pycons["pyconsumer"].ch, "poll_batch"):
-        pycons["pybatch"] = PyConsumer(args, stream, batch=True)
-    runs = make_contestants(args, model, dec, presets, sinked, pycons if args.diagnostics == "on" else {}, stream)
+    pycons = {}
+    if args.diagnostics == "on":
+        pycons["pyconsumer"] = PyConsumer(args, stream, batch=False)
+        if hasattr(pycons["pyconsumer"].ch, "poll_batch"):
+            pycons["pybatch"] = PyConsumer(args, stream, batch=True)
+    runs = make_contestants(args, model, dec, presets, sinked, pycons, stream)
+    keys = list(runs)
     pin_main(main_core)
-    log(f"main thread on core {main_core}, other threads on {OTHER_CORES or 'any'}")
+    counter = Instructions()  # after pin_main: counts the decode loop's thread
+    log(f"main thread on core {main_core}, other threads on {OTHER_CORES or 'any'}; "
+        f"instructions {'counted' if counter.ok else 'not counted (perf_event_open refused)'}")
     first = next(iter(sinked.values()))
     fbounce = sinked.get((next(iter(presets)), "bounce"))
     calls = call_costs(args, first, stream, sync, fbounce)
-    first.settle()
-    if fbounce is not None:
-        fbounce.settle()
-    log("cpu per call: " + ", ".join(f"{k} {v:.2f}" for k, v in calls.items()))
-    times = {k: [] for k in runs}
-    for rnd in range(args.rounds + 1):
-        for key, c in runs.items():
-            try:
-                v = timed_step(dec, c, args.tokens, sync)
-            except Exception:
-                log(f"FAILED: {key} in round {rnd}")
-                raise
-            for sk in sinked.values():
-                sk.settle()
-            if rnd:
-                times[key].append(v)
-        if rnd:
-            log(f"round {rnd}/{args.rounds} (median step, cpu ms): " +
-                ", ".join(f"{k} {statistics.median(v[-1][2]):.2f}" for k, v in times.items()))
-            # the rounds so far (entries_checked 0: not checked yet), so a run cut short still reports them
-            partial = {k: summary(v, times["none"]) for k, v in times.items()}
-            write_json(args.out, document(args, cuda, presets, partial, calls, 0, 0, {}, rnd))
-    stats = {k: summary(v, times["none"]) for k, v in times.items()}
-    checked = bad = 0
-    for p, pts in presets.items():
-        c, b = check(args, model, dec, pts, p, stream, use_ops)
-        checked, bad = checked + c, bad + b
+    for sk in sinked.values():
+        sk.settle()
+    log("cpu per call (us): " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                                        for k, v in calls.items()))
+
+    rng = random.Random(args.seed)
+    rec = {k: [] for k in runs}
+    orders = []
+    rnd, t_start = -1, None  # round -1: the warm-up round (not recorded)
+    while rnd < args.rounds:
+        if rnd >= args.min_rounds and time.monotonic() - t_start > args.budget_s:
+            break
+        order = list(range(len(keys)))
+        rng.shuffle(order)
+        gc.collect()
+        gc.disable()
+        try:
+            got = {}
+            for i in order:
+                try:
+                    got[keys[i]] = turn(dec, runs[keys[i]], args.steps, sync, counter)
+                except Exception:
+                    log(f"FAILED: {keys[i]} in round {rnd}")
+                    raise
+                for sk in sinked.values():
+                    sk.settle()
+        finally:
+            gc.enable()
+        if rnd >= 0:
+            for k, v in got.items():
+                rec[k].append(v)
+            orders.append(order)
+        else:
+            t_start = time.monotonic()
+        rnd += 1
+        if rnd > 0 and (rnd % 10 == 0 or rnd <= 3):
+            stats = summarize(rec, counter.ok)
+            log(f"round {rnd} (overhead % so far, median [ci95]): " + ", ".join(
+                f"{k} {s['overhead_pct']:+.2f}" for k, s in stats.items() if k != "none")
+                + f"; no capture {stats['none']['cpu_ms']:.2f} ms")
+            write_json(args.out, document(args, cuda, presets, stats, calls, checked, bad, {}, rnd, counter.ok,
+                                          orders, keys))
+    log(f"{rnd} rounds in {time.monotonic() - t_start:.1f} s")
+    stats = summarize(rec, counter.ok)
     sink_stats = {}
     for p, sk in sinked.items():
         rep = sk.close()
@@ -222,14 +304,24 @@ def main():
         shutil.rmtree(sk.dir, ignore_errors=True)
     for pc in pycons.values():
         pc.close()
-    out = document(args, cuda, presets, stats, calls, checked, bad, sink_stats, args.rounds)
+    out = document(args, cuda, presets, stats, calls, checked, bad, sink_stats, rnd, counter.ok, orders, keys)
     write_json(args.out, out)
-    verdict = out["verdict"]
-    log("medians per step (wall ms, main-thread CPU ms, overhead % [p10..p90]):")
+    log("per step (median turn: wall ms, main-thread CPU ms; overhead: median over rounds [ci95] (p10..p90)):")
     for k, s in stats.items():
-        log(f"  {k:28s} {s['wall_ms']:8.3f} {s['cpu_ms']:8.3f} {s['overhead_pct']:+7.2f}% "
-            f"[{s['overhead_pct_p10']:+.2f}..{s['overhead_pct_p90']:+.2f}] wall {s['wall_overhead_pct']:+.2f}%")
-    log(f"entries checked {checked}, bad {bad}; verdict {verdict}")
+        if k == "none":
+            log(f"  {k:26s} {s['wall_ms']:8.3f} {s['cpu_ms']:8.3f}")
+            continue
+        ci = s["overhead_pct_ci95"] or [float("nan")] * 2
+        ins = f" instr {s['instructions_overhead_pct']:+.2f}%" if counter.ok else ""
+        log(f"  {k:26s} {s['wall_ms']:8.3f} {s['cpu_ms']:8.3f} {s['overhead_pct']:+7.2f}% [{ci[0]:+.2f}, "
+            f"{ci[1]:+.2f}] ({s['overhead_pct_p10']:+.2f}..{s['overhead_pct_p90']:+.2f}) wall "
+            f"{s['wall_overhead_pct']:+.2f}%{ins}")
+    for p, c in comparisons(stats, presets).items():
+        log(f"  {p}: " + "; ".join(f"{k} {v['median']:+.2f} [{(v['ci95'] or [float('nan')] * 2)[0]:+.2f}, "
+                                   f"{(v['ci95'] or [float('nan')] * 2)[1]:+.2f}]{' decided' if v['decided'] else ''}"
+                                   for k, v in c.items()))
+    log(f"entries checked {checked}, bad {bad}; verdict {out['verdict']}")
+    counter.close()
     if ctx:
         ctx.__exit__(None, None, None)
     return 1 if bad else 0

@@ -1,18 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// Argument conversion, tensors: the bytes of a tensor argument (a plain torch.Tensor through its Python
-// attributes, anything else through DLPack), and the checks that it lies contiguously in the backend's
+// Argument conversion, tensors: the bytes of a tensor argument (a plain torch.Tensor through the fast path of
+// torch_fast.hpp, anything else through DLPack), and the checks that it lies contiguously in the backend's
 // device memory.
 #pragma once
 
-#include "stream.hpp"
+#include "torch_fast.hpp"
 
 #include <cstdint>
 #include <string>
 #include <type_traits>
 
 namespace ferry::python {
-
-using any_array = nb::ndarray<nb::ro>;
 
 /// An unsigned integer argument (a count, a capacity, a slot): the binding accepts any Python int and get()
 /// range-checks it with a ferry LogicError naming the call, the argument and its range (nanobind's own
@@ -62,14 +60,6 @@ template <class ForEach>
   return d;
 }
 
-/// The bytes of a tensor argument: its address and size; `dl` holds a DLPack import (the general path)
-/// alive while the bytes are used (a bare DLPack capsule owns its memory).
-struct array_bytes {
-  const void* data{nullptr};
-  std::uint64_t nbytes{0};
-  any_array dl{};
-};
-
 /// Any object with __dlpack__ (or the buffer protocol) as an array; TypeError otherwise.
 [[nodiscard]] inline any_array as_array(nb::handle obj, const char* who)
 {
@@ -89,87 +79,6 @@ struct array_bytes {
   return a;
 }
 
-
-namespace detail {
-/// Interned attribute names of the torch fast path.
-struct torch_names {
-  PyObject* is_cpu{PyUnicode_InternFromString("is_cpu")};
-  PyObject* is_cuda{PyUnicode_InternFromString("is_cuda")};
-  PyObject* get_device{PyUnicode_InternFromString("get_device")};
-  PyObject* is_contiguous{PyUnicode_InternFromString("is_contiguous")};
-  PyObject* is_conj{PyUnicode_InternFromString("is_conj")};
-  PyObject* is_neg{PyUnicode_InternFromString("is_neg")};
-  PyObject* data_ptr{PyUnicode_InternFromString("data_ptr")};
-  PyObject* nbytes{PyUnicode_InternFromString("nbytes")};
-};
-inline const torch_names& names()
-{
-  static const torch_names n;
-  return n;
-}
-/// 1 for True, 0 for False, -1 for anything else or an error (cleared).
-inline int truth(PyObject* v) noexcept
-{
-  const int r = v == Py_True ? 1 : v == Py_False ? 0 : -1;
-  if (v == nullptr) { PyErr_Clear(); }
-  Py_XDECREF(v);
-  return r;
-}
-inline int call_truth(PyObject* o, PyObject* name) noexcept { return truth(PyObject_CallMethodNoArgs(o, name)); }
-inline long long as_ll(PyObject* v) noexcept
-{
-  long long r = -1;
-  if (v != nullptr && PyLong_Check(v) != 0) { r = PyLong_AsLongLong(v); }
-  if (v == nullptr || PyErr_Occurred() != nullptr) {
-    PyErr_Clear();
-    r = -1;
-  }
-  Py_XDECREF(v);
-  return r;
-}
-}  // namespace detail
-
-/// The fast path of a tensor argument: a plain torch.Tensor (exact type, no libtorch: read through its
-/// Python attributes, not through __dlpack__, which is a Python-level method of torch costing several us)
-/// that is C-contiguous, on backend B's device `device` (the cpu on the host backend), and has no conjugate
-/// or negative bit (a tensor that requires grad is read as DLPack reads it). Returns false, with no Python
-/// error pending, for anything else: the caller then takes the general DLPack path, which accepts or
-/// refuses it with its own errors (so every bad input keeps the error it had).
-template <class B>
-[[nodiscard]] bool torch_fast_bytes(nb::handle obj, int device, array_bytes& out) noexcept
-{
-  PyTypeObject* tp = torch_tensor_type();
-  if (tp == nullptr || Py_TYPE(obj.ptr()) != tp) { return false; }
-  const auto& n = detail::names();
-  PyObject* o = obj.ptr();
-  if constexpr (is_host<B>) {
-    if (detail::truth(PyObject_GetAttr(o, n.is_cpu)) != 1) { return false; }
-  } else {
-    if (detail::truth(PyObject_GetAttr(o, n.is_cuda)) != 1) { return false; }
-    if (detail::as_ll(PyObject_CallMethodNoArgs(o, n.get_device)) != device) { return false; }
-  }
-  if (detail::call_truth(o, n.is_contiguous) != 1 || detail::call_truth(o, n.is_conj) != 0 ||
-      detail::call_truth(o, n.is_neg) != 0) {
-    return false;
-  }
-  const long long bytes = detail::as_ll(PyObject_GetAttr(o, n.nbytes));
-  if (bytes < 0) { return false; }
-  PyObject* p = PyObject_CallMethodNoArgs(o, n.data_ptr);
-  if (p == nullptr || PyLong_Check(p) == 0) {
-    PyErr_Clear();
-    Py_XDECREF(p);
-    return false;
-  }
-  const auto addr = static_cast<std::uintptr_t>(PyLong_AsUnsignedLongLong(p));
-  Py_DECREF(p);
-  if (PyErr_Occurred() != nullptr) {
-    PyErr_Clear();
-    return false;
-  }
-  out.data = reinterpret_cast<const void*>(addr);
-  out.nbytes = static_cast<std::uint64_t>(bytes);
-  return true;
-}
 
 /// Bytes of a C-contiguous array (size-1 dimensions may have any stride); raises LogicError otherwise.
 [[nodiscard]] inline bool c_contiguous(const any_array& a)

@@ -130,10 +130,16 @@ template <class B>
 void py_channel<B>::capture(std::uint32_t hook, nb::handle tensor, nb::handle stream, bool deferred)
 {
   const char* what = deferred ? "Channel.capture_deferred" : "Channel.capture";
-  auto s = resolve_stream<B>(stream, dev_, what);
+  const auto s = resolve_stream<B>(stream, dev_, what);
+  capture_bytes(hook, tensor, tensor_bytes<B>(tensor, dev_, what, hook), s, deferred);
+}
+
+template <class B>
+void py_channel<B>::capture_bytes(std::uint32_t hook, nb::handle tensor, array_bytes t, const fb::stream_view<B>& s,
+                                  bool deferred)
+{
   tie(s);
-  array_bytes t = tensor_bytes<B>(tensor, dev_, what, hook);
-  fd::source_owner owner = py_source::make<B>(tensor, std::move(t.dl), deferred);
+  fd::source_owner owner = py_source::make<B>(tensor, std::move(t.dl), deferred, t.version_read ? &t.version : nullptr);
   call(deferred ? "capture_deferred" : "capture", [&](fd::channel<B>& ch) {
     capture_into(ch, hook, t.data, t.nbytes, s, std::move(owner), deferred);
   });

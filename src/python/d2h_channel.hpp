@@ -36,9 +36,11 @@ struct py_source {
   std::vector<long long> item_versions;
 
   /// The owner of `obj`'s bytes (`dl`: their DLPack import, if any); `deferred`: records its version (a list:
-  /// every item's, so a selection array written before the flush is refused as the tensor is).
+  /// every item's, so a selection array written before the flush is refused as the tensor is), the one the
+  /// tensor reader read with the bytes where `known_version` is given (-1: no counter).
   template <class B>
-  [[nodiscard]] static fd::source_owner make(nb::handle obj, any_array dl, bool deferred);
+  [[nodiscard]] static fd::source_owner make(nb::handle obj, any_array dl, bool deferred,
+                                             const long long* known_version = nullptr);
   /// source_owner::check_fn: the GIL taken once for the whole run of sources.
   static std::size_t unchanged(void* const* owners, std::size_t n);
 };
@@ -114,6 +116,8 @@ class py_channel {
   /// Drops the forward open on `stream` (d2h::channel::abort_forward); returns whether one was open.
   [[nodiscard]] bool abort_forward(nb::handle stream);
   void capture(std::uint32_t hook, nb::handle tensor, nb::handle stream, bool deferred);
+  /// capture() after its conversions: `t` the bytes of `tensor` (tensor_bytes), `s` the stream.
+  void capture_bytes(std::uint32_t hook, nb::handle tensor, array_bytes t, const fb::stream_view<B>& s, bool deferred);
   /// Channel.capture_rows: the arguments converted (d2h_rows.cpp), then the core's capture_rows.
   void capture_rows(std::uint32_t hook, nb::handle tensor, const nb::kwargs& sel, bool deferred);
   void capture_rows_core(std::uint32_t hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,

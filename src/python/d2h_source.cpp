@@ -7,36 +7,38 @@ namespace ferry::python {
 namespace {
 
 /// torch's version counter of `o` (`ok`: it has one). Only a torch tensor that is not an inference tensor
-/// has one; asking an inference tensor for it raises (a c10::Error with a backtrace, ~10 us), so
+/// has one: a plain torch.Tensor is read by the tensor reader where ferry.torch_ops lent one (arrays.hpp);
+/// otherwise asking an inference tensor for it raises (a c10::Error with a backtrace, ~10 us), so
 /// is_inference() is asked first, and an object without it (numpy, CuPy, ...) has no counter.
 long long read_version(PyObject* o, bool& ok)
 {
   ok = false;
-  PyObject* f = PyObject_GetAttrString(o, "is_inference");
-  if (f == nullptr) {
-    PyErr_Clear();
-    return 0;
+  if (const ferry_tensor_reader* r = tensor_reader(); r != nullptr) {
+    if (PyTypeObject* tp = torch_tensor_type(); tp != nullptr && Py_TYPE(o) == tp) {
+      const long long v = r->version_of(o);
+      ok = v >= 0;
+      return ok ? v : 0;
+    }
   }
-  PyObject* is_inf = PyObject_CallNoArgs(f);
-  Py_DECREF(f);
-  const int inference = is_inf != nullptr ? PyObject_IsTrue(is_inf) : -1;
-  Py_XDECREF(is_inf);
-  if (inference != 0) {  // an inference tensor (or the call failed): no counter
-    PyErr_Clear();
-    return 0;
-  }
-  PyObject* v = PyObject_GetAttrString(o, "_version");
+  const auto& n = detail::names();
+  const int inference = detail::call_truth(o, n.is_inference);  // -1: no such method (or it failed)
+  if (inference != 0) { return 0; }                             // an inference tensor, or not a tensor
+  PyObject* v = PyObject_GetAttr(o, n.version);
   ok = v != nullptr && PyLong_Check(v) != 0;
   const long long r = ok ? PyLong_AsLongLong(v) : 0;
   Py_XDECREF(v);
-  if (!ok) { PyErr_Clear(); }
+  if (!ok || PyErr_Occurred() != nullptr) {
+    PyErr_Clear();
+    ok = false;
+    return 0;
+  }
   return r;
 }
 
 }  // namespace
 
 template <class B>
-fd::source_owner py_source::make(nb::handle obj, any_array dl, bool deferred)
+fd::source_owner py_source::make(nb::handle obj, any_array dl, bool deferred, const long long* known_version)
 {
   auto* p = new py_source{nb::borrow(obj), std::move(dl), 0, false, {}};
   if (deferred && PyList_Check(obj.ptr()) != 0) {
@@ -45,6 +47,9 @@ fd::source_owner py_source::make(nb::handle obj, any_array dl, bool deferred)
       const long long v = read_version(PyList_GET_ITEM(obj.ptr(), i), ok);
       p->item_versions.push_back(ok ? v : -1);
     }
+  } else if (deferred && known_version != nullptr) {  // read with the bytes (the tensor reader)
+    p->versioned = *known_version >= 0;
+    p->version = p->versioned ? *known_version : 0;
   } else if (deferred) {
     p->version = read_version(obj.ptr(), p->versioned);
   }
@@ -76,9 +81,9 @@ std::size_t py_source::unchanged(void* const* owners, std::size_t n)
   return n;
 }
 
-template fd::source_owner py_source::make<fb::host_backend>(nb::handle, any_array, bool);
+template fd::source_owner py_source::make<fb::host_backend>(nb::handle, any_array, bool, const long long*);
 #if defined(FERRY_PYTHON_CUDA)
-template fd::source_owner py_source::make<fb::cuda_backend>(nb::handle, any_array, bool);
+template fd::source_owner py_source::make<fb::cuda_backend>(nb::handle, any_array, bool, const long long*);
 #endif
 
 }  // namespace ferry::python

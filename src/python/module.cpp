@@ -16,6 +16,8 @@ void init_d2h_fields(nb::module_& m);   // d2h_config.cpp
 void init_sink(nb::module_& m);         // sink.cpp
 void init_shm_stream(nb::module_& m);   // shm_stream.cpp
 void init_shm_reader(nb::module_& m);   // shm_reader.cpp
+template <class B>
+void init_capture_fn(nb::module_& m);   // d2h_capture_fn.cpp
 }  // namespace ferry::python
 
 namespace {
@@ -25,6 +27,7 @@ void init_backend(nb::module_& m)
 {
   fp::init_streams<B>(m);
   fp::init_d2h_channel<B>(m);
+  fp::init_capture_fn<B>(m);
   fp::init_h2d<B>(m);
 }
 
@@ -42,6 +45,25 @@ NB_MODULE(_ferry, m)
   // A daemon thread that still references a channel at exit keeps it alive past finalization: expected,
   // not a reference-counting bug, so nanobind's leak report at exit would only alarm.
   nb::set_leak_warnings(false);
+  // The tensor reader of ferry/_torch_ops.so (tensor_reader.h), lent by ferry.torch_ops at its import.
+  m.def(
+    "_bind_tensor_reader",
+    [](std::uintptr_t address) {
+      const auto* r = reinterpret_cast<const ferry_tensor_reader*>(address);
+      if (r == nullptr) {  // 0 unbinds: the attribute path again (tests compare the two)
+        fp::tensor_reader_slot().store(nullptr, std::memory_order_release);
+        return;
+      }
+      FERRY_EXPECTS(r->version == FERRY_TENSOR_READER_VERSION && r->struct_size >= sizeof(ferry_tensor_reader) &&
+                      r->read != nullptr && r->version_of != nullptr,
+                    ferry::logic_error,
+                    "ferry._ferry._bind_tensor_reader: expected a tensor reader of version {}, got version {}",
+                    FERRY_TENSOR_READER_VERSION, r->version);
+      fp::tensor_reader_slot().store(r, std::memory_order_release);
+    },
+    nb::arg("address"),
+    "Binds the tensor reader of ferry/_torch_ops.so (ferry.torch_ops does, at its import); 0 unbinds.");
+  m.def("_tensor_reader_bound", [] { return fp::tensor_reader() != nullptr; });
 
   fp::init_errors(m);
   fp::init_d2h_entry(m);

@@ -144,7 +144,8 @@ template <class B>
     if (obj.is_none()) {
       // torch's current stream of `device` as an int (no torch.cuda.Stream object is built per call)
       if (PyObject* raw = torch_current_raw_stream(); raw != nullptr) {
-        PyObject* h = PyObject_CallFunction(raw, "i", device);
+        const nb::object dev = nb::steal(PyLong_FromLong(device));  // a small int: CPython's cached object
+        PyObject* h = dev.is_valid() ? PyObject_CallOneArg(raw, dev.ptr()) : nullptr;  // vectorcall, no tuple
         if (h == nullptr) { throw nb::python_error(); }
         return from_int(nb::steal(h));
       }

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # A smoke run of bench/torch/qwen3_eager.py (eager B=1 capture with a native sink running, issue 28) on the CPU
-# with the host backend and a tiny model: every contestant timed, the sinks' shards read back bit-exact against
-# the witness, the JSON's eager_b1 block in the schema docs/perf/h200/sinks.json takes. Skipped where torch or
-# transformers is missing.
+# with the host backend and a tiny model: every contestant timed in step-level interleaved rounds, the sinks'
+# shards read back bit-exact against the witness (before the rounds), the JSON's eager_b1 block in the schema
+# docs/perf/h200/sinks.json takes, with each overhead's confidence interval and the targets' paired comparisons.
+# Skipped where torch or transformers is missing.
 import json
 import os
 import subprocess
@@ -25,15 +26,21 @@ def test_qwen3_eager_smoke_checks_every_entry_and_writes_the_schema(tmp_path):
     env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(os.path.dirname(ferry.__file__)),
                                                     env.get("PYTHONPATH")) if p)
     cmd = [sys.executable, str(ROOT / "bench/torch/qwen3_eager.py"), "--device", "cpu", "--tiny", "--layers", "2",
-           "--tokens", "2", "--rounds", "1", "--check-steps", "2", "--sink-dir", str(tmp_path), "--out", str(out)]
+           "--steps", "2", "--rounds", "3", "--min-rounds", "3", "--check-steps", "2", "--diagnostics", "on", "--sink-dir", str(tmp_path), "--out", str(out)]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     d = json.loads(out.read_text())
     e = d["eager_b1"]
-    assert e["rounds"] == 1 and e["no_capture_ms"] > 0
+    assert e["rounds"] == 3 and e["tokens_per_round"] == 2 and e["no_capture_ms"] > 0
     for p, hooks in (("hidden_states", 2), ("vllm_full", 29)):
         assert {"ferry_ms", "deferred_ms", "torch_copy_ms"} <= set(e[p]) and e[p]["hooks"] == hooks
         assert all(e[p][k] > 0 for k in ("ferry_ms", "deferred_ms", "torch_copy_ms"))
+        assert set(e[p]["ci95_pct"]) == set(e[p]["overhead_pct"]) == set(e[p]["spread_pct"])
+        assert {"ferry_minus_torch_pp", "deferred_minus_ferry_pp"} <= set(e[p]["comparisons_pp"])
+    # every round ran every contestant once, in an order of its own
+    orders = d["round_orders"]["orders"]
+    assert len(orders) == 3 and all(sorted(o) == list(range(len(d["round_orders"]["keys"]))) for o in orders)
+    assert all(len(c["round_overhead_pct"]) == 3 for k, c in d["contestants"].items() if k != "none")
     # 2 check steps x 3 ferry kinds (immediate, deferred, bounce) x (2 + 29) hooks, each read back from the shards
     assert d["entries_checked"] == 2 * 3 * 31 and d["entries_bad"] == 0
     assert e["vllm_full"]["bounce_ms"] > 0

@@ -169,7 +169,7 @@ def table(d):
     for preset, label in (("hidden_states", "hidden-states (28 hooks)"), ("vllm_full", "vllm-full (341 hooks)")):
         p = eg.get(preset) or {}
         f, df, tc = p.get("ferry_ms"), p.get("deferred_ms"), p.get("torch_copy_ms")
-        paired, spread = p.get("overhead_pct") or {}, p.get("spread_pct") or {}
+        paired, spread, ci95 = p.get("overhead_pct") or {}, p.get("spread_pct") or {}, p.get("ci95_pct") or {}
 
         def over(kind, x):
             # the bench's own figure where it gives one: the median over rounds of each round's overhead against
@@ -179,8 +179,9 @@ def table(d):
             return None if x is None or not base else (x / base - 1) * 100
 
         def cell(kind, name, x):
-            sp = spread.get(kind)
+            sp, ci = spread.get(kind), ci95.get(kind)
             tail = f" [p10..p90 {_pct(sp[0])}..{_pct(sp[1])}]" if sp else ""
+            tail += f" [ci95 {_pct(ci[0])}..{_pct(ci[1])}]" if ci else ""
             return f"{name} {_num(x, 3)} ms ({_pct(over(kind, x))}{tail})"
 
         value = f is not None and base and (

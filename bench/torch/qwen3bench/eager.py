@@ -7,7 +7,6 @@ consumer thread polling the same channel per entry or per batch)."""
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import shutil
 import threading
@@ -116,41 +115,32 @@ def deferred_points(pts):
     return frozenset(p.id for p in pts if p.deferred and p.name != "token_ids")
 
 
-def forward_steps(dec, ch, stream, n, cpu):
-    clock = time.thread_time
-    for _ in range(n):
-        c0 = clock()
+def forward_step(dec, ch, stream):
+    """One step of a ferry contestant: the forward opened and ended around the decode step."""
+    def step():
         ch.begin_forward(stream)
         dec.step()
         ch.end_forward(stream)
-        cpu.append(clock() - c0)
-
-
-def plain_steps(dec, n, cpu):
-    clock = time.thread_time
-    for _ in range(n):
-        c0 = clock()
-        dec.step()
-        cpu.append(clock() - c0)
+    return step
 
 
 class Contestant:
-    """``run(n, cpu)``: n decode steps (each step's main-thread CPU seconds appended to ``cpu``), the contestant's hooks installed around them (installed per run, as a user's
-    context manager would be; the install costs microseconds against the steps' milliseconds)."""
+    """One contestant: ``step()`` is one timed decode step (with what the contestant does per step around it:
+    a forward opened and ended, an event recorded), ``context()`` installs its hooks (entered and left outside
+    the timed part, as a user's context manager would be)."""
 
-    def __init__(self, run, entries=0, context=None):
-        self.run, self.entries, self.context = run, entries, context or contextlib.nullcontext
+    def __init__(self, step, entries=0, context=None):
+        self.step, self.entries, self.context = step, entries, context or contextlib.nullcontext
 
 
 def make_contestants(args, model, dec, presets, sinked, pycons, stream):
-    """{key: Contestant} in round-robin order: none; per preset: hooks (a no-op hook: the hook layer's own
-    cost), ferry (immediate capture), deferred (the preset's deferred points: a gather per batch), bounce
-    (immediate capture on a channel with bounce_capture_max_bytes: a device copy into a bounce slot per hook,
-    one gather per batch; ``sinked[(preset, "bounce")]``, where built), torch
-    (pinned copy_ per hook, an event per step); diagnostics (--diagnostics on): pyconsumer / pybatch (ferry
-    immediate into a channel drained by a Python thread)."""
+    """{key: Contestant}: none; per preset: hooks (a no-op hook: the hook layer's own cost), ferry (immediate
+    capture), deferred (the preset's deferred points: a gather per batch), bounce (immediate capture on a
+    channel with bounce_capture_max_bytes: a device copy into a bounce slot per hook, one gather per batch;
+    ``sinked[(preset, "bounce")]``, where built), torch (pinned copy_ per hook, an event per step); diagnostics
+    (--diagnostics on): pyconsumer / pybatch (ferry immediate into a channel drained by a Python thread)."""
     use_ops = {"auto": "auto", "ops": True, "core": False}[args.capture]
-    runs = {"none": Contestant(lambda n, cpu: plain_steps(dec, n, cpu))}
+    runs = {"none": Contestant(dec.step)}
     for preset in presets:
         pts, sk = presets[preset], sinked[preset]
 
@@ -160,14 +150,14 @@ def make_contestants(args, model, dec, presets, sinked, pycons, stream):
         def installed(fn, pts=pts):
             return lambda: fh.install(model, pts, fn)
 
-        runs[f"hooks:{preset}"] = Contestant(lambda n, cpu: plain_steps(dec, n, cpu), context=installed(noop))
+        runs[f"hooks:{preset}"] = Contestant(dec.step, context=installed(noop))
         kinds = [("ferry", False, sk), ("deferred", deferred_points(pts), sk)]
         if (preset, "bounce") in sinked:
             kinds.append(("bounce", False, sinked[(preset, "bounce")]))
         for kind, deferred, s in kinds:
             cap = s.capture_fn(deferred, use_ops)
-            runs[f"{kind}:{preset}"] = Contestant(lambda n, cpu, ch=s.ch: forward_steps(dec, ch, stream, n, cpu),
-                                                  entries=len(pts), context=installed(cap))
+            runs[f"{kind}:{preset}"] = Contestant(forward_step(dec, s.ch, stream), entries=len(pts),
+                                                  context=installed(cap))
         runs[f"torch:{preset}"] = torch_copies(args, model, dec, pts)
         if args.diagnostics == "on":
             for kind, pc in pycons.items():
@@ -178,8 +168,7 @@ def make_contestants(args, model, dec, presets, sinked, pycons, stream):
                     with pc.running(), fh.install(model, pts, cap):
                         yield
 
-                runs[f"{kind}:{preset}"] = Contestant(lambda n, cpu, ch=pc.ch: forward_steps(dec, ch, stream, n, cpu),
-                                                      entries=len(pts), context=ctx)
+                runs[f"{kind}:{preset}"] = Contestant(forward_step(dec, pc.ch, stream), entries=len(pts), context=ctx)
     return runs
 
 
@@ -199,39 +188,37 @@ def torch_copies(args, model, dec, pts):
     with fh.install(model, pts, copy):
         dec.reset()
         dec.step()  # allocates the buffers
-    events = [torch.cuda.Event() for _ in range(args.tokens)] if cuda else []
+    event = torch.cuda.Event() if cuda else None
 
-    def run(n, cpu):
-        clock = time.thread_time
-        for i in range(n):
-            c0 = clock()
-            dec.step()
-            if cuda:
-                events[i].record()
-            cpu.append(clock() - c0)
+    def step():
+        dec.step()
         if cuda:
-            events[n - 1].synchronize()
+            event.record()
 
-    return Contestant(run, context=lambda: fh.install(model, pts, copy))
+    return Contestant(step, context=lambda: fh.install(model, pts, copy))
 
 
-def timed_step(dec, c, n, sync):
-    """(wall ms per step, main-thread CPU ms per step, [CPU ms of each step]) of n steps of contestant c from
-    the start state; the garbage collector off during the turn (its passes land on whichever turn they fall)."""
+def turn(dec, c, steps, sync, counter):
+    """One turn of contestant c: its hooks installed, ``steps`` decode steps from the start state (the decoder
+    reset and the device idle before the first), each timed alone; the reset, install, uninstall and the wait
+    for the device are outside the timed part. Returns (main-thread CPU ms, wall ms, user instructions) per
+    step, each the mean over the turn's steps (instructions 0 without a counter). The caller keeps the garbage
+    collector off (its passes land on whichever step they fall)."""
     dec.reset()
-    sync()
-    cpu = []
+    clock, wall = time.thread_time, time.perf_counter
+    cpu = w = ins = 0.0
     with c.context():
-        gc.collect()
-        gc.disable()
-        try:
-            t0, c0 = time.perf_counter(), time.thread_time()
-            c.run(n, cpu)
-            sync()
-            c1, t1 = time.thread_time(), time.perf_counter()
-        finally:
-            gc.enable()
-    return (t1 - t0) * 1e3 / n, (c1 - c0) * 1e3 / n, [x * 1e3 for x in cpu]
+        sync()
+        for _ in range(steps):
+            i0 = counter.read()
+            t0, c0 = wall(), clock()
+            c.step()
+            c1, t1 = clock(), wall()
+            ins += counter.read() - i0
+            cpu += c1 - c0
+            w += t1 - t0
+        sync()
+    return cpu * 1e3 / steps, w * 1e3 / steps, ins / steps
 
 
 def pin_threads():
@@ -266,10 +253,15 @@ def pin_main(core):
 
 def call_costs(args, sk, stream, sync, bounce=None, n=2000):
     """CPU us per call outside the model: Channel.capture (immediate / deferred / on the bounce channel) of a
-    2 KiB bf16 tensor, the hooks' capture closure, and torch's pinned copy_."""
+    2 KiB bf16 tensor, the hooks' capture closures (immediate, deferred), and torch's pinned copy_. The closures
+    are made first (ferry.hooks lends the core module the tensor reader of ferry.torch_ops, where built, so the
+    Channel calls are timed as the hooks' calls run); ``tensor_reader``: whether it was lent."""
     dev = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
     t = torch.randn(1024, device=dev).to(torch.bfloat16)
     pinned = torch.empty_like(t, device="cpu", pin_memory=args.device == "cuda")
+    use_ops = {"auto": "auto", "ops": True, "core": False}[args.capture]
+    cap = sk.capture_fn(False, use_ops)
+    cap_d = sk.capture_fn(True, use_ops)
     out = {}
 
     def timed(name, fn, ch=None):
@@ -288,9 +280,10 @@ def call_costs(args, sk, stream, sync, bounce=None, n=2000):
     timed("channel_capture_deferred_us", lambda: sk.ch.capture_deferred(h, t, stream), sk.ch)
     if bounce is not None:
         timed("channel_capture_bounce_us", lambda: bounce.ch.capture(h, t, stream), bounce.ch)
-    cap = sk.capture_fn(False, {"auto": "auto", "ops": True, "core": False}[args.capture])
     timed("hooks_capture_fn_us", lambda: cap(h, t), sk.ch)
+    timed("hooks_capture_fn_deferred_us", lambda: cap_d(h, t), sk.ch)
     timed("torch_pinned_copy_us", lambda: pinned.copy_(t, non_blocking=True))
+    out["tensor_reader"] = bool(getattr(ferry._ferry, "_tensor_reader_bound", lambda: False)())
     return out
 
 

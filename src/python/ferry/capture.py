@@ -48,16 +48,32 @@ def _deferred_set(deferred: Any) -> bool | frozenset[int]:
                      for p in deferred if not hasattr(p, "deferred") or p.deferred)
 
 
+def _lend_reader() -> None:
+    """Imports ``ferry.torch_ops`` where the op library is built: its import lends ``ferry._ferry`` the tensor
+    reader (a plain dense torch.Tensor read in C++, no Python attribute call per capture)."""
+    try:
+        from . import torch_ops  # noqa: F401
+    except (ImportError, OSError, RuntimeError, AttributeError):
+        pass
+
+
 def channel_capture(channel: Any, stream: Any = None, *, deferred: Any = False) -> CaptureFn:
     """``capture(hook, t)`` through ``channel.capture(hook, t, stream)`` (the core call). ``stream=None``: torch's
     current stream (CUDA backend); the host backend needs its ``ferry.Stream``. ``deferred``: False, True, or the
     hook ids (or HookPoints, e.g. a preset: those with ``deferred``) captured with ``channel.capture_deferred``.
-    Per call: ``t`` is detached only when it requires grad, made contiguous only when it is not; the bound
-    methods and the deferred choice are resolved once, here."""
+    On a ferry Channel the closure is ``channel.capture_fn``: one C++ function that reads a plain dense
+    torch.Tensor without a Python call (with the tensor reader of ``ferry.torch_ops``, lent here where it is
+    built) and resolves a fixed stream and the deferred choice once; any other tensor is made ready here
+    (detached when it requires grad, contiguous when it is not, a non-strided layout refused) and given to
+    ``channel.capture`` / ``capture_deferred``. Another channel object gets the same as a Python closure."""
     imm = channel.capture
     dfr = channel.capture_deferred
     d = _deferred_set(deferred)
     strided = _strided()
+    make = getattr(channel, "capture_fn", None)
+    if make is not None:
+        _lend_reader()
+        return make(stream, deferred=d, prepare=lambda hook, t: _ready(hook, t, strided))
     if d is True or d is False or not d:
         fn = dfr if d is True else imm
 

@@ -186,12 +186,6 @@ def _first_input(args: tuple, kwargs: dict) -> Any:
     return None
 
 
-def _first_output(out: Any) -> Any:
-    if isinstance(out, (tuple, list)):
-        return out[0]
-    return out
-
-
 class Hooks:
     """The installed hooks: ``remove()`` (or leaving a ``with`` block) unregisters every one. ``points`` (in id
     order), ``names`` (hook id -> name), ``len()``."""
@@ -241,17 +235,37 @@ def install(model: Any, points: Sequence[HookPoint], capture: CaptureFn) -> Hook
 
     handles = []
     for (mod, when), ids in groups.items():
-        ids = tuple(ids)
-        if when == "input":
-            def pre(_m, args, kwargs, _ids=ids):
-                t = _first_input(args, kwargs)
-                for h in _ids:
-                    capture(h, t)
-            handles.append(modules[mod].register_forward_pre_hook(pre, with_kwargs=True))
-        else:
-            def post(_m, _args, out, _ids=ids):
-                t = _first_output(out)
-                for h in _ids:
-                    capture(h, t)
-            handles.append(modules[mod].register_forward_hook(post))
+        hook = modules[mod].register_forward_pre_hook if when == "input" else modules[mod].register_forward_hook
+        handles.append(hook(_hook_fn(when, tuple(ids), capture), **({"with_kwargs": True} if when == "input" else {})))
     return Hooks(points, handles)
+
+
+def _hook_fn(when: str, ids: tuple[int, ...], capture: CaptureFn) -> Any:
+    """The torch hook of one (module, when): a pre-hook taking the module's first input, or a forward hook taking
+    its output (the first element of a tuple or list). This runs once per hooked module per forward: one id (every
+    point of the presets) is captured without a loop, the first positional input without a helper call."""
+    if when == "input":
+        if len(ids) == 1:
+            (h,) = ids
+
+            def pre1(_m, args, kwargs):
+                capture(h, args[0] if args else _first_input(args, kwargs))
+            return pre1
+
+        def pre(_m, args, kwargs):
+            t = args[0] if args else _first_input(args, kwargs)
+            for h in ids:
+                capture(h, t)
+        return pre
+    if len(ids) == 1:
+        (h,) = ids
+
+        def post1(_m, _args, out):
+            capture(h, out[0] if isinstance(out, (tuple, list)) else out)
+        return post1
+
+    def post(_m, _args, out):
+        t = out[0] if isinstance(out, (tuple, list)) else out
+        for h in ids:
+            capture(h, t)
+    return post

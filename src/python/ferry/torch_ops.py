@@ -29,6 +29,10 @@ or the window ``[window_begin, window_end)`` when ``window_end > window_begin``)
 element) or a 1-element int32 tensor (a GPU-resolved count, at most ``max_count``, by default the selection's
 length).
 
+Importing this module also lends the library's tensor reader to ``ferry._ferry``: ``Channel.capture`` /
+``capture_deferred`` / ``capture_fn`` then read a plain dense ``torch.Tensor`` (address, size, device, version
+counter) in C++ instead of through its Python attributes.
+
 ``x`` is held, and ``x._version`` recorded, until the gather of its batch is enqueued (the K-th deferred
 entry, ``end_forward``, ``flush``, an immediate capture). A pending ``x`` written in place since its capture
 makes the call that would flush it raise ``ferry.LogicError`` naming the hook, before anything of the batch
@@ -66,6 +70,9 @@ def _load() -> None:
     get.restype = _ctypes.c_void_p
     get.argtypes = [_ctypes.py_object, _ctypes.c_char_p]
     _torch.ops.ferry._bind_capi(get(_ferry._capi, b"ferry._ferry._capi"))
+    # the other way: the library's tensor reader for the core module's eager capture (src/python/tensor_reader.h)
+    if hasattr(_torch.ops.ferry, "_tensor_reader") and hasattr(_ferry, "_bind_tensor_reader"):
+        _ferry._bind_tensor_reader(_torch.ops.ferry._tensor_reader())
 
 
 _load()
