@@ -361,7 +361,7 @@ TYPED_READER = textwrap.dedent("""
                     rec = {"index": e.index, "hook": e.hook, "name": e.name, "hook_name": e.hook_name, "dtype": e.dtype,
                            "shape": e.shape, "numpy": [a.dtype.str, list(a.shape), sha(a.tobytes())],
                            "raw": [raw.dtype.str, list(raw.shape), sha(raw)],
-                           "zero_copy": a.__array_interface__["data"][0] == at and at != 0}
+                           "zero_copy": a.__array_interface__["data"][0] == at and at != 0, "aligned": a.flags.aligned}
                     if torch is not None:
                         t = e.tensor()
                         rec["torch"] = [str(t.dtype), list(t.shape), sha(t.view(torch.uint8).reshape(-1).numpy().tobytes()),
@@ -430,7 +430,7 @@ def test_a_reader_process_gets_typed_arrays_of_the_channels_schema(name, stream)
         np_dtype, torch_dtype, row = TYPED[h]
         assert (rec["index"], rec["hook"]) == (i, h)
         digest = hashlib.sha256(x.tobytes()).hexdigest()
-        assert rec["raw"] == ["|u1", [x.nbytes], digest] and rec["zero_copy"], rec
+        assert rec["raw"] == ["|u1", [x.nbytes], digest] and rec["zero_copy"] and rec["aligned"], rec
         if row is None:
             assert rec["name"] is rec["hook_name"] is rec["dtype"] is rec["shape"] is None
             assert rec["numpy"] == ["|u1", [x.nbytes], digest]
