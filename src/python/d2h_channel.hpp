@@ -78,9 +78,12 @@ void unregister_channel(std::uint64_t handle);
 [[nodiscard]] nb::object sink_stats(nb::handle sink);
 /// The same for a ferry.sinks.shm_stream sink, None for anything else (shm_stream.cpp).
 [[nodiscard]] nb::object shm_sink_stats(nb::handle sink);
-/// Attaching `sink` to a channel whose hook schema is `schema`: a safetensors sink without a schema of its own
-/// takes it (sink::safetensors::adopt_schema, whose rules these are); other sinks ignore it (sink.cpp).
+/// Attaching `sink` to a channel whose hook schema is `schema`: a safetensors sink or a shm_stream without a
+/// schema of its own takes it (sink::safetensors::adopt_schema, sink::shm_stream::adopt_schema, whose rules these
+/// are); other sinks ignore it (sink.cpp).
 void sink_adopt_schema(nb::handle sink, const fd::hook_schema& schema);
+/// The same for a ferry.sinks.shm_stream sink; nothing for anything else (shm_stream.cpp).
+void shm_sink_adopt_schema(nb::handle sink, const fd::hook_schema& schema);
 /// The staging a sink gives the channel (a shm_stream: its segment's, registered with `b`), or none
 /// (shm_stream.cpp; instantiated for the module's backends).
 template <class B>

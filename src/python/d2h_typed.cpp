@@ -2,8 +2,6 @@
 // The hook schema from and to Python, and entry payloads as numpy / torch arrays (d2h_typed.hpp).
 #include "d2h_typed.hpp"
 
-#include <ferry/d2h/typed_view.hpp>
-
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -117,15 +115,23 @@ nb::dict schema_dict(const fd::hook_schema& s)
   return d;
 }
 
+nb::object typed_array(const fd::typed_view& t, std::shared_ptr<const void> keep, bool torch)
+{
+  const std::vector<std::size_t> shape(t.shape().begin(), t.shape().end());
+  return wrap(t.bytes(), shape, t.type(), std::move(keep), torch);
+}
+
+nb::object bytes_array(std::span<const std::byte> b, std::shared_ptr<const void> keep, bool torch)
+{
+  return wrap(b, {b.size()}, fd::dtype::u8, std::move(keep), torch);
+}
+
 nb::object entry_array(const fd::entry_view& v, const fd::hook_schema* s, std::shared_ptr<const void> keep, bool torch)
 {
   if (s != nullptr && s->find(v.hook()) != nullptr) {
-    const fd::typed_view t = fd::typed(*s, v);  // the core's checks: whole rows of the schema's row size
-    const std::vector<std::size_t> shape(t.shape().begin(), t.shape().end());
-    return wrap(t.bytes(), shape, t.type(), std::move(keep), torch);
+    return typed_array(fd::typed(*s, v), std::move(keep), torch);  // the core's checks: whole rows of its row size
   }
-  const std::span<const std::byte> b = v.bytes();
-  return wrap(b, {b.size()}, fd::dtype::u8, std::move(keep), torch);
+  return bytes_array(v.bytes(), std::move(keep), torch);
 }
 
 }  // namespace ferry::python

@@ -2,16 +2,19 @@
 // The hook schema from and to Python, and a delivered entry as an array: conversion only. What an entry's
 // tensor is (its hook's dtype, [rows, *row_shape], the refusals) is the core's (d2h/typed_view.hpp:
 // fd::typed over d2h/hook_schema.hpp); this file maps dtypes to numpy's and torch's and wraps the staging
-// zero-copy. Used by Entry (d2h_entry.hpp), EntryBatch (d2h_batch.hpp), Channel(schema=) and the sinks.
+// zero-copy. Used by Entry (d2h_entry.hpp), EntryBatch (d2h_batch.hpp), ShmEntry (shm_reader.cpp),
+// Channel(schema=) and the sinks.
 #pragma once
 
 #include "arrays.hpp"
 
 #include <ferry/d2h/entry_view.hpp>
 #include <ferry/d2h/hook_schema.hpp>
+#include <ferry/d2h/typed_view.hpp>
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -37,5 +40,11 @@ using hook_tuple = std::tuple<uint_arg, std::string, std::string, std::vector<ui
 /// has the dtype, and the elements' bits where it has not (BF16: uint16, F8_*: uint8).
 [[nodiscard]] nb::object entry_array(const fd::entry_view& v, const fd::hook_schema* s, std::shared_ptr<const void> keep,
                                      bool torch);
+/// A typed view (the core's fd::typed: an entry wherever its bytes are) as an array over its bytes, as
+/// entry_array makes it for a declared hook: its shape and dtype; `keep` holds the bytes and is the array's base.
+[[nodiscard]] nb::object typed_array(const fd::typed_view& t, std::shared_ptr<const void> keep, bool torch);
+/// Bytes as a 1-D uint8 array over them (no copy; read-only numpy, or torch.uint8), as entry_array makes it for an
+/// undeclared hook.
+[[nodiscard]] nb::object bytes_array(std::span<const std::byte> b, std::shared_ptr<const void> keep, bool torch);
 
 }  // namespace ferry::python

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // ferry.ShmReader and ferry.ShmEntry: the reader of a shared-memory stream (ferry.sinks.shm_stream), a thin
 // handle on ferry::sink::shm_reader (sink/shm_reader.hpp) for another process, which needs no GPU. Entries
-// are zero-copy: numpy() is a read-only view of the stream's staging, valid while the entry (or the view) lives
-// and until release(); an entry goes back to the producer when released, when its last reference dies, or as
-// the `with` block ends.
+// are zero-copy: numpy() is a read-only view of the stream's staging (tensor() a torch one), typed by the
+// stream's hook schema where it declares the hook (the core's shm_entry::typed, arrays made by d2h_typed.hpp as
+// for ferry.Entry), else uint8 bytes; valid while the entry (or the view) lives and until release(); an entry
+// goes back to the producer when released, when its last reference dies, or as the `with` block ends.
 #include "arrays.hpp"
+#include "d2h_typed.hpp"
 #include "errors.hpp"
 
 #include <ferry/sink/shm_reader.hpp>
@@ -48,13 +50,17 @@ struct py_shm_entry {
   std::uint64_t index, seq, forward, tag, size, row_bytes;
   std::uint32_t hook;
   fd::entry_status status;
+  std::shared_ptr<const fd::hook_schema> schema;  ///< the stream's, as the entry was read
 
   explicit py_shm_entry(fk::shm_entry&& x)
     : held{std::make_shared<holder>()}, index{x.index()}, seq{x.seq().value}, forward{x.forward_index()},
-      tag{x.tag()}, size{x.size()}, row_bytes{x.row_bytes()}, hook{x.hook().value}, status{x.status()}
+      tag{x.tag()}, size{x.size()}, row_bytes{x.row_bytes()}, hook{x.hook().value}, status{x.status()},
+      schema{x.schema()}
   {
     held->e = std::move(x);
   }
+  /// The hook's schema entry, or null (undeclared).
+  [[nodiscard]] const fd::hook_spec* spec() const { return schema ? schema->find(fd::hook_id{hook}) : nullptr; }
   [[nodiscard]] const fk::shm_entry& live(const char* what) const
   {
     FERRY_EXPECTS(held != nullptr, ferry::logic_error,
@@ -62,14 +68,16 @@ struct py_shm_entry {
                   hook, seq, what);
     return held->e;
   }
-  [[nodiscard]] nb::ndarray<nb::numpy, const std::uint8_t, nb::ndim<1>> numpy() const
+  /// The payload over the staging (no copy; the array holds the entry): the hook's tensor where the schema
+  /// declares it and not `raw` (the core's typed(): entry_shape_error for a size that does not fit), else bytes.
+  [[nodiscard]] nb::object array(bool torch, bool raw) const
   {
-    const auto bytes = live("numpy()").bytes();  // SizeOverflowError / Error for an entry without bytes
-    auto* keep = new std::shared_ptr<holder>(held);
-    nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<holder>*>(p); });
-    const std::size_t shape[1] = {bytes.size()};
-    return {reinterpret_cast<const std::uint8_t*>(bytes.data()), 1, shape, owner};
+    const fk::shm_entry& e = live(torch ? "tensor()" : "numpy()");
+    if (!raw && e.spec() != nullptr) { return typed_array(e.typed(), held, torch); }
+    return bytes_array(e.bytes(), held, torch);  // SizeOverflowError / Error for an entry without bytes
   }
+  [[nodiscard]] nb::object array_numpy(bool raw) const { return array(false, raw); }
+  [[nodiscard]] nb::object array_torch(bool raw) const { return array(true, raw); }
   [[nodiscard]] nb::bytes to_bytes() const
   {
     const auto b = live("tobytes()").bytes();
@@ -128,7 +136,35 @@ void init_shm_reader(nb::module_& m)
     .def_prop_ro("ok", [](const py_shm_entry& x) { return x.status == fd::entry_status::ok; })
     .def_prop_ro("released", [](const py_shm_entry& x) { return x.held == nullptr; })
     .def_prop_ro("views", [](const py_shm_entry& x) { return x.held ? x.held.use_count() - 1 : 0; })
-    .def("numpy", &py_shm_entry::numpy, "A read-only uint8 view of the bytes (zero-copy).")
+    .def("numpy", &py_shm_entry::array_numpy, nb::arg("raw") = false,
+         nb::sig("def numpy(self, raw: bool = False) -> numpy.ndarray"),
+         "The payload, a read-only numpy view of the stream's staging (zero-copy): [rows, *row_shape] of the hook's "
+         "dtype when the stream's schema declares the hook (BF16 / F8: the elements' bits, uint16 / uint8), else "
+         "(or raw=True) uint8 bytes, 1-D.")
+    .def("tensor", &py_shm_entry::array_torch, nb::arg("raw") = false, nb::sig("def tensor(self, raw: bool = False) -> object"),
+         "The payload as a CPU torch.Tensor over the stream's staging (zero-copy; needs torch): [rows, *row_shape] "
+         "of the hook's dtype (bfloat16 included) when the schema declares the hook, else (or raw=True) uint8 "
+         "bytes. The mapping is read-only: an in-place op on it faults; clone() first.")
+    .def_prop_ro(
+      "name", [](const py_shm_entry& x) { return x.spec() ? nb::cast(x.spec()->name) : nb::none(); },
+      nb::sig("def name(self) -> str | None"), "The hook's name in the stream's schema (None: not declared).")
+    .def_prop_ro(
+      "hook_name", [](const py_shm_entry& x) { return x.spec() ? nb::cast(x.spec()->name) : nb::none(); },
+      nb::sig("def hook_name(self) -> str | None"), "The same as name.")
+    .def_prop_ro(
+      "dtype",
+      [](const py_shm_entry& x) { return x.spec() ? nb::cast(std::string{fd::dtype_name(x.spec()->type)}) : nb::none(); },
+      nb::sig("def dtype(self) -> str | None"), "The hook's dtype (safetensors' name, 'BF16'; None: not declared).")
+    .def_prop_ro(
+      "shape",
+      [](const py_shm_entry& x) -> nb::object {
+        if (x.spec() == nullptr || x.status != fd::entry_status::ok) { return nb::none(); }
+        nb::list l;
+        for (auto d : x.schema->shape_of(fd::hook_id{x.hook}, x.size, x.row_bytes)) { l.append(d); }
+        return nb::tuple(l);
+      },
+      nb::sig("def shape(self) -> tuple[int, ...] | None"),
+      "[rows, *row_shape] from the schema (None: not declared, or not ok); LogicError if the size is not whole rows.")
     .def("tobytes", &py_shm_entry::to_bytes)
     .def("release", [](py_shm_entry& x) { x.held.reset(); },
          "Gives the entry back to the producer (once its numpy() views are gone too). Idempotent.")
@@ -172,6 +208,10 @@ void init_shm_reader(nb::module_& m)
     .def_prop_ro("ended", [](const py_shm_reader& p) { return p.r.ended(); },
                  "The producer closed the stream and every entry was read.")
     .def_prop_ro("name", [](const py_shm_reader& p) { return p.r.name(); })
+    .def_prop_ro(
+      "schema", [](const py_shm_reader& p) { return schema_dict(*p.r.schema()); },
+      "The stream's hook schema, {hook: (name, dtype name, row_shape)}: {} until the producer published one (its "
+      "own, or its channel's before the first entry). LogicError for a corrupted schema region.")
     .def("stats", [](const py_shm_reader& p) {
       const auto s = p.r.stats();
       nb::dict d;

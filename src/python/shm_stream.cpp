@@ -1,18 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 // ferry.sinks.shm_stream's native half: _ferry.ShmStreamSink, a thin handle on ferry::sink::shm_stream
-// (sink/shm_stream.hpp): conversion only (the knobs, the counters as a dict). Channel(sink=...) takes its
-// callback in C++ (shm_sink_callback: entry views handed over, no GIL per entry) AND its staging
-// (sink_staging: the segment's, registered with the channel's backend), so the D2H lands in shared memory.
+// (sink/shm_stream.hpp): conversion only (the knobs, the schema from hook tuples as d2h_typed.hpp makes it, the
+// counters as a dict). Channel(sink=...) takes its callback in C++ (shm_sink_callback: entry views handed over, no
+// GIL per entry) AND its staging (sink_staging: the segment's, registered with the channel's backend), so the D2H
+// lands in shared memory, and gives it its schema (shm_sink_adopt_schema: the core's adopt_schema decides).
 // The reader, for another process, is shm_reader.cpp.
 #include "d2h_channel.hpp"
+#include "d2h_typed.hpp"
 
 #include <ferry/sink/shm_stream.hpp>
 
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <chrono>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace ferry::python {
 
@@ -34,13 +39,15 @@ struct py_shm_stream {
   }
 };
 
-fk::shm_stream_config config_of(const std::string& name, uint_arg staging_bytes, uint_arg descriptors,
-                                const std::string& policy, double timeout, uint_arg max_lag_entries,
-                                uint_arg max_lag_bytes, double poll_interval)
+fk::shm_stream_config config_of(const std::string& name, const std::vector<hook_tuple>& schema, uint_arg schema_bytes,
+                                uint_arg staging_bytes, uint_arg descriptors, const std::string& policy, double timeout,
+                                uint_arg max_lag_entries, uint_arg max_lag_bytes, double poll_interval)
 {
   const char* who = "ferry.sinks.shm_stream";
   fk::shm_stream_config c;
   c.name = name;
+  c.schema = schema_of(schema, who);  // empty: the channel's (shm_sink_adopt_schema)
+  c.schema_bytes = schema_bytes.get(who, "schema_bytes");
   c.staging_bytes = staging_bytes.get(who, "staging_bytes");
   c.descriptors = descriptors.get(who, "descriptors");
   FERRY_EXPECTS(policy == "block" || policy == "drop", ferry::logic_error,
@@ -80,6 +87,14 @@ nb::object shm_sink_stats(nb::handle sink)
   return p != nullptr ? nb::object(stats_dict(p->s.stats())) : nb::none();
 }
 
+void shm_sink_adopt_schema(nb::handle sink, const fd::hook_schema& schema)
+{
+  py_shm_stream* p = shm_of(sink);
+  if (p == nullptr) { return; }
+  gil_release g;
+  p->s.adopt_schema(schema);
+}
+
 template <class B>
 fd::staging_memory sink_staging(nb::handle sink, const B& b)
 {
@@ -103,15 +118,17 @@ void init_shm_stream(nb::module_& m)
                             "(ferry.sinks.shm_stream builds one; ferry.ShmReader reads it).")
     .def(
       "__init__",
-      [](py_shm_stream* self, const std::string& name, uint_arg staging_bytes, uint_arg descriptors,
-         const std::string& policy, double timeout, uint_arg max_lag_entries, uint_arg max_lag_bytes,
-         double poll_interval) {
-        auto c = config_of(name, staging_bytes, descriptors, policy, timeout, max_lag_entries, max_lag_bytes, poll_interval);
+      [](py_shm_stream* self, const std::string& name, const std::vector<hook_tuple>& schema, uint_arg schema_bytes,
+         uint_arg staging_bytes, uint_arg descriptors, const std::string& policy, double timeout,
+         uint_arg max_lag_entries, uint_arg max_lag_bytes, double poll_interval) {
+        auto c = config_of(name, schema, schema_bytes, staging_bytes, descriptors, policy, timeout, max_lag_entries,
+                           max_lag_bytes, poll_interval);
         gil_release g;  // creates and reserves the segment
         new (self) py_shm_stream(std::move(c));
       },
-      nb::arg("name"), nb::kw_only(), nb::arg("staging_bytes"), nb::arg("descriptors"), nb::arg("policy"),
-      nb::arg("timeout"), nb::arg("max_lag_entries"), nb::arg("max_lag_bytes"), nb::arg("poll_interval"))
+      nb::arg("name"), nb::arg("schema"), nb::kw_only(), nb::arg("schema_bytes"), nb::arg("staging_bytes"),
+      nb::arg("descriptors"), nb::arg("policy"), nb::arg("timeout"), nb::arg("max_lag_entries"),
+      nb::arg("max_lag_bytes"), nb::arg("poll_interval"))
     .def("stats", [](const py_shm_stream& p) { return stats_dict(p.s.stats()); })
     .def(
       "close",
@@ -128,6 +145,8 @@ void init_shm_stream(nb::module_& m)
     .def_prop_ro("closed", [](const py_shm_stream& p) { return p.s.closed(); })
     .def_prop_ro("name", [](const py_shm_stream& p) { return p.s.cfg().name; })
     .def_prop_ro("staging_bytes", [](const py_shm_stream& p) { return p.s.cfg().staging_bytes; })
+    .def_prop_ro("schema", [](const py_shm_stream& p) { return schema_dict(p.s.cfg().schema); },
+                 "The stream's hook schema, {hook: (name, dtype name, row_shape)} ({}: none yet).")
     .def_prop_ro("policy", [](const py_shm_stream& p) {
       return std::string{p.s.cfg().policy == fk::queue_policy::block ? "block" : "drop"};
     })

@@ -75,7 +75,7 @@ nb::object sink_stats(nb::handle sink)
 void sink_adopt_schema(nb::handle sink, const fd::hook_schema& schema)
 {
   py_sink* p = sink_of(sink);
-  if (p == nullptr) { return; }
+  if (p == nullptr) { return shm_sink_adopt_schema(sink, schema); }
   gil_release g;  // rewrites index.json
   p->s.adopt_schema(schema);
 }

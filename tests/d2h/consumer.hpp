@@ -126,6 +126,45 @@ TYPED_TEST_P(D2hConsumer, SchemaTypesEntriesWithoutACopy)
   (void)plain.close();
 }
 
+/// Every entry sits in the staging at its ring alignment (16 bytes): a run that ends with an entry of an odd size
+/// (13 bytes) does not shift the next run, so a typed view's as<double>() takes the next entry (a staging region
+/// placed right after the 13 bytes would be refused: "expected bytes aligned to 8").
+TYPED_TEST_P(D2hConsumer, EveryEntrySitsInStagingAlignedAsInTheRing)
+{
+  using B = TypeParam;
+  fb::stream<B> s{this->b};
+  const std::vector<double> d{1.5, -2.25, 1e300};
+  std::vector<std::uint8_t> odd(13, 0x5a);
+  auto dd = this->upload(s, d.data(), d.size() * 8);
+  auto dodd = this->upload(s, odd.data(), odd.size());
+  fd::hook_schema schema;
+  schema.add(fd::hook_id{0}, "odd", fd::dtype::u8).add(fd::hook_id{1}, "values", fd::dtype::f64);
+  fd::channel<B> ch{this->small_config(1 << 16, 1), this->b, {}, {}, schema};
+  std::vector<fd::entry_view> held;  // held: the staging's head moves on past each region
+  for (int f = 0; f < 4; ++f) {
+    ch.begin_forward(s);
+    ch.capture(fd::hook_id{0}, dodd.data(), odd.size(), s);  // a run of its own: 13 bytes
+    (void)ch.end_forward(s);
+    for (auto& v : this->pop(ch, 1)) { held.push_back(std::move(v)); }
+    ch.begin_forward(s);
+    ch.capture(fd::hook_id{1}, dd.data(), d.size() * 8, s);
+    (void)ch.end_forward(s);
+    for (auto& v : this->pop(ch, 1)) { held.push_back(std::move(v)); }
+  }
+  ASSERT_EQ(held.size(), 8U);
+  const auto* base = held.front().bytes().data();
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    EXPECT_EQ(static_cast<std::size_t>(held[i].bytes().data() - base) % fd::entry_alignment, 0U) << "entry " << i;
+    if (i % 2 == 1) {
+      const fd::typed_view t = fd::typed(*ch.schema(), held[i]);
+      const auto x = t.as<double>();
+      EXPECT_EQ(std::vector<double>(x.begin(), x.end()), d) << "entry " << i;
+    }
+  }
+  held.clear();
+  (void)ch.close();
+}
+
 /// try_pop(out, max) moves up to max completed entries, in order, to the end of `out`; their staging goes back
 /// when the views are released (here: all at once), and the next forward reuses it.
 TYPED_TEST_P(D2hConsumer, TryPopBatchTakesEntriesInOrder)
@@ -163,6 +202,7 @@ TYPED_TEST_P(D2hConsumer, TryPopBatchTakesEntriesInOrder)
   EXPECT_EQ(rep.delivered, 2 * n);
 }
 
-REGISTER_TYPED_TEST_SUITE_P(D2hConsumer, SchemaTypesEntriesWithoutACopy, TryPopBatchTakesEntriesInOrder);
+REGISTER_TYPED_TEST_SUITE_P(D2hConsumer, SchemaTypesEntriesWithoutACopy, EveryEntrySitsInStagingAlignedAsInTheRing,
+                            TryPopBatchTakesEntriesInOrder);
 
 }  // namespace ferry::test

@@ -3,8 +3,11 @@
 # whose staging is a shared-memory segment, read zero-copy by a reader in a second process (a subprocess spawned
 # here, with no GPU). The reader reports every entry's hook, seq, tag, forward, status and a SHA-256 of its bytes,
 # checked against what this process captured; both policies, a SIGKILLed reader and its successor, two readers,
-# another layout version, misuse.
+# another layout version, misuse; typed entries (the hook schema in the segment: numpy / torch views of the
+# declared dtype and shape in the reader process), a corrupted schema region.
 import hashlib
+import importlib.util
+import json
 import mmap
 import os
 import signal
@@ -237,13 +240,14 @@ def test_a_second_reader_is_refused_naming_the_first(name):
             first.close()
 
 
-def test_a_reader_of_another_layout_version_is_refused_naming_both(name):
+@pytest.mark.parametrize("version", [1, 99])  # 1: the layout before the schema region
+def test_a_reader_of_another_layout_version_is_refused_naming_both(name, version):
     with ferry.sinks.shm_stream(name):
         with open(f"/dev/shm/ferry-{name}", "r+b") as f, mmap.mmap(f.fileno(), 4096) as m:
-            m[8:16] = (99).to_bytes(8, "little")  # the layout version word
-        with pytest.raises(ferry.LayoutVersionError, match=r"expected layout version 1 .*got version 99") as e:
+            m[8:16] = version.to_bytes(8, "little")  # the layout version word
+        with pytest.raises(ferry.LayoutVersionError, match=rf"expected layout version 2 .*got version {version}\b") as e:
             ferry.ShmReader(name, timeout=1)
-        assert (e.value.expected, e.value.got) == (1, 99)
+        assert (e.value.expected, e.value.got) == (2, version)
 
 
 def test_entries_release_by_views_and_misuse_is_refused(name, stream):
@@ -331,3 +335,186 @@ def test_a_cuda_channel_streams_to_a_reader_process_without_a_gpu(name):
         st = sink.close()
     expect_whole_forwards(recs, 0)
     assert len(recs) == 300 and st["entries_released"] == 300
+
+
+TYPED_READER = textwrap.dedent("""
+    import hashlib, json, sys
+    import ferry
+    try:
+        import torch
+    except ImportError:
+        torch = None
+
+    def sha(b):
+        return hashlib.sha256(b).hexdigest()
+
+    name, count = sys.argv[1], int(sys.argv[2])
+    with ferry.ShmReader(name, timeout=20) as r:
+        print("attached", len(r.schema), flush=True)
+        n = 0
+        while n < count:
+            for e in r.poll(64, timeout=0.1):
+                with e:
+                    a, raw = e.numpy(), e.numpy(raw=True)
+                    assert not a.flags.writeable and not raw.flags.writeable
+                    at = raw.__array_interface__["data"][0]
+                    rec = {"index": e.index, "hook": e.hook, "name": e.name, "hook_name": e.hook_name, "dtype": e.dtype,
+                           "shape": e.shape, "numpy": [a.dtype.str, list(a.shape), sha(a.tobytes())],
+                           "raw": [raw.dtype.str, list(raw.shape), sha(raw)],
+                           "zero_copy": a.__array_interface__["data"][0] == at and at != 0, "aligned": a.flags.aligned}
+                    if torch is not None:
+                        t = e.tensor()
+                        rec["torch"] = [str(t.dtype), list(t.shape), sha(t.view(torch.uint8).reshape(-1).numpy().tobytes()),
+                                        t.data_ptr() == at]
+                        del t
+                    del a, raw
+                print("entry", json.dumps(rec), flush=True)
+                n += 1
+        print("schema", json.dumps({str(k): [v[0], v[1], list(v[2])] for k, v in r.schema.items()}), flush=True)
+""")
+
+SCHEMA = {0: ("resid", np.float32, (8,)), 1: ("ids", np.int64), 2: ("half", np.float16, (2, 3)),
+          3: ("bf", "BF16", (4,)), 4: ("flags", np.bool_, (3,))}
+# per hook: numpy's dtype of the typed view (BF16: its bits), torch's dtype, the row shape
+TYPED = {0: ("<f4", "torch.float32", [8]), 1: ("<i8", "torch.int64", []), 2: ("<f2", "torch.float16", [2, 3]),
+         3: ("<u2", "torch.bfloat16", [4]), 4: ("|b1", "torch.bool", [3]), 9: ("|u1", "torch.uint8", None)}
+
+
+def typed_data(f, h):
+    """Hook h's array of forward f: 1 + (f + h) % 3 rows of the schema's row; hook 9 (undeclared): bytes."""
+    rows = 1 + (f + h) % 3
+    g = np.random.default_rng(f * 16 + h)
+    return {0: lambda: g.standard_normal((rows, 8), dtype=np.float32),
+            1: lambda: g.integers(-2**40, 2**40, rows, dtype=np.int64),
+            2: lambda: g.standard_normal((rows, 2, 3)).astype(np.float16),
+            3: lambda: g.integers(0, 2**16, (rows, 4), dtype=np.uint16),  # bfloat16's bits
+            4: lambda: g.integers(0, 2, (rows, 3)).astype(np.bool_),
+            9: lambda: g.integers(0, 256, 10 + f, dtype=np.uint8)}[h]()
+
+
+def test_a_reader_process_gets_typed_arrays_of_the_channels_schema(name, stream):
+    # the reader attaches before the channel exists (no schema yet); the stream takes the channel's schema before
+    # its first entry, and every entry of a declared hook reaches the reader as [rows, *row_shape] of its dtype
+    hooks = (0, 1, 2, 3, 4, 9)
+    with ferry.sinks.shm_stream(name, staging_bytes=1 << 20) as sink:
+        env = dict(os.environ, FERRY_PYTHON_BACKEND="host", CUDA_VISIBLE_DEVICES="")
+        p = subprocess.Popen([sys.executable, "-c", TYPED_READER, name, str(8 * len(hooks))], stdout=subprocess.PIPE,
+                             text=True, env=env)
+        try:
+            assert p.stdout.readline().split() == ["attached", "0"]
+            ch = ferry.Channel(backend="host", ring_bytes=1 << 20, schema=SCHEMA, sink=sink)
+            assert sink.schema == ch.schema
+            sent = {}
+            for f in range(8):
+                ch.begin_forward(stream, tag=f)
+                for h in hooks:
+                    sent[f, h] = typed_data(f, h)
+                    ch.capture(h, sent[f, h], stream)
+                ch.end_forward(stream)
+            recs = [json.loads(p.stdout.readline().split(" ", 1)[1]) for _ in range(8 * len(hooks))]
+            schema_line = p.stdout.readline().split(" ", 1)
+            assert ch.close()["clean"]
+        finally:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            p.stdout.close()
+    assert schema_line[0] == "schema"
+    assert json.loads(schema_line[1]) == {str(k): [v[0], v[1], list(v[2])] for k, v in ch.schema.items()}
+    have_torch = importlib.util.find_spec("torch") is not None
+    assert ("torch" in recs[0]) == have_torch, "the reader process checks tensor() where torch imports"
+    for i, rec in enumerate(recs):
+        f, h = divmod(i, len(hooks))
+        h = hooks[h]
+        x = sent[f, h]
+        np_dtype, torch_dtype, row = TYPED[h]
+        assert (rec["index"], rec["hook"]) == (i, h)
+        digest = hashlib.sha256(x.tobytes()).hexdigest()
+        assert rec["raw"] == ["|u1", [x.nbytes], digest] and rec["zero_copy"] and rec["aligned"], rec
+        if row is None:
+            assert rec["name"] is rec["hook_name"] is rec["dtype"] is rec["shape"] is None
+            assert rec["numpy"] == ["|u1", [x.nbytes], digest]
+        else:
+            shape = [x.shape[0]] + row
+            assert rec["name"] == rec["hook_name"] == SCHEMA[h][0]
+            assert rec["dtype"] == ferry.sinks.dtype_name(SCHEMA[h][1]) and rec["shape"] == shape
+            assert rec["numpy"] == [np_dtype, shape, digest], f"entry {i} (hook {h}): {rec['numpy']}"
+        if have_torch:
+            assert rec["torch"] == [torch_dtype, shape if row is not None else [x.nbytes], digest, True], rec
+
+
+def test_a_stream_schema_of_its_own_types_entries_and_a_channels_is_taken_before_the_first_entry_only(name, stream):
+    own = {0: ("resid", np.float32, (4,))}
+    with ferry.sinks.shm_stream(name, own, staging_bytes=1 << 16) as sink, ferry.ShmReader(name) as r:
+        assert sink.schema == r.schema == {0: ("resid", "F32", (4,))}  # in the segment before the reader attached
+        ch = ferry.Channel(backend="host", ring_bytes=1 << 16, schema={0: ("other", np.int32, (4,))}, sink=sink)
+        assert sink.schema == r.schema == {0: ("resid", "F32", (4,))}, "a stream with a schema keeps it"
+        x = np.arange(12, dtype=np.float32).reshape(3, 4)
+        ch.begin_forward(stream)
+        ch.capture(0, x, stream)
+        ch.end_forward(stream)
+        (e,) = r.poll(timeout=5.0)
+        a = e.numpy()
+        np.testing.assert_array_equal(a, x)
+        assert (e.name, e.dtype, e.shape) == ("resid", "F32", (3, 4)) and not a.flags.writeable
+        e.release()
+        del a
+        ch.close()
+    with ferry.sinks.shm_stream(name + "-late", staging_bytes=1 << 16) as sink, ferry.ShmReader(name + "-late") as r:
+        ch = ferry.Channel(backend="host", ring_bytes=1 << 16, sink=sink)  # no schema: nothing to take
+        assert sink.schema == r.schema == {}
+        ch.begin_forward(stream)
+        ch.capture(0, np.arange(4, dtype=np.float32), stream)
+        ch.end_forward(stream)
+        (e,) = r.poll(timeout=5.0)
+        assert e.name is None and e.shape is None and e.numpy().dtype == np.uint8
+        e.release()
+        ch.close()
+        with pytest.raises(ferry.LogicError, match="expected to take its channel's schema before its first entry"):
+            ferry.Channel(backend="host", ring_bytes=1 << 16, schema=own, sink=sink)
+    with pytest.raises(ferry.LogicError, match="expected a schema of at most 4096 bytes"):
+        with ferry.sinks.shm_stream(name + "-small", schema_bytes=4096) as sink:
+            ferry.Channel(backend="host", ring_bytes=1 << 16, sink=sink,
+                          schema={k: (f"model.layers.{k}.mlp.down_proj.output", "BF16", (4096,)) for k in range(100)})
+
+
+def test_tensor_is_a_zero_copy_torch_view_of_the_declared_dtype(name, stream):
+    torch = pytest.importorskip("torch")
+    schema = {0: ("bf", torch.bfloat16, (2, 4)), 1: ("h", torch.float16, (3,))}
+    with ferry.sinks.shm_stream(name, schema, staging_bytes=1 << 16) as sink, ferry.ShmReader(name) as r:
+        ch = ferry.Channel(backend="host", ring_bytes=1 << 16, sink=sink)
+        xs = [torch.randn(3, 2, 4).to(torch.bfloat16), torch.randn(5, 3).to(torch.float16)]
+        ch.begin_forward(stream)
+        for h, x in enumerate(xs):
+            ch.capture(h, x, stream)
+        ch.end_forward(stream)
+        got = []
+        while len(got) < 2:
+            got += r.poll(2, timeout=5.0)
+        for e, x in zip(got, xs):
+            with e:
+                t = e.tensor()
+                assert t.dtype == x.dtype and t.shape == x.shape and torch.equal(t, x)
+                assert t.data_ptr() == e.numpy(raw=True).__array_interface__["data"][0], "zero-copy"
+                assert e.tensor(raw=True).dtype == torch.uint8
+                del t
+        ch.close()
+
+
+def test_a_corrupted_schema_region_is_a_logic_error_naming_the_stream(name, stream):
+    with ferry.sinks.shm_stream(name, {0: ("resid", np.float32, (4,))}, timeout=0.2) as sink:
+        with open(f"/dev/shm/ferry-{name}", "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+            offset = int.from_bytes(m[96:104], "little")  # the schema region (shm_layout.hpp: w_schema_offset)
+            assert m[offset:offset + 8] == b"FERRYHKS"
+            m[offset + 32 + 19] ^= 0x20  # a byte of the hook's name: the CRC-32 differs
+        ch = ferry.Channel(backend="host", ring_bytes=1 << 16, sink=sink)
+        ch.begin_forward(stream)
+        ch.capture(0, np.zeros(4, np.float32), stream)
+        ch.end_forward(stream)
+        with ferry.ShmReader(name, timeout=1) as r:
+            with pytest.raises(ferry.LogicError, match=rf"stream '{name}': schema region of .*expected the body's CRC-32"):
+                r.schema
+            wait_for(lambda: sink.stats()["entries_published"] == 1, "the entry")
+            with pytest.raises(ferry.LogicError, match="schema region"):
+                r.poll(timeout=1.0)
+        ch.close()

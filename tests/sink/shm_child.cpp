@@ -9,6 +9,12 @@
 //       releases only the first <release_first>, holds the rest, prints "holding" and sleeps (the test kills
 //       it); else holds the last <window> entries and checks each again before releasing it; <delay_us>: sleep
 //       that long before each poll (a slow reader).
+//   ferry_shm_child typed <name> <count>
+//       attaches, prints "attached <start index> schema <hooks in the stream's schema now>", reads <count>
+//       entries (or to the end of the stream), each checked against shm_pattern(tag, hook, i) through its typed
+//       view where the schema declares its hook (the elements as the dtype's C++ type, the shape against the size),
+//       printing "typed <index> <hook> <tag> <name> <dtype> <shape, 'x'-separated> <ok 0|1>", else its bytes,
+//       printing "raw <index> <hook> <tag> <size> <ok 0|1>".
 //   ferry_shm_child stall <name> <sleep_ms>
 //       attaches, reads one entry and keeps it, prints "stalled", sleeps <sleep_ms>, then polls once and prints
 //       "detached" (reader_detached_error) or "still attached".
@@ -29,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -111,6 +118,67 @@ int read(const std::string& name, std::uint64_t count, long release_first, long 
   return 0;
 }
 
+/// Whether `t`'s elements, as T, are the pattern's bytes of entry (tag, hook), and as many as its shape says.
+template <class T>
+bool elements_ok(const ferry::d2h::typed_view& t, const fk::shm_entry& e)
+{
+  const std::span<const T> x = t.as<T>();
+  std::uint64_t n = 1;
+  for (const auto d : t.shape()) { n *= d; }
+  if (x.size() != n || x.size_bytes() != e.size() || static_cast<const void*>(x.data()) != e.bytes().data()) {
+    return false;
+  }
+  const auto* b = reinterpret_cast<const std::uint8_t*>(x.data());
+  for (std::size_t i = 0; i < x.size_bytes(); ++i) {
+    if (b[i] != ferry::test::shm_pattern(e.tag(), e.hook().value, i)) { return false; }
+  }
+  return true;
+}
+
+int typed(const std::string& name, std::uint64_t count)
+{
+  namespace fd = ferry::d2h;
+  struct half { std::uint16_t bits; };  // F16, BF16: a user's type of the element's size
+  struct byte8 { std::uint8_t bits; };  // F8_*
+  fk::shm_reader r{name, 10s};
+  say("attached " + std::to_string(r.stats().start_index) + " schema " + std::to_string(r.schema()->size()));
+  for (std::uint64_t n = 0; n < count && !r.ended();) {
+    for (auto& e : r.poll(64, 20ms)) {
+      ++n;
+      if (e.spec() == nullptr) {
+        say("raw " + std::to_string(e.index()) + " " + std::to_string(e.hook().value) + " " + std::to_string(e.tag()) +
+            " " + std::to_string(e.size()) + " " + (bytes_ok(e) ? "1" : "0"));
+        continue;
+      }
+      const fd::typed_view t = e.typed();
+      bool ok = false;
+      switch (t.type()) {
+        case fd::dtype::f64: ok = elements_ok<double>(t, e); break;
+        case fd::dtype::f32: ok = elements_ok<float>(t, e); break;
+        case fd::dtype::f16:
+        case fd::dtype::bf16: ok = elements_ok<half>(t, e); break;
+        case fd::dtype::f8_e4m3:
+        case fd::dtype::f8_e5m2: ok = elements_ok<byte8>(t, e); break;
+        case fd::dtype::i64: ok = elements_ok<std::int64_t>(t, e); break;
+        case fd::dtype::i32: ok = elements_ok<std::int32_t>(t, e); break;
+        case fd::dtype::i16: ok = elements_ok<std::int16_t>(t, e); break;
+        case fd::dtype::i8: ok = elements_ok<std::int8_t>(t, e); break;
+        case fd::dtype::u64: ok = elements_ok<std::uint64_t>(t, e); break;
+        case fd::dtype::u32: ok = elements_ok<std::uint32_t>(t, e); break;
+        case fd::dtype::u16: ok = elements_ok<std::uint16_t>(t, e); break;
+        case fd::dtype::u8: ok = elements_ok<std::uint8_t>(t, e); break;
+        case fd::dtype::boolean: ok = elements_ok<bool>(t, e); break;
+      }
+      std::string shape;
+      for (const auto d : t.shape()) { shape += (shape.empty() ? "" : "x") + std::to_string(d); }
+      say("typed " + std::to_string(e.index()) + " " + std::to_string(e.hook().value) + " " + std::to_string(e.tag()) +
+          " " + t.name() + " " + std::string{fd::dtype_name(t.type())} + " " + shape + " " + (ok ? "1" : "0"));
+    }
+  }
+  say(r.ended() ? "ended" : "done");
+  return 0;
+}
+
 int produce(const std::string& name, std::uint64_t forwards)
 {
   namespace fb = ferry::backend;
@@ -156,6 +224,7 @@ int main(int argc, char** argv)
     if (a.size() >= 3 && a[0] == "read") {
       return read(a[1], static_cast<std::uint64_t>(num(2, 0)), num(3, -1), num(4, 0), num(5, 0));
     }
+    if (a.size() >= 3 && a[0] == "typed") { return typed(a[1], static_cast<std::uint64_t>(num(2, 0))); }
     if (a.size() >= 3 && a[0] == "stall") {
       fk::shm_reader r{a[1], 10s};
       auto e = r.poll(1, 10s);
@@ -185,6 +254,6 @@ int main(int argc, char** argv)
     say(std::string{"error exception "} + e.what());
     return 3;
   }
-  std::fprintf(stderr, "usage: ferry_shm_child read|stall|hold|produce <name> ...\n");
+  std::fprintf(stderr, "usage: ferry_shm_child read|typed|stall|hold|produce <name> ...\n");
   return 2;
 }

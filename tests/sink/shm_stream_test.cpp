@@ -419,26 +419,30 @@ TEST_F(ShmStream, SecondReaderIsRefusedAndAReaderAttachesAfterTheFirstDied)
   (void)stream.close();
 }
 
+// Version 1 (the layout before the schema region) and a later one: refused before anything else is read.
 TEST_F(ShmStream, ReaderOfAnotherLayoutVersionIsRefusedNamingBoth)
 {
+  EXPECT_EQ(shm::layout_version, 2U);
   fk::shm_stream stream{stream_config()};
-  {
-    const int fd = ::shm_open(shm::object_name(name).c_str(), O_RDWR, 0);
-    ASSERT_GE(fd, 0);
-    void* p = ::mmap(nullptr, shm::header_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    ASSERT_NE(p, MAP_FAILED);
-    shm::store(static_cast<std::byte*>(p), shm::w_version, 99);  // a producer of layout version 99
-    ::munmap(p, shm::header_bytes);
-  }
-  try {
-    fk::shm_reader r{name, 1s};
-    FAIL() << "a reader attached to another layout version";
-  } catch (const fk::layout_version_error& e) {
-    EXPECT_EQ(e.expected(), shm::layout_version);
-    EXPECT_EQ(e.got(), 99U);
-    EXPECT_NE(std::string{e.what()}.find("expected layout version 1 (this reader's), got version 99"), std::string::npos)
-      << e.what();
+  for (const std::uint64_t version : {std::uint64_t{1}, std::uint64_t{99}}) {
+    {
+      const int fd = ::shm_open(shm::object_name(name).c_str(), O_RDWR, 0);
+      ASSERT_GE(fd, 0);
+      void* p = ::mmap(nullptr, shm::header_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      ::close(fd);
+      ASSERT_NE(p, MAP_FAILED);
+      shm::store(static_cast<std::byte*>(p), shm::w_version, version);  // a producer of that layout version
+      ::munmap(p, shm::header_bytes);
+    }
+    try {
+      fk::shm_reader r{name, 1s};
+      FAIL() << "a reader attached to layout version " << version;
+    } catch (const fk::layout_version_error& e) {
+      EXPECT_EQ(e.expected(), shm::layout_version);
+      EXPECT_EQ(e.got(), version);
+      EXPECT_NE(std::string{e.what()}.find("expected layout version 2 (this reader's), got version " + std::to_string(version)),
+                std::string::npos) << e.what();
+    }
   }
   (void)stream.close();
 }

@@ -94,18 +94,26 @@ class typed_view {
   std::vector<std::uint64_t> shape_;
 };
 
-/// The entry `e` as its hook's tensor in `schema`. Throws entry_shape_error (hook_schema::check) for a hook
-/// the schema does not name, a size that is not a whole number of rows, or a capture_rows row size other than
-/// the schema's; and the entry's own errors as entry_view::bytes() does (size_overflow_error, selection_error,
-/// a released view).
-[[nodiscard]] inline typed_view typed(const hook_schema& schema, const entry_view& e)
+/// The payload `bytes` of an entry of `hook` (its own row size `entry_row_bytes`: entry_view::row_bytes(), 0
+/// for an entry captured whole) as its hook's tensor in `schema`, wherever the bytes are (a channel's staging, a
+/// shared-memory stream's segment: sink/shm_reader.hpp). Throws entry_shape_error (hook_schema::check) for a
+/// hook the schema does not name, a size that is not a whole number of rows, or a capture_rows row size other
+/// than the schema's.
+[[nodiscard]] inline typed_view typed(const hook_schema& schema, hook_id hook, std::span<const std::byte> bytes,
+                                      std::uint64_t entry_row_bytes)
 {
-  const std::span<const std::byte> b = e.bytes();
   std::uint64_t rows = 0;
-  const hook_spec& h = schema.check(e.hook(), e.size(), e.row_bytes(), rows);
+  const hook_spec& h = schema.check(hook, bytes.size(), entry_row_bytes, rows);
   std::vector<std::uint64_t> shape{rows};
   shape.insert(shape.end(), h.row_shape.begin(), h.row_shape.end());
-  return typed_view{h, b, std::move(shape)};
+  return typed_view{h, bytes, std::move(shape)};
+}
+
+/// The entry `e` as its hook's tensor in `schema` (above); and the entry's own errors as entry_view::bytes()
+/// does (size_overflow_error, selection_error, a released view).
+[[nodiscard]] inline typed_view typed(const hook_schema& schema, const entry_view& e)
+{
+  return typed(schema, e.hook(), e.bytes(), e.row_bytes());
 }
 
 }  // namespace ferry::d2h

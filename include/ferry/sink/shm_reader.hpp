@@ -5,6 +5,7 @@
 //   while (!r.ended()) {
 //     for (auto& e : r.poll(64, std::chrono::milliseconds(100))) {
 //       use(e.hook(), e.tag(), e.bytes());             // zero-copy: the bytes where the D2H put them
+//       if (e.spec() != nullptr) { use(e.typed()); }   // a hook of the stream's schema: d2h::typed_view
 //     }                                                // each entry released when it dies (or release())
 //   }
 //
@@ -12,10 +13,12 @@
 // gets back the released prefix. Errors: stream_busy_error (another reader is attached), layout_version_error
 // (a producer of another layout version), reader_detached_error (the producer ended this session: evicted
 // under policy drop), producer_gone_error (the producer died; raised once every entry it published was read),
-// timeout_error (no stream of that name, or no session, within the attach timeout).
+// timeout_error (no stream of that name, or no session, within the attach timeout), d2h::schema_error (poll(),
+// schema(): a corrupted schema region).
 #pragma once
 
 #include <ferry/d2h/entry_view.hpp>
+#include <ferry/d2h/typed_view.hpp>
 #include <ferry/sink/detail/shm_segment.hpp>
 
 #include <chrono>
@@ -43,7 +46,7 @@ class shm_entry {
   shm_entry(const shm_entry&) = delete;
   shm_entry& operator=(const shm_entry&) = delete;
   shm_entry(shm_entry&& o) noexcept
-    : r_{std::move(o.r_)}, d_{o.d_}, data_{std::exchange(o.data_, nullptr)}
+    : r_{std::move(o.r_)}, schema_{std::move(o.schema_)}, d_{o.d_}, data_{std::exchange(o.data_, nullptr)}
   {
   }
   shm_entry& operator=(shm_entry&& o) noexcept
@@ -51,6 +54,7 @@ class shm_entry {
     if (this != &o) {
       release();
       r_ = std::move(o.r_);
+      schema_ = std::move(o.schema_);
       d_ = o.d_;
       data_ = std::exchange(o.data_, nullptr);
     }
@@ -78,12 +82,27 @@ class shm_entry {
                   "shm entry {} (hook {}, seq {}): expected a live entry, got a released one", d_.index, d_.hook, d_.seq);
     return {data_, static_cast<std::size_t>(d_.size)};
   }
+  /// The stream's hook schema as this entry was read (shm_reader::schema(); null for a default-constructed entry).
+  [[nodiscard]] const std::shared_ptr<const d2h::hook_schema>& schema() const noexcept { return schema_; }
+  /// The schema's hook of this entry, or null (undeclared: bytes() only).
+  [[nodiscard]] const d2h::hook_spec* spec() const noexcept { return schema_ ? schema_->find(hook()) : nullptr; }
+  /// The payload as its hook's tensor (d2h::typed: [rows, *row_shape] of the hook's dtype; valid as bytes() is,
+  /// and while schema() lives). Throws d2h::entry_shape_error for a hook the schema does not name or a size that
+  /// does not fit it, and what bytes() throws.
+  [[nodiscard]] d2h::typed_view typed() const
+  {
+    const std::span<const std::byte> b = bytes();
+    FERRY_EXPECTS(schema_ != nullptr, ferry::logic_error, "shm entry {} (hook {}): typed() expected an entry read "
+                  "from a stream, got a default-constructed one", d_.index, d_.hook);
+    return d2h::typed(*schema_, hook(), b, d_.row_bytes);
+  }
   /// Gives the entry back to the producer (once every entry before it in the stream is given back too).
   void release() noexcept;
 
  private:
   friend class detail::shm_reader_impl;
   std::shared_ptr<detail::shm_reader_impl> r_;
+  std::shared_ptr<const d2h::hook_schema> schema_;
   detail::shm::descriptor d_{};
   const std::byte* data_{nullptr};
 };
@@ -118,6 +137,10 @@ class shm_reader {
   [[nodiscard]] std::optional<shm_entry> next(std::chrono::microseconds timeout);
   /// The producer closed the stream and every entry it published was read.
   [[nodiscard]] bool ended() const;
+  /// The stream's hook schema (never null): empty until the producer published one (its config's at creation,
+  /// or its channel's before the first entry: every entry poll() returns carries it); then fixed. Throws
+  /// d2h::schema_error naming the stream for a corrupted schema region (so does poll()).
+  [[nodiscard]] std::shared_ptr<const d2h::hook_schema> schema() const;
   [[nodiscard]] shm_reader_stats stats() const;
   /// Gives back what was released, frees the reader slot (a new reader may attach); idempotent. Entries read
   /// and not released are the next reader's (policy block) or dropped (drop); their bytes may be reused.

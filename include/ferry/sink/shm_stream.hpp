@@ -4,13 +4,15 @@
 //   ferry::sink::shm_stream_config sc;
 //   sc.name = "acts";                                     // /dev/shm/ferry-acts
 //   ferry::sink::shm_stream stream{sc};
-//   fd::channel<B> ch{cfg, b, stream.callback(), stream.staging(b)};  // D2H lands in the shared segment
+//   fd::channel<B> ch{cfg, b, stream.callback(), stream.staging(b), schema};  // D2H lands in the shared segment
+//   stream.adopt_schema(*ch.schema());  // the reader's entries typed (shm_entry::typed), before the first entry
 //   ... forwards ...
 //   ch.close();      // every entry delivered
 //   stream.close();  // end of stream for the reader; throws the first error kept
 //
 // and in the other process ferry::sink::shm_reader (shm_reader.hpp) or ferry.ShmReader (Python) attaches by
-// name and reads each entry's bytes where the D2H put them. The channel's staging IS the segment's staging:
+// name and reads each entry's bytes where the D2H put them, typed by the stream's hook schema (the config's, or
+// its channel's: adopt_schema) where it declares the hook. The channel's staging IS the segment's staging:
 // the stream holds every entry view it published until the reader released it (its release index, written
 // back into the segment), so a region is reused only after the reader is done with it.
 //
@@ -30,6 +32,7 @@
 #pragma once
 
 #include <ferry/d2h/entry_view.hpp>
+#include <ferry/d2h/hook_schema.hpp>
 #include <ferry/d2h/staging_memory.hpp>
 #include <ferry/sink/errors.hpp>
 #include <ferry/sink/policy.hpp>
@@ -51,6 +54,8 @@ struct shm_stream_config {
   std::uint64_t max_lag_entries{0};  ///< drop: admit a forward while the reader lags by at most this (0: descriptors / 2)
   std::uint64_t max_lag_bytes{0};    ///< drop: ... and staging in use is at most this (0: staging_bytes / 2)
   std::chrono::microseconds poll_interval{100};  ///< the stream thread's period while the reader holds entries (else 1 ms)
+  d2h::hook_schema schema;  ///< what each hook's bytes are, for the reader (written into the segment); empty: adopt_schema()
+  std::uint64_t schema_bytes{256 << 10};  ///< the segment's room for a schema adopted later (a config schema: at least its size)
 };
 
 /// A snapshot of the stream's counters (monotonic but for the "now" ones).
@@ -126,6 +131,11 @@ class shm_stream {
   /// The channel's callback (d2h::channel's callback_type): publishes each entry (drain thread).
   [[nodiscard]] std::function<void(d2h::entry_view&&)> callback() const;
   void operator()(d2h::entry_view&& e) const;
+  /// Attaching the stream to a channel with a hook schema (channel::schema()): a stream made without a schema of
+  /// its own takes that one and writes it into the segment for the reader (once; an empty one: nothing); a
+  /// stream with one keeps its own. logic_error naming the stream when entries were delivered already or after
+  /// close() (call it before the channel's first entry), or when the schema does not fit `schema_bytes`.
+  void adopt_schema(const d2h::hook_schema& channel_schema);
   /// The segment's staging, registered with `b` (host_register) for the channel that feeds this stream: pass
   /// it to the channel's constructor. One channel at a time: unregistered when the channel and its last view
   /// let it go, then another channel may take it (logic_error before).

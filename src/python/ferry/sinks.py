@@ -9,7 +9,7 @@ default the channel's) maps each hook id to ``(name, dtype, row_shape)``: an ent
 
 ``shm_stream(name, ...)`` publishes every entry zero-copy to ONE reader process through shared memory
 (/dev/shm/ferry-<name>): the channel's D2H lands in the shared segment, and ``ferry.ShmReader(name)`` in the
-other process reads it there.
+other process reads it there, typed by the schema (its own, or by default the channel's).
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ def safetensors(directory, schema=None, *, shard_bytes: int = 1 << 30, policy: s
                                   fsync=bool(fsync), overwrite=bool(overwrite))
 
 
-def shm_stream(name: str, *, staging_bytes: int = 64 << 20, descriptors: int = 4096, policy: str = "block",
-               timeout: float = 5.0, max_lag_entries: int = 0, max_lag_bytes: int = 0,
-               poll_interval: float = 1e-4) -> ShmStreamSink:
+def shm_stream(name: str, schema=None, *, staging_bytes: int = 64 << 20, descriptors: int = 4096,
+               policy: str = "block", timeout: float = 5.0, max_lag_entries: int = 0, max_lag_bytes: int = 0,
+               poll_interval: float = 1e-4, schema_bytes: int = 256 << 10) -> ShmStreamSink:
     """A sink streaming every entry zero-copy to a reader in another process: ``ferry.ShmReader(name)`` there.
 
     Creates the shared-memory segment /dev/shm/ferry-<name> (a name of [A-Za-z0-9._-]; ferry.StreamBusyError if a
@@ -67,9 +67,16 @@ def shm_stream(name: str, *, staging_bytes: int = 64 << 20, descriptors: int = 4
     a reader that releases nothing for `timeout` while room is needed is evicted (ferry.ReaderDetachedError there).
     `poll_interval`: the stream thread's period (seconds) while the reader holds entries (else 1 ms).
 
+    `schema`: ``{hook_id: (name, dtype, row_shape)}`` as for ``safetensors``; None: the schema of the channel the
+    sink is given to, if it has one (``ferry.Channel(..., schema=..., sink=...)``; else the entries stay bytes).
+    Written into the segment: the reader's ``ShmEntry.numpy()`` / ``tensor()`` of a declared hook are then
+    ``[rows, *row_shape]`` of its dtype. `schema_bytes`: the segment's room for a channel's schema.
+
     ``stats()`` (dict), ``close()`` (marks the stream ended, waits up to `timeout` for the reader to release,
     raises the first error kept); a context manager. Close the channel first, then the sink.
     """
-    return _ferry.ShmStreamSink(str(name), staging_bytes=staging_bytes, descriptors=descriptors, policy=policy,
-                                timeout=float(timeout), max_lag_entries=max_lag_entries, max_lag_bytes=max_lag_bytes,
+    hooks = [] if schema is None else _tuples(schema, "ferry.sinks.shm_stream")
+    return _ferry.ShmStreamSink(str(name), hooks, schema_bytes=schema_bytes, staging_bytes=staging_bytes,
+                                descriptors=descriptors, policy=policy, timeout=float(timeout),
+                                max_lag_entries=max_lag_entries, max_lag_bytes=max_lag_bytes,
                                 poll_interval=float(poll_interval))

@@ -3,7 +3,8 @@
 // region released when the last entry view on it is released (views may be released in any order; the
 // ring tail advances over released regions in order). Shared by the channel and every entry view, so
 // a view that outlives its channel keeps its bytes valid. The memory is the channel's pinned buffer, or
-// staging given to the channel (staging_memory.hpp, with_staging).
+// staging given to the channel (staging_memory.hpp, with_staging). Regions start at entry_alignment (16) from the
+// base, so an entry of a run sits in the staging at its ring alignment (a typed view's as<T>() takes it).
 #pragma once
 
 #include <ferry/d2h/ring_ref.hpp>
@@ -11,6 +12,7 @@
 #include <ferry/d2h/types.hpp>
 #include <ferry/error.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -33,13 +35,14 @@ class staging_pool {
   [[nodiscard]] bool can_alloc(std::uint64_t n) const
   {
     std::lock_guard lock{m_};
-    return fits(place(head_, n, bytes_));
+    return fits(place(head_, padded(n), bytes_));
   }
-  /// A contiguous region of n bytes shared by `refs` views; its virtual start (physical = start % bytes()).
+  /// A contiguous region of n bytes shared by `refs` views, starting aligned to entry_alignment from the base;
+  /// its virtual start (physical = start % bytes()).
   [[nodiscard]] std::optional<std::uint64_t> alloc(std::uint64_t n, std::uint32_t refs)
   {
     std::lock_guard lock{m_};
-    const placement p = place(head_, n, bytes_);
+    const placement p = place(head_, padded(n), bytes_);
     if (!fits(p)) { return std::nullopt; }
     head_ = p.end;
     regions_.push_back(region{p.start, p.end, refs});
@@ -77,6 +80,12 @@ class staging_pool {
     std::uint64_t end;
     std::uint32_t refs;
   };
+  /// n rounded up to entry_alignment, so the next region starts aligned too (a region's physical start is a sum
+  /// of padded sizes, or 0 after a wrap); never past bytes_ when n itself fits (a staging of another size).
+  [[nodiscard]] std::uint64_t padded(std::uint64_t n) const noexcept
+  {
+    return std::min(ferry::detail::align_up(n, entry_alignment), std::max(n, bytes_));
+  }
   /// `end - tail` counts the wrap padding; an empty pool takes any region of at most bytes_ (the padding
   /// holds nothing), otherwise a region larger than the released prefix could never be placed.
   [[nodiscard]] bool fits(const placement& p) const noexcept

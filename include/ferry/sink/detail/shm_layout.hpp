@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-// The shared-memory stream's segment, byte by byte (layout version 1; docs/design/shm_stream.md). One POSIX
+// The shared-memory stream's segment, byte by byte (layout version 2; docs/design/shm_stream.md). One POSIX
 // shared-memory object "/ferry-<name>" (Linux: /dev/shm/ferry-<name>), all words little-endian uint64:
 //
 //   [0, 4096)           header, one 64-byte line per writer so no two writers share a line:
 //     line 0, 1         fixed at creation: magic (written last, store-release), version, sizes, generation,
-//                       the producer's pid and start time
+//                       the producer's pid and start time, the schema region's offset and capacity
 //     line 2            head: descriptors published (producer, store-release)
-//     line 3            producer control: state, session, session_claim, read_start, detach_reason
+//     line 3            producer control: state, session, session_claim, read_start, detach_reason, schema (the
+//                       schema region's bytes once written, store-release; 0: none yet)
 //     line 4            release: the reader's released prefix, tagged with its session (reader, store-release)
 //     line 5            consumed: the reader's read index, tagged (reader; diagnostics)
 //     line 6            reader control: claim (CAS), attach_request, the reader's start time
 //   [4096, desc_end)    descriptor ring: capacity (a power of two) x 64-byte descriptors, index i at i % capacity
+//   [schema_offset, +schema_capacity)  the hook schema (page-aligned; shm_schema.hpp), written once
 //   [staging_offset, +staging_bytes)  the channel's staging (page-aligned): entry payloads, where D2H lands
 //
 // Word access goes through std::atomic_ref (lock-free, so address-free: valid across processes).
@@ -30,7 +32,7 @@
 namespace ferry::sink::detail::shm {
 
 inline constexpr std::uint64_t magic = 0x4d48535952524546ULL;  // "FERRYSHM" in memory order
-inline constexpr std::uint64_t layout_version = 1;
+inline constexpr std::uint64_t layout_version = 2;  ///< 2: the schema region (1: none)
 inline constexpr std::uint64_t header_bytes = 4096;
 inline constexpr std::uint64_t page = 4096;
 inline constexpr std::uint64_t descriptor_bytes = 64;
@@ -42,11 +44,11 @@ enum word : std::uint64_t {
   // line 0, 1: fixed
   w_magic = 0, w_version = 8, w_header_bytes = 16, w_total_bytes = 24, w_desc_offset = 32, w_desc_capacity = 40,
   w_staging_offset = 48, w_staging_bytes = 56, w_generation = 64, w_producer_pid = 72, w_producer_start = 80,
-  w_descriptor_bytes = 88,
+  w_descriptor_bytes = 88, w_schema_offset = 96, w_schema_capacity = 104,
   // line 2: producer, hot
   w_head = 128,
   // line 3: producer control
-  w_state = 192, w_session = 200, w_session_claim = 208, w_read_start = 216, w_detach_reason = 224,
+  w_state = 192, w_session = 200, w_session_claim = 208, w_read_start = 216, w_detach_reason = 224, w_schema = 232,
   // line 4, 5: reader, hot
   w_release = 256, w_consumed = 320,
   // line 6: reader control

@@ -2,9 +2,11 @@
 // The shared-memory stream's reader behind its handle (sink/shm_reader.hpp): attach (claim the reader slot
 // with a CAS, ask the producer for a session, wait for it), poll (acquire head, read descriptors, publish the
 // read index), release (mark, advance the released prefix, store-release it tagged with the session), close
-// (the last release, then the slot freed). The ordering steps (docs/design/shm_stream.md) are marked S1..S7.
+// (the last release, then the slot freed), the schema (acquire its word, parse a copy of its region). The
+// ordering steps (docs/design/shm_stream.md) are marked S0..S7.
 #pragma once
 
+#include <ferry/sink/detail/shm_schema.hpp>
 #include <ferry/sink/shm_reader.hpp>
 
 #include <algorithm>
@@ -126,6 +128,12 @@ class shm_reader_impl : public std::enable_shared_from_this<shm_reader_impl> {
   }
 
   [[nodiscard]] bool ended() const noexcept { return ended_; }
+  [[nodiscard]] std::shared_ptr<const d2h::hook_schema> schema()
+  {
+    std::lock_guard lk{mu_};
+    refresh_schema_locked();
+    return schema_;
+  }
   [[nodiscard]] shm_reader_stats stats() const
   {
     std::lock_guard lk{mu_};
@@ -140,6 +148,7 @@ class shm_reader_impl : public std::enable_shared_from_this<shm_reader_impl> {
     const std::uint64_t cap = seg_->capacity();
     out.reserve(end - read_);
     std::lock_guard lk{mu_};
+    refresh_schema_locked();  // after poll's acquire of head (S3): a schema published before these entries is seen
     for (; read_ < end; ++read_) {
       shm_entry e;
       std::memcpy(&e.d_, seg_->descriptors() + read_ % cap, sizeof e.d_);
@@ -150,11 +159,29 @@ class shm_reader_impl : public std::enable_shared_from_this<shm_reader_impl> {
                     e.d_.offset, e.d_.size);
       e.data_ = seg_->staging() + e.d_.offset;
       e.r_ = shared_from_this();
+      e.schema_ = schema_;
       bytes_ += e.d_.status == 0 ? e.d_.size : 0;
       done_.push_back(false);
       out.push_back(std::move(e));
     }
     shm::store(h_, shm::w_consumed, shm::tagged(shm::session_tag(session_), read_));
+  }
+
+  /// S0: once the schema word is nonzero (acquire), the region's bytes below it are written and never change:
+  /// parsed from a private copy (d2h::schema_error for a corrupted one), then kept.
+  void refresh_schema_locked()
+  {
+    if (schema_known_) { return; }
+    const std::uint64_t n = shm::load(h_, shm::w_schema);
+    if (n == 0) { return; }
+    if (n > seg_->schema_capacity()) {
+      throw d2h::schema_error(ferry::detail::format(
+        "ferry: shm reader: stream '{}': expected a schema region of at most {} bytes (the segment's), got a schema "
+        "word of {} (a corrupted segment) [{}:{}]", seg_->name(), seg_->schema_capacity(), n, __FILE__, __LINE__));
+    }
+    const std::vector<std::byte> copy(seg_->schema_region(), seg_->schema_region() + n);
+    schema_ = std::make_shared<const d2h::hook_schema>(shm::decode_schema(copy, seg_->name()));
+    schema_known_ = true;
   }
 
   /// The producer ended this session (evicted, or the slot freed): every call from now on says so.
@@ -197,6 +224,8 @@ class shm_reader_impl : public std::enable_shared_from_this<shm_reader_impl> {
   std::deque<bool> done_;  // entries [prefix_, read_): released yet?
   bool closed_{false}, detached_{false};
   std::atomic<bool> ended_{false};
+  std::shared_ptr<const d2h::hook_schema> schema_{std::make_shared<const d2h::hook_schema>()};  // under mu_
+  bool schema_known_{false};
 };
 
 }  // namespace ferry::sink::detail
@@ -244,6 +273,7 @@ inline std::optional<shm_entry> shm_reader::next(std::chrono::microseconds timeo
   return std::move(v.front());
 }
 inline bool shm_reader::ended() const { return impl().ended(); }
+inline std::shared_ptr<const d2h::hook_schema> shm_reader::schema() const { return impl().schema(); }
 inline shm_reader_stats shm_reader::stats() const { return impl().stats(); }
 inline void shm_reader::close() noexcept
 {

@@ -2,18 +2,22 @@
 // The shared-memory stream's segment (layout: shm_layout.hpp): created by the producer (shm_open O_EXCL, the
 // size reserved with posix_fallocate so a full /dev/shm is an io_error, not a SIGBUS later; a stale segment of a
 // dead producer is replaced, a live producer's refused), opened by a reader (waiting for it to appear, version
-// and sizes checked). The producer maps it whole, read-write; a reader maps the header and the descriptors
-// read-write and the staging read-only. Unmapped by the destructor; the name is removed by unlink().
+// and sizes checked). The producer maps it whole, read-write; a reader maps the header, the descriptors and the
+// schema region read-write and the staging read-only. The schema region is written once: at creation (before
+// the magic) or by publish_schema (before its word's store-release). Unmapped by the destructor; the name is
+// removed by unlink().
 #pragma once
 
 #include <ferry/sink/detail/shm_layout.hpp>
 #include <ferry/sink/errors.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -38,8 +42,11 @@ class segment {
     if (fd_ >= 0) { ::close(fd_); }
   }
 
-  /// Producer: a new stream `name` with `capacity` descriptors (a power of two) and `staging_bytes` of staging.
-  static std::shared_ptr<segment> create(const std::string& name, std::uint64_t capacity, std::uint64_t staging_bytes)
+  /// Producer: a new stream `name` with `capacity` descriptors (a power of two), a schema region of
+  /// `schema_capacity` bytes (at least `schema`'s, rounded up to pages) holding `schema` (the encoded region;
+  /// empty: none yet), and `staging_bytes` of staging.
+  static std::shared_ptr<segment> create(const std::string& name, std::uint64_t capacity, std::uint64_t staging_bytes,
+                                         std::uint64_t schema_capacity, std::span<const std::byte> schema)
   {
     std::shared_ptr<segment> s{new segment{name}};
     const std::string obj = object_name(name);
@@ -53,7 +60,9 @@ class segment {
       replace_stale(name, obj);
     }
     const std::uint64_t desc_end = header_bytes + capacity * descriptor_bytes;
-    s->staging_offset_ = align_page(desc_end);
+    s->schema_offset_ = align_page(desc_end);
+    s->schema_capacity_ = align_page(std::max<std::uint64_t>(schema_capacity, schema.size()));
+    s->staging_offset_ = s->schema_offset_ + s->schema_capacity_;
     s->staging_bytes_ = staging_bytes;
     s->control_bytes_ = s->staging_offset_ + align_page(staging_bytes);
     if (const int e = ::posix_fallocate(s->fd_, 0, static_cast<off_t>(s->control_bytes_)); e != 0) {
@@ -74,9 +83,14 @@ class segment {
     std::byte* h = s->control_;
     const std::uint64_t fixed[] = {0, layout_version, header_bytes, s->control_bytes_, header_bytes, capacity,
                                    s->staging_offset_, staging_bytes, generation(),
-                                   static_cast<std::uint64_t>(::getpid()), start_time(::getpid()), descriptor_bytes};
+                                   static_cast<std::uint64_t>(::getpid()), start_time(::getpid()), descriptor_bytes,
+                                   s->schema_offset_, s->schema_capacity_};
     for (std::size_t i = 1; i < std::size(fixed); ++i) { store(h, i * 8, fixed[i], std::memory_order_relaxed); }
     store(h, w_state, state_open, std::memory_order_relaxed);
+    if (!schema.empty()) {  // S0, a schema known at creation: its bytes and word before the magic
+      std::memcpy(h + s->schema_offset_, schema.data(), schema.size());
+      store(h, w_schema, schema.size(), std::memory_order_relaxed);
+    }
     store(h, w_magic, magic);  // last, release: a reader that sees the magic sees every field above
     return s;
   }
@@ -121,17 +135,24 @@ class segment {
         layout_version, version);
     }
     s->capacity_ = load(h, w_desc_capacity);
+    s->schema_offset_ = load(h, w_schema_offset);
+    s->schema_capacity_ = load(h, w_schema_capacity);
     s->staging_offset_ = load(h, w_staging_offset);
     s->staging_bytes_ = load(h, w_staging_bytes);
     const std::uint64_t total = load(h, w_total_bytes);
     FERRY_EXPECTS(load(h, w_descriptor_bytes) == descriptor_bytes && s->capacity_ != 0 &&
-                    (s->capacity_ & (s->capacity_ - 1)) == 0 && s->staging_offset_ % page == 0 &&
-                    s->staging_offset_ >= header_bytes + s->capacity_ * descriptor_bytes &&
-                    total >= s->staging_offset_ + s->staging_bytes_ && static_cast<std::uint64_t>(st.st_size) >= total,
+                    (s->capacity_ & (s->capacity_ - 1)) == 0 && s->capacity_ <= (std::uint64_t{1} << 40) &&
+                    s->schema_offset_ % page == 0 && s->schema_offset_ >= header_bytes + s->capacity_ * descriptor_bytes &&
+                    s->staging_offset_ % page == 0 && s->staging_offset_ >= s->schema_offset_ &&
+                    s->schema_capacity_ <= s->staging_offset_ - s->schema_offset_ &&
+                    total >= s->staging_offset_ && total - s->staging_offset_ >= s->staging_bytes_ &&
+                    static_cast<std::uint64_t>(st.st_size) >= total,
                   ferry::logic_error,
                   "shm reader: stream '{}' expected a consistent header (descriptors of {} bytes, a power-of-two "
-                  "capacity, staging after them within the {} byte segment), got capacity {}, staging at {} of {} bytes, "
-                  "total {}", name, descriptor_bytes, st.st_size, s->capacity_, s->staging_offset_, s->staging_bytes_, total);
+                  "capacity, then the schema region, then the staging, within the {} byte segment), got capacity {}, "
+                  "schema region at {} of {} bytes, staging at {} of {} bytes, total {}", name, descriptor_bytes,
+                  st.st_size, s->capacity_, s->schema_offset_, s->schema_capacity_, s->staging_offset_,
+                  s->staging_bytes_, total);
     ::munmap(s->control_, header_bytes);
     s->control_ = nullptr;
     void* c = ::mmap(nullptr, s->staging_offset_, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd_, 0);
@@ -148,6 +169,21 @@ class segment {
     s->staging_ = static_cast<std::byte*>(d);
     return s;
   }
+
+  /// Producer, S0 for a schema adopted after creation: `schema` (the encoded region) into the region, then its
+  /// word, store-release. Once: logic_error for a region written already or too small.
+  void publish_schema(std::span<const std::byte> schema)
+  {
+    FERRY_EXPECTS(owner_ && load(control_, w_schema, std::memory_order_relaxed) == 0 && schema.size() <= schema_capacity_,
+                  ferry::logic_error, "shm stream '{}': expected to write the schema region once, its {} bytes of "
+                  "schema (shm_stream_config::schema_bytes), got {} bytes{}", name_, schema_capacity_, schema.size(),
+                  load(control_, w_schema, std::memory_order_relaxed) != 0 ? " for a region written already" : "");
+    std::memcpy(control_ + schema_offset_, schema.data(), schema.size());
+    store(control_, w_schema, schema.size());  // release: the bytes above before the word
+  }
+  /// The schema region (reader: its mapping is read-write; read it only after an acquire of w_schema).
+  [[nodiscard]] const std::byte* schema_region() const noexcept { return control_ + schema_offset_; }
+  [[nodiscard]] std::uint64_t schema_capacity() const noexcept { return schema_capacity_; }
 
   /// Producer: removes the name (mappings stay valid; a reader still attached keeps reading). Idempotent.
   void unlink() noexcept
@@ -214,6 +250,8 @@ class segment {
   std::byte* control_{nullptr};
   std::uint64_t control_bytes_{0};
   std::byte* staging_{nullptr};
+  std::uint64_t schema_offset_{0};
+  std::uint64_t schema_capacity_{0};
   std::uint64_t staging_offset_{0};
   std::uint64_t staging_bytes_{0};
   std::uint64_t capacity_{0};

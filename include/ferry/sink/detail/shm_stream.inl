@@ -44,6 +44,7 @@ d2h::staging_memory shm_stream::staging(B b) const
 }
 
 inline void shm_stream::operator()(d2h::entry_view&& e) const { impl().deliver(std::move(e)); }
+inline void shm_stream::adopt_schema(const d2h::hook_schema& channel_schema) { impl().adopt_schema(channel_schema); }
 inline shm_stream_stats shm_stream::stats() const { return impl().stats(); }
 inline shm_stream_stats shm_stream::close() { return impl().close(); }
 inline bool shm_stream::closed() const { return impl().closed(); }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <ferry/d2h/detail/access.hpp>
+#include <ferry/sink/detail/shm_schema.hpp>
 #include <ferry/sink/detail/shm_segment.hpp>
 #include <ferry/detail/close_quietly.hpp>
 
@@ -44,9 +45,13 @@ class shm_stream_impl : public std::enable_shared_from_this<shm_stream_impl> {
     FERRY_EXPECTS(cfg_.timeout.count() >= 0 && cfg_.poll_interval.count() > 0, ferry::logic_error,
                   "shm stream '{}': expected timeout >= 0 ms and poll_interval > 0 us, got {} ms and {} us", n,
                   cfg_.timeout.count(), cfg_.poll_interval.count());
+    FERRY_EXPECTS(cfg_.schema_bytes <= (std::uint64_t{1} << 30), ferry::logic_error,
+                  "shm stream '{}': expected schema_bytes in [0, 2^30], got {}", n, cfg_.schema_bytes);
     if (cfg_.max_lag_entries == 0) { cfg_.max_lag_entries = cfg_.descriptors / 2; }
     if (cfg_.max_lag_bytes == 0) { cfg_.max_lag_bytes = cfg_.staging_bytes / 2; }
-    seg_ = shm::segment::create(n, cfg_.descriptors, cfg_.staging_bytes);
+    // S0: a config schema is in the segment before its magic (segment::create)
+    const auto schema = cfg_.schema.empty() ? std::vector<std::byte>{} : shm::encode_schema(cfg_.schema, n);
+    seg_ = shm::segment::create(n, cfg_.descriptors, cfg_.staging_bytes, cfg_.schema_bytes, schema);
     h_ = seg_->header();
     thread_ = std::thread([this] { run(); });
   }
@@ -56,6 +61,25 @@ class shm_stream_impl : public std::enable_shared_from_this<shm_stream_impl> {
 
   /// The drain thread's call: the entry is published, kept (block), dropped (drop) or refused.
   void deliver(d2h::entry_view&& v);
+
+  /// S0 after creation (shm_stream::adopt_schema): the channel's schema, when the stream has none, written into
+  /// the segment before the first entry. Under mu_, as every publication: the schema word's store happens
+  /// before the first descriptor's head store (S2).
+  void adopt_schema(const d2h::hook_schema& channel_schema)
+  {
+    std::lock_guard lk{mu_};
+    if (!cfg_.schema.empty() || channel_schema.empty()) { return; }
+    FERRY_EXPECTS(!stopping_ && !delivered_, ferry::logic_error,
+                  "shm stream '{}': expected to take its channel's schema before its first entry (and before "
+                  "close()), got it {}", cfg_.name, stopping_ ? "after close()" : "after entries were delivered");
+    const auto region = shm::encode_schema(channel_schema, cfg_.name);
+    FERRY_EXPECTS(region.size() <= seg_->schema_capacity(), ferry::logic_error,
+                  "shm stream '{}': expected a schema of at most {} bytes in the segment (shm_stream_config::"
+                  "schema_bytes), got {} bytes for its {} hooks", cfg_.name, seg_->schema_capacity(), region.size(),
+                  channel_schema.size());
+    seg_->publish_schema(region);
+    cfg_.schema = channel_schema;
+  }
 
   template <class B>
   [[nodiscard]] d2h::staging_memory staging(B b)
@@ -164,6 +188,7 @@ class shm_stream_impl : public std::enable_shared_from_this<shm_stream_impl> {
   bool in_valid_{false}, in_dropped_{false};  // the forward being delivered
   std::uint64_t in_fwd_{0};
   bool staging_given_{false}, stopping_{false}, stop_thread_{false}, stopped_{false};
+  bool delivered_{false};  // an entry came (adopt_schema: too late)
   shm_stream_stats c_;
   std::exception_ptr first_error_;
   std::string first_text_;

@@ -12,6 +12,7 @@ inline void shm_stream_impl::deliver(d2h::entry_view&& v)
 {
   views out;  // released after the lock (declared first: destroyed last)
   std::unique_lock lk{mu_};
+  delivered_ = true;
   if (stopping_) { return refuse_locked(v, "expected entries before close() (close the channel first), got one after it"); }
   if (v.ok() && v.size() > 0) {
     const std::byte* p = v.bytes().data();
