@@ -343,6 +343,34 @@ def tables(d2h_path, h2d_path, readme=None):
     print(f"updated the tables of {readme}")
 
 
+def generated_block(argv, name, merge, render, default_json, marker, who, what, doc):
+    """The two commands of a generated README block (sink_tables.py, select_tables.py): `NAME INPUTS... OUT_JSON`
+    merges the inputs into OUT_JSON; `NAME-tables [JSON] [--write README]` prints render(JSON's content, {} where
+    it does not exist), or writes it into README between `marker` and <!-- /tables -->."""
+    cmd, rest = (argv[1] if len(argv) > 1 else ""), argv[2:]
+    if cmd == name and rest:
+        merge(rest[:-1], rest[-1])
+        return
+    if cmd != name + "-tables":
+        sys.exit(doc)
+    readme = None
+    if "--write" in rest:
+        i = rest.index("--write")
+        readme = rest[i + 1]
+        rest = rest[:i] + rest[i + 2:]
+    path = rest[0] if rest else default_json
+    d = {}
+    if os.path.exists(path):
+        with open(path) as fh:
+            d = json.load(fh)
+    text = render(d)
+    if readme is None:
+        print(text, end="")
+        return
+    write_block(readme, marker, "<!-- /tables -->", "\n" + text, who)
+    print(f"updated {what} of {readme}")
+
+
 def write_block(path, start, end, body, who):
     """Replaces what stands between the one `start` marker of `path` and the first `end` after it by `body`
     (the generated blocks of docs/perf/README.md: perf_tables.py, torch_tables.py, targets.py)."""

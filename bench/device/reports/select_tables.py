@@ -217,32 +217,9 @@ def section(d):
     return "\n".join(lines) + "\n"
 
 
-def tables(path=None, readme=None):
-    path = path or DEFAULT_JSON
-    d = _load(path) if os.path.exists(path) else {}
-    text = section(d)
-    if readme is None:
-        print(text, end="")
-        return
-    from perf_tables import write_block
-    write_block(readme, "<!-- select-tables -->", "<!-- /tables -->", "\n" + text, "select_tables")
-    print(f"updated the selective-capture section of {readme}")
-
-
 def main(argv):
-    cmd = argv[1] if len(argv) > 1 else ""
-    rest = argv[2:]
-    if cmd == "select" and rest:
-        merge(rest[:-1], rest[-1])
-    elif cmd == "select-tables":
-        readme = None
-        if "--write" in rest:
-            i = rest.index("--write")
-            readme = rest[i + 1]
-            rest = rest[:i] + rest[i + 2:]
-        tables(rest[0] if rest else None, readme)
-    else:
-        sys.exit(__doc__)
+    from perf_tables import generated_block
+    generated_block(argv, "select", merge, section, DEFAULT_JSON, "<!-- select-tables -->", "select_tables", "the selective-capture section", __doc__)
 
 
 if __name__ == "__main__":

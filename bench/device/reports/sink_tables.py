@@ -203,32 +203,9 @@ def table(d):
     return "\n".join(lines) + "\n"
 
 
-def tables(path=None, readme=None):
-    path = path or DEFAULT_JSON
-    d = _load(path) if os.path.exists(path) else {}
-    text = table(d)
-    if readme is None:
-        print(text, end="")
-        return
-    from perf_tables import write_block
-    write_block(readme, "<!-- sinks-tables -->", "<!-- /tables -->", "\n" + text, "sink_tables")
-    print(f"updated the native-sinks table of {readme}")
-
-
 def main(argv):
-    cmd = argv[1] if len(argv) > 1 else ""
-    rest = argv[2:]
-    if cmd == "sinks" and rest:
-        merge(rest[:-1], rest[-1])
-    elif cmd == "sinks-tables":
-        readme = None
-        if "--write" in rest:
-            i = rest.index("--write")
-            readme = rest[i + 1]
-            rest = rest[:i] + rest[i + 2:]
-        tables(rest[0] if rest else None, readme)
-    else:
-        sys.exit(__doc__)
+    from perf_tables import generated_block
+    generated_block(argv, "sinks", merge, table, DEFAULT_JSON, "<!-- sinks-tables -->", "sink_tables", "the native-sinks table", __doc__)
 
 
 if __name__ == "__main__":
