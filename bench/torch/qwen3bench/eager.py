@@ -138,7 +138,8 @@ def make_contestants(args, model, dec, presets, sinked, pycons, stream):
     capture), deferred (the preset's deferred points: a gather per batch), bounce (immediate capture on a
     channel with bounce_capture_max_bytes: a device copy into a bounce slot per hook, one gather per batch;
     ``sinked[(preset, "bounce")]``, where built), torch (pinned copy_ per hook, an event per step); diagnostics
-    (--diagnostics on): pyconsumer / pybatch (ferry immediate into a channel drained by a Python thread)."""
+    (--diagnostics on): frame (begin_forward / end_forward around the step, no hook), pyconsumer / pybatch (ferry
+    immediate into a channel drained by a Python thread)."""
     use_ops = {"auto": "auto", "ops": True, "core": False}[args.capture]
     runs = {"none": Contestant(dec.step)}
     for preset in presets:
@@ -160,6 +161,8 @@ def make_contestants(args, model, dec, presets, sinked, pycons, stream):
                                                   context=installed(cap))
         runs[f"torch:{preset}"] = torch_copies(args, model, dec, pts)
         if args.diagnostics == "on":
+            # frame: the forward opened and ended around the step, no hook (ferry's fixed cost per step)
+            runs[f"frame:{preset}"] = Contestant(forward_step(dec, sk.ch, stream))
             for kind, pc in pycons.items():
                 cap = fh.capture_fn(pc.ch, stream, use_ops=use_ops, deferred=False)
 
