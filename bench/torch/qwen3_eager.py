@@ -46,7 +46,7 @@ import torch
 
 import ferry
 import ferry.hooks as fh
-from qwen3bench.eager import (OTHER_CORES, PyConsumer, Sinked, call_costs, deferred_points, make_contestants,
+from qwen3bench.eager import (INSTALL, OTHER_CORES, PyConsumer, Sinked, call_costs, deferred_points, make_contestants,
                               pin_main, pin_threads, sink_dir, turn)
 from qwen3bench.meta import device_name, header, log, write_json
 from qwen3bench.model import Decoder, build_model
@@ -79,6 +79,9 @@ def parse():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--bounce", type=int, default=16384,
                     help="the bounce contestant's bounce_capture_max_bytes (0: no bounce contestant)")
+    ap.add_argument("--install", choices=["forward", "hooks"], default="forward",
+                    help="ferry.hooks.install's via= for every contestant (forward: each hooked module's forward "
+                         "wrapped, torch's hook dispatch skipped; hooks: torch forward hooks)")
     ap.add_argument("--pin", choices=["on", "off"], default="on",
                     help="the decode loop on a core of its own, every other thread elsewhere (less noise)")
     ap.add_argument("--drain-idle-us", type=float, default=200.0,
@@ -142,7 +145,7 @@ def check(args, model, dec, pts, preset, stream, use_ops):
         dec.reset()
         for step in range(args.check_steps):
             sk.ch.begin_forward(stream, tag=step)
-            with fh.install(model, pts, lambda h, t, s=[step]: witnessed(h, t, s)):
+            with fh.install(model, pts, lambda h, t, s=[step]: witnessed(h, t, s), **INSTALL):
                 dec.step()
             sk.ch.end_forward(stream)
         sk.close()
@@ -212,6 +215,7 @@ def document(args, cuda, presets, stats, calls, checked, bad, sink_stats, rounds
 
 def main():
     args = parse()
+    INSTALL["via"] = args.install
     main_core = pin_threads() if args.pin == "on" else None  # before torch and ferry start their threads
     cuda = args.device == "cuda"
     dev = torch.device("cuda", 0) if cuda else torch.device("cpu")

@@ -246,3 +246,29 @@ def test_benchmark_smoke(tmp_path):
                         str(tmp_path / "q.svg")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "| B=1 eager |" in r.stdout and (tmp_path / "q.svg").read_text().startswith("<svg")
+
+
+@pytest.mark.parametrize("preset", ["hidden-states", "vllm-full"])
+def test_install_via_forward_captures_what_the_hooks_capture_and_restores_the_modules(model, preset):
+    points = fh.preset(model, preset)
+    got = {}
+    for via in ("hooks", "forward"):
+        seen = []
+        with fh.install(model, points, lambda h, t: seen.append((h, t.detach().clone())), via=via):
+            forward(model)
+        got[via] = seen
+    assert [h for h, _ in got["forward"]] == [h for h, _ in got["hooks"]] == list(range(len(points)))
+    for (_, a), (_, b) in zip(got["forward"], got["hooks"]):
+        assert torch.equal(a, b)
+    assert not [n for n, m in model.named_modules() if "forward" in m.__dict__], "every wrapped forward restored"
+    # two installs wrapping one module: removed in reverse order, else a LogicError (nothing restored wrongly)
+    a = fh.install(model, points[:1], lambda h, t: None, via="forward")
+    b = fh.install(model, points[:1], lambda h, t: None, via="forward")
+    with pytest.raises(ferry.LogicError, match="reverse order"):
+        a.remove()
+    assert a.installed, "a refused removal leaves the install in place"
+    b.remove()
+    a.remove()
+    assert not [n for n, m in model.named_modules() if "forward" in m.__dict__]
+    with pytest.raises(ferry.LogicError, match="via"):
+        fh.install(model, points, lambda h, t: None, via="patch")

@@ -18,7 +18,8 @@ import ferry
 import ferry.hooks as fh
 
 
-OTHER_CORES: list[int] = []  # pin_threads: the cores of every thread but the decode loop's
+OTHER_CORES: list[int] = []
+INSTALL = {"via": "forward"}  # fh.install's via= for every contestant (qwen3_eager.py --install)  # pin_threads: the cores of every thread but the decode loop's
 
 
 class Sinked:
@@ -32,7 +33,7 @@ class Sinked:
         def record(h, t):
             specs.setdefault(h, t)
 
-        with fh.install(model, pts, record):
+        with fh.install(model, pts, record, **INSTALL):
             dec.reset()
             dec.step()
         names = {p.id: p.name for p in pts}
@@ -149,7 +150,7 @@ def make_contestants(args, model, dec, presets, sinked, pycons, stream):
             pass
 
         def installed(fn, pts=pts):
-            return lambda: fh.install(model, pts, fn)
+            return lambda: fh.install(model, pts, fn, **INSTALL)
 
         runs[f"hooks:{preset}"] = Contestant(dec.step, context=installed(noop))
         kinds = [("ferry", False, sk), ("deferred", deferred_points(pts), sk)]
@@ -168,7 +169,7 @@ def make_contestants(args, model, dec, presets, sinked, pycons, stream):
 
                 @contextlib.contextmanager
                 def ctx(pc=pc, cap=cap, pts=pts):
-                    with pc.running(), fh.install(model, pts, cap):
+                    with pc.running(), fh.install(model, pts, cap, **INSTALL):
                         yield
 
                 runs[f"{kind}:{preset}"] = Contestant(forward_step(dec, pc.ch, stream), entries=len(pts), context=ctx)
@@ -188,7 +189,7 @@ def torch_copies(args, model, dec, pts):
             pinned[h] = buf
         buf.copy_(t.detach(), non_blocking=True)
 
-    with fh.install(model, pts, copy):
+    with fh.install(model, pts, copy, **INSTALL):
         dec.reset()
         dec.step()  # allocates the buffers
     event = torch.cuda.Event() if cuda else None
@@ -198,7 +199,7 @@ def torch_copies(args, model, dec, pts):
         if cuda:
             event.record()
 
-    return Contestant(step, context=lambda: fh.install(model, pts, copy))
+    return Contestant(step, context=lambda: fh.install(model, pts, copy, **INSTALL))
 
 
 def turn(dec, c, steps, sync, counter):

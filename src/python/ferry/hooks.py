@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from .capture import CaptureFn, capture_fn, channel_capture, ops_capture, rows_capture  # noqa: F401  (re-exported)
+from ._wrap import Wrapped
 
 __all__ = [
     "GLOBAL_POINTS", "LAYER_POINTS", "PRESETS", "HookPoint", "Hooks", "Rule", "capture_fn", "channel_capture",
@@ -201,7 +202,8 @@ class Hooks:
     def remove(self) -> None:
         """Unregisters every hook (idempotent)."""
         while self._handles:
-            self._handles.pop().remove()
+            self._handles[-1].remove()  # a handle that refuses (a forward wrapped again since) stays listed
+            self._handles.pop()
 
     @property
     def installed(self) -> bool:
@@ -214,11 +216,17 @@ class Hooks:
         self.remove()
 
 
-def install(model: Any, points: Sequence[HookPoint], capture: CaptureFn) -> Hooks:
+def install(model: Any, points: Sequence[HookPoint], capture: CaptureFn, *, via: str = "hooks") -> Hooks:
     """Registers one forward pre-hook ("input") or forward hook ("output") per (module, when) that captures each
-    of its points' tensor with ``capture(hook_id, tensor)``. Unknown module names and duplicate ids raise
-    ``ferry.LogicError`` before anything is registered."""
+    of its points' tensor with ``capture(hook_id, tensor)``. ``via="forward"``: each such module's ``forward`` is
+    wrapped instead (an instance attribute, restored by ``remove()``), so a call skips torch's hook dispatch
+    (most of a hook's CPU cost in eager mode); its captures then run inside the module's forward, before any
+    forward hook of the module, and two installs wrapping one module must be removed in reverse order. Unknown
+    module names, duplicate ids and another ``via`` raise ``ferry.LogicError`` before anything is registered."""
     from . import LogicError
+
+    if via not in ("hooks", "forward"):
+        raise LogicError(f"ferry.hooks.install: expected via 'hooks' or 'forward', got {via!r}")
 
     modules = dict(model.named_modules())
     seen: set[int] = set()
@@ -235,9 +243,14 @@ def install(model: Any, points: Sequence[HookPoint], capture: CaptureFn) -> Hook
 
     handles = []
     for (mod, when), ids in groups.items():
+        fn = _hook_fn(when, tuple(ids), capture)
+        if via == "forward":
+            handles.append(Wrapped(modules[mod], mod, when, fn))
+            continue
         hook = modules[mod].register_forward_pre_hook if when == "input" else modules[mod].register_forward_hook
-        handles.append(hook(_hook_fn(when, tuple(ids), capture), **({"with_kwargs": True} if when == "input" else {})))
+        handles.append(hook(fn, **({"with_kwargs": True} if when == "input" else {})))
     return Hooks(points, handles)
+
 
 
 def _hook_fn(when: str, ids: tuple[int, ...], capture: CaptureFn) -> Any:
