@@ -60,8 +60,8 @@ struct safetensors_config {
   bool fsync{false};      ///< fsync each shard and index.json before its rename, and the directory after it
   bool overwrite{false};  ///< remove another run's files (index.json, shard-*.safetensors, temporaries) first
   /// With fsync: tensor data written with O_DIRECT where the filesystem takes it (the disk's sequential rate,
-  /// the page cache left to the engine); buffered otherwise. Either way an I/O thread writes while the writer
-  /// copies and checksums the next entries.
+  /// the page cache left to the engine); buffered otherwise. Either way I/O threads write while the writer
+  /// copies the next entries (and their CRC-32).
   bool direct_io{true};
 };
 

@@ -3,7 +3,7 @@
 // sink records per forward so that a reader finds corrupted bytes. Two implementations of one function: carry-less
 // multiplication folding (x86-64 with PCLMULQDQ and SSE4.1, chosen at run time; Intel's "Fast CRC Computation for
 // Generic Polynomials Using PCLMULQDQ", the bit-reflected constants of its appendix, as zlib and Linux use them),
-// about 10x the table's rate, so a sink's writer checksums faster than a disk or a copy runs; and slicing by 8
+// about 10x the table's rate, so a sink's writer computes it faster than a disk or a copy runs; and slicing by 8
 // tables everywhere else and for the < 64-byte pieces. tests/sink compares them on every length and alignment.
 #pragma once
 

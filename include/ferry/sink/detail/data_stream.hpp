@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The data section of a shard being written (shard_file): bytes appended at a position that moves forward, or
-// back to an earlier point (a forward rolled back), each byte checksummed as it is copied. With a write_pipeline
-// the bytes are copied into the pipeline's buffer and a full buffer is handed to its I/O threads (O_DIRECT
+// back to an earlier point (a forward rolled back), each byte taken into the CRC-32 as it is copied. With a
+// write_pipeline the bytes are copied into the pipeline's buffer and a full buffer goes to its I/O threads (O_DIRECT
 // where the file has such a descriptor: `base` and every write then aligned); without one each append is a
 // pwrite on the calling thread. flush() puts every byte before the position into the file and waits for it;
 // the file's bytes are read back only after it (a move, a relocation) or by reposition().
@@ -40,7 +40,7 @@ class data_stream {
       off_ += n;
       return;
     }
-    constexpr std::size_t piece = std::size_t{64} << 10;  // copied, then checksummed while in the cache
+    constexpr std::size_t piece = std::size_t{64} << 10;  // copied, then its CRC-32 while in the cache
     while (n > 0) {
       if (buf_ == nullptr) { buf_ = p_->take(); }
       const std::size_t k = std::min({n, p_->chunk_bytes() - fill_, piece});

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The safetensors sink's write path off its writer thread: a fixed set of page-aligned buffers and I/O threads
 // that write full buffers to their files (taken in the order given; `threads` writes in flight at once, which a
-// disk queue serves faster than one), so the writer copies and checksums the next entries while the disk takes
+// disk queue serves faster than one), so the writer copies the next entries (and their CRC-32) while the disk takes
 // the last ones. A write goes through the O_DIRECT descriptor of its file where
 // there is one (the disk at its sequential rate, the page cache neither filled nor flushed), else the buffered
 // one; a filesystem that opens O_DIRECT but refuses its first write (EINVAL) gets buffered writes from then on.
