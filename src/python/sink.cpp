@@ -29,7 +29,7 @@ struct py_sink {
 
 fk::safetensors_config config_of(const std::string& directory, const std::vector<hook_tuple>& schema, uint_arg shard_bytes,
                                  uint_arg max_queue_bytes, const std::string& policy, double block_timeout, bool fsync,
-                                 bool overwrite)
+                                 bool overwrite, bool direct_io)
 {
   const char* who = "ferry.sinks.safetensors";
   fk::safetensors_config c;
@@ -43,6 +43,7 @@ fk::safetensors_config config_of(const std::string& directory, const std::vector
   c.block_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(seconds_arg(block_timeout, who, "block_timeout") * 1000.0));
   c.fsync = fsync;
   c.overwrite = overwrite;
+  c.direct_io = direct_io;
   return c;
 }
 
@@ -93,13 +94,15 @@ void init_sink(nb::module_& m)
     .def(
       "__init__",
       [](py_sink* self, const std::string& directory, const std::vector<hook_tuple>& schema, uint_arg shard_bytes,
-         uint_arg max_queue_bytes, const std::string& policy, double block_timeout, bool fsync, bool overwrite) {
-        auto c = config_of(directory, schema, shard_bytes, max_queue_bytes, policy, block_timeout, fsync, overwrite);
+         uint_arg max_queue_bytes, const std::string& policy, double block_timeout, bool fsync, bool overwrite,
+         bool direct_io) {
+        auto c = config_of(directory, schema, shard_bytes, max_queue_bytes, policy, block_timeout, fsync, overwrite,
+                           direct_io);
         gil_release g;  // prepares the directory, writes the first index
         new (self) py_sink(std::move(c));
       },
       nb::arg("directory"), nb::arg("schema"), nb::kw_only(), nb::arg("shard_bytes"), nb::arg("max_queue_bytes"),
-      nb::arg("policy"), nb::arg("block_timeout"), nb::arg("fsync"), nb::arg("overwrite"))
+      nb::arg("policy"), nb::arg("block_timeout"), nb::arg("fsync"), nb::arg("overwrite"), nb::arg("direct_io") = true)
     .def(
       "flush",
       [](py_sink& p) {

@@ -67,6 +67,16 @@ def test_captures_read_back_exact_through_ferry_shards(tmp_path, stream):
     assert index["weight_map"]["5/embed"] == run.shards[-1]
 
 
+@pytest.mark.parametrize("direct_io", [True, False])
+def test_durable_runs_read_back_exact_with_and_without_direct_io(tmp_path, stream, direct_io):
+    # fsync on: the data through the sink's I/O threads, O_DIRECT where the filesystem takes it (direct_io)
+    want = capture(tmp_path / "run", stream, shard_bytes=300, fsync=True, direct_io=direct_io)
+    got = list(ferry.shards.open(tmp_path / "run"))
+    assert [(t, n) for t, n, _ in got] == [(t, n) for t, n, _ in want]
+    for (_, _, a), (_, _, b) in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_shards_read_with_the_safetensors_package(tmp_path, stream):
     st = pytest.importorskip("safetensors", reason="pip install safetensors")
     want = capture(tmp_path / "run", stream, shard_bytes=300)

@@ -26,7 +26,8 @@ ShmStreamSink = _ferry.ShmStreamSink
 
 
 def safetensors(directory, schema=None, *, shard_bytes: int = 1 << 30, policy: str = "block", fsync: bool = False,
-                overwrite: bool = False, max_queue_bytes: int = 64 << 20, block_timeout: float = 5.0) -> SafetensorsSink:
+                overwrite: bool = False, max_queue_bytes: int = 64 << 20, block_timeout: float = 5.0,
+                direct_io: bool = True) -> SafetensorsSink:
     """A sink writing every forward's entries as tensors ``"{tag}/{hook name}"`` into safetensors shards of at most
     `shard_bytes` of data (whole forwards; a forward larger than that gets a shard of its own) plus index.json,
     in `directory` (created if missing; another run's files are refused unless `overwrite`).
@@ -37,7 +38,8 @@ def safetensors(directory, schema=None, *, shard_bytes: int = 1 << 30, policy: s
     `max_queue_bytes`: entry bytes waiting for the writer, at most; when full, `policy` "block" makes the drain
     thread wait up to `block_timeout` seconds (then the entry is queued anyway and a TimeoutError is kept),
     "drop" drops the whole forward (counted). `fsync`: each shard and the index reach the disk before they are
-    renamed into place.
+    renamed into place; with it, `direct_io` writes the tensor data with O_DIRECT where the filesystem takes it
+    (the disk's sequential rate, the page cache left alone), buffered otherwise.
 
     ``stats()`` (dict), ``flush()``, ``close()`` (raises the first error kept: ferry.IOError for a failed file
     operation, ferry.LogicError for an entry outside the schema or a repeated tag, ferry.TimeoutError for a
@@ -46,7 +48,7 @@ def safetensors(directory, schema=None, *, shard_bytes: int = 1 << 30, policy: s
     hooks = [] if schema is None else _tuples(schema, "ferry.sinks.safetensors")
     return _ferry.SafetensorsSink(_os.fspath(directory), hooks, shard_bytes=shard_bytes,
                                   max_queue_bytes=max_queue_bytes, policy=policy, block_timeout=float(block_timeout),
-                                  fsync=bool(fsync), overwrite=bool(overwrite))
+                                  fsync=bool(fsync), overwrite=bool(overwrite), direct_io=bool(direct_io))
 
 
 def shm_stream(name: str, schema=None, *, staging_bytes: int = 64 << 20, descriptors: int = 4096,
