@@ -98,9 +98,10 @@ decltype(auto) py_channel<B>::call(const char* what, F&& f)
 }
 
 template <class B>
-void py_channel<B>::begin_forward(nb::handle stream, fd::forward_meta meta)
+void py_channel<B>::begin_forward(nb::handle stream, nb::handle tag, nb::handle requests, nb::handle meta_h)
 {
   auto s = resolve_stream<B>(stream, dev_, "Channel.begin_forward");
+  fd::forward_meta meta = forward_meta_of(tag, requests, meta_h, "Channel.begin_forward");
   tie(s);
   call("begin_forward", [&](fd::channel<B>& ch) { ch.begin_forward(s, std::move(meta)); });
   forward_stream_ = nb::borrow(stream);

@@ -113,8 +113,9 @@ class py_channel {
   py_channel(const py_channel&) = delete;
   py_channel& operator=(const py_channel&) = delete;
 
-  /// `meta`: the forward's tag, request rows and bytes (d2h_meta.cpp: forward_meta_of).
-  void begin_forward(nb::handle stream, fd::forward_meta meta);
+  /// The forward's tag, request rows and bytes (d2h_meta.cpp: forward_meta_of), converted after the stream: a
+  /// wrong stream type is the TypeError it is, whatever else is wrong.
+  void begin_forward(nb::handle stream, nb::handle tag, nb::handle requests, nb::handle meta);
   [[nodiscard]] py_plan end_forward(nb::handle stream);
   /// Drops the forward open on `stream` (d2h::channel::abort_forward); returns whether one was open.
   [[nodiscard]] bool abort_forward(nb::handle stream);

@@ -182,7 +182,7 @@ void init_d2h_channel(nb::module_& m)
     .def(
       "begin_forward",
       [](C& c, nb::handle s, nb::handle tag, nb::handle req, nb::handle meta) {
-        c.begin_forward(s, forward_meta_of(tag, req, meta, "Channel.begin_forward"));
+        c.begin_forward(s, tag, req, meta);
       },
       nb::arg("stream").none() = nb::none(), nb::kw_only(), nb::arg("tag").none() = nb::none(),
       nb::arg("requests").none() = nb::none(), nb::arg("meta").none() = nb::none(),
