@@ -55,6 +55,8 @@ def test_requests_as_spans_and_bad_metadata_are_typed_errors(make_channel, drain
     x = _source()
     with pytest.raises(ferry.LogicError, match="tag an int in"):
         ch.begin_forward(s, tag=-1)
+    with pytest.raises(TypeError, match="expected a ferry.Stream"):  # the stream's type first (a fuzz finding)
+        ch.begin_forward(object(), tag=-1)
     with pytest.raises(TypeError, match="expected requests a sequence"):
         ch.begin_forward(s, requests="abc")
     with pytest.raises(TypeError, match="an int or a \\(request, first_row, rows\\) tuple"):
