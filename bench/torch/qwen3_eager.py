@@ -6,8 +6,10 @@ CPU-bound (Python and kernel launches). Per preset (hidden-states: 28 hooks, vll
 into a channel whose entries go to ferry's safetensors sink (shards on /dev/shm by default, written by C++
 threads: no Python per entry), immediate (``ferry``) and deferred (``deferred``: a gather per batch), against
 torch's per-hook ``pinned.copy_(t, non_blocking=True)`` (``torch``). ``hooks``: the same hooks calling a no-op
-(the hook layer's own cost). Diagnostics (--diagnostics on): ``pyconsumer`` / ``pybatch`` (immediate capture into
-a channel drained by a Python thread with ``poll`` / ``poll_batch``: the consumer that takes the GIL).
+(the hook layer's own cost). Diagnostics (--diagnostics calls): ``frame`` (begin_forward / end_forward around the
+step, no hook), ``incall-ferry`` / ``incall-deferred`` (the time inside ferry's calls summed per step, beside the
+step's overhead); --diagnostics on adds ``pyconsumer`` / ``pybatch`` (immediate capture into a channel drained by
+a Python thread with ``poll`` / ``poll_batch``: the consumer that takes the GIL).
 
 Method: interleaved at step level, so that the machine's speed drift (a lent host: the no-capture step itself
 varies by tens of percent within a minute) cancels. Each round runs one short turn of every contestant, in a
@@ -74,7 +76,8 @@ def parse():
     ap.add_argument("--publish-every", type=int, default=4096)
     ap.add_argument("--shard-mib", type=int, default=256)
     ap.add_argument("--sink-dir", default=None, help="where the shard runs go (default /dev/shm)")
-    ap.add_argument("--diagnostics", choices=["on", "off"], default="off")
+    ap.add_argument("--diagnostics", choices=["on", "calls", "off"], default="off",
+                    help="on: frame, incall-* and the Python consumers; calls: frame and incall-* only")
     ap.add_argument("--check-steps", type=int, default=1, help="checked steps per (preset, ferry kind)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--bounce", type=int, default=16384,
@@ -109,6 +112,8 @@ def summarize(rec, counted):
                 s.update({"instructions_overhead_pct": si["median"], "instructions_overhead_pct_ci95": si["ci95"]})
         if counted:
             s["instructions_per_step"] = statistics.median(ins)
+        if any(len(x) > 3 and x[3] for x in v):
+            s["in_call_us"] = statistics.median(x[3] for x in v)  # the diagnostic's time inside ferry's calls
         out[k] = s
     return out
 
@@ -319,7 +324,8 @@ def main():
         ins = f" instr {s['instructions_overhead_pct']:+.2f}%" if counter.ok else ""
         log(f"  {k:26s} {s['wall_ms']:8.3f} {s['cpu_ms']:8.3f} {s['overhead_pct']:+7.2f}% [{ci[0]:+.2f}, "
             f"{ci[1]:+.2f}] ({s['overhead_pct_p10']:+.2f}..{s['overhead_pct_p90']:+.2f}) wall "
-            f"{s['wall_overhead_pct']:+.2f}%{ins}")
+            f"{s['wall_overhead_pct']:+.2f}%{ins}" + (f" in ferry's calls {s['in_call_us']:.1f} us/step"
+                                                      if "in_call_us" in s else ""))
     for p, c in comparisons(stats, presets).items():
         log(f"  {p}: " + "; ".join(f"{k} {v['median']:+.2f} [{(v['ci95'] or [float('nan')] * 2)[0]:+.2f}, "
                                    f"{(v['ci95'] or [float('nan')] * 2)[1]:+.2f}]{' decided' if v['decided'] else ''}"

@@ -130,8 +130,40 @@ class Contestant:
     a forward opened and ended, an event recorded), ``context()`` installs its hooks (entered and left outside
     the timed part, as a user's context manager would be)."""
 
-    def __init__(self, step, entries=0, context=None):
+    def __init__(self, step, entries=0, context=None, in_call=None):
         self.step, self.entries, self.context = step, entries, context or contextlib.nullcontext
+        self.in_call = in_call  # InCall: the diagnostic's time inside ferry's calls, else None
+
+
+class InCall:
+    """Diagnostic (--diagnostics on): wall seconds spent inside ferry's calls during a timed step (perf_counter
+    around each capture closure and begin_forward / end_forward; the decode loop's thread is busy throughout,
+    so its wall time there is its CPU time), to set beside the step's measured overhead."""
+
+    def __init__(self):
+        self.s = 0.0
+
+    def wrap(self, fn):
+        pc = time.perf_counter
+
+        def timed(*a):
+            t0 = pc()
+            fn(*a)
+            self.s += pc() - t0
+        return timed
+
+    def step(self, dec, ch, stream):
+        begin, end = self.wrap(ch.begin_forward), self.wrap(ch.end_forward)
+
+        def step():
+            begin(stream)
+            dec.step()
+            end(stream)
+        return step
+
+    def take_us(self):
+        s, self.s = self.s, 0.0
+        return s * 1e6
 
 
 def make_contestants(args, model, dec, presets, sinked, pycons, stream):
@@ -139,7 +171,8 @@ def make_contestants(args, model, dec, presets, sinked, pycons, stream):
     capture), deferred (the preset's deferred points: a gather per batch), bounce (immediate capture on a
     channel with bounce_capture_max_bytes: a device copy into a bounce slot per hook, one gather per batch;
     ``sinked[(preset, "bounce")]``, where built), torch (pinned copy_ per hook, an event per step); diagnostics
-    (--diagnostics on): frame (begin_forward / end_forward around the step, no hook), pyconsumer / pybatch (ferry
+    (--diagnostics on, or calls without the Python consumers): frame (begin_forward / end_forward around the step,
+    no hook), incall-ferry / incall-deferred (InCall), pyconsumer / pybatch (ferry
     immediate into a channel drained by a Python thread)."""
     use_ops = {"auto": "auto", "ops": True, "core": False}[args.capture]
     runs = {"none": Contestant(dec.step)}
@@ -161,10 +194,16 @@ def make_contestants(args, model, dec, presets, sinked, pycons, stream):
             runs[f"{kind}:{preset}"] = Contestant(forward_step(dec, s.ch, stream), entries=len(pts),
                                                   context=installed(cap))
         runs[f"torch:{preset}"] = torch_copies(args, model, dec, pts)
-        if args.diagnostics == "on":
+        if args.diagnostics in ("on", "calls"):
             # frame: the forward opened and ended around the step, no hook (ferry's fixed cost per step)
             runs[f"frame:{preset}"] = Contestant(forward_step(dec, sk.ch, stream))
-            for kind, pc in pycons.items():
+            # incall-*: ferry and deferred again, the time inside ferry's calls summed per step (InCall)
+            for kind, deferred in (("ferry", False), ("deferred", deferred_points(pts))):
+                ic = InCall()
+                cap = ic.wrap(sk.capture_fn(deferred, use_ops))
+                runs[f"incall-{kind}:{preset}"] = Contestant(ic.step(dec, sk.ch, stream), entries=len(pts),
+                                                             context=installed(cap), in_call=ic)
+            for kind, pc in (pycons.items() if args.diagnostics == "on" else ()):
                 cap = fh.capture_fn(pc.ch, stream, use_ops=use_ops, deferred=False)
 
                 @contextlib.contextmanager
@@ -206,11 +245,14 @@ def turn(dec, c, steps, sync, counter):
     """One turn of contestant c: its hooks installed, ``steps`` decode steps from the start state (the decoder
     reset and the device idle before the first), each timed alone; the reset, install, uninstall and the wait
     for the device are outside the timed part. Returns (main-thread CPU ms, wall ms, user instructions) per
-    step, each the mean over the turn's steps (instructions 0 without a counter). The caller keeps the garbage
-    collector off (its passes land on whichever step they fall)."""
+    step, each the mean over the turn's steps (instructions 0 without a counter), and the us per step inside
+    ferry's calls (an InCall contestant's; else 0). The caller keeps the garbage collector off (its passes land on
+    whichever step they fall)."""
     dec.reset()
     clock, wall = time.thread_time, time.perf_counter
     cpu = w = ins = 0.0
+    if c.in_call is not None:
+        c.in_call.take_us()
     with c.context():
         sync()
         for _ in range(steps):
@@ -222,7 +264,7 @@ def turn(dec, c, steps, sync, counter):
             cpu += c1 - c0
             w += t1 - t0
         sync()
-    return cpu * 1e3 / steps, w * 1e3 / steps, ins / steps
+    return cpu * 1e3 / steps, w * 1e3 / steps, ins / steps, (c.in_call.take_us() / steps if c.in_call else 0.0)
 
 
 def pin_threads():
