@@ -55,7 +55,7 @@ from qwen3bench.model import Decoder, build_model
 from qwen3bench.paired import Instructions, difference, paired, quantile
 
 PRESET_KEY = {"hidden-states": "hidden_states", "vllm-full": "vllm_full"}
-KINDS = ("ferry", "deferred", "bounce", "torch", "hooks")
+KINDS = ("ferry", "deferred", "collect", "bounce", "torch", "hooks")
 
 
 def parse():
@@ -127,7 +127,8 @@ def comparisons(stats, presets):
         r = {x: stats[f"{x}:{p}"]["round_overhead_pct"] for x in KINDS if f"{x}:{p}" in stats}
         out[PRESET_KEY.get(p, p)] = {f"{a}_minus_{b}_pp": difference(r[a], r[b])
                                      for a, b in (("ferry", "torch"), ("deferred", "ferry"), ("deferred", "torch"),
-                                                  ("ferry", "hooks")) if a in r and b in r}
+                                                  ("ferry", "hooks"), ("collect", "deferred"), ("collect", "torch"),
+                                                  ("collect", "hooks")) if a in r and b in r}
     return out
 
 
@@ -135,11 +136,14 @@ def check(args, model, dec, pts, preset, stream, use_ops):
     """(checked, bad): --check-steps steps per ferry kind into a fresh shard run, every tensor read back from
     the shards compared bit-exact with the witness (``.cpu()`` at the hook, beside the capture)."""
     checked = bad = 0
-    kinds = [("ferry", False, 0), ("deferred", deferred_points(pts), 0)] + ([("bounce", False, args.bounce)]
-                                                                           if args.bounce else [])
+    kinds = [("ferry", False, 0), ("deferred", deferred_points(pts), 0), ("collect", deferred_points(pts), 0)] + (
+        [("bounce", False, args.bounce)] if args.bounce else [])
     for kind, deferred, bounce in kinds:
         sk = Sinked(args, model, dec, pts, sink_dir(args, f"{preset}-check-{kind}"), stream, bounce)
-        cap = sk.capture_fn(deferred, use_ops)
+        col = fh.Collector(sk.ch, stream, deferred=deferred) if kind == "collect" else None
+        cap = col or sk.capture_fn(deferred, use_ops)
+        begin = (lambda tag: col.begin_forward(tag=tag)) if col else (lambda tag: sk.ch.begin_forward(stream, tag=tag))
+        end = col.end_forward if col else (lambda: sk.ch.end_forward(stream))
         names = {p.id: p.name for p in pts}
         want = {}
 
@@ -149,10 +153,10 @@ def check(args, model, dec, pts, preset, stream, use_ops):
 
         dec.reset()
         for step in range(args.check_steps):
-            sk.ch.begin_forward(stream, tag=step)
+            begin(step)
             with fh.install(model, pts, lambda h, t, s=[step]: witnessed(h, t, s), **INSTALL):
                 dec.step()
-            sk.ch.end_forward(stream)
+            end()
         sk.close()
         run = ferry.shards.open(sk.dir)
         got = {}
@@ -172,6 +176,11 @@ def check(args, model, dec, pts, preset, stream, use_ops):
     return checked, bad
 
 
+def st_of(stats, p):
+    """{kind: figures} of preset p's contestants among KINDS."""
+    return {x: stats[f"{x}:{p}"] for x in KINDS if f"{x}:{p}" in stats}
+
+
 def document(args, cuda, presets, stats, calls, checked, bad, sink_stats, rounds_done, counted, orders, keys):
     """The JSON: eager_b1 (issue 28's block: medians per step), every contestant's figures, the comparisons,
     the verdict, the rounds' orders."""
@@ -185,10 +194,11 @@ def document(args, cuda, presets, stats, calls, checked, bad, sink_stats, rounds
              "entries_checked": checked, "entries_bad": bad}
     cmp = comparisons(stats, presets) if stats else {}
     for p in (presets if stats else ()):
-        st = {x: stats[f"{x}:{p}"] for x in KINDS if f"{x}:{p}" in stats}
+        st = st_of(stats, p)
         blk = {"ferry_ms": st["ferry"]["cpu_ms"], "deferred_ms": st["deferred"]["cpu_ms"],
                "torch_copy_ms": st["torch"]["cpu_ms"], "hooks_only_ms": st["hooks"]["cpu_ms"],
                "bounce_ms": st["bounce"]["cpu_ms"] if "bounce" in st else None,
+               "collect_ms": st["collect"]["cpu_ms"] if "collect" in st else None,
                "overhead_pct": {x: st[x]["overhead_pct"] for x in st},
                "spread_pct": {x: [st[x]["overhead_pct_p10"], st[x]["overhead_pct_p90"]] for x in st},
                "ci95_pct": {x: st[x]["overhead_pct_ci95"] for x in st},
@@ -205,10 +215,14 @@ def document(args, cuda, presets, stats, calls, checked, bad, sink_stats, rounds
                       "deferred_le_ferry": d <= f,
                       "deferred_le_ferry_decided": c["deferred_minus_ferry_pp"]["decided"],
                       "best_ferry_overhead_pct": min(f, d)}
-        if k == "hidden_states":
-            ci = stats[f"ferry:{p}"]["overhead_pct_ci95"]
-            verdict[k]["ferry_le_1pct"] = f <= 1.0
-            verdict[k]["ferry_le_1pct_decided"] = bool(ci) and (ci[1] <= 1.0 or ci[0] > 1.0)
+        if "collect" in st_of(stats, p):
+            verdict[k]["best_ferry_overhead_pct"] = min(f, d, stats[f"collect:{p}"]["overhead_pct"])
+        if k == "hidden_states":  # <= +1%: per ferry mode, decided when its ci95 lies on one side of 1
+            for x, st in st_of(stats, p).items():
+                if x in ("ferry", "deferred", "collect"):
+                    ci = st["overhead_pct_ci95"]
+                    verdict[k][f"{x}_le_1pct"] = st["overhead_pct"] <= 1.0
+                    verdict[k][f"{x}_le_1pct_decided"] = bool(ci) and (ci[1] <= 1.0 or ci[0] > 1.0)
     out = header(device_name(cuda), os.environ.get("FERRY_COMMAND")
                  or "python3 " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]))
     out.update({"eager_b1": eager, "contestants": stats, "call_cpu_us": calls, "verdict": verdict,

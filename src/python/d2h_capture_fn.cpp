@@ -17,6 +17,20 @@ namespace ferry::python {
 
 namespace {
 
+/// A hook id that is an int in [0, 2^32) (anything else: the general path's error).
+bool int_hook(nb::handle hook, std::uint32_t& out) noexcept
+{
+  if (PyLong_CheckExact(hook.ptr()) == 0) { return false; }
+  const unsigned long long v = PyLong_AsUnsignedLongLong(hook.ptr());
+  if (PyErr_Occurred() != nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  if (v > UINT32_MAX) { return false; }
+  out = static_cast<std::uint32_t>(v);
+  return true;
+}
+
 /// Which hook ids a capture_fn captures deferred: none, all, or a set (a bitmap below 2^16, else sorted ids).
 class deferred_ids {
  public:
@@ -85,20 +99,6 @@ class capture_fn {
   }
 
  private:
-  /// A hook id that is an int in [0, 2^32) (anything else: the general path's error).
-  static bool int_hook(nb::handle hook, std::uint32_t& out) noexcept
-  {
-    if (PyLong_CheckExact(hook.ptr()) == 0) { return false; }
-    const unsigned long long v = PyLong_AsUnsignedLongLong(hook.ptr());
-    if (PyErr_Occurred() != nullptr) {
-      PyErr_Clear();
-      return false;
-    }
-    if (v > UINT32_MAX) { return false; }
-    out = static_cast<std::uint32_t>(v);
-    return true;
-  }
-
   [[nodiscard]] fb::stream_view<B> stream(bool deferred) const
   {
     if (fstream_ != nullptr) { return fb::stream_view<B>{B{}, fstream_->handle()}; }
@@ -124,7 +124,68 @@ class capture_fn {
   nb::object capture_, capture_deferred_;  // the Channel's bound methods (the general path)
 };
 
+/// Channel.capture_deferred_many(items, stream, prepare): ferry.hooks.Collector's hand-over of the captures it
+/// collected during a forward, `items` a list of (hook, tensor, version at the hook: -1 unknown) tuples, each
+/// converted as capture_fn converts it, all before the first is given to the core (one that does not convert:
+/// nothing recorded). A tensor written in place since its hook is refused here (its bytes are no longer the
+/// hook's); the version recorded for the core's deferred check is the hook's.
+template <class B>
+void capture_deferred_many(py_channel<B>& ch, nb::handle items, nb::handle stream, nb::handle prepare)
+{
+  const char* what = "Channel.capture_deferred_many";
+  if (PyList_Check(items.ptr()) == 0) {
+    throw nb::type_error(("ferry: " + std::string{what} + ": expected a list of (hook, tensor, version) tuples, got " +
+                          type_of(items)).c_str());
+  }
+  const auto s = resolve_stream<B>(stream, ch.device(), what);
+  std::vector<staged_capture> staged(static_cast<std::size_t>(PyList_GET_SIZE(items.ptr())));
+  for (std::size_t i = 0; i < staged.size(); ++i) {
+    PyObject* it = PyList_GET_ITEM(items.ptr(), static_cast<Py_ssize_t>(i));
+    auto& st = staged[i];
+    long long at_hook = -1;
+    if (PyTuple_Check(it) == 0 || PyTuple_GET_SIZE(it) != 3 || !int_hook(PyTuple_GET_ITEM(it, 0), st.hook) ||
+        PyLong_Check(PyTuple_GET_ITEM(it, 2)) == 0 || (at_hook = PyLong_AsLongLong(PyTuple_GET_ITEM(it, 2))) < -1) {
+      PyErr_Clear();
+      throw nb::type_error(("ferry: " + std::string{what} + ": item " + std::to_string(i) +
+                            ": expected a (hook id in [0, 2^32), tensor, version >= -1) tuple, got " +
+                            type_of(nb::handle{it})).c_str());
+    }
+    nb::handle tensor{PyTuple_GET_ITEM(it, 1)};
+    const bool fast = torch_fast_bytes<B>(tensor, ch.device(), st.t);
+    st.keep = fast || prepare.is_none() ? nb::borrow(tensor) : prepare(st.hook, tensor);
+    if (!fast) { st.t = tensor_bytes<B>(st.keep, ch.device(), what, st.hook); }
+    if (at_hook < 0) { continue; }
+    bool ok = fast && st.t.version_read && st.t.version >= 0;
+    const long long now = ok ? st.t.version : py_source::version_now(tensor.ptr(), ok);
+    FERRY_EXPECTS(!ok || now == at_hook, ferry::logic_error,
+                  "{}: hook {} (item {}): expected the tensor as it was at its hook (version {}), got it written in "
+                  "place since (version {}): collect a clone, or capture it immediately",
+                  what, st.hook, i, at_hook, now);
+    if (st.keep.is(tensor)) {  // a prepared copy (contiguous()) keeps its own version
+      st.t.version = at_hook;
+      st.t.version_read = true;
+    }
+  }
+  ch.capture_deferred_staged(staged, s);
+}
+
 }  // namespace
+
+template <class B>
+void py_channel<B>::capture_deferred_staged(std::vector<staged_capture>& items, const fb::stream_view<B>& s)
+{
+  tie(s);
+  std::vector<fd::source_owner> owners;
+  owners.reserve(items.size());
+  for (auto& it : items) {
+    owners.push_back(py_source::make<B>(it.keep, std::move(it.t.dl), true, it.t.version_read ? &it.t.version : nullptr));
+  }
+  call("capture_deferred", [&](fd::channel<B>& ch) {
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      ch.capture_deferred(fd::hook_id{items[i].hook}, items[i].t.data, items[i].t.nbytes, s, std::move(owners[i]));
+    }
+  });
+}
 
 template <class B>
 void init_capture_fn(nb::module_& m)
@@ -146,10 +207,27 @@ void init_capture_fn(nb::module_& m)
     "ids) on stream, as one C++ function: a plain dense torch.Tensor is read without a Python call; anything "
     "else is given to prepare(hook, tensor) (None: as it is) and then to capture / capture_deferred. The call "
     "site of ferry.hooks.channel_capture.");
+  nb::cpp_function_def(
+    [](py_channel<B>& self, nb::handle items, nb::handle stream, nb::handle prepare) {
+      capture_deferred_many<B>(self, items, stream, prepare);
+    },
+    nb::scope(cls), nb::name("capture_deferred_many"), nb::is_method(), nb::arg("items"),
+    nb::arg("stream").none() = nb::none(), nb::kw_only(), nb::arg("prepare").none() = nb::none(),
+    nb::sig("def capture_deferred_many(self, items: list[tuple[int, object, int]], stream: object | None = None, *, "
+            "prepare: typing.Callable[[int, object], object] | None = None) -> None"),
+    "capture_deferred(hook, tensor, stream) for each (hook, tensor, version at its hook: -1 unknown) of items, in "
+    "order, as one call (ferry.hooks.Collector's hand-over): converted as capture_fn converts them (prepare for "
+    "anything but a plain dense torch.Tensor); a tensor written in place since its hook is a LogicError. Every "
+    "item is converted before any is given to the channel (an item that does not convert: nothing recorded); an "
+    "item the channel refuses raises, the items before it stay recorded, as calls one by one would leave them.");
 }
 
+template void py_channel<fb::host_backend>::capture_deferred_staged(std::vector<staged_capture>&,
+                                                                   const fb::stream_view<fb::host_backend>&);
 template void init_capture_fn<fb::host_backend>(nb::module_&);
 #if defined(FERRY_PYTHON_CUDA)
+template void py_channel<fb::cuda_backend>::capture_deferred_staged(std::vector<staged_capture>&,
+                                                                   const fb::stream_view<fb::cuda_backend>&);
 template void init_capture_fn<fb::cuda_backend>(nb::module_&);
 #endif
 

@@ -81,22 +81,6 @@ void py_channel<B>::set_dev() const
   B{}.set_device(fb::device_id{dev_});  // the host backend emulates devices too: its current one is per thread
 }
 
-/// Every producer call: the channel held open (shared), the GIL released around the core call `f(ch)`, the
-/// device current; sources given up meanwhile are destroyed once the GIL is back.
-template <class B>
-template <class F>
-decltype(auto) py_channel<B>::call(const char* what, F&& f)
-{
-  struct drain_at_exit {
-    ~drain_at_exit() { drain_released(); }
-  } at_exit;
-  std::shared_lock lk{mu_};
-  auto& ch = live(what);
-  gil_release g;
-  set_dev();
-  return f(ch);
-}
-
 template <class B>
 void py_channel<B>::begin_forward(nb::handle stream, nb::handle tag, nb::handle requests, nb::handle meta_h)
 {

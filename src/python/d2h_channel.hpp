@@ -43,6 +43,16 @@ struct py_source {
                                              const long long* known_version = nullptr);
   /// source_owner::check_fn: the GIL taken once for the whole run of sources.
   static std::size_t unchanged(void* const* owners, std::size_t n);
+  /// torch's version counter of `o` now (`ok`: it has one).
+  static long long version_now(PyObject* o, bool& ok);
+};
+
+/// One capture converted (Channel.capture_deferred_many): the hook, the object whose bytes are taken (kept by
+/// the entry's owner) and those bytes with the version recorded for the deferred check.
+struct staged_capture {
+  std::uint32_t hook{0};
+  nb::object keep;
+  array_bytes t;
 };
 
 /// The Channel's C++ entry points for the C ABI (capi.cpp): type-erased over the backend.
@@ -122,6 +132,10 @@ class py_channel {
   void capture(std::uint32_t hook, nb::handle tensor, nb::handle stream, bool deferred);
   /// capture() after its conversions: `t` the bytes of `tensor` (tensor_bytes), `s` the stream.
   void capture_bytes(std::uint32_t hook, nb::handle tensor, array_bytes t, const fb::stream_view<B>& s, bool deferred);
+  /// Channel.capture_deferred_many after its conversions (d2h_capture_fn.cpp): the owners made, then the core's
+  /// capture_deferred for each item in order under one release of the GIL (an item the core refuses raises;
+  /// the items before it stay recorded, as calls one by one would leave them).
+  void capture_deferred_staged(std::vector<staged_capture>& items, const fb::stream_view<B>& s);
   /// Channel.capture_rows: the arguments converted (d2h_rows.cpp), then the core's capture_rows.
   void capture_rows(std::uint32_t hook, nb::handle tensor, const nb::kwargs& sel, bool deferred);
   void capture_rows_core(std::uint32_t hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
@@ -194,6 +208,22 @@ class py_channel {
   std::shared_ptr<const fd::hook_schema> schema_;  // never null; outlives the C++ channel (its entries use it)
   nb::object final_sink_stats_;  // the sink's counters when the channel closed (None: no native sink)
 };
+
+/// Every producer call: the channel held open (shared), the GIL released around the core call `f(ch)`, the
+/// device current; sources given up meanwhile are destroyed once the GIL is back.
+template <class B>
+template <class F>
+decltype(auto) py_channel<B>::call(const char* what, F&& f)
+{
+  struct drain_at_exit {
+    ~drain_at_exit() { drain_released(); }
+  } at_exit;
+  std::shared_lock lk{mu_};
+  auto& ch = live(what);
+  gil_release g;
+  set_dev();
+  return f(ch);
+}
 
 /// The stub signature of Channel.capture_rows / capture_rows_deferred (d2h_rows.cpp).
 [[nodiscard]] const char* rows_signature(const char* name);

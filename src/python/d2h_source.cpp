@@ -62,6 +62,8 @@ fd::source_owner py_source::make(nb::handle obj, any_array dl, bool deferred, co
   return o;
 }
 
+long long py_source::version_now(PyObject* o, bool& ok) { return read_version(o, ok); }
+
 std::size_t py_source::unchanged(void* const* owners, std::size_t n)
 {
   nb::gil_scoped_acquire g;

@@ -41,8 +41,10 @@ def test_qwen3_eager_smoke_checks_every_entry_and_writes_the_schema(tmp_path):
     orders = d["round_orders"]["orders"]
     assert len(orders) == 3 and all(sorted(o) == list(range(len(d["round_orders"]["keys"]))) for o in orders)
     assert all(len(c["round_overhead_pct"]) == 3 for k, c in d["contestants"].items() if k != "none")
-    # 2 check steps x 3 ferry kinds (immediate, deferred, bounce) x (2 + 29) hooks, each read back from the shards
-    assert d["entries_checked"] == 2 * 3 * 31 and d["entries_bad"] == 0
+    # 2 check steps x 4 ferry kinds (immediate, deferred, collect, bounce) x (2 + 29) hooks, each read back from
+    # the shards
+    assert d["entries_checked"] == 2 * 4 * 31 and d["entries_bad"] == 0
+    assert all(e[p]["collect_ms"] > 0 for p in ("hidden_states", "vllm_full"))
     assert e["vllm_full"]["bounce_ms"] > 0
     assert all(s["failed_entries"] == 0 and s["dropped_entries"] == 0 and s["channel_clean"] for s in d["sinks"].values())
     assert {"pyconsumer:vllm-full", "hooks:vllm-full", "torch:hidden-states"} <= set(d["contestants"])

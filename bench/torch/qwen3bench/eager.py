@@ -125,6 +125,15 @@ def forward_step(dec, ch, stream):
     return step
 
 
+def collector_step(dec, col):
+    """One step of the collect contestant: the forward opened and ended by the Collector around the step."""
+    def step():
+        col.begin_forward()
+        dec.step()
+        col.end_forward()
+    return step
+
+
 class Contestant:
     """One contestant: ``step()`` is one timed decode step (with what the contestant does per step around it:
     a forward opened and ended, an event recorded), ``context()`` installs its hooks (entered and left outside
@@ -168,7 +177,8 @@ class InCall:
 
 def make_contestants(args, model, dec, presets, sinked, pycons, stream):
     """{key: Contestant}: none; per preset: hooks (a no-op hook: the hook layer's own cost), ferry (immediate
-    capture), deferred (the preset's deferred points: a gather per batch), bounce (immediate capture on a
+    capture), deferred (the preset's deferred points: a gather per batch), collect (the same points through ferry.hooks.Collector:
+    appended per hook, handed over in one call at end_forward), bounce (immediate capture on a
     channel with bounce_capture_max_bytes: a device copy into a bounce slot per hook, one gather per batch;
     ``sinked[(preset, "bounce")]``, where built), torch (pinned copy_ per hook, an event per step); diagnostics
     (--diagnostics on, or calls without the Python consumers): frame (begin_forward / end_forward around the step,
@@ -193,6 +203,9 @@ def make_contestants(args, model, dec, presets, sinked, pycons, stream):
             cap = s.capture_fn(deferred, use_ops)
             runs[f"{kind}:{preset}"] = Contestant(forward_step(dec, s.ch, stream), entries=len(pts),
                                                   context=installed(cap))
+        # collect: ferry.hooks.Collector (the deferred points appended per hook, handed over at end_forward)
+        col = fh.Collector(sk.ch, stream, deferred=deferred_points(pts))
+        runs[f"collect:{preset}"] = Contestant(collector_step(dec, col), entries=len(pts), context=installed(col))
         runs[f"torch:{preset}"] = torch_copies(args, model, dec, pts)
         if args.diagnostics in ("on", "calls"):
             # frame: the forward opened and ended around the step, no hook (ferry's fixed cost per step)

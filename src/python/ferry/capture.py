@@ -7,9 +7,10 @@ tensor is held) is the C++ core's."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator
 
-__all__ = ["CaptureFn", "capture_fn", "channel_capture", "ops_capture", "rows_capture"]
+__all__ = ["CaptureFn", "Collector", "capture_fn", "channel_capture", "ops_capture", "rows_capture"]
 
 CaptureFn = Callable[[int, Any], None]
 
@@ -174,3 +175,84 @@ def rows_capture(channel: Any, stream: Any = None, *, deferred: bool = True, **s
         fn(hook, t.reshape(n, -1), **sel)
 
     return capture
+
+
+class Collector:
+    """Batched deferred capture for eager forwards: the capture function given to ``ferry.hooks.install`` only
+    appends ``(hook, tensor, tensor._version)`` to the forward's list (no call into ferry per hook: in a real
+    forward most of such a call's cost is its cold caches), and ``end_forward`` hands the list to the channel in
+    one call (``Channel.capture_deferred_many``: each item as ``capture_deferred`` takes it, in order) before it
+    ends the forward. Hooks not in ``deferred`` are captured at their call (``capture_fn``), after the collected
+    ones are handed over (entry order). A collected tensor must not be written in place before the hand-over: the
+    hand-over refuses one that was (``ferry.LogicError``), as the deferred flush does. Eager forwards only (a
+    torch.compile'd or graph-captured forward: ``capture_fn``)::
+
+        col = ferry.hooks.Collector(ch, deferred=points)
+        with ferry.hooks.install(model, points, col, via="forward"):
+            with col.forward(tag=step):
+                model(...)
+    """
+
+    def __init__(self, channel: Any, stream: Any = None, *, deferred: Any = True) -> None:
+        self.channel, self.stream = channel, stream
+        self._deferred = _deferred_set(deferred)
+        self._items: list[tuple[int, Any, int]] = []
+        self._immediate = channel_capture(channel, stream, deferred=False)
+        strided = _strided()
+        self._prepare = lambda hook, t: _ready(hook, t, strided)
+
+    def __call__(self, hook: int, t: Any) -> None:
+        d = self._deferred
+        if d is True or (d is not False and hook in d):
+            try:
+                v = t._version
+            except (AttributeError, RuntimeError):  # not a torch tensor, or an inference tensor: no counter
+                v = -1
+            self._items.append((hook, t, v))
+            return
+        self.hand_over()
+        self._immediate(hook, t)
+
+    def pending(self) -> int:
+        """The captures collected and not yet handed over."""
+        return len(self._items)
+
+    def hand_over(self) -> None:
+        """Hands the collected captures to the channel now (``end_forward`` does it); the list is emptied
+        whatever the call raises."""
+        if self._items:
+            items, self._items = self._items, []
+            self.channel.capture_deferred_many(items, self.stream, prepare=self._prepare)
+
+    def begin_forward(self, **meta: Any) -> None:
+        """``channel.begin_forward(stream, **meta)``. Captures left over from a forward ended without this
+        collector are dropped and refused (``ferry.LogicError``): they belong to no open forward."""
+        if self._items:
+            n, self._items = len(self._items), []
+            from . import LogicError
+            raise LogicError(f"ferry.hooks.Collector: expected no collected captures before begin_forward, got {n} "
+                             "left from a forward ended without Collector.end_forward (dropped)")
+        self.channel.begin_forward(self.stream, **meta)
+
+    def end_forward(self) -> Any:
+        """Hands the collected captures over, then ``channel.end_forward(stream)`` (its Plan)."""
+        self.hand_over()
+        return self.channel.end_forward(self.stream)
+
+    def abort_forward(self) -> bool:
+        """Drops the collected captures and ``channel.abort_forward(stream)``."""
+        self._items = []
+        return self.channel.abort_forward(self.stream)
+
+    @contextlib.contextmanager
+    def forward(self, **meta: Any) -> Iterator[None]:
+        """``begin_forward(**meta)``, the body, ``end_forward()``; a body or a hand-over that raises aborts the
+        forward (``abort_forward``) and the error propagates."""
+        self.begin_forward(**meta)
+        try:
+            yield
+            self.hand_over()
+        except BaseException:
+            self.abort_forward()
+            raise
+        self.channel.end_forward(self.stream)
