@@ -98,6 +98,31 @@ def test_channel_capture_deferred_holds_checks_and_releases_torch_tensors(channe
     assert channel.close()["clean"]
 
 
+def test_collector_on_cuda_tensors_exact_and_in_place_writes_refused(channel):
+    import ferry.hooks as fh
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        xs = [torch.randn(1000, device="cuda"), torch.randn(4, 33, device="cuda").to(torch.bfloat16),
+              torch.randn(8, 8, device="cuda").t(), torch.arange(77, device="cuda")]
+        col = fh.Collector(channel, deferred=[0, 1, 2])  # 3: immediate (the collected ones handed over first)
+        with col.forward(tag=4):
+            for h, x in enumerate(xs):
+                col(h, x)
+        want = [x.contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes() for x in xs]
+        got = drain(channel, len(xs))
+        assert [(e.hook, e.tag, e.tobytes()) for e in got] == [(h, 4, w) for h, w in enumerate(want)]
+        for e in got:
+            e.release()
+        y = torch.ones(64, device="cuda")
+        col.begin_forward()
+        col(7, y)
+        y.add_(1)  # written in place after its hook, before the hand-over
+        with pytest.raises(ferry.LogicError, match=r"hook 7 \(item 0\): expected the tensor as it was at its hook"):
+            col.end_forward()
+        assert channel.abort_forward(None) in (True, False)
+    assert channel.close()["clean"]
+
+
 def test_ferry_stream_and_cpu_tensor_refused(channel):
     s = ferry.Stream(0, backend="cuda")
     assert isinstance(s.__cuda_stream__()[1], int)
