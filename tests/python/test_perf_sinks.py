@@ -104,6 +104,20 @@ def test_table_shows_the_figures_and_whether_each_target_is_met(tmp_path):
     assert "gap 0.30 pp" in row("reader process attached") and row("reader process attached").endswith("| yes |")
     assert row("hidden-states").endswith("| yes |")
     assert row("vllm-full (341").endswith("| **no** |"), "ferry 5.3 ms above the torch copies' 5.2 ms"
+    assert "(best mode: deferred)" in row("hidden-states")
+    # hidden-states: the best of ferry's eager modes decides (+1.25% immediate and deferred, +0.5% the Collector)
+    slow = dict(EAGER, eager_b1=dict(EAGER["eager_b1"], hidden_states={"ferry_ms": 4.05, "deferred_ms": 4.05,
+                                                                       "torch_copy_ms": 4.1}))
+    assert tables("sinks", tmp_path / "absent.json", write(tmp_path / "slow.json", slow), out).returncode == 0
+    assert row2(tables("sinks-tables", out).stdout, "hidden-states").endswith("| **no** |")
+    slow["eager_b1"]["hidden_states"]["collect_ms"] = 4.02
+    assert tables("sinks", tmp_path / "absent.json", write(tmp_path / "slow.json", slow), out).returncode == 0
+    r = row2(tables("sinks-tables", out).stdout, "hidden-states")
+    assert "(best mode: collect)" in r and "Collector 4.020 ms (+0.50%" in r and r.endswith("| yes |")
+
+
+def row2(text, key):
+    return next(line for line in text.splitlines() if key in line)
 
 
 def test_the_readme_block_is_what_the_committed_sinks_json_gives(tmp_path):
