@@ -4,7 +4,7 @@
 
 One input is a sequence of at most FERRY_FUZZ_MAX_OPS (40) operations decoded with
 atheris.FuzzedDataProvider: Channel (fuzzed keyword arguments, inside and outside their ranges), Stream,
-begin_forward / capture / capture_deferred / flush / end_forward / abort_forward, poll, entries and their numpy
+begin_forward / capture / capture_deferred (/ _many) / flush / end_forward / abort_forward, poll, entries and their numpy
 views (released once, twice, or never; views kept past release, close and the channel's death), close, graph
 capture (Stream.begin_capture / end_capture, plan, Graph.launch), Publisher declare / initialize / begin /
 producer / source / write / set_count / publish / stage / capture_upload, and, where torch imports,
@@ -1021,6 +1021,16 @@ def op_capture(w: World):
     data = a.witness() if a.verdict != REFUSE else None
     nbytes = a.nbytes() if a.verdict != REFUSE else 0
     fn = c.ch.capture_deferred if deferred else c.ch.capture
+    if deferred and src.chance(4, "many"):  # the Collector's hand-over of one item: capture_deferred's outcome
+        what = "Channel.capture_deferred_many"
+        try:
+            ver = a.obj._version if src.chance(2, "ver") else -1  # the version now, or none
+        except Exception:  # noqa: BLE001  (not a tensor, an inference tensor: no counter)
+            ver = -1
+        ver = ver if isinstance(ver, int) and not isinstance(ver, bool) else -1
+
+        def fn(h, o, s, ver=ver):
+            return c.ch.capture_deferred_many([(h, o, ver)], s)
     _trace_source(a, hook)
     ok, r = attempt(what, fn, hook, a.obj, obj, extra=(HarnessRaised,))
     hook_ok = isinstance(hook, int) and not isinstance(hook, bool) and 0 <= hook < 2**32
