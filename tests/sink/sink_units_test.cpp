@@ -259,18 +259,18 @@ TEST_F(ShardFile, ThePipelineWritesWhatTheSynchronousPathWrites)
   {
     fsd::shard_file s{dir, 0, 100, &pipe, true}, next{dir, 1, 5000, &pipe, true};
     s.append("0/a", fd::dtype::u8, {10000}, a);
-    s.commit(0, true);
+    s.commit(0);
     s.append("1/b", fd::dtype::u8, {20000}, b);  // written to the file, then rolled back to 10000
     s.rollback();
     s.append("2/c", fd::dtype::u8, {5000}, c);
     s.append("2/d", fd::dtype::u8, {3}, d);
-    s.commit(2, true);
+    s.commit(2);
     s.append("3/e", fd::dtype::u8, {9000}, e);
     s.move_pending(next);
     std::uint64_t rel = 0;
     EXPECT_EQ(s.publish("{}", true, rel), 15003U);
     next.append("3/c", fd::dtype::u8, {5000}, c);
-    next.commit(3, true);
+    next.commit(3);
     EXPECT_EQ(next.forwards().at(0).crc, fsd::crc32(c.data(), c.size(), fsd::crc32(e.data(), e.size())));
     EXPECT_EQ(next.publish("{}", true, rel), 14000U);
   }
@@ -303,7 +303,7 @@ TEST_F(ShardFile, AWriteErrorOnTheIoThreadReachesTheWriter)
     try {
       fsd::shard_file s{dir, 0, 100, &pipe, true};
       for (int i = 0; i < 64; ++i) { s.append("0/t" + std::to_string(i), fd::dtype::u8, {4096}, bytes(4096, i)); }
-      s.commit(0, true);
+      s.commit(0);
       std::uint64_t rel = 0;
       (void)s.publish("{}", true, rel);
     } catch (const ferry::sink::io_error& x) {

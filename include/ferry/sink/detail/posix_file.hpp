@@ -122,29 +122,6 @@ class file {
       FERRY_FAIL_IO(io_error, path_, e, "sink: fsync of {}", path_.string());
     }
   }
-  /// Starts writing bytes [off, off + n) back to the disk without waiting (Linux sync_file_range; elsewhere a
-  /// no-op), after waiting for the write-back of [prev_off, off) to end (`prev_off` < `off`): a writer that calls
-  /// it every few MiB keeps the disk busy while it writes the next range and leaves the final fsync little to
-  /// do, with the dirty page cache bounded by two ranges. Durability still comes from sync() (this flushes no
-  /// metadata). io_error naming the file when the kernel refuses.
-  void write_back(std::uint64_t prev_off, std::uint64_t off, std::uint64_t n) const
-  {
-#if defined(__linux__)
-    int rc = 0;
-    if (off > prev_off) {
-      rc = ::sync_file_range(fd_, static_cast<off_t>(prev_off), static_cast<off_t>(off - prev_off),
-                             SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
-    }
-    if (rc == 0 && n != 0) { rc = ::sync_file_range(fd_, static_cast<off_t>(off), static_cast<off_t>(n), SYNC_FILE_RANGE_WRITE); }
-    if (rc != 0) {
-      const int e = errno;
-      FERRY_FAIL_IO(io_error, path_, e, "sink: write-back of {} bytes [{}, {}) of {}", n, off, off + n,
-                    path_.string());
-    }
-#else
-    (void)prev_off, (void)off, (void)n;
-#endif
-  }
   /// Copies `n` bytes at `off_in` of this file to `off_out` of `out`.
   void copy_to(const file& out, std::uint64_t off_in, std::uint64_t off_out, std::uint64_t n) const
   {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <ferry/d2h/dtype.hpp>
+#include <ferry/detail/align.hpp>
 #include <ferry/detail/format.hpp>
 #include <ferry/sink/detail/crc32.hpp>
 #include <ferry/sink/detail/data_stream.hpp>
@@ -68,22 +69,17 @@ inline void append_record(std::string& out, const tensor_record& t)
 /// "shard-00007.safetensors".
 [[nodiscard]] inline std::string shard_name(std::uint64_t number) { return ferry::detail::format("shard-{:05}.safetensors", number); }
 
-[[nodiscard]] constexpr std::uint64_t round_up(std::uint64_t n, std::uint64_t to) noexcept { return (n + to - 1) / to * to; }
-[[nodiscard]] constexpr std::uint64_t round_up8(std::uint64_t n) noexcept { return round_up(n, 8); }
-
-/// Committed data bytes between two write-back starts of a durable shard (shard_file::commit).
-inline constexpr std::uint64_t write_back_bytes = std::uint64_t{32} << 20;
-
 class shard_file {
  public:
   /// Creates `dir/.shard-NNNNN.safetensors.tmp`; the data starts at `reserve` (rounded up to 8: aligned data;
-  /// to 4 KiB with a pipeline). `pipe` (null: synchronous writes) outlives the shard; `direct`: its data
-  /// written with O_DIRECT where the filesystem allows.
+  /// to 4 KiB with a pipeline). `pipe` outlives the shard; null: synchronous writes on the calling thread (the
+  /// unit tests' mode, the reference the pipeline is tested against; shard_writer always gives its pipeline);
+  /// `direct`: its data written with O_DIRECT where the filesystem allows.
   shard_file(fs::path dir, std::uint64_t number, std::uint64_t reserve, write_pipeline* pipe = nullptr, bool direct = false)
     : dir_{std::move(dir)}, number_{number}, name_{shard_name(number)}, tmp_{dir_ / ("." + name_ + ".tmp")},
-      data_start_{round_up(std::max<std::uint64_t>(reserve, 64), pipe != nullptr ? write_pipeline::align : 8)},
+      data_start_{ferry::detail::align_up(std::max<std::uint64_t>(reserve, 64), pipe != nullptr ? write_pipeline::align : 8)},
       f_{file::create(tmp_)}, d_{direct && pipe != nullptr ? file::open_direct(tmp_) : file{}},
-      s_{f_, d_, data_start_, pipe}, pipe_{pipe}
+      s_{f_, d_, data_start_, pipe}
   {
   }
   shard_file(const shard_file&) = delete;
@@ -117,18 +113,11 @@ class shard_file {
     records_ += record_bytes(tensors_.back());
     pending_ += bytes.size();
   }
-  /// The open forward is complete: it becomes part of the shard. `write_back` (a durable run): once
-  /// write_back_bytes more are committed, their write-back to the disk starts (file::write_back), so the disk
-  /// writes while the next forwards arrive and publish()'s fsync finds little left.
-  void commit(std::uint64_t tag, bool write_back = false)
+  /// The open forward is complete: it becomes part of the shard.
+  void commit(std::uint64_t tag)
   {
     forwards_.push_back({tag, committed_, committed_ + pending_, crc_, tensors_.size() - committed_tensors_});
     committed_ += pending_;
-    if (write_back && pipe_ == nullptr && committed_ - kicked_ >= write_back_bytes) {
-      f_.write_back(data_start_ + waited_, data_start_ + kicked_, committed_ - kicked_);
-      waited_ = kicked_;
-      kicked_ = committed_;
-    }
     committed_tensors_ = tensors_.size();
     pending_ = 0;
     crc_ = 0;
@@ -177,7 +166,7 @@ class shard_file {
     std::string h = "{\"__metadata__\":" + metadata;
     for (const auto& t : tensors_) { append_record(h, t); }
     h += '}';
-    const std::uint64_t need = round_up8(8 + h.size());
+    const std::uint64_t need = ferry::detail::align_up(8 + h.size(), 8);
     const std::uint64_t slack = data_start_ >= need ? data_start_ - need : 0;
     if (need > data_start_ || slack > std::max<std::uint64_t>(std::uint64_t{64} << 10, committed_ / 8)) {
       relocate(need);
@@ -223,14 +212,11 @@ class shard_file {
   file f_;
   file d_;  ///< the O_DIRECT descriptor of the temporary (not open: buffered writes only)
   data_stream s_;
-  write_pipeline* pipe_;
   std::vector<tensor_record> tensors_;
   std::vector<forward_record> forwards_;
   std::uint64_t committed_tensors_{0};
   std::uint64_t committed_{0};
   std::uint64_t pending_{0};
-  std::uint64_t kicked_{0};  ///< committed data bytes whose write-back was started (commit(write_back))
-  std::uint64_t waited_{0};  ///< ... and waited for
   std::uint64_t records_{0};
   std::uint32_t crc_{0};
   bool published_{false};

@@ -148,7 +148,7 @@ class shard_writer {
     open_ = false;
     if (refused_ || tensors_ == 0 || !shard_) { return; }
     last_forward_ = shard_->pending_bytes();
-    shard_->commit(tag_, o_.durable);
+    shard_->commit(tag_);
     if (shard_->committed_bytes() >= o_.shard_bytes || header_estimate(*shard_) >= max_header_bytes) { publish_shard(); }
   }
 
