@@ -50,7 +50,7 @@ import ferry
 import ferry.hooks as fh
 from qwen3bench.eager import (INSTALL, OTHER_CORES, PyConsumer, Sinked, call_costs, deferred_points, make_contestants,
                               pin_main, pin_threads, sink_dir, turn)
-from qwen3bench.meta import device_name, header, log, write_json
+from qwen3bench.meta import device_name, header, log, use_ops, write_json
 from qwen3bench.model import Decoder, build_model
 from qwen3bench.paired import Instructions, difference, paired, quantile
 
@@ -132,7 +132,7 @@ def comparisons(stats, presets):
     return out
 
 
-def check(args, model, dec, pts, preset, stream, use_ops):
+def check(args, model, dec, pts, preset, stream, ops):
     """(checked, bad): --check-steps steps per ferry kind into a fresh shard run, every tensor read back from
     the shards compared bit-exact with the witness (``.cpu()`` at the hook, beside the capture)."""
     checked = bad = 0
@@ -141,7 +141,7 @@ def check(args, model, dec, pts, preset, stream, use_ops):
     for kind, deferred, bounce in kinds:
         sk = Sinked(args, model, dec, pts, sink_dir(args, f"{preset}-check-{kind}"), stream, bounce)
         col = fh.Collector(sk.ch, stream, deferred=deferred) if kind == "collect" else None
-        cap = col or sk.capture_fn(deferred, use_ops)
+        cap = col or sk.capture_fn(deferred, ops)
         begin = (lambda tag: col.begin_forward(tag=tag)) if col else (lambda tag: sk.ch.begin_forward(stream, tag=tag))
         end = col.end_forward if col else (lambda: sk.ch.end_forward(stream))
         names = {p.id: p.name for p in pts}
@@ -247,11 +247,11 @@ def main():
     cfg, model = build_model(args, dev)
     dec = Decoder(model, cfg, 1, max(args.steps, args.check_steps) + 2, dev, args.seed + 1)
     presets = {p: fh.preset(model, p) for p in args.presets.split(",")}
-    use_ops = {"auto": "auto", "ops": True, "core": False}[args.capture]
+    ops = use_ops(args.capture)
 
     checked = bad = 0  # first: a run cut short by a time limit still has its check
     for p, pts in presets.items():
-        c, b = check(args, model, dec, pts, p, stream, use_ops)
+        c, b = check(args, model, dec, pts, p, stream, ops)
         checked, bad = checked + c, bad + b
     log(f"entries checked {checked}, bad {bad}")
     write_json(args.out, document(args, cuda, presets, {}, {}, checked, bad, {}, 0, False, [], []))

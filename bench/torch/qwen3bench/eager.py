@@ -17,9 +17,11 @@ import torch
 import ferry
 import ferry.hooks as fh
 
+from .meta import use_ops
 
-OTHER_CORES: list[int] = []
-INSTALL = {"via": "forward"}  # fh.install's via= for every contestant (qwen3_eager.py --install)  # pin_threads: the cores of every thread but the decode loop's
+
+OTHER_CORES: list[int] = []  # pin_threads: the cores of every thread but the decode loop's
+INSTALL = {"via": "forward"}  # fh.install's via= for every contestant (qwen3_eager.py --install)
 
 
 class Sinked:
@@ -116,22 +118,18 @@ def deferred_points(pts):
     return frozenset(p.id for p in pts if p.deferred and p.name != "token_ids")
 
 
+def framed_step(dec, begin, end, *args):
+    """One step of a contestant that frames the decode step: ``begin(*args)``, the step, ``end(*args)``."""
+    def step():
+        begin(*args)
+        dec.step()
+        end(*args)
+    return step
+
+
 def forward_step(dec, ch, stream):
     """One step of a ferry contestant: the forward opened and ended around the decode step."""
-    def step():
-        ch.begin_forward(stream)
-        dec.step()
-        ch.end_forward(stream)
-    return step
-
-
-def collector_step(dec, col):
-    """One step of the collect contestant: the forward opened and ended by the Collector around the step."""
-    def step():
-        col.begin_forward()
-        dec.step()
-        col.end_forward()
-    return step
+    return framed_step(dec, ch.begin_forward, ch.end_forward, stream)
 
 
 class Contestant:
@@ -145,7 +143,7 @@ class Contestant:
 
 
 class InCall:
-    """Diagnostic (--diagnostics on): wall seconds spent inside ferry's calls during a timed step (perf_counter
+    """Diagnostic (--diagnostics on / calls): wall seconds spent inside ferry's calls during a timed step (perf_counter
     around each capture closure and begin_forward / end_forward; the decode loop's thread is busy throughout,
     so its wall time there is its CPU time), to set beside the step's measured overhead."""
 
@@ -162,13 +160,7 @@ class InCall:
         return timed
 
     def step(self, dec, ch, stream):
-        begin, end = self.wrap(ch.begin_forward), self.wrap(ch.end_forward)
-
-        def step():
-            begin(stream)
-            dec.step()
-            end(stream)
-        return step
+        return framed_step(dec, self.wrap(ch.begin_forward), self.wrap(ch.end_forward), stream)
 
     def take_us(self):
         s, self.s = self.s, 0.0
@@ -184,7 +176,7 @@ def make_contestants(args, model, dec, presets, sinked, pycons, stream):
     (--diagnostics on, or calls without the Python consumers): frame (begin_forward / end_forward around the step,
     no hook), incall-ferry / incall-deferred (InCall), pyconsumer / pybatch (ferry
     immediate into a channel drained by a Python thread)."""
-    use_ops = {"auto": "auto", "ops": True, "core": False}[args.capture]
+    ops = use_ops(args.capture)
     runs = {"none": Contestant(dec.step)}
     for preset in presets:
         pts, sk = presets[preset], sinked[preset]
@@ -200,12 +192,13 @@ def make_contestants(args, model, dec, presets, sinked, pycons, stream):
         if (preset, "bounce") in sinked:
             kinds.append(("bounce", False, sinked[(preset, "bounce")]))
         for kind, deferred, s in kinds:
-            cap = s.capture_fn(deferred, use_ops)
+            cap = s.capture_fn(deferred, ops)
             runs[f"{kind}:{preset}"] = Contestant(forward_step(dec, s.ch, stream), entries=len(pts),
                                                   context=installed(cap))
         # collect: ferry.hooks.Collector (the deferred points appended per hook, handed over at end_forward)
         col = fh.Collector(sk.ch, stream, deferred=deferred_points(pts))
-        runs[f"collect:{preset}"] = Contestant(collector_step(dec, col), entries=len(pts), context=installed(col))
+        runs[f"collect:{preset}"] = Contestant(framed_step(dec, col.begin_forward, col.end_forward), entries=len(pts),
+                                               context=installed(col))
         runs[f"torch:{preset}"] = torch_copies(args, model, dec, pts)
         if args.diagnostics in ("on", "calls"):
             # frame: the forward opened and ended around the step, no hook (ferry's fixed cost per step)
@@ -213,11 +206,11 @@ def make_contestants(args, model, dec, presets, sinked, pycons, stream):
             # incall-*: ferry and deferred again, the time inside ferry's calls summed per step (InCall)
             for kind, deferred in (("ferry", False), ("deferred", deferred_points(pts))):
                 ic = InCall()
-                cap = ic.wrap(sk.capture_fn(deferred, use_ops))
+                cap = ic.wrap(sk.capture_fn(deferred, ops))
                 runs[f"incall-{kind}:{preset}"] = Contestant(ic.step(dec, sk.ch, stream), entries=len(pts),
                                                              context=installed(cap), in_call=ic)
             for kind, pc in (pycons.items() if args.diagnostics == "on" else ()):
-                cap = fh.capture_fn(pc.ch, stream, use_ops=use_ops, deferred=False)
+                cap = fh.capture_fn(pc.ch, stream, use_ops=ops, deferred=False)
 
                 @contextlib.contextmanager
                 def ctx(pc=pc, cap=cap, pts=pts):
@@ -318,9 +311,8 @@ def call_costs(args, sk, stream, sync, bounce=None, n=2000):
     dev = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
     t = torch.randn(1024, device=dev).to(torch.bfloat16)
     pinned = torch.empty_like(t, device="cpu", pin_memory=args.device == "cuda")
-    use_ops = {"auto": "auto", "ops": True, "core": False}[args.capture]
-    cap = sk.capture_fn(False, use_ops)
-    cap_d = sk.capture_fn(True, use_ops)
+    cap = sk.capture_fn(False, use_ops(args.capture))
+    cap_d = sk.capture_fn(True, use_ops(args.capture))
     out = {}
 
     def timed(name, fn, ch=None):

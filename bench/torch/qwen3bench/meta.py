@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Run metadata (device, commit, date, command), the JSON writing and the progress log of the bench/torch
-programs."""
+"""Run metadata (device, commit, date, command), the JSON writing, the progress log and the --capture choice of
+the bench/torch programs."""
 
 from __future__ import annotations
 
@@ -17,6 +17,11 @@ T0 = time.perf_counter()
 
 def log(msg: str) -> None:
     print(f"[{time.perf_counter() - T0:7.1f}s] {msg}", flush=True)
+
+
+def use_ops(capture: str):
+    """The benchmarks' --capture choice (auto, ops, core) as ferry.hooks.capture_fn's ``use_ops``."""
+    return {"auto": "auto", "ops": True, "core": False}[capture]
 
 
 def git_commit():

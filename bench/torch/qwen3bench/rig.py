@@ -12,7 +12,7 @@ import ferry
 import ferry.hooks as fh
 
 from .drain import Drain
-from .meta import log
+from .meta import log, use_ops
 from .timing import timed_ms
 
 
@@ -49,8 +49,8 @@ class Rig:
     def capture_fn(self, deferred=False):
         """The hooks' capture call; ``deferred``: the preset's points (those marked deferred use deferred
         capture: one gather launch per batch of up to min(publish_every, 128) entries), or False."""
-        use = {"auto": "auto", "ops": True, "core": False}[self.args.capture]
-        return fh.capture_fn(self.ch, self.fstream, use_ops=use, device=self.device, deferred=deferred)
+        return fh.capture_fn(self.ch, self.fstream, use_ops=use_ops(self.args.capture), device=self.device,
+                             deferred=deferred)
 
     def stream_arg(self):
         return torch.cuda.current_stream() if self.cuda else self.fstream

@@ -252,7 +252,6 @@ def install(model: Any, points: Sequence[HookPoint], capture: CaptureFn, *, via:
     return Hooks(points, handles)
 
 
-
 def _hook_fn(when: str, ids: tuple[int, ...], capture: CaptureFn) -> Any:
     """The torch hook of one (module, when): a pre-hook taking the module's first input, or a forward hook taking
     its output (the first element of a tuple or list). This runs once per hooked module per forward: one id (every

@@ -10,6 +10,7 @@
 // first use.
 #pragma once
 
+#include <ferry/detail/align.hpp>
 #include <ferry/sink/detail/posix_file.hpp>
 
 #include <atomic>
@@ -35,7 +36,7 @@ class write_pipeline {
   static constexpr std::size_t align = 4096;
 
   explicit write_pipeline(std::size_t chunk_bytes = std::size_t{16} << 20, std::size_t chunks = 6, std::size_t threads = 2)
-    : chunk_{(chunk_bytes + align - 1) / align * align}, bufs_(chunks < 2 ? 2 : chunks)
+    : chunk_{static_cast<std::size_t>(ferry::detail::align_up(chunk_bytes, align))}, bufs_(chunks < 2 ? 2 : chunks)
   {
     for (std::size_t i = 0; i < (threads < 1 ? 1 : threads); ++i) { threads_.emplace_back([this] { run(); }); }
   }
