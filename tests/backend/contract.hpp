@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -410,6 +411,12 @@ TYPED_TEST_P(BackendContract, PageableCopiesReadAndWriteAtTheCall)
   }
 }
 
+/// A host kernel that holds its stream until `open` is set (the host backend's stream gated by the test).
+inline void wait_open(const fb::host_launch_ctx&, std::atomic<bool>* open)
+{
+  while (!open->load(std::memory_order_acquire)) { std::this_thread::yield(); }
+}
+
 /// Caller-owned host memory registered with host_register (a shared mapping, as sink::shm_stream's staging)
 /// takes DMA both ways in stream order and behaves as pinned memory: on the host backend a copy into it is
 /// asynchronous (behind a busy stream it has not landed when the call returns; it has after a synchronize),
@@ -433,9 +440,26 @@ TYPED_TEST_P(BackendContract, RegisteredHostMemoryTakesCopiesLikePinned)
   for (std::size_t i = 0; i < bytes; ++i) { want[i] = static_cast<std::uint8_t>(i * 7 + 3); }
   this->b.memcpy_async(dev.data(), want.data(), bytes, fb::memcpy_kind::host_to_device, s.handle());
   this->b.memset_async(busy.data(), 1, busy_bytes, s.handle());
+  // Host backend: the stream held until the check (no race with its worker); a watchdog opens it after 2 s, so
+  // a copy that waits for the stream (memory taken as pageable) returns late and fails the check, not hangs.
+  std::atomic<bool> open{false};
+  std::thread watchdog;
+  if constexpr (std::is_same_v<B, fb::host_backend>) {
+    this->b.launch(fb::host_kernel<std::atomic<bool>*>{&wait_open, "wait_open"}, fb::launch_config{{1}, {1}, 0, false},
+                   s.handle(), &open);
+    watchdog = std::thread([&open] {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (!open.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < end) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      open.store(true, std::memory_order_release);
+    });
+  }
   this->b.memcpy_async(host, dev.data(), bytes, fb::memcpy_kind::device_to_host, s.handle());
   if constexpr (std::is_same_v<B, fb::host_backend>) {
     EXPECT_NE(host[bytes - 1], want[bytes - 1]) << "a copy into registered memory returned after it landed";
+    open.store(true, std::memory_order_release);
+    watchdog.join();
   }
   s.synchronize();
   EXPECT_EQ(std::memcmp(host, want.data(), bytes), 0);
