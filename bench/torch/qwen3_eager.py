@@ -13,12 +13,16 @@ a Python thread with ``poll`` / ``poll_batch``: the consumer that takes the GIL)
 
 Method: interleaved at step level, so that the machine's speed drift (a lent host: the no-capture step itself
 varies by tens of percent within a minute) cancels. Each round runs one short turn of every contestant, in a
-fresh random order: the decoder reset to the start state, the contestant's hooks installed, the device idle,
+fresh random order, with a no-capture turn before the first, between every two and after the last (none, c1,
+none, c2, ..., none): the decoder reset to the start state, the contestant's hooks installed, the device idle,
 then --steps decode steps (default 1) each timed alone (main-thread CPU time, time.thread_time; wall time; the
 user-space instructions the main thread retires, where perf_event_open is allowed), then the hooks removed and
 the device waited for -- all of that but the steps outside the timed part. Rounds continue until --budget-s
 seconds of them have run (at least --min-rounds, at most --rounds). A contestant's overhead is the median over
-rounds of (its turn / the same round's no-capture turn - 1); reported with its spread (p10..p90, min, max) and a
+rounds of (its turn / the mean of the two no-capture turns beside it - 1): on the lent H200 a turn's deviation
+from its contestant's median grew from 3.3% (median) against the turn next to it to 6-10% against one 7-12
+turns away (169 rounds of 13 contestants at e1f745b, one no-capture turn per round), so each turn is compared
+with its neighbours. Reported with its spread (p10..p90, min, max) and a
 distribution-free 95% confidence interval of that median (order statistics). The targets' comparisons
 (ferry - torch, deferred - ferry) are per-round differences of those overheads, with their own median and
 interval: ``decided`` when the interval excludes 0. The garbage collector runs between rounds only.
@@ -92,23 +96,29 @@ def parse():
     return ap.parse_args()
 
 
-def summarize(rec, counted):
-    """Every contestant's figures from the rounds' records rec[key] = [(cpu ms, wall ms, instructions) per
-    round]: the median turn (CPU and wall ms per step), and the paired overheads against the same rounds'
-    no-capture turns (CPU, wall, instructions where `counted`)."""
-    none = rec["none"]
+def mean_turn(turns):
+    """The element-wise mean of turn() results."""
+    return tuple(sum(x) / len(turns) for x in zip(*turns))
+
+
+def summarize(rec, ref, counted):
+    """Every contestant's figures from the rounds' records rec[key] = [(cpu ms, wall ms, instructions, in-call us)
+    per round]: the median turn (CPU and wall ms per step), and the paired overheads against ref[key], the mean of
+    the no-capture turns run just before and just after each of its turns (CPU, wall, instructions where
+    `counted`)."""
     out = {}
     for k, v in rec.items():
         cpu, wall, ins = ([x[i] for x in v] for i in range(3))
         s = {"cpu_ms": statistics.median(cpu), "wall_ms": statistics.median(wall),
              "cpu_ms_p10": quantile(cpu, 0.1), "cpu_ms_p90": quantile(cpu, 0.9)}
         if k != "none":
-            ov, st = paired(cpu, [x[0] for x in none])
+            base = ref[k]
+            ov, st = paired(cpu, [x[0] for x in base])
             s.update({"overhead_pct": st["median"], "overhead_pct_ci95": st["ci95"], "overhead_pct_p10": st["p10"],
                       "overhead_pct_p90": st["p90"], "overhead_pct_min": st["min"], "overhead_pct_max": st["max"],
-                      "wall_overhead_pct": paired(wall, [x[1] for x in none])[1]["median"], "round_overhead_pct": ov})
+                      "wall_overhead_pct": paired(wall, [x[1] for x in base])[1]["median"], "round_overhead_pct": ov})
             if counted:
-                _, si = paired(ins, [x[2] for x in none])
+                _, si = paired(ins, [x[2] for x in base])
                 s.update({"instructions_overhead_pct": si["median"], "instructions_overhead_pct_ci95": si["ci95"]})
         if counted:
             s["instructions_per_step"] = statistics.median(ins)
@@ -185,10 +195,11 @@ def document(args, cuda, presets, stats, calls, checked, bad, sink_stats, rounds
     """The JSON: eager_b1 (issue 28's block: medians per step), every contestant's figures, the comparisons,
     the verdict, the rounds' orders."""
     eager = {"rounds": rounds_done, "tokens_per_round": args.steps, "measure": "main-thread CPU ms per step",
-             "method": "step-level interleaving: per round one turn of every contestant in a fresh random order "
+             "method": "step-level interleaving: per round one turn of every contestant in a fresh random order, "
+                       "a no-capture turn before, between and after them "
                        f"({args.steps} timed step(s) each, decoder reset, hooks installed and device idle outside "
-                       "the timed part); overhead = median over rounds of the turn / the same round's no-capture "
-                       "turn - 1; ci95 = order-statistic 95% interval of that median",
+                       "the timed part); overhead = median over rounds of the turn / the mean of the two no-capture "
+                       "turns beside it - 1; ci95 = order-statistic 95% interval of that median",
              "no_capture_ms": stats["none"]["cpu_ms"] if stats else None,
              "no_capture_wall_ms": stats["none"]["wall_ms"] if stats else None,
              "entries_checked": checked, "entries_bad": bad}
@@ -280,21 +291,26 @@ def main():
                                         for k, v in calls.items()))
 
     rng = random.Random(args.seed)
+    assert keys[0] == "none"
     rec = {k: [] for k in runs}
+    ref = {k: [] for k in keys[1:]}  # per contestant turn: the mean of the no-capture turns on either side
     orders = []
     rnd, t_start = -1, None  # round -1: the warm-up round (not recorded)
     while rnd < args.rounds:
         if rnd >= args.min_rounds and time.monotonic() - t_start > args.budget_s:
             break
-        order = list(range(len(keys)))
+        order = list(range(1, len(keys)))
         rng.shuffle(order)
+        seq = [0]
+        for i in order:
+            seq += [i, 0]  # none, c1, none, c2, ..., none: every contestant between two no-capture turns
         gc.collect()
         gc.disable()
         try:
-            got = {}
-            for i in order:
+            got = []
+            for i in seq:
                 try:
-                    got[keys[i]] = turn(dec, runs[keys[i]], args.steps, sync, counter)
+                    got.append(turn(dec, runs[keys[i]], args.steps, sync, counter))
                 except Exception:
                     log(f"FAILED: {keys[i]} in round {rnd}")
                     raise
@@ -303,21 +319,23 @@ def main():
         finally:
             gc.enable()
         if rnd >= 0:
-            for k, v in got.items():
-                rec[k].append(v)
-            orders.append(order)
+            rec["none"].append(mean_turn(got[0::2]))
+            for j, i in enumerate(order):
+                rec[keys[i]].append(got[2 * j + 1])
+                ref[keys[i]].append(mean_turn((got[2 * j], got[2 * j + 2])))
+            orders.append(seq)
         else:
             t_start = time.monotonic()
         rnd += 1
         if rnd > 0 and (rnd % 10 == 0 or rnd <= 3):
-            stats = summarize(rec, counter.ok)
+            stats = summarize(rec, ref, counter.ok)
             log(f"round {rnd} (overhead % so far, median [ci95]): " + ", ".join(
                 f"{k} {s['overhead_pct']:+.2f}" for k, s in stats.items() if k != "none")
                 + f"; no capture {stats['none']['cpu_ms']:.2f} ms")
             write_json(args.out, document(args, cuda, presets, stats, calls, checked, bad, {}, rnd, counter.ok,
                                           orders, keys))
     log(f"{rnd} rounds in {time.monotonic() - t_start:.1f} s")
-    stats = summarize(rec, counter.ok)
+    stats = summarize(rec, ref, counter.ok)
     sink_stats = {}
     for p, sk in sinked.items():
         rep = sk.close()
