@@ -116,6 +116,33 @@ def test_table_shows_the_figures_and_whether_each_target_is_met(tmp_path):
     assert "(best mode: collect)" in r and "Collector 4.020 ms (+0.50%" in r and r.endswith("| yes |")
 
 
+def test_an_eager_target_is_met_only_where_its_ci95_decides_it(tmp_path):
+    # the bench's 95% intervals: a median inside the target with an interval across its bound is undecided, not met
+    out = tmp_path / "sinks.json"
+    hs = {"ferry_ms": 4.1, "deferred_ms": 4.05, "torch_copy_ms": 4.1, "collect_ms": 4.02,
+          "overhead_pct": {"ferry": 2.5, "deferred": 1.0, "collect": 0.06, "torch": 2.9},
+          "ci95_pct": {"ferry": [1.0, 3.3], "deferred": [0.1, 2.2], "collect": [-1.7, 0.85], "torch": [2.0, 3.7]},
+          "comparisons_pp": {"deferred_minus_ferry_pp": {"median": -1.3, "ci95": [-2.9, -0.2]}}}
+    vf = {"ferry_ms": 5.6, "deferred_ms": 5.5, "torch_copy_ms": 5.8,
+          "overhead_pct": {"ferry": 11.5, "deferred": 8.6, "torch": 15.8},
+          "comparisons_pp": {"ferry_minus_torch_pp": {"median": -5.1, "ci95": [-7.1, -2.9]},
+                             "deferred_minus_ferry_pp": {"median": -2.5, "ci95": [-4.2, -0.8]}}}
+
+    def verdicts(hs, vf):
+        run = dict(EAGER, eager_b1=dict(EAGER["eager_b1"], hidden_states=hs, vllm_full=vf))
+        assert tables("sinks", tmp_path / "absent.json", write(tmp_path / "e.json", run), out).returncode == 0
+        text = tables("sinks-tables", out).stdout
+        return row2(text, "hidden-states").rsplit("|", 2)[1].strip(), row2(text, "vllm-full (341").rsplit("|", 2)[1].strip()
+
+    assert verdicts(hs, vf) == ("yes", "yes")
+    crossing = dict(hs, comparisons_pp={"deferred_minus_ferry_pp": {"median": -1.3, "ci95": [-2.9, 0.5]}})
+    assert verdicts(crossing, vf)[0].startswith("**undecided**"), "deferred - immediate's interval crosses 0"
+    wide = dict(hs, ci95_pct=dict(hs["ci95_pct"], collect=[-1.7, 1.2]))
+    assert verdicts(wide, vf)[0].startswith("**undecided**"), "the Collector's interval crosses +1%"
+    above = dict(vf, comparisons_pp=dict(vf["comparisons_pp"], ferry_minus_torch_pp={"median": 0.4, "ci95": [-1, 2]}))
+    assert verdicts(hs, above)[1] == "**no**", "the median above the torch copies fails, whatever the interval"
+
+
 def row2(text, key):
     return next(line for line in text.splitlines() if key in line)
 

@@ -101,7 +101,31 @@ def _pct(v):
 
 
 def _met(ok):
+    if ok == UNDECIDED:
+        return "**undecided** (the median meets it, its ci95 does not)"
     return NOT_YET if ok is None else ("yes" if ok else "**no**")
+
+
+UNDECIDED = "undecided"
+
+
+def _decide(median, ci, bound):
+    """A target `value <= bound`: met only where the 95% interval of the median lies at or below the bound (noise
+    cannot decide it), not met where the median is above it, undecided in between; the median alone where the
+    run gave no interval."""
+    if median is None:
+        return None
+    if median > bound:
+        return False
+    return True if ci is None or ci[1] <= bound else UNDECIDED
+
+
+def _both(a, b):
+    if a is None or b is None:
+        return a if b is None else b
+    if a is False or b is False:
+        return False
+    return UNDECIDED if UNDECIDED in (a, b) else True
 
 
 def _row(what, value, target, ok):
@@ -193,16 +217,25 @@ def table(d):
             + f"; no capture {_num(base, 3)} ms; {eg.get('rounds', '?')} rounds of {eg.get('tokens_per_round', '?')}"
               f" steps, main-thread CPU per step{'; commit ' + src['commit'] if src.get('commit') else ''}")
         fo, do, to = over("ferry", f), over("deferred", df), over("torch", tc)
+        comp = p.get("comparisons_pp") or {}
+
+        def diff(name, a, b):  # the bench's paired difference (median, ci95) where it gives one
+            c = comp.get(name) or {}
+            if "median" in c:
+                return c["median"], c.get("ci95")
+            return (None if a is None or b is None else a - b), None
+
         if preset == "hidden_states":  # ferry's best eager mode (immediate, deferred, the Collector's hand-over)
             modes = {k: over(k, p.get(k + "_ms")) for k in ("ferry", "deferred", "collect")}
             modes = {k: v for k, v in modes.items() if v is not None}
             best = min(modes, key=modes.get) if modes else None
             target = "ferry <= +1%" + (f" (best mode: {best})" if best else "")
-            ok = None if best is None else modes[best] <= 1
+            ok = None if best is None else _decide(modes[best], ci95.get(best), 1)
         else:
-            target, ok = "ferry <= the torch copies", None if fo is None or to is None else fo <= to
+            target = "ferry <= the torch copies"
+            ok = _decide(*diff("ferry_minus_torch_pp", fo, to), 0)
         if ok is not None and do is not None:
-            ok = ok and do <= fo
+            ok = _both(ok, _decide(*diff("deferred_minus_ferry_pp", do, fo), 0))
         lines.append(_row(f"eager B=1, Qwen3-0.6B-shaped, a sink running: {label}", value,
                           target + "; deferred <= immediate", ok))
     return "\n".join(lines) + "\n"
