@@ -7,8 +7,8 @@ into a channel whose entries go to ferry's safetensors sink (shards on /dev/shm 
 threads: no Python per entry), immediate (``ferry``) and deferred (``deferred``: a gather per batch), against
 torch's per-hook ``pinned.copy_(t, non_blocking=True)`` (``torch``). ``hooks``: the same hooks calling a no-op
 (the hook layer's own cost). Diagnostics (--diagnostics calls): ``frame`` (begin_forward / end_forward around the
-step, no hook), ``incall-ferry`` / ``incall-deferred`` (the time inside ferry's calls summed per step, beside the
-step's overhead); --diagnostics on adds ``pyconsumer`` / ``pybatch`` (immediate capture into a channel drained by
+step, no hook), ``incall-ferry`` / ``incall-deferred`` / ``incall-collect`` (the time inside ferry's calls summed
+per step, beside the step's overhead); --diagnostics on adds ``pyconsumer`` / ``pybatch`` (immediate capture into a channel drained by
 a Python thread with ``poll`` / ``poll_batch``: the consumer that takes the GIL).
 
 Method: interleaved at step level, so that the machine's speed drift (a lent host: the no-capture step itself

@@ -51,6 +51,6 @@ def test_qwen3_eager_smoke_checks_every_entry_and_writes_the_schema(tmp_path):
     assert {"pyconsumer:vllm-full", "hooks:vllm-full", "torch:hidden-states"} <= set(d["contestants"])
     # the in-call diagnostic: time inside ferry's calls per step, for its contestants only
     c = d["contestants"]
-    assert all(c[f"incall-{k}:{p}"]["in_call_us"] > 0 for k in ("ferry", "deferred") for p in ("hidden-states", "vllm-full"))
+    assert all(c[f"incall-{k}:{p}"]["in_call_us"] > 0 for k in ("ferry", "deferred", "collect") for p in ("hidden-states", "vllm-full"))
     assert "in_call_us" not in c["ferry:vllm-full"] and "in_call_us" not in c["hooks:vllm-full"]
     assert not list(tmp_path.glob("ferry-eager-*"))  # the shard runs are removed

@@ -174,7 +174,7 @@ def make_contestants(args, model, dec, presets, sinked, pycons, stream):
     channel with bounce_capture_max_bytes: a device copy into a bounce slot per hook, one gather per batch;
     ``sinked[(preset, "bounce")]``, where built), torch (pinned copy_ per hook, an event per step); diagnostics
     (--diagnostics on, or calls without the Python consumers): frame (begin_forward / end_forward around the step,
-    no hook), incall-ferry / incall-deferred (InCall), pyconsumer / pybatch (ferry
+    no hook), incall-ferry / incall-deferred / incall-collect (InCall), pyconsumer / pybatch (ferry
     immediate into a channel drained by a Python thread)."""
     ops = use_ops(args.capture)
     runs = {"none": Contestant(dec.step)}
@@ -209,6 +209,12 @@ def make_contestants(args, model, dec, presets, sinked, pycons, stream):
                 cap = ic.wrap(sk.capture_fn(deferred, ops))
                 runs[f"incall-{kind}:{preset}"] = Contestant(ic.step(dec, sk.ch, stream), entries=len(pts),
                                                              context=installed(cap), in_call=ic)
+            # incall-collect: collect again, the time inside begin_forward, the hand-over and end_forward summed
+            # per step (the hooks' appends are not ferry calls: collect - hooks gives them)
+            ic, icol = InCall(), fh.Collector(sk.ch, stream, deferred=deferred_points(pts))
+            runs[f"incall-collect:{preset}"] = Contestant(
+                framed_step(dec, ic.wrap(icol.begin_forward), ic.wrap(icol.end_forward)), entries=len(pts),
+                context=installed(icol), in_call=ic)
             for kind, pc in (pycons.items() if args.diagnostics == "on" else ()):
                 cap = fh.capture_fn(pc.ch, stream, use_ops=ops, deferred=False)
 
