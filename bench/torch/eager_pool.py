@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""The eager B=1 runs of qwen3_eager.py side by side and pooled: each run's per-round overheads (every contestant's,
+against the two no-capture turns beside it) kept in one small JSON, and the comparisons the targets ask for per run
+and over all the kept runs together (the rounds of every run, none left out: a comparison one run leaves undecided
+may be decided by the rounds of several).
+
+  eager_pool.py add RUN_JSON... --to ROUNDS_JSON
+      Adds each run (qwen3_eager.py's --out) to ROUNDS_JSON (created if absent): its source (device, commit, date,
+      command), rounds, no-capture ms and, per preset and contestant, the per-round overheads (%, 3 decimals). A
+      run already there (same commit and date) is replaced, not added twice.
+  eager_pool.py report ROUNDS_JSON [--json OUT]
+      Per preset: each run's and the pooled medians [ci95] of every contestant's overhead and of the paired
+      differences (pp) the targets use; ``decided`` where the interval excludes 0. --json writes them too.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from qwen3bench.paired import difference, summary  # noqa: E402  (the bench's own statistics, one home)
+
+# the paired differences of the eager targets: ferry (immediate) vs torch's copies, deferred vs immediate (per-hook
+# deferred and the Collector's batched hand-over), and the capture's cost above the no-op hook layer
+PAIRS = (("ferry", "torch"), ("deferred", "ferry"), ("collect", "ferry"), ("collect", "deferred"), ("collect", "torch"),
+         ("ferry", "hooks"), ("collect", "hooks"))
+
+
+def extract(run):
+    """One run's entry: its source and, per preset, {contestant kind: per-round overheads}."""
+    presets = {}
+    for key, c in (run.get("contestants") or {}).items():
+        kind, _, preset = key.partition(":")
+        if preset and "round_overhead_pct" in c:
+            presets.setdefault(preset, {})[kind] = [round(x, 3) for x in c["round_overhead_pct"]]
+    if not presets:
+        raise SystemExit("eager_pool: expected a qwen3_eager.py JSON with per-round overheads "
+                         "(contestants.<kind>:<preset>.round_overhead_pct), got none")
+    e = run.get("eager_b1") or {}
+    return {"device": run.get("device"), "commit": run.get("commit"), "date": run.get("date"),
+            "command": run.get("command"), "rounds": e.get("rounds"), "no_capture_ms": e.get("no_capture_ms"),
+            "presets": presets}
+
+
+def add(paths, to):
+    data = {"runs": []}
+    if os.path.exists(to):
+        with open(to) as f:
+            data = json.load(f)
+    for p in paths:
+        with open(p) as f:
+            r = extract(json.load(f))
+        data["runs"] = [x for x in data["runs"] if (x["commit"], x["date"]) != (r["commit"], r["date"])] + [r]
+        print(f"eager_pool: {p}: commit {r['commit']}, {r['date']}, {r['rounds']} rounds, presets "
+              f"{', '.join(r['presets'])}")
+    with open(to, "w") as f:
+        json.dump(data, f, indent=None, separators=(",", ":"))
+        f.write("\n")
+
+
+def compare(kinds):
+    """{name: summary} of every contestant's overhead (%) and of PAIRS' differences (pp) given per-round lists."""
+    out = {k: summary(v) for k, v in kinds.items() if k != "none"}
+    for a, b in PAIRS:
+        if a in kinds and b in kinds:
+            out[f"{a}_minus_{b}_pp"] = difference(kinds[a], kinds[b])
+    return out
+
+
+def report(path):
+    with open(path) as f:
+        runs = json.load(f)["runs"]
+    result = {}
+    for preset in sorted({p for r in runs for p in r["presets"]}):
+        per_run, pooled = [], {}
+        for r in runs:
+            kinds = r["presets"].get(preset)
+            if not kinds:
+                continue
+            per_run.append({"commit": r["commit"], "date": r["date"], "no_capture_ms": r["no_capture_ms"],
+                            "rounds": len(next(iter(kinds.values()))), "figures": compare(kinds)})
+            for k, v in kinds.items():
+                pooled.setdefault(k, []).extend(v)
+        result[preset] = {"runs": per_run, "pooled": {"rounds": len(next(iter(pooled.values()))),
+                                                      "figures": compare(pooled)}}
+    return result
+
+
+def show(result):
+    def cell(s):
+        ci = s.get("ci95")
+        tail = f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else ""
+        return f"{s['median']:+.2f}{tail}{' decided' if s.get('decided') else ''}"
+
+    for preset, r in result.items():
+        print(f"{preset}:")
+        rows = [(f"{x['commit']} {x['date']} ({x['rounds']} rounds, no capture {x['no_capture_ms']:.2f} ms)",
+                 x["figures"]) for x in r["runs"]]
+        rows.append((f"pooled ({r['pooled']['rounds']} rounds)", r["pooled"]["figures"]))
+        for label, fig in rows:
+            print(f"  {label}")
+            for k, s in fig.items():
+                print(f"    {k:<26}{cell(s)}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("add")
+    a.add_argument("runs", nargs="+")
+    a.add_argument("--to", required=True)
+    r = sub.add_parser("report")
+    r.add_argument("rounds")
+    r.add_argument("--json")
+    args = ap.parse_args(argv)
+    if args.cmd == "add":
+        add(args.runs, args.to)
+        return
+    result = report(args.rounds)
+    show(result)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
