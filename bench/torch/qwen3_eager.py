@@ -91,9 +91,26 @@ def parse():
                          "wrapped, torch's hook dispatch skipped; hooks: torch forward hooks)")
     ap.add_argument("--pin", choices=["on", "off"], default="on",
                     help="the decode loop on a core of its own, every other thread elsewhere (less noise)")
+    ap.add_argument("--kinds", default="all",
+                    help="the contestants timed besides no capture, by kind (ferry, deferred, collect, bounce, torch, "
+                         "hooks, and the diagnostics' frame, incall-*, pyconsumer, pybatch), comma-separated: a run "
+                         "that spends every turn on one comparison (all: every contestant built)")
     ap.add_argument("--drain-idle-us", type=float, default=200.0,
                     help="the channels' drain_idle_sleep (every contestant runs beside the idle drain threads)")
     return ap.parse_args()
+
+
+def pick(runs, kinds):
+    """runs restricted to no capture and the contestants of the --kinds named (all: every one); a kind that names
+    no contestant of this run is an error (a typo would time nothing)."""
+    if kinds == "all":
+        return runs
+    want = {k.strip() for k in kinds.split(",") if k.strip()}
+    have = {k.partition(":")[0] for k in runs if k != "none"}
+    if not want or want - have:
+        raise SystemExit(f"qwen3_eager: --kinds: expected kinds among {', '.join(sorted(have))}, got "
+                         f"{', '.join(sorted(want - have)) or 'none'} (diagnostics: --diagnostics; bounce: --bounce)")
+    return {k: c for k, c in runs.items() if k == "none" or k.partition(":")[0] in want}
 
 
 def mean_turn(turns):
@@ -206,10 +223,9 @@ def document(args, cuda, presets, stats, calls, checked, bad, sink_stats, rounds
     cmp = comparisons(stats, presets) if stats else {}
     for p in (presets if stats else ()):
         st = st_of(stats, p)
-        blk = {"ferry_ms": st["ferry"]["cpu_ms"], "deferred_ms": st["deferred"]["cpu_ms"],
-               "torch_copy_ms": st["torch"]["cpu_ms"], "hooks_only_ms": st["hooks"]["cpu_ms"],
-               "bounce_ms": st["bounce"]["cpu_ms"] if "bounce" in st else None,
-               "collect_ms": st["collect"]["cpu_ms"] if "collect" in st else None,
+        ms = {x: st[x]["cpu_ms"] if x in st else None for x in KINDS}  # None: not timed (--kinds)
+        blk = {"ferry_ms": ms["ferry"], "deferred_ms": ms["deferred"], "torch_copy_ms": ms["torch"],
+               "hooks_only_ms": ms["hooks"], "bounce_ms": ms["bounce"], "collect_ms": ms["collect"],
                "overhead_pct": {x: st[x]["overhead_pct"] for x in st},
                "spread_pct": {x: [st[x]["overhead_pct_p10"], st[x]["overhead_pct_p90"]] for x in st},
                "ci95_pct": {x: st[x]["overhead_pct_ci95"] for x in st},
@@ -220,14 +236,18 @@ def document(args, cuda, presets, stats, calls, checked, bad, sink_stats, rounds
     verdict = {}
     for p in (presets if stats else ()):
         k = PRESET_KEY.get(p, p)
-        f, d, t = (stats[f"{x}:{p}"]["overhead_pct"] for x in ("ferry", "deferred", "torch"))
+        ov = {x: s["overhead_pct"] for x, s in st_of(stats, p).items()}
         c = cmp[k]
-        verdict[k] = {"ferry_le_torch": f <= t, "ferry_le_torch_decided": c["ferry_minus_torch_pp"]["decided"],
-                      "deferred_le_ferry": d <= f,
-                      "deferred_le_ferry_decided": c["deferred_minus_ferry_pp"]["decided"],
-                      "best_ferry_overhead_pct": min(f, d)}
-        if "collect" in st_of(stats, p):
-            verdict[k]["best_ferry_overhead_pct"] = min(f, d, stats[f"collect:{p}"]["overhead_pct"])
+        verdict[k] = {}
+        if "ferry" in ov and "torch" in ov:
+            verdict[k].update(ferry_le_torch=ov["ferry"] <= ov["torch"],
+                              ferry_le_torch_decided=c["ferry_minus_torch_pp"]["decided"])
+        if "deferred" in ov and "ferry" in ov:
+            verdict[k].update(deferred_le_ferry=ov["deferred"] <= ov["ferry"],
+                              deferred_le_ferry_decided=c["deferred_minus_ferry_pp"]["decided"])
+        modes = [ov[x] for x in ("ferry", "deferred", "collect") if x in ov]
+        if modes:
+            verdict[k]["best_ferry_overhead_pct"] = min(modes)
         if k == "hidden_states":  # <= +1%: per ferry mode, decided when its ci95 lies on one side of 1
             for x, st in st_of(stats, p).items():
                 if x in ("ferry", "deferred", "collect"):
@@ -276,7 +296,7 @@ def main():
         pycons["pyconsumer"] = PyConsumer(args, stream, batch=False)
         if hasattr(pycons["pyconsumer"].ch, "poll_batch"):
             pycons["pybatch"] = PyConsumer(args, stream, batch=True)
-    runs = make_contestants(args, model, dec, presets, sinked, pycons, stream)
+    runs = pick(make_contestants(args, model, dec, presets, sinked, pycons, stream), args.kinds)
     keys = list(runs)
     pin_main(main_core)
     counter = Instructions()  # after pin_main: counts the decode loop's thread

@@ -54,3 +54,27 @@ def test_qwen3_eager_smoke_checks_every_entry_and_writes_the_schema(tmp_path):
     assert all(c[f"incall-{k}:{p}"]["in_call_us"] > 0 for k in ("ferry", "deferred", "collect") for p in ("hidden-states", "vllm-full"))
     assert "in_call_us" not in c["ferry:vllm-full"] and "in_call_us" not in c["hooks:vllm-full"]
     assert not list(tmp_path.glob("ferry-eager-*"))  # the shard runs are removed
+
+
+def test_qwen3_eager_kinds_time_only_the_named_contestants(tmp_path):
+    # --kinds: a run that spends every turn on one comparison (none, ferry, none, deferred, none per round); a kind
+    # that names no contestant is refused before anything is timed
+    out = tmp_path / "eager.json"
+    env = dict(os.environ, FERRY_PYTHON_BACKEND="host")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(os.path.dirname(ferry.__file__)),
+                                                    env.get("PYTHONPATH")) if p)
+    base = [sys.executable, str(ROOT / "bench/torch/qwen3_eager.py"), "--device", "cpu", "--tiny", "--layers", "2",
+            "--presets", "hidden-states", "--bounce", "0", "--rounds", "4", "--min-rounds", "4", "--sink-dir",
+            str(tmp_path), "--out", str(out)]
+    r = subprocess.run(base + ["--kinds", "ferry,deferred"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    d = json.loads(out.read_text())
+    assert set(d["contestants"]) == {"none", "ferry:hidden-states", "deferred:hidden-states"}
+    assert all(len(o) == 5 for o in d["round_orders"]["orders"]) and len(d["round_orders"]["orders"]) == 4
+    e = d["eager_b1"]["hidden_states"]
+    assert e["ferry_ms"] > 0 and e["deferred_ms"] > 0 and e["torch_copy_ms"] is None
+    assert set(e["comparisons_pp"]) == {"deferred_minus_ferry_pp"}
+    assert set(d["verdict"]["hidden_states"]) >= {"deferred_le_ferry", "deferred_le_ferry_decided"}
+    assert "ferry_le_torch" not in d["verdict"]["hidden_states"]
+    r = subprocess.run(base + ["--kinds", "ferry,defered"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "--kinds: expected kinds among" in r.stderr and "defered" in r.stderr
