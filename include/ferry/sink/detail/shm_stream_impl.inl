@@ -265,6 +265,10 @@ inline shm_stream_stats shm_stream_impl::close()
   if (thread_.joinable()) { thread_.join(); }
   views out;
   lk.lock();
+  // The thread's last pass may predate the reader's last release or its detach (a reader that released
+  // everything and detached right before close()): one more pass counts them as the thread would have.
+  take_releases_locked(out);
+  check_reader_locked(out, true);
   c_.unreleased_at_close += held_.size() + pending_.size();
   for (auto& x : held_) { out.push_back(std::move(x.view)); }
   for (auto& v : pending_) { out.push_back(std::move(v)); }
