@@ -20,14 +20,20 @@ import ferry  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_qwen3_eager_smoke_checks_every_entry_and_writes_the_schema(tmp_path):
-    out = tmp_path / "eager.json"
+def eager(tmp_path, *args):
+    """qwen3_eager.py on the CPU (host backend, tiny 2-layer model, shards under tmp_path) with `args`."""
     env = dict(os.environ, FERRY_PYTHON_BACKEND="host")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(os.path.dirname(ferry.__file__)),
                                                     env.get("PYTHONPATH")) if p)
     cmd = [sys.executable, str(ROOT / "bench/torch/qwen3_eager.py"), "--device", "cpu", "--tiny", "--layers", "2",
-           "--steps", "2", "--rounds", "3", "--min-rounds", "3", "--check-steps", "2", "--diagnostics", "on", "--sink-dir", str(tmp_path), "--out", str(out)]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+           "--sink-dir", str(tmp_path), *map(str, args)]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_qwen3_eager_smoke_checks_every_entry_and_writes_the_schema(tmp_path):
+    out = tmp_path / "eager.json"
+    r = eager(tmp_path, "--steps", "2", "--rounds", "3", "--min-rounds", "3", "--check-steps", "2", "--diagnostics", "on",
+              "--out", out)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     d = json.loads(out.read_text())
     e = d["eager_b1"]
@@ -60,13 +66,8 @@ def test_qwen3_eager_kinds_time_only_the_named_contestants(tmp_path):
     # --kinds: a run that spends every turn on one comparison (none, ferry, none, deferred, none per round); a kind
     # that names no contestant is refused before anything is timed
     out = tmp_path / "eager.json"
-    env = dict(os.environ, FERRY_PYTHON_BACKEND="host")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(os.path.dirname(ferry.__file__)),
-                                                    env.get("PYTHONPATH")) if p)
-    base = [sys.executable, str(ROOT / "bench/torch/qwen3_eager.py"), "--device", "cpu", "--tiny", "--layers", "2",
-            "--presets", "hidden-states", "--bounce", "0", "--rounds", "4", "--min-rounds", "4", "--sink-dir",
-            str(tmp_path), "--out", str(out)]
-    r = subprocess.run(base + ["--kinds", "ferry,deferred"], env=env, capture_output=True, text=True, timeout=300)
+    base = ("--presets", "hidden-states", "--bounce", "0", "--rounds", "4", "--min-rounds", "4", "--out", out)
+    r = eager(tmp_path, *base, "--kinds", "ferry,deferred")
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     d = json.loads(out.read_text())
     assert set(d["contestants"]) == {"none", "ferry:hidden-states", "deferred:hidden-states"}
@@ -76,5 +77,5 @@ def test_qwen3_eager_kinds_time_only_the_named_contestants(tmp_path):
     assert set(e["comparisons_pp"]) == {"deferred_minus_ferry_pp"}
     assert set(d["verdict"]["hidden_states"]) >= {"deferred_le_ferry", "deferred_le_ferry_decided"}
     assert "ferry_le_torch" not in d["verdict"]["hidden_states"]
-    r = subprocess.run(base + ["--kinds", "ferry,defered"], env=env, capture_output=True, text=True, timeout=300)
+    r = eager(tmp_path, *base, "--kinds", "ferry,defered")
     assert r.returncode != 0 and "--kinds: expected kinds among" in r.stderr and "defered" in r.stderr
