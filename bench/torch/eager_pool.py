@@ -11,7 +11,7 @@ may be decided by the rounds of several).
       run already there (same commit and date) is replaced, not added twice.
   eager_pool.py report ROUNDS_JSON [--json OUT]
       Per preset: each run's and the pooled medians [ci95] of every contestant's overhead and of the paired
-      differences (pp) the targets use; ``decided`` where the interval excludes 0. --json writes them too.
+      differences (pp) the targets use (pooled: the contestants every run of the preset timed); ``decided`` where the interval excludes 0. --json writes them too.
 """
 from __future__ import annotations
 
@@ -21,12 +21,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from qwen3bench.paired import difference, summary  # noqa: E402  (the bench's own statistics, one home)
-
-# the paired differences of the eager targets: ferry (immediate) vs torch's copies, deferred vs immediate (per-hook
-# deferred and the Collector's batched hand-over), and the capture's cost above the no-op hook layer
-PAIRS = (("ferry", "torch"), ("deferred", "ferry"), ("collect", "ferry"), ("collect", "deferred"), ("collect", "torch"),
-         ("ferry", "hooks"), ("collect", "hooks"))
+from qwen3bench.paired import pair_differences, summary  # noqa: E402  (the bench's own statistics and pairs)
 
 
 def extract(run):
@@ -62,12 +57,9 @@ def add(paths, to):
 
 
 def compare(kinds):
-    """{name: summary} of every contestant's overhead (%) and of PAIRS' differences (pp) given per-round lists."""
-    out = {k: summary(v) for k, v in kinds.items() if k != "none"}
-    for a, b in PAIRS:
-        if a in kinds and b in kinds:
-            out[f"{a}_minus_{b}_pp"] = difference(kinds[a], kinds[b])
-    return out
+    """{name: summary} of every contestant's overhead (%) and of the targets' paired differences (pp) given
+    per-round lists."""
+    return {**{k: summary(v) for k, v in kinds.items() if k != "none"}, **pair_differences(kinds)}
 
 
 def report(path):
@@ -75,15 +67,14 @@ def report(path):
         runs = json.load(f)["runs"]
     result = {}
     for preset in sorted({p for r in runs for p in r["presets"]}):
-        per_run, pooled = [], {}
-        for r in runs:
-            kinds = r["presets"].get(preset)
-            if not kinds:
-                continue
-            per_run.append({"commit": r["commit"], "date": r["date"], "no_capture_ms": r["no_capture_ms"],
-                            "rounds": len(next(iter(kinds.values()))), "figures": compare(kinds)})
-            for k, v in kinds.items():
-                pooled.setdefault(k, []).extend(v)
+        had = [r for r in runs if preset in r["presets"]]
+        per_run = [{"commit": r["commit"], "date": r["date"], "no_capture_ms": r["no_capture_ms"],
+                    "rounds": len(next(iter(r["presets"][preset].values()))), "figures": compare(r["presets"][preset])}
+                   for r in had]
+        # pooled: the kinds every run timed (a diagnostic one run had would be labelled with all runs' rounds)
+        common = set.intersection(*(set(r["presets"][preset]) for r in had))
+        pooled = {k: [x for r in had for x in r["presets"][preset][k]] for k in had[0]["presets"][preset]
+                  if k in common}
         result[preset] = {"runs": per_run, "pooled": {"rounds": len(next(iter(pooled.values()))),
                                                       "figures": compare(pooled)}}
     return result

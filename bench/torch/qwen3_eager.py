@@ -8,8 +8,8 @@ threads: no Python per entry), immediate (``ferry``) and deferred (``deferred``:
 torch's per-hook ``pinned.copy_(t, non_blocking=True)`` (``torch``). ``hooks``: the same hooks calling a no-op
 (the hook layer's own cost). Diagnostics (--diagnostics calls): ``frame`` (begin_forward / end_forward around the
 step, no hook), ``incall-ferry`` / ``incall-deferred`` / ``incall-collect`` (the time inside ferry's calls summed
-per step, beside the step's overhead); --diagnostics on adds ``pyconsumer`` / ``pybatch`` (immediate capture into a channel drained by
-a Python thread with ``poll`` / ``poll_batch``: the consumer that takes the GIL).
+per step, beside the step's overhead); --diagnostics on adds ``pyconsumer`` / ``pybatch`` (immediate capture into
+a channel drained by a Python thread with ``poll`` / ``poll_batch``: the consumer that takes the GIL).
 
 Method: interleaved at step level, so that the machine's speed drift (a lent host: the no-capture step itself
 varies by tens of percent within a minute) cancels. Each round runs one short turn of every contestant, in a
@@ -56,7 +56,7 @@ from qwen3bench.eager import (INSTALL, OTHER_CORES, PyConsumer, Sinked, call_cos
                               pin_main, pin_threads, sink_dir, turn)
 from qwen3bench.meta import device_name, header, log, use_ops, write_json
 from qwen3bench.model import Decoder, build_model
-from qwen3bench.paired import Instructions, difference, paired, quantile
+from qwen3bench.paired import Instructions, pair_differences, paired, quantile
 
 PRESET_KEY = {"hidden-states": "hidden_states", "vllm-full": "vllm_full"}
 KINDS = ("ferry", "deferred", "collect", "bounce", "torch", "hooks")
@@ -146,17 +146,10 @@ def summarize(rec, ref, counted):
 
 
 def comparisons(stats, presets):
-    """The targets' comparisons per preset, from the per-round overheads (percentage points of the round's
-    no-capture step): ferry - torch, deferred - ferry, deferred - torch, ferry - hooks (the capture's cost
-    above the hook layer)."""
-    out = {}
-    for p in presets:
-        r = {x: stats[f"{x}:{p}"]["round_overhead_pct"] for x in KINDS if f"{x}:{p}" in stats}
-        out[PRESET_KEY.get(p, p)] = {f"{a}_minus_{b}_pp": difference(r[a], r[b])
-                                     for a, b in (("ferry", "torch"), ("deferred", "ferry"), ("deferred", "torch"),
-                                                  ("ferry", "hooks"), ("collect", "deferred"), ("collect", "torch"),
-                                                  ("collect", "hooks")) if a in r and b in r}
-    return out
+    """The targets' comparisons per preset (qwen3bench.paired.PAIRS), from the per-round overheads (percentage
+    points of the round's no-capture step)."""
+    return {PRESET_KEY.get(p, p): pair_differences({x: stats[f"{x}:{p}"]["round_overhead_pct"] for x in KINDS
+                                                    if f"{x}:{p}" in stats}) for p in presets}
 
 
 def check(args, model, dec, pts, preset, stream, ops):

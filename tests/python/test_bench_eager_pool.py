@@ -65,3 +65,5 @@ def test_the_committed_rounds_read_back(tmp_path):
     r = json.loads(out.read_text())["hidden-states"]
     assert r["runs"] and all({"ferry", "deferred", "collect", "torch", "hooks"} <= set(x["figures"]) for x in r["runs"])
     assert r["pooled"]["rounds"] == sum(x["rounds"] for x in r["runs"])
+    # a contestant only some runs timed (session 21's incall-collect, run C's diagnostic) stays out of the pool
+    assert "incall-collect" in r["runs"][-1]["figures"] and "incall-collect" not in r["pooled"]["figures"]

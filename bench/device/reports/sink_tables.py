@@ -100,13 +100,13 @@ def _pct(v):
     return None if v is None else f"{v:+.2f}%"
 
 
+UNDECIDED = "undecided"
+
+
 def _met(ok):
     if ok == UNDECIDED:
         return "**undecided** (the median meets it, its ci95 does not)"
     return NOT_YET if ok is None else ("yes" if ok else "**no**")
-
-
-UNDECIDED = "undecided"
 
 
 def _decide(median, ci, bound):

@@ -69,6 +69,19 @@ def difference(a, b):
     return s
 
 
+# The paired differences the eager targets use (a - b, percentage points): ferry (immediate) vs torch's copies,
+# deferred vs immediate (per-hook deferred and the Collector's batched hand-over), and the capture's cost above the
+# no-op hook layer.
+PAIRS = (("ferry", "torch"), ("deferred", "ferry"), ("deferred", "torch"), ("ferry", "hooks"), ("collect", "ferry"),
+         ("collect", "deferred"), ("collect", "torch"), ("collect", "hooks"))
+
+
+def pair_differences(rounds):
+    """{"<a>_minus_<b>_pp": difference(...)} for each of PAIRS whose two kinds `rounds` ({kind: per-round
+    overheads}) holds."""
+    return {f"{a}_minus_{b}_pp": difference(rounds[a], rounds[b]) for a, b in PAIRS if a in rounds and b in rounds}
+
+
 class Instructions:
     """User-space instructions retired by the calling thread (perf_event_open, PERF_COUNT_HW_INSTRUCTIONS,
     exclude_kernel): a count the machine's speed does not change. ``ok`` is False (and read() returns 0) where
