@@ -128,9 +128,10 @@ class capture_fn {
 /// collected during a forward, `items` a list of (hook, tensor, version at the hook: -1 unknown) tuples, each
 /// converted as capture_fn converts it, all before the first is given to the core (one that does not convert:
 /// nothing recorded). A tensor written in place since its hook is refused here (its bytes are no longer the
-/// hook's); the version recorded for the core's deferred check is the hook's.
+/// hook's); the version recorded for the core's deferred check is the hook's. `end`: the forward is ended in
+/// the same call after the hand-over (an item that fails: it stays open, as the two calls would leave it).
 template <class B>
-void capture_deferred_many(py_channel<B>& ch, nb::handle items, nb::handle stream, nb::handle prepare)
+nb::object capture_deferred_many(py_channel<B>& ch, nb::handle items, nb::handle stream, nb::handle prepare, bool end)
 {
   const char* what = "Channel.capture_deferred_many";
   if (PyList_Check(items.ptr()) == 0) {
@@ -166,13 +167,15 @@ void capture_deferred_many(py_channel<B>& ch, nb::handle items, nb::handle strea
       st.t.version_read = true;
     }
   }
-  ch.capture_deferred_staged(staged, s);
+  auto plan = ch.capture_deferred_staged(staged, s, end);
+  return plan ? nb::cast(std::move(*plan)) : nb::none();
 }
 
 }  // namespace
 
 template <class B>
-void py_channel<B>::capture_deferred_staged(std::vector<staged_capture>& items, const fb::stream_view<B>& s)
+std::optional<py_plan> py_channel<B>::capture_deferred_staged(std::vector<staged_capture>& items,
+                                                              const fb::stream_view<B>& s, bool end)
 {
   tie(s);
   std::vector<fd::source_owner> owners;
@@ -180,11 +183,15 @@ void py_channel<B>::capture_deferred_staged(std::vector<staged_capture>& items, 
   for (auto& it : items) {
     owners.push_back(py_source::make<B>(it.keep, std::move(it.t.dl), true, it.t.version_read ? &it.t.version : nullptr));
   }
-  call("capture_deferred", [&](fd::channel<B>& ch) {
+  auto plan = call(end ? "end_forward" : "capture_deferred", [&](fd::channel<B>& ch) -> std::optional<py_plan> {
     for (std::size_t i = 0; i < items.size(); ++i) {
       ch.capture_deferred(fd::hook_id{items[i].hook}, items[i].t.data, items[i].t.nbytes, s, std::move(owners[i]));
     }
+    if (!end) { return std::nullopt; }
+    return py_plan{ch.end_forward(s)};
   });
+  if (end) { forward_stream_ = nb::object{}; }  // as end_forward(): the stream need not outlive the forward now
+  return plan;
 }
 
 template <class B>
@@ -208,26 +215,29 @@ void init_capture_fn(nb::module_& m)
     "else is given to prepare(hook, tensor) (None: as it is) and then to capture / capture_deferred. The call "
     "site of ferry.hooks.channel_capture.");
   nb::cpp_function_def(
-    [](py_channel<B>& self, nb::handle items, nb::handle stream, nb::handle prepare) {
-      capture_deferred_many<B>(self, items, stream, prepare);
+    [](py_channel<B>& self, nb::handle items, nb::handle stream, nb::handle prepare, bool end) {
+      return capture_deferred_many<B>(self, items, stream, prepare, end);
     },
     nb::scope(cls), nb::name("capture_deferred_many"), nb::is_method(), nb::arg("items"),
     nb::arg("stream").none() = nb::none(), nb::kw_only(), nb::arg("prepare").none() = nb::none(),
+    nb::arg("end_forward") = false,
     nb::sig("def capture_deferred_many(self, items: list[tuple[int, object, int]], stream: object | None = None, *, "
-            "prepare: typing.Callable[[int, object], object] | None = None) -> None"),
+            "prepare: typing.Callable[[int, object], object] | None = None, end_forward: bool = False) -> Plan | None"),
     "capture_deferred(hook, tensor, stream) for each (hook, tensor, version at its hook: -1 unknown) of items, in "
     "order, as one call (ferry.hooks.Collector's hand-over): converted as capture_fn converts them (prepare for "
     "anything but a plain dense torch.Tensor); a tensor written in place since its hook is a LogicError. Every "
     "item is converted before any is given to the channel (an item that does not convert: nothing recorded); an "
-    "item the channel refuses raises, the items before it stay recorded, as calls one by one would leave them.");
+    "item the channel refuses raises, the items before it stay recorded, as calls one by one would leave them. "
+    "end_forward=True: then end_forward(stream) in the same call, its Plan returned (an item that fails leaves the "
+    "forward open, as the two calls would).");
 }
 
-template void py_channel<fb::host_backend>::capture_deferred_staged(std::vector<staged_capture>&,
-                                                                   const fb::stream_view<fb::host_backend>&);
+template std::optional<py_plan> py_channel<fb::host_backend>::capture_deferred_staged(
+  std::vector<staged_capture>&, const fb::stream_view<fb::host_backend>&, bool);
 template void init_capture_fn<fb::host_backend>(nb::module_&);
 #if defined(FERRY_PYTHON_CUDA)
-template void py_channel<fb::cuda_backend>::capture_deferred_staged(std::vector<staged_capture>&,
-                                                                   const fb::stream_view<fb::cuda_backend>&);
+template std::optional<py_plan> py_channel<fb::cuda_backend>::capture_deferred_staged(
+  std::vector<staged_capture>&, const fb::stream_view<fb::cuda_backend>&, bool);
 template void init_capture_fn<fb::cuda_backend>(nb::module_&);
 #endif
 

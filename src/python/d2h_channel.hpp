@@ -134,8 +134,10 @@ class py_channel {
   void capture_bytes(std::uint32_t hook, nb::handle tensor, array_bytes t, const fb::stream_view<B>& s, bool deferred);
   /// Channel.capture_deferred_many after its conversions (d2h_capture_fn.cpp): the owners made, then the core's
   /// capture_deferred for each item in order under one release of the GIL (an item the core refuses raises;
-  /// the items before it stay recorded, as calls one by one would leave them).
-  void capture_deferred_staged(std::vector<staged_capture>& items, const fb::stream_view<B>& s);
+  /// the items before it stay recorded, as calls one by one would leave them); `end`: then the core's end_forward
+  /// under the same release (end_forward=True: the hand-over and the forward's end in one call), its plan returned.
+  std::optional<py_plan> capture_deferred_staged(std::vector<staged_capture>& items, const fb::stream_view<B>& s,
+                                                 bool end);
   /// Channel.capture_rows: the arguments converted (d2h_rows.cpp), then the core's capture_rows.
   void capture_rows(std::uint32_t hook, nb::handle tensor, const nb::kwargs& sel, bool deferred);
   void capture_rows_core(std::uint32_t hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,

@@ -141,3 +141,34 @@ def test_an_item_the_channel_refuses_keeps_the_ones_before(make_channel, stream,
     got = drain(ch, 4)
     assert [(e.hook, e.tobytes()) for e in got] == [(h, raw(xs[h])) for h in range(4)]
     assert ch.close()["clean"]
+
+
+def test_the_hand_over_with_end_forward_ends_the_forward_in_the_same_call(make_channel, stream, drain, reader):
+    ch = make_channel(ring_bytes=1 << 20, publish_every=64)
+    xs = [torch.full((32,), float(h + 1)) for h in range(5)]
+    ch.begin_forward(stream, tag=7)
+    plan = ch.capture_deferred_many([(h, x, x._version) for h, x in enumerate(xs)], stream, end_forward=True)
+    assert isinstance(plan, ferry.Plan) and len(plan) == 0  # an eager forward's plan is empty, as end_forward's
+    assert ch.deferred_pending == 0
+    with pytest.raises(ferry.LogicError, match="end_forward without begin_forward"):
+        ch.end_forward(stream)  # already ended
+    assert [(e.hook, e.tag, e.tobytes()) for e in drain(ch, 5)] == [(h, 7, raw(x)) for h, x in enumerate(xs)]
+    assert ch.capture_deferred_many([], stream) is None  # without end_forward: nothing returned, nothing ended
+    ch.begin_forward(stream)
+    assert isinstance(ch.capture_deferred_many([], stream, end_forward=True), ferry.Plan)  # no item: the end alone
+    assert ch.close()["clean"]
+
+
+def test_an_end_that_raises_in_forward_aborts_the_forward(make_channel, stream, drain, reader):
+    ch = make_channel(ring_bytes=1 << 20, publish_every=64)
+    col = fh.Collector(ch, stream)
+    x = torch.ones(16)
+    with pytest.raises(ferry.LogicError, match=r"hook 2 \(item 0\).*written in place"):
+        with col.forward():
+            col(2, x)
+            x.mul_(2)
+    assert ch.deferred_pending == 0 and ch.stats()["entries_reserved"] == 0
+    with col.forward():  # aborted: a new forward opens
+        col(3, x)
+    assert [(e.hook, e.tobytes()) for e in drain(ch, 1)] == [(3, raw(x))]
+    assert ch.close()["clean"]

@@ -181,8 +181,8 @@ class Collector:
     """Batched deferred capture for eager forwards: the capture function given to ``ferry.hooks.install`` only
     appends ``(hook, tensor, tensor._version)`` to the forward's list (no call into ferry per hook: in a real
     forward most of such a call's cost is its cold caches), and ``end_forward`` hands the list to the channel in
-    one call (``Channel.capture_deferred_many``: each item as ``capture_deferred`` takes it, in order) before it
-    ends the forward. Hooks not in ``deferred`` are captured at their call (``capture_fn``), after the collected
+    one call that then ends the forward (``Channel.capture_deferred_many(..., end_forward=True)``: each item as
+    ``capture_deferred`` takes it, in order, then ``end_forward``). Hooks not in ``deferred`` are captured at their call (``capture_fn``), after the collected
     ones are handed over (entry order). A collected tensor must not be written in place before the hand-over: the
     hand-over refuses one that was (``ferry.LogicError``), as the deferred flush does. Eager forwards only (a
     torch.compile'd or graph-captured forward: ``capture_fn``)::
@@ -235,9 +235,10 @@ class Collector:
         self.channel.begin_forward(self.stream, **meta)
 
     def end_forward(self) -> Any:
-        """Hands the collected captures over, then ``channel.end_forward(stream)`` (its Plan)."""
-        self.hand_over()
-        return self.channel.end_forward(self.stream)
+        """Hands the collected captures over and ends the forward in one call (its Plan); a hand-over that raises
+        leaves the forward open, as ``hand_over()`` then ``channel.end_forward(stream)`` would."""
+        items, self._items = self._items, []
+        return self.channel.capture_deferred_many(items, self.stream, prepare=self._prepare, end_forward=True)
 
     def abort_forward(self) -> bool:
         """Drops the collected captures and ``channel.abort_forward(stream)``."""
@@ -246,13 +247,12 @@ class Collector:
 
     @contextlib.contextmanager
     def forward(self, **meta: Any) -> Iterator[None]:
-        """``begin_forward(**meta)``, the body, ``end_forward()``; a body or a hand-over that raises aborts the
-        forward (``abort_forward``) and the error propagates."""
+        """``begin_forward(**meta)``, the body, ``end_forward()``; a body, a hand-over or an end that raises
+        aborts the forward still open (``abort_forward``) and the error propagates."""
         self.begin_forward(**meta)
         try:
             yield
-            self.hand_over()
+            self.end_forward()
         except BaseException:
             self.abort_forward()
             raise
-        self.channel.end_forward(self.stream)
