@@ -11,7 +11,10 @@ may be decided by the rounds of several).
       run already there (same commit and date) is replaced, not added twice.
   eager_pool.py report ROUNDS_JSON [--json OUT]
       Per preset: each run's and the pooled medians [ci95] of every contestant's overhead and of the paired
-      differences (pp) the targets use (pooled: the contestants every run of the preset timed); ``decided`` where the interval excludes 0. --json writes them too.
+      differences (pp) the targets use; ``decided`` where the interval excludes 0. A pooled figure takes the rounds
+      of the runs that timed its contestant (a difference: both of them, paired within each run) and says how many
+      (``rounds``, ``runs``): a run of only some contestants (qwen3_eager.py --kinds) adds to theirs alone. --json
+      writes them too.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from qwen3bench.paired import pair_differences, summary  # noqa: E402  (the bench's own statistics and pairs)
+from qwen3bench.paired import PAIRS, pair_differences, summary  # noqa: E402  (the bench's own statistics and pairs)
 
 
 def extract(run):
@@ -71,20 +74,30 @@ def report(path):
         per_run = [{"commit": r["commit"], "date": r["date"], "no_capture_ms": r["no_capture_ms"],
                     "rounds": len(next(iter(r["presets"][preset].values()))), "figures": compare(r["presets"][preset])}
                    for r in had]
-        # pooled: the kinds every run timed (a diagnostic one run had would be labelled with all runs' rounds)
-        common = set.intersection(*(set(r["presets"][preset]) for r in had))
-        pooled = {k: [x for r in had for x in r["presets"][preset][k]] for k in had[0]["presets"][preset]
-                  if k in common}
-        result[preset] = {"runs": per_run, "pooled": {"rounds": len(next(iter(pooled.values()))),
-                                                      "figures": compare(pooled)}}
+        result[preset] = {"runs": per_run, "pooled": {"rounds": sum(x["rounds"] for x in per_run),
+                                                      "figures": pooled_figures([r["presets"][preset] for r in had])}}
     return result
+
+
+def pooled_figures(runs):
+    """compare() over the runs' rounds together, each figure over the runs that timed every contestant it names
+    (rounds stay paired within their run), with its ``rounds`` and ``runs``."""
+    kinds = list(dict.fromkeys(k for r in runs for k in r if k != "none"))
+    out = {}
+    for need, name in [((k,), k) for k in kinds] + [((a, b), f"{a}_minus_{b}_pp") for a, b in PAIRS]:
+        had = [r for r in runs if all(k in r for k in need)]
+        if had:
+            rounds = {k: [x for r in had for x in r[k]] for k in need}
+            out[name] = {**compare(rounds)[name], "rounds": len(rounds[need[0]]), "runs": len(had)}
+    return out
 
 
 def show(result):
     def cell(s):
         ci = s.get("ci95")
         tail = f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else ""
-        return f"{s['median']:+.2f}{tail}{' decided' if s.get('decided') else ''}"
+        n = f"  ({s['rounds']} rounds, {s['runs']} runs)" if "runs" in s else ""
+        return f"{s['median']:+.2f}{tail}{' decided' if s.get('decided') else ''}{n}"
 
     for preset, r in result.items():
         print(f"{preset}:")
