@@ -74,7 +74,7 @@ def report(path):
         per_run = [{"commit": r["commit"], "date": r["date"], "no_capture_ms": r["no_capture_ms"],
                     "rounds": len(next(iter(r["presets"][preset].values()))), "figures": compare(r["presets"][preset])}
                    for r in had]
-        result[preset] = {"runs": per_run, "pooled": {"rounds": sum(x["rounds"] for x in per_run),
+        result[preset] = {"rounds_json": path, "runs": per_run, "pooled": {"rounds": sum(x["rounds"] for x in per_run),
                                                       "figures": pooled_figures([r["presets"][preset] for r in had])}}
     return result
 

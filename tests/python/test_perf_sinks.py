@@ -143,6 +143,41 @@ def test_an_eager_target_is_met_only_where_its_ci95_decides_it(tmp_path):
     assert verdicts(hs, above)[1] == "**no**", "the median above the torch copies fails, whatever the interval"
 
 
+def test_the_pooled_eager_rows_come_from_eager_pools_report_and_are_decided_by_their_ci95(tmp_path):
+    # eager_pool.py report --json: every kept run's rounds pooled; the rows decide as the published run's do
+    out = tmp_path / "sinks.json"
+
+    def fig(median, lo, hi, rounds=600, runs=3):
+        return {"median": median, "ci95": [lo, hi], "rounds": rounds, "runs": runs}
+
+    hs = {"ferry": fig(1.9, 1.5, 2.5), "deferred": fig(1.1, 0.8, 1.5), "collect": fig(0.47, 0.11, 0.92),
+          "torch": fig(3.0, 2.6, 3.4, 400, 2), "deferred_minus_ferry_pp": fig(-0.9, -1.6, 0.05),
+          "ferry_minus_torch_pp": fig(-0.9, -1.6, -0.5, 400, 2)}
+    vf = {"ferry": fig(11.5, 10.8, 13.0, 164, 1), "deferred_minus_ferry_pp": fig(-2.5, -4.2, -0.8, 164, 1),
+          "ferry_minus_torch_pp": fig(-5.1, -7.1, -2.9, 164, 1)}
+
+    def report(hs, vf):
+        runs = [{"commit": "c0ffee1", "date": "2026-12-03T06:00:00Z"}]
+        return write(tmp_path / "pool.json", {"hidden-states": {"runs": runs, "pooled": {"rounds": 600, "figures": hs}},
+                                              "vllm-full": {"runs": runs, "pooled": {"rounds": 164, "figures": vf}}})
+
+    def verdicts(hs, vf):
+        r = tables("sinks", report(hs, vf), out)
+        assert r.returncode == 0 and "eager_pooled" in r.stdout, r.stdout + r.stderr
+        text = tables("sinks-tables", out).stdout
+        rows = [line for line in text.splitlines() if "every kept run pooled" in line]
+        assert len(rows) == 2 and "(3 runs, 600 rounds" in rows[0] and "torch copies +3.00% [ci95 +2.60..+3.40] " \
+            "(400 rounds of 2 runs)" in rows[0], rows
+        return tuple(x.rsplit("|", 2)[1].strip() for x in rows)
+
+    assert verdicts(hs, vf)[0].startswith("**undecided**"), "deferred - immediate's pooled interval crosses 0"
+    decided = dict(hs, deferred_minus_ferry_pp=fig(-0.9, -1.5, -0.2))
+    assert verdicts(decided, vf) == ("yes", "yes")
+    above = dict(decided, collect=fig(1.2, 0.5, 1.9), deferred=fig(1.1, 0.8, 1.5), ferry=fig(1.9, 1.5, 2.5))
+    assert verdicts(above, vf)[0] == "**no**", "every mode's pooled median above +1%"
+    assert json.loads(out.read_text())["eager_pooled"]["hidden_states"]["collect"]["median"] == 1.2
+
+
 def row2(text, key):
     return next(line for line in text.splitlines() if key in line)
 

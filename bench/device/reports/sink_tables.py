@@ -8,7 +8,9 @@ perf_tables.py's `sinks` and `sinks-tables` commands run these:
       device, commit, date and command) and the "eager_b1" block of the eager Python benchmark (EAGER_B1: a JSON
       file holding {"eager_b1": {...}} or the block itself; its own commit/date/command, when they differ, go into
       the block's "source"). Each input is recognised by its keys, in any order; a path that does not exist or
-      "-" is skipped (say so), so `sinks - eager_b1.json sinks.json` updates the eager block alone.
+      "-" is skipped (say so), so `sinks - eager_b1.json sinks.json` updates the eager block alone. An input that
+      is bench/torch/eager_pool.py's report (--json) becomes the "eager_pooled" block: every kept eager run's rounds
+      pooled, shown as one more row per preset, decided as the published run's rows are.
   perf_tables.py sinks-tables [SINKS_JSON] [--write README]   (default: docs/perf/h200/sinks.json)
       The table of docs/perf/README.md's native-sinks section ("not measured yet" where SINKS_JSON lacks a
       block or does not exist); --write replaces it between README's <!-- sinks-tables --> and <!-- /tables -->.
@@ -76,19 +78,39 @@ def merge(inputs, out_path):
                 if k not in out and k in source:
                     out[k] = source[k]
             what = ["eager_b1"]
+        elif d and all(isinstance(v, dict) and "pooled" in v for v in d.values()):
+            out["eager_pooled"] = pooled_block(d, path)
+            what = []
+            print(f"sinks: eager_pooled from {path} ({out['eager_pooled']['runs']} runs)")
         else:
-            sys.exit(f"sinks: {path}: neither ferry_bench_sinks' JSON (safetensors / shm) nor an eager_b1 block")
+            sys.exit(f"sinks: {path}: neither ferry_bench_sinks' JSON (safetensors / shm), an eager_b1 block nor "
+                     "eager_pool.py's report (--json)")
         for name in what:
             miss = missing_keys(out[name], name)
             note = f", missing the issue's keys {', '.join(miss)}" if miss else ""
             print(f"sinks: {name} from {path}{note}")
     ordered = {k: out[k] for k in STAMP if k in out}
-    ordered.update({k: out[k] for k in ("safetensors", "shm", "eager_b1") if k in out})
+    ordered.update({k: out[k] for k in ("safetensors", "shm", "eager_b1", "eager_pooled") if k in out})
     ordered.update({k: v for k, v in out.items() if k not in ordered})
     with open(out_path, "w") as fh:
         json.dump(ordered, fh, indent=1)
         fh.write("\n")
     print(f"wrote {out_path}")
+
+
+def pooled_block(report, path):
+    """The "eager_pooled" block from eager_pool.py's report: per preset the pooled figures (median, ci95, rounds,
+    runs of each contestant's overhead and of the targets' paired differences) and the runs they pool."""
+    src = next((r["rounds_json"] for r in report.values() if r.get("rounds_json")), path)
+    block = {"source": f"{src} (bench/torch/eager_pool.py report --json)"}
+    runs = set()
+    for preset, r in report.items():
+        block[preset.replace("-", "_")] = {k: {x: v[x] for x in ("median", "ci95", "rounds", "runs") if x in v}
+                                           for k, v in r["pooled"]["figures"].items()}
+        runs |= {(x["commit"], x["date"]) for x in r["runs"]}
+    block["runs"] = len(runs)
+    block["run_ids"] = [f"{c} {dt}" for c, dt in sorted(runs, key=lambda x: x[1])]
+    return block
 
 
 # ---- the table ------------------------------------------------------------------------------------------------
@@ -238,7 +260,51 @@ def table(d):
             ok = _both(ok, _decide(*diff("deferred_minus_ferry_pp", do, fo), 0))
         lines.append(_row(f"eager B=1, Qwen3-0.6B-shaped, a sink running: {label}", value,
                           target + "; deferred <= immediate", ok))
+    lines += pooled_rows(d.get("eager_pooled") or {})
     return "\n".join(lines) + "\n"
+
+
+POOLED_KINDS = (("ferry", "ferry"), ("deferred", "deferred"), ("collect", "Collector"), ("torch", "torch copies"),
+                ("hooks", "no-op hooks"))
+
+
+def pooled_rows(pb):
+    """The eager rows of every kept run pooled ("eager_pooled": eager_pool.py's figures), each target decided as
+    the published run's are (_decide on the pooled median and ci95)."""
+    rows = []
+    for preset, label in (("hidden_states", "hidden-states (28 hooks)"), ("vllm_full", "vllm-full (341 hooks)")):
+        f = pb.get(preset)
+        if not f:
+            continue
+
+        most = max(((x.get("runs", 0), x.get("rounds", 0)) for x in f.values()), default=(0, 0))
+
+        def cell(name, x, unit):
+            ci = x.get("ci95")
+            tail = f" [ci95 {x['ci95'][0]:+.2f}..{x['ci95'][1]:+.2f}]" if ci else ""
+            fewer = (x.get("runs", 0), x.get("rounds", 0)) != most  # a contestant only some runs timed
+            return f"{name} {x['median']:+.2f}{unit}{tail}" + (f" ({x.get('rounds')} rounds of {x.get('runs')} runs)"
+                                                                 if fewer else "")
+
+        parts = [cell(n, f[k], "%") for k, n in POOLED_KINDS if k in f]
+        pairs = ("deferred_minus_ferry_pp", "collect_minus_ferry_pp", "ferry_minus_torch_pp")
+        parts += [cell(k.replace("_minus_", " - ").replace("_pp", ""), f[k], " pp") for k in pairs if k in f]
+
+        def dec(k, bound):
+            return None if k not in f else _decide(f[k]["median"], f[k].get("ci95"), bound)
+
+        if preset == "hidden_states":
+            modes = {k: f[k]["median"] for k in ("ferry", "deferred", "collect") if k in f}
+            best = min(modes, key=modes.get) if modes else None
+            target = "ferry <= +1%" + (f" (best mode: {best})" if best else "")
+            ok = dec(best, 1) if best else None
+        else:
+            target, ok = "ferry <= the torch copies", dec("ferry_minus_torch_pp", 0)
+        ok = _both(ok, dec("deferred_minus_ferry_pp", 0))
+        rows.append(_row(f"eager B=1, {label}: every kept run pooled ({most[0]} runs, {most[1]} rounds, "
+                         "[eager_rounds.json](h200/eager_rounds.json))", "; ".join(parts),
+                         target + "; deferred <= immediate", ok))
+    return rows
 
 
 def main(argv):
