@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+from fractions import Fraction
 import os
 import platform
 import struct
@@ -29,12 +30,13 @@ def median_ci(v, conf=0.95):
     distribution; None below 6 values, where no such pair reaches 95%)."""
     n = len(v)
     s = sorted(v)
-    tail, cum, k = (1.0 - conf) / 2.0, 0.0, 0
+    # exact: binomial counts over 2^n as integers (a float 2.0 ** n overflows past n = 1023 pooled rounds)
+    tail, total, cum, c, k = Fraction((1.0 - conf) / 2.0), 1 << n, 0, 1, 0
     for j in range(n + 1):
-        p = math.comb(n, j) / 2.0 ** n
-        if cum + p > tail:
+        if Fraction(cum + c, total) > tail:
             break
-        cum += p
+        cum += c
+        c = c * (n - j) // (j + 1)  # C(n, j + 1)
         k = j + 1  # P(B < k) = P(B <= j) <= tail
     if k < 1:
         return None
