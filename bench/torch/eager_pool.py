@@ -74,13 +74,14 @@ def report(path):
         per_run = [{"commit": r["commit"], "date": r["date"], "no_capture_ms": r["no_capture_ms"],
                     "rounds": len(next(iter(r["presets"][preset].values()))), "figures": compare(r["presets"][preset])}
                    for r in had]
-        result[preset] = {"rounds_json": path, "runs": per_run, "pooled": {"rounds": sum(x["rounds"] for x in per_run),
-                                                      "figures": pooled_figures([r["presets"][preset] for r in had])}}
+        pooled = {"rounds": sum(x["rounds"] for x in per_run),
+                  "figures": pooled_figures([r["presets"][preset] for r in had])}
+        result[preset] = {"rounds_json": path, "runs": per_run, "pooled": pooled}
     return result
 
 
 def pooled_figures(runs):
-    """compare() over the runs' rounds together, each figure over the runs that timed every contestant it names
+    """compare()'s figures over the runs' rounds together, each over the runs that timed every contestant it names
     (rounds stay paired within their run), with its ``rounds`` and ``runs``."""
     kinds = list(dict.fromkeys(k for r in runs for k in r if k != "none"))
     out = {}
@@ -88,7 +89,8 @@ def pooled_figures(runs):
         had = [r for r in runs if all(k in r for k in need)]
         if had:
             rounds = {k: [x for r in had for x in r[k]] for k in need}
-            out[name] = {**compare(rounds)[name], "rounds": len(rounds[need[0]]), "runs": len(had)}
+            fig = summary(rounds[name]) if len(need) == 1 else pair_differences(rounds)[name]
+            out[name] = {**fig, "rounds": len(rounds[need[0]]), "runs": len(had)}
     return out
 
 

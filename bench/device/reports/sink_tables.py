@@ -155,6 +155,13 @@ def _row(what, value, target, ok):
     return f"| {what} | {value if value else NOT_YET} | {target} | {met} |"
 
 
+# The eager contestants in the order the rows list them, with their names there; ferry's modes for the best-mode
+# target (immediate, per-hook deferred, the Collector's hand-over).
+EAGER_KINDS = (("ferry", "ferry"), ("deferred", "deferred"), ("collect", "Collector"), ("bounce", "bounce"),
+               ("torch", "torch copies"), ("hooks", "no-op hooks"))
+BEST_MODES = ("ferry", "deferred", "collect")
+
+
 def table(d):
     """The markdown of the native-sinks section for sinks.json's content `d` ({} : nothing measured)."""
     st, shm, eg = d.get("safetensors") or {}, d.get("shm") or {}, d.get("eager_b1") or {}
@@ -232,8 +239,7 @@ def table(d):
 
         value = f is not None and base and (
             ", ".join(cell(k, n, p.get({"torch": "torch_copy_ms", "hooks": "hooks_only_ms"}.get(k, k + "_ms")))
-                      for k, n in (("ferry", "ferry"), ("deferred", "deferred"), ("collect", "Collector"),
-                                   ("bounce", "bounce"), ("torch", "torch copies"), ("hooks", "no-op hooks"))
+                      for k, n in EAGER_KINDS
                       if k in paired or k not in ("bounce", "hooks", "collect") or p.get(k + "_ms") is not None
                       and k == "collect")
             + f"; no capture {_num(base, 3)} ms; {eg.get('rounds', '?')} rounds of {eg.get('tokens_per_round', '?')}"
@@ -247,25 +253,30 @@ def table(d):
                 return c["median"], c.get("ci95")
             return (None if a is None or b is None else a - b), None
 
-        if preset == "hidden_states":  # ferry's best eager mode (immediate, deferred, the Collector's hand-over)
-            modes = {k: over(k, p.get(k + "_ms")) for k in ("ferry", "deferred", "collect")}
-            modes = {k: v for k, v in modes.items() if v is not None}
-            best = min(modes, key=modes.get) if modes else None
-            target = "ferry <= +1%" + (f" (best mode: {best})" if best else "")
-            ok = None if best is None else _decide(modes[best], ci95.get(best), 1)
-        else:
-            target = "ferry <= the torch copies"
-            ok = _decide(*diff("ferry_minus_torch_pp", fo, to), 0)
-        if ok is not None and do is not None:
-            ok = _both(ok, _decide(*diff("deferred_minus_ferry_pp", do, fo), 0))
+        modes = {k: (over(k, p.get(k + "_ms")), ci95.get(k)) for k in BEST_MODES}
+        pair = {"ferry_minus_torch_pp": diff("ferry_minus_torch_pp", fo, to),
+                "deferred_minus_ferry_pp": diff("deferred_minus_ferry_pp", do, fo) if do is not None else (None, None)}
         lines.append(_row(f"eager B=1, Qwen3-0.6B-shaped, a sink running: {label}", value,
-                          target + "; deferred <= immediate", ok))
+                          *_eager_verdict(preset, modes, pair)))
     lines += pooled_rows(d.get("eager_pooled") or {})
     return "\n".join(lines) + "\n"
 
 
-POOLED_KINDS = (("ferry", "ferry"), ("deferred", "deferred"), ("collect", "Collector"), ("torch", "torch copies"),
-                ("hooks", "no-op hooks"))
+def _eager_verdict(preset, modes, pair):
+    """(target, met) of an eager row: hidden-states, ferry's best mode <= +1% (`modes`: {kind: (overhead %, ci95)},
+    None where not timed); vllm-full, ferry - torch copies <= 0; both, deferred - immediate <= 0 where measured
+    (`pair`: {difference name: (median pp, ci95)}), each decided by _decide."""
+    if preset == "hidden_states":
+        timed = {k: m for k, m in modes.items() if m[0] is not None}
+        best = min(timed, key=lambda k: timed[k][0]) if timed else None
+        target = "ferry <= +1%" + (f" (best mode: {best})" if best else "")
+        ok = None if best is None else _decide(*timed[best], 1)
+    else:
+        target, ok = "ferry <= the torch copies", _decide(*pair.get("ferry_minus_torch_pp", (None, None)), 0)
+    deferred = _decide(*pair.get("deferred_minus_ferry_pp", (None, None)), 0)
+    if ok is not None and deferred is not None:
+        ok = _both(ok, deferred)
+    return target + "; deferred <= immediate", ok
 
 
 def pooled_rows(pb):
@@ -286,24 +297,17 @@ def pooled_rows(pb):
             return f"{name} {x['median']:+.2f}{unit}{tail}" + (f" ({x.get('rounds')} rounds of {x.get('runs')} runs)"
                                                                  if fewer else "")
 
-        parts = [cell(n, f[k], "%") for k, n in POOLED_KINDS if k in f]
+        parts = [cell(n, f[k], "%") for k, n in EAGER_KINDS if k in f]
         pairs = ("deferred_minus_ferry_pp", "collect_minus_ferry_pp", "ferry_minus_torch_pp")
         parts += [cell(k.replace("_minus_", " - ").replace("_pp", ""), f[k], " pp") for k in pairs if k in f]
 
-        def dec(k, bound):
-            return None if k not in f else _decide(f[k]["median"], f[k].get("ci95"), bound)
+        def median_ci(k):
+            return (f[k]["median"], f[k].get("ci95")) if k in f else (None, None)
 
-        if preset == "hidden_states":
-            modes = {k: f[k]["median"] for k in ("ferry", "deferred", "collect") if k in f}
-            best = min(modes, key=modes.get) if modes else None
-            target = "ferry <= +1%" + (f" (best mode: {best})" if best else "")
-            ok = dec(best, 1) if best else None
-        else:
-            target, ok = "ferry <= the torch copies", dec("ferry_minus_torch_pp", 0)
-        ok = _both(ok, dec("deferred_minus_ferry_pp", 0))
         rows.append(_row(f"eager B=1, {label}: every kept run pooled ({most[0]} runs, {most[1]} rounds, "
                          "[eager_rounds.json](h200/eager_rounds.json))", "; ".join(parts),
-                         target + "; deferred <= immediate", ok))
+                         *_eager_verdict(preset, {k: median_ci(k) for k in BEST_MODES},
+                                         {k: median_ci(k) for k in pairs})))
     return rows
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import ctypes
 import math
-from fractions import Fraction
 import os
 import platform
 import struct
+from fractions import Fraction
 
 
 def quantile(v, q):

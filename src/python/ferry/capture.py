@@ -182,10 +182,10 @@ class Collector:
     appends ``(hook, tensor, tensor._version)`` to the forward's list (no call into ferry per hook: in a real
     forward most of such a call's cost is its cold caches), and ``end_forward`` hands the list to the channel in
     one call that then ends the forward (``Channel.capture_deferred_many(..., end_forward=True)``: each item as
-    ``capture_deferred`` takes it, in order, then ``end_forward``). Hooks not in ``deferred`` are captured at their call (``capture_fn``), after the collected
-    ones are handed over (entry order). A collected tensor must not be written in place before the hand-over: the
-    hand-over refuses one that was (``ferry.LogicError``), as the deferred flush does. Eager forwards only (a
-    torch.compile'd or graph-captured forward: ``capture_fn``)::
+    ``capture_deferred`` takes it, in order, then ``end_forward``). Hooks not in ``deferred`` are captured at their
+    call (``capture_fn``), after the collected ones are handed over (entry order). A collected tensor must not be
+    written in place before the hand-over: the hand-over refuses one that was (``ferry.LogicError``), as the
+    deferred flush does. Eager forwards only (a torch.compile'd or graph-captured forward: ``capture_fn``)::
 
         col = ferry.hooks.Collector(ch, deferred=points)
         with ferry.hooks.install(model, points, col, via="forward"):
