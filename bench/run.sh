@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ferry's main demo/benchmark command (README): installs what it needs, builds, runs the D2H and H2D
-# benchmarks, and ends with one screen (perf_tables.py headline): ferry beside the designs it replaces, all
+# benchmarks, and ends with one screen (headline.py): ferry beside the designs it replaces, all
 # measured in this run (D2H, in the simulated forward: copy only, per-entry st.release.sys, an event per
 # hook polled by the CPU; H2D: one cudaMemcpyAsync per member, cudaMemcpyBatchAsync), and beside them the
 # committed H200 run (docs/perf/h200/*.json, labelled with its commit and date) as the reference column.
@@ -56,7 +56,7 @@ done
 
 py="$root/bench/device/reports"
 if [[ -s $out/d2h_gbench.json ]]; then
-  python3 "$py/perf_tables.py" d2h-summary "$out/d2h_gbench.json" "$out/d2h.json" ||
+  python3 "$py/run_files.py" d2h-summary "$out/d2h_gbench.json" "$out/d2h.json" ||
     status=1
 fi
 python3 "$py/perf_plots.py" "$out/d2h.json" "$out/h2d.json" "$out" || status=1
@@ -69,5 +69,5 @@ if [[ -z $anchors ]]; then
 fi
 echo
 echo "raw output: $out/{d2h,h2d}.log; JSON: $out/{d2h,h2d}.json (Google Benchmark's: *_gbench.json); plots: $out/*.svg"
-python3 "$py/perf_tables.py" headline "$out/d2h.json" "$out/h2d.json" ${anchors:+"$anchors"} || status=1
+python3 "$py/headline.py" "$out/d2h.json" "$out/h2d.json" ${anchors:+"$anchors"} || status=1
 exit $status

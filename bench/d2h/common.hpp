@@ -4,7 +4,7 @@
 // the same grid), the per-hook rig and its round-robin contestants, and the one way every figure is
 // reported: a Google Benchmark run whose user counters carry the figures (register_measurement). The
 // derived figures (overheads, publication above copies) are computed from Google Benchmark's JSON by
-// bench/device/reports/perf_tables.py.
+// bench/device/reports/run_files.py (d2h-summary).
 #pragma once
 
 #include "bench_kernels.hpp"

@@ -7,7 +7,7 @@
 // ferry_gather_fused: the release in the gather's last block), and ferry's launch/placement variants;
 // forward/<variant>/vllm_full_b1: the same forward with 341 hooks of DMI's vllm-full sizes at B = 1
 // (forward_sizes). The figure is the median us per forward; overheads are derived by
-// bench/device/reports/perf_tables.py.
+// bench/device/reports/run_files.py (d2h-summary).
 #include "baseline_drain.hpp"
 #include "common.hpp"
 

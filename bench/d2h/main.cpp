@@ -12,7 +12,7 @@
 //
 // Every figure is a user counter of its run: write them with `--benchmark_out=<file>
 // --benchmark_out_format=json` and derive the summary (overheads, publication above copies; the keys of
-// docs/perf/h200/d2h.json) with `python3 bench/device/reports/perf_tables.py d2h-summary <file> <summary.json>`.
+// docs/perf/h200/d2h.json) with `python3 bench/device/reports/run_files.py d2h-summary <file> <summary.json>`.
 // Each run also carries the entries it checked (entries_checked, entries_bad, baseline_entries_*); the
 // context carries the device and backend, and FERRY_COMMIT / FERRY_DATE / FERRY_COMMAND when set.
 #include "common.hpp"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // variants/...: copy layouts x publication placement, and diagnostics of where ferry's time over copy-only
-// goes (FERRY_D2H_VARIANTS=0 leaves them out). Filed by perf_tables.py under "variants" in the summary.
+// goes (FERRY_D2H_VARIANTS=0 leaves them out). Filed by run_files.py d2h-summary under "variants" in the summary.
 //   variants/<layout>/<contestant>/<bytes>: per hook in a graph, one configuration at a time (not
 //     round-robin): <layout>/copy_only, <layout>/ferry_k16 (the layout's releases: on the branch by
 //     default), <layout>/ferry_k16_sep (inline releases, never fused: every entry multi-block and a

@@ -7,7 +7,7 @@
 //                with a null in-process consumer
 // Everything captured is checked: the shards read back byte by byte, the stream's entries in the reader process.
 // JSON on stdout (the keys of docs/perf/h200/sinks.json's "safetensors" and "shm", plus drops, stalls, spreads and
-// sizes; bench/device/reports/perf_tables.py sinks merges it), a readable log on stderr. Exit status 1 when a
+// sizes; bench/device/reports/run_files.py sinks merges it), a readable log on stderr. Exit status 1 when a
 // check failed (a bad, missing or torn entry, an error), 2 for bad options.
 //
 // Usage: ferry_bench_sinks [--quick] [--dir DIR] [--volume-gib X] [--tokens N] [--rounds R] [--steps S] [--k K]

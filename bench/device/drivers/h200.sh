@@ -42,7 +42,7 @@ if has select; then
   tail -20 "$OUT/bench_select.log"
 fi
 if has sinks; then
-  # native sinks (issue 28): bench/sink; the JSON on stdout (sinks_raw.json: perf_tables.py sinks merges it into
+  # native sinks (issue 28): bench/sink; the JSON on stdout (sinks_raw.json: run_files.py sinks merges it into
   # docs/perf/h200/sinks.json), the log on stderr (bench_sinks.log, after the disk and /dev/shm the run found).
   # The shards go to build-h200/bench/sink/sinks-run (the disk, not /dev/shm) and are removed after the check.
   bin=build-h200/bench/sink/ferry_bench_sinks
@@ -64,12 +64,12 @@ if has bench; then
     FERRY_COMMAND="$bin ${args[*]} ${FERRY_BENCH_ARGS:-}" timeout "${FERRY_BENCH_TIMEOUT:-330}" "$bin" "${args[@]}" \
       ${FERRY_BENCH_ARGS:-} > "$OUT/bench_$side.log" 2>&1 || rc=1
     if [[ $side == d2h && -s $OUT/d2h_gbench.json ]]; then
-      python3 bench/device/reports/perf_tables.py d2h-summary "$OUT/d2h_gbench.json" "$OUT/d2h.json" || rc=1
+      python3 bench/device/reports/run_files.py d2h-summary "$OUT/d2h_gbench.json" "$OUT/d2h.json" || rc=1
     fi
     tail -3 "$OUT/bench_$side.log"
   done
   anchors=${FERRY_ANCHORS:-shared/anchors-h200.md}
-  python3 bench/device/reports/perf_tables.py headline "$OUT/d2h.json" "$OUT/h2d.json" "$anchors"
+  python3 bench/device/reports/headline.py "$OUT/d2h.json" "$OUT/h2d.json" "$anchors"
 fi
 if has tests; then
   ctest --test-dir build-h200 -L gpu ${FERRY_CTEST_EXCLUDE:+-E $FERRY_CTEST_EXCLUDE} --output-on-failure -j4 --timeout "${FERRY_TEST_TIMEOUT:-60}" > "$OUT/ctest_gpu.log" 2>&1 || rc=1

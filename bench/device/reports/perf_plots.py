@@ -1,14 +1,12 @@
 #!/usr/bin/env python3
-"""Draws the plots of docs/perf/README.md as plain SVG from the benchmark summaries (docs/perf/h200/{d2h,h2d}.json
-or bench/run.sh's), no GPU or plotting library needed. A plot whose figures are missing is skipped.
-Usage: python3 bench/device/reports/perf_plots.py [d2h.json] [h2d.json] [out_dir]"""
+"""Draws the plots of docs/perf/README.md as plain SVG from the benchmark summaries (docs/perf/h200/{d2h,h2d,
+torch_qwen3}.json or bench/run.sh's), no GPU or plotting library needed; perf_page.py --write calls draw(). A plot
+whose figures are missing is skipped; the dashed targets are the run file's "targets" block.
+Usage: python3 bench/device/reports/perf_plots.py [d2h.json] [h2d.json] [out_dir] [torch_qwen3.json]"""
 import json
 import math
+import os
 import sys
-
-d2h_path = sys.argv[1] if len(sys.argv) > 1 else "docs/perf/h200/d2h.json"
-h2d_path = sys.argv[2] if len(sys.argv) > 2 else "docs/perf/h200/h2d.json"
-out_dir = sys.argv[3] if len(sys.argv) > 3 else "docs/perf"
 
 
 def load(path):
@@ -18,9 +16,6 @@ def load(path):
         print(f"perf_plots: {path}: {e}", file=sys.stderr)
         return {}
 
-
-d2h = load(d2h_path)
-h2d = load(h2d_path)
 
 COLORS = ["#4e79a7", "#e15759", "#f28e2b", "#59a14f", "#76b7b2", "#b07aa1", "#9c755f", "#bab0ac"]
 W, H = 760, 420
@@ -74,7 +69,7 @@ def log_ticks(lo, hi):
     return out
 
 
-def per_hook_plot(path):
+def per_hook_plot(path, d2h):
     """D2H: GPU time per hook in a graph vs payload, log-log."""
     rows = d2h["per_hook_graph_us"]
     sizes = sorted(int(s) for s in rows if any(v is not None for v in rows[s].values()))
@@ -153,7 +148,7 @@ def bars(path, title, subtitle, groups, names, ylabel, targets=None):
     g.save(path)
 
 
-def forward_plot(path):
+def forward_plot(path, d2h):
     """D2H: whole-forward overhead vs no capture, 28 and 341 hooks."""
     keys = [("copy_only_overhead_pct", "copy only"), ("old_volatile_overhead_pct", "old volatile (invalid)"),
             ("per_entry_release_overhead_pct", "per-entry st.release.sys"), ("ferry_overhead_pct", "ferry (K=16)")]
@@ -161,10 +156,11 @@ def forward_plot(path):
     bars(path, "D2H: simulated forward, overhead vs no capture (%)",
          f"{d2h['device']}, commit {d2h['commit']}, {d2h['date'][:10]}; 28 layers of ~60 us, 16 KiB per hook, graph replay",
          groups, [n for _, n in keys], "% over no capture",
-         {"28 hooks / forward": 2.5, "341 hooks / forward": 25.0})
+         {f"{h[5:]} hooks / forward": t["max"] for h in ("hooks28", "hooks341")
+          if (t := (d2h.get("targets") or {}).get(f"overhead_pct_{h}"))})
 
 
-def h2d_plot(path):
+def h2d_plot(path, h2d):
     """H2D: graph spans per anchor case, with the targets (dashed)."""
     keys = [("floor_graph_us", "floor (consumer only)"), ("packed_graph_us", "packed"),
             ("zerocopy_graph_us", "zerocopy"), ("auto_graph_us", "auto")]
@@ -172,14 +168,45 @@ def h2d_plot(path):
     groups = [(c, [h2d["cases"][c].get(k) for k, _ in keys]) for c in cases if c in h2d["cases"]]
     bars(path, "H2D: GPU span in a CUDA graph (us), event -> upload -> first consumer",
          f"{h2d['device']}, commit {h2d['commit']}, {h2d['date'][:10]}; median of {h2d.get('iterations', '?')} round-robin replays",
-         groups, [n for _, n in keys], "us", {"decode256": 10.0, "tiny4": 5.0, "small64": 7.0})
+         groups, [n for _, n in keys], "us",
+         {c: t["max"] for c in cases if (t := (h2d.get("targets") or {}).get(f"{c}_graph_us"))})
 
 
-wrote = []
-for fn, name in ((per_hook_plot, "d2h_per_hook.svg"), (forward_plot, "d2h_forward.svg"), (h2d_plot, "h2d_graph.svg")):
-    try:
-        fn(f"{out_dir}/{name}")
-        wrote.append(f"{out_dir}/{name}")
-    except (KeyError, ValueError, TypeError, ZeroDivisionError) as e:  # figures missing from the summary
-        print(f"perf_plots: {name} skipped ({type(e).__name__}: {e})", file=sys.stderr)
-print("wrote " + (", ".join(wrote) if wrote else "no plot"))
+def torch_plot(path, d):
+    """torch Qwen3: overhead above no capture (%) per mode and preset, one bar per contestant."""
+    modes = (("b1_eager", "B=1 eager"), ("b1_graph", "B=1 graph"), ("b16_graph", "B=16 graph"))
+    names = (("ferry_ms", "ferry"), ("gather_ms", "ferry gather"), ("torch_copy_ms", "torch copies"))
+    groups = []
+    for key, name in modes:
+        m = (d.get("decode") or {}).get(key) or {}
+        for preset in ("hidden_states", "vllm_full"):
+            if m.get("no_capture_ms"):
+                p = m.get(preset) or {}
+                groups.append((f"{name}, {preset.split('_')[0]}", [None if p.get(k) is None else
+                                                                 (p[k] / m["no_capture_ms"] - 1) * 100 for k, _ in names]))
+    bars(path, "torch Qwen3-0.6B-shaped decode: overhead above no capture (%)",
+         f"{d['device']}, commit {d['commit']}, {d['date'][:10]}; 128 tokens, median", groups, [n for _, n in names], "%")
+
+
+def draw(folder, out_dir, files=None):
+    """The plots of folder's d2h.json, h2d.json and torch_qwen3.json (files: other paths) into out_dir."""
+    files = files or {k: os.path.join(folder, k + ".json") for k in ("d2h", "h2d", "torch_qwen3")}
+    data = {k: load(p) for k, p in files.items() if p}
+    wrote = []
+    for fn, key, name in ((per_hook_plot, "d2h", "d2h_per_hook.svg"), (forward_plot, "d2h", "d2h_forward.svg"),
+                          (h2d_plot, "h2d", "h2d_graph.svg"), (torch_plot, "torch_qwen3", "torch_qwen3.svg")):
+        if key not in data:
+            continue
+        try:
+            fn(f"{out_dir}/{name}", data[key])
+            wrote.append(f"{out_dir}/{name}")
+        except (KeyError, ValueError, TypeError, ZeroDivisionError) as e:  # figures missing from the summary
+            print(f"perf_plots: {name} skipped ({type(e).__name__}: {e})", file=sys.stderr)
+    print("wrote " + (", ".join(wrote) if wrote else "no plot"))
+
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    draw(None, a[2] if len(a) > 2 else "docs/perf",
+         {"d2h": a[0] if a else "docs/perf/h200/d2h.json", "h2d": a[1] if len(a) > 1 else "docs/perf/h200/h2d.json",
+          "torch_qwen3": a[3] if len(a) > 3 else None})
