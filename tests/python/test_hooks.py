@@ -242,10 +242,14 @@ def test_benchmark_smoke(tmp_path):
     assert set(d["h2d_step"]["eager"]) == {"torch_copies_us", "ferry_us"}
     assert d["h2d_step"]["eager"]["ferry_us"] > 0
     # the table and the plot of docs/perf
-    r = subprocess.run([sys.executable, str(ROOT / "bench/device/reports/torch_tables.py"), str(out), "--plot",
-                        str(tmp_path / "q.svg")], capture_output=True, text=True, timeout=60)
+    reports = ROOT / "bench/device/reports"
+    r = subprocess.run([sys.executable, str(reports / "perf_page.py"), "show", "torch", str(out)], capture_output=True,
+                       text=True, timeout=60, cwd=ROOT)
     assert r.returncode == 0, r.stderr
-    assert "| B=1 eager |" in r.stdout and (tmp_path / "q.svg").read_text().startswith("<svg")
+    p = subprocess.run([sys.executable, str(reports / "perf_plots.py"), "", "", str(tmp_path), str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "| B=1 eager |" in r.stdout and (tmp_path / "torch_qwen3.svg").read_text().startswith("<svg")
 
 
 @pytest.mark.parametrize("preset", ["hidden-states", "vllm-full"])

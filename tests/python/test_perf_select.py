@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-# The selective-capture benchmark's reports (issue 27): `perf_tables.py select` merges ferry_bench_select's JSON and
+# The selective-capture benchmark's reports (issue 27): `run_files.py select` merges ferry_bench_select's JSON and
 # bench/torch/qwen3_cb.py's into docs/perf/h200/select.json (each input replaces its own blocks; the replaced d2h
-# blocks move to previous_run), `perf_tables.py select-tables` renders the section of docs/perf/README.md, whose
-# generated block must be what the committed select.json gives. Stdlib and the scripts only: no ferry, no GPU.
+# blocks move to previous_run; its targets stay), `perf_page.py show select` renders the section of
+# docs/perf/README.md, whose block must be what the committed select.json gives. Stdlib and the scripts only: no
+# ferry, no GPU.
 import json
 import os
 import subprocess
@@ -10,7 +11,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = ROOT / "bench/device/reports/perf_tables.py"
+RUN_FILES = ROOT / "bench/device/reports/run_files.py"
+PAGE = ROOT / "bench/device/reports/perf_page.py"
 COMMITTED = ROOT / "docs/perf/h200/select.json"
 
 # ferry_bench_select's stdout of the committed run (4c29396), and the keys of qwen3_cb.py's JSON the merge reads
@@ -41,10 +43,12 @@ QWEN3 = {
 }
 
 
-def tables(*args, **env):
+def tables(cmd, *args, **env):
+    """`select ...`: run_files.py's merge; `select-tables JSON`: perf_page.py's section of JSON."""
     clean = {k: v for k, v in os.environ.items()
              if k not in ("FERRY_DEVICE", "FERRY_COMMIT", "FERRY_DATE", "FERRY_COMMAND")}  # a device run exports some
-    return subprocess.run([sys.executable, str(TABLES), *map(str, args)], capture_output=True, text=True, timeout=120,
+    argv = [RUN_FILES, cmd, *args] if cmd == "select" else [PAGE, "show", "select", *args]
+    return subprocess.run([sys.executable, *map(str, argv)], capture_output=True, text=True, timeout=120,
                           cwd=ROOT, env={**clean, **env})
 
 
@@ -155,17 +159,17 @@ def test_section_shows_the_figures_and_flips_met_when_a_target_is_missed(tmp_pat
 
 
 def test_section_without_a_run_says_not_measured_yet(tmp_path):
-    r = tables("select-tables", tmp_path / "absent.json")
+    # the run file's targets alone: every targeted row says so, with its bound
+    targets = write(tmp_path / "targets.json", {"targets": json.loads(COMMITTED.read_text())["targets"]})
+    r = tables("select-tables", targets)
     assert r.returncode == 0, r.stderr
     targeted = [line for line in rows(r.stdout).values() if "<= +" in line]
     assert len(targeted) == 5 and all(line.endswith("| not measured yet |") for line in targeted)
 
 
-def test_the_readme_block_is_what_the_committed_select_json_gives(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text((ROOT / "docs/perf/README.md").read_text())
-    r = tables("select-tables", "docs/perf/h200/select.json", "--write", readme)
+def test_the_readme_block_is_what_the_committed_select_json_gives():
+    r = tables("select-tables", "docs/perf/h200/select.json")
     assert r.returncode == 0, r.stderr
-    assert readme.read_text() == (ROOT / "docs/perf/README.md").read_text(), \
+    assert f"<!-- perf:select -->\n{r.stdout}<!-- /perf -->" in (ROOT / "docs/perf/README.md").read_text(), \
         "docs/perf/README.md's selective-capture section is stale: run " \
-        "python3 bench/device/reports/perf_tables.py select-tables --write docs/perf/README.md"
+        "python3 bench/device/reports/perf_page.py --write docs/perf/README.md"

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-# The native-sink benchmark's reports (issue 28): `perf_tables.py sinks` merges ferry_bench_sinks' JSON and the eager
-# B=1 block into docs/perf/h200/sinks.json (each input replaces its own blocks only), `perf_tables.py sinks-tables`
-# renders the table of docs/perf/README.md, whose generated block must be what the committed sinks.json (or its
-# absence) gives. Where the build tree beside the ferry package has ferry_bench_sinks, its --quick output (host
+# The native-sink benchmark's reports (issue 28): `run_files.py sinks` merges ferry_bench_sinks' JSON and the eager
+# B=1 block into docs/perf/h200/sinks.json (each input replaces its own blocks only; its targets stay),
+# `perf_page.py show sinks` renders the table of docs/perf/README.md, whose block must be what the committed
+# sinks.json (or a file of its targets alone) gives. Where the build tree beside the ferry package has ferry_bench_sinks, its --quick output (host
 # backend) goes through the same merge: the binary's keys are the ones the report reads.
 import json
 import subprocess
@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-import ferry
-
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = ROOT / "bench/device/reports/perf_tables.py"
+RUN_FILES = ROOT / "bench/device/reports/run_files.py"
+PAGE = ROOT / "bench/device/reports/perf_page.py"
+COMMITTED = ROOT / "docs/perf/h200/sinks.json"
+TARGETS = {"targets": json.loads(COMMITTED.read_text())["targets"]}  # what a merge into the committed file keeps
 
 RAW = {
     "backend": "cuda", "device": "NVIDIA H200", "commit": "c0ffee1", "date": "2026-12-03T10:00:00Z",
@@ -36,10 +37,15 @@ EAGER = {
 }
 
 
-def tables(*args):
-    r = subprocess.run([sys.executable, str(TABLES), *map(str, args)], capture_output=True, text=True, timeout=120,
-                       cwd=ROOT)
-    return r
+def tables(cmd, *args):
+    """`sinks ...`: run_files.py's merge; `sinks-tables JSON`: perf_page.py's section of JSON."""
+    argv = [RUN_FILES, cmd, *args] if cmd == "sinks" else [PAGE, "show", "sinks", *args]
+    return subprocess.run([sys.executable, *map(str, argv)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def targeted(tmp_path):
+    """A sinks.json holding the committed targets alone, as a new run's merge finds it."""
+    return write(tmp_path / "sinks.json", TARGETS)
 
 
 def write(path, obj):
@@ -86,7 +92,7 @@ def test_merge_names_missing_keys_and_refuses_an_unknown_file(tmp_path):
 
 
 def test_table_without_a_run_says_not_measured_yet(tmp_path):
-    r = tables("sinks-tables", tmp_path / "absent.json")
+    r = tables("sinks-tables", targeted(tmp_path))
     assert r.returncode == 0, r.stderr
     rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and "benchmark" not in line]
     assert len(rows) == 8
@@ -94,7 +100,7 @@ def test_table_without_a_run_says_not_measured_yet(tmp_path):
 
 
 def test_table_shows_the_figures_and_whether_each_target_is_met(tmp_path):
-    out = tmp_path / "sinks.json"
+    out = targeted(tmp_path)
     assert tables("sinks", write(tmp_path / "raw.json", RAW), write(tmp_path / "eager.json", EAGER), out).returncode == 0
     text = tables("sinks-tables", out).stdout
     assert "commit c0ffee1" in text
@@ -118,7 +124,7 @@ def test_table_shows_the_figures_and_whether_each_target_is_met(tmp_path):
 
 def test_an_eager_target_is_met_only_where_its_ci95_decides_it(tmp_path):
     # the bench's 95% intervals: a median inside the target with an interval across its bound is undecided, not met
-    out = tmp_path / "sinks.json"
+    out = targeted(tmp_path)
     hs = {"ferry_ms": 4.1, "deferred_ms": 4.05, "torch_copy_ms": 4.1, "collect_ms": 4.02,
           "overhead_pct": {"ferry": 2.5, "deferred": 1.0, "collect": 0.06, "torch": 2.9},
           "ci95_pct": {"ferry": [1.0, 3.3], "deferred": [0.1, 2.2], "collect": [-1.7, 0.85], "torch": [2.0, 3.7]},
@@ -145,7 +151,7 @@ def test_an_eager_target_is_met_only_where_its_ci95_decides_it(tmp_path):
 
 def test_the_pooled_eager_rows_come_from_eager_pools_report_and_are_decided_by_their_ci95(tmp_path):
     # eager_pool.py report --json: every kept run's rounds pooled; the rows decide as the published run's do
-    out = tmp_path / "sinks.json"
+    out = targeted(tmp_path)
 
     def fig(median, lo, hi, rounds=600, runs=3):
         return {"median": median, "ci95": [lo, hi], "rounds": rounds, "runs": runs}
@@ -182,16 +188,15 @@ def row2(text, key):
     return next(line for line in text.splitlines() if key in line)
 
 
-def test_the_readme_block_is_what_the_committed_sinks_json_gives(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text((ROOT / "docs/perf/README.md").read_text())
-    r = tables("sinks-tables", "docs/perf/h200/sinks.json", "--write", readme)
+def test_the_readme_block_is_what_the_committed_sinks_json_gives():
+    r = tables("sinks-tables", "docs/perf/h200/sinks.json")
     assert r.returncode == 0, r.stderr
-    assert readme.read_text() == (ROOT / "docs/perf/README.md").read_text(), \
-        "docs/perf/README.md's sinks block is stale: run perf_tables.py sinks-tables --write docs/perf/README.md"
+    assert f"<!-- perf:sinks -->\n{r.stdout}<!-- /perf -->" in (ROOT / "docs/perf/README.md").read_text(), \
+        "docs/perf/README.md's sinks block is stale: run perf_page.py --write docs/perf/README.md"
 
 
 def test_the_benchmark_binarys_json_has_the_keys_the_report_reads(tmp_path):
+    ferry = pytest.importorskip("ferry")  # the build tree is the one beside the ferry package
     build = Path(ferry.__file__).resolve().parents[3]  # <build>/src/python/ferry/__init__.py
     binary = build / "bench/sink/ferry_bench_sinks_host"
     if not binary.exists():
@@ -202,7 +207,7 @@ def test_the_benchmark_binarys_json_has_the_keys_the_report_reads(tmp_path):
                        timeout=300)
     assert r.returncode == 0, r.stderr[-4000:]
     raw = write(tmp_path / "raw.json", json.loads(r.stdout))
-    out = tmp_path / "sinks.json"
+    out = targeted(tmp_path)
     m = tables("sinks", raw, out)
     assert m.returncode == 0 and "missing" not in m.stdout, m.stdout
     d = json.loads(out.read_text())
