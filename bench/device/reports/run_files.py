@@ -38,6 +38,24 @@ def _load(path):
         return json.load(fh)
 
 
+def _inputs(who, paths):
+    """(path, content) of each merge input; a path that does not exist or "-" is skipped (and said so)."""
+    for path in paths:
+        if path == "-" or not os.path.exists(path):
+            print(f"{who}: {path}: skipped (absent)")
+            continue
+        yield path, _load(path)
+
+
+def _write(out_path, ordered, out):
+    """A merged run file: the keys of `ordered` first, then the rest of `out`, indent 1."""
+    ordered.update({k: v for k, v in out.items() if k not in ordered})
+    with open(out_path, "w") as fh:
+        json.dump(ordered, fh, indent=1)
+        fh.write("\n")
+    print(f"wrote {out_path}")
+
+
 def r4(v):
     return None if v is None else round(v, 4)
 
@@ -146,11 +164,7 @@ def missing_keys(block, name):
 def merge_sinks(inputs, out_path):
     """Writes out_path: its current content, with the blocks of each input replaced (see the module's doc)."""
     out = _load(out_path) if os.path.exists(out_path) else {}
-    for path in inputs:
-        if path == "-" or not os.path.exists(path):
-            print(f"sinks: {path}: skipped (absent)")
-            continue
-        d = _load(path)
+    for path, d in _inputs("sinks", inputs):
         if "safetensors" in d or "shm" in d:
             for k in STAMP:
                 out[k] = d.get(k) or os.environ.get("FERRY_" + k.upper()) or out.get(k) or "unknown"
@@ -186,11 +200,7 @@ def merge_sinks(inputs, out_path):
             print(f"sinks: {name} from {path}{note}")
     ordered = {k: out[k] for k in STAMP if k in out}
     ordered.update({k: out[k] for k in ("targets", "safetensors", "shm", "eager_b1", "eager_pooled") if k in out})
-    ordered.update({k: v for k, v in out.items() if k not in ordered})
-    with open(out_path, "w") as fh:
-        json.dump(ordered, fh, indent=1)
-        fh.write("\n")
-    print(f"wrote {out_path}")
+    _write(out_path, ordered, out)
 
 
 def pooled_block(report, path):
@@ -258,11 +268,7 @@ def from_raw(raw):
 def merge_select(inputs, out_path):
     """Writes out_path: its current content, with the blocks of each input replaced (see the module's doc)."""
     out = _load(out_path) if os.path.exists(out_path) else {}
-    for path in inputs:
-        if path == "-" or not os.path.exists(path):
-            print(f"select: {path}: skipped (absent)")
-            continue
-        d = _load(path)
+    for path, d in _inputs("select", inputs):
         if any(k.startswith("prefill_last_token_") for k in d) or "none_us" in (d.get("d2h_t256_select16") or {}) \
                 or "none_us" in (d.get("d2h_t16_full") or {}):
             new = from_raw(d)
@@ -292,11 +298,7 @@ def merge_select(inputs, out_path):
         else:
             sys.exit(f"select: {path}: neither ferry_bench_select's JSON nor bench/torch/qwen3_cb.py's")
     ordered = {k: out[k] for k in ORDER if k in out}
-    ordered.update({k: v for k, v in out.items() if k not in ordered})
-    with open(out_path, "w") as fh:
-        json.dump(ordered, fh, indent=1)
-        fh.write("\n")
-    print(f"wrote {out_path}")
+    _write(out_path, ordered, out)
 
 
 # ---- carry -------------------------------------------------------------------------------------------------
