@@ -1,0 +1,29 @@
+# SPDX-License-Identifier: Apache-2.0
+"""ferry inside an engine: per-request capture while a continuously batching engine serves, written as a dataset
+of per-request samples (docs/api/engine.md).
+
+- ``Spec(tokens=..., taps=None)``: what one request captures (``"prompt"``, ``"generated"``, ``"all"``,
+  ``"last_prompt"`` or an ``(a, b)`` window of absolute positions).
+- ``resolve_taps(model, taps)``: the run's taps (presets ``"eagle3"``, ``"all-layers"``, ``"sae[:i]"``, layer
+  indices, ``"final"``, ``Tap``, ``ferry.hooks.Rule``).
+- ``Capture(model, taps, out, format=...)``: Hugging Face transformers' continuous batching
+  (``ferry.engine.transformers``; imported on first use, it needs torch and transformers).
+- ``open_samples(directory)``: reads the samples back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .samples import FORMAT, Sample, SampleWriter, open_samples, write_safetensors
+from .spec import TAP_PRESETS, TOKEN_FORMS, Spec, Tap, resolve_taps
+
+__all__ = ["FORMAT", "TAP_PRESETS", "TOKEN_FORMS", "Capture", "Sample", "SampleWriter", "Spec", "Tap",
+           "open_samples", "resolve_taps", "write_safetensors"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Capture":
+        from .transformers import Capture
+        return Capture
+    raise AttributeError(f"module 'ferry.engine' has no attribute {name!r}")
