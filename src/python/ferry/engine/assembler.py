@@ -231,8 +231,8 @@ class Assembler:
                     rep["complete"] += 1
                 else:
                     rep["incomplete"].append({"request_id": s.request_id, "missing": s.missing, "reason": s.reason})
-            except OSError as err:
-                rep["io_errors"].append(f"{s.request_id}: {err}")
+            except Exception as err:  # a full disk (OSError) or anything else: this sample is lost, the rest go on
+                rep["io_errors"].append(f"{s.request_id}: {type(err).__name__}: {err}")
                 rep["lost"].append({"request_id": s.request_id, "tokens": len(s.positions)})
             finally:
                 with self._q_cv:

@@ -90,7 +90,8 @@ def write_safetensors(path: str, tensors: dict[str, tuple[str, tuple[int, ...], 
             f.write(len(raw).to_bytes(8, "little"))
             f.write(raw)
             for _, (_, _, arr) in tensors.items():
-                f.write(memoryview(np.ascontiguousarray(arr)).cast("B"))
+                if arr.size:
+                    f.write(np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data)
             if fsync:
                 f.flush()
                 os.fsync(f.fileno())

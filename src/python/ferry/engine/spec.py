@@ -99,7 +99,7 @@ class Tap:
 def _decoder(model: Any) -> tuple[str, int]:
     """The decoder's prefix (``"model"`` for a ``*ForCausalLM``) and its layer count."""
     for prefix in ("model", ""):
-        base = model.get_submodule(prefix) if prefix else model
+        base = getattr(model, prefix, None) if prefix else model
         layers = getattr(base, "layers", None)
         if layers is not None and hasattr(base, "embed_tokens") and hasattr(base, "norm"):
             return prefix, len(layers)
@@ -128,7 +128,8 @@ def resolve_taps(model: Any, taps: Any = "eagle3") -> list[Tap]:
         if taps == "eagle3":
             if n < 4:
                 raise _logic(f"ferry.engine: preset 'eagle3' needs at least 4 layers (layers 2, N//2, N-3), got {n}")
-            return [layer(2), layer(n // 2), layer(n - 3), final]
+            idx = list(dict.fromkeys((2, n // 2, n - 3)))  # a small model repeats one: kept once, in order
+            return [layer(i) for i in idx] + [final]
         if taps == "all-layers":
             return [Tap("embeddings", f"{pre}embed_tokens")] + [layer(i) for i in range(n - 1)] + [final]
         if taps == "sae" or taps.startswith("sae:"):

@@ -99,13 +99,20 @@ class Capture:
                          f"model), got {self.backend!r}")
         self.device, self.on_error, self.timeout = dev, on_error, float(timeout)
         self._ch_args = dict(device=dev.index or 0, ring_bytes=int(ring_bytes), publish_every=32,
-                             backend=self.backend, fifo_capacity=1 << 14, timeout=float(timeout), size_slots=1 << 14)
+                             backend=self.backend, fifo_capacity=1 << 14, timeout=float(timeout), size_slots=1 << 14,
+                             on_error=on_error)
         run_meta = {"taps": self.names, "model": type(model).__name__, "ferry": ferry.__version__}
         self.writer = SampleWriter(out, format, shard_bytes=shard_bytes, fsync=fsync, overwrite=overwrite,
                                    run_meta=run_meta)
-        self._policy, self._max_queue_bytes = policy, int(max_queue_bytes)
-        self.ch = None
-        self.assembler: Assembler | None = None
+        self.ch = ferry.Channel(**self._ch_args)
+        self.assembler = Assembler(self.ch, self.names, self.writer, policy=policy, max_queue_bytes=max_queue_bytes)
+        from ..schema import dtype_name
+        width = getattr(model.config, "hidden_size", None)
+        for i in range(len(self.taps)):  # until a capture tells: the model's dtype and hidden size
+            self.assembler.tap_info[i] = (dtype_name(next(model.parameters()).dtype), (int(width or 0),))
+        self.assembler.start()
+        self._pub = None
+        self._seen_taps: set[int] = set()
         self._reqs: dict[str, Request] = {}
         self._handles = itertools.count(1)
         self._tags = itertools.count(0)
@@ -143,10 +150,11 @@ class Capture:
         r = Request(request_id, next(self._handles), lo, hi, [self.names.index(n) for n in names], prompt,
                     strict=isinstance(spec.tokens, tuple))
         self._reqs[request_id] = r
+        self.assembler.add(r)
 
     def _finished(self, output: Any) -> None:
         r = self._reqs.get(getattr(output, "request_id", None))
-        if r is None or self.assembler is None:
+        if r is None:
             return
         err = getattr(output, "error", None)
         seq = list(getattr(output, "prompt_ids", r.prompt) or r.prompt) + list(getattr(output, "generated_tokens", []))
@@ -156,9 +164,8 @@ class Capture:
         """The request was cancelled: its sample is written as incomplete, with what is missing."""
         r = self._reqs.get(request_id)
         if r is not None:
+            self.assembler.finish(r.handle, None, "cancelled")
             r.finished = True
-            if self.assembler is not None:
-                self.assembler.finish(r.handle, None, "cancelled")
 
     # ---- the engine's step ----
     def _setup(self, runner: Any) -> None:
@@ -169,12 +176,6 @@ class Capture:
         if cfg.varlen_compile_config is not None or cfg.decode_compile_config is not None:
             raise _logic("ferry.engine: continuous batching with torch.compile (varlen/decode_compile_config) is not "
                          "supported: expected both None (CUDA graphs are)")
-        self.ch = ferry.Channel(**self._ch_args)
-        self.assembler = Assembler(self.ch, self.names, self.writer, policy=self._policy,
-                                   max_queue_bytes=self._max_queue_bytes)
-        for r in self._reqs.values():
-            self.assembler.add(r)
-        self.assembler.start()
         self.cap = int(runner.cache.max_batch_tokens)
         self._rows_t = torch.zeros(self.cap, dtype=torch.int32, device=self.device)
         self._count_t = torch.zeros(1, dtype=torch.int32, device=self.device)
@@ -225,9 +226,9 @@ class Capture:
 
     def _compute_batch(self, runner: Any, model: Any, batch_data: dict, orig: Any) -> None:
         if self._disabled:
-            return orig(runner, model, batch_data)
+            return self._run_disabled(runner, model, batch_data, orig)
         try:
-            if self.ch is None:
+            if self._pub is None:
                 self._setup(runner)
             if runner.__dict__.get("_ferry_forward") is None:
                 self._wrap_forward(runner)
@@ -240,7 +241,7 @@ class Capture:
             if self.on_error == "raise":
                 raise
             self._disable(err)
-            return orig(runner, model, batch_data)
+            return self._run_disabled(runner, model, batch_data, orig)
         if not use_graph:
             if not step.count:
                 return orig(runner, model, batch_data)
@@ -310,6 +311,14 @@ class Capture:
     def _tap(self, hook: int, t: Any) -> None:
         if not self._open:
             return
+        try:
+            self._capture(hook, t)
+        except Exception as err:
+            if self.on_error == "raise":
+                raise
+            self._disable(err)
+
+    def _capture(self, hook: int, t: Any) -> None:
         if t.requires_grad:
             t = t.detach()
         if not t.is_contiguous():
@@ -317,7 +326,8 @@ class Capture:
         n = t.shape[0] * t.shape[1] if t.dim() >= 3 else t.shape[0]
         rows = t.reshape(n, -1)
         a = self.assembler
-        if hook not in a.tap_info:
+        if hook not in self._seen_taps:
+            self._seen_taps.add(hook)
             from ..schema import dtype_name
             a.tap_info[hook] = (dtype_name(t.dtype), tuple(int(x) for x in t.shape[2:] if t.dim() >= 3)
                                 or (int(rows.shape[1]),))
@@ -329,6 +339,22 @@ class Capture:
 
     def _disable(self, err: BaseException) -> None:
         self._disabled = f"{type(err).__name__}: {err}"
+
+    def _run_disabled(self, runner: Any, model: Any, batch_data: dict, orig: Any) -> None:
+        """Capture is off (on_error="disable"): eager steps run untouched; a replay of a graph with ferry's kernels
+        is still planned (empty) so that its kernels find a token and write nothing."""
+        io = runner.inputs_and_outputs
+        plan = None
+        if self.ch is not None and self.cuda:
+            _, use_graph = runner._get_forward_fn(use_block_table=io.use_block_table)
+            graph = io.get_graph() if use_graph else None
+            plan = self._plans.get(graph) if graph is not None else None
+        if plan is not None:
+            try:
+                self.ch.plan(plan, self._stream(runner), selected=0)
+            except Exception:  # the channel itself is disabled or invalidated: its replays write nothing
+                pass
+        return orig(runner, model, batch_data)
 
     # ---- transformers' entry points ----
     def attach(self, manager: Any) -> Any:
@@ -384,15 +410,18 @@ class Capture:
         disabled."""
         self.model.__dict__.pop("_ferry_capture", None)
         self._hooks.remove()
-        rep: dict = {"samples": 0, "complete": 0, "incomplete": [], "dropped": [], "lost": []}
-        if self.assembler is not None:
-            rep = self.assembler.close(self.timeout * 4)
-            try:
-                rep["channel"] = self.ch.close(timeout=self.timeout)
-            except Exception as err:  # reported, never raised from close
-                rep["channel_error"] = repr(err)
-        else:
-            self.writer.close()
+        rep = self.assembler.close(self.timeout * 4)
+        try:
+            err = self.ch.capture_error
+            rep["capture_errors"] = int(self.ch.stats().get("capture_errors", 0))
+            if err is not None and not self._disabled:
+                self._disabled = str(err)
+        except Exception as err:  # reported, never raised from close
+            rep["channel_error"] = repr(err)
+        try:
+            rep["channel"] = self.ch.close(timeout=self.timeout)
+        except Exception as err:  # reported, never raised from close
+            rep["channel_error"] = repr(err)
         rep["disabled"] = self._disabled
         rep["requests"] = len(self._reqs)
         return rep

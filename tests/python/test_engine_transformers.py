@@ -1,0 +1,317 @@
+# SPDX-License-Identifier: Apache-2.0
+"""ferry.engine.Capture in transformers' continuous batching (host backend on CPU; CUDA with graphs on a GPU): every
+sample's rows bit for bit against a witness tap in the same forwards, and within tolerance against the plain forward
+of its sequence (a row given to the wrong request fails both); per-request metadata; chunked prefill, mixed lengths,
+every token form; the fault cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ferry
+from engine_support import (Witness, as_tensor, cb_config, gen_config, plain_reference, prompts, reference_model,
+                            tiny_model, torch)
+from ferry.engine import Capture, Spec, open_samples, resolve_taps
+
+CUDA = torch.cuda.is_available() and "cuda" in ferry.available_backends()
+DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
+
+
+def _run(tmp_path, model, taps, specs, lengths, max_new=5, fmt="per-request", graphs=False, **cbkw):
+    cap = Capture(model, taps=taps, out=str(tmp_path / "out"), format=fmt)
+    wit = Witness(model, cap.taps)
+    try:
+        outs = cap.generate_batch(prompts(lengths), generation_config=gen_config(max_new), capture=specs,
+                                  continuous_batching_config=cb_config(use_cuda_graph=graphs, **cbkw))
+    finally:
+        wit.remove()
+        rep = cap.close()
+    return cap, wit, outs, rep
+
+
+def _check(cap, wit, outs, rep, model, tmp_path, expect):
+    """Every sample: the positions its spec names, its token ids, its rows equal to the witness's bit for bit and to
+    the plain forward's within tolerance."""
+    dtype = next(model.parameters()).dtype
+    ref = reference_model(model)
+    got = {m["request_id"]: (m, t) for m, t in open_samples(str(tmp_path / "out"))}
+    assert sorted(got) == sorted(expect), (sorted(got), rep)
+    for rid, (lo, hi) in expect.items():
+        meta, t = got[rid]
+        o = outs[rid]
+        seq = list(o.prompt_ids) + list(o.generated_tokens)
+        end = min(hi, len(seq) - 1)
+        assert meta["complete"] == "true", (rid, meta)
+        assert t["positions"].tolist() == list(range(lo, end)), rid
+        assert t["token_ids"].tolist() == seq[lo:end], rid
+        hid = as_tensor(t["hidden_states"], dtype)
+        assert tuple(hid.shape) == (end - lo, len(cap.taps), 64)
+        plain = plain_reference(ref, seq[:end], cap.taps)
+        for k, tap in enumerate(cap.taps):
+            w = wit.rows(rid, k)
+            want = torch.stack([w[p] for p in range(lo, end)]).to(hid.dtype)
+            assert torch.equal(hid[:, k].cpu(), want.cpu().view(hid.dtype)), (rid, tap.name)
+            if plain[tap.name] is not None:
+                tol = 2e-2 if dtype == torch.bfloat16 else 2e-4
+                torch.testing.assert_close(hid[:, k].float().cpu(), plain[tap.name][lo:end].float().cpu(),
+                                           atol=tol, rtol=tol)
+    assert rep["lost"] == [] and rep["dropped"] == [] and not rep.get("error"), rep
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_token_form_with_chunked_prefill(tmp_path, device):
+    model = tiny_model(device=device, dtype=torch.float32 if device == "cpu" else torch.bfloat16, layers=8)
+    lengths = [5, 40, 17, 3, 26, 9]
+    specs = [Spec("all"), Spec("prompt"), Spec("generated"), Spec("last_prompt"), Spec((20, 28)), None]
+    cap, wit, outs, rep = _run(tmp_path, model, "eagle3", specs, lengths, max_new=6, graphs=device == "cuda")
+    assert [t.name for t in cap.taps] == ["layer.2", "layer.4", "layer.5", "final"]
+    p = lengths
+    expect = {"req_0": (0, p[0] + 5), "req_1": (0, p[1]), "req_2": (p[2], p[2] + 5), "req_3": (p[3] - 1, p[3]),
+              "req_4": (20, 28)}
+    _check(cap, wit, outs, rep, model, tmp_path, expect)
+    assert rep["samples"] == 5 and rep["complete"] == 5
+    assert rep["channel"]["clean"], rep["channel"]
+
+
+def test_all_layers_into_shards(tmp_path):
+    model = tiny_model()
+    specs = [Spec("all")] * 3
+    cap, wit, outs, rep = _run(tmp_path, model, "all-layers", specs, [12, 33, 7], max_new=4, fmt="shards")
+    assert len(cap.taps) == 5  # embeddings, layers 0..2, final
+    _check(cap, wit, outs, rep, model, tmp_path, {f"req_{i}": (0, n + 3) for i, n in enumerate([12, 33, 7])})
+    import json
+    idx = json.loads((tmp_path / "out" / "index.json").read_text())
+    assert sorted(idx["samples"]) == ["req_0", "req_1", "req_2"]
+    safetensors = pytest.importorskip("safetensors")
+    shard = tmp_path / "out" / idx["samples"]["req_1"]["shard"]
+    with safetensors.safe_open(str(shard), "pt") as f:
+        assert f.get_tensor("req_1/hidden_states").shape == (36, 5, 64)  # 33 + 4 - 1 positions
+
+
+def test_per_request_files_open_with_safetensors(tmp_path):
+    safetensors = pytest.importorskip("safetensors")
+    model = tiny_model()
+    _run(tmp_path, model, "sae:1", Spec("prompt"), [10, 20], max_new=3)
+    with safetensors.safe_open(str(tmp_path / "out" / "req_1.safetensors"), "pt") as f:
+        meta = f.metadata()
+        assert meta["request_id"] == "req_1" and meta["taps"] == '["layer.1"]' and meta["complete"] == "true"
+        assert f.get_tensor("hidden_states").shape == (20, 1, 64)
+        assert f.get_tensor("token_ids").tolist() == prompts([10, 20])[1]
+
+
+def test_requests_without_a_spec_capture_nothing(tmp_path):
+    model = tiny_model()
+    cap, _, outs, rep = _run(tmp_path, model, "sae", None, [8, 9], max_new=3)
+    assert len(outs) == 2 and rep["samples"] == 0 and rep["entries"] == 0
+    assert list(open_samples(str(tmp_path / "out"))) == []
+
+
+def test_spec_errors_are_typed():
+    model = tiny_model()
+    with pytest.raises(ferry.LogicError, match="layer index in \\[0, 4\\)"):
+        resolve_taps(model, [7])
+    with pytest.raises(ferry.LogicError, match="empty or inverted"):
+        Spec((5, 5))
+    with pytest.raises(ferry.LogicError, match="empty or inverted"):
+        Spec((6, 2))
+    with pytest.raises(ferry.LogicError, match="expected tokens one of"):
+        Spec("everything")
+    with pytest.raises(ferry.LogicError, match="within the positions the request can run"):
+        Spec((0, 50)).positions(10, 5, "r")
+    with pytest.raises(ferry.LogicError, match="expected a decoder model"):
+        resolve_taps(torch.nn.Linear(4, 4), "eagle3")
+
+
+def test_duplicate_request_ids_and_unknown_taps_refused(tmp_path):
+    model = tiny_model()
+    cap = Capture(model, taps="sae", out=str(tmp_path / "o"))
+    try:
+        cap.register("a", [1, 2, 3], 4, Spec("all"))
+        with pytest.raises(ferry.LogicError, match="unique request ids, got 'a' twice"):
+            cap.register("a", [1, 2], 4, Spec("all"))
+        with pytest.raises(ferry.LogicError, match="expected taps among"):
+            cap.register("b", [1, 2], 4, Spec("all", taps=["final"]))
+        with pytest.raises(ferry.LogicError, match="already has a Capture"):
+            Capture(model, taps="sae", out=str(tmp_path / "p"))
+    finally:
+        rep = cap.close()
+    # registered, never run: written incomplete, everything missing, and why
+    assert rep["incomplete"] == [{"request_id": "a", "missing": [(0, 6)],
+                                  "reason": "not finished when the capture closed"}], rep
+    assert "_ferry_capture" not in model.__dict__
+
+
+def test_window_past_an_early_stop_is_reported_missing(tmp_path):
+    """A window the request never reaches (it stops at max_new_tokens) is refused at the call; one it reaches only
+    partly because it ended early is written incomplete with the missing positions."""
+    model = tiny_model()
+    cap = Capture(model, taps="sae", out=str(tmp_path / "out"))
+    try:
+        with pytest.raises(ferry.LogicError, match="within the positions"):
+            cap.generate_batch(prompts([6]), generation_config=gen_config(3), capture=Spec((0, 9)),
+                               continuous_batching_config=cb_config())
+    finally:
+        cap.close()
+
+
+def test_prefix_sharing_is_refused(tmp_path):
+    model = tiny_model()
+    cap = Capture(model, taps="sae", out=str(tmp_path / "out"))
+    try:
+        with pytest.raises(ferry.LogicError, match="allow_block_sharing=False"):
+            cap.generate_batch(prompts([6]), generation_config=gen_config(3), capture=Spec("all"),
+                               continuous_batching_config=cb_config(allow_block_sharing=True))
+    finally:
+        cap.close()
+
+
+def test_cancelled_request_is_written_incomplete(tmp_path):
+    """A request cancelled mid-prefill (a 100-token prompt in chunks of 16): its sample says cancelled and what is
+    missing; the other request is complete."""
+    model = tiny_model()
+    cap = Capture(model, taps="sae", out=str(tmp_path / "out"))
+    manager = model.init_continuous_batching(generation_config=gen_config(4),
+                                             continuous_batching_config=cb_config(max_batch_tokens=16))
+    cap.attach(manager)
+    manager.start()
+    try:
+        long, short = prompts([100, 6])
+        cap.add_request(long, request_id="long", capture=Spec("prompt"))
+        manager.cancel_request("long")
+        cap.add_request(short, request_id="short", capture=Spec("all"))
+        assert manager.get_result(request_id="short", timeout=120).is_finished()
+    finally:
+        manager.stop(block=True)
+        rep = cap.close()
+    got = {m["request_id"]: (m, t) for m, t in open_samples(str(tmp_path / "out"))}
+    assert got["short"][0]["complete"] == "true"
+    meta, t = got["long"]
+    assert meta["complete"] == "false" and "cancelled" in meta["reason"]
+    have = set(t["positions"].tolist())
+    missing = [p for a, b in __import__("json").loads(meta["missing"]) for p in range(a, b)]
+    assert sorted(have | set(missing)) == list(range(100)) and not have & set(missing)
+    assert [x["request_id"] for x in rep["incomplete"]] == ["long"]
+
+
+def test_full_disk_keeps_complete_samples_readable(tmp_path, monkeypatch):
+    """The writer's second file fails with ENOSPC: that sample is reported lost and not listed; the samples written
+    before and after it read back; generation finishes."""
+    import errno
+
+    from ferry.engine import samples
+
+    real, calls = samples.write_safetensors, []
+
+    def failing(path, *a, **k):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(samples, "write_safetensors", failing)
+    model = tiny_model()
+    cap, _, outs, rep = _run(tmp_path, model, "sae", Spec("all"), [5, 9, 7], max_new=3)
+    assert len(outs) == 3 and all(o.is_finished() for o in outs.values())
+    lost = [x["request_id"] for x in rep["lost"]]
+    assert len(lost) == 1 and "No space left" in rep["io_errors"][0]
+    listed = [m["request_id"] for m, _ in open_samples(str(tmp_path / "out"))]
+    assert sorted(listed + lost) == ["req_0", "req_1", "req_2"] and len(listed) == 2
+    assert not list((tmp_path / "out").glob("*.tmp-*"))
+
+
+def test_drop_policy_reports_every_dropped_request(tmp_path, monkeypatch):
+    """A writer slower than the engine with max_queue_bytes=1 and policy='drop': each dropped sample is reported
+    with its request and tokens, and written ones plus dropped ones are every request."""
+    import time
+
+    from ferry.engine import samples
+
+    real = samples.SampleWriter.write
+    monkeypatch.setattr(samples.SampleWriter, "write", lambda self, s: (time.sleep(0.3), real(self, s))[1])
+    model = tiny_model()
+    cap = Capture(model, taps="sae", out=str(tmp_path / "out"), policy="drop", max_queue_bytes=1)
+    try:
+        outs = cap.generate_batch(prompts([4, 5, 6, 7, 8, 9]), generation_config=gen_config(2), capture=Spec("all"),
+                                  continuous_batching_config=cb_config(max_batch_tokens=64))
+    finally:
+        rep = cap.close()
+    assert len(outs) == 6
+    dropped = {x["request_id"]: x["tokens"] for x in rep["dropped"]}
+    written = [m["request_id"] for m, _ in open_samples(str(tmp_path / "out"))]
+    assert dropped and sorted(list(dropped) + written) == sorted(outs)
+    assert all(dropped[r] == len(outs[r].prompt_ids) + 1 for r in dropped)
+
+
+def test_on_error_disable_keeps_the_engine_serving(tmp_path):
+    """A ring too small for one step's rows: with on_error='disable' capture stops, generation finishes, and the
+    report says why and what is missing; with on_error='raise' the capture error reaches the step."""
+    model = tiny_model()
+    cap = Capture(model, taps="sae", out=str(tmp_path / "out"), ring_bytes=1024, on_error="disable")
+    try:
+        outs = cap.generate_batch(prompts([20, 30]), generation_config=gen_config(3), capture=Spec("all"),
+                                  continuous_batching_config=cb_config())
+    finally:
+        rep = cap.close()
+    assert len(outs) == 2 and all(not o.error for o in outs.values())
+    assert rep["disabled"] and rep["capture_errors"] >= 1, rep
+    assert rep["complete"] < 2 and {x["request_id"] for x in rep["incomplete"]} <= set(outs)
+
+
+def test_writer_killed_leaves_only_complete_shards(tmp_path):
+    """SIGKILL while a process writes shards: index.json lists only shards that exist and read back whole."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    code = ("import numpy as np, ferry.engine as fe\n"
+            f"w = fe.SampleWriter({str(out)!r}, 'shards', shard_bytes=200_000)\n"
+            "for i in range(100000):\n"
+            "    h = np.full((50, 2, 128), i % 251, np.uint8)\n"
+            "    p = np.arange(50, dtype=np.int64)\n"
+            "    w.write(fe.Sample(f'r{i}', h, p, p, ['a', 'b'], 'BF16', (64,)))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env)
+    try:
+        end = time.time() + 60
+        while not (out / "index.json").exists() and time.time() < end:
+            time.sleep(0.05)
+        time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    n = 0
+    for meta, t in open_samples(str(out)):
+        i = int(meta["request_id"][1:])
+        assert t["hidden_states"].shape == (50, 2, 64) and (t["hidden_states"].view(np.uint8) == i % 251).all()
+        n += 1
+    assert n >= 1
+
+
+def test_api_doc_snippets_run(tmp_path):
+    """Every ```python torch block of docs/api/engine.md, in one namespace."""
+    import pathlib
+    import re
+
+    doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "api" / "engine.md"
+    found = re.findall(r"```python torch\n(.*?)```", doc.read_text(), flags=re.S)
+    assert len(found) >= 2
+    ns = {"tmp": tmp_path}
+    for i, code in enumerate(found):
+        exec(compile(code, f"engine.md[block {i}]", "exec"), ns)
+
+
+def test_ferry_capture_smoke(tmp_path):
+    """The main command on CPU: the embedded default, its summary and the samples it names."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "ds"
+    r = subprocess.run([sys.executable, "-m", "ferry", "capture", "--out", str(out), "--requests", "4",
+                        "--max-new-tokens", "3", "--quiet"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "4 samples (4 complete, 0 incomplete, 0 dropped, 0 lost)" in r.stdout, r.stdout
+    assert len(list(open_samples(str(out)))) == 4
