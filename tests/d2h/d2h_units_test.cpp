@@ -163,7 +163,7 @@ TEST(D2hLaunchShape, CopyFormFollowsAlignmentAndVectorWidth)
   }
 }
 
-/// The lean one-pass form (no pass loop, no byte tail, no size load) only where it copies every byte: a
+/// The lean form (no pass loop, no byte tail, no size load) only where it copies every byte: a
 /// static entry of a multiple of 16 bytes from an aligned source that one pass of the grid covers, copied by
 /// copy_entry_kernel (not the one-block publishing kernel), and only with the knob on. The GPU kernels of
 /// either form are run by every d2h_cuda test (entries of 16-byte multiples take the lean form by default).
@@ -174,24 +174,24 @@ TEST(D2hLaunchShape, LeanFormOnlyForOnePassStaticAlignedWholeVectors)
   c.copy_block_threads = 128;
   c.copy_vecs_per_thread = 2;
   const auto sh = fd::detail::copy_launch_shape(c, 2048, false, 132);
-  EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, sh, 2048, false), copy_form::v2_once);
-  EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, sh, 2040, false), copy_form::v2) << "a byte tail";
-  EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, sh, 2048, true), copy_form::v2) << "a dynamic entry";
-  EXPECT_EQ(fd::detail::once_form(c, copy_form::bytes, sh, 2048, false), copy_form::bytes) << "unaligned source";
+  EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, sh, 2048, false), copy_form::v2_lean);
+  EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, sh, 2040, false), copy_form::v2) << "a byte tail";
+  EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, sh, 2048, true), copy_form::v2) << "a dynamic entry";
+  EXPECT_EQ(fd::detail::lean_form(c, copy_form::bytes, sh, 2048, false), copy_form::bytes) << "unaligned source";
   const auto one = fd::detail::copy_launch_shape(c, 2048, true, 132);
-  EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, one, 2048, false), copy_form::v2) << "the one-block kernel";
+  EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, one, 2048, false), copy_form::v2) << "the one-block kernel";
   const auto capped = fd::detail::copy_launch_shape(c, 1ULL << 30, false, 4);
-  EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, capped, 1ULL << 30, false), copy_form::v2) << "more than one pass";
+  EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, capped, 1ULL << 30, false), copy_form::v2) << "more than one pass";
   const std::uint64_t full = 64ULL * 128 * 2 * 16;  // exactly one pass of the capped grid
-  EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, capped, full, false), copy_form::v2_once);
-  EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, capped, full + 16, false), copy_form::v2);
-  for (const auto& [v, lean] : {std::pair{copy_form::v1, copy_form::v1_once}, std::pair{copy_form::v4, copy_form::v4_once},
-                               std::pair{copy_form::v8, copy_form::v8_once}}) {
+  EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, capped, full, false), copy_form::v2_lean);
+  EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, capped, full + 16, false), copy_form::v2);
+  for (const auto& [v, lean] : {std::pair{copy_form::v1, copy_form::v1_lean}, std::pair{copy_form::v4, copy_form::v4_lean},
+                               std::pair{copy_form::v8, copy_form::v8_lean}}) {
     c.copy_vecs_per_thread = static_cast<std::uint32_t>(v);
-    EXPECT_EQ(fd::detail::once_form(c, v, fd::detail::copy_launch_shape(c, 4096, false, 132), 4096, false), lean);
+    EXPECT_EQ(fd::detail::lean_form(c, v, fd::detail::copy_launch_shape(c, 4096, false, 132), 4096, false), lean);
   }
   c.lean_copy_kernel = false;
-  EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, sh, 2048, false), copy_form::v2) << "knob off";
+  EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, sh, 2048, false), copy_form::v2) << "knob off";
 }
 
 TEST(D2hLaunchShape, OneBlockForSmallEntriesAndFusedBatchEnds)

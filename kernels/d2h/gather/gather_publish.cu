@@ -35,7 +35,7 @@ __global__ void gather_publish(gather_args a)
 
 namespace ferry::d2h::detail {
 
-/// Unaligned entries take the byte path inside every form; bytes and the one-pass forms get v1.
+/// Unaligned entries take the byte path inside every form; bytes and the lean forms get v1.
 FERRY_KERNEL_HANDLE<gather_args> gather_publish_kernel(FERRY_KERNEL_TAG, copy_form f)
 {
   using ferry::kernels::d2h::gather_publish;

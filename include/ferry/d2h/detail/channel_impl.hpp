@@ -209,7 +209,7 @@ void channel_impl<B>::init_resources(const staging_memory& staging)
     arch = std::min({arch, b.preload(copy_entry_publish_kernel(typename B::tag{}, f)),
                      b.preload(copy_entry_kernel(typename B::tag{}, f)), b.preload(gather_publish_kernel(typename B::tag{}, f))});
   }
-  for (const copy_form f : {copy_form::v1_once, copy_form::v2_once, copy_form::v4_once, copy_form::v8_once}) {
+  for (const copy_form f : {copy_form::v1_lean, copy_form::v2_lean, copy_form::v4_lean, copy_form::v8_lean}) {
     arch = std::min(arch, b.preload(copy_entry_kernel(typename B::tag{}, f)));
   }
   // Programmatic launch only where the device and the code that will run both support it.

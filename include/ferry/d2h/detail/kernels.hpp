@@ -3,7 +3,7 @@
 // `_kernel`, and the kernel lives in kernels/d2h/<folder>/<name>.{cuh (body), cu (CUDA, HIP), _host.cpp (host)}:
 //   copy_entry_kernel          copy/copy_entry: any grid, copy only (publication follows as a separate kernel)
 //   copy_entry_publish_kernel  copy/copy_entry: one block: copy, block join, optional fused publication
-//   (both per copy_form: one small kernel per vector width, one-pass form and unaligned source; the host
+//   (both per copy_form: one small kernel per vector width, lean form and unaligned source; the host
 //   backend has one body for every form)
 //   gather_publish_kernel      gather/gather_publish: one launch per batch of deferred entries (per vector width)
 //   publish_head_kernel        publish/publish_head: one thread: produced += n, system-scope release of published_head

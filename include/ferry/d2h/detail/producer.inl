@@ -145,7 +145,7 @@ void producer<B>::launch_copy(copy_args a, std::uint64_t bytes, bool one_block, 
   a.test_skip_wait = st_.hooks.is(debug_fault::programmatic_without_wait) ? 1U : 0U;
   const copy_form f = copy_form_of(a.src, sh.vecs_per_thread);
   st_.launch.own(sh.one_block ? copy_entry_publish_kernel(typename B::tag{}, f)
-                              : copy_entry_kernel(typename B::tag{}, once_form(st_.cfg, f, sh, bytes, a.dst.dynamic != 0)),
+                              : copy_entry_kernel(typename B::tag{}, lean_form(st_.cfg, f, sh, bytes, a.dst.dynamic != 0)),
                  sh.blocks, sh.threads, s, a);
 }
 
