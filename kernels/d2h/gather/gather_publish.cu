@@ -23,10 +23,10 @@ __global__ void gather_publish(gather_args a)
   ferry::backend::grid_dependency_launch_dependents();
   if (a.test_skip_wait == 0) { ferry::backend::grid_dependency_wait(); }
   gather_block_phase<static_cast<int>(ferry::d2h::detail::form_vecs(F))>(a, blockIdx.x, threadIdx.x, blockDim.x);
-  if (a.head_n != 0) {
+  if (a.rel.head_n != 0) {
     __syncthreads();  // this block's stores happen-before its thread 0's arrival (release)
     if (threadIdx.x == 0 && gather_join_arrive(a.dst.state, gridDim.x)) {
-      gather_release(a);  // the last arrival acquired every block's stores (and cursor reads)
+      gather_release(a.rel, a.dst);  // the last arrival acquired every block's stores (and cursor reads)
     }
   }
 }
