@@ -153,10 +153,10 @@ cuda_kernel<copy_args> bench_copy_plain_kernel(ferry::backend::cuda_tag, ferry::
     case copy_form::v4: return {reinterpret_cast<const void*>(&gpu::bench_copy_plain_v<4>), "bench_copy_plain_v4"};
     case copy_form::v8: return {reinterpret_cast<const void*>(&gpu::bench_copy_plain_v<8>), "bench_copy_plain_v8"};
     case copy_form::bytes:
-    case copy_form::v1_once:  // not passed here (copy_form_of)
-    case copy_form::v2_once:
-    case copy_form::v4_once:
-    case copy_form::v8_once: break;
+    case copy_form::v1_lean:  // not passed here (copy_form_of)
+    case copy_form::v2_lean:
+    case copy_form::v4_lean:
+    case copy_form::v8_lean: break;
   }
   return bench_copy_kernel(ferry::backend::cuda_tag{});  // unaligned: the general kernel's byte path
 }

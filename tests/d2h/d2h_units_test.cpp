@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Pure unit tests of the D2H channel's decision functions (no backend): the drain's coalescing rule
 // (detail::coalesce), the copy kernel's launch shape (detail::copy_launch_shape and its helpers), and the
-// gather's shape (detail::apportion_gather) and placement (its kernel body's gather_offset, gather_entry_of).
+// gather's shape (detail::apportion_gather), the row kernels' (detail::rows_shape) and placement (the kernel bodies'
+// gather_offset, gather_entry_of, prefix_find, rows_layout).
 #include "kernels/d2h/gather/gather_publish.cuh"
 #include "kernels/d2h/select/gather_rows_publish.cuh"  // rows_layout
 
@@ -163,7 +164,7 @@ TEST(D2hLaunchShape, CopyFormFollowsAlignmentAndVectorWidth)
   }
 }
 
-/// The lean one-pass form (no pass loop, no byte tail, no size load) only where it copies every byte: a
+/// The lean form (no pass loop, no byte tail, no size load) only where it copies every byte: a
 /// static entry of a multiple of 16 bytes from an aligned source that one pass of the grid covers, copied by
 /// copy_entry_kernel (not the one-block publishing kernel), and only with the knob on. The GPU kernels of
 /// either form are run by every d2h_cuda test (entries of 16-byte multiples take the lean form by default).
@@ -174,24 +175,24 @@ TEST(D2hLaunchShape, LeanFormOnlyForOnePassStaticAlignedWholeVectors)
   c.copy_block_threads = 128;
   c.copy_vecs_per_thread = 2;
   const auto sh = fd::detail::copy_launch_shape(c, 2048, false, 132);
-  EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, sh, 2048, false), copy_form::v2_once);
-  EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, sh, 2040, false), copy_form::v2) << "a byte tail";
-  EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, sh, 2048, true), copy_form::v2) << "a dynamic entry";
-  EXPECT_EQ(fd::detail::once_form(c, copy_form::bytes, sh, 2048, false), copy_form::bytes) << "unaligned source";
+  EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, sh, 2048, false), copy_form::v2_lean);
+  EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, sh, 2040, false), copy_form::v2) << "a byte tail";
+  EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, sh, 2048, true), copy_form::v2) << "a dynamic entry";
+  EXPECT_EQ(fd::detail::lean_form(c, copy_form::bytes, sh, 2048, false), copy_form::bytes) << "unaligned source";
   const auto one = fd::detail::copy_launch_shape(c, 2048, true, 132);
-  EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, one, 2048, false), copy_form::v2) << "the one-block kernel";
+  EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, one, 2048, false), copy_form::v2) << "the one-block kernel";
   const auto capped = fd::detail::copy_launch_shape(c, 1ULL << 30, false, 4);
-  EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, capped, 1ULL << 30, false), copy_form::v2) << "more than one pass";
+  EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, capped, 1ULL << 30, false), copy_form::v2) << "more than one pass";
   const std::uint64_t full = 64ULL * 128 * 2 * 16;  // exactly one pass of the capped grid
-  EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, capped, full, false), copy_form::v2_once);
-  EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, capped, full + 16, false), copy_form::v2);
-  for (const auto& [v, lean] : {std::pair{copy_form::v1, copy_form::v1_once}, std::pair{copy_form::v4, copy_form::v4_once},
-                               std::pair{copy_form::v8, copy_form::v8_once}}) {
+  EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, capped, full, false), copy_form::v2_lean);
+  EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, capped, full + 16, false), copy_form::v2);
+  for (const auto& [v, lean] : {std::pair{copy_form::v1, copy_form::v1_lean}, std::pair{copy_form::v4, copy_form::v4_lean},
+                               std::pair{copy_form::v8, copy_form::v8_lean}}) {
     c.copy_vecs_per_thread = static_cast<std::uint32_t>(v);
-    EXPECT_EQ(fd::detail::once_form(c, v, fd::detail::copy_launch_shape(c, 4096, false, 132), 4096, false), lean);
+    EXPECT_EQ(fd::detail::lean_form(c, v, fd::detail::copy_launch_shape(c, 4096, false, 132), 4096, false), lean);
   }
   c.lean_copy_kernel = false;
-  EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, sh, 2048, false), copy_form::v2) << "knob off";
+  EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, sh, 2048, false), copy_form::v2) << "knob off";
 }
 
 TEST(D2hLaunchShape, OneBlockForSmallEntriesAndFusedBatchEnds)
@@ -308,9 +309,155 @@ TEST(D2hGatherPlacement, EveryBlockFindsItsEntry)
   }
 }
 
+// The prefix lookup of both gathers (prefix_find: a block's entry in first_block, a work item's entry in cpre)
+// agrees with a linear search, with and without the one-position-per-range shortcut.
+TEST(D2hGatherPlacement, PrefixFindAgreesWithALinearSearch)
+{
+  std::mt19937_64 rng{17};
+  for (int iter = 0; iter < 2000; ++iter) {
+    std::uint32_t pre[fd::detail::gather_max_entries + 1]{};
+    const std::uint32_t n = 1 + static_cast<std::uint32_t>(rng() % fd::detail::gather_max_entries);
+    for (std::uint32_t i = 0; i < n; ++i) { pre[i + 1] = pre[i] + (iter % 3 == 0 ? 1 : 1 + static_cast<std::uint32_t>(rng() % 9)); }
+    for (std::uint32_t u = 0; u < pre[n]; ++u) {
+      std::uint32_t want = 0;
+      while (pre[want + 1] <= u) { ++want; }
+      ASSERT_EQ(ferry::kernels::prefix_find(pre, n, u), want) << "position " << u << " of " << pre[n] << ", " << n << " ranges";
+    }
+  }
+}
+
+namespace {
+/// A row batch of `row_bytes` (sources at `src_of(i)`) sharing `sel`, laid out as producer::launch_deferred lays
+/// it out: set_gather_rows with each entry's row_reserved of the selection's bound.
+template <class SrcOf>
+fd::detail::gather_rows_args row_batch_of(const fd::row_selection& sel, const std::vector<std::uint64_t>& row_bytes,
+                                          SrcOf&& src_of)
+{
+  fd::detail::gather_rows_args a{};
+  a.sel = sel;
+  fd::detail::set_gather_rows(a, static_cast<std::uint32_t>(row_bytes.size()), [&](std::uint32_t i) {
+    return fd::detail::gather_row_entry{src_of(i), row_bytes[i],
+                                        fd::detail::row_reserved(sel.item_bound(), sel.rows_per_item(), row_bytes[i])};
+  });
+  return a;
+}
+const std::byte* fake_src(std::uintptr_t at) { return reinterpret_cast<const std::byte*>(at); }
+}  // namespace
+
+// rows_shape of a row batch (gather_rows_publish): every row in chunks of at most row_gather_chunk, the closed
+// form and the 16-byte moves only where every row (and source) allows them, whole warps up to the widest chunk's
+// vectors, one block per work item up to one wave; set_gather_rows' prefix sums are the entries' reservations.
+TEST(D2hGatherShape, RowsShapeCoversEveryChunkOfEveryRowInOneWave)
+{
+  namespace rules = ferry::detail::launch_rules;
+  std::mt19937_64 rng{19};
+  std::uint64_t split = 0, vec = 0, capped = 0;
+  for (int iter = 0; iter < 5000; ++iter) {
+    fd::config cfg;
+    cfg.copy_block_threads = 32U << (rng() % 6);  // 32 .. 1024
+    const int sms = 1 + static_cast<int>(rng() % 132);
+    const bool aligned = iter % 2 == 0;
+    fd::row_selection sel = fd::row_selection::rows(static_cast<const std::int32_t*>(nullptr), rng() % 64);
+    if (iter % 3 == 1) { sel = fd::row_selection::window(nullptr, 4, nullptr, rng() % 8, 0, 1 + static_cast<std::int64_t>(rng() % 4)); }
+    static const std::int32_t device_count = 0;  // never read: the shape takes the bound
+    if (iter % 5 == 2) { sel = sel.counted_on_device(&device_count, rng() % 32); }
+    std::vector<std::uint64_t> rb(1 + rng() % fd::detail::gather_max_entries);
+    for (auto& b : rb) {
+      b = rng() % 4 == 0 ? 16 * (1 + rng() % 5000) : 16 * (1 + rng() % 64);  // some wider than a chunk
+      if (!aligned && rng() % 2 == 0) { b += 1 + rng() % 15; }
+    }
+    auto a = row_batch_of(sel, rb, [&](std::uint32_t i) { return fake_src(0x10000 * (i + 1) + (aligned ? 0 : 8 * (i % 2))); });
+    const fd::detail::gather_shape sh = fd::detail::rows_shape(cfg, a, sms);
+    const std::uint64_t cap = rules::block_threads(cfg.copy_block_threads);
+    ASSERT_EQ(a.chunk_bytes, fd::detail::row_gather_chunk);
+    ASSERT_EQ(a.chunk_bytes % 16, 0U);
+    bool all16 = true, all_vec = true;
+    std::uint64_t r16 = 0, widest = 0;
+    ASSERT_EQ(a.cpre[0], 0U);
+    ASSERT_EQ(a.pre[0], 0U);
+    for (std::uint32_t i = 0; i < a.n; ++i) {
+      const std::uint64_t chunks = a.cpre[i + 1] - a.cpre[i];
+      ASSERT_GE(chunks * a.chunk_bytes, rb[i]) << "entry " << i << ": every byte of a row in a chunk";
+      ASSERT_LT((chunks - 1) * a.chunk_bytes, rb[i]) << "entry " << i << ": no empty chunk";
+      split += chunks > 1 ? 1 : 0;
+      ASSERT_EQ(a.row_bytes[i], rb[i]);
+      ASSERT_EQ(a.pre[i + 1] - a.pre[i], fd::detail::row_reserved(sel.item_bound(), sel.rows_per_item(), rb[i]));
+      if (all16 && a.rpre16_ok != 0) { ASSERT_EQ(a.rpre16[i], r16) << "entry " << i; }
+      all16 = all16 && rb[i] % 16 == 0;
+      all_vec = all_vec && rb[i] % 16 == 0 && reinterpret_cast<std::uintptr_t>(a.src[i]) % 16 == 0;
+      r16 += rb[i] / 16;
+      widest = std::max(widest, std::min<std::uint64_t>(rb[i], fd::detail::row_gather_chunk));
+    }
+    ASSERT_EQ(a.rpre16_ok != 0, all16) << "the closed form exactly where every row is a 16-byte multiple (sums fit)";
+    ASSERT_EQ(a.vec != 0, all_vec);
+    vec += all_vec ? 1 : 0;
+    ASSERT_EQ(sh.threads % 32, 0U);
+    ASSERT_GE(sh.threads, 32U);
+    ASSERT_LE(sh.threads, cap);
+    if (sh.threads < cap) {
+      ASSERT_GE(sh.threads * 16ULL, widest / 16 * 16) << "a block covers the widest chunk's vectors in one step";
+      ASSERT_LT((sh.threads - 32) * 16ULL, std::max<std::uint64_t>(widest / 16 * 16, 16)) << "and is no wider";
+    } else {
+      ++capped;
+    }
+    const std::uint64_t work = std::uint64_t{a.cpre[a.n]} * sel.item_bound() * sel.rows_per_item();
+    const std::uint64_t wave = rules::one_wave_blocks(sms, sh.threads);
+    ASSERT_GE(sh.blocks, 1U);
+    ASSERT_LE(sh.blocks, wave) << "one wave at most";
+    ASSERT_EQ(sh.blocks, std::max<std::uint64_t>(1, std::min(work, wave))) << "a block per work item up to the wave";
+  }
+  EXPECT_GT(split, 1000U) << "rows wider than a chunk";
+  EXPECT_GT(vec, 500U) << "batches of 16-byte moves";
+  EXPECT_GT(capped, 500U) << "blocks capped at copy_block_threads";
+}
+
+// The closed form of the planned prefix sums (rpre16) is refused where the sums of row_bytes / 16 leave 32 bits,
+// however aligned the rows are; a batch of 16-byte rows is 32 threads wide.
+TEST(D2hGatherShape, RowsShapeRefusesTheClosedFormPast32Bits)
+{
+  const fd::row_selection sel = fd::row_selection::rows(static_cast<const std::int32_t*>(nullptr), 3);
+  fd::config cfg;
+  auto wide = row_batch_of(sel, std::vector<std::uint64_t>(fd::detail::gather_max_entries, 1ULL << 31),
+                           [](std::uint32_t i) { return fake_src(0x10000 * (i + 1)); });
+  (void)fd::detail::rows_shape(cfg, wide, 132);
+  EXPECT_EQ(wide.rpre16_ok, 0U);
+  EXPECT_EQ(wide.vec, 1U);
+  EXPECT_EQ(wide.cpre[1], (1U << 31) / fd::detail::row_gather_chunk);
+  auto narrow = row_batch_of(sel, {16, 16}, [](std::uint32_t i) { return fake_src(0x10000 * (i + 1)); });
+  const fd::detail::gather_shape sh = fd::detail::rows_shape(cfg, narrow, 132);
+  EXPECT_EQ(narrow.rpre16_ok, 1U);
+  EXPECT_EQ(narrow.rpre16[2], 2U);
+  EXPECT_EQ(sh.threads, 32U);
+  EXPECT_EQ(sh.blocks, 6U) << "2 entries x 3 rows x 1 chunk";
+}
+
+// rows_shape of one selected entry (select_rows, capture_rows): copy_block_threads threads, one block per row of
+// the selection's bound up to one wave (at least one: an empty selection still commits its entry), 16-byte moves
+// only for an aligned source with 16-byte multiple rows.
+TEST(D2hGatherShape, RowsShapeOfOneSelectedEntry)
+{
+  namespace rules = ferry::detail::launch_rules;
+  std::mt19937_64 rng{23};
+  for (int iter = 0; iter < 2000; ++iter) {
+    fd::config cfg;
+    cfg.copy_block_threads = 32U << (rng() % 6);
+    const int sms = 1 + static_cast<int>(rng() % 132);
+    fd::detail::select_args a;
+    a.sel = iter % 2 == 0 ? fd::row_selection::rows(static_cast<const std::int32_t*>(nullptr), rng() % 100000)
+                          : fd::row_selection::window(nullptr, 4, nullptr, rng() % 64, 1, 2 + static_cast<std::int64_t>(rng() % 6));
+    a.row_bytes = 1 + rng() % 4096;
+    a.src = fake_src(0x10000 + (rng() % 2) * 8);
+    const fd::detail::gather_shape sh = fd::detail::rows_shape(cfg, a, sms);
+    const std::uint64_t rows = a.sel.item_bound() * a.sel.rows_per_item();
+    ASSERT_EQ(sh.threads, rules::block_threads(cfg.copy_block_threads));
+    ASSERT_EQ(sh.blocks, std::max<std::uint64_t>(1, std::min(rows, rules::one_wave_blocks(sms, sh.threads))));
+    ASSERT_EQ(a.vec != 0, a.row_bytes % 16 == 0 && reinterpret_cast<std::uintptr_t>(a.src) % 16 == 0);
+  }
+}
+
 // A replay's planned row batch (forward_meta::selected = items): the layout every block of gather_rows_publish
 // computes (rows_layout: the closed form when every row is a 16-byte multiple, else the summed reservations) puts
-// each entry where the CPU's place() chain over planned_row_reserved puts it (plan()), and ends where it ends.
+// each entry where the CPU's place() chain over row_reserved puts it (plan()), and ends where it ends.
 TEST(D2hGatherPlacement, PlannedRowLayoutEqualsThePlaceChainOfPlannedReservations)
 {
   std::mt19937_64 rng{13};
@@ -345,7 +492,7 @@ TEST(D2hGatherPlacement, PlannedRowLayoutEqualsThePlaceChainOfPlannedReservation
     std::uint64_t phys = fd::entry_alignment * (rng() % (a.dst.ring_bytes / fd::entry_alignment));
     std::uint64_t pos = phys;  // the CPU's chain, in virtual positions from phys
     for (std::uint32_t i = 0; i < a.n; ++i) {
-      const std::uint64_t r = fd::detail::planned_row_reserved(st.planned_items, per, a.row_bytes[i]);
+      const std::uint64_t r = fd::detail::row_reserved(st.planned_items, per, a.row_bytes[i]);
       const fd::placement p = fd::place(pos, r, a.dst.ring_bytes);
       ASSERT_EQ(fk::gather_offset(fk::rows_view_of(a, l), phys, i), p.start % a.dst.ring_bytes)
         << "entry " << i << " of " << a.n << ", phys " << phys << ", ring " << a.dst.ring_bytes << ", items "

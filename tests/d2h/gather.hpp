@@ -385,7 +385,7 @@ TYPED_TEST_P(D2hGather, GraphReplaysManyTimesWithPlan)
 
 /// DMI's vllm-full capture of one Qwen3-0.6B decode step at B=1 (341 hooks: 8-byte token ids, 2-6 KiB per
 /// layer hook, 297 KiB of logits), in a graph replayed across ring wraps: every hook deferred (K = 16 and 32),
-/// and every hook immediate with one 16-byte vector per thread (the one-pass copy form on up to 149 blocks).
+/// and every hook immediate with one 16-byte vector per thread (the lean copy form on up to 149 blocks).
 TYPED_TEST_P(D2hGather, VllmFullSizesInAGraphAcrossRingWraps)
 {
   using B = TypeParam;

@@ -2,14 +2,14 @@
 // The D2H typed suite D2hPlannedRows, over backends (host and faulty<host> in CI, cuda on the H200): plan()'s
 // forward_meta::selected on a replayed graph's row entries, immediate (capture_rows: select_rows) and deferred
 // (capture_rows_deferred: gather_rows_publish). Each row entry of such a replay reserves exactly its rows
-// (detail::planned_row_reserved) and the device places it there (the replay token carries the count to the row
+// (detail::row_reserved) and the device places it there (the replay token carries the count to the row
 // kernels: kernels/d2h/replay). Every delivered row is compared with its source; a device count above the plan is
 // a size_overflow that writes nothing past its entry; one below is delivered right.
 #pragma once
 
 #include "d2h/gather_rows.hpp"
 
-#include <ferry/d2h/detail/kernel_args.hpp>  // planned_row_reserved
+#include <ferry/d2h/detail/kernel_args.hpp>  // row_reserved
 
 #include <mutex>
 #include <optional>
@@ -178,7 +178,7 @@ class D2hPlannedRows : public D2hGatherRows<B> {
       const std::uint64_t rb = row_bytes(h);
       const std::uint64_t items = st.selected.value_or(bound);
       const std::uint64_t want_reserved =
-        st.selected ? fd::detail::planned_row_reserved(items, per_item(), rb) : bound_reserved(rb);
+        st.selected ? fd::detail::row_reserved(items, per_item(), rb) : bound_reserved(rb);
       if (st.device > items) {
         ++overflows;
         EXPECT_EQ(e.status, fd::entry_status::size_overflow);

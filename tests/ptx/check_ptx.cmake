@@ -21,7 +21,7 @@ set(publishing_kernels
     "ferry::kernels::d2h::arm_replay=1"            # kernels/d2h/replay: the token queue's overflow report
     "ferry::testing::probe::kernels::publish=1")   # kernels/testing/probe.cu: the probe's release
 set(d2h_kernels
-    "ferry::kernels::d2h::copy_entry=9"            # bytes, v1, v2, v4, v8 and the four one-pass forms
+    "ferry::kernels::d2h::copy_entry=9"            # bytes, v1, v2, v4, v8 and the four lean forms
     "ferry::kernels::d2h::copy_entry_publish=5"
     "ferry::kernels::d2h::gather_publish=4"
     "ferry::kernels::d2h::gather_rows_publish=1"

@@ -48,13 +48,13 @@ FERRY_KERNEL_HANDLE<copy_args> copy_entry_kernel(FERRY_KERNEL_TAG, copy_form f)
 {
   using ferry::kernels::d2h::copy_entry;
   const void* fn = ferry::kernels::form_instance<copy_form::bytes, copy_form::v1, copy_form::v2, copy_form::v4,
-                                                 copy_form::v8, copy_form::v1_once, copy_form::v2_once,
-                                                 copy_form::v4_once, copy_form::v8_once>(
+                                                 copy_form::v8, copy_form::v1_lean, copy_form::v2_lean,
+                                                 copy_form::v4_lean, copy_form::v8_lean>(
     f, [](auto F) { return reinterpret_cast<const void*>(&copy_entry<decltype(F)::value>); });
   return {fn, "d2h_copy_entry"};
 }
 
-/// The one-pass forms are copy_entry's only: they get the byte form here.
+/// The lean forms are copy_entry's only: they get the byte form here.
 FERRY_KERNEL_HANDLE<copy_args> copy_entry_publish_kernel(FERRY_KERNEL_TAG, copy_form f)
 {
   using ferry::kernels::d2h::copy_entry_publish;

@@ -83,13 +83,13 @@ __device__ __forceinline__ void copy_commit_bytes(const copy_args& a, std::uint3
   });
 }
 
-/// The one-pass form (copy_form::vN_once; launch_shape.hpp once_form): an entry of a static size, a multiple of
+/// The lean form (copy_form::vN_lean; launch_shape.hpp lean_form; config::lean_copy_kernel): an entry of a static size, a multiple of
 /// 16 bytes, from a 16-byte aligned source, that one pass of the grid covers. copy_commit's order with the
 /// least code: the thread's V loads, the cursor load, the commit by the grid's thread (0, 0), V stores. No pass
 /// loop, no byte tail, no size load, 32-bit indices (one pass of any launch shape is far below 2^32 vectors).
 /// copy_entry's only: the launch's own grid (blockIdx, threadIdx, blockDim), read after the size.
 template <int V>
-__device__ __forceinline__ void copy_commit_once(const copy_args& a)
+__device__ __forceinline__ void copy_commit_lean(const copy_args& a)
 {
   const auto vecs = static_cast<std::uint32_t>(a.bytes >> 4U);
   const std::uint32_t nt = blockDim.x;
@@ -106,7 +106,7 @@ __device__ __forceinline__ void copy_commit_once(const copy_args& a)
                  });
 }
 
-/// Form `F`'s copy (copy_form: V vectors per thread from an aligned source, its one-pass form, or bytes).
+/// Form `F`'s copy (copy_form: V vectors per thread from an aligned source, its lean form, or bytes).
 template <copy_form F>
 __device__ __forceinline__ void copy_by_form(const copy_args& a, std::uint32_t blk, std::uint32_t nblk,
                                              std::uint32_t t, std::uint32_t nt)
@@ -114,8 +114,8 @@ __device__ __forceinline__ void copy_by_form(const copy_args& a, std::uint32_t b
   constexpr int v = static_cast<int>(ferry::d2h::detail::form_vecs(F));
   if constexpr (F == copy_form::bytes) {
     copy_commit_bytes(a, blk, nblk, t, nt);
-  } else if constexpr (ferry::d2h::detail::is_once(F)) {
-    copy_commit_once<v>(a);
+  } else if constexpr (ferry::d2h::detail::is_lean(F)) {
+    copy_commit_lean<v>(a);
   } else {
     copy_commit_vec<v>(a, blk, nblk, t, nt);
   }

@@ -23,10 +23,10 @@ __global__ void gather_publish(gather_args a)
   ferry::backend::grid_dependency_launch_dependents();
   if (a.test_skip_wait == 0) { ferry::backend::grid_dependency_wait(); }
   gather_block_phase<static_cast<int>(ferry::d2h::detail::form_vecs(F))>(a, blockIdx.x, threadIdx.x, blockDim.x);
-  if (a.head_n != 0) {
+  if (a.rel.head_n != 0) {
     __syncthreads();  // this block's stores happen-before its thread 0's arrival (release)
     if (threadIdx.x == 0 && gather_join_arrive(a.dst.state, gridDim.x)) {
-      gather_release(a);  // the last arrival acquired every block's stores (and cursor reads)
+      gather_release(a.rel, a.dst);  // the last arrival acquired every block's stores (and cursor reads)
     }
   }
 }
@@ -35,7 +35,7 @@ __global__ void gather_publish(gather_args a)
 
 namespace ferry::d2h::detail {
 
-/// Unaligned entries take the byte path inside every form; bytes and the one-pass forms get v1.
+/// Unaligned entries take the byte path inside every form; bytes and the lean forms get v1.
 FERRY_KERNEL_HANDLE<gather_args> gather_publish_kernel(FERRY_KERNEL_TAG, copy_form f)
 {
   using ferry::kernels::d2h::gather_publish;

@@ -19,13 +19,13 @@
 // Without an in-kernel release the batch's release is a later kernel on the stream or the branch (the kernel
 // boundary joins every block's stores and the size slots).
 // Captured into a graph (gather_rows_args::planned), a replay whose plan() gave forward_meta::selected places the
-// batch as plan() did: entry i takes planned_row_reserved(items, rows per item, row_bytes[i]) (rows_layout), writes
+// batch as plan() did: entry i takes row_reserved(items, rows per item, row_bytes[i]) (rows_layout), writes
 // at most those rows and reports its true size (above the plan: size_overflow at the drain).
 #pragma once
 
-#include "../../detail/vector_copy.cuh"
-#include "../gather/gather_publish.cuh"  // gather_offset, gather_end, gather_join_arrive, gather_release
-#include "select_rows.cuh"               // select_items, select_source_row
+#include "../../detail/gather_chain.cuh"   // gather_offset, gather_end, gather_join_arrive, gather_release
+#include "../../detail/prefix_search.cuh"  // prefix_find
+#include "../../detail/rows.cuh"           // select_items, select_source_row, note_select_error, copy_row
 
 #include <ferry/d2h/detail/kernel_args.hpp>
 
@@ -38,7 +38,7 @@ namespace ferry::kernels::d2h {
 using ferry::d2h::detail::gather_rows_args;
 
 /// How a row batch's prefix sums pre[0..n] of its reservations are formed in this launch: the captured ones
-/// (a.pre), or a plan()'s (planned_row_reserved of each entry): `unit` x a.rpre16[i] (every row a 16-byte multiple:
+/// (a.pre), or a plan()'s (row_reserved of each entry): `unit` x a.rpre16[i] (every row a 16-byte multiple:
 /// closed form), `unit` x i (no row planned: 16 bytes each), or the sums a block computed (`sums`).
 enum class rows_pre_form : std::uint32_t { captured, closed, uniform, summed };
 /// The batch's layout in this launch: how its prefix sums are formed, and the rows each entry may write (`limit`:
@@ -96,7 +96,7 @@ FERRY_HD inline rows_layout gather_rows_layout(const gather_rows_args& a, std::u
     if (fill) {
       sums[0] = 0;
       for (std::uint32_t i = 0; i < a.n; ++i) {
-        sums[i + 1] = sums[i] + ferry::d2h::detail::planned_row_reserved(items, a.sel.rows_per_item(), a.row_bytes[i]);
+        sums[i + 1] = sums[i] + ferry::d2h::detail::row_reserved(items, a.sel.rows_per_item(), a.row_bytes[i]);
       }
     }
     l.form = rows_pre_form::summed;
@@ -131,7 +131,7 @@ FERRY_HD inline void gather_rows_commit(const gather_rows_args& a, ferry::d2h::c
       slot = slot + 1 >= count ? 0 : slot + 1;
     }
   }
-  if (a.head_n != 0) { gather_release(a); }
+  if (a.rel.head_n != 0) { gather_release(a.rel, a.dst); }
 }
 
 /// Step 1 for block `blk`: the cursor and (block 0, thread `t` 0) the next cursor, placed by `l`.
@@ -154,21 +154,7 @@ struct gather_rows_item {
 FERRY_HD inline gather_rows_item gather_rows_at(const gather_rows_args& a, const rows_layout& l, ferry::d2h::cursor c,
                                                 std::uint64_t w, std::uint64_t rows) noexcept
 {
-  const std::uint64_t u = w / rows;  // cpre[i] <= u < cpre[i + 1]
-  std::uint32_t i = static_cast<std::uint32_t>(u);
-  if (a.cpre[a.n] != a.n) {  // some row has several chunks: the entry by binary search of cpre
-    std::uint32_t lo = 0;
-    std::uint32_t hi = a.n;  // cpre[lo] <= u < cpre[hi]
-    while (hi - lo > 1) {
-      const std::uint32_t mid = (lo + hi) / 2;
-      if (a.cpre[mid] <= u) {
-        lo = mid;
-      } else {
-        hi = mid;
-      }
-    }
-    i = lo;
-  }
+  const std::uint32_t i = prefix_find(a.cpre, a.n, w / rows);  // cpre[i] <= w / rows < cpre[i + 1]
   const std::uint64_t chunks = a.cpre[i + 1] - a.cpre[i];
   const std::uint64_t local = w - rows * a.cpre[i];
   const std::uint64_t j = local / chunks;
@@ -181,8 +167,35 @@ FERRY_HD inline gather_rows_item gather_rows_at(const gather_rows_args& a, const
   return {a.src[i] + static_cast<std::uint64_t>(r) * rb + at, a.dst.ring + gather_offset(rows_view_of(a, l), c.phys, i) + j * rb + at, n};
 }
 
+/// Step 2 for block `blk` of `nblk` (thread `t` of `nt`): work items blk, blk + nblk, ... (every thread of the block
+/// walks the same items, each by the whole block: copy_row). Thread 0 sets `block_error` when one of them names an
+/// invalid item (not read, its row not written).
+template <class Flag>
+FERRY_HD inline void gather_rows_copy(const gather_rows_args& a, const rows_layout& l, ferry::d2h::cursor c,
+                                      std::uint32_t blk, std::uint32_t nblk, std::uint32_t t, std::uint32_t nt,
+                                      Flag& block_error) noexcept
+{
+  const std::uint64_t total = ferry::d2h::cursor_live(c) ? l.limit * a.cpre[a.n] : 0;
+  for (std::uint64_t w = blk; w < total; w += nblk) {
+    const gather_rows_item it = gather_rows_at(a, l, c, w, l.limit);
+    if (it.from == nullptr) {
+      if (t == 0) { block_error = 1; }
+      continue;
+    }
+    copy_row(it.to, it.from, it.bytes, a.vec != 0, t, nt);
+  }
+}
+
+/// Step 3 by thread 0 after the block barrier: the block's error note, its arrival, and the last block's commit.
+FERRY_HD inline void gather_rows_arrive(const gather_rows_args& a, ferry::d2h::cursor c, std::uint32_t nblk,
+                                        bool block_error, std::uint64_t rows, bool count_ok) noexcept
+{
+  if (block_error) { note_select_error(a.dst.state); }
+  if (gather_join_arrive(a.dst.state, nblk)) { gather_rows_commit(a, c, rows, count_ok); }
+}
+
 #if defined(__CUDACC__) || defined(__HIPCC__)
-/// The GPU body of block `blk` of `nblk` (`nt` threads): each row by the whole block, 16-byte moves when `vec`.
+/// The GPU body of block `blk` of `nblk` (`nt` threads).
 __device__ __forceinline__ void gather_rows_block(const gather_rows_args& a, std::uint32_t blk, std::uint32_t nblk,
                                                   std::uint32_t t, std::uint32_t nt)
 {
@@ -194,26 +207,9 @@ __device__ __forceinline__ void gather_rows_block(const gather_rows_args& a, std
   const rows_layout l = gather_rows_layout(a, rows, sums, t == 0);
   const ferry::d2h::cursor c = gather_rows_start(a, l, blk, t);
   __syncthreads();  // thread 0's sums before any placement
-  const std::uint64_t total = ferry::d2h::cursor_live(c) ? l.limit * a.cpre[a.n] : 0;
-  for (std::uint64_t w = blk; w < total; w += nblk) {
-    const gather_rows_item it = gather_rows_at(a, l, c, w, l.limit);
-    if (it.from == nullptr) {
-      if (t == 0) { block_error = 1; }
-      continue;
-    }
-    if (a.vec != 0) {
-      const auto* s = reinterpret_cast<const vec16*>(it.from);
-      auto* d = reinterpret_cast<vec16*>(it.to);
-      for (std::uint64_t k = t; k < it.bytes / 16; k += nt) { d[k] = s[k]; }
-    } else {
-      copy_tail(it.to, it.from, t, it.bytes, nt);
-    }
-  }
+  gather_rows_copy(a, l, c, blk, nblk, t, nt, block_error);
   __syncthreads();  // every store and error note of the block happen-before thread 0's arrival
-  if (t == 0) {
-    if (block_error != 0) { atomicOr(&a.dst.state->select_error, 1U); }
-    if (gather_join_arrive(a.dst.state, nblk)) { gather_rows_commit(a, c, rows, count_ok); }
-  }
+  if (t == 0) { gather_rows_arrive(a, c, nblk, block_error != 0, rows, count_ok); }
 }
 #endif
 
@@ -221,22 +217,13 @@ __device__ __forceinline__ void gather_rows_block(const gather_rows_args& a, std
 inline void gather_rows_block_host(const gather_rows_args& a, std::uint32_t blk, std::uint32_t nblk)
 {
   bool count_ok = true;
-  bool block_error = false;
   const std::uint64_t rows = select_items(a.sel, count_ok) * a.sel.rows_per_item();
   std::uint64_t sums[ferry::d2h::detail::gather_max_entries + 1];
   const rows_layout l = gather_rows_layout(a, rows, sums, true);
   const ferry::d2h::cursor c = gather_rows_start(a, l, blk, 0);
-  const std::uint64_t total = ferry::d2h::cursor_live(c) ? l.limit * a.cpre[a.n] : 0;
-  for (std::uint64_t w = blk; w < total; w += nblk) {
-    const gather_rows_item it = gather_rows_at(a, l, c, w, l.limit);
-    if (it.from == nullptr) {
-      block_error = true;
-      continue;
-    }
-    std::memcpy(it.to, it.from, it.bytes);
-  }
-  if (block_error) { std::atomic_ref<std::uint32_t>{a.dst.state->select_error}.fetch_or(1U, std::memory_order_relaxed); }
-  if (gather_join_arrive(a.dst.state, nblk)) { gather_rows_commit(a, c, rows, count_ok); }
+  bool block_error = false;
+  gather_rows_copy(a, l, c, blk, nblk, 0, 1, block_error);
+  gather_rows_arrive(a, c, nblk, block_error, rows, count_ok);
 }
 
 }  // namespace ferry::kernels::d2h

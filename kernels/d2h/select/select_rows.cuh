@@ -13,14 +13,14 @@
 //      (rows x row_bytes, or selection_error_size) and the next cursor, from the cursor value it read.
 // The entry's release is a later kernel (the release chain): the kernel boundary joins every block's stores.
 // Captured into a graph (select_args::planned), a replay whose plan() gave forward_meta::selected places the entry
-// with exactly that many items (device_state::planned_items, set by the replay's claim: planned_row_reserved), as
+// with exactly that many items (device_state::planned_items, set by the replay's claim: row_reserved), as
 // plan() placed it; it copies at most those rows and reports its true size, so a device count above the plan is
 // delivered as size_overflow (the drain: a row entry larger than the bytes plan() expected) and nothing is
 // written past the entry.
 #pragma once
 
-#include "../../detail/vector_copy.cuh"
-#include "../gather/gather_publish.cuh"  // gather_join_arrive
+#include "../../detail/gather_chain.cuh"  // gather_join_arrive
+#include "../../detail/rows.cuh"          // select_items, select_source_row, note_select_error, copy_row
 
 #include <ferry/d2h/detail/kernel_args.hpp>
 
@@ -30,35 +30,6 @@
 namespace ferry::kernels::d2h {
 
 using ferry::d2h::detail::select_args;
-
-/// The number of items the entry holds; `ok` false when a GPU-resolved count is negative or above max_count.
-FERRY_HD inline std::uint64_t select_items(const ferry::d2h::row_selection& s, bool& ok) noexcept
-{
-  if (s.device_count == nullptr) { return s.count; }
-  const std::int32_t c = *s.device_count;
-  ok = c >= 0 && static_cast<std::uint64_t>(c) <= s.max_count;
-  return ok ? static_cast<std::uint64_t>(c) : 0;
-}
-
-/// The source row of the entry's row `j` (item j / rows_per_item), or -1 when its item is invalid.
-FERRY_HD inline std::int64_t select_source_row(const ferry::d2h::row_selection& s, std::uint64_t n_rows, std::uint64_t j,
-                                               std::uint64_t per_item) noexcept
-{
-  const std::uint64_t i = j / per_item;
-  const auto n = static_cast<std::int64_t>(n_rows);
-  if (s.form == ferry::d2h::selection_form::rows) {
-    const std::int64_t r = s.index_bytes == 8 ? static_cast<const std::int64_t*>(s.indices)[i]
-                                              : static_cast<const std::int32_t*>(s.indices)[i];
-    return r >= 0 && r < n ? r : -1;
-  }
-  const std::int32_t q = static_cast<const std::int32_t*>(s.indices)[i];
-  if (q < 0 || static_cast<std::uint32_t>(q) >= s.n_requests) { return -1; }
-  const std::int64_t lo = s.query_start_loc[q];
-  const std::int64_t hi = s.query_start_loc[q + 1];
-  if (lo < 0 || hi < lo || hi > n) { return -1; }
-  if (s.form == ferry::d2h::selection_form::last_token) { return hi > lo ? hi - 1 : -1; }
-  return lo + s.window_end <= hi ? lo + s.window_begin + static_cast<std::int64_t>(j % per_item) : -1;
-}
 
 /// The entry's place in this launch (`dst`: a.dst, its reservation the replay's planned one when it has one)
 /// and the rows it may write (`limit`: every row, or at most the planned ones).
@@ -71,10 +42,47 @@ FERRY_HD inline select_place select_place_of(const select_args& a, std::uint64_t
   select_place p{a.dst, rows};
   const std::uint64_t items = a.planned != 0 ? a.dst.state->planned_items : ferry::d2h::no_planned_items;
   if (items != ferry::d2h::no_planned_items) {
-    p.dst.reserved = ferry::d2h::detail::planned_row_reserved(items, per_item, a.row_bytes);
+    p.dst.reserved = ferry::d2h::detail::row_reserved(items, per_item, a.row_bytes);
     p.limit = rows < items * per_item ? rows : items * per_item;
   }
   return p;
+}
+
+/// Step 1 of every block: the item count, the entry's place (select_place_of) and the cursor it read; `dst`: the
+/// entry's bytes (null: a launch no plan() armed, cursor_unplanned: nothing is stored).
+struct select_start {
+  select_place at;
+  std::uint64_t per_item{1};
+  std::uint64_t rows{0};
+  bool count_ok{true};
+  std::byte* dst{nullptr};
+};
+FERRY_HD inline select_start select_start_of(const select_args& a) noexcept
+{
+  select_start s;
+  s.per_item = a.sel.rows_per_item();
+  s.rows = select_items(a.sel, s.count_ok) * s.per_item;
+  s.at = select_place_of(a, s.rows, s.per_item);
+  const ferry::d2h::cursor c = s.at.dst.load();
+  s.dst = ferry::d2h::cursor_live(c) ? s.at.dst.ring + s.at.dst.offset(c) : nullptr;
+  return s;
+}
+
+/// Step 2 for block `blk` of `nblk` (thread `t` of `nt`): rows blk, blk + nblk, ... (every thread of the block walks
+/// the same rows, each row by the whole block: copy_row). Thread 0 sets `block_error` when one of them names an
+/// invalid item (not read, its row not written).
+template <class Flag>
+FERRY_HD inline void select_rows_copy(const select_args& a, const select_start& s, std::uint32_t blk, std::uint32_t nblk,
+                                      std::uint32_t t, std::uint32_t nt, Flag& block_error) noexcept
+{
+  for (std::uint64_t j = blk; j < s.at.limit && s.dst != nullptr; j += nblk) {
+    const std::int64_t r = select_source_row(a.sel, a.n_rows, j, s.per_item);
+    if (r < 0) {
+      if (t == 0) { block_error = 1; }
+      continue;
+    }
+    copy_row(s.dst + j * a.row_bytes, a.src + static_cast<std::uint64_t>(r) * a.row_bytes, a.row_bytes, a.vec != 0, t, nt);
+  }
 }
 
 /// Step 3 by thread 0 of block `blk` after the block barrier: the arrival, and the commit by the last block.
@@ -82,13 +90,7 @@ FERRY_HD inline void select_arrive(const select_args& a, const ferry::d2h::ring_
                                    bool block_error, std::uint64_t rows, bool count_ok) noexcept
 {
   ferry::d2h::device_state* st = dst.state;
-  if (block_error) {
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-    atomicOr(&st->select_error, 1U);
-#else
-    std::atomic_ref<std::uint32_t>{st->select_error}.fetch_or(1U, std::memory_order_relaxed);
-#endif
-  }
+  if (block_error) { note_select_error(st); }
   if (!gather_join_arrive(st, nblk)) { return; }
   const bool bad = !count_ok || st->select_error != 0;  // every block's OR is ordered before its arrival
   st->select_error = 0;
@@ -97,38 +99,17 @@ FERRY_HD inline void select_arrive(const select_args& a, const ferry::d2h::ring_
 }
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
-/// The GPU body of block `blk` of `nblk` (`nt` threads): each row by the whole block, 16-byte moves when
-/// `vec`, else bytes.
+/// The GPU body of block `blk` of `nblk` (`nt` threads).
 __device__ __forceinline__ void select_rows_block(const select_args& a, std::uint32_t blk, std::uint32_t nblk,
                                                   std::uint32_t t, std::uint32_t nt)
 {
   __shared__ int block_error;
   if (t == 0) { block_error = 0; }
-  bool count_ok = true;
-  const std::uint64_t per_item = a.sel.rows_per_item();
-  const std::uint64_t rows = select_items(a.sel, count_ok) * per_item;
-  const select_place at = select_place_of(a, rows, per_item);
-  const ferry::d2h::cursor c = at.dst.load();
-  std::byte* dst = ferry::d2h::cursor_live(c) ? at.dst.ring + at.dst.offset(c) : nullptr;
+  const select_start s = select_start_of(a);
   __syncthreads();
-  for (std::uint64_t j = blk; j < at.limit && dst != nullptr; j += nblk) {
-    const std::int64_t r = select_source_row(a.sel, a.n_rows, j, per_item);
-    if (r < 0) {
-      if (t == 0) { block_error = 1; }
-      continue;
-    }
-    const std::byte* from = a.src + static_cast<std::uint64_t>(r) * a.row_bytes;
-    std::byte* to = dst + j * a.row_bytes;
-    if (a.vec != 0) {
-      const auto* s = reinterpret_cast<const vec16*>(from);
-      auto* d = reinterpret_cast<vec16*>(to);
-      for (std::uint64_t k = t; k < a.row_bytes / 16; k += nt) { d[k] = s[k]; }
-    } else {
-      copy_tail(to, from, t, a.row_bytes, nt);
-    }
-  }
+  select_rows_copy(a, s, blk, nblk, t, nt, block_error);
   __syncthreads();  // every store and every error note of the block happen-before thread 0's arrival
-  if (t == 0) { select_arrive(a, at.dst, nblk, block_error != 0, rows, count_ok); }
+  if (t == 0) { select_arrive(a, s.at.dst, nblk, block_error != 0, s.rows, s.count_ok); }
 }
 #endif
 
@@ -136,22 +117,10 @@ __device__ __forceinline__ void select_rows_block(const select_args& a, std::uin
 /// each, then the arrival.
 inline void select_rows_block_host(const select_args& a, std::uint32_t blk, std::uint32_t nblk)
 {
-  bool count_ok = true;
+  const select_start s = select_start_of(a);
   bool block_error = false;
-  const std::uint64_t per_item = a.sel.rows_per_item();
-  const std::uint64_t rows = select_items(a.sel, count_ok) * per_item;
-  const select_place at = select_place_of(a, rows, per_item);
-  const ferry::d2h::cursor c = at.dst.load();
-  std::byte* dst = ferry::d2h::cursor_live(c) ? at.dst.ring + at.dst.offset(c) : nullptr;
-  for (std::uint64_t j = blk; j < at.limit && dst != nullptr; j += nblk) {
-    const std::int64_t r = select_source_row(a.sel, a.n_rows, j, per_item);
-    if (r < 0) {
-      block_error = true;
-      continue;
-    }
-    std::memcpy(dst + j * a.row_bytes, a.src + static_cast<std::uint64_t>(r) * a.row_bytes, a.row_bytes);
-  }
-  select_arrive(a, at.dst, nblk, block_error, rows, count_ok);
+  select_rows_copy(a, s, blk, nblk, 0, 1, block_error);
+  select_arrive(a, s.at.dst, nblk, block_error, s.rows, s.count_ok);
 }
 
 }  // namespace ferry::kernels::d2h

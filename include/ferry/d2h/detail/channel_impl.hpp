@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -201,17 +202,10 @@ void channel_impl<B>::init_resources(const staging_memory& staging)
     auto* base = static_cast<std::byte*>(pinned->data());
     st.staging = std::make_shared<staging_pool>(base, st.staging_bytes, std::shared_ptr<void>(pinned, pinned.get()));
   }
-  // Load every kernel the channel launches now: a lazy module load at a first launch would wait for kernels
-  // already running on the device (see backend preload).
-  int arch = std::min({b.preload(publish_head_kernel(typename B::tag{})), b.preload(arm_replay_kernel(typename B::tag{})),
-                       b.preload(claim_replay_kernel(typename B::tag{})), b.preload(select_rows_kernel(typename B::tag{}))});
-  for (const copy_form f : {copy_form::bytes, copy_form::v1, copy_form::v2, copy_form::v4, copy_form::v8}) {
-    arch = std::min({arch, b.preload(copy_entry_publish_kernel(typename B::tag{}, f)),
-                     b.preload(copy_entry_kernel(typename B::tag{}, f)), b.preload(gather_publish_kernel(typename B::tag{}, f))});
-  }
-  for (const copy_form f : {copy_form::v1_once, copy_form::v2_once, copy_form::v4_once, copy_form::v8_once}) {
-    arch = std::min(arch, b.preload(copy_entry_kernel(typename B::tag{}, f)));
-  }
+  // Load every kernel the channel launches now (the kernel table, kernels.hpp: for_each_kernel): a lazy module
+  // load at a first launch would wait for kernels already running on the device (see backend preload).
+  int arch = std::numeric_limits<int>::max();
+  for_each_kernel(typename B::tag{}, [&](auto k) { arch = std::min(arch, b.preload(k)); });
   // Programmatic launch only where the device and the code that will run both support it.
   st.launch.programmatic =
     st.cfg.programmatic_launch && ferry::backend::programmatic_launch_ok(attrs.compute_capability_major, arch);

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Argument blocks of ferry's D2H kernels (trivially copyable, passed by value; kernels/d2h/: copy_entry and
-// copy_entry_publish take copy_args, publish_head head_args, commit_check commit_check_args, gather_publish
-// gather_args). Device-safe (no fmt, no error.hpp).
+// copy_entry_publish take copy_args, publish_head head_args, commit_check commit_check_args, select_rows
+// select_args, arm_replay and claim_replay replay_token_args, gather_publish gather_args, gather_rows_publish
+// gather_rows_args; both gathers' release part is gather_release_args), and the row formula (row_entry_bytes,
+// row_reserved). Device-safe (no fmt, no error.hpp).
 #pragma once
 
 #include <ferry/d2h/ring_ref.hpp>
@@ -50,17 +52,28 @@ struct select_args {
   std::uint64_t row_bytes{0};
   row_selection sel{};
   std::uint32_t vec{0};
-  std::uint32_t planned{0};  ///< captured into a graph: a replay's plan()'d items place it (planned_row_reserved)
+  std::uint32_t planned{0};  ///< captured into a graph: a replay's plan()'d items place it (row_reserved)
 };
 
-/// The ring bytes of a row entry in a replay whose plan() gave `items` (forward_meta::selected): exactly its
-/// rows, 16-byte aligned, at least 16. plan() reserves it and the row kernels (kernels/d2h/select) place the entry
-/// with it (device_state::planned_items), so both sides put it at the same offset.
-FERRY_HD constexpr std::uint64_t planned_row_reserved(std::uint64_t items, std::uint64_t per_item,
-                                                      std::uint64_t row_bytes) noexcept
+/// The payload bound of a row entry of `items` items of `per_item` rows of `row_bytes` each: its rows' bytes, at
+/// least 16 (an entry of no rows still takes its place). The one row formula: check_rows gives it for the
+/// selection's item bound (capture_rows, capture_rows_deferred: the FIFO record's `bytes`), and row_reserved
+/// aligns it.
+FERRY_HD constexpr std::uint64_t row_entry_bytes(std::uint64_t items, std::uint64_t per_item,
+                                                 std::uint64_t row_bytes) noexcept
 {
   const std::uint64_t b = items * per_item * row_bytes;
-  return b < entry_alignment ? entry_alignment : align_up(b, entry_alignment);
+  return b < entry_alignment ? entry_alignment : b;
+}
+
+/// The ring bytes of a row entry (row_entry_bytes, 16-byte aligned). The CPU reserves it for the selection's item
+/// bound (capture_rows, capture_rows_deferred) or, in a replay whose plan() gave `items` (forward_meta::selected),
+/// for exactly those items (plan()); the row kernels (kernels/d2h/select) place a planned entry with it
+/// (device_state::planned_items), so both sides put it at the same offset.
+FERRY_HD constexpr std::uint64_t row_reserved(std::uint64_t items, std::uint64_t per_item,
+                                              std::uint64_t row_bytes) noexcept
+{
+  return align_up(row_entry_bytes(items, per_item, row_bytes), entry_alignment);
 }
 
 /// The replay token's kernels (kernels/d2h/replay): the channel's state block and its host-visible report
@@ -94,26 +107,33 @@ struct gather_entry {
   std::uint64_t bytes{0};
 };
 
+/// The release part of a gather launch, one block shared by both gather argument blocks (gather_args::rel,
+/// gather_rows_args::rel; producer::launch_deferred decides it, kernels/d2h/gather's gather_release runs it):
+///   head_n     > 0: after the cross-block join the last block releases produced += head_n (system scope)
+///   normalize  (forward boundary, head_n > 0) the last block copies cursor slot 1 into slot 0 before it
+///              releases, as the boundary's publish kernel does (every block read its cursor before it arrived)
+///   boundary   the forward's last release: in a forward no plan() armed it restores the cursor instead
+struct gather_release_args {
+  std::uint64_t* head{nullptr};  ///< device address of published_head
+  std::uint64_t head_n{0};
+  std::uint32_t normalize{0};
+  std::uint32_t boundary{0};
+};
+
 /// The gather kernel's arguments (trivially copyable, passed by value; a captured graph keeps its copy).
 /// ONE launch copies a flushed batch of deferred entries: they are placed consecutively from the device
 /// cursor (the same two-slot cursor and place_phys chain as one entry per kernel, so graph replays land
-/// where plan() put them), each entry is copied by its own range of blocks, and when `head_n` > 0 the last
-/// block to arrive at the join counter publishes published_head (system-scope release).
+/// where plan() put them), each entry is copied by its own range of blocks, and when `rel.head_n` > 0 the
+/// last block to arrive at the join counter publishes published_head (system-scope release).
 ///   dst            ring, state block, ring size and the cursor parity of this writer (reserved: unused)
+///   rel            the release part (gather_release_args)
 ///   e[0..n)        the batch, in entry order; entry i is placed after entry i - 1 (place_phys chain)
 ///   pre[0..n]      prefix sums of the reserved sizes (pre[0] = 0): the chain in closed form (gather_offset)
 ///   first_block    entry i is copied by blocks [first_block[i], first_block[i + 1]); first_block[n] = grid
-///   head_n         > 0: after the cross-block join the last block releases produced += head_n
-///   normalize      (forward boundary, head_n > 0) the last block copies cursor slot 1 into slot 0 before it
-///                  releases, as the boundary's publish kernel does (every block read its cursor before it arrived)
-///   boundary       the forward's last release: in a forward no plan() armed it restores the cursor instead
 struct gather_args {
   ring_ref dst;
-  std::uint64_t* head{nullptr};  ///< device address of published_head
-  std::uint64_t head_n{0};
+  gather_release_args rel{};
   std::uint32_t n{0};
-  std::uint32_t normalize{0};
-  std::uint32_t boundary{0};
   std::uint32_t vecs_per_thread{1};
   std::uint32_t test_skip_wait{0};  ///< test hook (debug_fault::programmatic_without_wait): omit the join
   gather_entry e[gather_max_entries]{};
@@ -130,14 +150,12 @@ static_assert(sizeof(gather_args) <= 4096, "gather_args travels as kernel parame
 /// (entry, row, chunk) work items (a row of more than chunk_bytes is split: entry i has cpre[i + 1] - cpre[i]
 /// chunks per row, so one wide row does not hold the launch back); block 0 writes the next cursor; the block that arrives last at the join counter
 /// writes every size slot (rows x row_bytes[i]; selection_error_size for all when an item is invalid: the
-/// entries share the selection) and, when head_n > 0, releases as gather_publish does.
+/// entries share the selection) and, when rel.head_n > 0, releases as gather_publish does (the same release part).
+/// The tables from `src` on are the batch's shape (gather.hpp: set_gather_rows, rows_shape).
 struct gather_rows_args {
   ring_ref dst;
-  std::uint64_t* head{nullptr};
-  std::uint64_t head_n{0};
+  gather_release_args rel{};
   std::uint32_t n{0};
-  std::uint32_t normalize{0};
-  std::uint32_t boundary{0};
   std::uint32_t vec{0};  ///< every row size and source is 16-byte aligned: 16-byte moves
   std::uint32_t test_skip_wait{0};
   std::uint64_t n_rows{0};
@@ -147,7 +165,7 @@ struct gather_rows_args {
   std::uint64_t pre[gather_max_entries + 1]{};
   std::uint32_t cpre[gather_max_entries + 1]{};  ///< prefix sums of the chunks per row of each entry
   std::uint32_t chunk_bytes{0};                  ///< a multiple of 16
-  /// Captured into a graph: a replay's plan()'d items place the batch (planned_row_reserved per entry; the
+  /// Captured into a graph: a replay's plan()'d items place the batch (row_reserved per entry; the
   /// kernel's rows_layout). `rpre16`: prefix sums of row_bytes / 16 when every row is a 16-byte multiple and
   /// they fit (`rpre16_ok`): the planned prefix sums in closed form; else each block sums them.
   std::uint32_t planned{0};

@@ -3,7 +3,7 @@
 // `_kernel`, and the kernel lives in kernels/d2h/<folder>/<name>.{cuh (body), cu (CUDA, HIP), _host.cpp (host)}:
 //   copy_entry_kernel          copy/copy_entry: any grid, copy only (publication follows as a separate kernel)
 //   copy_entry_publish_kernel  copy/copy_entry: one block: copy, block join, optional fused publication
-//   (both per copy_form: one small kernel per vector width, one-pass form and unaligned source; the host
+//   (both per copy_form: one small kernel per vector width, lean form and unaligned source; the host
 //   backend has one body for every form)
 //   gather_publish_kernel      gather/gather_publish: one launch per batch of deferred entries (per vector width)
 //   publish_head_kernel        publish/publish_head: one thread: produced += n, system-scope release of published_head
@@ -15,7 +15,8 @@
 //   claim_replay_kernel        replay/claim_replay: one thread, a captured forward's first node: takes the token,
 //                              or marks the launch unplanned (it writes and publishes nothing) and reports it
 // Launch: b.launch(copy_entry_kernel(typename B::tag{}, form), cfg, stream, args). Arguments: kernel_args.hpp;
-// shapes: launch_shape.hpp (copy), gather.hpp (gather).
+// shapes: launch_shape.hpp (copy), gather.hpp (the gathers and the row kernels). for_each_kernel (below) is the
+// table of every kernel and form a channel launches: channel_impl preloads through it.
 #pragma once
 
 #include <ferry/backend/types.hpp>
@@ -66,5 +67,28 @@ hip_kernel<replay_token_args> arm_replay_kernel(hip_tag);
 host_kernel<replay_token_args> claim_replay_kernel(host_tag);
 cuda_kernel<replay_token_args> claim_replay_kernel(cuda_tag);
 hip_kernel<replay_token_args> claim_replay_kernel(hip_tag);
+
+/// The forms the copy getters are compiled for: the vector forms and bytes (copy_entry, copy_entry_publish,
+/// gather_publish), and the lean forms (copy_entry only).
+inline constexpr copy_form vector_forms[] = {copy_form::bytes, copy_form::v1, copy_form::v2, copy_form::v4, copy_form::v8};
+inline constexpr copy_form lean_forms[] = {copy_form::v1_lean, copy_form::v2_lean, copy_form::v4_lean, copy_form::v8_lean};
+
+/// The kernel table: `fn(kernel)` for every kernel a channel launches, in every form, of backend tag `t`. The
+/// commit check is not in it: the producer loads it itself, where it launches it (producer::check_commits).
+template <class Tag, class Fn>
+void for_each_kernel(Tag t, Fn&& fn)
+{
+  fn(publish_head_kernel(t));
+  fn(arm_replay_kernel(t));
+  fn(claim_replay_kernel(t));
+  fn(select_rows_kernel(t));
+  fn(gather_rows_publish_kernel(t));
+  for (const copy_form f : vector_forms) {
+    fn(copy_entry_kernel(t, f));
+    fn(copy_entry_publish_kernel(t, f));
+    fn(gather_publish_kernel(t, f));
+  }
+  for (const copy_form f : lean_forms) { fn(copy_entry_kernel(t, f)); }
+}
 
 }  // namespace ferry::d2h::detail

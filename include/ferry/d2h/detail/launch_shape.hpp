@@ -26,24 +26,24 @@ struct launch_shape {
 
 /// The copy kernels' code form (kernels.hpp): each form is its own small kernel on the GPU. `vN`: the source
 /// is 16-byte aligned and each thread moves N 16-byte vectors per pass; `bytes`: any other source.
-/// `vN_once` (copy_entry_kernel only): the same for an entry its grid copies in ONE pass, of a static size
-/// that is a multiple of 16: no pass loop, no byte tail, no size load (the smallest code: in a model's graph
-/// a hook's copy kernel is fetched cold). once_form() picks it.
+/// `vN_lean`, the lean form (copy_entry_kernel only; config::lean_copy_kernel): the same for an entry its grid
+/// copies in ONE pass, of a static size that is a multiple of 16: no pass loop, no byte tail, no size load (the
+/// smallest code: in a model's graph a hook's copy kernel is fetched cold). lean_form() picks it.
 enum class copy_form : std::uint32_t {
   bytes = 0,
   v1 = 1,
   v2 = 2,
   v4 = 4,
   v8 = 8,
-  v1_once = 0x11,
-  v2_once = 0x12,
-  v4_once = 0x14,
-  v8_once = 0x18,
+  v1_lean = 0x11,
+  v2_lean = 0x12,
+  v4_lean = 0x14,
+  v8_lean = 0x18,
 };
 
-/// The vectors per thread of form `f` (0 for bytes) and whether it is a one-pass form.
+/// The vectors per thread of form `f` (0 for bytes) and whether it is a lean form.
 [[nodiscard]] constexpr std::uint32_t form_vecs(copy_form f) noexcept { return static_cast<std::uint32_t>(f) & 0xFU; }
-[[nodiscard]] constexpr bool is_once(copy_form f) noexcept { return (static_cast<std::uint32_t>(f) & 0x10U) != 0; }
+[[nodiscard]] constexpr bool is_lean(copy_form f) noexcept { return (static_cast<std::uint32_t>(f) & 0x10U) != 0; }
 
 /// config::copy_vecs_per_thread normalised to a supported value (launch_rules: 1, 2, 4, 8; anything else is 1).
 [[nodiscard]] constexpr std::uint32_t vecs_per_thread(const config& cfg) noexcept
@@ -70,10 +70,10 @@ enum class copy_form : std::uint32_t {
 }
 
 /// The form copy_entry_kernel launches for a copy of `bytes` with shape `sh` from a source of form `f`: the
-/// one-pass form when cfg.lean_copy_kernel is on, the source is 16-byte aligned (`f` a vector form), the entry
+/// lean form when cfg.lean_copy_kernel is on, the source is 16-byte aligned (`f` a vector form), the entry
 /// is static (`dynamic` false) with a size that is a multiple of 16, and one pass of the grid covers it;
 /// otherwise `f`.
-[[nodiscard]] constexpr copy_form once_form(const config& cfg, copy_form f, const launch_shape& sh, std::uint64_t bytes,
+[[nodiscard]] constexpr copy_form lean_form(const config& cfg, copy_form f, const launch_shape& sh, std::uint64_t bytes,
                                             bool dynamic) noexcept
 {
   if (!cfg.lean_copy_kernel || sh.one_block || dynamic || f == copy_form::bytes || bytes % 16 != 0) { return f; }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The producer side of a channel (one thread, the channel's device current): the forward state machine
-// (begin_forward / end_forward, eager or captured), ring reservation (wait_for_space), the copy launch
+// (begin_forward / end_forward, eager or captured), ring reservation (reserve_entry, wait_for_space), the copy launch
 // (capture), user-written entries (begin_write / end_write) and the pre-replay reservation (plan).
 // Ordering steps here (docs/design/d2h.md): the writer is enqueued on the producer stream before its
 // release (commit_entry -> release_chain), the forward boundary always releases (end_forward), and an eager
@@ -44,6 +44,13 @@ namespace ferry::d2h::detail {
 
 /// Whether an entry's size is CPU-known (`fixed`) or resolved on the GPU through the size ring (`dynamic`).
 enum class entry_kind : bool { fixed, dynamic };
+
+/// An entry's reservation (producer::reserve_entry): its ring bytes and, eager, its place (a captured forward
+/// places at plan()).
+struct reserved_entry {
+  std::uint64_t reserved{0};
+  placement where{};
+};
 
 template <ferry::backend::backend B>
 class producer {
@@ -168,11 +175,16 @@ class producer {
   {
     return {st_.device_state_ptr(), st_.replay_report.template device_as<std::uint64_t>()};
   }
-  /// reservation::wait_for_space from a producer call: an eager producer about to wait first publishes
-  /// what it launched on `flush_stream` (entries launched but not published cannot drain).
+  /// reservation::wait_for_space from a producer call: an eager producer about to wait first releases what
+  /// it launched on `release_stream` (entries launched but not published cannot drain).
   template <class Who>
   bool wait_for_space(std::uint64_t end, std::size_t n_entries, std::uint64_t n_dyn, when_full full,
-                      std::optional<stream_type> flush_stream, Who&& who_fn);
+                      std::optional<stream_type> release_stream, Who&& who_fn);
+  /// The reservation of one entry of `bytes` written by its own kernel (capture, capture_rows, begin_write):
+  /// align, fits_after_deferred, flush_deferred, place, wait_for_space (producer.inl). Empty: refused under `full`.
+  template <class Who>
+  std::optional<reserved_entry> reserve_entry(std::uint64_t bytes, std::uint64_t n_dyn, when_full full,
+                                              stream_type s, Who&& who_fn, const char* what);
   void launch_copy(copy_args a, std::uint64_t bytes, bool one_block, stream_type s);
   /// capture() of a static entry up to config::bounce_capture_max_bytes: the source copied into the staging
   /// slot of its batch position, the slot recorded as a deferred entry (producer_deferred.inl).
@@ -185,11 +197,11 @@ class producer {
   bool record_deferred(hook_id hook, std::uint64_t bytes, when_full full, stream_type s, Who&& who, Source&& source,
                        bool bounced, const char* what, deferred_rows part = {});
   // Row capture's parts (producer_rows.inl): the CPU's checks (returns the payload bound), the host snapshot of a
-  // selection's arrays, a row batch's gather arguments and shape.
+  // selection's arrays, a row batch's gather arguments and shape (but its release part: launch_deferred).
   std::uint64_t check_rows(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
                            const row_selection& sel, const char* what);
   row_batch hold_selection(const row_selection& sel, std::uint64_t n_rows, bool snapshot);
-  gather_rows_args row_gather_args(const gather_rows_args& rel, std::uint32_t n, gather_shape& sh) const;
+  void row_gather_args(gather_rows_args& a, gather_shape& sh) const;
   /// Gives a held source back once the copy enqueued on `s` no longer needs it: the backend's release_after
   /// (eager), or with the channel's graph sources (a captured forward: every replay reads it again).
   void retire(held_source&& h, stream_type s);
@@ -201,7 +213,7 @@ class producer {
   bool launch_deferred(stream_type s, bool boundary);
   /// Where the recorded deferred batch ends (placed from head_pos_ as flush_deferred places it).
   [[nodiscard]] std::uint64_t deferred_end() const noexcept;
-  /// For a writer that flushes the recorded deferred batch first (capture, begin_write), under a refusing
+  /// For a writer that flushes the recorded deferred batch first (reserve_entry), under a refusing
   /// policy (fail_fast, try_capture): whether `reserved` bytes placed after that batch fit, checked BEFORE the
   /// batch is flushed, so a refused call flushes nothing. True without a batch (the writer's own check follows).
   template <class Who>

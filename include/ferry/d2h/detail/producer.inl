@@ -115,14 +115,34 @@ bool producer<B>::abort_forward(stream_view s)
 template <ferry::backend::backend B>
 template <class Who>
 bool producer<B>::wait_for_space(std::uint64_t end, std::size_t n_entries, std::uint64_t n_dyn, when_full full,
-                                 std::optional<stream_type> flush_stream, Who&& who_fn)
+                                 std::optional<stream_type> release_stream, Who&& who_fn)
 {
   return res_.wait_for_space(end, n_entries, n_dyn, full, [&] {
-    if (flush_stream && unpublished_ > 0) {
-      rel_.release_inline(*flush_stream, unpublished_, 0);
+    if (release_stream && unpublished_ > 0) {
+      rel_.release_inline(*release_stream, unpublished_, 0);
       unpublished_ = 0;
     }
   }, std::forward<Who>(who_fn));
+}
+
+/// The one reservation of an entry written by its own kernel (capture, capture_rows, begin_write), in this order:
+/// align; under a refusing policy, whether it fits after the recorded deferred batch (fits_after_deferred: a
+/// refused call flushes nothing); flush that batch (entry order: its gather is enqueued on `s` before this
+/// entry's writer, so the writer reads the cursor slot the gather wrote); place it from the head and wait for its
+/// space (eager; a captured forward reserves at plan()). Empty when refused (nothing enqueued for this entry).
+template <ferry::backend::backend B>
+template <class Who>
+std::optional<reserved_entry> producer<B>::reserve_entry(std::uint64_t bytes, std::uint64_t n_dyn, when_full full,
+                                                         stream_type s, Who&& who_fn, const char* what)
+{
+  reserved_entry r{align_up(bytes, entry_alignment), {}};
+  if (!fits_after_deferred(r.reserved, n_dyn, full, s, who_fn)) { return std::nullopt; }  // nothing flushed
+  flush_deferred(s, false, what);
+  if (!capturing_) {
+    r.where = place(res_.head(), r.reserved, st_.cfg.ring_bytes);
+    if (!wait_for_space(r.where.end, 1, n_dyn, full, s, who_fn)) { return std::nullopt; }
+  }
+  return r;
 }
 
 template <ferry::backend::backend B>
@@ -145,7 +165,7 @@ void producer<B>::launch_copy(copy_args a, std::uint64_t bytes, bool one_block, 
   a.test_skip_wait = st_.hooks.is(debug_fault::programmatic_without_wait) ? 1U : 0U;
   const copy_form f = copy_form_of(a.src, sh.vecs_per_thread);
   st_.launch.own(sh.one_block ? copy_entry_publish_kernel(typename B::tag{}, f)
-                              : copy_entry_kernel(typename B::tag{}, once_form(st_.cfg, f, sh, bytes, a.dst.dynamic != 0)),
+                              : copy_entry_kernel(typename B::tag{}, lean_form(st_.cfg, f, sh, bytes, a.dst.dynamic != 0)),
                  sh.blocks, sh.threads, s, a);
 }
 
@@ -189,18 +209,11 @@ bool producer<B>::capture(hook_id hook, const void* src, std::uint64_t bytes, co
   if (!dynamic && bounce_capture(st_.cfg.bounce_capture_max_bytes, bytes)) {
     return capture_bounced(hook, src, bytes, s, full, std::move(owner));
   }
-  const std::uint64_t reserved = align_up(bytes, entry_alignment);
   auto who = [&] { return ferry::detail::format("hook {} ({} bytes)", hook.value, bytes); };
-  if (!fits_after_deferred(reserved, dynamic ? 1 : 0, full, s.handle(), who)) { return false; }  // nothing flushed
-  flush_deferred(s.handle(), false, what);  // entry order: the recorded deferred entries are copied first
+  const std::optional<reserved_entry> r = reserve_entry(bytes, dynamic ? 1 : 0, full, s.handle(), who, what);
+  if (!r) { return false; }
+  const std::uint64_t reserved = r->reserved;
   held_source h = hold_source<B>(src, bytes, std::move(owner), capturing_);
-  placement p{};
-  if (!capturing_) {
-    p = place(res_.head(), reserved, st_.cfg.ring_bytes);
-    if (!wait_for_space(p.end, 1, dynamic ? 1 : 0, full, s.handle(), who)) {
-      return false;
-    }
-  }
   // Branch releases never fuse into a copy kernel (the release would sit on the producer stream).
   const bool publish_now = unpublished_ + 1 >= st_.cfg.publish_every && !st_.cfg.branch_publish;
   const bool one_block = one_block_copy(st_.cfg, reserved, publish_now);
@@ -208,7 +221,7 @@ bool producer<B>::capture(hook_id hook, const void* src, std::uint64_t bytes, co
                     one_block && publish_now ? unpublished_ + 1 : 0, st_.head_dev};
   launch_copy(a, bytes, one_block, s.handle());
   retire(std::move(h), s.handle());
-  commit_entry(hook, p, reserved, bytes, kind, s.handle(), one_block && publish_now);
+  commit_entry(hook, r->where, reserved, bytes, kind, s.handle(), one_block && publish_now);
   return true;
 }
 
@@ -219,18 +232,14 @@ write_ticket producer<B>::begin_write(hook_id hook, std::uint64_t reserved_bytes
   check_entry(hook, reserved_bytes, kind, "begin_write");
   FERRY_EXPECTS(!write_open_, ferry::logic_error,
                 "d2h channel begin_write: hook {} expected no open begin_write, got one", hook.value);
-  const std::uint64_t reserved = align_up(reserved_bytes, entry_alignment);
-  const std::uint64_t n_dyn = kind == entry_kind::dynamic ? 1 : 0;
   auto who = [&] { return ferry::detail::format("hook {} ({} bytes)", hook.value, reserved_bytes); };
-  (void)fits_after_deferred(reserved, n_dyn, blocking_policy(st_.cfg), s.handle(), who);  // throws before the flush
-  flush_deferred(s.handle(), false, "begin_write");  // entry order: the recorded deferred entries go first
-  placement where{};
-  if (!capturing_) {
-    where = place(res_.head(), reserved, st_.cfg.ring_bytes);
-    (void)wait_for_space(where.end, 1, n_dyn, blocking_policy(st_.cfg), s.handle(), who);
-  }
+  // a blocking policy never refuses: it throws (fail_fast, timeout) instead
+  const reserved_entry r =
+    reserve_entry(reserved_bytes, kind == entry_kind::dynamic ? 1 : 0, blocking_policy(st_.cfg), s.handle(), who,
+                  "begin_write")
+      .value();
   write_open_ = true;
-  return access::open_ticket(make_ref(reserved, kind), hook, reserved_bytes, where);
+  return access::open_ticket(make_ref(r.reserved, kind), hook, reserved_bytes, r.where);
 }
 
 template <ferry::backend::backend B>

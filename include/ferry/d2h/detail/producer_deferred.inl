@@ -132,9 +132,8 @@ bool producer<B>::launch_deferred(stream_type s, bool boundary)
   // The batch's release: fused into the gather's last block, or (gather_branch_publish) on the branch
   // after the launch, behind a fork event recorded after the gather (release_chain::release_on_branch).
   const bool on_branch = publish && !boundary && st_.cfg.branch_publish && st_.cfg.gather_branch_publish;
-  gather_rows_args rel{};  // the release part, the same fields in both argument blocks
+  gather_release_args rel{};  // the release part, one block in both gather argument blocks
   rel.head = st_.head_dev;
-  rel.test_skip_wait = st_.hooks.is(debug_fault::programmatic_without_wait) ? 1U : 0U;
   if (publish && !on_branch) {
     rel_.join_for_fused_release(s);  // joins an open branch first: the gather's release stays in the one chain
     rel.head_n = after;
@@ -142,6 +141,7 @@ bool producer<B>::launch_deferred(stream_type s, bool boundary)
     rel.normalize = boundary && parity_ == 0 && !st_.hooks.is(debug_fault::boundary_gather_without_normalize) ? 1U : 0U;
     rel.boundary = boundary ? 1U : 0U;
   }
+  const std::uint32_t skip_wait = st_.hooks.is(debug_fault::programmatic_without_wait) ? 1U : 0U;
   // The FIFO records go in BEFORE the launch that may release them: the drainer's check that published_head
   // never passes the entries the CPU placed (check_planned) relies on it (a fused release with its records
   // pushed after the launch would look like an unplanned replay of up to a whole batch).
@@ -156,16 +156,16 @@ bool producer<B>::launch_deferred(stream_type s, bool boundary)
     }
   }
   gather_args a{};
+  gather_rows_args ra{};
   gather_shape sh{};
   if (rows) {
-    rel = row_gather_args(rel, n, sh);
+    row_gather_args(ra, sh);
+    ra.rel = rel;
+    ra.test_skip_wait = skip_wait;
   } else {
     a.dst = make_ref(0, entry_kind::fixed);
-    a.head = rel.head;
-    a.head_n = rel.head_n;
-    a.normalize = rel.normalize;
-    a.boundary = rel.boundary;
-    a.test_skip_wait = rel.test_skip_wait;
+    a.rel = rel;
+    a.test_skip_wait = skip_wait;
     set_gather_entries(a, n, [&](std::uint32_t i) {
       return gather_entry{static_cast<const std::byte*>(deferred_[i].source.src), deferred_[i].bytes};
     });
@@ -179,7 +179,7 @@ bool producer<B>::launch_deferred(stream_type s, bool boundary)
   std::uint32_t k = 0;
   deferred_.take_sources([&](held_source&& h) { sources[k++] = std::move(h); });
   if (rows) {
-    st_.launch.own(gather_rows_publish_kernel(typename B::tag{}), sh.blocks, sh.threads, s, rel);
+    st_.launch.own(gather_rows_publish_kernel(typename B::tag{}), sh.blocks, sh.threads, s, ra);
   } else {
     st_.launch.own(gather_publish_kernel(typename B::tag{}, vec_form(sh.vecs_per_thread)), sh.blocks, sh.threads, s, a);
   }

@@ -59,12 +59,12 @@ bool producer<B>::plan(const forward_plan& p, when_full full, std::optional<stre
                   "d2h channel plan: hook {} expected forward_meta::selected at most the {} items its capture reserved, got {}",
                   e.hook.value, e.items, meta.selected.value_or(0));
   }
-  // With forward_meta::selected each row entry takes exactly its rows (planned_row_reserved): the replay's row
+  // With forward_meta::selected each row entry takes exactly its rows (row_reserved): the replay's row
   // kernels place it the same way from the count its token carries (arm_replay -> device_state::planned_items).
   const std::optional<std::uint64_t> selected = meta.selected;
   auto reserved_of = [&](std::size_t i) {
     const plan_entry& e = p.entries()[i];
-    return selected && e.row_bytes != 0 ? planned_row_reserved(*selected, e.per_item, e.row_bytes) : e.reserved;
+    return selected && e.row_bytes != 0 ? row_reserved(*selected, e.per_item, e.row_bytes) : e.reserved;
   };
   std::vector<placement> where(p.size());
   const std::uint64_t pos = res_.place_run(res_.head(), p.size(), reserved_of, where.data());

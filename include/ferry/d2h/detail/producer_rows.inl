@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // Definitions of detail::producer<B> (declared in producer.hpp), row-selected capture (channel::capture_rows and
 // capture_rows_deferred): the checks the CPU can make of a row_selection, the entry's reservation (every item the
-// selection may hold: its CPU-known count, or the bound of a GPU-resolved one), the select_rows launch
-// (kernels/d2h/select), and the row batch's gather (gather_rows_publish: one launch per batch sharing a selection).
+// selection may hold: its CPU-known count, or the bound of a GPU-resolved one; row_entry_bytes, reserve_entry), the
+// select_rows launch (kernels/d2h/select), and the row batch's gather arguments (gather_rows_publish: one launch per
+// batch sharing a selection); both shapes are gather.hpp's rows_shape.
 // Every row entry is a dynamic one: its kernel writes its size (or selection_error_size) into its size slot before
 // the release that publishes it, and the drainer reads that slot only after the acquire (docs/design/d2h.md).
 #pragma once
 
 namespace ferry::d2h::detail {
 
-/// The checks of a row capture the CPU can make; returns the entry's payload bound in bytes (at least 16).
+/// The checks of a row capture the CPU can make; returns the entry's payload bound in bytes (row_entry_bytes of
+/// the selection's item bound: at least 16).
 template <ferry::backend::backend B>
 std::uint64_t producer<B>::check_rows(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
                                       const row_selection& sel, const char* what)
@@ -41,7 +43,7 @@ std::uint64_t producer<B>::check_rows(hook_id hook, const void* src, std::uint64
                 ferry::logic_error,
                 "d2h channel {}: hook {} expected at most ring_bytes = {} bytes of rows, got {} items x {} rows x {} bytes",
                 what, hook.value, limit, items, per_item, row_bytes);
-  const std::uint64_t bytes = std::max<std::uint64_t>(items * per_item * row_bytes, entry_alignment);
+  const std::uint64_t bytes = row_entry_bytes(items, per_item, row_bytes);
   check_entry(hook, bytes, entry_kind::dynamic, what);
   FERRY_EXPECTS(!write_open_, ferry::logic_error, "d2h channel {}: hook {} expected no open begin_write, got one", what,
                 hook.value);
@@ -77,35 +79,27 @@ bool producer<B>::capture_rows(hook_id hook, const void* src, std::uint64_t n_ro
   constexpr const char* what = "capture_rows";
   check_producer(s, what);
   const std::uint64_t bytes = check_rows(hook, src, n_rows, row_bytes, sel, what);
-  const std::uint64_t rows = sel.item_bound() * sel.rows_per_item();
-  const std::uint64_t reserved = align_up(bytes, entry_alignment);
-  auto who = [&] { return ferry::detail::format("hook {} ({} selected rows of {} bytes)", hook.value, rows, row_bytes); };
-  if (!fits_after_deferred(reserved, 1, full, s.handle(), who)) { return false; }
-  flush_deferred(s.handle(), false, what);  // entry order: the recorded deferred entries are copied first
-  placement p{};
-  if (!capturing_) {
-    p = place(res_.head(), reserved, st_.cfg.ring_bytes);
-    if (!wait_for_space(p.end, 1, 1, full, s.handle(), who)) { return false; }
-  }
+  auto who = [&] {
+    return ferry::detail::format("hook {} ({} selected rows of {} bytes)", hook.value,
+                                 sel.item_bound() * sel.rows_per_item(), row_bytes);
+  };
+  const std::optional<reserved_entry> r = reserve_entry(bytes, 1, full, s.handle(), who, what);
+  if (!r) { return false; }
   // `owner` holds the source and the selection arrays until the kernel read them (retire).
   held_source h = hold_source<B>(src, n_rows * row_bytes, std::move(owner), capturing_);
   row_batch held = hold_selection(sel, n_rows, h.snapshot != nullptr);
   select_args a;
-  a.dst = make_ref(reserved, entry_kind::dynamic);
+  a.dst = make_ref(r->reserved, entry_kind::dynamic);
   a.src = static_cast<const std::byte*>(h.src);
   a.n_rows = n_rows;
   a.row_bytes = row_bytes;
   a.sel = held.read;
-  a.vec = row_bytes % 16 == 0 && reinterpret_cast<std::uintptr_t>(a.src) % 16 == 0 ? 1U : 0U;
   a.planned = capturing_ ? 1U : 0U;  // a replay's plan() may give its item count (forward_meta::selected)
-  namespace rules = ferry::detail::launch_rules;
-  const auto threads = static_cast<std::uint32_t>(rules::block_threads(st_.cfg.copy_block_threads));
-  const std::uint64_t wave = rules::one_wave_blocks(st_.sm_count, threads);
-  const auto blocks = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(rows, 1, wave));
-  st_.launch.own(select_rows_kernel(typename B::tag{}), blocks, threads, s.handle(), a);
+  const gather_shape sh = rows_shape(st_.cfg, a, st_.sm_count);
+  st_.launch.own(select_rows_kernel(typename B::tag{}), sh.blocks, sh.threads, s.handle(), a);
   retire(std::move(h), s.handle());
   for (auto& x : held.arrays) { st_.b.release_after(s.handle(), std::move(x.snapshot)); }
-  commit_entry(hook, p, reserved, bytes, entry_kind::dynamic, s.handle(), false, row_bytes, sel.rows_per_item(),
+  commit_entry(hook, r->where, r->reserved, bytes, entry_kind::dynamic, s.handle(), false, row_bytes, sel.rows_per_item(),
                sel.item_bound());
   return true;
 }
@@ -133,48 +127,21 @@ void producer<B>::capture_rows_deferred(hook_id hook, const void* src, std::uint
   (void)record_deferred(hook, bytes, blocking_policy(st_.cfg), s.handle(), who, source, false, what, part);
 }
 
-/// The row gather's work item: at most this many bytes of one row (a wider row is split into chunks).
-inline constexpr std::uint32_t row_gather_chunk = 16 << 10;
-
-/// The arguments of a row batch's gather (deferred_batch::rows()) from the batch and `rel` (the release part
-/// launch_deferred decided), and its shape `sh`: (entry, row) work items over at most one wave of blocks, each
-/// block as wide as the widest row's 16-byte vectors (32 .. copy_block_threads threads).
+/// The arguments of a row batch's gather (deferred_batch::rows()) but its release part and test hook
+/// (launch_deferred), and its shape `sh` (gather.hpp: set_gather_rows, rows_shape).
 template <ferry::backend::backend B>
-gather_rows_args producer<B>::row_gather_args(const gather_rows_args& rel, std::uint32_t n, gather_shape& sh) const
+void producer<B>::row_gather_args(gather_rows_args& a, gather_shape& sh) const
 {
   const row_batch& rb = *deferred_.rows();
-  gather_rows_args a = rel;
   a.dst = make_ref(0, entry_kind::dynamic);
-  a.n = n;
   a.n_rows = rb.n_rows;
   a.sel = rb.read;
-  a.pre[0] = 0;
-  a.cpre[0] = 0;
-  a.vec = 1;
-  a.chunk_bytes = row_gather_chunk;
   a.planned = capturing_ ? 1U : 0U;  // a replay's plan() may give its item count (forward_meta::selected)
-  a.rpre16_ok = 1;  // the planned prefix sums in closed form: every row a 16-byte multiple, the sums in 32 bits
-  a.rpre16[0] = 0;
-  std::uint64_t widest = 0;
-  for (std::uint32_t i = 0; i < n; ++i) {
+  set_gather_rows(a, deferred_.size(), [&](std::uint32_t i) {
     const auto& e = deferred_[i];
-    a.src[i] = static_cast<const std::byte*>(e.source.src);
-    a.row_bytes[i] = static_cast<std::uint32_t>(e.row_bytes);
-    a.pre[i + 1] = a.pre[i] + e.reserved;
-    const std::uint64_t r16 = std::uint64_t{a.rpre16[i]} + e.row_bytes / 16;
-    if (e.row_bytes % 16 != 0 || r16 > 0xffffffffULL) { a.rpre16_ok = 0; }
-    a.rpre16[i + 1] = static_cast<std::uint32_t>(r16);
-    a.cpre[i + 1] = a.cpre[i] + static_cast<std::uint32_t>((e.row_bytes + row_gather_chunk - 1) / row_gather_chunk);
-    widest = std::max(widest, std::min<std::uint64_t>(e.row_bytes, row_gather_chunk));
-    if (e.row_bytes % 16 != 0 || reinterpret_cast<std::uintptr_t>(a.src[i]) % 16 != 0) { a.vec = 0; }
-  }
-  namespace rules = ferry::detail::launch_rules;
-  const auto cap = static_cast<std::uint64_t>(rules::block_threads(st_.cfg.copy_block_threads));
-  sh.threads = static_cast<std::uint32_t>(std::clamp<std::uint64_t>((widest / 16 + 31) / 32 * 32, 32, cap));
-  const std::uint64_t wave = rules::one_wave_blocks(st_.sm_count, sh.threads);
-  const std::uint64_t work = std::uint64_t{a.cpre[n]} * rb.sel.item_bound() * rb.sel.rows_per_item();
-  sh.blocks = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(work, 1, wave));
-  return a;
+    return gather_row_entry{static_cast<const std::byte*>(e.source.src), e.row_bytes, e.reserved};
+  });
+  sh = rows_shape(st_.cfg, a, st_.sm_count);
 }
 
 }  // namespace ferry::d2h::detail

@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+// The row kernels' device helpers (select_rows, gather_rows_publish; FERRY_HD, GPU and host backend):
+//   select_items        the item count of a row_selection (CPU-known, or the GPU-resolved *device_count);
+//   select_source_row   the source row of an entry's row, validated (-1: the item is invalid, never read);
+//   note_select_error   a block's invalid item OR-ed into device_state::select_error, before its arrival;
+//   copy_row            one row (or chunk) by a whole block: 16-byte moves when aligned, else bytes (the host
+//                       backend runs a block as one thread: one memcpy).
+#pragma once
+
+#include "vector_copy.cuh"
+
+#include <ferry/backend/system_atomic.hpp>  // FERRY_HD
+#include <ferry/d2h/ring_ref.hpp>
+#include <ferry/d2h/row_selection.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace ferry::kernels::d2h {
+
+/// The number of items the entry holds; `ok` false when a GPU-resolved count is negative or above max_count.
+FERRY_HD inline std::uint64_t select_items(const ferry::d2h::row_selection& s, bool& ok) noexcept
+{
+  if (s.device_count == nullptr) { return s.count; }
+  const std::int32_t c = *s.device_count;
+  ok = c >= 0 && static_cast<std::uint64_t>(c) <= s.max_count;
+  return ok ? static_cast<std::uint64_t>(c) : 0;
+}
+
+/// The source row of the entry's row `j` (item j / rows_per_item), or -1 when its item is invalid.
+FERRY_HD inline std::int64_t select_source_row(const ferry::d2h::row_selection& s, std::uint64_t n_rows, std::uint64_t j,
+                                               std::uint64_t per_item) noexcept
+{
+  const std::uint64_t i = j / per_item;
+  const auto n = static_cast<std::int64_t>(n_rows);
+  if (s.form == ferry::d2h::selection_form::rows) {
+    const std::int64_t r = s.index_bytes == 8 ? static_cast<const std::int64_t*>(s.indices)[i]
+                                              : static_cast<const std::int32_t*>(s.indices)[i];
+    return r >= 0 && r < n ? r : -1;
+  }
+  const std::int32_t q = static_cast<const std::int32_t*>(s.indices)[i];
+  if (q < 0 || static_cast<std::uint32_t>(q) >= s.n_requests) { return -1; }
+  const std::int64_t lo = s.query_start_loc[q];
+  const std::int64_t hi = s.query_start_loc[q + 1];
+  if (lo < 0 || hi < lo || hi > n) { return -1; }
+  if (s.form == ferry::d2h::selection_form::last_token) { return hi > lo ? hi - 1 : -1; }
+  return lo + s.window_end <= hi ? lo + s.window_begin + static_cast<std::int64_t>(j % per_item) : -1;
+}
+
+/// A block that met an invalid item notes it (relaxed OR; its acq_rel arrival at the join counter, which
+/// follows, orders it before the last block's read of the flag).
+FERRY_HD inline void note_select_error(ferry::d2h::device_state* st) noexcept
+{
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  atomicOr(&st->select_error, 1U);
+#else
+  std::atomic_ref<std::uint32_t>{st->select_error}.fetch_or(1U, std::memory_order_relaxed);
+#endif
+}
+
+/// `bytes` from `from` to `to` by thread `t` of the block's `nt`: 16-byte moves when `vec` (both 16-byte aligned,
+/// bytes a multiple of 16), else bytes. The host backend's block is one thread: one memcpy.
+FERRY_HD_INLINE void copy_row(std::byte* to, const std::byte* from, std::uint64_t bytes, bool vec, std::uint32_t t,
+                              std::uint32_t nt) noexcept
+{
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  if (vec) {
+    const auto* s = reinterpret_cast<const vec16*>(from);
+    auto* d = reinterpret_cast<vec16*>(to);
+    for (std::uint64_t k = t; k < bytes / 16; k += nt) { d[k] = s[k]; }
+  } else {
+    copy_tail(to, from, t, bytes, nt);
+  }
+#else
+  (void)vec;
+  (void)t;
+  (void)nt;
+  std::memcpy(to, from, bytes);
+#endif
+}
+
+}  // namespace ferry::kernels::d2h
