@@ -11,7 +11,9 @@ import numpy as np
 torch = __import__("pytest").importorskip("torch")
 transformers = __import__("pytest").importorskip("transformers")
 
-from transformers import ContinuousBatchingConfig, GenerationConfig  # noqa: E402
+from transformers import GenerationConfig  # noqa: E402
+
+import ferry.engine as fe  # noqa: E402
 
 LAYERS = 4
 
@@ -34,46 +36,60 @@ def gen_config(max_new):
 
 
 def cb_config(**kw):
-    base = dict(num_blocks=64, max_batch_tokens=32, max_requests_per_batch=8, allow_block_sharing=False,
-                page_size=16)
+    base = dict(num_blocks=64, max_batch_tokens=32, max_requests_per_batch=8, page_size=16)
     base.update(kw)
-    return ContinuousBatchingConfig(**base)
+    return fe.cb_config(**base)
 
 
 class Witness:
-    """A torch tap in the same forwards: per forward, the tapped modules' whole outputs, the forward's positions
-    and the requests of the batch (recorded at prepare time, in batch order); ``rows(rid, tap)`` then gives
-    ``{position: row}`` of one request, from the engine's own inputs, independently of ferry."""
+    """A torch tap in the same forwards, captured into the engine's CUDA graphs like ferry's: each tapped module's
+    output is copied into a static buffer of its own; after every step (``ModelRunner.compute_batch``, wrapped
+    outside ferry's dispatch) the step's real rows are read back with the engine's own ``position_ids`` and the
+    batch's requests (recorded at prepare time, in batch order). ``rows(rid, tap)`` gives ``{position: row}`` of one
+    request, independently of ferry's selection and attribution."""
+
+    MAX_ROWS = 4096
 
     def __init__(self, model, taps):
         from transformers.generation.continuous_batching import input_outputs as io
+        from transformers.generation.continuous_batching import model_runner as mr
 
-        self.model, self.taps, self.forwards, self._batches = model, taps, [], []
-        self._handles = []
+        self.model, self.taps, self.forwards, self._batch = model, taps, [], None
+        self._bufs, self._handles = {}, []
         mods = dict(model.named_modules())
         for i, t in enumerate(taps):
             self._handles.append(mods[t.module].register_forward_hook(self._hook(i)))
-        self._handles.append(model.register_forward_pre_hook(self._pre, with_kwargs=True))
-        self._io_cls = io.ContinuousBatchingIOs
-        self._orig = self._io_cls.prepare_batch_tensors
-        witness = self
+        self._io_cls, self._mr_cls = io.ContinuousBatchingIOs, mr.ModelRunner
+        self._orig_prepare = self._io_cls.prepare_batch_tensors
+        self._orig_compute = self._mr_cls.compute_batch
+        w = self
 
         def prepare(io_self, requests_in_batch, *a, **k):
-            witness._batches.append([(fs.state.request_id, int(fs.query_length)) for fs in requests_in_batch])
-            return witness._orig(io_self, requests_in_batch, *a, **k)
+            w._batch = [(fs.state.request_id, int(fs.query_length)) for fs in requests_in_batch]
+            return w._orig_prepare(io_self, requests_in_batch, *a, **k)
+
+        def compute_batch(runner, m, batch_data):
+            out = w._orig_compute(runner, m, batch_data)
+            if m is w.model and w._batch is not None and w._bufs:
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
+                n = sum(q for _, q in w._batch)
+                pos = batch_data["position_ids"].reshape(-1)[:n].cpu().clone()
+                w.forwards.append({"positions": pos, "batch": w._batch,
+                                   "taps": {i: b[:n].cpu().clone() for i, b in w._bufs.items()}})
+            return out
 
         self._io_cls.prepare_batch_tensors = prepare
-
-    def _pre(self, mod, args, kwargs):
-        pos = kwargs.get("position_ids")
-        if pos is not None and self._batches:
-            self.forwards.append({"positions": pos.reshape(-1).cpu().clone(), "batch": self._batches[-1], "taps": {}})
+        self._mr_cls.compute_batch = compute_batch
 
     def _hook(self, i):
         def hook(mod, args, out):
-            if self.forwards and i not in self.forwards[-1]["taps"]:
-                o = out[0] if isinstance(out, tuple) else out
-                self.forwards[-1]["taps"][i] = o.reshape(-1, o.shape[-1]).detach().cpu().clone()
+            o = out[0] if isinstance(out, tuple) else out
+            o = o.reshape(-1, o.shape[-1])
+            b = self._bufs.get(i)
+            if b is None:
+                b = self._bufs[i] = torch.zeros(self.MAX_ROWS, o.shape[-1], dtype=o.dtype, device=o.device)
+            b[:o.shape[0]].copy_(o)
         return hook
 
     def rows(self, rid, tap):
@@ -90,12 +106,13 @@ class Witness:
     def remove(self):
         for h in self._handles:
             h.remove()
-        self._io_cls.prepare_batch_tensors = self._orig
+        self._io_cls.prepare_batch_tensors = self._orig_prepare
+        self._mr_cls.compute_batch = self._orig_compute
 
 
 def as_tensor(hidden, dtype):
     """A sample's hidden_states bits as a torch tensor of the model's dtype."""
-    t = torch.from_numpy(np.ascontiguousarray(hidden))
+    t = torch.from_numpy(np.array(hidden))  # a writable copy
     return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t.view(dtype)
 
 

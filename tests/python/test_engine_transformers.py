@@ -20,7 +20,7 @@ DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
 
 def _run(tmp_path, model, taps, specs, lengths, max_new=5, fmt="per-request", graphs=False, **cbkw):
     cap = Capture(model, taps=taps, out=str(tmp_path / "out"), format=fmt)
-    wit = Witness(model, cap.taps)
+    wit = Witness(model, cap.taps)  # after the Capture: its compute_batch wrapper is outside ferry's dispatch
     try:
         outs = cap.generate_batch(prompts(lengths), generation_config=gen_config(max_new), capture=specs,
                                   continuous_batching_config=cb_config(use_cuda_graph=graphs, **cbkw))
@@ -59,12 +59,18 @@ def _check(cap, wit, outs, rep, model, tmp_path, expect):
     assert rep["lost"] == [] and rep["dropped"] == [] and not rep.get("error"), rep
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_every_token_form_with_chunked_prefill(tmp_path, device):
+MODES = [("cpu", False)] + ([("cuda", False), ("cuda", True)] if CUDA else [])
+
+
+@pytest.mark.parametrize("device,async_mode", MODES, ids=[f"{d}{'-async' if a else ''}" for d, a in MODES])
+def test_every_token_form_with_chunked_prefill(tmp_path, device, async_mode):
+    """CPU: eager steps on the host backend; CUDA: the engine's CUDA graphs (and its async mode: two IO pairs)."""
     model = tiny_model(device=device, dtype=torch.float32 if device == "cpu" else torch.bfloat16, layers=8)
     lengths = [5, 40, 17, 3, 26, 9]
     specs = [Spec("all"), Spec("prompt"), Spec("generated"), Spec("last_prompt"), Spec((20, 28)), None]
-    cap, wit, outs, rep = _run(tmp_path, model, "eagle3", specs, lengths, max_new=6, graphs=device == "cuda")
+    extra = {"use_async_batching": True} if async_mode else {}
+    cap, wit, outs, rep = _run(tmp_path, model, "eagle3", specs, lengths, max_new=6, graphs=device == "cuda",
+                               **extra)
     assert [t.name for t in cap.taps] == ["layer.2", "layer.4", "layer.5", "final"]
     p = lengths
     expect = {"req_0": (0, p[0] + 5), "req_1": (0, p[1]), "req_2": (p[2], p[2] + 5), "req_3": (p[3] - 1, p[3]),

@@ -119,10 +119,10 @@ class _Progress:
 def capture(args: argparse.Namespace) -> int:
     import torch
     import transformers
-    from transformers import GenerationConfig, ContinuousBatchingConfig
+    from transformers import GenerationConfig
 
     import ferry
-    from ferry.engine import Capture, Spec
+    from ferry.engine import Capture, Spec, cb_config
 
     device = args.device
     if device == "auto":
@@ -144,10 +144,8 @@ def capture(args: argparse.Namespace) -> int:
         prompts = builtin_prompts(n, vocab, 16 if not gpu else 64, 48 if not gpu else 512, args.seed)
     max_new = args.max_new_tokens or (64 if gpu else 8)
     gc = GenerationConfig(max_new_tokens=max_new, do_sample=False, eos_token_id=-1, pad_token_id=0)
-    cbc = ContinuousBatchingConfig(allow_block_sharing=False, use_cuda_graph=gpu and not args.no_graphs,
-                                   **({} if gpu else dict(num_blocks=64, max_batch_tokens=64, page_size=16)))
-    if gpu:
-        cbc.max_memory_percent = 0.5
+    cbc = cb_config(use_cuda_graph=gpu and not args.no_graphs,
+                    **(dict(max_memory_percent=0.5) if gpu else dict(num_blocks=64, max_batch_tokens=64, page_size=16)))
     cap = Capture(model, taps=args.preset, out=args.out, format=args.format, overwrite=args.overwrite)
     prog = _Progress(len(prompts), args.out, args.quiet)
     print(f"ferry capture: {what} on {device}, {len(prompts)} requests, taps {cap.names}, tokens {args.tokens!r}, "

@@ -8,6 +8,8 @@ of per-request samples (docs/api/engine.md).
   indices, ``"final"``, ``Tap``, ``ferry.hooks.Rule``).
 - ``Capture(model, taps, out, format=...)``: Hugging Face transformers' continuous batching
   (``ferry.engine.transformers``; imported on first use, it needs torch and transformers).
+- ``cb_config(**kw)``: a ``ContinuousBatchingConfig`` for capture (block sharing off; ``page_size`` named as the
+  installed transformers names it).
 - ``open_samples(directory)``: reads the samples back.
 """
 
@@ -18,7 +20,7 @@ from typing import Any
 from .samples import FORMAT, Sample, SampleWriter, open_samples, write_safetensors
 from .spec import TAP_PRESETS, TOKEN_FORMS, Spec, Tap, resolve_taps
 
-__all__ = ["FORMAT", "TAP_PRESETS", "TOKEN_FORMS", "Capture", "Sample", "SampleWriter", "Spec", "Tap",
+__all__ = ["FORMAT", "TAP_PRESETS", "TOKEN_FORMS", "Capture", "Sample", "SampleWriter", "Spec", "Tap", "cb_config",
            "open_samples", "resolve_taps", "write_safetensors"]
 
 
@@ -26,4 +28,7 @@ def __getattr__(name: str) -> Any:
     if name == "Capture":
         from .transformers import Capture
         return Capture
+    if name == "cb_config":
+        from .transformers_run import cb_config
+        return cb_config
     raise AttributeError(f"module 'ferry.engine' has no attribute {name!r}")

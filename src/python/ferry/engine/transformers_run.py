@@ -21,6 +21,18 @@ def _specs(capture: Any, n: int) -> list:
     return specs
 
 
+def cb_config(**kwargs: Any) -> Any:
+    """A ``ContinuousBatchingConfig`` for capture: ``allow_block_sharing=False`` unless given, and ``page_size``
+    passed as this transformers names it (``block_size`` before 5.2x)."""
+    from transformers import ContinuousBatchingConfig
+
+    kwargs.setdefault("allow_block_sharing", False)
+    params = inspect.signature(ContinuousBatchingConfig).parameters
+    if "page_size" in kwargs and "page_size" not in params:
+        kwargs["block_size"] = kwargs.pop("page_size")
+    return ContinuousBatchingConfig(**kwargs)
+
+
 def _cb_config(cap: Any, cfg: Any) -> Any:
     """The continuous batching config with block (prefix) sharing off: a shared prefix is never run through the
     model again, so its hidden states would be missing."""
@@ -28,7 +40,7 @@ def _cb_config(cap: Any, cfg: Any) -> Any:
     from .. import LogicError
 
     if cfg is None:
-        return ContinuousBatchingConfig(allow_block_sharing=False)
+        return cb_config()
     if getattr(cfg, "allow_block_sharing", False):
         raise LogicError("ferry.engine: expected ContinuousBatchingConfig(allow_block_sharing=False): a shared "
                          "prefix is served from the cache and its hidden states are never computed")

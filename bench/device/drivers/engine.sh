@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# ferry inside transformers' continuous batching on the lent GPU (issue 40): builds the Python package with the
+# CUDA backend, runs the engine tests on the GPU (CUDA graphs, async mode) and bench/engine/cb_capture.py.
+# Usage (repo root, device machine): bash bench/device/drivers/engine.sh [tests] [bench] [quick]
+#   FERRY_ENGINE_ARGS: cb_capture.py's arguments (default: the issue's run, scaled to the lease), FERRY_ENGINE_TIMEOUT.
+# Writes under $OUT: build.log, pytest_engine.log, bench_engine.log, engine.json.
+set -uo pipefail
+steps=" ${*:-tests bench} "
+has() { [[ $steps == *" $1 "* ]]; }
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/device.txt"
+cmake -S . -B build-engine -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DFERRY_ENABLE_CUDA=ON \
+  -DFERRY_BUILD_PYTHON=ON -DFERRY_PYTHON_CUDA=ON -DFERRY_BUILD_TORCH=OFF -DFERRY_BUILD_TESTS=OFF -DFERRY_BUILD_BENCH=OFF \
+  "-DPython_EXECUTABLE=$(command -v python3)" > "$OUT/build.log" 2>&1 &&
+  cmake --build build-engine -j"$(nproc)" --target ferry_python >> "$OUT/build.log" 2>&1 ||
+  { grep -E "error|FAILED" "$OUT/build.log" | head -30; exit 1; }
+export PYTHONPATH=$PWD/build-engine/src/python
+rc=0
+if has tests; then
+  PYTHONUNBUFFERED=1 timeout "${FERRY_ENGINE_TEST_TIMEOUT:-300}" python3 -m pytest -q -x tests/python/test_engine_transformers.py \
+    > "$OUT/pytest_engine.log" 2>&1 || rc=1
+  tail -15 "$OUT/pytest_engine.log"
+fi
+if has bench; then
+  args=${FERRY_ENGINE_ARGS:-}
+  has quick && args=${FERRY_ENGINE_ARGS:---requests 32 --rounds 1 --new-tokens 32 --max-prompt 512}
+  # shellcheck disable=SC2086
+  PYTHONUNBUFFERED=1 timeout "${FERRY_ENGINE_TIMEOUT:-420}" python3 bench/engine/cb_capture.py $args \
+    --json "$OUT/engine.json" > "$OUT/bench_engine.log" 2>&1 || rc=1
+  grep -v "Logger\|^\s*$" "$OUT/bench_engine.log" | tail -30
+fi
+exit $rc

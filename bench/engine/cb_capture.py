@@ -1,0 +1,333 @@
+# SPDX-License-Identifier: Apache-2.0
+"""transformers continuous batching with ferry as its capture layer (issue 40's benchmark; a benchmark, not a test).
+
+A Qwen3-0.6B-shaped model with random bf16 weights built from its config; per round, the same requests (prompt
+lengths uniform in [--min-prompt, --max-prompt], --new-tokens each, greedy) through each contestant, in a fresh
+random order per round; every contestant has its own copy of the model and its own persistent manager (its cache
+and CUDA graphs made once, before the rounds):
+
+- none:      no capture, CUDA graphs;
+- naive:     what a user writes today: torch forward hooks that index the step's tokens and ``.cpu()`` them
+             (synchronous; graphs off because the copy syncs), rows filed per request on the CPU, one safetensors
+             file per request at the end (EAGLE-3 taps);
+- eagle3:    ferry, EAGLE-3 taps (layers 2, N//2, N-3, final), prompt + generated tokens, per-request files on disk;
+- all:       ferry, every hidden state (N + 1 taps), every token, per-request files on disk.
+
+tokens/s = (prompt + generated tokens) / wall time from the first add_request to the last result. After the rounds
+every ferry sample of the last round is verified: its positions and token ids, and each row against the plain
+forward of its sequence (cosine >= 0.99 with its own row; a row closer to another position's reference counts as
+misattributed). The disk's sequential write rate is measured in the same run (dd-like, O_DIRECT off, fsync).
+Writes a JSON (engine.json's fields) to --json and a log to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+import transformers
+from transformers import GenerationConfig
+
+import ferry
+import ferry.engine as fe
+
+
+def model_06b(device):
+    cfg = transformers.Qwen3Config(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                                   num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+                                   tie_word_embeddings=True, max_position_embeddings=4096)
+    torch.manual_seed(0)
+    return transformers.Qwen3ForCausalLM(cfg).to(dtype=torch.bfloat16, device=device).eval()
+
+
+def cb_config(args, graphs):
+    return fe.cb_config(use_cuda_graph=graphs, num_blocks=args.blocks, max_batch_tokens=args.batch_tokens,
+                        max_requests_per_batch=args.max_requests, page_size=256)
+
+
+class Contestant:
+    """One contestant: its own model copy, its Capture (ferry contestants: made before the manager's warm-up, so
+    the CUDA graphs hold ferry's kernels and plans) and its persistent manager, warmed up once."""
+
+    def __init__(self, name, model, args, graphs, capture=None, out=None):
+        self.name, self.model, self.args, self.capture_kind, self.out = name, model, args, capture, out
+        self.cap = None
+        self.gc = GenerationConfig(max_new_tokens=args.new_tokens, do_sample=False, eos_token_id=-1, pad_token_id=0)
+        if capture in ("eagle3", "all-layers"):
+            self.cap = fe.Capture(model, taps=capture, out=out, overwrite=True, ring_bytes=args.ring_mib << 20)
+        self.manager = model.init_continuous_batching(generation_config=self.gc,
+                                                      continuous_batching_config=cb_config(args, graphs))
+        if self.cap is not None:
+            self.cap.attach(self.manager)
+        self.naive = Naive(model, fe.resolve_taps(model, "eagle3")) if capture == "naive" else None
+        self.tok_s, self.cpu_s, self.round, self.expected = [], [], 0, 0
+        t0 = time.perf_counter()
+        if graphs:
+            self.manager.warmup()
+        self.manager.start()
+        self.warmup_s = time.perf_counter() - t0
+
+    def _written(self):
+        r = self.cap.assembler.report
+        return r["samples"] + len(r["lost"]) + len(r["dropped"])
+
+    def run(self, prompts):
+        """One round: every prompt through this contestant's manager, until every result is back and (ferry)
+        every sample is written; returns (tokens/s, outputs, report so far)."""
+        m = self.manager
+        ids = [f"{self.name}-{self.round}-{i}" for i in range(len(prompts))]
+        if self.naive is not None:
+            self.naive.begin(m)
+        t0, c0 = time.perf_counter(), time.process_time()
+        for rid, p in zip(ids, prompts):
+            if self.cap is not None:
+                self.cap.add_request(p, request_id=rid, capture=fe.Spec("all"), max_new_tokens=self.args.new_tokens)
+            else:
+                m.add_request(p, request_id=rid, max_new_tokens=self.args.new_tokens)
+        outs = {}
+        while len(outs) < len(ids):
+            o = m.get_result(timeout=60)
+            if o is None:
+                raise RuntimeError(f"{self.name}: no result in 60 s ({len(outs)}/{len(ids)})")
+            if o.is_finished():
+                outs[o.request_id] = o
+        if self.naive is not None:
+            self.naive.end(os.path.join(self.out, f"r{self.round}"), outs)
+        rep = None
+        if self.cap is not None:
+            self.expected += len(ids)
+            end = time.perf_counter() + 120
+            while self._written() < self.expected and time.perf_counter() < end:
+                time.sleep(0.001)
+            rep = dict(self.cap.assembler.report)
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        toks = sum(len(o.prompt_ids) + len(o.generated_tokens) for o in outs.values())
+        self.tok_s.append(toks / dt)
+        self.cpu_s.append(cpu)
+        self.round += 1
+        return toks / dt, outs, rep, dt
+
+    def close(self):
+        self.manager.stop(block=True)
+        return self.cap.close() if self.cap is not None else None
+
+
+class Naive:
+    """torch forward hooks: the step's real tokens of each tap, ``.cpu()`` per step (synchronous), filed per
+    request on the CPU from the batch's requests; one safetensors file per request at the end."""
+
+    def __init__(self, model, taps):
+        self.model, self.taps, self.rows = model, taps, {}
+        self.handles, self.batch = [], None
+        mods = dict(model.named_modules())
+        for i, t in enumerate(taps):
+            self.handles.append(mods[t.module].register_forward_hook(self._hook(i)))
+        from transformers.generation.continuous_batching import input_outputs as io
+        orig = io.ContinuousBatchingIOs.prepare_batch_tensors
+        naive = self
+
+        def prepare(io_self, requests_in_batch, *a, **k):
+            r = orig(io_self, requests_in_batch, *a, **k)
+            if getattr(io_self, "_naive_model", None) is naive.model or naive.active:
+                naive.batch = [(fs.state.request_id, int(fs.query_length), int(fs.state.position_offset))
+                               for fs in requests_in_batch]
+            return r
+
+        self.active = False
+        io.ContinuousBatchingIOs.prepare_batch_tensors = prepare
+
+    def _hook(self, i):
+        def hook(mod, args, out):
+            if not self.active or self.batch is None:
+                return
+            o = out[0] if isinstance(out, tuple) else out
+            n = sum(q for _, q, _ in self.batch)
+            rows = o.reshape(-1, o.shape[-1])[:n].cpu()  # the user's copy: synchronous
+            row = 0
+            for rid, q, end in self.batch:
+                self.rows.setdefault(rid, {}).setdefault(i, []).append((end - q, rows[row:row + q]))
+                row += q
+        return hook
+
+    def begin(self, manager):
+        self.rows, self.active = {}, True
+
+    def end(self, out_dir, outs):
+        from safetensors.torch import save_file
+        self.active = False
+        os.makedirs(out_dir, exist_ok=True)
+        for rid, per_tap in self.rows.items():
+            hs = []
+            for i in range(len(self.taps)):
+                parts = sorted(per_tap.get(i, []), key=lambda x: x[0])
+                hs.append(torch.cat([p for _, p in parts]))
+            save_file({"hidden_states": torch.stack(hs, dim=1).contiguous()}, os.path.join(out_dir, f"{rid}.safetensors"))
+
+
+def disk_rate(path, gib=2.0):
+    """Sequential write rate of the medium under ``path`` (GB/s): 64 MiB writes of random bytes, then fsync."""
+    os.makedirs(path, exist_ok=True)
+    f = os.path.join(path, "ferry-disk-probe.bin")
+    buf = np.random.default_rng(1).integers(1, 255, 64 << 20, dtype=np.uint8).tobytes()
+    n = int(gib * (1 << 30)) // len(buf)
+    t0 = time.perf_counter()
+    with open(f, "wb") as fh:
+        for _ in range(n):
+            fh.write(buf)
+        fh.flush()
+        os.fsync(fh.fileno())
+    dt = time.perf_counter() - t0
+    os.unlink(f)
+    return n * len(buf) / dt / 1e9
+
+
+def verify(model, out_dir, outs, taps, sample_limit):
+    """Every sample's positions and token ids; each row against the plain forward (cosine), up to sample_limit
+    samples against the reference. Returns (samples, bad, misattributed, checked_rows)."""
+    ref = model
+    names = [t.name for t in taps]
+    n_layers = model.config.num_hidden_layers
+    samples = bad = mis = rows = 0
+    k = -1
+    for meta, t in fe.open_samples(out_dir):
+        o = outs.get(meta["request_id"])
+        if o is None:  # an earlier round's sample
+            continue
+        k += 1
+        samples += 1
+        seq = list(o.prompt_ids) + list(o.generated_tokens)
+        pos = t["positions"]
+        ok = meta["complete"] == "true" and pos.tolist() == list(range(len(seq) - 1)) and \
+            t["token_ids"].tolist() == seq[:-1]
+        if ok and k < sample_limit:
+            with torch.no_grad():
+                hs = ref(torch.tensor([seq[:-1]], device=model.device), output_hidden_states=True).hidden_states
+            got = torch.from_numpy(np.array(t["hidden_states"])).view(torch.bfloat16).to(model.device).float()
+            for j, name in enumerate(names):
+                if name == "final":
+                    r = hs[n_layers][0]
+                elif name == "embeddings":
+                    r = hs[0][0]
+                else:
+                    li = int(name.split(".")[1])
+                    if li >= n_layers - 1:
+                        continue
+                    r = hs[li + 1][0]
+                r = r.float()
+                g = got[:, j]
+                cos = torch.nn.functional.cosine_similarity(g, r, dim=-1)
+                rows += len(cos)
+                if (cos < 0.99).any():
+                    ok = False
+                    shifted = torch.nn.functional.cosine_similarity(g[1:], r[:-1], dim=-1)
+                    mis += int((shifted > cos[1:]).sum())
+        bad += not ok
+    return samples, bad, mis, rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=128)
+    ap.add_argument("--min-prompt", type=int, default=64)
+    ap.add_argument("--max-prompt", type=int, default=1024)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--contestants", default="none,eagle3,all-layers,naive")
+    ap.add_argument("--blocks", type=int, default=256)
+    ap.add_argument("--batch-tokens", type=int, default=1024)
+    ap.add_argument("--max-requests", type=int, default=128)
+    ap.add_argument("--ring-mib", type=int, default=1024)
+    ap.add_argument("--out", default="/tmp/ferry-engine-bench")
+    ap.add_argument("--verify", type=int, default=32, help="samples of each ferry contestant checked against the "
+                    "plain forward (all are checked for positions and token ids)")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+
+    dev = torch.device("cuda")
+    base = model_06b(dev)
+    names = args.contestants.split(",")
+    shutil.rmtree(args.out, ignore_errors=True)
+    cs = []
+    for n in names:
+        m = copy.deepcopy(base)
+        graphs = n != "naive"
+        cs.append(Contestant(n, m, args, graphs, capture=n if n != "none" else None, out=os.path.join(args.out, n)))
+    for c in cs:
+        print(f"{c.name}: warm-up (graphs) {c.warmup_s:.1f} s", flush=True)
+    rng = random.Random(0)
+    vocab = base.config.vocab_size
+    prompts_all = [[[rng.randrange(1, vocab) for _ in range(rng.randint(args.min_prompt, args.max_prompt))]
+                    for _ in range(args.requests)] for _ in range(args.rounds + 1)]
+    print(f"ferry engine bench: {torch.cuda.get_device_name()}, transformers {transformers.__version__}, torch "
+          f"{torch.__version__}, {args.requests} requests x {args.rounds} rounds (+1 warm-up), contestants {names}",
+          flush=True)
+    last, written = {}, {}
+    for r in range(args.rounds + 1):
+        order = list(cs)
+        rng.shuffle(order)
+        for c in order:
+            before = c.cap.writer.bytes_written if c.cap is not None else 0
+            tps, outs, rep, dt = c.run(prompts_all[r])
+            if r == 0:
+                c.tok_s.clear()
+                c.cpu_s.clear()
+            last[c.name] = outs
+            extra = ""
+            if rep is not None:
+                gb = (c.cap.writer.bytes_written - before) / 1e9
+                if r:
+                    written.setdefault(c.name, []).append(gb / dt)
+                extra = f" samples {rep['samples']} complete {rep['complete']} lost {len(rep['lost'])} dropped " \
+                    f"{len(rep['dropped'])}, {gb:.2f} GB written ({gb / dt:.2f} GB/s)"
+            print(f"round {r}{' (warm-up)' if r == 0 else ''} {c.name:>10}: {tps:,.0f} tokens/s{extra}", flush=True)
+    reports = {c.name: c.close() for c in cs}
+    disk = disk_rate(os.path.join(args.out, "disk"))
+    res = {"device": torch.cuda.get_device_name(), "commit": os.environ.get("FERRY_COMMIT", "unknown"),
+           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv),
+           "requests": args.requests, "rounds": args.rounds, "transformers": transformers.__version__}
+    tps = {c.name: c.tok_s for c in cs}
+    med = {k: statistics.median(v) for k, v in tps.items()}
+    for c in cs:
+        print(f"{c.name:>10}: median {med[c.name]:,.0f} tokens/s over {len(c.tok_s)} rounds "
+              f"[{min(c.tok_s):,.0f} .. {max(c.tok_s):,.0f}], main-thread CPU {statistics.median(c.cpu_s):.1f} s/round")
+    mis_total = 0
+    for name, taps_name in (("eagle3", "eagle3"), ("all-layers", "all-layers")):
+        if name not in med:
+            continue
+        outs, rep = last[name], reports[name]
+        c = next(x for x in cs if x.name == name)
+        taps = fe.resolve_taps(c.model, taps_name)
+        s, bad, mis, rows = verify(c.model, os.path.join(args.out, name), outs, taps, args.verify)
+        mis_total += mis
+        block = {"no_capture_tok_s": med.get("none"), "ferry_tok_s": med[name], "ratio": med[name] / med["none"]
+                 if "none" in med else None, "samples": s, "samples_bad": bad, "rows_checked": rows,
+                 "tok_s_rounds": tps[name]}
+        if name == "eagle3":
+            block["naive_tok_s"] = med.get("naive")
+            res["eagle3"] = block
+        else:
+            block["sink_write_gbps"] = statistics.median(written[name])
+            block["disk_write_gbps"] = disk
+            res["all_layers_disk"] = block
+        print(f"{name}: {s} samples, {bad} bad, {mis} misattributed rows, {rows} rows checked against the plain "
+              f"forward", flush=True)
+    res["no_capture_tok_s_rounds"] = tps.get("none")
+    res["misattributed"] = mis_total
+    res["disk_write_gbps"] = disk
+    print(json.dumps(res, indent=1))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
