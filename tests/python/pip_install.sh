@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# ctest python.pip_install: the README's `pip install ./src/python` from this checkout, into a scratch target
-# (no isolation, no downloads: nanobind and scikit-build-core must be importable), then the installed
-# package runs one D2H forward and one H2D publish on the host backend, outside the build tree.
+# ctest python.pip_install: the README's first command, `bash src/python/capture.sh`, from this checkout: a fresh
+# venv, `pip install ./src/python[engine]` WITH build isolation (pip fetches scikit-build-core, nanobind and numpy
+# from PyPI: the build generates the stubs by importing the module, which imports numpy), then `ferry capture` from
+# the venv on the embedded default (CPU, host backend); then the installed package runs one D2H forward and one
+# H2D publish on the host backend, outside the build tree.
 # Usage: tests/python/pip_install.sh <python> <scratch-dir>
 set -euo pipefail
 py=${1:?python}
@@ -10,13 +12,16 @@ work=${2:?scratch dir}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 rm -rf "$work"
 mkdir -p "$work"
-"$py" -m pip install -q --no-build-isolation --no-deps --target "$work/site" \
-  --config-settings=build-dir="$work/build" "$root/src/python"
+PYTHON="$py" FERRY_VENV="$work/venv" bash "$root/src/python/capture.sh" --out "$work/samples" --requests 4 \
+  --max-new-tokens 3 --quiet | tee "$work/capture.log"
+grep -q "4 samples (4 complete, 0 incomplete, 0 dropped, 0 lost)" "$work/capture.log"
+ls "$work/samples"/req_0.safetensors > /dev/null
 cd "$work"
-PYTHONPATH="$work/site" "$py" - <<'PY'
+"$work/venv/bin/python" - <<'PY'
+import os
 import numpy as np
 import ferry
-assert ferry.__file__.startswith(__import__("os").getcwd()), ferry.__file__
+assert ferry.__file__.startswith(os.path.join(os.getcwd(), "venv")), ferry.__file__
 s = ferry.Stream(backend="host")
 ch = ferry.Channel(backend="host", ring_bytes=1 << 16, publish_every=2)
 x = np.random.default_rng(1).integers(1, 255, 4096, dtype=np.uint8)
@@ -32,5 +37,5 @@ for e in got:
     e.release()
 report = ch.close()
 assert report["clean"], report
-print("pip install ./src/python: ok,", ferry.__file__)
+print("pip install ./src/python (fresh venv, build isolation): ok,", ferry.__file__)
 PY

@@ -298,16 +298,43 @@ def test_writer_killed_leaves_only_complete_shards(tmp_path):
 
 
 def test_api_doc_snippets_run(tmp_path):
-    """Every ```python torch block of docs/api/engine.md, in one namespace."""
+    """Every ```python torch block of docs/api/engine.md (in one namespace) and of README.md."""
     import pathlib
     import re
 
+    root = pathlib.Path(__file__).resolve().parents[2]
+    for doc, least in ((root / "docs" / "api" / "engine.md", 2), (root / "README.md", 1)):
+        found = re.findall(r"```python torch\n(.*?)```", doc.read_text(), flags=re.S)
+        assert len(found) >= least, doc
+        ns = {"tmp": tmp_path / doc.stem}
+        for i, code in enumerate(found):
+            exec(compile(code, f"{doc.name}[torch block {i}]", "exec"), ns)
+
+
+def test_api_doc_commands_run(tmp_path):
+    """The `ferry capture` lines of docs/api/engine.md's second sh block, as written, with `ferry` as this
+    Python's `-m ferry`, a saved tiny checkpoint as $CKPT and a prompts.jsonl of token ids."""
+    import json
+    import os
+    import pathlib
+    import re
+    import subprocess
+    import sys
+
     doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "api" / "engine.md"
-    found = re.findall(r"```python torch\n(.*?)```", doc.read_text(), flags=re.S)
-    assert len(found) >= 2
-    ns = {"tmp": tmp_path}
-    for i, code in enumerate(found):
-        exec(compile(code, f"engine.md[block {i}]", "exec"), ns)
+    lines = [ln for ln in re.findall(r"```sh\n(.*?)```", doc.read_text(), flags=re.S)[1].splitlines()
+             if ln.startswith("ferry capture")]
+    assert len(lines) == 2
+    tiny_model().save_pretrained(tmp_path / "ckpt")
+    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"input_ids": p}) + "\n" for p in prompts([9, 21])))
+    env = dict(os.environ, CKPT=str(tmp_path / "ckpt"))
+    for ln in lines:
+        cmd = ln.replace("ferry capture", f"{sys.executable} -m ferry capture --quiet --requests 3 --max-new-tokens 3", 1)
+        r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, (cmd, r.stdout, r.stderr)
+    assert (tmp_path / "run" / "index.json").exists()
+    got = {m["request_id"]: t for m, t in open_samples(str(tmp_path / "sae"))}
+    assert sorted(got) == ["req_0", "req_1"] and got["req_1"]["hidden_states"].shape == (21, 1, 64)
 
 
 def test_ferry_capture_smoke(tmp_path):

@@ -116,7 +116,19 @@ class _Progress:
         sys.stderr.flush()
 
 
+class _NoPsutilNoise:
+    """transformers' continuous batching logs an error and a warning on CPU machines without psutil (an optional
+    memory probe); they say nothing about the capture."""
+
+    @staticmethod
+    def filter(record: Any) -> bool:
+        return "psutil" not in record.getMessage()
+
+
 def capture(args: argparse.Namespace) -> int:
+    import logging
+
+    logging.getLogger("ContinuousBatchingLogger").addFilter(_NoPsutilNoise())
     import torch
     import transformers
     from transformers import GenerationConfig
