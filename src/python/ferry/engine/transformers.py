@@ -21,57 +21,23 @@ waits for the GPU. A step with no capturing request runs eagerly without ferry, 
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import weakref
 from typing import Any
 
-import numpy as np
-
 from .assembler import Assembler, Request
+from .step import StepCapture, runner_patch
 from .samples import SampleWriter
 from .spec import Spec, resolve_taps
 
 __all__ = ["Capture"]
-
-_GROUP = "ferry_selection"
-
 
 def _logic(msg: str) -> Exception:
     from .. import LogicError
     return LogicError(msg)
 
 
-def _runner_patch() -> None:
-    """``ModelRunner.compute_batch`` dispatches to the model's Capture (installed once; a model without one runs
-    the original)."""
-    from transformers.generation.continuous_batching import model_runner as mr
-
-    cls = mr.ModelRunner
-    if getattr(cls.compute_batch, "_ferry_orig", None) is not None:
-        return
-    orig = cls.compute_batch
-
-    def compute_batch(self: Any, model: Any, batch_data: dict) -> None:
-        cap = model.__dict__.get("_ferry_capture")
-        if cap is None:
-            return orig(self, model, batch_data)
-        return cap._compute_batch(self, model, batch_data, orig)
-
-    compute_batch._ferry_orig = orig  # type: ignore[attr-defined]
-    cls.compute_batch = compute_batch
-
-
-class _Step:
-    __slots__ = ("tag", "rows", "requests", "meta", "count")
-
-    def __init__(self, tag: int, rows: np.ndarray, requests: list, firsts: list) -> None:
-        self.tag, self.rows, self.requests = tag, rows, requests
-        self.meta = np.asarray(firsts, dtype="<i8").tobytes()
-        self.count = int(len(rows))
-
-
-class Capture:
+class Capture(StepCapture):
     """Per-request capture for a transformers model served by continuous batching. ``taps``: see
     ``ferry.engine.resolve_taps``; ``out``: the output directory; ``format``: ``"per-request"`` (one safetensors file
     per request, vLLM EHS's layout) or ``"shards"``; ``backend``: ferry's (``"auto"``: CUDA for a CUDA model);
@@ -117,7 +83,7 @@ class Capture:
         self._handles = itertools.count(1)
         self._tags = itertools.count(0)
         self._plans: Any = weakref.WeakKeyDictionary()
-        self._cur: _Step | None = None
+        self._cur = None  # the step being run (step.py)
         self._open = False
         self._graph = False
         self._pending_plan = None
@@ -126,7 +92,7 @@ class Capture:
         self._fstream = None if self.cuda else ferry.Stream(backend="host")
         points = [fh.HookPoint(i, t.name, t.module, t.when, deferred=True) for i, t in enumerate(self.taps)]
         self._hooks = fh.install(model, points, self._tap)
-        _runner_patch()
+        runner_patch()
         model.__dict__["_ferry_capture"] = self
 
     # ---- requests ----
@@ -166,195 +132,6 @@ class Capture:
         if r is not None:
             self.assembler.finish(r.handle, None, "cancelled")
             r.finished = True
-
-    # ---- the engine's step ----
-    def _setup(self, runner: Any) -> None:
-        import ferry
-        import torch
-
-        cfg = runner.cb_config
-        if cfg.varlen_compile_config is not None or cfg.decode_compile_config is not None:
-            raise _logic("ferry.engine: continuous batching with torch.compile (varlen/decode_compile_config) is not "
-                         "supported: expected both None (CUDA graphs are)")
-        self.cap = int(runner.cache.max_batch_tokens)
-        self._rows_t = torch.zeros(self.cap, dtype=torch.int32, device=self.device)
-        self._count_t = torch.zeros(1, dtype=torch.int32, device=self.device)
-        self._pub = ferry.Publisher(device=self._ch_args["device"], backend=self.backend)
-        self._rows_b = self._pub.declare("ferry_rows", [_GROUP], np.int32, self.cap, dst=self._rows_t)
-        self._count_b = self._pub.declare("ferry_count", [_GROUP], np.int32, 1, dst=self._count_t)
-        if self.cuda:
-            torch.cuda.synchronize(self.device)  # the buffers were made on torch's current stream
-        self._stream0 = self._stream(runner)
-        self._pub.initialize(slots=2, stream=self._stream0)
-
-    def _stream(self, runner: Any) -> Any:
-        return runner.inputs_and_outputs.compute_stream if self.cuda else self._fstream
-
-    def _select(self, requests_in_batch: list, tag: int) -> _Step:
-        parts, reqs, firsts, row0, n = [], [], [], 0, 0
-        for fs in requests_in_batch:
-            st, q = fs.state, int(fs.query_length)
-            r = self._reqs.get(st.request_id)
-            if r is not None and not r.finished:
-                past = int(st.position_offset) - q  # prepare_batch_tensors advanced it by this step's tokens
-                a, b = max(past, r.lo), min(past + q, r.hi)
-                if a < b:
-                    parts.append(np.arange(row0 + a - past, row0 + b - past, dtype=np.int32))
-                    reqs.append((r.handle, n, b - a))
-                    firsts.append(a)
-                    n += b - a
-                    r.last_tag = tag
-            row0 += q
-        rows = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-        return _Step(tag, rows, reqs, firsts)
-
-    @contextlib.contextmanager
-    def _upload(self, step: _Step, stream: Any):
-        pub = self._pub
-        with pub.begin(self._slot % 2):
-            self._slot += 1
-            with pub.producer(_GROUP) as p:
-                if step.count:
-                    p.source(self._rows_b)[:step.count] = step.rows
-                p.set_count(self._rows_b, step.count)
-                p.source(self._count_b)[0] = step.count
-                p.set_count(self._count_b, 1)
-            pub.publish(_GROUP, stream)
-            if not self.cuda:
-                stream.synchronize()  # host backend: the eager row capture reads the selection at the call
-            yield
-
-    def _compute_batch(self, runner: Any, model: Any, batch_data: dict, orig: Any) -> None:
-        if self._disabled:
-            return self._run_disabled(runner, model, batch_data, orig)
-        try:
-            if self._pub is None:
-                self._setup(runner)
-            if runner.__dict__.get("_ferry_forward") is None:
-                self._wrap_forward(runner)
-            io = runner.inputs_and_outputs
-            host_io = io.io_pairs[io.current_pair].host_io if hasattr(io, "io_pairs") else io
-            step = self._select(host_io.requests_in_batch, next(self._tags))
-            _, use_graph = runner._get_forward_fn(use_block_table=io.use_block_table)
-            stream = self._stream(runner)
-        except Exception as err:
-            if self.on_error == "raise":
-                raise
-            self._disable(err)
-            return self._run_disabled(runner, model, batch_data, orig)
-        if not use_graph:
-            if not step.count:
-                return orig(runner, model, batch_data)
-            self._cur = step
-            try:
-                with self._upload(step, stream):
-                    return orig(runner, model, batch_data)
-            finally:
-                self._cur = None
-        graph = io.get_graph()
-        self._cur = step
-        try:
-            with self._upload(step, stream):
-                if graph is not None:
-                    plan = self._plans.get(graph)
-                    if plan is None:
-                        raise _logic("ferry.engine: a CUDA graph captured before the Capture was attached is being "
-                                     "replayed: attach the Capture before the manager's warmup")
-                    self.ch.plan(plan, stream, tag=step.tag, requests=step.requests, meta=step.meta,
-                                 selected=step.count)
-                    return orig(runner, model, batch_data)
-                self._pending_plan = None
-                out = orig(runner, model, batch_data)
-                if self._pending_plan is not None:
-                    self._plans[io.get_graph()] = self._pending_plan
-                return out
-        finally:
-            self._cur = None
-
-    def _wrap_forward(self, runner: Any) -> None:
-        import torch
-
-        real = runner._forward_process_and_sample
-
-        def forward(*args: Any) -> None:
-            stream = self._stream(runner)
-            ch = self.ch
-            if self.cuda and torch.cuda.is_current_stream_capturing():
-                ch.begin_forward(stream)
-                self._open, self._graph = True, True
-                try:
-                    real(*args)
-                    self._pending_plan = ch.end_forward(stream)
-                except BaseException:
-                    ch.abort_forward(stream)
-                    raise
-                finally:
-                    self._open = self._graph = False
-                return
-            step = self._cur
-            if step is None or not step.count:
-                return real(*args)
-            ch.begin_forward(stream, tag=step.tag, requests=step.requests, meta=step.meta)
-            self._open = True
-            try:
-                real(*args)
-                ch.end_forward(stream)
-            except BaseException:
-                ch.abort_forward(stream)
-                raise
-            finally:
-                self._open = False
-
-        runner._forward_process_and_sample = forward
-        runner.__dict__["_ferry_forward"] = forward
-
-    def _tap(self, hook: int, t: Any) -> None:
-        if not self._open:
-            return
-        try:
-            self._capture(hook, t)
-        except Exception as err:
-            if self.on_error == "raise":
-                raise
-            self._disable(err)
-
-    def _capture(self, hook: int, t: Any) -> None:
-        if t.requires_grad:
-            t = t.detach()
-        if not t.is_contiguous():
-            t = t.contiguous()
-        n = t.shape[0] * t.shape[1] if t.dim() >= 3 else t.shape[0]
-        rows = t.reshape(n, -1)
-        a = self.assembler
-        if hook not in self._seen_taps:
-            self._seen_taps.add(hook)
-            from ..schema import dtype_name
-            a.tap_info[hook] = (dtype_name(t.dtype), tuple(int(x) for x in t.shape[2:] if t.dim() >= 3)
-                                or (int(rows.shape[1]),))
-        kw = {"stream": self._fstream} if self._fstream is not None else {}
-        if self._graph:
-            self.ch.capture_rows_deferred(hook, rows, rows=self._rows_t, count=self._count_t, max_count=self.cap, **kw)
-        else:
-            self.ch.capture_rows_deferred(hook, rows, rows=self._rows_t, count=self._cur.count, **kw)
-
-    def _disable(self, err: BaseException) -> None:
-        self._disabled = f"{type(err).__name__}: {err}"
-
-    def _run_disabled(self, runner: Any, model: Any, batch_data: dict, orig: Any) -> None:
-        """Capture is off (on_error="disable"): eager steps run untouched; a replay of a graph with ferry's kernels
-        is still planned (empty) so that its kernels find a token and write nothing."""
-        io = runner.inputs_and_outputs
-        plan = None
-        if self.ch is not None and self.cuda:
-            _, use_graph = runner._get_forward_fn(use_block_table=io.use_block_table)
-            graph = io.get_graph() if use_graph else None
-            plan = self._plans.get(graph) if graph is not None else None
-        if plan is not None:
-            try:
-                self.ch.plan(plan, self._stream(runner), selected=0)
-            except Exception:  # the channel itself is disabled or invalidated: its replays write nothing
-                pass
-        return orig(runner, model, batch_data)
 
     # ---- transformers' entry points ----
     def attach(self, manager: Any) -> Any:

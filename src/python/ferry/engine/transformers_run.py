@@ -36,7 +36,6 @@ def cb_config(**kwargs: Any) -> Any:
 def _cb_config(cap: Any, cfg: Any) -> Any:
     """The continuous batching config with block (prefix) sharing off: a shared prefix is never run through the
     model again, so its hidden states would be missing."""
-    from transformers import ContinuousBatchingConfig
     from .. import LogicError
 
     if cfg is None:
