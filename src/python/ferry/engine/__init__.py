@@ -10,7 +10,8 @@ of per-request samples (docs/api/engine.md).
   (``ferry.engine.transformers``; imported on first use, it needs torch and transformers).
 - ``cb_config(**kw)``: a ``ContinuousBatchingConfig`` for capture (block sharing off; ``page_size`` named as the
   installed transformers names it).
-- ``open_samples(directory)``: reads the samples back.
+- ``open_samples(directory)``: reads the samples back; ``stream_rows(reader)``: a ``ferry.ShmReader``'s entries
+  of a ``Capture(..., out=ferry.sinks.shm_stream(name))``, per request, in another process.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from typing import Any
 
 from .samples import FORMAT, Sample, SampleWriter, open_samples, write_safetensors
 from .spec import TAP_PRESETS, TOKEN_FORMS, Spec, Tap, resolve_taps
+from .stream import stream_rows
 
 __all__ = ["FORMAT", "TAP_PRESETS", "TOKEN_FORMS", "Capture", "Sample", "SampleWriter", "Spec", "Tap", "cb_config",
-           "open_samples", "resolve_taps", "write_safetensors"]
+           "open_samples", "resolve_taps", "stream_rows", "write_safetensors"]
 
 
 def __getattr__(name: str) -> Any:

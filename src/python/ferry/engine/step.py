@@ -212,7 +212,7 @@ class StepCapture:
         n = t.shape[0] * t.shape[1] if t.dim() >= 3 else t.shape[0]
         rows = t.reshape(n, -1)
         a = self.assembler
-        if hook not in self._seen_taps:
+        if a is not None and hook not in self._seen_taps:
             self._seen_taps.add(hook)
             from ..schema import dtype_name
             a.tap_info[hook] = (dtype_name(t.dtype), tuple(int(x) for x in t.shape[2:] if t.dim() >= 3)

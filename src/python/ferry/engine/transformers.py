@@ -40,7 +40,9 @@ def _logic(msg: str) -> Exception:
 class Capture(StepCapture):
     """Per-request capture for a transformers model served by continuous batching. ``taps``: see
     ``ferry.engine.resolve_taps``; ``out``: the output directory; ``format``: ``"per-request"`` (one safetensors file
-    per request, vLLM EHS's layout) or ``"shards"``; ``backend``: ferry's (``"auto"``: CUDA for a CUDA model);
+    per request, vLLM EHS's layout) or ``"shards"``; or a ``ferry.sinks`` sink such as ``shm_stream(name)``: every
+    step's entries (one per tap, the step's rows with its attribution) go to it, and ``ferry.engine.stream_rows``
+    reads them in the other process; ``backend``: ferry's (``"auto"``: CUDA for a CUDA model);
     ``on_error``: ``"raise"`` or ``"disable"`` (capture stops, generation goes on, the report says what was lost);
     ``policy``: ``"block"`` or ``"drop"`` when the writer falls behind by ``max_queue_bytes``."""
 
@@ -67,16 +69,22 @@ class Capture(StepCapture):
         self._ch_args = dict(device=dev.index or 0, ring_bytes=int(ring_bytes), publish_every=32,
                              backend=self.backend, fifo_capacity=1 << 14, timeout=float(timeout), size_slots=1 << 14,
                              on_error=on_error)
-        run_meta = {"taps": self.names, "model": type(model).__name__, "ferry": ferry.__version__}
-        self.writer = SampleWriter(out, format, shard_bytes=shard_bytes, fsync=fsync, overwrite=overwrite,
-                                   run_meta=run_meta)
-        self.ch = ferry.Channel(**self._ch_args)
-        self.assembler = Assembler(self.ch, self.names, self.writer, policy=policy, max_queue_bytes=max_queue_bytes)
         from ..schema import dtype_name
         width = getattr(model.config, "hidden_size", None)
-        for i in range(len(self.taps)):  # until a capture tells: the model's dtype and hidden size
-            self.assembler.tap_info[i] = (dtype_name(next(model.parameters()).dtype), (int(width or 0),))
-        self.assembler.start()
+        default = (dtype_name(next(model.parameters()).dtype), (int(width or 0),))  # until a capture tells
+        self.ch, self.assembler, self.writer = None, None, None
+        if isinstance(out, (str, bytes)) or hasattr(out, "__fspath__"):
+            run_meta = {"taps": self.names, "model": type(model).__name__, "ferry": ferry.__version__}
+            self.writer = SampleWriter(str(out), format, shard_bytes=shard_bytes, fsync=fsync, overwrite=overwrite,
+                                       run_meta=run_meta)
+            self.ch = ferry.Channel(**self._ch_args)
+            self.assembler = Assembler(self.ch, self.names, self.writer, policy=policy,
+                                       max_queue_bytes=max_queue_bytes)
+            self.assembler.tap_info.update({i: default for i in range(len(self.taps))})
+            self.assembler.start()
+        else:  # a native sink: the taps' schema travels with the entries
+            schema = {i: (t.name, default[0], default[1]) for i, t in enumerate(self.taps)}
+            self.ch = ferry.Channel(**self._ch_args, sink=out, schema=schema)
         self._pub = None
         self._seen_taps: set[int] = set()
         self._reqs: dict[str, Request] = {}
@@ -116,11 +124,12 @@ class Capture(StepCapture):
         r = Request(request_id, next(self._handles), lo, hi, [self.names.index(n) for n in names], prompt,
                     strict=isinstance(spec.tokens, tuple))
         self._reqs[request_id] = r
-        self.assembler.add(r)
+        if self.assembler is not None:
+            self.assembler.add(r)
 
     def _finished(self, output: Any) -> None:
         r = self._reqs.get(getattr(output, "request_id", None))
-        if r is None:
+        if r is None or self.assembler is None:
             return
         err = getattr(output, "error", None)
         seq = list(getattr(output, "prompt_ids", r.prompt) or r.prompt) + list(getattr(output, "generated_tokens", []))
@@ -130,7 +139,8 @@ class Capture(StepCapture):
         """The request was cancelled: its sample is written as incomplete, with what is missing."""
         r = self._reqs.get(request_id)
         if r is not None:
-            self.assembler.finish(r.handle, None, "cancelled")
+            if self.assembler is not None:
+                self.assembler.finish(r.handle, None, "cancelled")
             r.finished = True
 
     # ---- transformers' entry points ----
@@ -187,7 +197,10 @@ class Capture(StepCapture):
         disabled."""
         self.model.__dict__.pop("_ferry_capture", None)
         self._hooks.remove()
-        rep = self.assembler.close(self.timeout * 4)
+        if self.assembler is not None:
+            rep = self.assembler.close(self.timeout * 4)
+        else:
+            rep = {"samples": 0, "complete": 0, "incomplete": [], "dropped": [], "lost": []}
         try:
             err = self.ch.capture_error
             rep["capture_errors"] = int(self.ch.stats().get("capture_errors", 0))
@@ -201,4 +214,9 @@ class Capture(StepCapture):
             rep["channel_error"] = repr(err)
         rep["disabled"] = self._disabled
         rep["requests"] = len(self._reqs)
+        rep["request_ids"] = {r.handle: r.request_id for r in self._reqs.values()}
         return rep
+
+    def request_ids(self) -> dict[int, str]:
+        """The core's request handles (``Entry.requests``, ``ShmEntry.requests``) -> transformers' request ids."""
+        return {r.handle: r.request_id for r in self._reqs.values()}

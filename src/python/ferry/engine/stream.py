@@ -1,0 +1,38 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The reader's side of ``Capture(model, taps, out=ferry.sinks.shm_stream(name))``: every step's entries (one per
+tap) reach another process with their attribution, and ``stream_rows`` splits them per request.
+
+    with ferry.ShmReader(name) as reader:                       # in the trainer's process
+        for step, tap, request, first_position, rows in ferry.engine.stream_rows(reader):
+            ...   # rows: uint8 [n, row_bytes] (bf16 bits: .view(np.uint16)), positions first_position .. + n - 1
+
+``request`` is the core's request handle (``Capture.request_ids()`` maps it to transformers' id). A row-capture
+entry that failed (``ShmEntry.ok`` false) is yielded with ``rows=None`` so that its positions are seen as missing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import numpy as np
+
+__all__ = ["stream_rows"]
+
+
+def stream_rows(reader: Any, timeout: float = 0.05) -> Iterator[tuple[int, int, int, int, Any]]:
+    """``(step, tap, request, first_position, rows)`` for every request of every entry of ``reader`` (a
+    ``ferry.ShmReader``), until the stream ends. ``rows`` is a zero-copy view that holds its entry (copy it to
+    keep it); ``first_position`` comes from the forward's meta (int64 per request, in ``requests`` order)."""
+    while True:
+        got = reader.poll(256, timeout)
+        if not got:
+            if reader.ended:
+                return
+            continue
+        for e in got:
+            reqs = e.requests or []
+            firsts = np.frombuffer(e.meta, dtype="<i8") if e.meta else np.zeros(0, "<i8")
+            for k, (h, _, _) in enumerate(reqs):
+                p0 = int(firsts[k]) if k < len(firsts) else -1
+                yield int(e.tag), int(e.hook), int(h), p0, (e.rows_of(h) if e.ok else None)
+            e.release()
