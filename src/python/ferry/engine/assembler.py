@@ -60,7 +60,7 @@ class Assembler:
         self._by_handle: dict[int, Request] = {}
         self._lock = threading.Lock()
         self._finished: list[Request] = []
-        self._steps: dict[int, dict[int, np.ndarray]] = {}  # tag -> hook -> rows (uint8 [rows, row_bytes])
+        self._steps: dict[int, tuple[np.ndarray, set]] = {}  # tag -> ([rows, taps, row_bytes] uint8, taps filled)
         self._refs: dict[int, int] = {}
         self._seen: dict[int, int] = {}
         self._done_upto = -1
@@ -147,8 +147,22 @@ class Assembler:
             return
         rows = int(e.rows)
         rep["rows"] += rows
-        if rows:
-            self._steps.setdefault(tag, {})[hook] = np.array(e.numpy(), copy=True).reshape(rows, -1)
+        if not rows:
+            return
+        data = e.numpy().reshape(rows, -1).view(np.uint8)
+        st = self._steps.get(tag)
+        if st is None:  # one array per step: [rows, taps, row_bytes], each tap's entry fills its column
+            st = self._steps[tag] = (np.empty((rows, len(self.taps), data.shape[1]), np.uint8), set())
+        if st[0].shape[0] != rows or st[0].shape[2] != data.shape[1]:
+            with self._lock:
+                for h, _, _ in reqs:
+                    r = self._by_handle.get(int(h))
+                    if r is not None:
+                        r.errors.append(f"step {tag} tap {self.taps[hook]}: expected every tap's rows of one shape "
+                                        f"{st[0].shape[0]} x {st[0].shape[2]} bytes, got {rows} x {data.shape[1]}")
+            return
+        st[0][:, hook, :] = data
+        st[1].add(hook)
 
     def _complete_ready(self, final: bool) -> None:
         with self._lock:
@@ -174,20 +188,22 @@ class Assembler:
         end = min(r.hi, len(seq) - 1)  # the model ran every position of the sequence but its last token
         pos_l, hid_l = [], []
         for tag, first, rows, p0 in sorted(r.segments, key=lambda s: (s[3], s[0])):
-            step = self._steps.get(tag, {})
-            parts = [step.get(h) for h in r.keep]
-            if any(p is None for p in parts):
+            st = self._steps.get(tag)
+            if st is None or any(h not in st[1] for h in r.keep):
                 continue  # a failed entry of that step: its positions are reported missing
             pos_l.append(np.arange(p0, p0 + rows, dtype=np.int64))
-            hid_l.append(np.stack([p[first:first + rows] for p in parts], axis=1))
+            hid_l.append(st[0][first:first + rows])
         info = [self.tap_info.get(h) for h in r.keep]
         dtype, row_shape = info[0] if info and info[0] else ("U8", ())
         if pos_l:
             pos = np.concatenate(pos_l)
             hid = np.concatenate(hid_l)
-            last = {int(p): i for i, p in enumerate(pos)}  # the last run of a position wins
-            order = np.array(sorted(last.values(), key=lambda i: pos[i]), dtype=np.int64)
-            pos, hid = pos[order], hid[order]
+            if r.keep != list(range(len(self.taps))):
+                hid = np.ascontiguousarray(hid[:, r.keep])
+            if np.any(np.diff(pos) <= 0):  # a position run twice (a recomputed step): the last run wins
+                last = {int(p): i for i, p in enumerate(pos)}
+                order = np.array(sorted(last.values(), key=lambda i: pos[i]), dtype=np.int64)
+                pos, hid = pos[order], hid[order]
         else:
             row_bytes = int(np.prod(row_shape, dtype=np.int64)) * (2 if dtype in ("BF16", "F16") else 4)
             pos, hid = np.zeros(0, np.int64), np.zeros((0, len(r.keep), row_bytes), np.uint8)
