@@ -207,10 +207,11 @@ class Assembler:
         else:
             row_bytes = int(np.prod(row_shape, dtype=np.int64)) * (2 if dtype in ("BF16", "F16") else 4)
             pos, hid = np.zeros(0, np.int64), np.zeros((0, len(r.keep), row_bytes), np.uint8)
-        keep_mask = (pos >= r.lo) & (pos < r.hi)
-        pos, hid = pos[keep_mask], hid[keep_mask]
-        # the positions the sample must hold: a window all of [lo, hi); a form what the request ran of it
+        # the positions the sample holds: a window all of [lo, hi); a form what the request ran of it (the async
+        # mode may run a finished request's last token once more: it is not the sample's)
         target_end = r.hi if (r.strict or r.reason) else max(r.lo, end)
+        keep_mask = (pos >= r.lo) & (pos < target_end)
+        pos, hid = pos[keep_mask], hid[keep_mask]
         missing = _gaps(pos, r.lo, target_end)
         seq_arr = np.asarray(seq, dtype=np.int64)
         tok = seq_arr[pos] if pos.size and pos.max() < len(seq_arr) else np.full(pos.shape, -1, np.int64)
