@@ -11,7 +11,10 @@ and CUDA graphs made once, before the rounds):
              (synchronous; graphs off because the copy syncs), rows filed per request on the CPU, one safetensors
              file per request at the end (EAGLE-3 taps);
 - eagle3:    ferry, EAGLE-3 taps (layers 2, N//2, N-3, final), prompt + generated tokens, per-request files on disk;
-- all:       ferry, every hidden state (N + 1 taps), every token, per-request files on disk.
+- all-layers: ferry, every hidden state (N + 1 taps), every token, per-request files on disk;
+- sae:       ferry, one middle layer's residual, every token, to a shared-memory stream read by another process
+             (``--reader``: ferry.engine.stream_rows, every row's request and position checked, a few requests' rows
+             kept for the verification).
 
 tokens/s = (prompt + generated tokens) / wall time from the first add_request to the last result. After the rounds
 every ferry sample of the last round is verified: its positions and token ids, and each row against the plain
@@ -29,6 +32,7 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 
@@ -62,8 +66,16 @@ class Contestant:
         self.name, self.model, self.args, self.capture_kind, self.out = name, model, args, capture, out
         self.cap = None
         self.gc = GenerationConfig(max_new_tokens=args.new_tokens, do_sample=False, eos_token_id=-1, pad_token_id=0)
+        self.reader = None
         if capture in ("eagle3", "all-layers"):
             self.cap = fe.Capture(model, taps=capture, out=out, overwrite=True, ring_bytes=args.ring_mib << 20)
+        elif capture == "sae":
+            name = f"ferry-bench-{os.getpid()}"
+            sink = ferry.sinks.shm_stream(name, staging_bytes=256 << 20, descriptors=1 << 14)
+            self.cap = fe.Capture(model, taps="sae", out=sink, ring_bytes=256 << 20)
+            os.makedirs(out, exist_ok=True)
+            self.reader_out = os.path.join(out, "reader.json")
+            self.reader = subprocess.Popen([sys.executable, __file__, "--reader", name, "--json", self.reader_out])
         self.manager = model.init_continuous_batching(generation_config=self.gc,
                                                       continuous_batching_config=cb_config(args, graphs))
         if self.cap is not None:
@@ -77,6 +89,9 @@ class Contestant:
         self.warmup_s = time.perf_counter() - t0
 
     def _written(self):
+        if self.cap.assembler is None:  # a stream: the reader process has them once the channel drained them
+            st = self.cap.ch.stats()
+            return self.expected if st["entries_drained"] >= st["entries_reserved"] else -1
         r = self.cap.assembler.report
         return r["samples"] + len(r["lost"]) + len(r["dropped"])
 
@@ -108,7 +123,7 @@ class Contestant:
             end = time.perf_counter() + 120
             while self._written() < self.expected and time.perf_counter() < end:
                 time.sleep(0.001)
-            rep = dict(self.cap.assembler.report)
+            rep = dict(self.cap.assembler.report) if self.cap.assembler is not None else None
         dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         toks = sum(len(o.prompt_ids) + len(o.generated_tokens) for o in outs.values())
         self.tok_s.append(toks / dt)
@@ -118,7 +133,12 @@ class Contestant:
 
     def close(self):
         self.manager.stop(block=True)
-        return self.cap.close() if self.cap is not None else None
+        rep = self.cap.close() if self.cap is not None else None
+        if self.reader is not None:
+            self.reader.wait(timeout=120)
+            with open(self.reader_out) as f:
+                rep["reader"] = json.load(f)
+        return rep
 
 
 class Naive:
@@ -234,14 +254,86 @@ def verify(model, out_dir, outs, taps, sample_limit):
     return samples, bad, mis, rows
 
 
+def reader_main(name, out):
+    """The stream's reader process: every (step, tap, request, first position, rows) of the run; per request the
+    positions seen (each once), and the rows of the requests whose handle is a multiple of 16 (for verification)."""
+    import ferry as fy
+    deadline = time.time() + 60
+    while True:
+        try:
+            reader = fy.ShmReader(name)
+            break
+        except fy.Error:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.05)
+    seen, dup, rows_kept, n_rows = {}, 0, {}, 0
+    with reader:
+        for step, tap, h, p0, rows in fe.stream_rows(reader):
+            if rows is None:
+                seen.setdefault(h, set()).add(-1)
+                continue
+            n = rows.shape[0]
+            n_rows += n
+            s_ = seen.setdefault(h, set())
+            for p in range(p0, p0 + n):
+                dup += p in s_
+                s_.add(p)
+            if h % 16 == 0:
+                rows_kept.setdefault(h, []).append((p0, np.array(rows)))
+    kept = {}
+    for h, parts in rows_kept.items():
+        parts.sort(key=lambda x: x[0])
+        kept[str(h)] = [parts[0][0], np.concatenate([p for _, p in parts]).tolist()]
+    with open(out, "w") as f:
+        json.dump({"requests": {str(h): [min(v), max(v), len(v)] for h, v in seen.items()}, "duplicates": dup,
+                   "rows": n_rows, "kept": kept}, f)
+
+
+def verify_stream(model, rep, outs_by_round, names):
+    """The reader's view against the outputs: every request of every round seen at positions 0 .. len - 2 exactly
+    once; the kept requests' rows against the plain forward (cosine >= 0.99). Returns (samples, bad, mis, rows)."""
+    rd = rep["reader"]
+    ids = rep["request_ids"]
+    samples = bad = mis = rows = 0
+    layer = int(names[0].split(".")[1])
+    for h, (lo, hi, n) in rd["requests"].items():
+        rid = ids.get(int(h)) or ids.get(h)
+        o = outs_by_round.get(rid)
+        samples += 1
+        if o is None:
+            bad += 1
+            continue
+        L = len(o.prompt_ids) + len(o.generated_tokens) - 1
+        ok = lo == 0 and hi == L - 1 and n == L
+        k = rd["kept"].get(h)
+        if ok and k is not None:
+            seq = list(o.prompt_ids) + list(o.generated_tokens)
+            with torch.no_grad():
+                hs = model(torch.tensor([seq[:-1]], device=model.device), output_hidden_states=True).hidden_states
+            ref = hs[layer + 1][0].float()
+            got = torch.tensor(np.array(k[1], dtype=np.uint8)).view(torch.bfloat16).to(model.device).float()
+            got = got.reshape(ref.shape[0], -1)
+            cos = torch.nn.functional.cosine_similarity(got, ref, dim=-1)
+            rows += len(cos)
+            ok = bool((cos >= 0.99).all())
+            if not ok:
+                shifted = torch.nn.functional.cosine_similarity(got[1:], ref[:-1], dim=-1)
+                mis += int((shifted > cos[1:]).sum())
+        bad += not ok
+    return samples, bad, mis, rows
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--reader":
+        return reader_main(sys.argv[2], sys.argv[4])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=128)
     ap.add_argument("--min-prompt", type=int, default=64)
     ap.add_argument("--max-prompt", type=int, default=1024)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--contestants", default="none,eagle3,all-layers,naive")
+    ap.add_argument("--contestants", default="none,eagle3,all-layers,sae,naive")
     ap.add_argument("--blocks", type=int, default=256)
     ap.add_argument("--batch-tokens", type=int, default=1024)
     ap.add_argument("--max-requests", type=int, default=128)
@@ -270,7 +362,7 @@ def main():
     print(f"ferry engine bench: {torch.cuda.get_device_name()}, transformers {transformers.__version__}, torch "
           f"{torch.__version__}, {args.requests} requests x {args.rounds} rounds (+1 warm-up), contestants {names}",
           flush=True)
-    last, written = {}, {}
+    last, written, all_outs = {}, {}, {}
     for r in range(args.rounds + 1):
         order = list(cs)
         rng.shuffle(order)
@@ -281,6 +373,7 @@ def main():
                 c.tok_s.clear()
                 c.cpu_s.clear()
             last[c.name] = outs
+            all_outs.setdefault(c.name, {}).update(outs)
             extra = ""
             if rep is not None:
                 gb = (c.cap.writer.bytes_written - before) / 1e9
@@ -320,6 +413,17 @@ def main():
             res["all_layers_disk"] = block
         print(f"{name}: {s} samples, {bad} bad, {mis} misattributed rows, {rows} rows checked against the plain "
               f"forward", flush=True)
+    if "sae" in med:
+        c = next(x for x in cs if x.name == "sae")
+        s_, bad, mis, rows = verify_stream(c.model, reports["sae"], all_outs["sae"], c.cap.names)
+        mis_total += mis
+        res["sae_shm"] = {"no_capture_tok_s": med.get("none"), "ferry_tok_s": med["sae"],
+                          "ratio": med["sae"] / med["none"] if "none" in med else None, "samples": s_,
+                          "samples_bad": bad, "rows_checked": rows, "tok_s_rounds": tps["sae"],
+                          "reader_rows": reports["sae"]["reader"]["rows"],
+                          "reader_duplicates": reports["sae"]["reader"]["duplicates"]}
+        print(f"sae (shm): {s_} requests seen by the reader, {bad} bad, {mis} misattributed rows, {rows} rows "
+              f"checked against the plain forward", flush=True)
     res["no_capture_tok_s_rounds"] = tps.get("none")
     res["misattributed"] = mis_total
     res["disk_write_gbps"] = disk
