@@ -130,6 +130,14 @@ class record_ring {
   struct ref {
     std::uint32_t state{attribution_none};
     std::uint64_t number{0}, offset{0}, bytes{0};
+    /// The descriptor's attribution fields.
+    void into(descriptor& d) const noexcept
+    {
+      d.attribution = state;
+      d.record = number;
+      d.record_offset = offset;
+      d.record_bytes = bytes;
+    }
   };
 
   record_ring(std::byte* region, std::uint64_t capacity) noexcept : region_{region}, cap_{capacity} {}

@@ -72,12 +72,14 @@ inline void shm_stream_impl::deliver(d2h::entry_view&& v)
     if (room && pending_.empty()) { return publish_locked(std::move(v)); }
     if (!room) {
       ++c_.stall_timeouts;
+      const bool slot = has_slot_locked();  // what was missing: a descriptor, or record room
       keep_locked(std::make_exception_ptr(stall_error(ferry::detail::format(
-        "ferry: shm stream '{}': entry {} of hook {} (forward {}): expected a free descriptor and room for its forward's "
-        "record within timeout {} ms, got a reader ({}) holding {} of {} descriptors and the record region's {} bytes "
-        "(kept: published once the reader releases) [{}:{}]", cfg_.name, v.seq().value, v.hook().value, fwd,
-        cfg_.timeout.count(), session_ != 0 ? ferry::detail::format("pid {}", reader_pid_) : std::string{"none attached"},
-        head_ - released_, cfg_.descriptors, seg_->record_capacity(), __FILE__, __LINE__))));
+        "ferry: shm stream '{}': entry {} of hook {} (forward {}): expected {} within timeout {} ms, got a reader ({}) "
+        "holding {} (kept: published once the reader releases) [{}:{}]", cfg_.name, v.seq().value, v.hook().value, fwd,
+        slot ? "room for its forward's record" : "a free descriptor", cfg_.timeout.count(),
+        session_ != 0 ? ferry::detail::format("pid {}", reader_pid_) : std::string{"none attached"},
+        slot ? ferry::detail::format("the record region's {} bytes", seg_->record_capacity())
+             : ferry::detail::format("all {}", cfg_.descriptors), __FILE__, __LINE__))));
     }
   }
   pending_.push_back(std::move(v));
@@ -97,11 +99,7 @@ inline void shm_stream_impl::publish_locked(d2h::entry_view&& v)
   d.hook = v.hook().value;
   d.status = static_cast<std::uint32_t>(v.status());
   d.reserved = v.reserved_bytes();
-  const shm::record_ring::ref r = records_.place(v, head_, released_);  // S2a: the record's stores, if new
-  d.attribution = r.state;
-  d.record = r.number;
-  d.record_offset = r.offset;
-  d.record_bytes = r.bytes;
+  records_.place(v, head_, released_).into(d);  // S2a: the forward record's stores, if new
   if (v.ok() && v.size() > 0) { d.offset = static_cast<std::uint64_t>(v.bytes().data() - seg_->staging()); }
   if (held_.empty()) { last_progress_ = clock::now(); }  // a stall is timed from the reader's first held entry
   // The slot's previous descriptor (index head_ - capacity) was released: the reader's reads of it happened
