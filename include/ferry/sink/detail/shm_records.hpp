@@ -92,7 +92,9 @@ inline void write_record(std::byte* dst, std::uint64_t number, std::uint64_t for
   std::memcpy(&crc, rec.data() + 8, 4);
   std::memcpy(&flags, rec.data() + 12, 4);
   std::memcpy(w, rec.data() + 16, sizeof w);
-  if (magic_word != record_magic) { fail(::ferry::detail::format("expected magic {:#x}, got {:#x}", record_magic, magic_word)); }
+  if (magic_word != record_magic) {
+    fail(::ferry::detail::format("expected magic {:#x}, got {:#x}", record_magic, magic_word));
+  }
   if (const std::uint32_t have = crc32(rec.data() + 16, rec.size() - 16); have != crc) {
     fail(::ferry::detail::format("expected the CRC-32 {:#010x} (the record's), got {:#010x}", crc, have));
   }
@@ -101,8 +103,10 @@ inline void write_record(std::byte* dst, std::uint64_t number, std::uint64_t for
                                  d.record, d.forward, w[0], w[1]));
   }
   const std::uint64_t body = rec.size() - record_header_bytes;
-  if (w[4] > body / request_bytes || w[5] > body || record_header_bytes + w[4] * request_bytes + (w[5] + 7) / 8 * 8 != rec.size()) {
-    fail(::ferry::detail::format("expected {} requests and {} user bytes to fill the record, got {} bytes", w[4], w[5], rec.size()));
+  if (w[4] > body / request_bytes || w[5] > body ||
+      record_header_bytes + w[4] * request_bytes + (w[5] + 7) / 8 * 8 != rec.size()) {
+    fail(::ferry::detail::format("expected {} requests and {} user bytes to fill the record, got {} bytes", w[4], w[5],
+                                 rec.size()));
   }
   if ((flags & ~3U) != 0 || ((flags & 1U) != 0 && w[2] != d.tag)) {
     fail(::ferry::detail::format("expected flags within 0x3 and a tag equal to the descriptor's {}, got flags {:#x} and "
