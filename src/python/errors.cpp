@@ -20,6 +20,9 @@ int status_of(const std::exception& e) noexcept
   if (dynamic_cast<const ferry::sink::layout_version_error*>(&e) != nullptr) { return FERRY_ERR_LAYOUT_VERSION; }
   if (dynamic_cast<const ferry::sink::reader_detached_error*>(&e) != nullptr) { return FERRY_ERR_READER_DETACHED; }
   if (dynamic_cast<const ferry::sink::producer_gone_error*>(&e) != nullptr) { return FERRY_ERR_PRODUCER_GONE; }
+  if (dynamic_cast<const ferry::sink::attribution_overflow_error*>(&e) != nullptr) {
+    return FERRY_ERR_ATTRIBUTION_OVERFLOW;
+  }
   if (dynamic_cast<const ferry::logic_error*>(&e) != nullptr) { return FERRY_ERR_LOGIC; }
   if (dynamic_cast<const ferry::out_of_memory*>(&e) != nullptr) { return FERRY_ERR_OOM; }
   if (dynamic_cast<const ferry::timeout_error*>(&e) != nullptr) { return FERRY_ERR_TIMEOUT; }
@@ -70,6 +73,8 @@ void init_errors(nb::module_& m)
     {FERRY_ERR_READER_DETACHED, "The producer ended this reader's session (evicted under policy 'drop'); attach again.",
      nullptr},
     {FERRY_ERR_PRODUCER_GONE, "The shared-memory stream's producer died (raised once its entries were read).", nullptr},
+    {FERRY_ERR_ATTRIBUTION_OVERFLOW, "A ShmEntry's forward attribution (requests, meta) needed a record larger than the "
+                                     "stream's record region (.record_bytes, .capacity); its bytes are intact.", nullptr},
   };
   for (const auto& s : specs) { make(s.status, s.doc, t[FERRY_ERR_OTHER], s.extra_base); }
 
@@ -93,6 +98,11 @@ void init_errors(nb::module_& m)
       inst.attr("expected") = err.expected();
       inst.attr("got") = err.got();
       PyErr_SetObject(exception_of(FERRY_ERR_LAYOUT_VERSION), inst.ptr());
+    } catch (const ferry::sink::attribution_overflow_error& err) {
+      nb::object inst = nb::handle(exception_of(FERRY_ERR_ATTRIBUTION_OVERFLOW))(err.what());
+      inst.attr("record_bytes") = err.record_bytes();
+      inst.attr("capacity") = err.capacity();
+      PyErr_SetObject(exception_of(FERRY_ERR_ATTRIBUTION_OVERFLOW), inst.ptr());
     } catch (const ferry::error& err) {
       set_python_error(status_of(err), err.what());
     }

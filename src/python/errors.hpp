@@ -15,7 +15,7 @@ namespace ferry::python {
 
 namespace nb = nanobind;
 
-inline constexpr int status_count = FERRY_ERR_PRODUCER_GONE + 1;
+inline constexpr int status_count = FERRY_ERR_ATTRIBUTION_OVERFLOW + 1;
 
 /// The Python exception classes by ferry_status (index FERRY_ERR_OTHER: ferry.Error), created by init_errors.
 inline std::array<PyObject*, status_count>& exception_types()

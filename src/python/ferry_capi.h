@@ -45,7 +45,9 @@ typedef enum ferry_status {
   FERRY_ERR_STREAM_BUSY = 10,     /**< ferry.StreamBusyError: a second reader, or a name a live producer holds */
   FERRY_ERR_LAYOUT_VERSION = 11,  /**< ferry.LayoutVersionError: a reader of another stream layout version */
   FERRY_ERR_READER_DETACHED = 12, /**< ferry.ReaderDetachedError: the producer ended the reader's session */
-  FERRY_ERR_PRODUCER_GONE = 13    /**< ferry.ProducerGoneError: the stream's producer died */
+  FERRY_ERR_PRODUCER_GONE = 13,   /**< ferry.ProducerGoneError: the stream's producer died */
+  FERRY_ERR_ATTRIBUTION_OVERFLOW = 14 /**< ferry.AttributionOverflowError: a stream entry's forward attribution did
+                                           not fit the stream's record region */
 } ferry_status;
 
 /** The name of the ferry exception class of `status` ("LogicError", ...; "Error" for any other), the one
@@ -65,6 +67,7 @@ static inline const char* ferry_status_name(int status)
     case FERRY_ERR_LAYOUT_VERSION: return "LayoutVersionError";
     case FERRY_ERR_READER_DETACHED: return "ReaderDetachedError";
     case FERRY_ERR_PRODUCER_GONE: return "ProducerGoneError";
+    case FERRY_ERR_ATTRIBUTION_OVERFLOW: return "AttributionOverflowError";
     default: return "Error";
   }
 }

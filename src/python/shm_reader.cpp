@@ -4,7 +4,8 @@
 // are zero-copy: numpy() is a read-only view of the stream's staging (tensor() a torch one), typed by the
 // stream's hook schema where it declares the hook (the core's shm_entry::typed, arrays made by d2h_typed.hpp as
 // for ferry.Entry), else uint8 bytes; valid while the entry (or the view) lives and until release(); an entry
-// goes back to the producer when released, when its last reference dies, or as the `with` block ends.
+// goes back to the producer when released, when its last reference dies, or as the `with` block ends. Its
+// forward's attribution (reserved, requests, meta, rows, rows_of) is ferry.Entry's, from the core's shm_entry.
 #include "arrays.hpp"
 #include "d2h_typed.hpp"
 #include "errors.hpp"
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,17 +49,41 @@ struct py_shm_entry {
     fk::shm_entry e;
   };
   std::shared_ptr<holder> held;  // the fields below stay readable after release()
-  std::uint64_t index, seq, forward, tag, size, row_bytes;
+  std::uint64_t index, seq, forward, tag, size, row_bytes, reserved, rows;
   std::uint32_t hook;
   fd::entry_status status;
+  fk::shm_attribution attribution;
   std::shared_ptr<const fd::hook_schema> schema;  ///< the stream's, as the entry was read
+  std::shared_ptr<const fd::forward_meta> meta;   ///< the forward's attribution (null: none, or overflow)
+  std::exception_ptr attribution_error;           ///< overflow: the core's attribution_overflow_error
 
   explicit py_shm_entry(fk::shm_entry&& x)
     : held{std::make_shared<holder>()}, index{x.index()}, seq{x.seq().value}, forward{x.forward_index()},
-      tag{x.tag()}, size{x.size()}, row_bytes{x.row_bytes()}, hook{x.hook().value}, status{x.status()},
-      schema{x.schema()}
+      tag{x.tag()}, size{x.size()}, row_bytes{x.row_bytes()}, reserved{x.reserved_bytes()}, rows{x.rows()},
+      hook{x.hook().value}, status{x.status()}, attribution{x.attribution()}, schema{x.schema()}
   {
+    try {
+      meta = x.shared_meta();
+    } catch (const fk::attribution_overflow_error&) {
+      attribution_error = std::current_exception();  // raised by requests / meta / rows_of, after release() too
+    }
     held->e = std::move(x);
+  }
+  /// The forward's attribution (null: none); raises the core's attribution_overflow_error for an overflow entry.
+  [[nodiscard]] const fd::forward_meta* attributed() const
+  {
+    if (attribution_error) { std::rethrow_exception(attribution_error); }
+    return meta.get();
+  }
+  /// rows_of(request): the request's rows, a [rows, row_bytes] uint8 read-only view of the staging (no copy; the
+  /// array holds the entry). The core's shm_entry::rows_of checks a row entry, a known request, rows in the entry.
+  [[nodiscard]] nb::ndarray<nb::numpy, const std::uint8_t, nb::ndim<2>> rows_of(std::uint64_t request) const
+  {
+    const auto b = live("rows_of()").rows_of(request);
+    auto* keep = new std::shared_ptr<holder>(held);
+    nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<holder>*>(p); });
+    const std::size_t shape[2] = {b.size() / row_bytes, row_bytes};
+    return {reinterpret_cast<const std::uint8_t*>(b.data()), 2, shape, owner};
   }
   /// The hook's schema entry, or null (undeclared).
   [[nodiscard]] const fd::hook_spec* spec() const { return schema ? schema->find(fd::hook_id{hook}) : nullptr; }
@@ -131,6 +157,38 @@ void init_shm_reader(nb::module_& m)
     .def_ro("tag", &py_shm_entry::tag, "The forward's tag (begin_forward / plan), else its index.")
     .def_ro("size", &py_shm_entry::size)
     .def_ro("row_bytes", &py_shm_entry::row_bytes, "capture_rows: bytes per row (0: captured whole).")
+    .def_ro("reserved", &py_shm_entry::reserved, "The entry's reservation (a size_overflow entry's size exceeded it).")
+    .def_ro("rows", &py_shm_entry::rows, "capture_rows: the rows the entry holds (0: whole, or not ok).")
+    .def_prop_ro(
+      "attribution",
+      [](const py_shm_entry& x) {
+        return std::string{x.attribution == fk::shm_attribution::present    ? "present"
+                           : x.attribution == fk::shm_attribution::overflow ? "overflow"
+                                                                            : "none"};
+      },
+      "The forward's attribution: 'present', 'none' (none given) or 'overflow' (larger than the stream's record "
+      "region: requests, meta and rows_of raise AttributionOverflowError).")
+    .def_prop_ro(
+      "meta",
+      [](const py_shm_entry& x) -> nb::object {
+        const fd::forward_meta* m = x.attributed();
+        if (m == nullptr || m->user.empty()) { return nb::none(); }
+        return nb::bytes(reinterpret_cast<const char*>(m->user.data()), m->user.size());
+      },
+      nb::sig("def meta(self) -> bytes | None"), "The forward's meta= bytes (None: none).")
+    .def_prop_ro(
+      "requests",
+      [](const py_shm_entry& x) {
+        nb::list l;
+        if (const fd::forward_meta* m = x.attributed()) {
+          for (const auto& r : m->requests) { l.append(nb::make_tuple(r.request, r.first_row, r.rows)); }
+        }
+        return l;
+      },
+      nb::sig("def requests(self) -> list[tuple[int, int, int]]"),
+      "The forward's requests as (request, first_row, rows) tuples, in the entry's row order.")
+    .def("rows_of", &py_shm_entry::rows_of, nb::arg("request"),
+         "The rows of one request of the forward (requests=), a read-only [rows, row_bytes] uint8 view (no copy).")
     .def_prop_ro("status", [](const py_shm_entry& x) { return std::string{status_name(x.status)}; },
                  "'ok', 'size_overflow' or 'selection_error' (the last two have no bytes).")
     .def_prop_ro("ok", [](const py_shm_entry& x) { return x.status == fd::entry_status::ok; })

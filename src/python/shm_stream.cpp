@@ -41,13 +41,15 @@ struct py_shm_stream {
 
 fk::shm_stream_config config_of(const std::string& name, const std::vector<hook_tuple>& schema, uint_arg schema_bytes,
                                 uint_arg staging_bytes, uint_arg descriptors, const std::string& policy, double timeout,
-                                uint_arg max_lag_entries, uint_arg max_lag_bytes, double poll_interval)
+                                uint_arg max_lag_entries, uint_arg max_lag_bytes, double poll_interval,
+                                uint_arg record_bytes)
 {
   const char* who = "ferry.sinks.shm_stream";
   fk::shm_stream_config c;
   c.name = name;
   c.schema = schema_of(schema, who);  // empty: the channel's (shm_sink_adopt_schema)
   c.schema_bytes = schema_bytes.get(who, "schema_bytes");
+  c.record_bytes = record_bytes.get(who, "record_bytes");
   c.staging_bytes = staging_bytes.get(who, "staging_bytes");
   c.descriptors = descriptors.get(who, "descriptors");
   FERRY_EXPECTS(policy == "block" || policy == "drop", ferry::logic_error,
@@ -120,15 +122,15 @@ void init_shm_stream(nb::module_& m)
       "__init__",
       [](py_shm_stream* self, const std::string& name, const std::vector<hook_tuple>& schema, uint_arg schema_bytes,
          uint_arg staging_bytes, uint_arg descriptors, const std::string& policy, double timeout,
-         uint_arg max_lag_entries, uint_arg max_lag_bytes, double poll_interval) {
+         uint_arg max_lag_entries, uint_arg max_lag_bytes, double poll_interval, uint_arg record_bytes) {
         auto c = config_of(name, schema, schema_bytes, staging_bytes, descriptors, policy, timeout, max_lag_entries,
-                           max_lag_bytes, poll_interval);
+                           max_lag_bytes, poll_interval, record_bytes);
         gil_release g;  // creates and reserves the segment
         new (self) py_shm_stream(std::move(c));
       },
       nb::arg("name"), nb::arg("schema"), nb::kw_only(), nb::arg("schema_bytes"), nb::arg("staging_bytes"),
       nb::arg("descriptors"), nb::arg("policy"), nb::arg("timeout"), nb::arg("max_lag_entries"),
-      nb::arg("max_lag_bytes"), nb::arg("poll_interval"))
+      nb::arg("max_lag_bytes"), nb::arg("poll_interval"), nb::arg("record_bytes"))
     .def("stats", [](const py_shm_stream& p) { return stats_dict(p.s.stats()); })
     .def(
       "close",

@@ -240,14 +240,16 @@ def test_a_second_reader_is_refused_naming_the_first(name):
             first.close()
 
 
-@pytest.mark.parametrize("version", [1, 99])  # 1: the layout before the schema region
+# 1: the layout before the schema region; 2: before the record region (a reader of 2 refuses this stream's 3 alike)
+@pytest.mark.parametrize("version", [1, 2, 99])
 def test_a_reader_of_another_layout_version_is_refused_naming_both(name, version):
     with ferry.sinks.shm_stream(name):
         with open(f"/dev/shm/ferry-{name}", "r+b") as f, mmap.mmap(f.fileno(), 4096) as m:
+            assert int.from_bytes(m[8:16], "little") == 3  # this producer's layout version
             m[8:16] = version.to_bytes(8, "little")  # the layout version word
-        with pytest.raises(ferry.LayoutVersionError, match=rf"expected layout version 2 .*got version {version}\b") as e:
+        with pytest.raises(ferry.LayoutVersionError, match=rf"expected layout version 3 .*got version {version}\b") as e:
             ferry.ShmReader(name, timeout=1)
-        assert (e.value.expected, e.value.got) == (2, version)
+        assert (e.value.expected, e.value.got) == (3, version)
 
 
 def test_entries_release_by_views_and_misuse_is_refused(name, stream):
@@ -286,7 +288,8 @@ def test_entries_release_by_views_and_misuse_is_refused(name, stream):
 
 
 def test_the_stream_errors_are_ferry_errors():
-    for cls in (ferry.StreamBusyError, ferry.LayoutVersionError, ferry.ReaderDetachedError, ferry.ProducerGoneError):
+    for cls in (ferry.StreamBusyError, ferry.LayoutVersionError, ferry.ReaderDetachedError, ferry.ProducerGoneError,
+                ferry.AttributionOverflowError):
         assert issubclass(cls, ferry.Error) and cls.__module__ == "ferry"
 
 
@@ -518,3 +521,165 @@ def test_a_corrupted_schema_region_is_a_logic_error_naming_the_stream(name, stre
             with pytest.raises(ferry.LogicError, match="schema region"):
                 r.poll(timeout=1.0)
         ch.close()
+
+
+ATTR_READER = textwrap.dedent("""
+    import hashlib, json, sys
+    import ferry
+    name, count = sys.argv[1], int(sys.argv[2])
+    with ferry.ShmReader(name, timeout=20) as r:
+        print("attached", flush=True)
+        n = 0
+        while n < count and not r.ended:
+            for e in r.poll(64, timeout=0.1):
+                n += 1
+                rec = {k: getattr(e, k) for k in ("index", "forward", "tag", "status", "size", "reserved", "row_bytes",
+                                                  "rows", "attribution")}
+                try:
+                    rec["requests"], rec["meta"] = e.requests, e.meta and e.meta.hex()
+                except ferry.AttributionOverflowError as err:
+                    rec["overflow"] = [err.record_bytes, err.capacity, str(err)]
+                    rec["sha"] = hashlib.sha256(e.numpy(raw=True)).hexdigest()
+                    try:
+                        e.rows_of(0) if e.row_bytes else None
+                    except ferry.AttributionOverflowError:
+                        rec["rows_of_overflow"] = True
+                if e.ok and rec.get("requests"):
+                    try:
+                        views = {q[0]: e.rows_of(q[0]) for q in rec["requests"]}
+                        rec["rows_of"] = {str(k): [list(v.shape), v.flags.writeable, hashlib.sha256(v).hexdigest()]
+                                          for k, v in views.items()}
+                        del views
+                    except ferry.LogicError as err:
+                        rec["rows_of_error"] = str(err)
+                if e.ok and "requests" in rec:
+                    try:
+                        e.rows_of(2**62)
+                    except ferry.LogicError as err:
+                        rec["unknown"] = str(err)
+                if not e.ok:
+                    try:
+                        e.numpy()
+                    except ferry.SizeOverflowError as err:
+                        rec["error"] = str(err)
+                e.release()
+                print("entry", json.dumps(rec), flush=True)
+    print("done", flush=True)
+""")
+
+
+def attr_records(name, count, produce, **sink_kw):
+    """Runs produce(channel) into a stream read by an ATTR_READER process; its records and the stream's stats."""
+    with ferry.sinks.shm_stream(name, staging_bytes=1 << 20, **sink_kw) as sink:
+        env = dict(os.environ, FERRY_PYTHON_BACKEND="host", CUDA_VISIBLE_DEVICES="")
+        p = subprocess.Popen([sys.executable, "-c", ATTR_READER, name, str(count)], stdout=subprocess.PIPE, text=True,
+                             env=env)
+        try:
+            assert p.stdout.readline().split() == ["attached"]
+            ch = ferry.Channel(backend="host", ring_bytes=1 << 16, size_slots=16, sink=sink)
+            produce(ch)
+            recs = []
+            for _ in range(count):
+                line = p.stdout.readline()
+                assert line.startswith("entry "), line
+                recs.append(json.loads(line.split(" ", 1)[1]))
+            assert p.stdout.readline() == "done\n"
+            ch.close()
+        finally:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            p.stdout.close()
+    return recs, sink.stats()
+
+
+def _rows_sha(x, rows):
+    return hashlib.sha256(np.ascontiguousarray(x[rows]).view(np.uint8)).hexdigest()
+
+
+def test_a_reader_process_gets_each_entrys_attribution_and_rows_of_splits_its_rows(name, stream):
+    # what begin_forward(tag=, requests=, meta=) gave each forward arrives per entry unchanged: a tagged forward with
+    # requests as spans and meta bytes, an unattributed one, requests as ints without meta; rows_of(request) is a
+    # read-only [rows, row_bytes] view of exactly that request's rows, refused for a whole entry and an unknown id
+    x = (np.arange(32 * 12, dtype=np.float32).reshape(32, 12) * 3 + 1).copy()
+    sel = [np.array([31, 4, 5, 11], np.int32), np.array([0, 1], np.int32), np.array([2, 9], np.int32)]
+
+    def produce(ch):
+        ch.begin_forward(stream, tag=1000, requests=[(103, 0, 1), (100, 1, 2), (102, 3, 1)], meta=b"step 1000")
+        ch.capture_rows(1, x, rows=sel[0], stream=stream)
+        ch.capture(2, x[:2], stream)
+        ch.end_forward(stream)
+        ch.begin_forward(stream)
+        ch.capture_rows(1, x, rows=sel[1], stream=stream)
+        ch.end_forward(stream)
+        ch.begin_forward(stream, tag=7, requests=[40, 41])
+        ch.capture_rows(3, x, rows=sel[2], stream=stream)
+        ch.end_forward(stream)
+
+    recs, st = attr_records(name, 4, produce)
+    a, whole, untagged, ints = recs
+    assert (a["tag"], a["forward"], a["attribution"], a["meta"]) == (1000, 0, "present", b"step 1000".hex())
+    assert (a["rows"], a["row_bytes"], a["reserved"] >= 4 * 48) == (4, 48, True)
+    assert a["requests"] == [[103, 0, 1], [100, 1, 2], [102, 3, 1]]
+    assert a["rows_of"] == {"103": [[1, 48], False, _rows_sha(x, [31])], "100": [[2, 48], False, _rows_sha(x, [4, 5])],
+                            "102": [[1, 48], False, _rows_sha(x, [11])]}
+    assert "got request 4611686018427387904" in a["unknown"]
+    assert (whole["tag"], whole["requests"], whole["meta"], whole["rows"], whole["row_bytes"]) == \
+        (1000, a["requests"], a["meta"], 0, 0)
+    assert whole["reserved"] >= 96 and "captured whole" in whole["rows_of_error"]
+    assert (untagged["tag"], untagged["forward"], untagged["attribution"]) == (1, 1, "none")
+    assert (untagged["requests"], untagged["meta"], untagged["rows"]) == ([], None, 2)
+    assert (ints["tag"], ints["attribution"], ints["meta"], ints["requests"]) == (7, "present", None, [[40, 0, 1], [41, 1, 1]])
+    assert ints["rows_of"] == {"40": [[1, 48], False, _rows_sha(x, [2])], "41": [[1, 48], False, _rows_sha(x, [9])]}
+    assert (st["attribution_records"], st["attribution_overflows"]) == (2, 0)
+
+
+def test_a_size_overflow_entry_names_its_reservation_in_the_reader_process(name, stream):
+    # plan(selected=2) reserves 2 rows (96 bytes) per row entry; a replay selecting 3 rows is size_overflow: the reader
+    # sees .reserved == 96 and a SizeOverflowError naming 96 reserved bytes (not 0)
+    x = (np.arange(32 * 12, dtype=np.float32).reshape(32, 12)).copy()
+    idx = np.array([1, 6, 11, 0], np.int32)
+    n = np.array([3], np.int32)
+
+    def produce(ch):
+        stream.begin_capture()
+        ch.begin_forward(stream)
+        ch.capture_rows(0, x, rows=idx, count=n, max_count=4, stream=stream)
+        plan = ch.end_forward(stream)
+        g = stream.end_capture()
+        ch.plan(plan, stream, selected=2, tag=9, requests=[(5, 0, 3)])
+        g.launch(stream)
+        stream.synchronize()
+
+    (e,), _ = attr_records(name, 1, produce)
+    assert (e["status"], e["size"], e["reserved"], e["tag"], e["requests"]) == ("size_overflow", 144, 96, 9, [[5, 0, 3]])
+    assert "GPU-resolved size 144 bytes exceeds the reserved 96 bytes" in e["error"], e["error"]
+
+
+def test_a_record_larger_than_the_region_is_attribution_overflow_counted_never_a_wrong_attribution(name, stream):
+    # record_bytes=4096: a forward of 200 requests and 3 meta bytes needs 64 + 200 x 24 + 8 = 4872 bytes, so its
+    # entries arrive without it (attribution 'overflow': requests / meta / rows_of raise AttributionOverflowError
+    # naming both sizes; the bytes intact), counted once; the next forward's record is there again
+    x = (np.arange(32 * 12, dtype=np.float32).reshape(32, 12)).copy()
+    rows = np.array([3, 4, 5], np.int32)
+
+    def produce(ch):
+        ch.begin_forward(stream, tag=1, requests=[(k, k % 3, 1) for k in range(200)], meta=b"big")
+        ch.capture_rows(0, x, rows=rows, stream=stream)
+        ch.capture(1, x[:1], stream)
+        ch.end_forward(stream)
+        ch.begin_forward(stream, tag=2, requests=[(9, 0, 3)], meta=b"small")
+        ch.capture_rows(0, x, rows=rows, stream=stream)
+        ch.end_forward(stream)
+
+    recs, st = attr_records(name, 3, produce, record_bytes=4096)
+    for e, data in zip(recs[:2], (x[rows], x[:1])):
+        assert (e["attribution"], e["tag"], e["status"]) == ("overflow", 1, "ok")
+        assert e["overflow"][:2] == [4872, 4096] and "requests" not in e
+        assert e.get("rows_of_overflow", False) == (e["row_bytes"] != 0)
+        assert "got a record of 4872 bytes, larger than the region's 4096 bytes" in e["overflow"][2]
+        assert e["sha"] == hashlib.sha256(np.ascontiguousarray(data).view(np.uint8)).hexdigest()
+    last = recs[2]
+    assert (last["attribution"], last["requests"], last["meta"]) == ("present", [[9, 0, 3]], b"small".hex())
+    assert last["rows_of"] == {"9": [[3, 48], False, _rows_sha(x, rows)]}
+    assert (st["attribution_overflows"], st["attribution_records"]) == (1, 1)

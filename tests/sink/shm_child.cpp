@@ -15,6 +15,12 @@
 //       view where the schema declares its hook (the elements as the dtype's C++ type, the shape against the size),
 //       printing "typed <index> <hook> <tag> <name> <dtype> <shape, 'x'-separated> <ok 0|1>", else its bytes,
 //       printing "raw <index> <hook> <tag> <size> <ok 0|1>".
+//   ferry_shm_child attrib <name> <count> [<delay_us> [<start_ms>]]
+//       attaches, prints "attached <start index>", sleeps <start_ms> (the producer fills the ring meanwhile), reads
+//       <count> entries (or to the end of the stream; <delay_us>: a sleep before each poll of one entry), printing per entry one line of key=value fields (shm_attr_line:
+//       its descriptor, reserved bytes, rows, attribution, the meta's tag / selected / requests / user bytes in
+//       hex, an FNV-1a digest of each request's rows_of(), whether rows_of refused a whole entry and an unknown
+//       request), and a line "what <index> <message>" for an entry whose bytes() or attribution throws.
 //   ferry_shm_child stall <name> <sleep_ms>
 //       attaches, reads one entry and keeps it, prints "stalled", sleeps <sleep_ms>, then polls once and prints
 //       "detached" (reader_detached_error) or "still attached".
@@ -24,6 +30,7 @@
 //       a host-backend channel feeding stream <name>: <forwards> forwards of the test's three hooks (tags
 //       1000 + f), prints "published", then sleeps until killed (never closing the stream: a dead producer).
 // Errors print "error <type> <message>" and exit 3.
+#include "sink/shm_attr_line.hpp"
 #include "sink/shm_pattern.hpp"
 
 #include <ferry/backend.hpp>
@@ -179,6 +186,24 @@ int typed(const std::string& name, std::uint64_t count)
   return 0;
 }
 
+int attrib(const std::string& name, std::uint64_t count, long delay_us, long start_ms)
+{
+  fk::shm_reader r{name, 10s};
+  say("attached " + std::to_string(r.stats().start_index));
+  std::this_thread::sleep_for(std::chrono::milliseconds(start_ms));
+  for (std::uint64_t n = 0; n < count && !r.ended();) {
+    if (delay_us > 0) { std::this_thread::sleep_for(std::chrono::microseconds(delay_us)); }
+    for (auto& e : r.poll(delay_us > 0 ? 1 : 64, 20ms)) {
+      ++n;
+      std::string what;
+      say(ferry::test::shm_attr_line(e, what));
+      if (!what.empty()) { say("what " + std::to_string(e.index()) + " " + what); }
+    }
+  }
+  say(r.ended() ? "ended" : "done");
+  return 0;
+}
+
 int produce(const std::string& name, std::uint64_t forwards)
 {
   namespace fb = ferry::backend;
@@ -225,6 +250,7 @@ int main(int argc, char** argv)
       return read(a[1], static_cast<std::uint64_t>(num(2, 0)), num(3, -1), num(4, 0), num(5, 0));
     }
     if (a.size() >= 3 && a[0] == "typed") { return typed(a[1], static_cast<std::uint64_t>(num(2, 0))); }
+    if (a.size() >= 3 && a[0] == "attrib") { return attrib(a[1], static_cast<std::uint64_t>(num(2, 0)), num(3, 0), num(4, 0)); }
     if (a.size() >= 3 && a[0] == "stall") {
       fk::shm_reader r{a[1], 10s};
       auto e = r.poll(1, 10s);
@@ -254,6 +280,6 @@ int main(int argc, char** argv)
     say(std::string{"error exception "} + e.what());
     return 3;
   }
-  std::fprintf(stderr, "usage: ferry_shm_child read|typed|stall|hold|produce <name> ...\n");
+  std::fprintf(stderr, "usage: ferry_shm_child read|typed|attrib|stall|hold|produce <name> ...\n");
   return 2;
 }

@@ -419,12 +419,24 @@ TEST_F(ShmStream, SecondReaderIsRefusedAndAReaderAttachesAfterTheFirstDied)
   (void)stream.close();
 }
 
-// Version 1 (the layout before the schema region) and a later one: refused before anything else is read.
+// Version 1 (the layout before the schema region), 2 (before the record region and the 128-byte descriptors) and a
+// later one: refused before anything else is read. The segment says version 3, which a reader of version 2 (it
+// accepts its own only) refuses the same way.
 TEST_F(ShmStream, ReaderOfAnotherLayoutVersionIsRefusedNamingBoth)
 {
-  EXPECT_EQ(shm::layout_version, 2U);
+  EXPECT_EQ(shm::layout_version, 3U);
   fk::shm_stream stream{stream_config()};
-  for (const std::uint64_t version : {std::uint64_t{1}, std::uint64_t{99}}) {
+  {
+    const int fd = ::shm_open(shm::object_name(name).c_str(), O_RDONLY, 0);
+    ASSERT_GE(fd, 0);
+    void* p = ::mmap(nullptr, shm::header_bytes, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    ASSERT_NE(p, MAP_FAILED);
+    EXPECT_EQ(shm::load(static_cast<std::byte*>(p), shm::w_version), 3U);
+    EXPECT_EQ(shm::load(static_cast<std::byte*>(p), shm::w_descriptor_bytes), 128U);
+    ::munmap(p, shm::header_bytes);
+  }
+  for (const std::uint64_t version : {std::uint64_t{1}, std::uint64_t{2}, std::uint64_t{99}}) {
     {
       const int fd = ::shm_open(shm::object_name(name).c_str(), O_RDWR, 0);
       ASSERT_GE(fd, 0);
@@ -440,7 +452,7 @@ TEST_F(ShmStream, ReaderOfAnotherLayoutVersionIsRefusedNamingBoth)
     } catch (const fk::layout_version_error& e) {
       EXPECT_EQ(e.expected(), shm::layout_version);
       EXPECT_EQ(e.got(), version);
-      EXPECT_NE(std::string{e.what()}.find("expected layout version 2 (this reader's), got version " + std::to_string(version)),
+      EXPECT_NE(std::string{e.what()}.find("expected layout version 3 (this reader's), got version " + std::to_string(version)),
                 std::string::npos) << e.what();
     }
   }

@@ -4,7 +4,8 @@
 // for the writer past its limit (stall_error). Schema mismatches are d2h::entry_shape_error (hook_schema.hpp).
 // The shared-memory stream (shm_stream.hpp, shm_reader.hpp): a stream or its reader slot already taken
 // (stream_busy_error), a reader of another layout version (layout_version_error), a reader whose session the
-// producer ended (reader_detached_error), a producer that died (producer_gone_error).
+// producer ended (reader_detached_error), a producer that died (producer_gone_error), an entry whose forward's
+// attribution did not fit the stream's record region (attribution_overflow_error).
 #pragma once
 
 #include <ferry/error.hpp>
@@ -85,6 +86,24 @@ class reader_detached_error : public ferry::error {
 class producer_gone_error : public ferry::error {
  public:
   using error::error;
+};
+
+/// A shared-memory stream entry whose forward's attribution (forward_meta: requests, user bytes, tag) needed a
+/// record larger than the stream's whole record region (shm_stream_config::record_bytes): the producer published
+/// the entry without it and counted the forward (attribution_overflows). Raised by the reader's attribution
+/// accessors (shm_entry::meta(), requests(), user(), rows_of()); the entry's bytes are intact.
+class attribution_overflow_error : public ferry::error {
+ public:
+  attribution_overflow_error(const std::string& msg, std::uint64_t record_bytes, std::uint64_t capacity)
+    : error(msg), record_bytes_{record_bytes}, capacity_{capacity}
+  {
+  }
+  [[nodiscard]] std::uint64_t record_bytes() const noexcept { return record_bytes_; }  ///< the record it needed
+  [[nodiscard]] std::uint64_t capacity() const noexcept { return capacity_; }          ///< the region's bytes
+
+ private:
+  std::uint64_t record_bytes_;
+  std::uint64_t capacity_;
 };
 
 }  // namespace ferry::sink

@@ -6,6 +6,7 @@
 //     for (auto& e : r.poll(64, std::chrono::milliseconds(100))) {
 //       use(e.hook(), e.tag(), e.bytes());             // zero-copy: the bytes where the D2H put them
 //       if (e.spec() != nullptr) { use(e.typed()); }   // a hook of the stream's schema: d2h::typed_view
+//       for (const auto& q : e.requests()) { use(q.request, e.rows_of(q.request)); }  // the forward's attribution
 //     }                                                // each entry released when it dies (or release())
 //   }
 //
@@ -14,12 +15,14 @@
 // (a producer of another layout version), reader_detached_error (the producer ended this session: evicted
 // under policy drop), producer_gone_error (the producer died; raised once every entry it published was read),
 // timeout_error (no stream of that name, or no session, within the attach timeout), d2h::schema_error (poll(),
-// schema(): a corrupted schema region).
+// schema(): a corrupted schema region), logic_error (poll(): a corrupted descriptor or forward record),
+// attribution_overflow_error (an entry's attribution accessors: its forward's record did not fit the segment).
 #pragma once
 
 #include <ferry/d2h/entry_view.hpp>
 #include <ferry/d2h/typed_view.hpp>
 #include <ferry/sink/detail/shm_segment.hpp>
+#include <ferry/sink/errors.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -37,24 +40,29 @@ namespace detail {
 class shm_reader_impl;
 }
 
+/// What an entry's forward attribution is at the reader: none given (no tag, requests or user bytes), present
+/// (meta(), requests(), user() as the producer's entry_view had them), or overflow (its record was larger than
+/// the stream's record region: the accessors throw attribution_overflow_error).
+enum class shm_attribution { none, present, overflow };
+
 /// One entry of the stream (move-only): its descriptor and its bytes in the stream's staging, valid until
 /// released (release(), the destructor; or the reader's close() while unreleased: the producer may then reuse
-/// the bytes).
+/// the bytes). Its attribution is the reader's private copy of its forward's record: valid after release too.
 class shm_entry {
  public:
   shm_entry() = default;
   shm_entry(const shm_entry&) = delete;
   shm_entry& operator=(const shm_entry&) = delete;
-  shm_entry(shm_entry&& o) noexcept
-    : r_{std::move(o.r_)}, schema_{std::move(o.schema_)}, d_{o.d_}, data_{std::exchange(o.data_, nullptr)}
-  {
-  }
+  shm_entry(shm_entry&& o) noexcept { *this = std::move(o); }
   shm_entry& operator=(shm_entry&& o) noexcept
   {
     if (this != &o) {
       release();
       r_ = std::move(o.r_);
       schema_ = std::move(o.schema_);
+      meta_ = std::move(o.meta_);
+      overflow_stream_ = std::move(o.overflow_stream_);
+      record_capacity_ = o.record_capacity_;
       d_ = o.d_;
       data_ = std::exchange(o.data_, nullptr);
     }
@@ -71,12 +79,59 @@ class shm_entry {
   [[nodiscard]] bool ok() const noexcept { return d_.status == 0; }
   [[nodiscard]] std::uint64_t size() const noexcept { return d_.size; }
   [[nodiscard]] std::uint64_t row_bytes() const noexcept { return d_.row_bytes; }
+  /// entry_view::reserved_bytes(): the entry's reservation (a size_overflow entry's size exceeded it).
+  [[nodiscard]] std::uint64_t reserved_bytes() const noexcept { return d_.reserved; }
+  /// capture_rows: the rows the entry holds (size() / row_bytes(); 0 for a failed or whole entry).
+  [[nodiscard]] std::uint64_t rows() const noexcept { return d_.row_bytes != 0 && ok() ? d_.size / d_.row_bytes : 0; }
   [[nodiscard]] bool released() const noexcept { return r_ == nullptr; }
+
+  // ---- attribution (d2h/forward_info.hpp): the producer's entry_view::meta(), through the segment's record ----
+  [[nodiscard]] shm_attribution attribution() const noexcept
+  {
+    return d_.attribution == detail::shm::attribution_record     ? shm_attribution::present
+           : d_.attribution == detail::shm::attribution_overflow ? shm_attribution::overflow
+                                                                 : shm_attribution::none;
+  }
+  /// The forward's metadata as the engine gave it (null: none), shared (it outlives release()). Throws
+  /// attribution_overflow_error naming the stream, the entry, the record's and the region's bytes.
+  [[nodiscard]] const std::shared_ptr<const d2h::forward_meta>& shared_meta() const
+  {
+    if (d_.attribution == detail::shm::attribution_overflow) {
+      throw attribution_overflow_error(
+        ferry::detail::format("ferry: shm reader: stream '{}': entry {} (hook {}, seq {}, forward {}): expected its "
+                              "forward's attribution in the stream's record region, got a record of {} bytes, larger "
+                              "than the region's {} bytes (shm_stream_config::record_bytes; counted by the producer "
+                              "in attribution_overflows) [{}:{}]", overflow_stream_ ? *overflow_stream_ : "?",
+                              d_.index, d_.hook, d_.seq, d_.forward, d_.record_bytes, record_capacity_, __FILE__, __LINE__),
+        d_.record_bytes, record_capacity_);
+    }
+    return meta_;
+  }
+  [[nodiscard]] const d2h::forward_meta* meta() const { return shared_meta().get(); }
+  /// The forward's requests {request, first_row, rows} in the entry's row order (empty: none given).
+  [[nodiscard]] std::span<const d2h::request_rows> requests() const
+  {
+    const d2h::forward_meta* m = meta();
+    return m != nullptr ? std::span<const d2h::request_rows>{m->requests} : std::span<const d2h::request_rows>{};
+  }
+  /// The forward's opaque user bytes, as given (empty: none).
+  [[nodiscard]] std::span<const std::byte> user() const
+  {
+    const d2h::forward_meta* m = meta();
+    return m != nullptr ? std::span<const std::byte>{m->user} : std::span<const std::byte>{};
+  }
+  /// The rows of request `request` (requests()), a view into the payload (no copy); entry_view::rows_of's rules:
+  /// logic_error for an entry captured whole, a request the forward does not name, or rows past the entry's;
+  /// what bytes() and meta() throw.
+  [[nodiscard]] std::span<const std::byte> rows_of(std::uint64_t request) const;
+
   /// The payload (read-only mapping). Throws as entry_view::bytes() for an entry without bytes, logic_error
   /// after release().
   [[nodiscard]] std::span<const std::byte> bytes() const
   {
-    if (status() == d2h::entry_status::size_overflow) { throw d2h::size_overflow_error(hook(), seq(), 0, d_.size); }
+    if (status() == d2h::entry_status::size_overflow) {
+      throw d2h::size_overflow_error(hook(), seq(), d_.reserved, d_.size);
+    }
     if (status() == d2h::entry_status::selection_error) { throw d2h::selection_error(hook(), seq()); }
     FERRY_EXPECTS(r_ != nullptr || d_.size == 0, ferry::logic_error,
                   "shm entry {} (hook {}, seq {}): expected a live entry, got a released one", d_.index, d_.hook, d_.seq);
@@ -103,6 +158,9 @@ class shm_entry {
   friend class detail::shm_reader_impl;
   std::shared_ptr<detail::shm_reader_impl> r_;
   std::shared_ptr<const d2h::hook_schema> schema_;
+  std::shared_ptr<const d2h::forward_meta> meta_;        // attribution_record: the parsed record
+  std::shared_ptr<const std::string> overflow_stream_;   // attribution_overflow: the stream's name (the error's)
+  std::uint64_t record_capacity_{0};                     // attribution_overflow: the record region's bytes
   detail::shm::descriptor d_{};
   const std::byte* data_{nullptr};
 };
@@ -155,3 +213,4 @@ class shm_reader {
 }  // namespace ferry::sink
 
 #include <ferry/sink/detail/shm_reader_impl.hpp>
+#include <ferry/sink/detail/shm_reader.inl>

@@ -56,6 +56,11 @@ struct shm_stream_config {
   std::chrono::microseconds poll_interval{100};  ///< the stream thread's period while the reader holds entries (else 1 ms)
   d2h::hook_schema schema;  ///< what each hook's bytes are, for the reader (written into the segment); empty: adopt_schema()
   std::uint64_t schema_bytes{256 << 10};  ///< the segment's room for a schema adopted later (a config schema: at least its size)
+  /// The segment's record region: each forward's attribution (forward_meta: tag, requests, user bytes) for the
+  /// reader, held until the reader released the forward's entries; rounded up to pages, at least one. A forward
+  /// whose record is larger is published without it (attribution_overflows; the reader's accessors throw
+  /// attribution_overflow_error); one that does not fit now waits for room as an entry waits for a descriptor.
+  std::uint64_t record_bytes{1 << 20};
 };
 
 /// A snapshot of the stream's counters (monotonic but for the "now" ones).
@@ -81,6 +86,8 @@ struct shm_stream_stats {
   std::uint64_t readers_died{0};       ///< sessions ended by the reader's death
   std::uint64_t readers_evicted{0};    ///< drop: sessions ended because the reader stalled
   std::uint64_t reader_pid{0};         ///< now: the attached reader's pid (0: none)
+  std::uint64_t attribution_records{0};    ///< forward records written into the record region
+  std::uint64_t attribution_overflows{0};  ///< forwards whose record exceeds record_bytes: published without it
   std::string first_error;             ///< the first error kept (empty: none)
 };
 
@@ -109,6 +116,8 @@ void for_each_shm_stat(S& s, F&& f)
   f("readers_died", s.readers_died);
   f("readers_evicted", s.readers_evicted);
   f("reader_pid", s.reader_pid);
+  f("attribution_records", s.attribution_records);
+  f("attribution_overflows", s.attribution_overflows);
   f("first_error", s.first_error);
 }
 

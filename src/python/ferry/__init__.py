@@ -19,6 +19,7 @@ import os as _os
 
 from . import _ferry
 from ._ferry import (  # noqa: F401  (re-exported)
+    AttributionOverflowError,
     BackendError,
     Buffer,
     Entry,
@@ -46,7 +47,7 @@ from .schema import dtype_name, row_spec  # noqa: F401,E402  (re-exported)
 __version__ = _ferry.version
 
 __all__ = [
-    "BackendError", "Buffer", "Channel", "Entry", "EntryBatch", "Error", "Graph", "IOError", "InvalidatedError",
+    "AttributionOverflowError", "BackendError", "Buffer", "Channel", "Entry", "EntryBatch", "Error", "Graph", "IOError", "InvalidatedError",
     "LayoutVersionError", "LogicError", "OutOfMemory", "Plan", "Producer", "ProducerGoneError", "Publisher",
     "ReaderDetachedError", "ShmEntry", "ShmReader", "ShutdownError", "SizeOverflowError", "Slot", "Stream",
     "StreamBusyError", "TimeoutError", "available_backends", "default_backend", "dtype_name", "h2d_producer",

@@ -53,7 +53,8 @@ def safetensors(directory, schema=None, *, shard_bytes: int = 1 << 30, policy: s
 
 def shm_stream(name: str, schema=None, *, staging_bytes: int = 64 << 20, descriptors: int = 4096,
                policy: str = "block", timeout: float = 5.0, max_lag_entries: int = 0, max_lag_bytes: int = 0,
-               poll_interval: float = 1e-4, schema_bytes: int = 256 << 10) -> ShmStreamSink:
+               poll_interval: float = 1e-4, schema_bytes: int = 256 << 10,
+               record_bytes: int = 1 << 20) -> ShmStreamSink:
     """A sink streaming every entry zero-copy to a reader in another process: ``ferry.ShmReader(name)`` there.
 
     Creates the shared-memory segment /dev/shm/ferry-<name> (a name of [A-Za-z0-9._-]; ferry.StreamBusyError if a
@@ -74,6 +75,12 @@ def shm_stream(name: str, schema=None, *, staging_bytes: int = 64 << 20, descrip
     Written into the segment: the reader's ``ShmEntry.numpy()`` / ``tensor()`` of a declared hook are then
     ``[rows, *row_shape]`` of its dtype. `schema_bytes`: the segment's room for a channel's schema.
 
+    Each forward's attribution (``begin_forward(tag=, requests=, meta=)``) reaches the reader with its entries
+    (``ShmEntry.requests``, ``meta``, ``rows_of``) through a record region of `record_bytes` (rounded up to pages):
+    a forward's record (64 + 24 per request + its meta bytes) waits for room there as an entry waits for a
+    descriptor; one larger than the whole region is published without it (``ShmEntry.attribution`` 'overflow',
+    ferry.AttributionOverflowError there; counted in ``stats()["attribution_overflows"]``).
+
     ``stats()`` (dict), ``close()`` (marks the stream ended, waits up to `timeout` for the reader to release,
     raises the first error kept); a context manager. Close the channel first, then the sink.
     """
@@ -81,4 +88,4 @@ def shm_stream(name: str, schema=None, *, staging_bytes: int = 64 << 20, descrip
     return _ferry.ShmStreamSink(str(name), hooks, schema_bytes=schema_bytes, staging_bytes=staging_bytes,
                                 descriptors=descriptors, policy=policy, timeout=float(timeout),
                                 max_lag_entries=max_lag_entries, max_lag_bytes=max_lag_bytes,
-                                poll_interval=float(poll_interval))
+                                poll_interval=float(poll_interval), record_bytes=record_bytes)

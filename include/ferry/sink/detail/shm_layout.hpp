@@ -1,18 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
-// The shared-memory stream's segment, byte by byte (layout version 2; docs/design/shm_stream.md). One POSIX
+// The shared-memory stream's segment, byte by byte (layout version 3; docs/design/shm_stream.md). One POSIX
 // shared-memory object "/ferry-<name>" (Linux: /dev/shm/ferry-<name>), all words little-endian uint64:
 //
 //   [0, 4096)           header, one 64-byte line per writer so no two writers share a line:
 //     line 0, 1         fixed at creation: magic (written last, store-release), version, sizes, generation,
-//                       the producer's pid and start time, the schema region's offset and capacity
+//                       the producer's pid and start time, the schema region's offset and capacity, the record
+//                       region's offset and capacity
 //     line 2            head: descriptors published (producer, store-release)
 //     line 3            producer control: state, session, session_claim, read_start, detach_reason, schema (the
 //                       schema region's bytes once written, store-release; 0: none yet)
 //     line 4            release: the reader's released prefix, tagged with its session (reader, store-release)
 //     line 5            consumed: the reader's read index, tagged (reader; diagnostics)
 //     line 6            reader control: claim (CAS), attach_request, the reader's start time
-//   [4096, desc_end)    descriptor ring: capacity (a power of two) x 64-byte descriptors, index i at i % capacity
+//   [4096, desc_end)    descriptor ring: capacity (a power of two) x 128-byte descriptors, index i at i % capacity
 //   [schema_offset, +schema_capacity)  the hook schema (page-aligned; shm_schema.hpp), written once
+//   [record_offset, +record_capacity)  the forwards' attribution records (page-aligned; shm_records.hpp): a ring of
+//                       records, each written before the first descriptor naming it is published
 //   [staging_offset, +staging_bytes)  the channel's staging (page-aligned): entry payloads, where D2H lands
 //
 // Word access goes through std::atomic_ref (lock-free, so address-free: valid across processes).
@@ -32,10 +35,12 @@
 namespace ferry::sink::detail::shm {
 
 inline constexpr std::uint64_t magic = 0x4d48535952524546ULL;  // "FERRYSHM" in memory order
-inline constexpr std::uint64_t layout_version = 2;  ///< 2: the schema region (1: none)
+/// 3: the record region and 128-byte descriptors naming their forward's record and the entry's reservation;
+/// 2: the schema region; 1: neither.
+inline constexpr std::uint64_t layout_version = 3;
 inline constexpr std::uint64_t header_bytes = 4096;
 inline constexpr std::uint64_t page = 4096;
-inline constexpr std::uint64_t descriptor_bytes = 64;
+inline constexpr std::uint64_t descriptor_bytes = 128;
 inline constexpr unsigned tag_shift = 48;  ///< release / consumed words: session tag << 48 | index
 inline constexpr std::uint64_t index_mask = (std::uint64_t{1} << tag_shift) - 1;
 
@@ -44,7 +49,8 @@ enum word : std::uint64_t {
   // line 0, 1: fixed
   w_magic = 0, w_version = 8, w_header_bytes = 16, w_total_bytes = 24, w_desc_offset = 32, w_desc_capacity = 40,
   w_staging_offset = 48, w_staging_bytes = 56, w_generation = 64, w_producer_pid = 72, w_producer_start = 80,
-  w_descriptor_bytes = 88, w_schema_offset = 96, w_schema_capacity = 104,
+  w_descriptor_bytes = 88, w_schema_offset = 96, w_schema_capacity = 104, w_record_offset = 112,
+  w_record_capacity = 120,
   // line 2: producer, hot
   w_head = 128,
   // line 3: producer control
@@ -59,7 +65,14 @@ enum stream_state : std::uint64_t { state_creating = 0, state_open = 1, state_cl
 /// Why the producer ended the last session (w_detach_reason).
 enum detach_reason : std::uint64_t { detach_none = 0, detach_evicted = 1, detach_reader_left = 2, detach_reader_died = 3 };
 
-/// One published entry (64 bytes). status: d2h::entry_status (0 ok, 1 size_overflow, 2 selection_error).
+/// A descriptor's attribution: what its forward's record is (shm_records.hpp).
+enum attribution : std::uint32_t {
+  attribution_none = 0,      ///< the forward carries no forward_meta (no tag, requests or user bytes given)
+  attribution_record = 1,    ///< record, record_offset, record_bytes name its record in the record region
+  attribution_overflow = 2,  ///< its record (record_bytes) is larger than the whole record region: not written
+};
+
+/// One published entry (128 bytes). status: d2h::entry_status (0 ok, 1 size_overflow, 2 selection_error).
 struct descriptor {
   std::uint64_t index;      ///< the stream index (i-th published entry), checked by the reader
   std::uint64_t seq;        ///< entry_view::seq()
@@ -70,6 +83,13 @@ struct descriptor {
   std::uint64_t row_bytes;  ///< entry_view::row_bytes()
   std::uint32_t hook;
   std::uint32_t status;
+  std::uint64_t reserved;       ///< entry_view::reserved_bytes()
+  std::uint64_t record;         ///< attribution_record: the record's number (1, 2, ...; its header repeats it)
+  std::uint64_t record_offset;  ///< attribution_record: its offset in the record region
+  std::uint64_t record_bytes;   ///< attribution_record: its length; attribution_overflow: the length it needed
+  std::uint32_t attribution;    ///< shm::attribution
+  std::uint32_t spare0;
+  std::uint64_t spare[3];       ///< zero
 };
 static_assert(sizeof(descriptor) == descriptor_bytes);
 static_assert(std::atomic_ref<std::uint64_t>::is_always_lock_free, "cross-process words need lock-free atomics");

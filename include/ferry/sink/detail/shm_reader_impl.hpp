@@ -2,10 +2,12 @@
 // The shared-memory stream's reader behind its handle (sink/shm_reader.hpp): attach (claim the reader slot
 // with a CAS, ask the producer for a session, wait for it), poll (acquire head, read descriptors, publish the
 // read index), release (mark, advance the released prefix, store-release it tagged with the session), close
-// (the last release, then the slot freed), the schema (acquire its word, parse a copy of its region). The
-// ordering steps (docs/design/shm_stream.md) are marked S0..S7.
+// (the last release, then the slot freed), the schema (acquire its word, parse a copy of its region), each
+// entry's attribution (a copy of its forward's record, parsed once per record). The ordering steps
+// (docs/design/shm_stream.md) are marked S0..S7.
 #pragma once
 
+#include <ferry/sink/detail/shm_records.hpp>
 #include <ferry/sink/detail/shm_schema.hpp>
 #include <ferry/sink/shm_reader.hpp>
 
@@ -157,6 +159,7 @@ class shm_reader_impl : public std::enable_shared_from_this<shm_reader_impl> {
                     ferry::logic_error, "shm reader: stream '{}' expected descriptor {} within the staging's {} bytes, "
                     "got index {}, offset {}, size {}", seg_->name(), read_, seg_->staging_bytes(), e.d_.index,
                     e.d_.offset, e.d_.size);
+      attribute_locked(e);
       e.data_ = seg_->staging() + e.d_.offset;
       e.r_ = shared_from_this();
       e.schema_ = schema_;
@@ -182,6 +185,35 @@ class shm_reader_impl : public std::enable_shared_from_this<shm_reader_impl> {
     const std::vector<std::byte> copy(seg_->schema_region(), seg_->schema_region() + n);
     schema_ = std::make_shared<const d2h::hook_schema>(shm::decode_schema(copy, seg_->name()));
     schema_known_ = true;
+  }
+
+  /// S2a, read under S3's acquire: the entry's forward record, copied and parsed (shm::read_record: logic_error for
+  /// one that is not the descriptor's), once per record; an overflow entry gets what its error names.
+  void attribute_locked(shm_entry& e)
+  {
+    const shm::descriptor& d = e.d_;
+    const std::uint64_t cap = seg_->record_capacity();
+    FERRY_EXPECTS(d.attribution <= shm::attribution_overflow &&
+                    (d.attribution != shm::attribution_record ||
+                     (d.record_offset <= cap && d.record_bytes <= cap - d.record_offset)),
+                  ferry::logic_error, "shm reader: stream '{}' expected descriptor {}'s attribution none (0), a record "
+                  "(1) within the record region's {} bytes or overflow (2), got attribution {}, record at {} of {} bytes",
+                  seg_->name(), d.index, cap, d.attribution, d.record_offset, d.record_bytes);
+    if (d.attribution == shm::attribution_overflow) {
+      if (!name_) { name_ = std::make_shared<const std::string>(seg_->name()); }
+      e.overflow_stream_ = name_;
+      e.record_capacity_ = cap;
+      return;
+    }
+    if (d.attribution != shm::attribution_record) { return; }
+    if (!record_ || d.record != record_number_ || d.forward != record_forward_) {
+      const std::byte* p = seg_->record_region() + d.record_offset;
+      const std::vector<std::byte> copy(p, p + d.record_bytes);
+      record_ = shm::read_record(copy, d, seg_->name());
+      record_number_ = d.record;
+      record_forward_ = d.forward;
+    }
+    e.meta_ = record_;
   }
 
   /// The producer ended this session (evicted, or the slot freed): every call from now on says so.
@@ -226,59 +258,9 @@ class shm_reader_impl : public std::enable_shared_from_this<shm_reader_impl> {
   std::atomic<bool> ended_{false};
   std::shared_ptr<const d2h::hook_schema> schema_{std::make_shared<const d2h::hook_schema>()};  // under mu_
   bool schema_known_{false};
+  std::shared_ptr<const d2h::forward_meta> record_;  // the last record parsed (under mu_): its number, forward
+  std::uint64_t record_number_{0}, record_forward_{0};
+  std::shared_ptr<const std::string> name_;  // for overflow entries' errors
 };
 
 }  // namespace ferry::sink::detail
-
-namespace ferry::sink {
-
-inline void shm_entry::release() noexcept
-{
-  if (r_) {
-    r_->release(d_.index);
-    r_.reset();
-  }
-  data_ = nullptr;
-}
-
-inline shm_reader::shm_reader(const std::string& name, std::chrono::milliseconds attach_timeout)
-  : impl_{std::make_shared<detail::shm_reader_impl>(name, attach_timeout)}
-{
-}
-inline shm_reader& shm_reader::operator=(shm_reader&& o) noexcept
-{
-  if (this != &o) {
-    if (impl_) { impl_->close(); }
-    impl_ = std::move(o.impl_);
-  }
-  return *this;
-}
-inline shm_reader::~shm_reader()
-{
-  if (impl_) { impl_->close(); }
-}
-inline detail::shm_reader_impl& shm_reader::impl() const
-{
-  FERRY_EXPECTS(impl_ != nullptr, ferry::logic_error, "shm reader: expected a live reader, got a moved-from one");
-  return *impl_;
-}
-inline std::vector<shm_entry> shm_reader::poll(std::size_t max, std::chrono::microseconds timeout)
-{
-  return impl().poll(max, timeout);
-}
-inline std::optional<shm_entry> shm_reader::next(std::chrono::microseconds timeout)
-{
-  auto v = impl().poll(1, timeout);
-  if (v.empty()) { return std::nullopt; }
-  return std::move(v.front());
-}
-inline bool shm_reader::ended() const { return impl().ended(); }
-inline std::shared_ptr<const d2h::hook_schema> shm_reader::schema() const { return impl().schema(); }
-inline shm_reader_stats shm_reader::stats() const { return impl().stats(); }
-inline void shm_reader::close() noexcept
-{
-  if (impl_) { impl_->close(); }
-}
-inline const std::string& shm_reader::name() const { return impl().name(); }
-
-}  // namespace ferry::sink

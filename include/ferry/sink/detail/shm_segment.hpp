@@ -2,10 +2,10 @@
 // The shared-memory stream's segment (layout: shm_layout.hpp): created by the producer (shm_open O_EXCL, the
 // size reserved with posix_fallocate so a full /dev/shm is an io_error, not a SIGBUS later; a stale segment of a
 // dead producer is replaced, a live producer's refused), opened by a reader (waiting for it to appear, version
-// and sizes checked). The producer maps it whole, read-write; a reader maps the header, the descriptors and the
-// schema region read-write and the staging read-only. The schema region is written once: at creation (before
-// the magic) or by publish_schema (before its word's store-release). Unmapped by the destructor; the name is
-// removed by unlink().
+// and sizes checked). The producer maps it whole, read-write; a reader maps the header, the descriptors, the
+// schema and the record regions read-write and the staging read-only. The schema region is written once: at
+// creation (before the magic) or by publish_schema (before its word's store-release); the record region by the
+// producer's record_ring (shm_records.hpp). Unmapped by the destructor; the name is removed by unlink().
 #pragma once
 
 #include <ferry/sink/detail/shm_layout.hpp>
@@ -44,9 +44,11 @@ class segment {
 
   /// Producer: a new stream `name` with `capacity` descriptors (a power of two), a schema region of
   /// `schema_capacity` bytes (at least `schema`'s, rounded up to pages) holding `schema` (the encoded region;
-  /// empty: none yet), and `staging_bytes` of staging.
+  /// empty: none yet), a record region of `record_capacity` bytes (rounded up to pages) and `staging_bytes` of
+  /// staging.
   static std::shared_ptr<segment> create(const std::string& name, std::uint64_t capacity, std::uint64_t staging_bytes,
-                                         std::uint64_t schema_capacity, std::span<const std::byte> schema)
+                                         std::uint64_t schema_capacity, std::span<const std::byte> schema,
+                                         std::uint64_t record_capacity)
   {
     std::shared_ptr<segment> s{new segment{name}};
     const std::string obj = object_name(name);
@@ -62,7 +64,9 @@ class segment {
     const std::uint64_t desc_end = header_bytes + capacity * descriptor_bytes;
     s->schema_offset_ = align_page(desc_end);
     s->schema_capacity_ = align_page(std::max<std::uint64_t>(schema_capacity, schema.size()));
-    s->staging_offset_ = s->schema_offset_ + s->schema_capacity_;
+    s->record_offset_ = s->schema_offset_ + s->schema_capacity_;
+    s->record_capacity_ = align_page(record_capacity);
+    s->staging_offset_ = s->record_offset_ + s->record_capacity_;
     s->staging_bytes_ = staging_bytes;
     s->control_bytes_ = s->staging_offset_ + align_page(staging_bytes);
     if (const int e = ::posix_fallocate(s->fd_, 0, static_cast<off_t>(s->control_bytes_)); e != 0) {
@@ -84,7 +88,7 @@ class segment {
     const std::uint64_t fixed[] = {0, layout_version, header_bytes, s->control_bytes_, header_bytes, capacity,
                                    s->staging_offset_, staging_bytes, generation(),
                                    static_cast<std::uint64_t>(::getpid()), start_time(::getpid()), descriptor_bytes,
-                                   s->schema_offset_, s->schema_capacity_};
+                                   s->schema_offset_, s->schema_capacity_, s->record_offset_, s->record_capacity_};
     for (std::size_t i = 1; i < std::size(fixed); ++i) { store(h, i * 8, fixed[i], std::memory_order_relaxed); }
     store(h, w_state, state_open, std::memory_order_relaxed);
     if (!schema.empty()) {  // S0, a schema known at creation: its bytes and word before the magic
@@ -137,22 +141,27 @@ class segment {
     s->capacity_ = load(h, w_desc_capacity);
     s->schema_offset_ = load(h, w_schema_offset);
     s->schema_capacity_ = load(h, w_schema_capacity);
+    s->record_offset_ = load(h, w_record_offset);
+    s->record_capacity_ = load(h, w_record_capacity);
     s->staging_offset_ = load(h, w_staging_offset);
     s->staging_bytes_ = load(h, w_staging_bytes);
     const std::uint64_t total = load(h, w_total_bytes);
     FERRY_EXPECTS(load(h, w_descriptor_bytes) == descriptor_bytes && s->capacity_ != 0 &&
                     (s->capacity_ & (s->capacity_ - 1)) == 0 && s->capacity_ <= (std::uint64_t{1} << 40) &&
                     s->schema_offset_ % page == 0 && s->schema_offset_ >= header_bytes + s->capacity_ * descriptor_bytes &&
-                    s->staging_offset_ % page == 0 && s->staging_offset_ >= s->schema_offset_ &&
-                    s->schema_capacity_ <= s->staging_offset_ - s->schema_offset_ &&
+                    s->record_offset_ % page == 0 && s->record_offset_ >= s->schema_offset_ &&
+                    s->schema_capacity_ <= s->record_offset_ - s->schema_offset_ &&
+                    s->staging_offset_ % page == 0 && s->staging_offset_ >= s->record_offset_ &&
+                    s->record_capacity_ >= page && s->record_capacity_ <= s->staging_offset_ - s->record_offset_ &&
                     total >= s->staging_offset_ && total - s->staging_offset_ >= s->staging_bytes_ &&
                     static_cast<std::uint64_t>(st.st_size) >= total,
                   ferry::logic_error,
                   "shm reader: stream '{}' expected a consistent header (descriptors of {} bytes, a power-of-two "
-                  "capacity, then the schema region, then the staging, within the {} byte segment), got capacity {}, "
-                  "schema region at {} of {} bytes, staging at {} of {} bytes, total {}", name, descriptor_bytes,
-                  st.st_size, s->capacity_, s->schema_offset_, s->schema_capacity_, s->staging_offset_,
-                  s->staging_bytes_, total);
+                  "capacity, then the schema region, the record region, the staging, within the {} byte segment), got "
+                  "capacity {}, schema region at {} of {} bytes, record region at {} of {} bytes, staging at {} of {} "
+                  "bytes, total {}", name, descriptor_bytes, st.st_size, s->capacity_, s->schema_offset_,
+                  s->schema_capacity_, s->record_offset_, s->record_capacity_, s->staging_offset_, s->staging_bytes_,
+                  total);
     ::munmap(s->control_, header_bytes);
     s->control_ = nullptr;
     void* c = ::mmap(nullptr, s->staging_offset_, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd_, 0);
@@ -184,6 +193,9 @@ class segment {
   /// The schema region (reader: its mapping is read-write; read it only after an acquire of w_schema).
   [[nodiscard]] const std::byte* schema_region() const noexcept { return control_ + schema_offset_; }
   [[nodiscard]] std::uint64_t schema_capacity() const noexcept { return schema_capacity_; }
+  /// The record region (shm_records.hpp; reader: read a record only after the acquire of head, S3).
+  [[nodiscard]] std::byte* record_region() const noexcept { return control_ + record_offset_; }
+  [[nodiscard]] std::uint64_t record_capacity() const noexcept { return record_capacity_; }
 
   /// Producer: removes the name (mappings stay valid; a reader still attached keeps reading). Idempotent.
   void unlink() noexcept
@@ -252,6 +264,8 @@ class segment {
   std::byte* staging_{nullptr};
   std::uint64_t schema_offset_{0};
   std::uint64_t schema_capacity_{0};
+  std::uint64_t record_offset_{0};
+  std::uint64_t record_capacity_{0};
   std::uint64_t staging_offset_{0};
   std::uint64_t staging_bytes_{0};
   std::uint64_t capacity_{0};

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <ferry/d2h/detail/access.hpp>
+#include <ferry/sink/detail/shm_records.hpp>
 #include <ferry/sink/detail/shm_schema.hpp>
 #include <ferry/sink/detail/shm_segment.hpp>
 #include <ferry/detail/close_quietly.hpp>
@@ -47,12 +48,15 @@ class shm_stream_impl : public std::enable_shared_from_this<shm_stream_impl> {
                   cfg_.timeout.count(), cfg_.poll_interval.count());
     FERRY_EXPECTS(cfg_.schema_bytes <= (std::uint64_t{1} << 30), ferry::logic_error,
                   "shm stream '{}': expected schema_bytes in [0, 2^30], got {}", n, cfg_.schema_bytes);
+    FERRY_EXPECTS(cfg_.record_bytes >= 1 && cfg_.record_bytes <= (std::uint64_t{1} << 30), ferry::logic_error,
+                  "shm stream '{}': expected record_bytes in [1, 2^30], got {}", n, cfg_.record_bytes);
     if (cfg_.max_lag_entries == 0) { cfg_.max_lag_entries = cfg_.descriptors / 2; }
     if (cfg_.max_lag_bytes == 0) { cfg_.max_lag_bytes = cfg_.staging_bytes / 2; }
     // S0: a config schema is in the segment before its magic (segment::create)
     const auto schema = cfg_.schema.empty() ? std::vector<std::byte>{} : shm::encode_schema(cfg_.schema, n);
-    seg_ = shm::segment::create(n, cfg_.descriptors, cfg_.staging_bytes, cfg_.schema_bytes, schema);
+    seg_ = shm::segment::create(n, cfg_.descriptors, cfg_.staging_bytes, cfg_.schema_bytes, schema, cfg_.record_bytes);
     h_ = seg_->header();
+    records_ = shm::record_ring{seg_->record_region(), seg_->record_capacity()};
     thread_ = std::thread([this] { run(); });
   }
   shm_stream_impl(const shm_stream_impl&) = delete;
@@ -115,6 +119,8 @@ class shm_stream_impl : public std::enable_shared_from_this<shm_stream_impl> {
                         ? head_ - std::min(head_, consumed & shm::index_mask)
                         : 0;
     s.reader_pid = session_ != 0 ? static_cast<std::uint64_t>(reader_pid_) : 0;
+    s.attribution_records = records_.written;
+    s.attribution_overflows = records_.overflows;
     s.first_error = first_text_;
     return s;
   }
@@ -141,7 +147,10 @@ class shm_stream_impl : public std::enable_shared_from_this<shm_stream_impl> {
     d2h::entry_view view;
   };
 
+  static constexpr const char* after_close = "expected entries before close() (close the channel first), got one after it";
   [[nodiscard]] bool has_slot_locked() const noexcept { return head_ - released_ < cfg_.descriptors; }
+  /// A free descriptor, and room for the record of v's forward if it needs one written (shm_records.hpp).
+  [[nodiscard]] bool has_room_locked(const d2h::entry_view& v) { return has_slot_locked() && records_.room(v, released_); }
   void publish_locked(d2h::entry_view&& v);
   /// The stream thread's pass (also run by deliver): releases, reader checks, attach, pending, eviction.
   void service_locked(views& out);
@@ -149,7 +158,7 @@ class shm_stream_impl : public std::enable_shared_from_this<shm_stream_impl> {
   void check_reader_locked(views& out, bool liveness);
   void attach_locked(views& out);
   void end_session_locked(shm::detach_reason why, views& out);
-  [[nodiscard]] bool admit_locked() const;
+  [[nodiscard]] bool admit_locked(const d2h::entry_view& v);
   void refuse_locked(const d2h::entry_view& v, const char* why)
   {
     ++c_.refused_entries;
@@ -173,6 +182,7 @@ class shm_stream_impl : public std::enable_shared_from_this<shm_stream_impl> {
   shm_stream_config cfg_;
   std::shared_ptr<shm::segment> seg_;
   std::byte* h_{nullptr};
+  shm::record_ring records_{nullptr, 0};  // the record region (S2a)
   mutable std::mutex mu_;
   std::condition_variable space_;  // deliver() and close(): a slot freed, the session changed, stopping
   std::condition_variable wake_;   // the stream thread: stop

@@ -13,7 +13,7 @@ inline void shm_stream_impl::deliver(d2h::entry_view&& v)
   views out;  // released after the lock (declared first: destroyed last)
   std::unique_lock lk{mu_};
   delivered_ = true;
-  if (stopping_) { return refuse_locked(v, "expected entries before close() (close the channel first), got one after it"); }
+  if (stopping_) { return refuse_locked(v, after_close); }
   if (v.ok() && v.size() > 0) {
     const std::byte* p = v.bytes().data();
     if (p < seg_->staging() || p + v.size() > seg_->staging() + seg_->staging_bytes()) {
@@ -35,7 +35,7 @@ inline void shm_stream_impl::deliver(d2h::entry_view&& v)
     c_.dropped_bytes += v.size();
   };
   if (cfg_.policy == queue_policy::drop) {
-    if (first && !admit_locked()) {  // a forward is admitted or dropped whole, at its first entry
+    if (first && !admit_locked(v)) {  // a forward is admitted or dropped whole, at its first entry
       in_dropped_ = true;
       ++c_.dropped_forwards;
       pressure_ = pressure_ || session_ != 0;
@@ -45,14 +45,14 @@ inline void shm_stream_impl::deliver(d2h::entry_view&& v)
       ++c_.truncated_forwards;
     }
     if (in_dropped_) { return drop(); }
-    if (!has_slot_locked()) {
+    if (!has_room_locked(v)) {
       ++c_.stalls;
       pressure_ = true;
       const std::uint64_t s = session_;
-      space_.wait_for(lk, cfg_.timeout, [&] { return stopping_ || has_slot_locked() || session_ != s; });
-      if (stopping_) { return refuse_locked(v, "expected entries before close() (close the channel first), got one after it"); }
-      if (session_ != s || !has_slot_locked()) {
-        if (!has_slot_locked()) {
+      space_.wait_for(lk, cfg_.timeout, [&] { return stopping_ || has_room_locked(v) || session_ != s; });
+      if (stopping_) { return refuse_locked(v, after_close); }
+      if (session_ != s || !has_room_locked(v)) {
+        if (!has_room_locked(v)) {
           ++c_.stall_timeouts;
           end_session_locked(shm::detach_evicted, out);  // released nothing for `timeout`: evicted
         }
@@ -63,27 +63,30 @@ inline void shm_stream_impl::deliver(d2h::entry_view&& v)
     }
     return publish_locked(std::move(v));
   }
-  // block: publish, or wait up to `timeout` for a slot, then keep the entry (pending) and record the stall
-  if (pending_.empty() && has_slot_locked()) { return publish_locked(std::move(v)); }
+  // block: publish, or wait up to `timeout` for room, then keep the entry (pending) and record the stall
+  if (pending_.empty() && has_room_locked(v)) { return publish_locked(std::move(v)); }
   if (pending_.empty()) {
     ++c_.stalls;
-    const bool room = space_.wait_for(lk, cfg_.timeout, [&] { return stopping_ || has_slot_locked(); });
-    if (stopping_) { return refuse_locked(v, "expected entries before close() (close the channel first), got one after it"); }
+    const bool room = space_.wait_for(lk, cfg_.timeout, [&] { return stopping_ || has_room_locked(v); });
+    if (stopping_) { return refuse_locked(v, after_close); }
     if (room && pending_.empty()) { return publish_locked(std::move(v)); }
     if (!room) {
       ++c_.stall_timeouts;
+      const bool slot = has_slot_locked();  // what was missing: a descriptor, or record room
       keep_locked(std::make_exception_ptr(stall_error(ferry::detail::format(
-        "ferry: shm stream '{}': entry {} of hook {} (forward {}): expected a free descriptor within timeout {} ms, got "
-        "a reader ({}) holding all {} (kept: published once the reader releases) [{}:{}]",
-        cfg_.name, v.seq().value, v.hook().value, fwd, cfg_.timeout.count(),
-        session_ != 0 ? ferry::detail::format("pid {}", reader_pid_) : std::string{"none attached"}, cfg_.descriptors,
-        __FILE__, __LINE__))));
+        "ferry: shm stream '{}': entry {} of hook {} (forward {}): expected {} within timeout {} ms, got a reader ({}) "
+        "holding {} (kept: published once the reader releases) [{}:{}]", cfg_.name, v.seq().value, v.hook().value, fwd,
+        slot ? "room for its forward's record" : "a free descriptor", cfg_.timeout.count(),
+        session_ != 0 ? ferry::detail::format("pid {}", reader_pid_) : std::string{"none attached"},
+        slot ? ferry::detail::format("the record region's {} bytes", seg_->record_capacity())
+             : ferry::detail::format("all {}", cfg_.descriptors), __FILE__, __LINE__))));
     }
   }
   pending_.push_back(std::move(v));
 }
 
-/// S2: the descriptor's plain stores, then the store-release of head (the reader's S3 acquires it).
+/// S2: the forward's record (written at its first entry) and the descriptor, plain stores, then the store-release
+/// of head (the reader's S3 acquires it). has_room_locked(v) was true.
 inline void shm_stream_impl::publish_locked(d2h::entry_view&& v)
 {
   shm::descriptor d{};
@@ -95,6 +98,8 @@ inline void shm_stream_impl::publish_locked(d2h::entry_view&& v)
   d.row_bytes = v.row_bytes();
   d.hook = v.hook().value;
   d.status = static_cast<std::uint32_t>(v.status());
+  d.reserved = v.reserved_bytes();
+  records_.place(v, head_, released_).into(d);  // S2a: the forward record's stores, if new
   if (v.ok() && v.size() > 0) { d.offset = static_cast<std::uint64_t>(v.bytes().data() - seg_->staging()); }
   if (held_.empty()) { last_progress_ = clock::now(); }  // a stall is timed from the reader's first held entry
   // The slot's previous descriptor (index head_ - capacity) was released: the reader's reads of it happened
@@ -117,7 +122,7 @@ inline void shm_stream_impl::service_locked(views& out)
   if (liveness) { next_liveness_ = now + std::chrono::milliseconds(10); }
   check_reader_locked(out, liveness);
   attach_locked(out);
-  while (!pending_.empty() && has_slot_locked()) {
+  while (!pending_.empty() && has_room_locked(pending_.front())) {
     publish_locked(std::move(pending_.front()));
     pending_.pop_front();
   }
@@ -217,10 +222,10 @@ inline void shm_stream_impl::end_session_locked(shm::detach_reason why, views& o
   space_.notify_all();
 }
 
-inline bool shm_stream_impl::admit_locked() const
+inline bool shm_stream_impl::admit_locked(const d2h::entry_view& v)
 {
   return session_ != 0 && head_ - released_ <= cfg_.max_lag_entries &&
-         (!pool_ || pool_->in_use() <= cfg_.max_lag_bytes);
+         (!pool_ || pool_->in_use() <= cfg_.max_lag_bytes) && records_.room(v, released_);
 }
 
 /// The stream thread: a pass every poll_interval while the reader holds entries or entries are pending, every
