@@ -348,3 +348,60 @@ def test_ferry_capture_smoke(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "4 samples (4 complete, 0 incomplete, 0 dropped, 0 lost)" in r.stdout, r.stdout
     assert len(list(open_samples(str(out)))) == 4
+
+
+READER = """
+import json, sys, time, numpy as np, ferry, ferry.engine as fe
+name, out = sys.argv[1], sys.argv[2]
+end = time.time() + 60
+while True:
+    try:
+        r = ferry.ShmReader(name)
+        break
+    except ferry.Error:
+        if time.time() > end:
+            raise
+        time.sleep(0.02)
+got = {}
+with r:
+    for step, tap, h, p0, rows in fe.stream_rows(r):
+        for j in range(rows.shape[0]):
+            got.setdefault(str(h), {})[str(p0 + j)] = rows[j].tobytes().hex()
+json.dump(got, open(out, "w"))
+"""
+
+
+def test_stream_to_a_reader_process_keeps_requests_and_positions(tmp_path):
+    """Capture(out=ferry.sinks.shm_stream(...)): a reader in another process gets every captured row with its
+    request and position (ferry.engine.stream_rows), bit for bit the witness's rows."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    model = tiny_model()
+    name = f"engine-test-{os.getpid()}"
+    sink = ferry.sinks.shm_stream(name)
+    out = tmp_path / "reader.json"
+    reader = subprocess.Popen([sys.executable, "-c", READER, name, str(out)],
+                              env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    cap = Capture(model, taps="sae", out=sink)
+    wit = Witness(model, cap.taps)
+    try:
+        outs = cap.generate_batch(prompts([7, 30, 12]), generation_config=gen_config(4),
+                                  capture=[Spec("all"), Spec((3, 20)), None], continuous_batching_config=cb_config())
+    finally:
+        wit.remove()
+        rep = cap.close()
+    assert reader.wait(timeout=120) == 0
+    got = json.loads(out.read_text())
+    ids = rep["request_ids"]
+    assert sorted(ids.values()) == ["req_0", "req_1"] and len(got) == 2
+    expect = {"req_0": range(0, 7 + 3), "req_1": range(3, 20)}
+    for h, rows in got.items():
+        rid = ids[int(h)]
+        assert sorted(int(p) for p in rows) == list(expect[rid]), rid
+        w = wit.rows(rid, 0)
+        for p, hexrow in rows.items():
+            assert bytes.fromhex(hexrow) == w[int(p)].numpy().tobytes(), (rid, p)
+    assert len(outs) == 3 and rep["samples"] == 0
