@@ -136,11 +136,11 @@ TEST(D2hLaunchShape, VecsPerThreadIsNormalised)
 {
   fd::config c;
   for (std::uint32_t v : {1U, 2U, 4U, 8U}) {
-    c.copy_vecs_per_thread = v;
+    c.tuning.copy_vecs_per_thread = v;
     EXPECT_EQ(fd::detail::vecs_per_thread(c), v);
   }
   for (std::uint32_t v : {0U, 3U, 16U}) {
-    c.copy_vecs_per_thread = v;
+    c.tuning.copy_vecs_per_thread = v;
     EXPECT_EQ(fd::detail::vecs_per_thread(c), 1U);
   }
 }
@@ -158,7 +158,7 @@ TEST(D2hLaunchShape, CopyFormFollowsAlignmentAndVectorWidth)
   for (std::size_t off : {1U, 2U, 8U, 15U}) { EXPECT_EQ(fd::detail::copy_form_of(buf + off, 2), copy_form::bytes) << off; }
   for (std::uint32_t v : {0U, 1U, 2U, 4U, 8U, 16U}) {
     fd::config c;
-    c.copy_vecs_per_thread = v;
+    c.tuning.copy_vecs_per_thread = v;
     EXPECT_EQ(static_cast<std::uint32_t>(fd::detail::vec_form(v)), fd::detail::vecs_per_thread(c)) << v;
   }
 }
@@ -171,8 +171,8 @@ TEST(D2hLaunchShape, LeanFormOnlyForOnePassStaticAlignedWholeVectors)
 {
   using fd::detail::copy_form;
   fd::config c;
-  c.copy_block_threads = 128;
-  c.copy_vecs_per_thread = 2;
+  c.tuning.copy_block_threads = 128;
+  c.tuning.copy_vecs_per_thread = 2;
   const auto sh = fd::detail::copy_launch_shape(c, 2048, false, 132);
   EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, sh, 2048, false), copy_form::v2_once);
   EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, sh, 2040, false), copy_form::v2) << "a byte tail";
@@ -187,18 +187,18 @@ TEST(D2hLaunchShape, LeanFormOnlyForOnePassStaticAlignedWholeVectors)
   EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, capped, full + 16, false), copy_form::v2);
   for (const auto& [v, lean] : {std::pair{copy_form::v1, copy_form::v1_once}, std::pair{copy_form::v4, copy_form::v4_once},
                                std::pair{copy_form::v8, copy_form::v8_once}}) {
-    c.copy_vecs_per_thread = static_cast<std::uint32_t>(v);
+    c.tuning.copy_vecs_per_thread = static_cast<std::uint32_t>(v);
     EXPECT_EQ(fd::detail::once_form(c, v, fd::detail::copy_launch_shape(c, 4096, false, 132), 4096, false), lean);
   }
-  c.lean_copy_kernel = false;
+  c.tuning.lean_copy_kernel = false;
   EXPECT_EQ(fd::detail::once_form(c, copy_form::v2, sh, 2048, false), copy_form::v2) << "knob off";
 }
 
 TEST(D2hLaunchShape, OneBlockForSmallEntriesAndFusedBatchEnds)
 {
   fd::config c;
-  c.single_block_copy_max_bytes = 1024;
-  c.fused_copy_max_bytes = 32 << 10;
+  c.tuning.single_block_copy_max_bytes = 1024;
+  c.tuning.fused_copy_max_bytes = 32 << 10;
   EXPECT_TRUE(fd::detail::one_block_copy(c, 1024, false));
   EXPECT_FALSE(fd::detail::one_block_copy(c, 1040, false));
   EXPECT_TRUE(fd::detail::one_block_copy(c, 32 << 10, true));
@@ -208,7 +208,7 @@ TEST(D2hLaunchShape, OneBlockForSmallEntriesAndFusedBatchEnds)
 TEST(D2hLaunchShape, OneBlockHasEnoughThreadsForOnePass)
 {
   fd::config c;
-  c.copy_vecs_per_thread = 2;
+  c.tuning.copy_vecs_per_thread = 2;
   EXPECT_EQ(fd::detail::copy_launch_shape(c, 16, true, 132), (fd::detail::launch_shape{true, 1, 32, 2}));
   EXPECT_EQ(fd::detail::copy_launch_shape(c, 16 * 2 * 100, true, 132), (fd::detail::launch_shape{true, 1, 128, 2}));
   EXPECT_EQ(fd::detail::copy_launch_shape(c, 1 << 30, true, 132), (fd::detail::launch_shape{true, 1, 1024, 2}));
@@ -217,13 +217,13 @@ TEST(D2hLaunchShape, OneBlockHasEnoughThreadsForOnePass)
 TEST(D2hLaunchShape, GridCoversOnePassUpToOneWave)
 {
   fd::config c;
-  c.copy_block_threads = 128;
-  c.copy_vecs_per_thread = 2;
+  c.tuning.copy_block_threads = 128;
+  c.tuning.copy_vecs_per_thread = 2;
   // 64 KiB = 4096 vectors = 2048 per-thread units = 16 blocks of 128.
   EXPECT_EQ(fd::detail::copy_launch_shape(c, 64 << 10, false, 132), (fd::detail::launch_shape{false, 16, 128, 2}));
   // Capped at sm_count x (2048 / 128) blocks.
   EXPECT_EQ(fd::detail::copy_launch_shape(c, 1ULL << 30, false, 4), (fd::detail::launch_shape{false, 64, 128, 2}));
-  c.copy_block_threads = 100;  // rounded up to a warp multiple
+  c.tuning.copy_block_threads = 100;  // rounded up to a warp multiple
   EXPECT_EQ(fd::detail::copy_launch_shape(c, 16, false, 0).threads, 128U);
   EXPECT_EQ(fd::detail::copy_launch_shape(c, 16, false, 0).blocks, 1U);
 }

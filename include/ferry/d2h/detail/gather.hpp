@@ -44,8 +44,8 @@ struct gather_shape {
 {
   namespace rules = ferry::detail::launch_rules;
   gather_shape s;
-  s.vecs_per_thread = rules::vecs_per_thread(cfg.copy_vecs_per_thread);
-  s.threads = static_cast<std::uint32_t>(rules::block_threads(cfg.copy_block_threads));
+  s.vecs_per_thread = rules::vecs_per_thread(cfg.tuning.copy_vecs_per_thread);
+  s.threads = static_cast<std::uint32_t>(rules::block_threads(cfg.tuning.copy_block_threads));
   const std::uint64_t max_blocks = std::max<std::uint64_t>(a.n, rules::one_wave_blocks(sm_count, s.threads));
   std::uint64_t pass = static_cast<std::uint64_t>(s.threads) * s.vecs_per_thread * 16;
   for (;;) {

@@ -174,7 +174,7 @@ class producer {
   bool wait_for_space(std::uint64_t end, std::size_t n_entries, std::uint64_t n_dyn, when_full full,
                       std::optional<stream_type> flush_stream, Who&& who_fn);
   void launch_copy(copy_args a, std::uint64_t bytes, bool one_block, stream_type s);
-  /// capture() of a static entry up to config::bounce_capture_max_bytes: the source copied into the staging
+  /// capture() of a static entry up to tuning::bounce_capture_max_bytes: the source copied into the staging
   /// slot of its batch position, the slot recorded as a deferred entry (producer_deferred.inl).
   bool capture_bounced(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, when_full full,
                       source_owner owner);

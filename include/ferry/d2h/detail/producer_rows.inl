@@ -99,7 +99,7 @@ bool producer<B>::capture_rows(hook_id hook, const void* src, std::uint64_t n_ro
   a.vec = row_bytes % 16 == 0 && reinterpret_cast<std::uintptr_t>(a.src) % 16 == 0 ? 1U : 0U;
   a.planned = capturing_ ? 1U : 0U;  // a replay's plan() may give its item count (forward_meta::selected)
   namespace rules = ferry::detail::launch_rules;
-  const auto threads = static_cast<std::uint32_t>(rules::block_threads(st_.cfg.copy_block_threads));
+  const auto threads = static_cast<std::uint32_t>(rules::block_threads(st_.cfg.tuning.copy_block_threads));
   const std::uint64_t wave = rules::one_wave_blocks(st_.sm_count, threads);
   const auto blocks = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(rows, 1, wave));
   st_.launch.own(select_rows_kernel(typename B::tag{}), blocks, threads, s.handle(), a);
@@ -169,7 +169,7 @@ gather_rows_args producer<B>::row_gather_args(const gather_rows_args& rel, std::
     if (e.row_bytes % 16 != 0 || reinterpret_cast<std::uintptr_t>(a.src[i]) % 16 != 0) { a.vec = 0; }
   }
   namespace rules = ferry::detail::launch_rules;
-  const auto cap = static_cast<std::uint64_t>(rules::block_threads(st_.cfg.copy_block_threads));
+  const auto cap = static_cast<std::uint64_t>(rules::block_threads(st_.cfg.tuning.copy_block_threads));
   sh.threads = static_cast<std::uint32_t>(std::clamp<std::uint64_t>((widest / 16 + 31) / 32 * 32, 32, cap));
   const std::uint64_t wave = rules::one_wave_blocks(st_.sm_count, sh.threads);
   const std::uint64_t work = std::uint64_t{a.cpre[n]} * rb.sel.item_bound() * rb.sel.rows_per_item();
