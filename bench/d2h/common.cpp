@@ -98,12 +98,12 @@ shape_opts inline_shape()
 
 void apply(fd::config& cfg, const shape_opts& o)
 {
-  cfg.copy_block_threads = o.threads;
-  cfg.copy_vecs_per_thread = o.vpt;
-  cfg.single_block_copy_max_bytes = o.single_max;
-  cfg.fused_copy_max_bytes = o.fused_max;
-  cfg.programmatic_launch = o.programmatic;
-  cfg.branch_publish = o.branch;
+  cfg.tuning.copy_block_threads = o.threads;
+  cfg.tuning.copy_vecs_per_thread = o.vpt;
+  cfg.tuning.single_block_copy_max_bytes = o.single_max;
+  cfg.tuning.fused_copy_max_bytes = o.fused_max;
+  cfg.tuning.programmatic_launch = o.programmatic;
+  cfg.tuning.branch_publish = o.branch;
   if (o.drain_paused) { cfg.drain = fd::drain_mode::poll; }
 }
 

@@ -77,12 +77,12 @@ void fill_device(B b, fb::stream<B>& s, void* dev, std::uint64_t bytes, std::uin
 /// its kernel (same body as ferry's) with exactly the shape ferry's channel would use for the entry.
 struct shape_opts {
   std::string label{"default"};
-  std::uint32_t threads{fd::config{}.copy_block_threads};
-  std::uint32_t vpt{fd::config{}.copy_vecs_per_thread};
-  std::uint64_t single_max{fd::config{}.single_block_copy_max_bytes};
-  std::uint64_t fused_max{fd::config{}.fused_copy_max_bytes};
-  bool programmatic{fd::config{}.programmatic_launch};  ///< programmatic dependent launch (sm_90+ only)
-  bool branch{fd::config{}.branch_publish};             ///< batch releases on a forked branch (ferry only)
+  std::uint32_t threads{fd::config{}.tuning.copy_block_threads};
+  std::uint32_t vpt{fd::config{}.tuning.copy_vecs_per_thread};
+  std::uint64_t single_max{fd::config{}.tuning.single_block_copy_max_bytes};
+  std::uint64_t fused_max{fd::config{}.tuning.fused_copy_max_bytes};
+  bool programmatic{fd::config{}.tuning.programmatic_launch};  ///< programmatic dependent launch (sm_90+ only)
+  bool branch{fd::config{}.tuning.branch_publish};             ///< batch releases on a forked branch (ferry only)
   bool drain_paused{false};  ///< ferry runs: drain in poll mode, polled only between replays
 };
 /// The layout before the shape knobs (one 1-vector-per-thread block up to 32 KiB, 256-thread blocks above).
@@ -90,7 +90,7 @@ struct shape_opts {
 [[nodiscard]] shape_opts legacy_shape();
 /// The default layout launched plainly (no programmatic dependent launch): what PDL buys.
 [[nodiscard]] shape_opts plain_shape();
-/// The default layout with batch releases on the producer stream (config::branch_publish off).
+/// The default layout with batch releases on the producer stream (tuning::branch_publish off).
 [[nodiscard]] shape_opts inline_shape();
 /// Writes the layout's knobs into a channel config.
 void apply(fd::config& cfg, const shape_opts& o);

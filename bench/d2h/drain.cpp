@@ -25,7 +25,7 @@ double drain_gbps()
   cfg.ring_bytes = host_mode ? 128 * MiB : 1024 * MiB;
   cfg.staging_bytes = host_mode ? 128 * MiB : 512 * MiB;
   cfg.publish_every = 4;
-  cfg.fused_copy_max_bytes = 32 * KiB;
+  cfg.tuning.fused_copy_max_bytes = 32 * KiB;
   cfg.timeout = std::chrono::seconds(60);
   std::atomic<std::uint64_t> done{0};
   fd::channel<B> ch{cfg, b, [&](fd::entry_view&& e) {

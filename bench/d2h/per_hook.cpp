@@ -79,7 +79,7 @@ contestant ferry_contestant(per_hook_rig& r, std::string name, std::uint32_t K, 
   cfg.ring_bytes = fd::align_up(r.hooks * r.P * 2, 16);
   cfg.staging_bytes = std::min<std::uint64_t>(cfg.ring_bytes, host_mode ? 64 * MiB : 256 * MiB);
   cfg.publish_every = K;
-  cfg.head_memory = placement;
+  cfg.tuning.head_memory = placement;
   cfg.fifo_capacity = 4096;
   apply(cfg, sh);
   cfg.timeout = std::chrono::seconds(30);
@@ -176,7 +176,7 @@ void register_per_hook()
                                                                                   16 * MiB, 64 * MiB};
   // Per payload size, one table: the copy-harness baselines replayed in every round beside each ferry
   // configuration in turn. "_plain": launched without programmatic dependent launch; "_inline": batch
-  // releases on the producer stream (config::branch_publish = false; the release fused into the
+  // releases on the producer stream (tuning::branch_publish = false; the release fused into the
   // batch-completing copy where it fits); "_pinned": published_head in pinned mapped memory.
   // Counters: us/hook per contestant; the run's time is ferry_k16's us/hook (as a time in us).
   for (auto P : sizes) {

@@ -178,10 +178,11 @@ void run(const scenario& sc, int rounds, int steps, result& res)
       const std::uint64_t per_fwd = x.md == mode::full_gather ? full : full / T * picks + 16 * H;
       cfg.ring_bytes = fd::align_up(std::max<std::uint64_t>(3 * per_fwd, 1 << 20), 16);
       cfg.staging_bytes = cfg.ring_bytes;
-      cfg.size_slots = static_cast<std::uint32_t>(4 * H);
+      cfg.tuning.size_slots = static_cast<std::uint32_t>(4 * H);
       cfg.fifo_capacity = static_cast<std::uint32_t>(4 * H);
       cfg.timeout = std::chrono::seconds(60);
       cfg.publish_every = sc.k;  // K: one gather (and one release) per K hooks
+      cfg.tuning.gather_batch = sc.k;
       x.ch.emplace(cfg, b, [&, md = x.md](fd::entry_view&& e) { checker.push(std::move(e), md == mode::full_gather); });
     }
     const fb::launch_config layer_shape{{static_cast<std::uint32_t>(sms)}, {256}, 0};

@@ -74,6 +74,7 @@ fd::config forward_rig::channel_config() const
   fd::config cfg;
   cfg.ring_bytes = fd::align_up(4 * shape_.step_bytes + MiB, MiB);  // four forwards in flight
   cfg.publish_every = o_.k;
+  cfg.tuning.gather_batch = o_.k;  // one gather per K hooks
   cfg.fifo_capacity = static_cast<std::uint32_t>(std::max<std::uint64_t>(8192, 8 * shape_.hooks));
   cfg.timeout = std::chrono::seconds(60);
   return cfg;

@@ -38,9 +38,9 @@ def main():
     shutil.rmtree(d, ignore_errors=True)
     sink = ferry.sinks.safetensors(d, {0: ferry.sinks.row_spec("h", torch.zeros(8, dtype=torch.bfloat16))})
     chans = {"sink": ferry.Channel(0, ring_bytes=64 << 20, publish_every=4096, backend="cuda", timeout=30.0,
-                                   drain_idle_sleep=200e-6, sink=sink),
+                                   sink=sink, tuning={"drain_idle_sleep": 200e-6}),
              "nosink": ferry.Channel(0, ring_bytes=64 << 20, publish_every=4096, backend="cuda", timeout=30.0,
-                                     drain_idle_sleep=200e-6)}
+                                     tuning={"drain_idle_sleep": 200e-6})}
     pc, tt = time.perf_counter, time.thread_time
     out = {}
 

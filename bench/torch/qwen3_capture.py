@@ -114,7 +114,7 @@ def parse_args(argv=None):
                     help="the channel's K; 4096 (more than any preset's hooks): one release per forward, at "
                          "end_forward (docs/api/d2h.md, 'Choosing K in a graph')")
     ap.add_argument("--branch-publish", choices=["on", "off"], default="on",
-                    help="Channel(branch_publish=...): batch releases on a branch (on) or on the stream (off)")
+                    help="Channel(tuning={'branch_publish': ...}): batch releases on a branch (on) or on the stream (off)")
     ap.add_argument("--capture", choices=["auto", "ops", "core"], default="auto",
                     help="torch.ops.ferry.capture (ops), Channel.capture (core), ops where built (auto)")
     ap.add_argument("--attn", default="sdpa", help="transformers attention implementation (sdpa, eager)")
@@ -132,7 +132,7 @@ def parse_args(argv=None):
                          "its GIL holds slow the engine's thread; ferry's own drain thread keeps copying, the "
                          "entries wait in pinned staging, which must hold a whole generation)")
     ap.add_argument("--bounce-capture-max", type=int, default=16384,
-                    help="Channel(bounce_capture_max_bytes=...): immediate captures up to this size bounce (0: off; "
+                    help="Channel(tuning={'bounce_capture_max_bytes': ...}): immediate captures up to this size bounce (0: off; "
                          "the default stages every hook but the logits: a device copy per hook, one gather per 128)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--commit", default=None)

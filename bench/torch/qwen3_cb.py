@@ -77,7 +77,8 @@ def parse_args(argv=None):
     ap.add_argument("--ring-mib", type=int, default=256)
     ap.add_argument("--publish-every", type=int, default=4096,
                     help="the channel's K: one release per forward, at end_forward")
-    ap.add_argument("--size-slots", type=int, default=4096, help="Channel(size_slots=): row entries are dynamic")
+    ap.add_argument("--size-slots", type=int, default=4096,
+                    help="Channel(tuning={'size_slots': n}): row entries are dynamic (0: derived, one per FIFO slot)")
     ap.add_argument("--upload", choices=["auto", "packed", "direct", "zerocopy"], default="auto",
                     help="the selection Publisher's upload backend")
     ap.add_argument("--attn", default="sdpa", help="transformers attention implementation (sdpa, eager)")

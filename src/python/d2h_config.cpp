@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// init_d2h_channel: ferry.Channel's methods, and its keyword arguments: one per d2h::config field, named,
-// converted and defaulted from the core's field list (d2h/detail/fields.hpp), so a new knob cannot be
-// forgotten here or in the generated stubs (the signature below is built from the same list).
+// init_d2h_channel: ferry.Channel's methods, and its keyword arguments: one per d2h::config field and the
+// `tuning` dict, one key per d2h::tuning field, named, converted and defaulted from the core's field lists
+// (d2h/detail/fields.hpp), so a new knob cannot be forgotten here or in the generated stubs (the signature and
+// the tuning keys' docstring below are built from the same lists).
 #include "d2h_channel.hpp"
+#include "d2h_fields.hpp"
 
 #include <ferry/d2h/detail/fields.hpp>
 
@@ -30,83 +32,6 @@ constexpr std::string_view fixed_fields[] = {"drain"};
   return false;
 }
 
-template <class T>
-inline constexpr bool is_duration = false;
-template <class R, class P>
-inline constexpr bool is_duration<std::chrono::duration<R, P>> = true;
-
-/// `v` (a Python value of keyword `name`) as the field's type: ints in range, bools, enums by name,
-/// durations in seconds; LogicError naming the keyword, the expected and the given value otherwise.
-template <class T>
-void assign(T& field, nb::handle v, const char* name)
-{
-  if constexpr (std::is_same_v<T, bool>) {
-    FERRY_EXPECTS(PyBool_Check(v.ptr()) != 0, ferry::logic_error, "Channel: expected {} a bool, got {}", name,
-                  type_of(v));
-    field = v.ptr() == Py_True;
-  } else if constexpr (std::is_integral_v<T>) {
-    FERRY_EXPECTS(PyLong_Check(v.ptr()) != 0 && PyBool_Check(v.ptr()) == 0, ferry::logic_error,
-                  "Channel: expected {} an int, got {}", name, type_of(v));
-    const unsigned long long x = PyLong_AsUnsignedLongLong(v.ptr());
-    const bool bad = PyErr_Occurred() != nullptr || x > std::numeric_limits<T>::max();
-    PyErr_Clear();
-    FERRY_EXPECTS(!bad, ferry::logic_error, "Channel: expected {} an int in [0, {}], got {}", name,
-                  std::numeric_limits<T>::max(), nb::cast<std::string>(nb::str(v)));
-    field = static_cast<T>(x);
-  } else if constexpr (std::is_enum_v<T>) {
-    std::string names;
-    for (const auto& [n, e] : fd::detail::enum_names<T>::values) {
-      if (nb::isinstance<nb::str>(v) && nb::cast<std::string>(v) == n) {
-        field = e;
-        return;
-      }
-      names += (names.empty() ? "'" : ", '") + std::string{n} + "'";
-    }
-    FERRY_FAIL(ferry::logic_error, "Channel: expected {} one of {}, got {}", name, names,
-               nb::cast<std::string>(nb::repr(v)));
-  } else {
-    static_assert(is_duration<T>, "a config field of a type the binding cannot convert");
-    const bool num = PyFloat_Check(v.ptr()) != 0 || (PyLong_Check(v.ptr()) != 0 && PyBool_Check(v.ptr()) == 0);
-    const double s = num ? PyFloat_AsDouble(v.ptr()) : -1.0;  // an int past a double's range: OverflowError
-    const bool overflow = PyErr_Occurred() != nullptr;
-    PyErr_Clear();
-    FERRY_EXPECTS(num && !overflow, ferry::logic_error, "Channel: expected {} a number of seconds, got {}", name,
-                  nb::cast<std::string>(nb::repr(v)));
-    field = std::chrono::duration_cast<T>(std::chrono::duration<double>(seconds_arg(s, "Channel", name)));
-  }
-}
-
-/// The Python literal of a field's default (the stub's signature).
-template <class T>
-std::string literal(const T& v)
-{
-  if constexpr (std::is_same_v<T, bool>) {
-    return v ? "True" : "False";
-  } else if constexpr (std::is_integral_v<T>) {
-    return std::to_string(v);
-  } else if constexpr (std::is_enum_v<T>) {
-    for (const auto& [n, e] : fd::detail::enum_names<T>::values) {
-      if (e == v) { return "'" + std::string{n} + "'"; }
-    }
-    return "None";
-  } else {
-    return nb::cast<std::string>(nb::repr(nb::float_(std::chrono::duration<double>(v).count())));
-  }
-}
-template <class T>
-const char* annotation()
-{
-  if constexpr (std::is_same_v<T, bool>) {
-    return "bool";
-  } else if constexpr (std::is_integral_v<T>) {
-    return "int";
-  } else if constexpr (std::is_enum_v<T>) {
-    return "str";
-  } else {
-    return "float";
-  }
-}
-
 /// A hook id from Python: an int in [0, 2^32) (LogicError naming the value otherwise; TypeError for a non-int).
 std::uint32_t hook_of(nb::handle h, const char* what)
 {
@@ -120,6 +45,40 @@ std::uint32_t hook_of(nb::handle h, const char* what)
   return static_cast<std::uint32_t>(v);
 }
 
+/// Whether `name` is a tuning key (d2h::tuning's field list).
+[[nodiscard]] bool tuning_key(std::string_view name)
+{
+  bool found = false;
+  const fd::tuning t{};
+  fd::detail::for_each_tuning_field(t, [&](const char* n, const auto&) { found = found || name == n; });
+  return found;
+}
+
+/// The tuning={...} keyword into c.tuning: every key a d2h::tuning field, every value of its type (LogicError
+/// naming the key, expected vs got).
+void tuning_from(fd::tuning& t, nb::handle d)
+{
+  if (d.is_none()) { return; }
+  FERRY_EXPECTS(PyDict_Check(d.ptr()) != 0, ferry::logic_error,
+                "Channel: expected tuning a dict of tuning keys (help(ferry.Channel)), got {}", type_of(d));
+  for (auto [k, v] : nb::borrow<nb::dict>(d)) {
+    FERRY_EXPECTS(nb::isinstance<nb::str>(k), ferry::logic_error, "Channel: expected every tuning key a str, got {}",
+                  type_of(k));
+    const auto key = nb::cast<std::string>(k);
+    bool known = false;
+    fd::detail::for_each_tuning_field(t, [&](const char* name, auto& field) {
+      if (key != name) { return; }
+      known = true;
+      fields::assign(field, v, ("tuning['" + key + "']").c_str());
+    });
+    if (!known) {
+      std::string names;
+      fd::detail::for_each_tuning_field(t, [&](const char* n, const auto&) { names += (names.empty() ? "" : ", ") + std::string{n}; });
+      FERRY_FAIL(ferry::logic_error, "Channel: tuning key '{}' unknown: expected one of {}", key, names);
+    }
+  }
+}
+
 /// Channel(device, **kwargs)'s config: the defaults of d2h::config, each given keyword converted.
 fd::config config_from(const nb::kwargs& kw)
 {
@@ -128,20 +87,20 @@ fd::config config_from(const nb::kwargs& kw)
   std::size_t used = 0;
   fd::detail::for_each_config_field(c, [&](const char* name, auto& field) {
     if (fixed(name) || !kw.contains(name)) { return; }
-    assign(field, kw[name], name);
+    fields::assign(field, kw[name], name);
     ++used;
   });
-  used += (kw.contains("sink") ? 1U : 0U) + (kw.contains("schema") ? 1U : 0U);  // the keywords that are not fields
+  if (kw.contains("tuning")) { tuning_from(c.tuning, kw["tuning"]); }
+  for (const char* other : {"sink", "schema", "tuning"}) { used += kw.contains(other) ? 1U : 0U; }  // not fields
   if (used != static_cast<std::size_t>(PyDict_Size(kw.ptr()))) {
     for (auto [k, v] : kw) {
-      bool known = nb::cast<std::string>(k) == "sink" || nb::cast<std::string>(k) == "schema";
-      fd::detail::for_each_config_field(c, [&](const char* name, auto&) {
-        known = known || (!fixed(name) && nb::cast<std::string>(k) == name);
-      });
+      const auto key = nb::cast<std::string>(k);
+      bool known = key == "sink" || key == "schema" || key == "tuning";
+      fd::detail::for_each_config_field(c, [&](const char* name, auto&) { known = known || (!fixed(name) && key == name); });
       if (!known) {
-        throw nb::type_error(("ferry.Channel: unexpected keyword argument '" + nb::cast<std::string>(k) +
-                              "' (see help(ferry.Channel) for the knobs)")
-                               .c_str());
+        const std::string hint = tuning_key(key) ? " (a tuning key: pass tuning={'" + key + "': ...})"
+                                                 : std::string{" (see help(ferry.Channel) for the knobs)"};
+        throw nb::type_error(("ferry.Channel: unexpected keyword argument '" + key + "'" + hint).c_str());
       }
     }
   }
@@ -157,11 +116,31 @@ const char* init_signature()
     fd::detail::for_each_config_field(c, [&](const char* name, const auto& v) {
       if (fixed(name)) { return; }
       using T = std::remove_cvref_t<decltype(v)>;
-      s += std::string{", "} + name + ": " + annotation<T>() + " = " + literal(v);
+      s += std::string{", "} + name + ": " + fields::annotation<T>() + " = " + fields::literal(v);
     });
-    return s + ", sink: object | None = None, schema: object | None = None) -> None";
+    return s + ", sink: object | None = None, schema: object | None = None, tuning: dict[str, object] | None = None) "
+               "-> None";
   }();
   return sig.c_str();
+}
+
+/// The constructor's docstring: what the keywords are, and every tuning key with its type and default.
+const char* init_doc()
+{
+  static const std::string doc = [] {
+    std::string s =
+      "A channel on `device`. The keywords are what a user chooses (d2h::config, include/ferry/d2h/types.hpp); "
+      "sink: a ferry.sinks sink or a \"ferry.sink\" capsule; schema: {hook: (name, dtype, row_shape)}.\n"
+      "tuning: a dict of performance knobs and platform overrides (d2h::tuning, include/ferry/d2h/tuning.hpp, "
+      "every one documented there; an unknown key or a wrong type is a LogicError). Its keys and defaults:\n";
+    const fd::tuning t{};
+    fd::detail::for_each_tuning_field(t, [&](const char* name, const auto& v) {
+      using T = std::remove_cvref_t<decltype(v)>;
+      s += std::string{"  "} + name + ": " + fields::annotation<T>() + " = " + fields::literal(v) + "\n";
+    });
+    return s;
+  }();
+  return doc.c_str();
 }
 
 }  // namespace
@@ -178,7 +157,7 @@ void init_d2h_channel(nb::module_& m)
         const bool typed = kw.contains("schema") && !kw["schema"].is_none();
         new (self) C(device, config_from(kw), sink, typed ? schema_of(kw["schema"], "ferry.Channel") : fd::hook_schema{});
       },
-      nb::arg("device") = 0, nb::arg("kwargs"), nb::sig(init_signature()))
+      nb::arg("device") = 0, nb::arg("kwargs"), nb::sig(init_signature()), init_doc())
     .def(
       "begin_forward",
       [](C& c, nb::handle s, nb::handle tag, nb::handle req, nb::handle meta) {
@@ -274,21 +253,23 @@ void init_d2h_channel(nb::module_& m)
     .def_prop_ro("capture_error", &C::capture_error, "The first error that disabled capture, or None")
     .def("recover", &C::recover, "Re-enables capture disabled by on_error='disable', between forwards")
     .def_prop_ro("programmatic_launch", &C::programmatic_launch,
-                 "Whether ferry's kernels are launched programmatically (the constructor's programmatic_launch "
+                 "Whether ferry's kernels are launched programmatically (tuning's programmatic_launch "
                  "and the device's support: sm_90+ CUDA).")
     .def_prop_ro_static("backend", [](nb::handle) { return traits<B>::name; });
 }
 
-/// The field lists (module attributes, for tests and tools): config fields and counters, in order.
+/// The field lists (module attributes, for tests and tools): config fields, tuning keys and counters, in order.
 void init_d2h_fields(nb::module_& m)
 {
-  nb::list cfg, fixed_l, ctr;
+  nb::list cfg, fixed_l, tun, ctr;
   const fd::config c{};
   fd::detail::for_each_config_field(c, [&](const char* name, const auto&) { (fixed(name) ? fixed_l : cfg).append(name); });
+  fd::detail::for_each_tuning_field(c.tuning, [&](const char* name, const auto&) { tun.append(name); });
   const fd::counters k{};
   fd::detail::for_each_counter(k, [&](const char* name, const auto&) { ctr.append(name); });
   m.attr("channel_config_fields") = nb::tuple(cfg);
   m.attr("channel_fixed_fields") = nb::tuple(fixed_l);
+  m.attr("channel_tuning_fields") = nb::tuple(tun);
   m.attr("channel_counters") = nb::tuple(ctr);
 }
 

@@ -23,8 +23,8 @@ TYPED_TEST_P(D2hCapacity, EagerRandomSizesAndKAcrossWrap)
       sources<B> src{this->b, s, 0, n, stride};
       checker chk;
       auto cfg = this->small_config(24 << 10, k);
-      cfg.head_memory = placement;
-      cfg.branch_publish = branch;
+      cfg.tuning.head_memory = placement;
+      cfg.tuning.branch_publish = branch;
       {
         fd::channel<B> ch{cfg, this->b, chk.callback()};
         std::uint64_t seq = 0;
@@ -170,7 +170,7 @@ TYPED_TEST_P(D2hCapacity, SizeRingCarriesGpuSizesAndRejectsOverflow)
   this->b.memcpy_async(dsize.data(), hsize.data(), 2 * n * 8, fb::memcpy_kind::host_to_device, s.handle());
   s.synchronize();
   auto cfg = this->small_config(16 << 10, 3);
-  cfg.size_slots = 4;  // fewer slots than entries: slots are reused after consumption
+  cfg.tuning.size_slots = 4;  // fewer slots than entries: slots are reused after consumption
   fd::channel<B> ch{cfg, this->b, chk.callback()};
   const auto* sz = dsize.template as<const std::uint64_t>();
   ch.begin_forward(s);  // eager

@@ -137,11 +137,11 @@ TEST(D2hLaunchShape, VecsPerThreadIsNormalised)
 {
   fd::config c;
   for (std::uint32_t v : {1U, 2U, 4U, 8U}) {
-    c.copy_vecs_per_thread = v;
+    c.tuning.copy_vecs_per_thread = v;
     EXPECT_EQ(fd::detail::vecs_per_thread(c), v);
   }
   for (std::uint32_t v : {0U, 3U, 16U}) {
-    c.copy_vecs_per_thread = v;
+    c.tuning.copy_vecs_per_thread = v;
     EXPECT_EQ(fd::detail::vecs_per_thread(c), 1U);
   }
 }
@@ -159,7 +159,7 @@ TEST(D2hLaunchShape, CopyFormFollowsAlignmentAndVectorWidth)
   for (std::size_t off : {1U, 2U, 8U, 15U}) { EXPECT_EQ(fd::detail::copy_form_of(buf + off, 2), copy_form::bytes) << off; }
   for (std::uint32_t v : {0U, 1U, 2U, 4U, 8U, 16U}) {
     fd::config c;
-    c.copy_vecs_per_thread = v;
+    c.tuning.copy_vecs_per_thread = v;
     EXPECT_EQ(static_cast<std::uint32_t>(fd::detail::vec_form(v)), fd::detail::vecs_per_thread(c)) << v;
   }
 }
@@ -172,8 +172,8 @@ TEST(D2hLaunchShape, LeanFormOnlyForOnePassStaticAlignedWholeVectors)
 {
   using fd::detail::copy_form;
   fd::config c;
-  c.copy_block_threads = 128;
-  c.copy_vecs_per_thread = 2;
+  c.tuning.copy_block_threads = 128;
+  c.tuning.copy_vecs_per_thread = 2;
   const auto sh = fd::detail::copy_launch_shape(c, 2048, false, 132);
   EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, sh, 2048, false), copy_form::v2_lean);
   EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, sh, 2040, false), copy_form::v2) << "a byte tail";
@@ -188,18 +188,18 @@ TEST(D2hLaunchShape, LeanFormOnlyForOnePassStaticAlignedWholeVectors)
   EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, capped, full + 16, false), copy_form::v2);
   for (const auto& [v, lean] : {std::pair{copy_form::v1, copy_form::v1_lean}, std::pair{copy_form::v4, copy_form::v4_lean},
                                std::pair{copy_form::v8, copy_form::v8_lean}}) {
-    c.copy_vecs_per_thread = static_cast<std::uint32_t>(v);
+    c.tuning.copy_vecs_per_thread = static_cast<std::uint32_t>(v);
     EXPECT_EQ(fd::detail::lean_form(c, v, fd::detail::copy_launch_shape(c, 4096, false, 132), 4096, false), lean);
   }
-  c.lean_copy_kernel = false;
+  c.tuning.lean_copy_kernel = false;
   EXPECT_EQ(fd::detail::lean_form(c, copy_form::v2, sh, 2048, false), copy_form::v2) << "knob off";
 }
 
 TEST(D2hLaunchShape, OneBlockForSmallEntriesAndFusedBatchEnds)
 {
   fd::config c;
-  c.single_block_copy_max_bytes = 1024;
-  c.fused_copy_max_bytes = 32 << 10;
+  c.tuning.single_block_copy_max_bytes = 1024;
+  c.tuning.fused_copy_max_bytes = 32 << 10;
   EXPECT_TRUE(fd::detail::one_block_copy(c, 1024, false));
   EXPECT_FALSE(fd::detail::one_block_copy(c, 1040, false));
   EXPECT_TRUE(fd::detail::one_block_copy(c, 32 << 10, true));
@@ -209,7 +209,7 @@ TEST(D2hLaunchShape, OneBlockForSmallEntriesAndFusedBatchEnds)
 TEST(D2hLaunchShape, OneBlockHasEnoughThreadsForOnePass)
 {
   fd::config c;
-  c.copy_vecs_per_thread = 2;
+  c.tuning.copy_vecs_per_thread = 2;
   EXPECT_EQ(fd::detail::copy_launch_shape(c, 16, true, 132), (fd::detail::launch_shape{true, 1, 32, 2}));
   EXPECT_EQ(fd::detail::copy_launch_shape(c, 16 * 2 * 100, true, 132), (fd::detail::launch_shape{true, 1, 128, 2}));
   EXPECT_EQ(fd::detail::copy_launch_shape(c, 1 << 30, true, 132), (fd::detail::launch_shape{true, 1, 1024, 2}));
@@ -218,13 +218,13 @@ TEST(D2hLaunchShape, OneBlockHasEnoughThreadsForOnePass)
 TEST(D2hLaunchShape, GridCoversOnePassUpToOneWave)
 {
   fd::config c;
-  c.copy_block_threads = 128;
-  c.copy_vecs_per_thread = 2;
+  c.tuning.copy_block_threads = 128;
+  c.tuning.copy_vecs_per_thread = 2;
   // 64 KiB = 4096 vectors = 2048 per-thread units = 16 blocks of 128.
   EXPECT_EQ(fd::detail::copy_launch_shape(c, 64 << 10, false, 132), (fd::detail::launch_shape{false, 16, 128, 2}));
   // Capped at sm_count x (2048 / 128) blocks.
   EXPECT_EQ(fd::detail::copy_launch_shape(c, 1ULL << 30, false, 4), (fd::detail::launch_shape{false, 64, 128, 2}));
-  c.copy_block_threads = 100;  // rounded up to a warp multiple
+  c.tuning.copy_block_threads = 100;  // rounded up to a warp multiple
   EXPECT_EQ(fd::detail::copy_launch_shape(c, 16, false, 0).threads, 128U);
   EXPECT_EQ(fd::detail::copy_launch_shape(c, 16, false, 0).blocks, 1U);
 }
@@ -354,7 +354,7 @@ TEST(D2hGatherShape, RowsShapeCoversEveryChunkOfEveryRowInOneWave)
   std::uint64_t split = 0, vec = 0, capped = 0;
   for (int iter = 0; iter < 5000; ++iter) {
     fd::config cfg;
-    cfg.copy_block_threads = 32U << (rng() % 6);  // 32 .. 1024
+    cfg.tuning.copy_block_threads = 32U << (rng() % 6);  // 32 .. 1024
     const int sms = 1 + static_cast<int>(rng() % 132);
     const bool aligned = iter % 2 == 0;
     fd::row_selection sel = fd::row_selection::rows(static_cast<const std::int32_t*>(nullptr), rng() % 64);
@@ -368,7 +368,7 @@ TEST(D2hGatherShape, RowsShapeCoversEveryChunkOfEveryRowInOneWave)
     }
     auto a = row_batch_of(sel, rb, [&](std::uint32_t i) { return fake_src(0x10000 * (i + 1) + (aligned ? 0 : 8 * (i % 2))); });
     const fd::detail::gather_shape sh = fd::detail::rows_shape(cfg, a, sms);
-    const std::uint64_t cap = rules::block_threads(cfg.copy_block_threads);
+    const std::uint64_t cap = rules::block_threads(cfg.tuning.copy_block_threads);
     ASSERT_EQ(a.chunk_bytes, fd::detail::row_gather_chunk);
     ASSERT_EQ(a.chunk_bytes % 16, 0U);
     bool all16 = true, all_vec = true;
@@ -440,7 +440,7 @@ TEST(D2hGatherShape, RowsShapeOfOneSelectedEntry)
   std::mt19937_64 rng{23};
   for (int iter = 0; iter < 2000; ++iter) {
     fd::config cfg;
-    cfg.copy_block_threads = 32U << (rng() % 6);
+    cfg.tuning.copy_block_threads = 32U << (rng() % 6);
     const int sms = 1 + static_cast<int>(rng() % 132);
     fd::detail::select_args a;
     a.sel = iter % 2 == 0 ? fd::row_selection::rows(static_cast<const std::int32_t*>(nullptr), rng() % 100000)
@@ -449,7 +449,7 @@ TEST(D2hGatherShape, RowsShapeOfOneSelectedEntry)
     a.src = fake_src(0x10000 + (rng() % 2) * 8);
     const fd::detail::gather_shape sh = fd::detail::rows_shape(cfg, a, sms);
     const std::uint64_t rows = a.sel.item_bound() * a.sel.rows_per_item();
-    ASSERT_EQ(sh.threads, rules::block_threads(cfg.copy_block_threads));
+    ASSERT_EQ(sh.threads, rules::block_threads(cfg.tuning.copy_block_threads));
     ASSERT_EQ(sh.blocks, std::max<std::uint64_t>(1, std::min(rows, rules::one_wave_blocks(sms, sh.threads))));
     ASSERT_EQ(a.vec != 0, a.row_bytes % 16 == 0 && reinterpret_cast<std::uintptr_t>(a.src) % 16 == 0);
   }

@@ -27,7 +27,7 @@ TYPED_TEST_P(D2hFailure, MisuseIsATypedErrorAndLosesNothing)
   EXPECT_THROW((fd::channel<B>{bad_ring, this->b}), ferry::logic_error);
   checker chk;
   auto cfg = this->small_config(1 << 16, 2);
-  cfg.size_slots = 0;
+  cfg.tuning.size_slots = 0;
   fd::channel<B> ch{cfg, this->b, chk.callback()};
   {
     fd::channel<B> second{cfg, this->b};  // any number of channels per device: no refusal, no interference

@@ -201,7 +201,8 @@ class d2h_fixture : public ::testing::Test {
     c.ring_bytes = ring;
     c.publish_every = k;
     c.timeout = 10s;
-    c.size_slots = 64;
+    c.tuning.size_slots = 64;
+    c.tuning.gather_batch = k;  // one gather per K deferred entries, the layout these tests were written for
     return c;
   }
 
@@ -218,8 +219,8 @@ class d2h_fixture : public ::testing::Test {
       late_sources<B> src{b, s, n, stride};
       checker chk;
       auto cfg = small_config(1 << 20, k);
-      cfg.branch_publish = true;
-      cfg.gather_branch_publish = true;
+      cfg.tuning.branch_publish = true;
+      cfg.tuning.gather_branch_publish = true;
       fd::channel<B> ch{cfg, b, chk.callback()};
       d2h_access::set_fault(ch, fault);
       for (std::uint64_t f = 0; f < 3; ++f) {

@@ -105,7 +105,7 @@ TYPED_TEST_P(D2hGather, MixedImmediateAndDeferredKeepEntryOrder)
     sources<B> src{this->b, s, 0, forwards * per_forward, stride};
     checker chk{seq_order::consecutive};
     auto cfg = this->small_config(20 << 10, k);
-    cfg.branch_publish = branch;
+    cfg.tuning.branch_publish = branch;
     fd::channel<B> ch{cfg, this->b, chk.callback()};
     std::mt19937 rng{k * 7 + (branch ? 1 : 0)};
     std::uint64_t seq = 0;
@@ -292,7 +292,7 @@ TYPED_TEST_P(D2hGather, PartialBatchAtEndForwardAndExplicitFlush)
   sources<B> src{this->b, s, 0, 12, 512};
   checker chk{seq_order::consecutive};
   auto cfg = this->small_config(1 << 16, 16);
-  cfg.branch_publish = false;
+  cfg.tuning.branch_publish = false;
   fd::channel<B> ch{cfg, this->b, chk.callback()};
   EXPECT_THROW(ch.capture_deferred(fd::hook_id{1}, src.at(0), 64, s), ferry::logic_error) << "outside a forward";
   ch.begin_forward(s);
@@ -367,7 +367,7 @@ TYPED_TEST_P(D2hGather, GraphReplaysManyTimesWithPlan)
     }
     checker chk{seq_order::consecutive};
     auto cfg = this->small_config(13 << 10, k);
-    cfg.branch_publish = branch;
+    cfg.tuning.branch_publish = branch;
     fd::channel<B> ch{cfg, this->b, chk.callback()};
     fd::forward_plan plan;
     auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
@@ -413,7 +413,7 @@ TYPED_TEST_P(D2hGather, VllmFullSizesInAGraphAcrossRingWraps)
     checker chk{seq_order::consecutive};
     auto cfg = this->small_config(std::size_t{3} << 20, v.k);  // ~1.2 MiB per forward: a wrap every ~2.6 replays
     cfg.fifo_capacity = 4096;
-    cfg.copy_vecs_per_thread = v.vecs;
+    cfg.tuning.copy_vecs_per_thread = v.vecs;
     fd::channel<B> ch{cfg, this->b, chk.callback()};
     fd::forward_plan plan;
     auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
@@ -433,7 +433,7 @@ TYPED_TEST_P(D2hGather, VllmFullSizesInAGraphAcrossRingWraps)
   }
 }
 
-/// Bounce capture (config::bounce_capture_max_bytes): capture() of a small static entry copies its
+/// Bounce capture (tuning::bounce_capture_max_bytes): capture() of a small static entry copies its
 /// source at the call into the channel's staging slot and joins the deferred batch. Immediate semantics: every
 /// immediate entry comes from ONE source buffer rewritten (stream order) right before each capture, so an entry
 /// whose bytes were read later than its capture (as a deferred one's are) would carry a later entry's pattern.
@@ -462,7 +462,7 @@ TYPED_TEST_P(D2hGather, BounceCaptureCopiesAtTheCallAndKeepsOrder)
   };
   checker chk{seq_order::consecutive};
   auto cfg = this->small_config(1 << 16, 4);
-  cfg.bounce_capture_max_bytes = limit;
+  cfg.tuning.bounce_capture_max_bytes = limit;
   fd::channel<B> ch{cfg, this->b, chk.callback()};
   const auto forward = [&](fb::stream_view<B> cs) {
     ch.begin_forward(cs);
@@ -592,7 +592,7 @@ TYPED_TEST_P(D2hGather, AbortForwardDropsUnflushedDeferredEntries)
     sources<B> src{this->b, s, 0, 64, stride};
     checker chk{seq_order::consecutive};
     auto cfg = this->small_config(1 << 16, k);
-    cfg.branch_publish = branch;
+    cfg.tuning.branch_publish = branch;
     fd::channel<B> ch{cfg, this->b, chk.callback()};
     std::uint64_t seq = 0;
     const auto deferred = [&](std::uint64_t size) {
@@ -755,12 +755,63 @@ TYPED_TEST_P(D2hGather, FailFastRefusesTheDeferredEntryThatDoesNotFit)
   EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
 }
 
+/// The gather batch is apart from K (tuning::gather_batch; docs/design/d2h.md, "Gather publication"): a gather
+/// of more than K entries releases once for all of them (mid-forward: the drain delivers them before
+/// end_forward), a partial one releases nothing (the boundary's release covers it), and the default batch
+/// (128) does not flush at K. Every entry exact, with the batch releases fused or on the branch.
+TYPED_TEST_P(D2hGather, GatherBatchApartFromK)
+{
+  using B = TypeParam;
+  fb::stream<B> s{this->b};
+  sources<B> src{this->b, s, 0, 20, 384};
+  for (const bool branch : {false, true}) {
+    checker chk{seq_order::consecutive};
+    auto cfg = this->small_config(1 << 16, 4);
+    cfg.tuning.gather_batch = 10;
+    cfg.tuning.branch_publish = branch;
+    fd::channel<B> ch{cfg, this->b, chk.callback()};
+    ch.begin_forward(s);
+    for (std::uint64_t j = 0; j < 20; ++j) {
+      chk.expect(j, 5, 384);
+      ch.capture_deferred(fd::hook_id{5}, src.at(j), 384, s);
+      if (j == 8) { EXPECT_EQ(ch.stats().entries_reserved, 0U) << "9 entries: past K = 4, below the batch of 10"; }
+      if (j == 9) {
+        EXPECT_EQ(ch.deferred_pending(), 0U) << "the 10th entry flushes the batch";
+        EXPECT_EQ(ch.stats().publishes, 1U) << "one release for two and a half batches of K";
+        ASSERT_TRUE(wait_until<B>([&] { return ch.stats().entries_drained == 10; })) << "released mid-forward";
+      }
+      if (j == 12) {
+        ch.flush(s);  // a partial batch of 3 (< K since the last release): copied, not released
+        EXPECT_EQ(ch.stats().entries_reserved, 13U);
+        EXPECT_EQ(ch.stats().publishes, 1U);
+      }
+    }
+    EXPECT_EQ(ch.deferred_pending(), 7U);
+    (void)ch.end_forward(s);  // the boundary's gather releases the 10 since the last release
+    EXPECT_EQ(ch.stats().publishes, 2U);
+    EXPECT_TRUE(ch.close().clean());
+    EXPECT_EQ(chk.got, 20U);
+    EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
+  }
+  // the default batch: K = 16 does not size the gather
+  auto cfg = this->small_config(1 << 16, 16);
+  cfg.tuning.gather_batch = fd::tuning{}.gather_batch;
+  ASSERT_EQ(cfg.tuning.gather_batch, 128U);
+  fd::channel<B> ch{cfg, this->b};
+  ch.begin_forward(s);
+  for (std::uint64_t j = 0; j < 20; ++j) { ch.capture_deferred(fd::hook_id{5}, src.at(j), 384, s); }
+  EXPECT_EQ(ch.deferred_pending(), 20U) << "20 entries, K = 16: one batch";
+  (void)ch.end_forward(s);
+  EXPECT_EQ(ch.stats().publishes, 1U) << "the one gather does the forward boundary's release";
+  EXPECT_TRUE(ch.close().clean());
+}
+
 REGISTER_TYPED_TEST_SUITE_P(D2hGather, BoundaryGatherDoesTheForwardRelease, FailFastRefusesTheDeferredEntryThatDoesNotFit, BranchReleaseWaitsForTheGather, MixedImmediateAndDeferredKeepEntryOrder, BeginWriteIsAFlushPoint,
                             BatchesSplitAtRingWrap,
                             OneLargeAndManySmallInOneBatch, PartialBatchAtEndForwardAndExplicitFlush,
                             SourcesOverwrittenAfterTheFlushKeepCapturedBytes, GraphReplaysManyTimesWithPlan,
                             VllmFullSizesInAGraphAcrossRingWraps, BounceCaptureCopiesAtTheCallAndKeepsOrder,
                             FaultAtTheGatherLaunchInvalidates, AbortForwardDropsUnflushedDeferredEntries,
-                            CaptureDeferredOnASecondStreamIsRefused);
+                            CaptureDeferredOnASecondStreamIsRefused, GatherBatchApartFromK);
 
 }  // namespace ferry::test

@@ -34,7 +34,7 @@ TYPED_TEST_P(D2hGraph, GraphReplaysLandInTheRightPlaceAcrossWrap)
     }
     checker chk;
     auto cfg = this->small_config(13 << 10, k);  // not a multiple of the forward: wraps move around
-    cfg.branch_publish = branch;
+    cfg.tuning.branch_publish = branch;
     fd::channel<B> ch{cfg, this->b, chk.callback()};
     fd::forward_plan plan;
     auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
@@ -153,7 +153,7 @@ TYPED_TEST_P(D2hGraph, CaptureEndedWithoutEndForwardIsRefusedUntilAborted)
     sources<B> src{this->b, s, 0, 8, 256};
     checker chk;
     auto cfg = this->small_config(1 << 16, k);
-    cfg.branch_publish = branch;
+    cfg.tuning.branch_publish = branch;
     fd::channel<B> ch{cfg, this->b, chk.callback()};
     eager_entries(ch, chk, src, s, 0, 2);
     fd::forward_plan good;

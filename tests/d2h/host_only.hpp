@@ -44,16 +44,33 @@ TEST(D2hHostOnly, ManagedPlacementNeedsConcurrentManagedAccess)
 {
   fd::config cfg;
   cfg.ring_bytes = 1 << 16;
-  cfg.head_memory = fd::head_memory::managed;
+  cfg.tuning.head_memory = fd::head_memory::managed;
   try {
     fd::channel<no_cma_backend> ch{cfg};
     ADD_FAILURE() << "expected a logic_error";
   } catch (const ferry::logic_error& e) {
     EXPECT_NE(std::string{e.what()}.find("concurrentManagedAccess"), std::string::npos) << e.what();
   }
-  cfg.head_memory = fd::head_memory::pinned_mapped;
+  cfg.tuning.head_memory = fd::head_memory::pinned_mapped;
   fd::channel<no_cma_backend> ok{cfg};
   EXPECT_TRUE(ok.close().clean());
+  // The defaults: the platform picks pinned_mapped here (published_head and the size ring), and the size ring
+  // is derived, so a dynamic entry needs no knob.
+  cfg.tuning = {};
+  no_cma_backend b{};
+  fb::stream<no_cma_backend> s{b};
+  sources<no_cma_backend> src{b, s, 0, 1, 512};
+  fb::device_buffer<no_cma_backend> actual{8, b};
+  *actual.template as<std::uint64_t>() = 300;
+  checker chk;
+  fd::channel<no_cma_backend> chosen{cfg, b, chk.callback()};
+  chosen.begin_forward(s);
+  chk.expect(0, 4, 300);
+  chosen.capture_dynamic(fd::hook_id{4}, src.at(0), 512, actual.template as<const std::uint64_t>(), s);
+  (void)chosen.end_forward(s);
+  EXPECT_TRUE(chosen.close().clean());
+  EXPECT_EQ(chk.got, 1U);
+  EXPECT_EQ(chk.bad(), 0U) << chk.first_bad;
 }
 
 TEST(D2hHostOnly, UserKernelWritesThroughRingRef)
@@ -66,7 +83,7 @@ TEST(D2hHostOnly, UserKernelWritesThroughRingRef)
   fd::config cfg;
   cfg.ring_bytes = 6 << 10;
   cfg.publish_every = 3;
-  cfg.size_slots = 2;
+  cfg.tuning.size_slots = 2;
   {
     fd::channel<B> ch{cfg, b, chk.callback()};
     sources<B> src{b, s, 0, 64, 1000};
@@ -167,7 +184,7 @@ TEST(D2hHostOnly, CaptureEndingWithoutEndForwardFails)
   fd::config cfg;
   cfg.ring_bytes = 1 << 20;
   cfg.publish_every = 2;
-  ASSERT_TRUE(cfg.branch_publish);
+  ASSERT_TRUE(cfg.tuning.branch_publish);
   fd::channel<B> ch{cfg, B{}, [](fd::entry_view&&) {}};
   auto forget_end = [&] {
     (void)fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {

@@ -224,7 +224,7 @@ TYPED_TEST_P(D2hMisuse, EntrySizeThatWrapsIsRefused)
   sources<B> src{this->b, s, 0, 2, 256};
   checker chk;
   auto cfg = this->small_config(1 << 16, 4);
-  cfg.size_slots = 4;
+  cfg.tuning.size_slots = 4;
   fd::channel<B> ch{cfg, this->b, chk.callback()};
   std::uint64_t actual = 256;
   ch.begin_forward(s);

@@ -28,10 +28,10 @@ TYPED_TEST_P(D2hMultiChannel, TwoChannelsOnOneDeviceInterleaveEager)
     checker chk1;
     chk1.pattern_base = base1;
     auto cfg0 = this->small_config(16 << 10, 3);
-    cfg0.branch_publish = branch;
+    cfg0.tuning.branch_publish = branch;
     auto cfg1 = this->small_config(12 << 10, 5);
-    cfg1.branch_publish = !branch;
-    cfg1.head_memory = fd::head_memory::pinned_mapped;
+    cfg1.tuning.branch_publish = !branch;
+    cfg1.tuning.head_memory = fd::head_memory::pinned_mapped;
     std::mt19937_64 rng{branch ? 7U : 11U};
     {
       fd::channel<B> ch0{cfg0, this->b, chk0.callback()};
@@ -97,7 +97,7 @@ TYPED_TEST_P(D2hMultiChannel, TwoChannelsOnOneDeviceInterleaveGraph)
   }
   auto cfg0 = this->small_config(13 << 10, 2);  // branch releases (the default)
   auto cfg1 = this->small_config(11 << 10, 16);
-  cfg1.branch_publish = false;
+  cfg1.tuning.branch_publish = false;
   {
     fd::channel<B> ch[2] = {fd::channel<B>{cfg0, this->b, chk[0].callback()},
                             fd::channel<B>{cfg1, this->b, chk[1].callback()}};

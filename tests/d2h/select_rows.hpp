@@ -86,7 +86,7 @@ class D2hSelectRows : public d2h_fixture<B> {
   fd::config rows_config(std::size_t ring = 1 << 16)
   {
     auto c = this->small_config(ring, 3);
-    c.size_slots = 64;
+    c.tuning.size_slots = 64;
     return c;
   }
 };
@@ -270,11 +270,11 @@ TYPED_TEST_P(D2hSelectRows, BadArgumentsAreRefusedAtTheCall)
   auto idx = this->upload(std::vector<std::int32_t>{1}, s.view());
   const auto* i = static_cast<const std::int32_t*>(idx.data());
   fd::channel<B> ch{this->rows_config(), this->b};
-  auto no_slots_cfg = this->small_config(1 << 16, 3);
-  no_slots_cfg.size_slots = 0;
-  fd::channel<B> no_slots{no_slots_cfg, this->b};
+  auto derived_cfg = this->small_config(1 << 16, 3);
+  derived_cfg.tuning.size_slots = 0;  // the default: derived (one per FIFO slot), so a row entry needs no knob
+  fd::channel<B> derived{derived_cfg, this->b};
   ch.begin_forward(s);
-  no_slots.begin_forward(s);
+  derived.begin_forward(s);
   auto sel = fd::row_selection::rows(i, 1);
   auto expect_refused = [&](auto&& f, const char* text) {
     try {
@@ -293,10 +293,12 @@ TYPED_TEST_P(D2hSelectRows, BadArgumentsAreRefusedAtTheCall)
                  "got [3, 3)");
   expect_refused([&] { ch.capture_rows(fd::hook_id{1}, src.data(), 64, 16, fd::row_selection::rows(i, 1ULL << 40), s); },
                  "expected at most ring_bytes");
-  expect_refused([&] { no_slots.capture_rows(fd::hook_id{1}, src.data(), 64, 16, sel, s); }, "size_slots > 0");
+  derived.capture_rows(fd::hook_id{1}, src.data(), 64, 16, sel, s);  // (before issue 39: refused, no size slots)
   (void)ch.end_forward(s);
-  (void)no_slots.end_forward(s);
+  (void)derived.end_forward(s);
   EXPECT_EQ(ch.stats().entries_reserved, 0U);
+  EXPECT_EQ(derived.stats().entries_reserved, 1U);
+  EXPECT_TRUE(derived.close().clean());
 }
 
 REGISTER_TYPED_TEST_SUITE_P(D2hSelectRows, EveryFormEagerHoldsTheSelectedRows, GraphReplaysReadTheSelectionOfTheirStep,

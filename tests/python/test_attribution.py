@@ -14,7 +14,7 @@ def _source(n=32, width=12, salt=0):
 
 
 def test_a_tagged_forward_gives_every_entry_its_tag_meta_and_request_rows(make_channel, drain):
-    ch = make_channel(size_slots=16)
+    ch = make_channel(tuning={"size_slots": 16})
     s = ferry.Stream(backend="host")
     x = _source()
     qsl = np.array([0, 5, 5, 12, 32], dtype=np.int32)  # 4 requests: 5, 0, 7 and 20 tokens
@@ -50,7 +50,7 @@ def test_a_tagged_forward_gives_every_entry_its_tag_meta_and_request_rows(make_c
 
 
 def test_requests_as_spans_and_bad_metadata_are_typed_errors(make_channel, drain):
-    ch = make_channel(size_slots=16)
+    ch = make_channel(tuning={"size_slots": 16})
     s = ferry.Stream(backend="host")
     x = _source()
     with pytest.raises(ferry.LogicError, match="tag an int in"):
@@ -76,14 +76,14 @@ def test_requests_as_spans_and_bad_metadata_are_typed_errors(make_channel, drain
 
 
 def test_capture_rows_deferred_batches_share_a_selection(make_channel, drain):
-    ch = make_channel(size_slots=64, publish_every=4)
+    ch = make_channel(publish_every=4, tuning={"size_slots": 64, "gather_batch": 4})  # batches of K, as before
     s = ferry.Stream(backend="host")
     xs = [_source(salt=h) for h in range(10)]
     rows = np.array([31, 0, 7, 7], dtype=np.int32)
     ch.begin_forward(s, tag=5)
     for h, x in enumerate(xs):
         ch.capture_rows_deferred(h, x, rows=rows, stream=s)
-    assert ch.deferred_pending == 2  # K = 4: two batches flushed, two entries recorded
+    assert ch.deferred_pending == 2  # batches of 4: two batches flushed, two entries recorded
     ch.end_forward(s)
     got = drain(ch, 10)
     for h, e in enumerate(got):
@@ -94,7 +94,7 @@ def test_capture_rows_deferred_batches_share_a_selection(make_channel, drain):
 
 
 def test_graph_replays_carry_the_tag_of_their_plan(make_channel, drain):
-    ch = make_channel(size_slots=64)
+    ch = make_channel(tuning={"size_slots": 64})
     s = ferry.Stream(backend="host")
     xs = [_source(salt=h) for h in range(3)]
     idx = np.zeros(8, dtype=np.int32)
@@ -127,7 +127,7 @@ def test_graph_replays_carry_the_tag_of_their_plan(make_channel, drain):
 
 def test_a_torch_selection_written_before_the_deferred_flush_is_refused(make_channel):
     torch = pytest.importorskip("torch")
-    ch = make_channel(size_slots=16)
+    ch = make_channel(tuning={"size_slots": 16})
     s = ferry.Stream(backend="host")
     x = torch.arange(32 * 4, dtype=torch.float32).reshape(32, 4)
     rows = torch.tensor([1, 2], dtype=torch.int32)
@@ -149,7 +149,7 @@ def test_a_torch_count_tensor_is_a_device_count_never_an_int(make_channel, drain
         def __index__(self):
             raise AssertionError("count converted as an int")
 
-    ch = make_channel(size_slots=16)
+    ch = make_channel(tuning={"size_slots": 16})
     s = ferry.Stream(backend="host")
     x = _source()
     rows = torch.tensor([5, 6, 7, 8], dtype=torch.int32)
@@ -168,7 +168,7 @@ def test_a_torch_count_tensor_is_a_device_count_never_an_int(make_channel, drain
 def test_plan_selected_reserves_exactly_and_a_device_count_above_it_overflows(make_channel, drain):
     """plan(selected=n) reserves n rows per row entry (immediate and deferred) and the replay places them there; a
     device count above n is delivered as not ok (size_overflow, counted), one below it holds its rows."""
-    ch = make_channel(size_slots=64)
+    ch = make_channel(tuning={"size_slots": 64})
     s = ferry.Stream(backend="host")
     xs = [_source(salt=h) for h in range(3)]
     idx = np.zeros(8, dtype=np.int32)
@@ -198,7 +198,7 @@ def test_plan_selected_reserves_exactly_and_a_device_count_above_it_overflows(ma
 
 
 def test_plan_selected_above_the_reservation_is_refused(make_channel):
-    ch = make_channel(size_slots=64)
+    ch = make_channel(tuning={"size_slots": 64})
     s = ferry.Stream(backend="host")
     x = _source()
     idx = np.zeros(4, dtype=np.int32)

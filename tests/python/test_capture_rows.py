@@ -12,7 +12,7 @@ def _source(n=32, width=12):
 
 
 def test_rows_last_token_and_window_hold_the_selected_rows(make_channel, drain):
-    ch = make_channel(size_slots=16)
+    ch = make_channel(tuning={"size_slots": 16})
     s = ferry.Stream(backend="host")
     x = _source()
     rows = np.array([4, 31, 0, 4], dtype=np.int64)
@@ -38,7 +38,7 @@ def test_rows_last_token_and_window_hold_the_selected_rows(make_channel, drain):
 
 
 def test_a_selection_the_kernel_refuses_is_delivered_as_failed_and_counted(make_channel, drain):
-    ch = make_channel(size_slots=16)
+    ch = make_channel(tuning={"size_slots": 16})
     s = ferry.Stream(backend="host")
     x = _source()
     ch.begin_forward(s)
@@ -56,7 +56,7 @@ def test_a_selection_the_kernel_refuses_is_delivered_as_failed_and_counted(make_
 
 
 def test_bad_arguments_are_typed_errors(make_channel):
-    ch = make_channel(size_slots=16)
+    ch = make_channel(tuning={"size_slots": 16})
     s = ferry.Stream(backend="host")
     x = _source()
     ch.begin_forward(s)
@@ -73,7 +73,7 @@ def test_bad_arguments_are_typed_errors(make_channel):
 
 
 def test_graph_replays_read_the_selection_of_their_step(make_channel, drain):
-    ch = make_channel(size_slots=16)
+    ch = make_channel(tuning={"size_slots": 16})
     s = ferry.Stream(backend="host")
     x = _source()
     idx = np.zeros(32, dtype=np.int32)
@@ -95,3 +95,24 @@ def test_graph_replays_read_the_selection_of_their_step(make_channel, drain):
         np.testing.assert_array_equal(e.numpy().view(np.float32).reshape(-1, 12), x[idx[:k]])
         e.release()
         s.synchronize()
+
+
+def test_row_capture_needs_no_size_slots_and_gathers_apart_from_k(make_channel, drain):
+    # issue 39: the size ring is derived (one slot per FIFO slot), so capture_rows and capture_rows_deferred work
+    # with no tuning; the deferred rows are gathered tuning["gather_batch"] at a time (default 128), not per K
+    ch = make_channel(publish_every=4)
+    s = ferry.Stream(backend="host")
+    x = _source()
+    rows = np.array([3, 1, 30], dtype=np.int32)
+    ch.begin_forward(s)
+    ch.capture_rows(1, x, rows=rows, stream=s)
+    for hook in range(10, 20):
+        ch.capture_rows_deferred(hook, x, rows=rows, stream=s)
+    assert ch.deferred_pending == 10  # past K = 4: one batch (the default gather holds 128)
+    ch.end_forward(s)
+    got = drain(ch, 11)
+    assert [e.hook for e in got] == [1] + list(range(10, 20))
+    for e in got:
+        np.testing.assert_array_equal(e.numpy().view(np.float32).reshape(-1, 12), x[[3, 1, 30]])
+        e.release()
+    assert ch.close()["clean"]

@@ -143,7 +143,7 @@ def test_ferry_stream_and_cpu_tensor_refused(channel):
 def test_torch_cuda_graph_replay_with_plan(programmatic):
     # both launch forms of ferry's kernels inside torch's graph: programmatic dependent launches (sm_90+) and
     # plain ones
-    channel = ferry.Channel(0, ring_bytes=4 << 20, publish_every=4, backend="cuda", programmatic_launch=programmatic)
+    channel = ferry.Channel(0, ring_bytes=4 << 20, publish_every=4, backend="cuda", tuning={"programmatic_launch": programmatic})
     sm90 = torch.cuda.get_device_capability()[0] >= 9
     assert channel.programmatic_launch == (programmatic and sm90)
     s = torch.cuda.Stream()

@@ -348,7 +348,7 @@ def test_abort_forward_after_a_capture_ended_without_end_forward(make_channel, s
 @pytest.mark.parametrize("v", [1, 2, 4, 8])
 def test_copy_vecs_per_thread_knob_keeps_entries_exact(make_channel, stream, drain, v):
     # every vector width copies every size exactly (tails, several passes), immediate and deferred
-    ch = make_channel(ring_bytes=1 << 20, publish_every=4, copy_vecs_per_thread=v)
+    ch = make_channel(ring_bytes=1 << 20, publish_every=4, tuning={"copy_vecs_per_thread": v})
     rng = np.random.default_rng(v)
     xs = [rng.integers(1, 255, size=n, dtype=np.uint8) for n in (1, 15, 16, 17, 4104, 70001)]
     ch.begin_forward(stream)
@@ -365,7 +365,7 @@ def test_bounce_capture_joins_the_deferred_batch_and_keeps_every_byte(make_chann
     # bounce_capture_max_bytes: capture() of an array up to that size is copied into the channel's staging and
     # joins the deferred batch (deferred_pending, the core's count, includes it; nothing is flushed by it);
     # larger ones take the copy kernel and flush the batch first. Entry order and bytes exact.
-    ch = make_channel(ring_bytes=1 << 20, publish_every=4, bounce_capture_max_bytes=4096)
+    ch = make_channel(ring_bytes=1 << 20, publish_every=4, tuning={"bounce_capture_max_bytes": 4096, "gather_batch": 4})
     rng = np.random.default_rng(3)
     xs = [rng.integers(1, 255, size=n, dtype=np.uint8) for n in (100, 4096, 17, 5000, 64, 4097, 33, 2048, 1, 999)]
     expect = []
@@ -388,26 +388,28 @@ def test_bounce_capture_joins_the_deferred_batch_and_keeps_every_byte(make_chann
 
 def test_copy_vecs_per_thread_knob_refuses_other_widths(make_channel):
     with pytest.raises(ferry.LogicError, match="expected copy_vecs_per_thread 1, 2, 4 or 8, got 3"):
-        make_channel(copy_vecs_per_thread=3)
+        make_channel(tuning={"copy_vecs_per_thread": 3})
 
 
 def test_programmatic_launch_knob_on_the_host_backend(make_channel):
     # the knob is accepted on every backend; the host backend never launches programmatically
-    assert make_channel(programmatic_launch=True).programmatic_launch is False
-    assert make_channel(programmatic_launch=False).programmatic_launch is False
+    assert make_channel(tuning={"programmatic_launch": True}).programmatic_launch is False
+    assert make_channel(tuning={"programmatic_launch": False}).programmatic_launch is False
 
 
 @pytest.mark.parametrize("branch_publish,gather_branch_publish", [(True, True), (True, False), (False, True)])
 def test_deferred_entries_exact_and_flush_points(make_channel, stream, drain, branch_publish, gather_branch_publish):
     # every place a batch release can run: the branch (the defaults), the gather's last block, the stream
-    ch = make_channel(publish_every=4, branch_publish=branch_publish, gather_branch_publish=gather_branch_publish)
+    # (gather_batch = K: the batch that flushes at the K-th entry; the default gathers 128 whatever K)
+    ch = make_channel(publish_every=4, tuning={"branch_publish": branch_publish,
+                                               "gather_branch_publish": gather_branch_publish, "gather_batch": 4})
     xs = [np.arange(i * 10, i * 10 + 5, dtype=np.int32) for i in range(6)]
     ch.begin_forward(stream)
     for i, x in enumerate(xs[:3]):
         ch.capture_deferred(i, x, stream)
     assert ch.deferred_pending == 3
     ch.capture_deferred(3, xs[3], stream)
-    assert ch.deferred_pending == 0  # the K-th deferred entry flushes its batch
+    assert ch.deferred_pending == 0  # the gather_batch-th (here K-th) deferred entry flushes its batch
     ch.capture_deferred(4, xs[4], stream)
     assert ch.deferred_pending == 1
     ch.capture(9, xs[5], stream)  # an immediate capture flushes first (entry order kept)
@@ -456,7 +458,7 @@ def test_deferred_version_read_at_capture_and_at_its_flush_only(make_channel, st
     # a deferred source's version counter is read when it is captured and once more by the call that flushes
     # it, not by every capture in between (each read takes the GIL: a consumer thread holding it stalled every
     # capture); an inference tensor's counter is never asked for (asking raises, which costs ~10 us in torch)
-    ch = make_channel(publish_every=8)
+    ch = make_channel(publish_every=8, tuning={"gather_batch": 8})  # the 8th capture flushes
     xs = [_Versioned(np.full(64, i, np.uint8)) for i in range(7)] + [_Versioned(np.full(64, 7, np.uint8), True)]
     ch.begin_forward(stream)
     for i, x in enumerate(xs[:7]):

@@ -22,7 +22,7 @@ def test_bad_config_is_a_logic_error_with_the_cpp_message():
     with pytest.raises(ferry.LogicError, match="publish_every|K"):
         ferry.Channel(backend="host", ring_bytes=1 << 16, publish_every=0)
     with pytest.raises(ferry.LogicError, match="head_memory"):
-        ferry.Channel(backend="host", ring_bytes=1 << 16, head_memory="nowhere")
+        ferry.Channel(backend="host", ring_bytes=1 << 16, tuning={"head_memory": "nowhere"})
     with pytest.raises(ferry.LogicError, match="backend"):
         ferry.Channel(backend="tpu")
 
@@ -267,13 +267,13 @@ def test_an_object_on_emulated_device_1_leaves_device_0_channels_usable():
 @pytest.mark.parametrize("bad, shown", [(float("nan"), "nan"), (float("inf"), "inf"), (-float("inf"), "-inf"),
                                         (1e300, r"1e\+300"), (1e10, r"1e\+10"), (-0.5, "-0.5")])
 def test_seconds_arguments_out_of_range_are_logic_errors_not_undefined_conversions(make_channel, bad, shown):
-    # close(timeout=1e300), Channel(timeout=1e300) or Channel(drain_idle_sleep=1e300) converted a double to an
-    # integer duration out of its range (undefined behaviour; found by the fuzzer): one range check for each
+    # close(timeout=1e300), Channel(timeout=1e300) or Channel(tuning={'drain_idle_sleep': 1e300}) converted a double
+    # to an integer duration out of its range (undefined behaviour; found by the fuzzer): one range check for each
     ch = make_channel()
     calls = [
         ("Channel", "timeout", lambda: ferry.Channel(backend="host", ring_bytes=1 << 16, timeout=bad)),
-        ("Channel", "drain_idle_sleep",
-         lambda: ferry.Channel(backend="host", ring_bytes=1 << 16, drain_idle_sleep=bad)),
+        ("Channel", r"tuning\['drain_idle_sleep'\]",
+         lambda: ferry.Channel(backend="host", ring_bytes=1 << 16, tuning={"drain_idle_sleep": bad})),
         ("Channel.close", "timeout", lambda: ch.close(timeout=bad)),
     ]
     for who, name, call in calls:
@@ -285,8 +285,8 @@ def test_seconds_arguments_out_of_range_are_logic_errors_not_undefined_conversio
 
 
 def test_seconds_arguments_in_range_are_accepted(make_channel, stream):
-    ch = make_channel(timeout=0.25, drain_idle_sleep=2e-4)
-    ch2 = make_channel(timeout=10**9, drain_idle_sleep=0)  # ints too, up to the top of the range
+    ch = make_channel(timeout=0.25, tuning={"drain_idle_sleep": 2e-4})
+    ch2 = make_channel(timeout=10**9, tuning={"drain_idle_sleep": 0})  # ints too, up to the top of the range
     with pytest.raises(ferry.LogicError, match="expected timeout a number of seconds, got 'a'"):
         make_channel(timeout="a")
     with pytest.raises(ferry.LogicError, match="expected timeout a number of seconds, got 1000"):

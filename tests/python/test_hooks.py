@@ -140,7 +140,7 @@ def test_rows_capture_holds_the_selected_token_rows_of_every_hook(model, preset,
     """Continuous batching: a batch of 3 sequences x 4 tokens, the engine selects rows (tokens) 11, 2 and 7 at
     fixed "device" addresses; every hook's entry holds exactly those rows of the hooked tensor, attributed to the
     forward's requests (rows_of)."""
-    ch = make_channel(ring_bytes=1 << 20, publish_every=8, size_slots=512)
+    ch = make_channel(ring_bytes=1 << 20, publish_every=8, tuning={"size_slots": 512})
     rows = np.array([11, 2, 7, 0], dtype=np.int32)
     count = np.array([3], dtype=np.int32)
     seen = []

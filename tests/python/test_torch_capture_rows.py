@@ -18,7 +18,7 @@ def _rows(e, width):
 
 
 def test_eager_rows_last_token_window_and_device_count(make_channel, stream):
-    ch = make_channel(size_slots=16)
+    ch = make_channel(tuning={"size_slots": 16})
     x = torch.randn(20, 6)
     qsl = torch.tensor([0, 4, 9, 20], dtype=torch.int32)
     req = torch.tensor([2, 0], dtype=torch.int32)
@@ -40,7 +40,7 @@ def test_eager_rows_last_token_window_and_device_count(make_channel, stream):
 
 
 def test_bad_selection_is_a_typed_error(make_channel, stream):
-    ch = make_channel(size_slots=16)
+    ch = make_channel(tuning={"size_slots": 16})
     ch.begin_forward(stream)
     with pytest.raises(ferry.LogicError, match="int32 or int64 selection"):
         fto.capture_rows(fto.token(), torch.randn(4, 2), ch, 1, torch.tensor([1.0]))
@@ -48,7 +48,7 @@ def test_bad_selection_is_a_typed_error(make_channel, stream):
 
 
 def test_torch_compile_fullgraph_keeps_capture_rows(make_channel, stream):
-    ch = make_channel(size_slots=16)
+    ch = make_channel(tuning={"size_slots": 16})
     handle = ch.handle
 
     def f(tok, x, idx):
@@ -80,7 +80,7 @@ def test_torch_compile_fullgraph_keeps_capture_rows(make_channel, stream):
 def test_cuda_graph_replays_capture_the_rows_of_their_step():
     # torch.cuda.graph records the op; the selection (indices and a device count) keeps its address and its
     # contents change before every replay; Channel.plan(plan) arms the replay on torch's current stream
-    ch = ferry.Channel(0, ring_bytes=4 << 20, size_slots=64, backend="cuda")
+    ch = ferry.Channel(0, ring_bytes=4 << 20, backend="cuda", tuning={"size_slots": 64})
     s = torch.cuda.Stream()
     x = torch.randn(256, 128, device="cuda")
     idx = torch.zeros(256, dtype=torch.int32, device="cuda")

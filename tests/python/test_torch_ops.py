@@ -402,7 +402,7 @@ def test_invalidated_channel_through_the_op(make_channel):
 # ---- deferred capture: torch.ops.ferry.capture_deferred / flush
 
 def test_deferred_op_entries_exact(make_channel, stream):
-    ch = make_channel(publish_every=4)
+    ch = make_channel(publish_every=4, tuning={"gather_batch": 4})  # batches of 4: the 5th entry is pending
     tok = fto.token()
     xs = [torch.arange(i, i + 6, dtype=torch.float32) for i in range(5)]
     ch.begin_forward(stream)

@@ -117,7 +117,7 @@ def test_a_size_that_is_not_whole_rows_is_a_logic_error_naming_the_hook(make_cha
 
 
 def test_a_row_entry_of_another_row_size_is_a_logic_error(make_channel, drain, stream):
-    ch = make_channel(size_slots=4, schema={2: ("h", np.float32, (4,))})
+    ch = make_channel(schema={2: ("h", np.float32, (4,))}, tuning={"size_slots": 4})
     tokens = np.arange(5 * 8, dtype=np.float32).reshape(5, 8)  # rows of 32 bytes, the schema's are 16
     ch.begin_forward(stream)
     ch.capture_rows(2, tokens, rows=np.array([1, 3], np.int32), stream=stream)

@@ -69,7 +69,7 @@ class ShmStreamAttribution : public ::testing::Test {
     c.ring_bytes = 1 << 16;
     c.publish_every = 4;
     c.timeout = 10s;
-    c.size_slots = 64;
+    c.tuning.size_slots = 64;
     return c;
   }
   /// The FNV-1a of source rows idx[first, first + n) (what rows_of of a request holding them reads).

@@ -89,7 +89,7 @@ class SafetensorsSink : public ::testing::Test {
     c.ring_bytes = 1 << 16;
     c.publish_every = 4;
     c.timeout = 10s;
-    c.size_slots = 16;
+    c.tuning.size_slots = 16;
     return c;
   }
 

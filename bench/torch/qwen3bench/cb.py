@@ -174,7 +174,7 @@ class CbRig:
             self.fstream = ferry.Stream(backend="host")
         self.ch = ferry.Channel(device=0, ring_bytes=args.ring_mib << 20, publish_every=args.publish_every,
                                 backend="cuda" if self.cuda else "host", fifo_capacity=1 << 16, timeout=30.0,
-                                size_slots=args.size_slots)
+                                tuning={"size_slots": args.size_slots})
         self.consumer = Consumer(self.ch, sels)
         self.consumer.start()
         self.upload = SelectionUpload(self, sels, args.upload)

@@ -45,8 +45,10 @@ class Sinked:
                                             max_queue_bytes=256 << 20, block_timeout=30.0)
         self.ch = ferry.Channel(0, ring_bytes=args.ring_mib << 20, publish_every=args.publish_every,
                                 backend="cuda" if args.device == "cuda" else "host", fifo_capacity=1 << 16,
-                                timeout=30.0, drain_idle_sleep=args.drain_idle_us * 1e-6,
-                                bounce_capture_max_bytes=bounce, sink=self.sink)
+                                timeout=30.0, sink=self.sink,
+                                tuning={"drain_idle_sleep": args.drain_idle_us * 1e-6,
+                                        "bounce_capture_max_bytes": bounce,
+                                        "gather_batch": min(args.publish_every, 128)})
         self.stream = stream
 
     def settle(self, timeout=120.0):
@@ -77,7 +79,7 @@ class PyConsumer:
     def __init__(self, args, stream, batch):
         self.ch = ferry.Channel(0, ring_bytes=args.ring_mib << 20, publish_every=args.publish_every,
                                 backend="cuda" if args.device == "cuda" else "host", fifo_capacity=1 << 16,
-                                timeout=30.0, drain_idle_sleep=args.drain_idle_us * 1e-6)
+                                timeout=30.0, tuning={"drain_idle_sleep": args.drain_idle_us * 1e-6})
         self.stream, self.batch, self.count = stream, batch and hasattr(self.ch, "poll_batch"), 0
         self._halt, self._thread = threading.Event(), None
 

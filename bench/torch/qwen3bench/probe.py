@@ -15,7 +15,7 @@ from .contestants import planned
 from .drain import Drain
 from .meta import log
 
-CHANNELS = {  # contestant -> (Channel kwargs, deferred)
+CHANNELS = {  # contestant -> (Channel kwargs and tuning keys, one flat dict: Probe.channel splits them; deferred)
     "ferry": (dict(), False),
     "ferry_plain": (dict(programmatic_launch=False), False),
     "ferry_stream": (dict(branch_publish=False), False),
@@ -25,13 +25,13 @@ CHANNELS = {  # contestant -> (Channel kwargs, deferred)
     "ferry_v4": (dict(copy_vecs_per_thread=4), False),
     "ferry_general": (dict(lean_copy_kernel=False), False),
     "ferry_bounce": (dict(bounce_capture_max_bytes=16 << 10), False),
-    "ferry_bounce_k32": (dict(bounce_capture_max_bytes=16 << 10, publish_every=32), False),
+    "ferry_bounce_k32": (dict(bounce_capture_max_bytes=16 << 10, publish_every=32, gather_batch=32), False),
     "ferry_ring8": (dict(ring_bytes=8 << 20), False),
     "ferry_ring1g": (dict(ring_bytes=1 << 30), False),
     "gather": (dict(), True),
     "gather_ring8": (dict(ring_bytes=8 << 20), True),
     "gather_plain": (dict(programmatic_launch=False), True),
-    "gather_k32": (dict(publish_every=32), True),
+    "gather_k32": (dict(publish_every=32, gather_batch=32), True),
     "gather_fused": (dict(gather_branch_publish=False), True),
 }
 CUDA0 = torch.device("cuda", 0)
@@ -77,8 +77,11 @@ class Probe:
         if key not in self.channels:
             opts = dict(ring_bytes=self.args.ring_mib << 20, publish_every=self.args.publish_every,
                         fifo_capacity=1 << 16, timeout=30.0, backend="cuda")
-            opts.update(kw)
-            ch = ferry.Channel(0, **opts)
+            tuning = {}
+            for k, v in kw.items():
+                (tuning if k in ferry._ferry.channel_tuning_fields else opts)[k] = v
+            tuning.setdefault("gather_batch", min(opts["publish_every"], 128))  # K-sized gathers, as measured before
+            ch = ferry.Channel(0, tuning=tuning, **opts)
             d = Drain(ch)
             d.start()
             self.channels[key] = [ch, d, 0]
@@ -194,7 +197,7 @@ class Probe:
         for name, k in (("staged", self.args.publish_every), ("bounce_k32", 32)):
             if not self.want(name):
                 continue
-            slot = self.channel(dict(publish_every=k))
+            slot = self.channel(dict(publish_every=k, gather_batch=min(k, 128)))
             cap = fh.capture_fn(slot[0], None, use_ops="auto", device=CUDA0, deferred=True)
             stage: dict[int, torch.Tensor] = {}
             self.keep.append(stage)

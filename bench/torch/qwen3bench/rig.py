@@ -31,8 +31,9 @@ class Rig:
         backend = "cuda" if self.cuda else "host"
         self.ch = ferry.Channel(device=0, ring_bytes=args.ring_mib << 20, publish_every=args.publish_every,
                                 backend=backend, fifo_capacity=1 << 16, timeout=30.0,
-                                branch_publish=args.branch_publish == "on",
-                                bounce_capture_max_bytes=args.bounce_capture_max)
+                                tuning={"branch_publish": args.branch_publish == "on",
+                                        "bounce_capture_max_bytes": args.bounce_capture_max,
+                                        "gather_batch": min(args.publish_every, 128)})
         self.drain = Drain(self.ch)
         self.drain.start()
         self.expected = 0  # entries produced so far

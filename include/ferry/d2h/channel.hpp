@@ -51,8 +51,8 @@ class channel {
   using callback_type = std::function<void(entry_view&&)>;
 
   /// Creates the channel for the backend's current device. Throws logic_error on a bad config (K = 0, ring
-  /// size, managed placement without concurrentManagedAccess). `staging` (staging_memory.hpp): registered host
-  /// memory to land the D2H copies in instead of allocating pinned staging (e.g. a sink::shm_stream's segment).
+  /// size, tuning.head_memory managed without concurrentManagedAccess). `staging` (staging_memory.hpp): registered
+  /// host memory to land the D2H copies in instead of allocating pinned staging (e.g. a sink::shm_stream's segment).
   /// `schema` (hook_schema.hpp): what each hook's bytes are, for consumers (typed_view.hpp; a sink's default).
   explicit channel(config cfg, B b = B{}, callback_type cb = {}, staging_memory staging = {}, hook_schema schema = {})
     : impl_{std::make_unique<detail::channel_impl<B>>(cfg, b, std::move(cb), std::move(staging),
@@ -129,7 +129,7 @@ class channel {
 
   /// Row-selected capture: the rows `sel` names (row_selection.hpp: an index list, the last token or a window
   /// of each selected request from query_start_loc; a CPU-known or GPU-resolved count) of the [n_rows,
-  /// row_bytes] device tensor `src`, as one dynamic entry of `hook` (config::size_slots > 0), in selection
+  /// row_bytes] device tensor `src`, as one dynamic entry of `hook` (its size slot: tuning::size_slots), in selection
   /// order. Eager and in graphs (a replay reads the selection's current contents). A selection the kernel
   /// refuses is delivered as entry_status::selection_error; nothing outside `src` is read.
   void capture_rows(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
@@ -241,7 +241,7 @@ class channel {
   [[nodiscard]] counters stats() const { return impl()->st.stats(); }
   /// The configuration the channel was created with.
   [[nodiscard]] const config& cfg() const { return impl()->st.cfg; }
-  /// Whether ferry's kernels are launched programmatically (config::programmatic_launch, and the device
+  /// Whether ferry's kernels are launched programmatically (tuning::programmatic_launch, and the device
   /// and the loaded kernel code support it).
   [[nodiscard]] bool programmatic_launch() const { return impl()->st.launch.programmatic; }
   /// The device the channel was created on.

@@ -107,10 +107,13 @@ class _Factory(_abc.ABC):
 
 
 class Channel(_Factory):
-    """ferry.Channel(device=0, ring_bytes=64 MiB, publish_every=16, *, backend="auto", staging_bytes=0,
-    head_memory="managed", on_full="block", timeout=5.0, fifo_capacity=8192, sink=None, branch_publish=True,
-    gather_branch_publish=True, programmatic_launch=True, copy_vecs_per_thread=2, lean_copy_kernel=True,
-    bounce_capture_max_bytes=0, schema=None).
+    """ferry.Channel(device=0, *, backend="auto", <config keywords>, sink=None, schema=None, tuning=None).
+
+    The signature is written once, generated from the C++ field lists: the stub ``ferry/_ferry/host.pyi``
+    (``help(ferry.host.Channel.__init__)``), appended below. The keywords are what a user chooses
+    (d2h::config); ``tuning`` is a dict of performance knobs and platform overrides (d2h::tuning, every key
+    checked: an unknown key or a wrong type is a ``ferry.LogicError``). docs/api/python.md says which knob
+    matters for which workload.
 
     begin_forward(stream), capture(hook, tensor, stream), end_forward(stream) -> Plan, plan(plan),
     poll(max_entries=1024, timeout=0.0) -> list[Entry], poll_batch(max_entries=1024, timeout=None) ->
@@ -162,3 +165,5 @@ for _name in ("host", "cuda"):
         for _abstract in (Channel, Publisher, Stream, Graph, Slot, Producer):
             _abstract.register(getattr(_m, _abstract.__name__))
 del _name, _m
+if Channel.__doc__ is not None:  # (python -OO strips docstrings) the generated signature and tuning keys
+    Channel.__doc__ += "\n" + (_ferry.host.Channel.__init__.__doc__ or "")

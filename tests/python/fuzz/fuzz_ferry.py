@@ -544,7 +544,7 @@ class ChanM:
         self.plans = []  # plans of this channel (end_forward of captured forwards)
         self.tainted = ""
         self.last_seq = -1
-        b = kw.get("bounce_capture_max_bytes", 0)
+        b = kw.get("tuning", {}).get("bounce_capture_max_bytes", 0)
         self.bounce = b if isinstance(b, int) and not isinstance(b, bool) else 0
 
     # -- state
@@ -735,7 +735,9 @@ KNOBS = [
     ("gather_branch_publish", [OMIT, True, False]),
     ("bounce_capture_max_bytes", [OMIT, 0, 16, 256, 4096, 1 << 20]),
     ("drain_idle_sleep", [OMIT, 0.0, 1e-6, 1e-4, 0.001, -1.0, float("nan")]),
+    ("gather_batch", [OMIT, 1, 2, 4, 128, 200, 0, 1.5]),
 ]
+TUNING = set(ferry._ferry.channel_tuning_fields)  # the knobs that go in Channel(tuning={...})
 
 
 class World:
@@ -923,7 +925,7 @@ def op_channel_new(w: World):
     src = w.src
     kw = {"ring_bytes": src.pick(RING, "ring"), "timeout": src.pick(TIMEOUTS, "timeout")}
     if src.chance(3, "rowslots"):
-        kw["size_slots"] = 16  # row-selected (dynamic) entries need size slots
+        kw["size_slots"] = 16  # a size ring smaller than the derived one (row-selected entries are dynamic)
     if kw["timeout"] is not None and not isinstance(kw["timeout"], (str, bool)) and kw["timeout"] > 0.3:
         kw["timeout"] = float("nan") if src.chance(2, "nan") else 0.05  # never a long blocking wait
     for _ in range(src.int(0, 4, "nknobs")):
@@ -933,6 +935,9 @@ def op_channel_new(w: World):
             kw[name] = v
     if src.chance(16, "bogus"):
         kw["bogus_knob"] = 1
+    tuning = {k: kw.pop(k) for k in list(kw) if k in TUNING}
+    if tuning:
+        kw["tuning"] = tuning
     sink = None
     k = src.int(0, 15, "sink")
     if k == 15:

@@ -68,15 +68,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fd::config cfg;
   cfg.ring_bytes = 16 * (in.u16() % 4097);  // 0 .. 64 KiB (0 is rejected)
   cfg.publish_every = in.u8() % 20;         // 0 is rejected
-  cfg.size_slots = in.u8() % 9;
+  cfg.tuning.size_slots = in.u8() % 9;
   cfg.fifo_capacity = in.u8() % 40;
-  cfg.max_copies_in_flight = in.u8() % 5;
+  cfg.tuning.max_copies_in_flight = in.u8() % 5;
   cfg.staging_bytes = (in.u8() % 4) * 4096;
   const std::uint8_t flags = in.u8();  // bit 0: placement; bits 1, 2: where batch releases run; bit 3: bounce
-  cfg.head_memory = flags % 2 ? fd::head_memory::managed : fd::head_memory::pinned_mapped;
-  cfg.branch_publish = (flags & 2U) == 0;
-  cfg.gather_branch_publish = (flags & 4U) == 0;
-  cfg.bounce_capture_max_bytes = (flags & 8U) != 0 ? 2048 : 0;  // captures up to 2 KiB bounce (capture_bounced)
+  cfg.tuning.head_memory = flags % 2 ? fd::head_memory::managed : fd::head_memory::pinned_mapped;
+  cfg.tuning.branch_publish = (flags & 2U) == 0;
+  cfg.tuning.gather_branch_publish = (flags & 4U) == 0;
+  cfg.tuning.bounce_capture_max_bytes = (flags & 8U) != 0 ? 2048 : 0;  // captures up to 2 KiB bounce (capture_bounced)
   cfg.on_full = fd::full_policy::fail_fast;
   cfg.drain = fd::drain_mode::poll;
   cfg.timeout = std::chrono::milliseconds{50};

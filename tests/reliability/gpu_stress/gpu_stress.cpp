@@ -436,12 +436,12 @@ class stress {
       fd::config cfg;
       cfg.ring_bytes = sh_.ring_bytes;
       cfg.publish_every = k;
-      cfg.head_memory = placement;
-      cfg.size_slots = sh_.size_slots;
+      cfg.tuning.head_memory = placement;
+      cfg.tuning.size_slots = sh_.size_slots;
       cfg.fifo_capacity = sh_.fifo_capacity;
       cfg.timeout = 30s;
       cfg.drain = fd::drain_mode::thread;
-      cfg.gather_branch_publish = gather_branch;
+      cfg.tuning.gather_branch_publish = gather_branch;
       fd::channel<B> ch{cfg, b_, [&chk](fd::entry_view&& v) { chk.check(v); }};
       ferry::testing::d2h_access::set_fault(ch, opt_.fault);
       if (opt_.fault != ferry::testing::d2h_fault::none && std::string_view{B::name()} == "host") {

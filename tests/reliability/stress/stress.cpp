@@ -45,13 +45,13 @@ d2h_round_result d2h_channel_run(int dev, std::uint64_t n, std::uint64_t seed, t
   const std::uint64_t ring_choices[] = {4096, 8192, 24576, 65536, 262144};
   cfg.ring_bytes = ring_choices[rng() % 5];
   cfg.publish_every = static_cast<std::uint32_t>(1 + rng() % 24);
-  cfg.size_slots = rng() % 3 == 0 ? 0 : static_cast<std::uint32_t>(4 + rng() % 60);
-  cfg.head_memory = rng() % 2 ? fd::head_memory::managed : fd::head_memory::pinned_mapped;
+  cfg.tuning.size_slots = rng() % 3 == 0 ? 0 : static_cast<std::uint32_t>(4 + rng() % 60);
+  cfg.tuning.head_memory = rng() % 2 ? fd::head_memory::managed : fd::head_memory::pinned_mapped;
   cfg.drain = rng() % 3 == 0 ? fd::drain_mode::poll : fd::drain_mode::thread;
   cfg.staging_bytes = rng() % 2 ? 0 : cfg.ring_bytes * 2;
-  cfg.max_copies_in_flight = static_cast<std::uint32_t>(1 + rng() % 16);
+  cfg.tuning.max_copies_in_flight = static_cast<std::uint32_t>(1 + rng() % 16);
   cfg.fifo_capacity = static_cast<std::uint32_t>(64 + rng() % 512);
-  cfg.fused_copy_max_bytes = rng() % 2 ? 0 : 1024;
+  cfg.tuning.fused_copy_max_bytes = rng() % 2 ? 0 : 1024;
   cfg.timeout = 30s;
   const auto copy_delay = std::chrono::microseconds{rng() % 8 == 0 ? rng() % 20 : 0};  // test hook, set below
   const std::uint64_t max_size = std::min<std::uint64_t>(cfg.ring_bytes / 4, 1 + rng() % 2048);
@@ -78,7 +78,7 @@ d2h_round_result d2h_channel_run(int dev, std::uint64_t n, std::uint64_t seed, t
       std::vector<bool> dyn(batch), over(batch);
       for (std::uint64_t k = 0; k < batch; ++k) {
         sizes[k] = 1 + rng() % max_size;
-        dyn[k] = cfg.size_slots > 0 && rng() % 6 == 0;
+        dyn[k] = rng() % 6 == 0;  // size_slots 0: derived (one per FIFO slot)
         act[k] = sizes[k];
         if (dyn[k]) {
           over[k] = rng() % 40 == 0;

@@ -68,8 +68,8 @@ std::uint64_t d2h_scenario(fb::fault_plan& plan, std::uint64_t fail_i, bool stic
   cfg.ring_bytes = 2048;
   cfg.publish_every = 3;
   cfg.drain = fd::drain_mode::poll;
-  cfg.size_slots = 4;
-  cfg.max_copies_in_flight = 4;
+  cfg.tuning.size_slots = 4;
+  cfg.tuning.max_copies_in_flight = 4;
   cfg.fifo_capacity = 16;
   cfg.timeout = 200ms;
   if (disable) { cfg.on_error = fd::error_policy::disable; }

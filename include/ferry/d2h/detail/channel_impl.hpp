@@ -160,41 +160,50 @@ void channel_impl<B>::init_resources(const staging_memory& staging)
   auto& b = st.b;
   const auto attrs = b.attributes(st.dev);
   st.sm_count = std::max(1, attrs.sm_count);
-  FERRY_EXPECTS(st.cfg.head_memory != head_memory::managed || attrs.concurrent_managed_access, ferry::logic_error,
-                "d2h channel on {} device {} ({}): published_head placement 'managed' expected "
-                "concurrentManagedAccess == 1, got 0; use head_memory::pinned_mapped",
+  auto& where = st.cfg.tuning.head_memory;  // the platform's choice, or the tuning's override
+  if (where == head_memory::platform) {
+    where = attrs.concurrent_managed_access ? head_memory::managed : head_memory::pinned_mapped;
+  }
+  FERRY_EXPECTS(where != head_memory::managed || attrs.concurrent_managed_access, ferry::logic_error,
+                "d2h channel on {} device {} ({}): head_memory 'managed' expected concurrentManagedAccess == 1, got 0; "
+                "use head_memory::pinned_mapped (or the platform's choice)",
                 B::name(), st.dev.value, attrs.name);
   st.ring = ferry::backend::device_buffer<B>{st.cfg.ring_bytes, b};
   st.state_buf = ferry::backend::device_buffer<B>{sizeof(device_state), b};
-  if (st.cfg.bounce_capture_max_bytes != 0) {  // one slot per position of a deferred batch
-    st.bounce_slot = align_up(st.cfg.bounce_capture_max_bytes, entry_alignment);
+  if (st.cfg.tuning.bounce_capture_max_bytes != 0) {  // one slot per position of a deferred batch
+    st.bounce_slot = align_up(st.cfg.tuning.bounce_capture_max_bytes, entry_alignment);
     st.bounce = ferry::backend::device_buffer<B>{st.bounce_slot * deferred_limit(st.cfg, st.fifo.capacity()), b};
   }
   b.memset_async(st.state_buf.data(), 0, sizeof(device_state), st.drain_stream.handle());
   // Coalesced drain copies span the alignment padding between entries; give those bytes a defined value
   // once, so no D2H ever reads memory nothing wrote (compute-sanitizer initcheck stays clean).
   b.memset_async(st.ring.data(), 0, st.cfg.ring_bytes, st.drain_stream.handle());
-  if (st.cfg.head_memory == head_memory::managed) {
+  // published_head and the size ring (size_slots: derived in channel_state) in the memory chosen above
+  const std::uint64_t size_bytes = align_up(std::uint64_t{st.cfg.tuning.size_slots} * 8U, cache_line);
+  if (where == head_memory::managed) {
     st.head_managed = ferry::backend::managed_buffer<B>{cache_line, b};  // its own cache line
-    st.head_managed.advise(ferry::backend::mem_advice::preferred_location_host, st.dev);
-    st.head_managed.advise(ferry::backend::mem_advice::accessed_by_device, st.dev);
+    st.size_managed = ferry::backend::managed_buffer<B>{size_bytes, b};
+    for (const auto* m : {&st.head_managed, &st.size_managed}) {
+      m->advise(ferry::backend::mem_advice::preferred_location_host, st.dev);
+      m->advise(ferry::backend::mem_advice::accessed_by_device, st.dev);
+    }
     st.head_host = st.head_managed.template as<std::uint64_t>();
     st.head_dev = st.head_host;
+    st.size_host = st.size_managed.template as<std::uint64_t>();
+    st.size_dev = st.size_host;
   } else {
     st.head_mapped = ferry::backend::mapped_buffer<B>{cache_line, b};
+    st.size_mapped = ferry::backend::mapped_buffer<B>{size_bytes, b};
     st.head_host = st.head_mapped.template as<std::uint64_t>();
     st.head_dev = st.head_mapped.template device_as<std::uint64_t>();
+    st.size_host = st.size_mapped.template as<std::uint64_t>();
+    st.size_dev = st.size_mapped.template device_as<std::uint64_t>();
   }
   ferry::backend::host_store_release(st.head_host, 0);
   st.replay_report = ferry::backend::mapped_buffer<B>{cache_line, b};
   ferry::backend::host_store_release(st.replay_report.template as<std::uint64_t>(), 0);
   ferry::backend::host_store_release(st.replay_report.template as<std::uint64_t>() + 1, 0);
   ferry::backend::host_store_release(st.replay_report.template as<std::uint64_t>() + 2, 0);
-  if (st.cfg.size_slots > 0) {
-    st.size_ring = ferry::backend::managed_buffer<B>{align_up(st.cfg.size_slots * 8ULL, cache_line), b};
-    st.size_ring.advise(ferry::backend::mem_advice::preferred_location_host, st.dev);
-    st.size_ring.advise(ferry::backend::mem_advice::accessed_by_device, st.dev);
-  }
   if (!staging.empty()) {
     st.staging = std::make_shared<staging_pool>(staging.base, st.staging_bytes, staging.owner);
   } else {
@@ -208,7 +217,7 @@ void channel_impl<B>::init_resources(const staging_memory& staging)
   for_each_kernel(typename B::tag{}, [&](auto k) { arch = std::min(arch, b.preload(k)); });
   // Programmatic launch only where the device and the code that will run both support it.
   st.launch.programmatic =
-    st.cfg.programmatic_launch && ferry::backend::programmatic_launch_ok(attrs.compute_capability_major, arch);
+    st.cfg.tuning.programmatic_launch && ferry::backend::programmatic_launch_ok(attrs.compute_capability_major, arch);
 }
 
 }  // namespace ferry::d2h::detail

@@ -43,7 +43,7 @@ struct channel_state {
   using stream_type = typename B::stream_type;
 
   channel_state(config c, B be)
-    : cfg{validate(c)}, b{be}, dev{be.current_device()},
+    : cfg{derive(validate(c))}, b{be}, dev{be.current_device()},
       staging_bytes{c.staging_bytes != 0 ? c.staging_bytes : c.ring_bytes}, drain_stream{be}, fifo{c.fifo_capacity}
   {
   }
@@ -57,13 +57,17 @@ struct channel_state {
   ferry::backend::stream<B> drain_stream;
   ferry::backend::device_buffer<B> ring;
   ferry::backend::device_buffer<B> state_buf;
-  ferry::backend::device_buffer<B> bounce;  ///< bounce capture's slots (config::bounce_capture_max_bytes)
+  ferry::backend::device_buffer<B> bounce;  ///< bounce capture's slots (tuning::bounce_capture_max_bytes)
   std::uint64_t bounce_slot{0};             ///< bytes per slot (0: bounce off); slot i = batch position i
   ferry::backend::managed_buffer<B> head_managed;
   ferry::backend::mapped_buffer<B> head_mapped;
-  ferry::backend::managed_buffer<B> size_ring;
+  /// The size ring (tuning::size_slots slots; derived: one per FIFO slot), placed as published_head is.
+  ferry::backend::managed_buffer<B> size_managed;
+  ferry::backend::mapped_buffer<B> size_mapped;
   std::uint64_t* head_host{nullptr};
   std::uint64_t* head_dev{nullptr};
+  std::uint64_t* size_host{nullptr};
+  std::uint64_t* size_dev{nullptr};
   /// The replay token's report (kernels/d2h/replay): {first unplanned graph launch, unplanned launches}, written
   /// by the claim kernel, and {token queue overflow} by the arm kernel; read by check_replay_report once a forward
   /// was captured (`captured`).
@@ -212,18 +216,29 @@ struct channel_state {
                   c.staging_bytes);
     FERRY_EXPECTS(c.fifo_capacity >= 1 && c.fifo_capacity <= (1U << 30), ferry::logic_error,
                   "d2h channel: fifo_capacity expected in [1, 2^30], got {}", c.fifo_capacity);
-    FERRY_EXPECTS(c.bounce_capture_max_bytes <= c.ring_bytes, ferry::logic_error,
+    FERRY_EXPECTS(c.tuning.bounce_capture_max_bytes <= c.ring_bytes, ferry::logic_error,
                   "d2h channel: bounce_capture_max_bytes expected at most ring_bytes = {} (a bounced entry goes into "
                   "the ring), got {}",
-                  c.ring_bytes, c.bounce_capture_max_bytes);
-    FERRY_EXPECTS(c.size_slots <= (1U << 30), ferry::logic_error, "d2h channel: size_slots expected at most 2^30, got {}",
-                  c.size_slots);
-    FERRY_EXPECTS(c.copy_vecs_per_thread == 1 || c.copy_vecs_per_thread == 2 || c.copy_vecs_per_thread == 4 ||
-                    c.copy_vecs_per_thread == 8,
+                  c.ring_bytes, c.tuning.bounce_capture_max_bytes);
+    const tuning& t = c.tuning;
+    FERRY_EXPECTS(t.size_slots <= (1U << 30), ferry::logic_error, "d2h channel: size_slots expected at most 2^30, got {}",
+                  t.size_slots);
+    FERRY_EXPECTS(t.copy_vecs_per_thread == 1 || t.copy_vecs_per_thread == 2 || t.copy_vecs_per_thread == 4 ||
+                    t.copy_vecs_per_thread == 8,
                   ferry::logic_error, "d2h channel: expected copy_vecs_per_thread 1, 2, 4 or 8, got {}",
-                  c.copy_vecs_per_thread);
-    FERRY_EXPECTS(c.max_copies_in_flight >= 1, ferry::logic_error,
-                  "d2h channel: max_copies_in_flight expected >= 1, got {}", c.max_copies_in_flight);
+                  t.copy_vecs_per_thread);
+    FERRY_EXPECTS(t.max_copies_in_flight >= 1, ferry::logic_error,
+                  "d2h channel: max_copies_in_flight expected >= 1, got {}", t.max_copies_in_flight);
+    FERRY_EXPECTS(t.gather_batch >= 1, ferry::logic_error, "d2h channel: gather_batch expected >= 1, got {}",
+                  t.gather_batch);
+    return c;
+  }
+  /// The derived values, their one home: tuning::size_slots 0 is one slot per FIFO slot (a dynamic entry holds
+  /// a FIFO slot as long as its size slot, so the size ring never fills first). head_memory::platform is
+  /// resolved against the device in channel_impl::init_resources.
+  static config derive(config c)
+  {
+    if (c.tuning.size_slots == 0) { c.tuning.size_slots = c.fifo_capacity; }
     return c;
   }
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The producer's deferred batch and the sources it holds. capture_deferred() only records (hook, source,
 // bytes, owner) here, on the CPU; the batch is copied by ONE gather launch at its flush point
-// (producer::flush_deferred): the batch limit (config::publish_every, at most gather_max_entries), end_forward,
+// (producer::flush_deferred): the batch limit (tuning::gather_batch, at most gather_max_entries), end_forward,
 // an explicit flush, and any immediate capture or begin_write (entry order is preserved: the gather is
 // enqueued before the next writer). Contract (docs/api/d2h.md, "Deferred capture"): a deferred source stays
 // allocated and unmodified from capture until its flush has been enqueued on the same stream; a source_owner
@@ -200,14 +200,17 @@ class deferred_batch {
   std::optional<row_batch> rows_;  ///< a row batch's selection
 };
 
-/// The batch limit: K (config::publish_every), at most gather_max_entries and the FIFO's capacity.
+/// The batch limit: tuning::gather_batch, at most gather_max_entries, the FIFO's capacity and the size ring's
+/// slots (a row batch's entries are dynamic). Apart from K: the gather releases when the entries since the last
+/// release reach K (producer::launch_deferred), whatever the batch holds.
 [[nodiscard]] constexpr std::uint32_t deferred_limit(const config& cfg, std::size_t fifo_capacity) noexcept
 {
-  const std::uint64_t k = std::max<std::uint32_t>(1, cfg.publish_every);
-  return static_cast<std::uint32_t>(std::min<std::uint64_t>({k, gather_max_entries, fifo_capacity}));
+  const std::uint64_t n = std::max<std::uint32_t>(1, cfg.tuning.gather_batch);
+  const std::uint64_t slots = std::max<std::uint32_t>(1, cfg.tuning.size_slots);
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>({n, gather_max_entries, fifo_capacity, slots}));
 }
 
-/// Whether capture() of a static entry of `bytes` is a bounce capture (config::bounce_capture_max_bytes
+/// Whether capture() of a static entry of `bytes` is a bounce capture (tuning::bounce_capture_max_bytes
 /// `max_bytes`, 0: off): it joins the deferred batch (producer::capture_bounced).
 [[nodiscard]] constexpr bool bounce_capture(std::uint64_t max_bytes, std::uint64_t bytes) noexcept
 {

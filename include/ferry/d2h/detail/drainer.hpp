@@ -35,8 +35,8 @@ class drainer {
 
   drainer(channel_state<B>& st, callback_type cb) : st_{st}, callback_{std::move(cb)}
   {
-    events_.reserve(st_.cfg.max_copies_in_flight);
-    for (std::uint32_t i = 0; i < st_.cfg.max_copies_in_flight; ++i) {
+    events_.reserve(st_.cfg.tuning.max_copies_in_flight);
+    for (std::uint32_t i = 0; i < st_.cfg.tuning.max_copies_in_flight; ++i) {
       events_.emplace_back(st_.b, ferry::backend::event_flags::disable_timing);
       free_events_.push_back(i);
     }
@@ -64,7 +64,7 @@ class drainer {
       } else if (++idle < 64) {
         std::this_thread::yield();
       } else {
-        std::this_thread::sleep_for(st_.cfg.drain_idle_sleep);
+        std::this_thread::sleep_for(st_.cfg.tuning.drain_idle_sleep);
       }
     }
   }
@@ -153,7 +153,7 @@ class drainer {
   [[nodiscard]] std::uint64_t read_size_slot(std::uint64_t slot) const noexcept
   {
     // Written by the GPU before the release we acquired: a plain read is ordered after it.
-    return st_.size_ring.template as<std::uint64_t>()[slot % st_.cfg.size_slots];
+    return st_.size_host[slot % st_.cfg.tuning.size_slots];
   }
 
   channel_state<B>& st_;

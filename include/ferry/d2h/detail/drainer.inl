@@ -78,8 +78,10 @@ std::size_t drainer<B>::issue_copies(std::uint64_t head)
     std::uint64_t n_dyn = 0;
     for (const auto& e : r.entries) { n_dyn += e.dynamic ? 1 : 0; }
     planned_end_ = std::max(planned_end_, r.entries.back().seq + 1);  // placed by the CPU, now popped
+    // sizes consumed; before the pop, so a producer that finds the FIFO slots free finds their size slots free
+    // too (it reads the FIFO first: reservation::fits), and the derived size ring never fills first
+    if (n_dyn > 0) { st_.dyn_freed.fetch_add(n_dyn, std::memory_order_acq_rel); }
     fifo.pop(r.entries.size());
-    if (n_dyn > 0) { st_.dyn_freed.fetch_add(n_dyn, std::memory_order_acq_rel); }  // sizes consumed
     try {
       events_[ev].record(st_.drain_stream.view());
       r.event = ev;

@@ -46,8 +46,8 @@ struct gather_shape {
 {
   namespace rules = ferry::detail::launch_rules;
   gather_shape s;
-  s.vecs_per_thread = rules::vecs_per_thread(cfg.copy_vecs_per_thread);
-  s.threads = static_cast<std::uint32_t>(rules::block_threads(cfg.copy_block_threads));
+  s.vecs_per_thread = rules::vecs_per_thread(cfg.tuning.copy_vecs_per_thread);
+  s.threads = static_cast<std::uint32_t>(rules::block_threads(cfg.tuning.copy_block_threads));
   const std::uint64_t max_blocks = std::max<std::uint64_t>(a.n, rules::one_wave_blocks(sm_count, s.threads));
   std::uint64_t pass = static_cast<std::uint64_t>(s.threads) * s.vecs_per_thread * 16;
   for (;;) {
@@ -115,7 +115,7 @@ constexpr void set_gather_rows(gather_rows_args& a, std::uint32_t n, Entry&& ent
     if (rb % 16 != 0 || reinterpret_cast<std::uintptr_t>(a.src[i]) % 16 != 0) { a.vec = 0; }
   }
   gather_shape s;
-  const auto cap = static_cast<std::uint64_t>(rules::block_threads(cfg.copy_block_threads));
+  const auto cap = static_cast<std::uint64_t>(rules::block_threads(cfg.tuning.copy_block_threads));
   s.threads = static_cast<std::uint32_t>(std::clamp<std::uint64_t>((widest / 16 + 31) / 32 * 32, 32, cap));
   const std::uint64_t work = std::uint64_t{a.cpre[a.n]} * a.sel.item_bound() * a.sel.rows_per_item();
   s.blocks = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(work, 1, rules::one_wave_blocks(sm_count, s.threads)));
@@ -130,7 +130,7 @@ constexpr void set_gather_rows(gather_rows_args& a, std::uint32_t n, Entry&& ent
   namespace rules = ferry::detail::launch_rules;
   a.vec = a.row_bytes % 16 == 0 && reinterpret_cast<std::uintptr_t>(a.src) % 16 == 0 ? 1U : 0U;
   gather_shape s;
-  s.threads = static_cast<std::uint32_t>(rules::block_threads(cfg.copy_block_threads));
+  s.threads = static_cast<std::uint32_t>(rules::block_threads(cfg.tuning.copy_block_threads));
   const std::uint64_t rows = a.sel.item_bound() * a.sel.rows_per_item();
   s.blocks = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(rows, 1, rules::one_wave_blocks(sm_count, s.threads)));
   return s;

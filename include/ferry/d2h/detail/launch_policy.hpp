@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // detail::launch_policy<B>: how a channel launches its own kernels (copy, gather, release) on the producer
-// stream: programmatically (config::programmatic_launch, where the device and the loaded code support it)
+// stream: programmatically (tuning::programmatic_launch, where the device and the loaded code support it)
 // or plainly, and, inside a stream capture, which graph nodes are the channel's own. A performance policy
 // only: the join each kernel relies on is the same either way (griddepcontrol.wait or the kernel boundary).
 #pragma once
@@ -20,10 +20,10 @@ class launch_policy {
   explicit launch_policy(B b) noexcept : b_{b} {}
   using stream_type = typename B::stream_type;
 
-  /// config::programmatic_launch where the device and the loaded kernels support it (channel_impl sets it).
+  /// tuning::programmatic_launch where the device and the loaded kernels support it (channel_impl sets it).
   bool programmatic{false};
 
-  /// Whether ferry's next kernel on `s` is launched programmatically (config::programmatic_launch, where
+  /// Whether ferry's next kernel on `s` is launched programmatically (tuning::programmatic_launch, where
   /// supported). Eager: always. In a stream capture: only when the one node it will depend on is one of this
   /// channel's own kernels (capture_tail), i.e. a kernel that lets its dependents launch at its start
   /// (griddepcontrol.launch_dependents). After any other kernel (a model's, which never triggers early) a

@@ -45,10 +45,10 @@ enum class copy_form : std::uint32_t {
 [[nodiscard]] constexpr std::uint32_t form_vecs(copy_form f) noexcept { return static_cast<std::uint32_t>(f) & 0xFU; }
 [[nodiscard]] constexpr bool is_lean(copy_form f) noexcept { return (static_cast<std::uint32_t>(f) & 0x10U) != 0; }
 
-/// config::copy_vecs_per_thread normalised to a supported value (launch_rules: 1, 2, 4, 8; anything else is 1).
+/// tuning::copy_vecs_per_thread normalised to a supported value (launch_rules: 1, 2, 4, 8; anything else is 1).
 [[nodiscard]] constexpr std::uint32_t vecs_per_thread(const config& cfg) noexcept
 {
-  return ferry::detail::launch_rules::vecs_per_thread(cfg.copy_vecs_per_thread);
+  return ferry::detail::launch_rules::vecs_per_thread(cfg.tuning.copy_vecs_per_thread);
 }
 
 /// The vector form of `vecs_per_thread` (1, 2, 4 or 8; anything else is 1).
@@ -70,13 +70,13 @@ enum class copy_form : std::uint32_t {
 }
 
 /// The form copy_entry_kernel launches for a copy of `bytes` with shape `sh` from a source of form `f`: the
-/// lean form when cfg.lean_copy_kernel is on, the source is 16-byte aligned (`f` a vector form), the entry
+/// lean form when cfg.tuning.lean_copy_kernel is on, the source is 16-byte aligned (`f` a vector form), the entry
 /// is static (`dynamic` false) with a size that is a multiple of 16, and one pass of the grid covers it;
 /// otherwise `f`.
 [[nodiscard]] constexpr copy_form lean_form(const config& cfg, copy_form f, const launch_shape& sh, std::uint64_t bytes,
                                             bool dynamic) noexcept
 {
-  if (!cfg.lean_copy_kernel || sh.one_block || dynamic || f == copy_form::bytes || bytes % 16 != 0) { return f; }
+  if (!cfg.tuning.lean_copy_kernel || sh.one_block || dynamic || f == copy_form::bytes || bytes % 16 != 0) { return f; }
   const std::uint64_t pass = static_cast<std::uint64_t>(sh.blocks) * sh.threads * sh.vecs_per_thread;
   if (bytes / 16 > pass) { return f; }
   return static_cast<copy_form>(static_cast<std::uint32_t>(f) | 0x10U);
@@ -87,7 +87,7 @@ enum class copy_form : std::uint32_t {
 /// (`publish_now`) and branch releases are off (the release then fuses into the copy).
 [[nodiscard]] constexpr bool one_block_copy(const config& cfg, std::uint64_t reserved, bool publish_now) noexcept
 {
-  return reserved <= cfg.single_block_copy_max_bytes || (publish_now && reserved <= cfg.fused_copy_max_bytes);
+  return reserved <= cfg.tuning.single_block_copy_max_bytes || (publish_now && reserved <= cfg.tuning.fused_copy_max_bytes);
 }
 
 /// The grid for copying `bytes` payload bytes (launch_rules). `one_block`: one block of enough threads for
@@ -107,7 +107,7 @@ enum class copy_form : std::uint32_t {
     s.threads = static_cast<std::uint32_t>(rules::block_threads(per_thread));
     return s;
   }
-  const std::uint64_t threads = rules::block_threads(cfg.copy_block_threads);
+  const std::uint64_t threads = rules::block_threads(cfg.tuning.copy_block_threads);
   s.threads = static_cast<std::uint32_t>(threads);
   s.blocks = static_cast<std::uint32_t>(
     std::clamp<std::uint64_t>((per_thread + threads - 1) / threads, 1, rules::one_wave_blocks(sm_count, threads)));

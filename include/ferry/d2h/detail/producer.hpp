@@ -186,7 +186,7 @@ class producer {
   std::optional<reserved_entry> reserve_entry(std::uint64_t bytes, std::uint64_t n_dyn, when_full full,
                                               stream_type s, Who&& who_fn, const char* what);
   void launch_copy(copy_args a, std::uint64_t bytes, bool one_block, stream_type s);
-  /// capture() of a static entry up to config::bounce_capture_max_bytes: the source copied into the staging
+  /// capture() of a static entry up to tuning::bounce_capture_max_bytes: the source copied into the staging
   /// slot of its batch position, the slot recorded as a deferred entry (producer_deferred.inl).
   bool capture_bounced(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, when_full full,
                       source_owner owner);

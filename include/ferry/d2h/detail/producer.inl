@@ -11,8 +11,8 @@ ring_ref producer<B>::make_ref(std::uint64_t reserved, entry_kind kind) const no
   r.ring = static_cast<std::byte*>(st_.ring.data());
   r.ring_bytes = st_.cfg.ring_bytes;
   r.state = st_.device_state_ptr();
-  r.size_slots = st_.cfg.size_slots > 0 ? st_.size_ring.template device_as<std::uint64_t>() : nullptr;
-  r.size_slot_count = st_.cfg.size_slots;
+  r.size_slots = st_.size_dev;
+  r.size_slot_count = st_.cfg.tuning.size_slots;
   r.reserved = reserved;
   r.parity = parity_;
   r.dynamic = kind == entry_kind::dynamic ? 1U : 0U;
@@ -206,7 +206,7 @@ bool producer<B>::capture(hook_id hook, const void* src, std::uint64_t bytes, co
   FERRY_EXPECTS(src != nullptr && (!dynamic || actual != nullptr), ferry::logic_error,
                 "d2h channel capture: hook {} expected non-null source{}, got null", hook.value,
                 dynamic ? " and size pointer" : "");
-  if (!dynamic && bounce_capture(st_.cfg.bounce_capture_max_bytes, bytes)) {
+  if (!dynamic && bounce_capture(st_.cfg.tuning.bounce_capture_max_bytes, bytes)) {
     return capture_bounced(hook, src, bytes, s, full, std::move(owner));
   }
   auto who = [&] { return ferry::detail::format("hook {} ({} bytes)", hook.value, bytes); };
@@ -215,7 +215,7 @@ bool producer<B>::capture(hook_id hook, const void* src, std::uint64_t bytes, co
   const std::uint64_t reserved = r->reserved;
   held_source h = hold_source<B>(src, bytes, std::move(owner), capturing_);
   // Branch releases never fuse into a copy kernel (the release would sit on the producer stream).
-  const bool publish_now = unpublished_ + 1 >= st_.cfg.publish_every && !st_.cfg.branch_publish;
+  const bool publish_now = unpublished_ + 1 >= st_.cfg.publish_every && !st_.cfg.tuning.branch_publish;
   const bool one_block = one_block_copy(st_.cfg, reserved, publish_now);
   const copy_args a{make_ref(reserved, kind), static_cast<const std::byte*>(h.src), bytes, actual,
                     one_block && publish_now ? unpublished_ + 1 : 0, st_.head_dev};

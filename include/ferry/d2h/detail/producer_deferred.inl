@@ -131,7 +131,7 @@ bool producer<B>::launch_deferred(stream_type s, bool boundary)
   const bool publish = boundary || after >= st_.cfg.publish_every;
   // The batch's release: fused into the gather's last block, or (gather_branch_publish) on the branch
   // after the launch, behind a fork event recorded after the gather (release_chain::release_on_branch).
-  const bool on_branch = publish && !boundary && st_.cfg.branch_publish && st_.cfg.gather_branch_publish;
+  const bool on_branch = publish && !boundary && st_.cfg.tuning.branch_publish && st_.cfg.tuning.gather_branch_publish;
   gather_release_args rel{};  // the release part, one block in both gather argument blocks
   rel.head = st_.head_dev;
   if (publish && !on_branch) {

@@ -73,9 +73,9 @@ bool producer<B>::plan(const forward_plan& p, when_full full, std::optional<stre
   FERRY_EXPECTS(pos - res_.head() <= st_.cfg.ring_bytes, ferry::logic_error,
                 "d2h channel plan: expected a forward of at most ring_bytes = {} (with wrap padding), got {}",
                 st_.cfg.ring_bytes, pos - res_.head());
-  FERRY_EXPECTS(n_dyn <= st_.cfg.size_slots, ferry::logic_error,
+  FERRY_EXPECTS(n_dyn <= st_.cfg.tuning.size_slots, ferry::logic_error,
                 "d2h channel plan: expected at most size_slots = {} dynamic entries per forward, got {}",
-                st_.cfg.size_slots, n_dyn);
+                st_.cfg.tuning.size_slots, n_dyn);
   if (!wait_for_space(pos, p.size(), n_dyn, full, std::nullopt,
                       [&] { return ferry::detail::format("plan of {} entries", p.size()); })) {
     return false;

@@ -2,7 +2,7 @@
 // The release chain: every system-scope release of published_head a channel issues, in ONE chain.
 // `produced += n` in the state block is a plain read-modify-write and published_head must be monotonic, so
 // releases never run concurrently: inline releases follow each other in compute-stream order, branch releases
-// (config::branch_publish) follow each other in pub_stream order, and an inline release first joins an open
+// (tuning::branch_publish) follow each other in pub_stream order, and an inline release first joins an open
 // branch back (join_ev). One word: a "release" is the system-scope store-release of published_head, whoever
 // issues it; "publication" is what it does (entries become visible to the CPU). The ordering steps it
 // enforces (docs/design/d2h.md, steps 2 and 3):
@@ -31,7 +31,7 @@ class release_chain {
 
   explicit release_chain(channel_state<B>& st) : st_{st}
   {
-    if (st_.cfg.branch_publish) {
+    if (st_.cfg.tuning.branch_publish) {
       pub_stream_.emplace(st_.b);
       fork_ev_.emplace(st_.b, ferry::backend::event_flags::disable_timing);
       join_ev_.emplace(st_.b, ferry::backend::event_flags::disable_timing);
@@ -39,12 +39,12 @@ class release_chain {
   }
 
   /// Releases the batch of `n` entries that `s`'s last writer completed (producer::commit_entry): counted only
-  /// when the copy kernel fused it (`fused`), else on the branch (config::branch_publish), else inline.
+  /// when the copy kernel fused it (`fused`), else on the branch (tuning::branch_publish), else inline.
   void release_batch(stream_type s, std::uint64_t n, bool fused)
   {
     if (fused) {
       st_.c_publishes.fetch_add(1, std::memory_order_relaxed);
-    } else if (st_.cfg.branch_publish) {
+    } else if (st_.cfg.tuning.branch_publish) {
       release_on_branch(s, n);
     } else {
       release_inline(s, n, 0);

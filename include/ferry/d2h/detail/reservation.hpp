@@ -54,7 +54,7 @@ class reservation {
     const bool ring_ok = end - tail <= st_.cfg.ring_bytes || (tail == head_pos_ && n_entries == 1);
     const bool fifo_ok = st_.fifo.free_slots() >= n_entries;
     const bool dyn_ok =
-      n_dyn == 0 || dyn_next_ + n_dyn - st_.dyn_freed.load(std::memory_order_acquire) <= st_.cfg.size_slots;
+      n_dyn == 0 || dyn_next_ + n_dyn - st_.dyn_freed.load(std::memory_order_acquire) <= st_.cfg.tuning.size_slots;
     return ring_ok && fifo_ok && dyn_ok;
   }
 

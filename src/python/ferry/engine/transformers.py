@@ -67,7 +67,7 @@ class Capture(StepCapture):
                          f"model), got {self.backend!r}")
         self.device, self.on_error, self.timeout = dev, on_error, float(timeout)
         self._ch_args = dict(device=dev.index or 0, ring_bytes=int(ring_bytes), publish_every=32,
-                             backend=self.backend, fifo_capacity=1 << 14, timeout=float(timeout), size_slots=1 << 14,
+                             backend=self.backend, fifo_capacity=1 << 14, timeout=float(timeout),
                              on_error=on_error)
         from ..schema import dtype_name
         width = getattr(model.config, "hidden_size", None)
