@@ -367,7 +367,7 @@ def main():
         order = list(cs)
         rng.shuffle(order)
         for c in order:
-            before = c.cap.writer.bytes_written if c.cap is not None else 0
+            before = c.cap.writer.bytes_written if c.cap is not None and c.cap.writer is not None else 0
             tps, outs, rep, dt = c.run(prompts_all[r])
             if r == 0:
                 c.tok_s.clear()
@@ -375,7 +375,7 @@ def main():
             last[c.name] = outs
             all_outs.setdefault(c.name, {}).update(outs)
             extra = ""
-            if rep is not None:
+            if rep is not None and c.cap.writer is not None:
                 gb = (c.cap.writer.bytes_written - before) / 1e9
                 if r:
                     written.setdefault(c.name, []).append(gb / dt)

@@ -55,7 +55,6 @@ class StepCapture:
 
     # ---- the engine's step ----
     def _setup(self, runner: Any) -> None:
-        import ferry
         import torch
 
         cfg = runner.cb_config
@@ -65,13 +64,28 @@ class StepCapture:
         self.cap = int(runner.cache.max_batch_tokens)
         self._rows_t = torch.zeros(self.cap, dtype=torch.int32, device=self.device)
         self._count_t = torch.zeros(1, dtype=torch.int32, device=self.device)
-        self._pub = ferry.Publisher(device=self._ch_args["device"], backend=self.backend)
-        self._rows_b = self._pub.declare("ferry_rows", [_GROUP], np.int32, self.cap, dst=self._rows_t)
-        self._count_b = self._pub.declare("ferry_count", [_GROUP], np.int32, 1, dst=self._count_t)
         if self.cuda:
             torch.cuda.synchronize(self.device)  # the buffers were made on torch's current stream
-        self._stream0 = self._stream(runner)
-        self._pub.initialize(slots=2, stream=self._stream0)
+        self._pub = {}
+
+    def _publisher(self, stream: Any) -> tuple:
+        """This thread's publisher of the step's selection. A publisher is used by one thread (h2d.md: the owner
+        thread), and transformers runs steps on two: the warm-up's graph captures on the caller's thread, the
+        generation loop on its own. Each thread gets a publisher over the same device buffers; all of them publish
+        on the compute stream, so their uploads are ordered with the steps that read them (design/engine.md, E4)."""
+        import threading
+
+        import ferry
+
+        tid = threading.get_ident()
+        got = self._pub.get(tid)
+        if got is None:
+            pub = ferry.Publisher(device=self._ch_args["device"], backend=self.backend)
+            rows_b = pub.declare("ferry_rows", [_GROUP], np.int32, self.cap, dst=self._rows_t)
+            count_b = pub.declare("ferry_count", [_GROUP], np.int32, 1, dst=self._count_t)
+            pub.initialize(slots=2, stream=stream)
+            got = self._pub[tid] = [pub, rows_b, count_b, 0]
+        return got
 
     def _stream(self, runner: Any) -> Any:
         return runner.inputs_and_outputs.compute_stream if self.cuda else self._fstream
@@ -96,15 +110,16 @@ class StepCapture:
 
     @contextlib.contextmanager
     def _upload(self, step: _Step, stream: Any):
-        pub = self._pub
-        with pub.begin(self._slot % 2):
-            self._slot += 1
+        got = self._publisher(stream)
+        pub, rows_b, count_b, slot = got
+        got[3] = slot + 1
+        with pub.begin(slot % 2):
             with pub.producer(_GROUP) as p:
                 if step.count:
-                    p.source(self._rows_b)[:step.count] = step.rows
-                p.set_count(self._rows_b, step.count)
-                p.source(self._count_b)[0] = step.count
-                p.set_count(self._count_b, 1)
+                    p.source(rows_b)[:step.count] = step.rows
+                p.set_count(rows_b, step.count)
+                p.source(count_b)[0] = step.count
+                p.set_count(count_b, 1)
             pub.publish(_GROUP, stream)
             if not self.cuda:
                 stream.synchronize()  # host backend: the eager row capture reads the selection at the call

@@ -72,7 +72,7 @@ class Capture(StepCapture):
         from ..schema import dtype_name
         width = getattr(model.config, "hidden_size", None)
         default = (dtype_name(next(model.parameters()).dtype), (int(width or 0),))  # until a capture tells
-        self.ch, self.assembler, self.writer = None, None, None
+        self.ch, self.assembler, self.writer, self._sink = None, None, None, None
         if isinstance(out, (str, bytes)) or hasattr(out, "__fspath__"):
             run_meta = {"taps": self.names, "model": type(model).__name__, "ferry": ferry.__version__}
             self.writer = SampleWriter(str(out), format, shard_bytes=shard_bytes, fsync=fsync, overwrite=overwrite,
@@ -85,6 +85,7 @@ class Capture(StepCapture):
         else:  # a native sink: the taps' schema travels with the entries
             schema = {i: (t.name, default[0], default[1]) for i, t in enumerate(self.taps)}
             self.ch = ferry.Channel(**self._ch_args, sink=out, schema=schema)
+            self._sink = out
         self._pub = None
         self._seen_taps: set[int] = set()
         self._reqs: dict[str, Request] = {}
@@ -96,7 +97,6 @@ class Capture(StepCapture):
         self._graph = False
         self._pending_plan = None
         self._disabled = ""
-        self._slot = 0
         self._fstream = None if self.cuda else ferry.Stream(backend="host")
         points = [fh.HookPoint(i, t.name, t.module, t.when, deferred=True) for i, t in enumerate(self.taps)]
         self._hooks = fh.install(model, points, self._tap)
@@ -212,6 +212,11 @@ class Capture(StepCapture):
             rep["channel"] = self.ch.close(timeout=self.timeout)
         except Exception as err:  # reported, never raised from close
             rep["channel_error"] = repr(err)
+        if self._sink is not None:  # the stream ends: its reader sees `ended` once it released everything
+            try:
+                rep["sink"] = self._sink.close()
+            except Exception as err:  # reported, never raised from close
+                rep["sink_error"] = repr(err)
         rep["disabled"] = self._disabled
         rep["requests"] = len(self._reqs)
         rep["request_ids"] = {r.handle: r.request_id for r in self._reqs.values()}
