@@ -211,8 +211,9 @@ def disk_rate(path, gib=2.0):
 
 
 def verify(model, out_dir, outs, taps, sample_limit):
-    """Every sample's positions and token ids; each row against the plain forward (cosine), up to sample_limit
-    samples against the reference. Returns (samples, bad, misattributed, checked_rows)."""
+    """Every sample's positions and token ids; each row against the plain forward of ``model`` (the untouched base
+    model: sdpa attention, the same weights), up to sample_limit samples. Returns (samples, bad, misattributed,
+    checked_rows)."""
     ref = model
     names = [t.name for t in taps]
     n_layers = model.config.num_hidden_layers
@@ -399,7 +400,7 @@ def main():
         outs, rep = last[name], reports[name]
         c = next(x for x in cs if x.name == name)
         taps = fe.resolve_taps(c.model, taps_name)
-        s, bad, mis, rows = verify(c.model, os.path.join(args.out, name), outs, taps, args.verify)
+        s, bad, mis, rows = verify(base, os.path.join(args.out, name), outs, taps, args.verify)
         mis_total += mis
         block = {"no_capture_tok_s": med.get("none"), "ferry_tok_s": med[name], "ratio": med[name] / med["none"]
                  if "none" in med else None, "samples": s, "samples_bad": bad, "rows_checked": rows,
@@ -415,7 +416,7 @@ def main():
               f"forward", flush=True)
     if "sae" in med:
         c = next(x for x in cs if x.name == "sae")
-        s_, bad, mis, rows = verify_stream(c.model, reports["sae"], all_outs["sae"], c.cap.names)
+        s_, bad, mis, rows = verify_stream(base, reports["sae"], all_outs["sae"], c.cap.names)
         mis_total += mis
         res["sae_shm"] = {"no_capture_tok_s": med.get("none"), "ferry_tok_s": med["sae"],
                           "ratio": med["sae"] / med["none"] if "none" in med else None, "samples": s_,
