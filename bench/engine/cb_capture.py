@@ -53,7 +53,15 @@ def model_06b(device):
     return transformers.Qwen3ForCausalLM(cfg).to(dtype=torch.bfloat16, device=device).eval()
 
 
+def tiny_cpu_model():
+    cfg = transformers.Qwen3Config(hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4,
+                                   num_key_value_heads=2, head_dim=16, vocab_size=256, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    return transformers.Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval()
+
+
 def cb_config(args, graphs):
+    graphs = graphs and torch.cuda.is_available()
     return fe.cb_config(use_cuda_graph=graphs, num_blocks=args.blocks, max_batch_tokens=args.batch_tokens,
                         max_requests_per_batch=args.max_requests, page_size=256)
 
@@ -345,8 +353,8 @@ def main():
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
 
-    dev = torch.device("cuda")
-    base = model_06b(dev)
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    base = model_06b(dev) if dev.type == "cuda" else tiny_cpu_model()  # CPU: a dry run of the harness
     names = args.contestants.split(",")
     shutil.rmtree(args.out, ignore_errors=True)
     cs = []
@@ -360,7 +368,7 @@ def main():
     vocab = base.config.vocab_size
     prompts_all = [[[rng.randrange(1, vocab) for _ in range(rng.randint(args.min_prompt, args.max_prompt))]
                     for _ in range(args.requests)] for _ in range(args.rounds + 1)]
-    print(f"ferry engine bench: {torch.cuda.get_device_name()}, transformers {transformers.__version__}, torch "
+    print(f"ferry engine bench: {torch.cuda.get_device_name() if dev.type == 'cuda' else 'CPU dry run'}, transformers {transformers.__version__}, torch "
           f"{torch.__version__}, {args.requests} requests x {args.rounds} rounds (+1 warm-up), contestants {names}",
           flush=True)
     last, written, all_outs = {}, {}, {}
@@ -385,7 +393,7 @@ def main():
             print(f"round {r}{' (warm-up)' if r == 0 else ''} {c.name:>10}: {tps:,.0f} tokens/s{extra}", flush=True)
     reports = {c.name: c.close() for c in cs}
     disk = disk_rate(os.path.join(args.out, "disk"))
-    res = {"device": torch.cuda.get_device_name(), "commit": os.environ.get("FERRY_COMMIT", "unknown"),
+    res = {"device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "commit": os.environ.get("FERRY_COMMIT", "unknown"),
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv),
            "requests": args.requests, "rounds": args.rounds, "transformers": transformers.__version__}
     tps = {c.name: c.tok_s for c in cs}
