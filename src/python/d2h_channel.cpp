@@ -222,6 +222,12 @@ void py_channel<B>::recover()
 }
 
 template <class B>
+void py_channel<B>::release_producer_thread()
+{
+  call("release_producer_thread", [&](fd::channel<B>& ch) { ch.release_producer_thread(); });
+}
+
+template <class B>
 fb::stream_view<B> py_channel<B>::raw_stream(std::uintptr_t stream, std::uint32_t hook, const char* what)
 {
   if (stream == FERRY_STREAM_OF_FORWARD) {

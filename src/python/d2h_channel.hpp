@@ -170,6 +170,7 @@ class py_channel {
   [[nodiscard]] bool capture_disabled() const;
   [[nodiscard]] std::optional<std::string> capture_error() const;
   void recover();
+  void release_producer_thread();
 
  private:
   fd::channel<B>& live(const char* what);

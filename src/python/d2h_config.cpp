@@ -252,6 +252,8 @@ void init_d2h_channel(nb::module_& m)
                  "on_error='disable': whether an error disabled capture (producer calls are no-ops until recover())")
     .def_prop_ro("capture_error", &C::capture_error, "The first error that disabled capture, or None")
     .def("recover", &C::recover, "Re-enables capture disabled by on_error='disable', between forwards")
+    .def("release_producer_thread", &C::release_producer_thread,
+         "From the producer thread, between forwards: the next thread to make a producer call becomes it")
     .def_prop_ro("programmatic_launch", &C::programmatic_launch,
                  "Whether ferry's kernels are launched programmatically (tuning's programmatic_launch "
                  "and the device's support: sm_90+ CUDA).")

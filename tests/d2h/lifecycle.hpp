@@ -5,6 +5,9 @@
 
 #include "d2h/fixture.hpp"
 
+#include <string>
+#include <thread>
+
 namespace ferry::test {
 
 template <class B>
@@ -147,7 +150,44 @@ TYPED_TEST_P(D2hLifecycle, MovedFromChannelThrowsLogicError)
   EXPECT_EQ(chk.bad_entries, 0U);
 }
 
+// One producer thread at a time: another thread's call is refused until the producer thread released its role
+// between forwards (release_producer_thread); releasing with a forward open is refused.
+TYPED_TEST_P(D2hLifecycle, ProducerThreadIsHandedOverBetweenForwards)
+{
+  using B = TypeParam;
+  fb::stream<B> s{this->b};
+  sources<B> src{this->b, s, 0, 2, 256};
+  checker chk;
+  fd::channel<B> ch{this->small_config(1 << 16, 2), this->b, chk.callback()};
+  auto forward = [&](std::uint64_t seq) {
+    this->b.set_device(fb::device_id{0});
+    ch.begin_forward(s);
+    chk.expect(seq, 1, 256);
+    ch.capture(fd::hook_id{1}, src.at(0), 256, s);
+    (void)ch.end_forward(s);
+  };
+  forward(0);
+  std::string refused;
+  std::thread{[&] {
+    try {
+      forward(1);
+    } catch (const ferry::logic_error& e) {
+      refused = e.what();
+    }
+  }}.join();
+  EXPECT_NE(refused.find("expected the producer thread"), std::string::npos) << refused;
+  ch.begin_forward(s);
+  EXPECT_THROW(ch.release_producer_thread(), ferry::logic_error) << "a forward is open";
+  (void)ch.abort_forward(s);
+  ch.release_producer_thread();
+  std::thread{[&] { forward(1); }}.join();  // the new producer thread
+  EXPECT_THROW(forward(2), ferry::logic_error) << "the role went to the other thread";
+  EXPECT_TRUE(ch.close().clean());
+  EXPECT_EQ(chk.got, 2U);
+  EXPECT_EQ(chk.bad_entries, 0U);
+}
+
 REGISTER_TYPED_TEST_SUITE_P(D2hLifecycle, ShutdownDrainsOrReportsEverything, ChannelsOnTwoDevicesDoNotInterfere,
-                            MovedFromChannelThrowsLogicError);
+                            MovedFromChannelThrowsLogicError, ProducerThreadIsHandedOverBetweenForwards);
 
 }  // namespace ferry::test

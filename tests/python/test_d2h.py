@@ -535,3 +535,41 @@ def test_abort_forward_drops_pending_deferred(make_channel, stream, drain):
     got = drain(ch, 1)
     assert [e.hook for e in got] == [0]
     assert ch.poll(10, timeout=0.2) == []
+
+
+def test_release_producer_thread_hands_the_role_over_between_forwards():
+    """One producer thread at a time: another thread is refused until the producer thread released its role between
+    forwards; releasing with a forward open is refused."""
+    import threading
+
+    s = ferry.Stream(backend="host")
+    ch = ferry.Channel(backend="host", ring_bytes=1 << 16)
+    x = np.arange(64, dtype=np.uint8)
+
+    def forward():
+        ch.begin_forward(s)
+        ch.capture(1, x, s)
+        ch.end_forward(s)
+
+    forward()
+    err = []
+    t = threading.Thread(target=lambda: err.append(pytest.raises(ferry.LogicError, forward)))
+    t.start()
+    t.join()
+    assert "expected the producer thread" in str(err[0].value)
+    ch.begin_forward(s)
+    with pytest.raises(ferry.LogicError, match="expected no open forward"):
+        ch.release_producer_thread()
+    ch.abort_forward(s)
+    ch.release_producer_thread()
+    t = threading.Thread(target=forward)
+    t.start()
+    t.join()
+    with pytest.raises(ferry.LogicError, match="expected the producer thread"):
+        forward()
+    got = []
+    while len(got) < 2:
+        got += ch.poll(2, timeout=5.0)
+    for e in got:
+        e.release()
+    assert ch.close()["clean"]

@@ -119,6 +119,7 @@ class producer {
   [[nodiscard]] write_ticket disabled_ticket(hook_id hook, std::uint64_t reserved);
   /// Re-enables capture at a forward boundary (not on an invalidated channel: invalidated_error).
   void recover();
+  void release_thread();  ///< channel::release_producer_thread (producer_checks.inl)
   [[nodiscard]] std::optional<open_forward_state<B>> open_forward() const noexcept
   {
     if (!in_forward_) { return std::nullopt; }

@@ -27,6 +27,20 @@ void producer<B>::check_thread(const char* what)
   st_.check_not_failed(what);
 }
 
+/// channel::release_producer_thread: the producer thread gives its role up between forwards; the next thread to
+/// make a producer call becomes the producer thread (check_thread binds it). No synchronization of its own: the
+/// caller orders the two threads' calls (a thread start or join, a lock), as it orders any two producer calls.
+template <ferry::backend::backend B>
+void producer<B>::release_thread()
+{
+  if (!owner_bound_) { return; }
+  check_thread("release_producer_thread");
+  FERRY_EXPECTS(!open_forward().has_value(), ferry::logic_error,
+                "d2h channel release_producer_thread: expected no open forward, got one (end_forward or abort_forward "
+                "it first)");
+  owner_bound_ = false;
+}
+
 /// The commit check's report (one load of pinned host memory once a user-written entry was checked): a
 /// writer kernel that did not call ring_ref::commit() invalidates the channel, naming its hook and entry.
 /// Returns whether it did.

@@ -143,6 +143,29 @@ class StepCapture:
                 raise
             self._disable(err)
             return self._run_disabled(runner, model, batch_data, orig)
+        try:
+            out = self._run_step(runner, model, batch_data, orig, step, use_graph, stream)
+        except BaseException:
+            self._release(quiet=True)  # the step's own error is the one to report
+            raise
+        self._release(quiet=False)
+        return out
+
+    def _release(self, quiet: bool) -> None:
+        """Steps run on two threads (the warm-up's graph captures on the caller's, the generation loop on its own),
+        one at a time: after each step the next step's thread may become the channel's producer thread."""
+        try:
+            self.ch.release_producer_thread()
+        except Exception as err:
+            if quiet:
+                return
+            if self.on_error == "raise":
+                raise
+            self._disable(err)
+
+    def _run_step(self, runner: Any, model: Any, batch_data: dict, orig: Any, step: _Step, use_graph: bool,
+                  stream: Any) -> None:
+        io = runner.inputs_and_outputs
         if not use_graph:
             if not step.count:
                 return orig(runner, model, batch_data)
@@ -255,4 +278,5 @@ class StepCapture:
                 self.ch.plan(plan, self._stream(runner), selected=0)
             except Exception:  # the channel itself is disabled or invalidated: its replays write nothing
                 pass
+            self._release(quiet=True)
         return orig(runner, model, batch_data)
