@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The shared-memory stream's attribution (sink/shm_reader.hpp, detail/shm_records.hpp; docs/design/shm_stream.md,
+// The shared-memory stream's attribution (sink/shm_reader.hpp, src/sink/shm_records.hpp; docs/design/shm_stream.md,
 // S2a): what begin_forward gave a forward (tag, requests, user bytes) reaches a reader process per entry unchanged,
 // through a record region far smaller than the backlog (records reused, a forward waiting for room); rows_of splits
 // a row entry exactly; a record larger than the region is the counted attribution_overflow outcome; a size_overflow

@@ -6,11 +6,11 @@
 #pragma once
 
 #include "sink/run_reader.hpp"
+#include "src/sink/crc32.hpp"  // the sink's own CRC-32 (src/sink, compiled into ferry::core)
 
 #include <ferry/backend.hpp>
 #include <ferry/d2h.hpp>
 #include <ferry/sink.hpp>
-#include <ferry/sink/detail/crc32.hpp>
 #include <ferry/testing/sink_access.hpp>
 
 #include <gtest/gtest.h>

@@ -6,7 +6,7 @@
 //   sc.directory = "/data/run7";
 //   sc.schema.add(fd::hook_id{0}, "layers.0.resid_pre", fd::dtype::bf16, {1024});
 //   ferry::sink::safetensors sink{sc};
-//   fd::channel<B> ch{cfg, b, sink.callback()};   // the drain thread hands each entry_view to the sink
+//   fd::channel<B> ch{cfg, b, sink};              // the drain thread hands each entry_view to the sink
 //   ... forwards ...
 //   ch.close();                                   // every entry delivered
 //   sink.close();                                 // the last shard and index.json (complete); throws its first error
@@ -34,6 +34,9 @@
 // error is kept, and every later entry is refused and counted. An entry that does not fit the schema, a
 // forward that repeats a tag, or an entry of a forward that flush() completed, is refused and counted (the
 // first such error is kept). close() throws the first error kept; stats().first_error names it.
+//
+// A d2h::sink (d2h/sink.hpp): the channel's one-call constructor takes it. The sink's code (its threads, the
+// shard files, O_DIRECT, CRC-32) is compiled into ferry::core (src/sink/safetensors*.cpp).
 #pragma once
 
 #include <ferry/d2h/entry_view.hpp>
@@ -42,11 +45,13 @@
 #include <ferry/sink/policy.hpp>  // queue_policy: what the drain thread does when the writer queue is full
 
 #include <chrono>
+#include <concepts>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 namespace ferry::sink {
 
@@ -90,6 +95,7 @@ struct safetensors_stats {
 
 /// Calls f(name, value) for each counter of `s` (the bindings' field list), in declaration order.
 template <class S, class F>
+  requires std::same_as<std::remove_const_t<S>, safetensors_stats>
 void for_each_stat(S& s, F&& f)
 {
   f("queue_entries", s.queue_entries);
@@ -164,7 +170,3 @@ class safetensors {
 };
 
 }  // namespace ferry::sink
-
-#include <ferry/sink/detail/safetensors_impl.hpp>
-#include <ferry/sink/detail/safetensors_impl.inl>
-#include <ferry/sink/detail/safetensors.inl>

@@ -4,8 +4,7 @@
 //   ferry::sink::shm_stream_config sc;
 //   sc.name = "acts";                                     // /dev/shm/ferry-acts
 //   ferry::sink::shm_stream stream{sc};
-//   fd::channel<B> ch{cfg, b, stream.callback(), stream.staging(b), schema};  // D2H lands in the shared segment
-//   stream.adopt_schema(*ch.schema());  // the reader's entries typed (shm_entry::typed), before the first entry
+//   fd::channel<B> ch{cfg, b, stream, schema};  // D2H lands in the shared segment; the reader's entries typed
 //   ... forwards ...
 //   ch.close();      // every entry delivered
 //   stream.close();  // end of stream for the reader; throws the first error kept
@@ -29,19 +28,25 @@
 //          stream needs room is evicted (reader_detached_error at its next call; its entries released); the
 //          forward it was reading is not continued for anyone. A new reader starts at the next entry published.
 // Neither policy waits longer than `timeout` in one call. The protocol: docs/design/shm_stream.md.
+//
+// A d2h::staging_sink (d2h/sink.hpp): the channel's one-call constructor takes it (schema, callback, staging).
+// The stream's code (its thread, the segment) is compiled into ferry::core (src/sink/shm_stream*.cpp).
 #pragma once
 
 #include <ferry/d2h/entry_view.hpp>
 #include <ferry/d2h/hook_schema.hpp>
+#include <ferry/d2h/sink.hpp>
 #include <ferry/d2h/staging_memory.hpp>
 #include <ferry/sink/errors.hpp>
 #include <ferry/sink/policy.hpp>
 
 #include <chrono>
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 namespace ferry::sink {
 
@@ -93,7 +98,8 @@ struct shm_stream_stats {
 
 /// Calls f(name, value) for each counter of `s` (the bindings' field list), in declaration order.
 template <class S, class F>
-void for_each_shm_stat(S& s, F&& f)
+  requires std::same_as<std::remove_const_t<S>, shm_stream_stats>
+void for_each_stat(S& s, F&& f)
 {
   f("entries_published", s.entries_published);
   f("bytes_published", s.bytes_published);
@@ -145,11 +151,16 @@ class shm_stream {
   /// stream with one keeps its own. logic_error naming the stream when entries were delivered already or after
   /// close() (call it before the channel's first entry), or when the schema does not fit `schema_bytes`.
   void adopt_schema(const d2h::hook_schema& channel_schema);
-  /// The segment's staging, registered with `b` (host_register) for the channel that feeds this stream: pass
-  /// it to the channel's constructor. One channel at a time: unregistered when the channel and its last view
-  /// let it go, then another channel may take it (logic_error before).
-  template <class B>
-  [[nodiscard]] d2h::staging_memory staging(B b) const;
+  /// The segment's staging, registered with `b` (host_register) for the channel that feeds this stream: the
+  /// channel's one-call constructor takes it (or pass it as the constructor's staging). One channel at a time:
+  /// unregistered when the channel and its last view let it go, then another channel may take it (logic_error
+  /// before).
+  template <ferry::backend::backend B>
+  [[nodiscard]] d2h::staging_memory staging(B b) const
+  {
+    return staging(d2h::host_registration::of(std::move(b)));
+  }
+  [[nodiscard]] d2h::staging_memory staging(const d2h::host_registration& r) const;
   [[nodiscard]] shm_stream_stats stats() const;
   /// Publishes what is pending (block), marks the stream closed (the reader reads to its end), waits up to
   /// `timeout` for the reader to release everything (block: also for a reader still to attach; drop: only
@@ -165,7 +176,3 @@ class shm_stream {
 };
 
 }  // namespace ferry::sink
-
-#include <ferry/sink/detail/shm_stream_impl.hpp>
-#include <ferry/sink/detail/shm_stream_impl.inl>
-#include <ferry/sink/detail/shm_stream.inl>
