@@ -6,6 +6,7 @@
 // entry names its reservation; a reader never copies a record that is still being written.
 #include "sink/shm_attr_line.hpp"
 #include "sink/shm_child.hpp"
+#include "src/sink/shm_records.hpp"  // record_bytes_of (src/sink, compiled into ferry::core)
 
 #include <ferry/backend.hpp>
 #include <ferry/d2h.hpp>

@@ -34,6 +34,19 @@ namespace fs = std::filesystem;
 using B = fb::host_backend;
 using namespace std::chrono_literals;
 
+/// The message of the E that f() throws (a test failure when it throws none).
+template <class E, class F>
+std::string error_of(F&& f)
+{
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an exception";
+  return {};
+}
+
 /// One hook of the test forwards: its id, name, dtype, row shape, and the rows it captures per forward.
 struct test_hook {
   std::uint32_t id;
