@@ -6,12 +6,16 @@
 #pragma once
 
 #include "d2h_channel.hpp"
+#include "d2h_typed.hpp"
 
 #include <ferry/sink/policy.hpp>
 
+#include <chrono>
+#include <cstdint>
 #include <exception>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace ferry::python {
 
@@ -53,6 +57,20 @@ class py_native_sink final : public py_sink {
   FERRY_EXPECTS(policy == "block" || policy == "drop", ferry::logic_error,
                 "{}: expected policy 'block' or 'drop', got '{}'", who, policy);
   return policy == "block" ? fk::queue_policy::block : fk::queue_policy::drop;
+}
+
+/// What every sink's config takes alike from Python: its schema (hook tuples, d2h_typed.hpp; empty: the channel's,
+/// which the one-call attach offers) and its queue policy by name.
+template <class Config>
+void set_schema_and_policy(Config& c, const std::vector<hook_tuple>& schema, const std::string& policy, const char* who)
+{
+  c.schema = schema_of(schema, who);
+  c.policy = policy_of(policy, who);
+}
+/// A sink's longest wait, `seconds` from Python (seconds_arg's checks), in milliseconds.
+[[nodiscard]] inline std::chrono::milliseconds wait_arg(double seconds, const char* who, const char* name)
+{
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds_arg(seconds, who, name) * 1000.0));
 }
 
 /// The names of a sink's counters (Stats' field list), as the module attribute `attr`.

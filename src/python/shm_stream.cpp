@@ -5,7 +5,6 @@
 // offers it the channel's schema, takes its callback (entry views handed over in C++, no GIL per entry) and its
 // staging (the segment's, registered with the channel's backend), so the D2H lands in shared memory. The reader,
 // for another process, is shm_reader.cpp.
-#include "d2h_typed.hpp"
 #include "native_sink.hpp"
 
 #include <ferry/sink/shm_stream.hpp>
@@ -32,13 +31,12 @@ fk::shm_stream_config config_of(const std::string& name, const std::vector<hook_
   const char* who = "ferry.sinks.shm_stream";
   fk::shm_stream_config c;
   c.name = name;
-  c.schema = schema_of(schema, who);  // empty: the channel's (offered by the channel's one-call attach)
+  set_schema_and_policy(c, schema, policy, who);
   c.schema_bytes = schema_bytes.get(who, "schema_bytes");
   c.record_bytes = record_bytes.get(who, "record_bytes");
   c.staging_bytes = staging_bytes.get(who, "staging_bytes");
   c.descriptors = descriptors.get(who, "descriptors");
-  c.policy = policy_of(policy, who);
-  c.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(seconds_arg(timeout, who, "timeout") * 1000.0));
+  c.timeout = wait_arg(timeout, who, "timeout");
   c.max_lag_entries = max_lag_entries.get(who, "max_lag_entries");
   c.max_lag_bytes = max_lag_bytes.get(who, "max_lag_bytes");
   c.poll_interval = std::chrono::microseconds(

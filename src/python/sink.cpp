@@ -4,7 +4,6 @@
 // none: the channel's, which the core's one-call attach offers it; the knobs; the counters as a dict, also under
 // Channel.stats()["sink"]). Channel(sink=...) attaches it as any native sink (native_sink.hpp): the drain thread
 // calls the C++ sink, no Python and no GIL per entry. ferry/sinks.py is the Python face.
-#include "d2h_typed.hpp"
 #include "native_sink.hpp"
 
 #include <ferry/sink/safetensors.hpp>
@@ -30,11 +29,10 @@ fk::safetensors_config config_of(const std::string& directory, const std::vector
   const char* who = "ferry.sinks.safetensors";
   fk::safetensors_config c;
   c.directory = directory;
-  c.schema = schema_of(schema, who);  // empty: the channel's (offered by the channel's one-call attach)
+  set_schema_and_policy(c, schema, policy, who);
   c.shard_bytes = shard_bytes.get(who, "shard_bytes");
   c.max_queue_bytes = max_queue_bytes.get(who, "max_queue_bytes");
-  c.policy = policy_of(policy, who);
-  c.block_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(seconds_arg(block_timeout, who, "block_timeout") * 1000.0));
+  c.block_timeout = wait_arg(block_timeout, who, "block_timeout");
   c.fsync = fsync;
   c.overwrite = overwrite;
   c.direct_io = direct_io;

@@ -5,6 +5,8 @@
 
 namespace ferry::sink {
 
+shm_entry::shm_entry(shm_entry&& o) noexcept { *this = std::move(o); }
+
 shm_entry& shm_entry::operator=(shm_entry&& o) noexcept
 {
   if (this != &o) {

@@ -41,6 +41,7 @@
 
 #include <ferry/d2h/entry_view.hpp>
 #include <ferry/d2h/hook_schema.hpp>
+#include <ferry/sink/detail/handle.hpp>
 #include <ferry/sink/errors.hpp>
 #include <ferry/sink/policy.hpp>  // queue_policy: what the drain thread does when the writer queue is full
 
@@ -128,45 +129,22 @@ struct sink_access;  // tests/support/ferry/testing/sink_access.hpp (not install
 }  // namespace ferry::testing
 namespace ferry::sink {
 
-/// The safetensors shard sink (move-only handle). Construction prepares the directory and writes an empty
-/// index (io_error, existing_run_error, schema_error via the config); a writer thread runs until close(). A
-/// sink without a schema takes its channel's (adopt_schema); entries reaching it without one are refused.
-class safetensors {
+/// The safetensors shard sink (move-only handle; its calls: detail/handle.hpp, and flush()). Construction prepares
+/// the directory and writes an empty index (io_error, existing_run_error, schema_error via the config); a writer
+/// thread runs until close(), which completes the open forward, publishes the last shard, writes index.json
+/// marked complete and stops the writer. A sink without a schema takes its channel's (adopt_schema: index.json
+/// rewritten with it; logic_error naming the directory when neither has one, or when entries were delivered
+/// already); entries reaching it without one are refused.
+class safetensors : public detail::handle<detail::safetensors_impl, safetensors_config, safetensors_stats> {
  public:
   explicit safetensors(safetensors_config cfg);
-  safetensors(safetensors&&) noexcept = default;
-  safetensors& operator=(safetensors&& o) noexcept;
-  safetensors(const safetensors&) = delete;
-  safetensors& operator=(const safetensors&) = delete;
-  /// close() if not closed; an error is printed on stderr, never thrown.
-  ~safetensors();
-
-  /// The channel's callback (d2h::channel's callback_type). It shares the sink's state: an entry delivered
-  /// after close() (or after this handle died) is refused and counted.
-  [[nodiscard]] std::function<void(d2h::entry_view&&)> callback() const;
-  /// The callback itself: takes the entry (drain thread).
-  void operator()(d2h::entry_view&& e) const;
-  /// Attaching the sink to a channel with a hook schema (channel::schema()): a sink made without a schema of
-  /// its own takes that one (index.json rewritten with it); a sink with one keeps its own. logic_error naming
-  /// the directory when neither has one, or when entries were delivered already (call it before the channel
-  /// exists, or before its first entry).
-  void adopt_schema(const d2h::hook_schema& channel_schema);
   /// Completes the open forward and publishes the shard being written (even below shard_bytes) with the index;
   /// returns once done. Call it between forwards (an entry of the completed forward arriving later is
   /// refused). Throws the first error kept.
   void flush();
-  [[nodiscard]] safetensors_stats stats() const;
-  /// Completes the open forward, publishes the last shard, writes index.json marked complete and stops the
-  /// writer; idempotent. Throws the first error kept (the first call only). Close the channel first: entries
-  /// delivered after close() are refused.
-  safetensors_stats close();
-  [[nodiscard]] bool closed() const;
-  [[nodiscard]] const safetensors_config& cfg() const;
 
  private:
   friend struct ferry::testing::sink_access;
-  [[nodiscard]] detail::safetensors_impl& impl() const;
-  std::shared_ptr<detail::safetensors_impl> impl_;
 };
 
 }  // namespace ferry::sink

@@ -53,10 +53,10 @@ enum class shm_attribution { none, present, overflow };
 class shm_entry {
  public:
   shm_entry() = default;
+  shm_entry(shm_entry&& o) noexcept;
+  shm_entry& operator=(shm_entry&& o) noexcept;
   shm_entry(const shm_entry&) = delete;
   shm_entry& operator=(const shm_entry&) = delete;
-  shm_entry(shm_entry&& o) noexcept { *this = std::move(o); }
-  shm_entry& operator=(shm_entry&& o) noexcept;
   ~shm_entry() { release(); }
 
   [[nodiscard]] std::uint64_t index() const noexcept { return d_.index; }  ///< position in the stream
