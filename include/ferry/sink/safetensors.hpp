@@ -46,13 +46,11 @@
 #include <ferry/sink/policy.hpp>  // queue_policy: what the drain thread does when the writer queue is full
 
 #include <chrono>
-#include <concepts>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
-#include <type_traits>
 
 namespace ferry::sink {
 
@@ -95,9 +93,8 @@ struct safetensors_stats {
 };
 
 /// Calls f(name, value) for each counter of `s` (the bindings' field list), in declaration order.
-template <class S, class F>
-  requires std::same_as<std::remove_const_t<S>, safetensors_stats>
-void for_each_stat(S& s, F&& f)
+template <class F>
+void for_each_stat(const safetensors_stats& s, F&& f)
 {
   f("queue_entries", s.queue_entries);
   f("queue_bytes", s.queue_bytes);

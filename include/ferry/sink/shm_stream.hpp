@@ -42,12 +42,10 @@
 #include <ferry/sink/policy.hpp>
 
 #include <chrono>
-#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
-#include <type_traits>
 
 namespace ferry::sink {
 
@@ -98,9 +96,8 @@ struct shm_stream_stats {
 };
 
 /// Calls f(name, value) for each counter of `s` (the bindings' field list), in declaration order.
-template <class S, class F>
-  requires std::same_as<std::remove_const_t<S>, shm_stream_stats>
-void for_each_stat(S& s, F&& f)
+template <class F>
+void for_each_stat(const shm_stream_stats& s, F&& f)
 {
   f("entries_published", s.entries_published);
   f("bytes_published", s.bytes_published);
