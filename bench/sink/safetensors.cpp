@@ -100,7 +100,7 @@ void run_safetensors(const options& o, forward_rig& rig, json_out& out, bool& ok
   std::string error;
   {
     fk::safetensors sink{sink_config(o, sh, block_dir, fk::queue_policy::block)};
-    auto c = rig.make("safetensors_block", std::make_unique<fd::channel<B>>(rig.channel_config(), rig.backend(), sink.callback()));
+    auto c = rig.make("safetensors_block", std::make_unique<fd::channel<B>>(rig.channel_config(), rig.backend(), sink));
     first_tag = rig.forwards();
     const auto t0 = clk::now();
     for (std::uint64_t i = 0; i < n; ++i) { rig.step(*c); }
@@ -140,8 +140,7 @@ void run_safetensors(const options& o, forward_rig& rig, json_out& out, bool& ok
   auto none = rig.make("no_capture", nullptr);
   auto null = rig.make("null_consumer", std::make_unique<fd::channel<B>>(rig.channel_config(), rig.backend(),
                                                                          [](fd::entry_view&&) {}));
-  auto drop = rig.make("safetensors_drop", std::make_unique<fd::channel<B>>(rig.channel_config(), rig.backend(),
-                                                                            drop_sink.callback()));
+  auto drop = rig.make("safetensors_drop", std::make_unique<fd::channel<B>>(rig.channel_config(), rig.backend(), drop_sink));
   rig.interleave({none.get(), null.get(), drop.get()}, o.rounds, o.steps);
   fk::safetensors_stats ds;
   try {

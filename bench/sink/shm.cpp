@@ -85,7 +85,7 @@ void run_shm(const options& o, forward_rig& rig, json_out& out, bool& ok)
     cfg.ring_bytes = 4 * entry;
     cfg.publish_every = 1;
     cfg.timeout = std::chrono::seconds(60);
-    fd::channel<B> ch{cfg, b, stream.callback(), stream.staging(b)};
+    fd::channel<B> ch{cfg, b, stream};
     fb::device_buffer<B> src{entry, b}, aux{256, b};
     b.memset_async(aux.data(), 0, 256, s.handle());
     const int sms = b.attributes(fb::device_id{0}).sm_count;
@@ -137,8 +137,7 @@ void run_shm(const options& o, forward_rig& rig, json_out& out, bool& ok)
     if (!reader.attached(std::chrono::seconds(30))) { throw std::runtime_error("shm: the reader did not attach in 30 s"); }
     auto none = rig.make("no_capture", nullptr);
     auto null = rig.make("in_process_null", std::make_unique<fd::channel<B>>(rig.channel_config(), b, [](fd::entry_view&&) {}));
-    auto shm = rig.make("shm_reader_process", std::make_unique<fd::channel<B>>(rig.channel_config(), b, stream.callback(),
-                                                                               stream.staging(b)));
+    auto shm = rig.make("shm_reader_process", std::make_unique<fd::channel<B>>(rig.channel_config(), b, stream));
     rig.interleave({none.get(), null.get(), shm.get()}, o.rounds, o.steps);
     expected2 = shm->replays * rig.shape().hooks;
     try {

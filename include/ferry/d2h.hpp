@@ -10,6 +10,7 @@
 #include <ferry/d2h/hook_schema.hpp>
 #include <ferry/d2h/ring_ref.hpp>
 #include <ferry/d2h/row_selection.hpp>
+#include <ferry/d2h/sink.hpp>
 #include <ferry/d2h/typed_view.hpp>
 #include <ferry/d2h/types.hpp>
 #include <ferry/d2h/write_ticket.hpp>

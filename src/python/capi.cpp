@@ -218,23 +218,41 @@ void unregister_channel(std::uint64_t handle)
   *e.alive = false;
 }
 
-std::function<void(fd::entry_view&&)> sink_callback(nb::handle capsule)
+namespace {
+
+/// `obj` as a native sink of this module (ferry.sinks), or null.
+py_sink* native_sink_of(nb::handle obj)
 {
-  if (auto cb = sink_view_callback(capsule)) { return cb; }  // ferry.sinks.*: C++ takes the views itself
-  if (auto cb = shm_sink_callback(capsule)) { return cb; }   // ferry.sinks.shm_stream: likewise
-  FERRY_EXPECTS(PyCapsule_CheckExact(capsule.ptr()) != 0 && PyCapsule_IsValid(capsule.ptr(), FERRY_SINK_NAME) != 0,
+  py_sink* p = nullptr;
+  if (!obj.is_valid() || obj.is_none() || !nb::try_cast<py_sink*>(obj, p)) { return nullptr; }
+  return p;
+}
+
+}  // namespace
+
+fd::sink_ref sink_ref_of(nb::handle sink)
+{
+  if (!sink.is_valid() || sink.is_none()) { return fd::sink_ref{fd::sink_ref::callback_type{}}; }
+  if (py_sink* p = native_sink_of(sink); p != nullptr) { return p->ref(); }  // ferry.sinks.*: C++ takes the views
+  FERRY_EXPECTS(PyCapsule_CheckExact(sink.ptr()) != 0 && PyCapsule_IsValid(sink.ptr(), FERRY_SINK_NAME) != 0,
                 ferry::logic_error, "Channel: expected sink to be a ferry.sinks sink or a PyCapsule named '{}', got {}", FERRY_SINK_NAME,
-                type_of(capsule));
-  const auto* s = static_cast<const ferry_sink*>(PyCapsule_GetPointer(capsule.ptr(), FERRY_SINK_NAME));
+                type_of(sink));
+  const auto* s = static_cast<const ferry_sink*>(PyCapsule_GetPointer(sink.ptr(), FERRY_SINK_NAME));
   FERRY_EXPECTS(s != nullptr && s->fn != nullptr && s->version == FERRY_SINK_VERSION, ferry::logic_error,
                 "Channel: expected a ferry_sink of version {} with a function, got version {}{}", FERRY_SINK_VERSION,
                 s != nullptr ? s->version : 0U, s != nullptr && s->fn == nullptr ? " without one" : "");
   // Runs on the drain thread, no GIL: the entry's staging goes back when the view dies after fn.
-  return [fn = s->fn, ctx = s->ctx](fd::entry_view&& v) {
+  return fd::sink_ref{[fn = s->fn, ctx = s->ctx](fd::entry_view&& v) {
     ferry_entry e{v.hook().value, v.ok() ? 1U : 0U, v.seq().value, v.size(), nullptr};
     if (v.ok()) { e.data = v.bytes().data(); }
     fn(ctx, &e);
-  };
+  }};
+}
+
+nb::object sink_stats(nb::handle sink)
+{
+  py_sink* p = native_sink_of(sink);
+  return p != nullptr ? nb::object(p->stats()) : nb::none();
 }
 
 void init_capi(nb::module_& m)

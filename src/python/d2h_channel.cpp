@@ -28,21 +28,18 @@ py_channel<B>::py_channel(int device, fd::config cfg, nb::handle sink, fd::hook_
 {
   B b{};
   b.set_device(fb::device_id{device});
-  typename fd::channel<B>::callback_type cb;
-  fd::staging_memory staging;  // a sink's own staging (ferry.sinks.shm_stream: shared memory), or none
-  if (sink.is_valid() && !sink.is_none()) {
-    sink_adopt_schema(sink, schema);  // first: a sink that has no schema refuses before anything is made
-    cb = sink_callback(sink);
-    staging = sink_staging(sink, b);
-    sink_owner_ = nb::borrow(sink);
-  }
+  fd::sink_ref sr = sink_ref_of(sink);  // a native sink, a capsule's callback, or none
+  if (sink.is_valid() && !sink.is_none()) { sink_owner_ = nb::borrow(sink); }
   {
+    // The core's one-call attach: the schema offered to the sink first (a sink that has none refuses before
+    // anything is made), then its callback and its staging (ferry.sinks.shm_stream: shared memory).
     // Without the GIL: a construction that fails after allocating frees, and a free waits for every queued
     // operation of the host streams (as cudaFree does), among them a torch op's tensor released on a stream
-    // thread, which needs the GIL (a deadlock, found by the fuzzer). Nothing here touches a Python object:
-    // `cfg`, `b` and `cb` (the sink's C function and context) are plain C++.
+    // thread, which needs the GIL (a deadlock, found by the fuzzer); a sink's adoption writes files. Nothing
+    // here touches a Python object: `cfg`, `b` and `sr` (the sink's C++ calls, or the capsule's C function and
+    // context) are plain C++.
     gil_release g;
-    ch_.emplace(cfg, b, std::move(cb), std::move(staging), std::move(schema));
+    ch_.emplace(cfg, b, sr, std::move(schema));
   }
   schema_ = ch_->schema();
   drain_released();  // sources given up meanwhile

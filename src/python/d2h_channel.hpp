@@ -75,49 +75,26 @@ void unregister_channel(std::uint64_t handle);
 /// | [(request, first_row, rows)], meta None | bytes-like. Every rule about it is the core's (forward_info.hpp).
 [[nodiscard]] fd::forward_meta forward_meta_of(nb::handle tag, nb::handle requests, nb::handle meta, const char* who);
 
-/// Channel(sink=...)'s consumer as a channel callback (capi.cpp): a sink of this module (sink_view_callback),
-/// or a "ferry.sink" capsule's.
-[[nodiscard]] std::function<void(fd::entry_view&&)> sink_callback(nb::handle sink);
-/// The callback of a sink object of this module (ferry.sinks: entry views handed over as they are), or an
-/// empty function when `obj` is not one (sink.cpp).
-[[nodiscard]] std::function<void(fd::entry_view&&)> sink_view_callback(nb::handle obj);
-/// The same for a ferry.sinks.shm_stream sink (shm_stream.cpp).
-[[nodiscard]] std::function<void(fd::entry_view&&)> shm_sink_callback(nb::handle obj);
-/// The counters of a sink of this module (its stats() dict: ferry.sinks.safetensors' or shm_stream's), or None
-/// for another sink (a "ferry.sink" capsule) (sink.cpp).
+/// A native sink of this module (ferry.sinks: SafetensorsSink, ShmStreamSink; native_sink.hpp): what
+/// Channel(sink=...) attaches through the core's one-call constructor (its d2h::sink_ref: schema, callback,
+/// staging, the sink's rules), and its counters (Channel.stats()["sink"]).
+class py_sink {
+ public:
+  virtual ~py_sink() = default;
+  [[nodiscard]] virtual fd::sink_ref ref() = 0;
+  [[nodiscard]] virtual nb::dict stats() const = 0;
+};
+/// Channel(sink=...)'s sink for the core (capi.cpp): a native sink's ref(), a "ferry.sink" capsule's callback
+/// (no schema, the channel's own staging), or, for None, none (an empty callback).
+[[nodiscard]] fd::sink_ref sink_ref_of(nb::handle sink);
+/// The counters of a native sink (py_sink::stats), None for anything else (a capsule) (capi.cpp).
 [[nodiscard]] nb::object sink_stats(nb::handle sink);
-/// The same for a ferry.sinks.shm_stream sink, None for anything else (shm_stream.cpp).
-[[nodiscard]] nb::object shm_sink_stats(nb::handle sink);
-/// Attaching `sink` to a channel whose hook schema is `schema`: a safetensors sink or a shm_stream without a
-/// schema of its own takes it (sink::safetensors::adopt_schema, sink::shm_stream::adopt_schema, whose rules these
-/// are); other sinks ignore it (sink.cpp).
-void sink_adopt_schema(nb::handle sink, const fd::hook_schema& schema);
-/// The same for a ferry.sinks.shm_stream sink; nothing for anything else (shm_stream.cpp).
-void shm_sink_adopt_schema(nb::handle sink, const fd::hook_schema& schema);
-/// The staging a sink gives the channel (a shm_stream: its segment's, registered with `b`), or none
-/// (shm_stream.cpp; instantiated for the module's backends).
-template <class B>
-[[nodiscard]] fd::staging_memory sink_staging(nb::handle sink, const B& b);
-
-/// A sink's `__exit__` (ferry.sinks): closes `s` without the GIL unless it is closed; after an error in the
-/// with-body, an error of close() is dropped so it does not mask the body's.
-template <class Sink>
-void close_on_exit(Sink& s, nb::args exc)
-{
-  if (s.closed()) { return; }
-  const bool clean = nb::len(exc) == 0 || exc[0].is_none();
-  gil_release g;
-  try {
-    (void)s.close();
-  } catch (const std::exception&) {
-    if (clean) { throw; }
-  }
-}
 
 template <class B>
 class py_channel {
  public:
-  /// `schema`: the channel's hook schema (typed entries; the default of a safetensors sink without one).
+  /// `sink`: None, a native sink or a "ferry.sink" capsule (sink_ref_of), attached in the core's one call;
+  /// `schema`: the channel's hook schema (typed entries; offered to the sink first).
   py_channel(int device, fd::config cfg, nb::handle sink, fd::hook_schema schema = {});
   ~py_channel();
   py_channel(const py_channel&) = delete;
@@ -200,7 +177,7 @@ class py_channel {
 
   int dev_;
   std::uint64_t handle_{0};
-  nb::object sink_owner_;  // the "ferry.sink" capsule, held until close()
+  nb::object sink_owner_;  // the sink (a native sink or a "ferry.sink" capsule), held until close()
   nb::object forward_stream_;  // the open forward's stream: alive until the forward ends (or the channel dies)
   std::shared_ptr<graph_tie> tie_;  // killed by close() and the destructor: graphs of this channel refuse to launch
   mutable std::shared_mutex mu_;  // shared: every call; unique: close()

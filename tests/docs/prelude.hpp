@@ -20,6 +20,7 @@ const void* hidden_states(std::uint32_t layer);
 inline constexpr std::uint64_t hidden_bytes = 4096;
 inline constexpr std::uint64_t max_bytes = 1 << 20;
 void consume(ferry::d2h::hook_id hook, std::span<const std::byte> bytes);
+void consume(std::uint64_t request, std::span<const std::byte> rows);  // a request's rows (sinks.md, the reader)
 
 // ---- H2D: the engine's step ----
 template <class T>

@@ -576,7 +576,7 @@ def attr_records(name, count, produce, **sink_kw):
                              env=env)
         try:
             assert p.stdout.readline().split() == ["attached"]
-            ch = ferry.Channel(backend="host", ring_bytes=1 << 16, size_slots=16, sink=sink)
+            ch = ferry.Channel(backend="host", ring_bytes=1 << 16, tuning={"size_slots": 16}, sink=sink)
             produce(ch)
             recs = []
             for _ in range(count):

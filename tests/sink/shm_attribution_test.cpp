@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// The shared-memory stream's attribution (sink/shm_reader.hpp, detail/shm_records.hpp; docs/design/shm_stream.md,
+// The shared-memory stream's attribution (sink/shm_reader.hpp, src/sink/shm_records.hpp; docs/design/shm_stream.md,
 // S2a): what begin_forward gave a forward (tag, requests, user bytes) reaches a reader process per entry unchanged,
 // through a record region far smaller than the backlog (records reused, a forward waiting for room); rows_of splits
 // a row entry exactly; a record larger than the region is the counted attribution_overflow outcome; a size_overflow
 // entry names its reservation; a reader never copies a record that is still being written.
 #include "sink/shm_attr_line.hpp"
 #include "sink/shm_child.hpp"
+#include "src/sink/shm_records.hpp"  // record_bytes_of (src/sink, compiled into ferry::core)
 
 #include <ferry/backend.hpp>
 #include <ferry/d2h.hpp>

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// The shared-memory stream's hook schema (sink/shm_stream.hpp, shm_reader.hpp, detail/shm_schema.hpp;
+// The shared-memory stream's hook schema (sink/shm_stream.hpp, shm_reader.hpp, src/sink/shm_schema.hpp;
 // docs/design/shm_stream.md, S0): typed entries in a reader process for every dtype, the schema adopted from the
 // channel after the reader attached, a config schema, the adoption rules, a reader that never sees a half-written
 // schema, and corrupted schema regions refused with a typed error.
 #include "sink/shm_child.hpp"
 #include "sink/shm_pattern.hpp"
+#include "src/sink/crc32.hpp"  // the segment's CRC-32 (src/sink, compiled into ferry::core)
 
 #include <ferry/backend.hpp>
 #include <ferry/d2h.hpp>
 #include <ferry/sink.hpp>
-#include <ferry/sink/detail/crc32.hpp>
 
 #include <gtest/gtest.h>
 

@@ -104,7 +104,7 @@ TYPED_TEST_P(SinkBackends, SafetensorsShardsHoldEveryDeviceCaptureByteExact)
   cfg.ring_bytes = 64 << 10;  // wraps several times
   cfg.publish_every = 2;
   {
-    fd::channel<B> ch{cfg, this->b, sink.callback()};
+    fd::channel<B> ch{cfg, this->b, sink};  // the one-call attach (d2h/sink.hpp)
     this->capture_all(ch, s, src);
     EXPECT_TRUE(ch.close().clean());
   }
@@ -156,7 +156,7 @@ TYPED_TEST_P(SinkBackends, ShmStreamHandsEveryDeviceCaptureToTheReaderByteExact)
   cfg.ring_bytes = 64 << 10;
   cfg.publish_every = 2;
   {
-    fd::channel<B> ch{cfg, this->b, stream.callback(), stream.staging(this->b)};
+    fd::channel<B> ch{cfg, this->b, stream};  // the one-call attach: the shared segment is the staging
     this->capture_all(ch, s, src);
     EXPECT_TRUE(ch.close().clean());
   }

@@ -6,11 +6,11 @@
 #pragma once
 
 #include "sink/run_reader.hpp"
+#include "src/sink/crc32.hpp"  // the sink's own CRC-32 (src/sink, compiled into ferry::core)
 
 #include <ferry/backend.hpp>
 #include <ferry/d2h.hpp>
 #include <ferry/sink.hpp>
-#include <ferry/sink/detail/crc32.hpp>
 #include <ferry/testing/sink_access.hpp>
 
 #include <gtest/gtest.h>
@@ -33,6 +33,19 @@ namespace fk = ferry::sink;
 namespace fs = std::filesystem;
 using B = fb::host_backend;
 using namespace std::chrono_literals;
+
+/// The message of the E that f() throws (a test failure when it throws none).
+template <class E, class F>
+std::string error_of(F&& f)
+{
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an exception";
+  return {};
+}
 
 /// One hook of the test forwards: its id, name, dtype, row shape, and the rows it captures per forward.
 struct test_hook {

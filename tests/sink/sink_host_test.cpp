@@ -16,18 +16,6 @@
 namespace ferry::test {
 namespace {
 
-template <class E, class F>
-std::string error_of(F&& f)
-{
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return {};
-}
-
 TEST_F(SafetensorsSink, EveryForwardIsWrittenByteExactWithItsTag)
 {
   auto sc = sink_config();

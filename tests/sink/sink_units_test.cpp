@@ -3,13 +3,13 @@
 // writer, CRC-32, and one shard file (publish, rollback, a forward moved to the next shard, the header
 // reservation too small and far too large), each shard read back by tests/sink/run_reader.hpp.
 #include "sink/run_reader.hpp"
+#include "src/sink/crc32.hpp"  // the sinks' private parts (src/sink, compiled into ferry::core)
+#include "src/sink/json.hpp"
+#include "src/sink/run_index.hpp"
+#include "src/sink/shard_file.hpp"
+#include "src/sink/write_pipeline.hpp"
 
 #include <ferry/d2h/hook_schema.hpp>
-#include <ferry/sink/detail/crc32.hpp>
-#include <ferry/sink/detail/json.hpp>
-#include <ferry/sink/detail/run_index.hpp>
-#include <ferry/sink/detail/shard_file.hpp>
-#include <ferry/sink/detail/write_pipeline.hpp>
 #include <ferry/version.hpp>
 
 #include <gtest/gtest.h>

@@ -19,6 +19,7 @@
 #include <ferry/d2h/hook_schema.hpp>
 #include <ferry/d2h/ring_ref.hpp>
 #include <ferry/d2h/row_selection.hpp>
+#include <ferry/d2h/sink.hpp>
 #include <ferry/d2h/source_owner.hpp>
 #include <ferry/d2h/staging_memory.hpp>
 #include <ferry/d2h/types.hpp>
@@ -57,6 +58,12 @@ class channel {
   explicit channel(config cfg, B b = B{}, callback_type cb = {}, staging_memory staging = {}, hook_schema schema = {})
     : impl_{std::make_unique<detail::channel_impl<B>>(cfg, b, std::move(cb), std::move(staging),
                                                       std::make_shared<const hook_schema>(std::move(schema)))} {}
+  /// The channel with sink `s` (sink.hpp) as its consumer, in one call: `schema` offered to the sink first
+  /// (s.adopt_schema: a sink without a schema takes it; its refusal comes before anything is allocated), then
+  /// the sink's callback, then its staging if it gives one (s.staging, registered with `b`). `schema` is the
+  /// channel's too (schema()).
+  template <sink S>
+  channel(config cfg, B b, S& s, hook_schema schema = {}) : channel(cfg, b, attach_sink(s, std::move(schema), b)) {}
   channel(const channel&) = delete;
   channel& operator=(const channel&) = delete;
   channel(channel&&) noexcept = default;
@@ -270,6 +277,8 @@ class channel {
  private:
   friend struct ferry::testing::d2h_access;
 
+  channel(config cfg, B b, sink_attachment a)
+    : channel(cfg, b, std::move(a.callback), std::move(a.staging), std::move(a.schema)) {}
   [[nodiscard]] detail::when_full blocking() const { return detail::blocking_policy(impl()->st.cfg); }
   void reset() noexcept
   {

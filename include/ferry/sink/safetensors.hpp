@@ -6,7 +6,7 @@
 //   sc.directory = "/data/run7";
 //   sc.schema.add(fd::hook_id{0}, "layers.0.resid_pre", fd::dtype::bf16, {1024});
 //   ferry::sink::safetensors sink{sc};
-//   fd::channel<B> ch{cfg, b, sink.callback()};   // the drain thread hands each entry_view to the sink
+//   fd::channel<B> ch{cfg, b, sink};              // the drain thread hands each entry_view to the sink
 //   ... forwards ...
 //   ch.close();                                   // every entry delivered
 //   sink.close();                                 // the last shard and index.json (complete); throws its first error
@@ -34,10 +34,14 @@
 // error is kept, and every later entry is refused and counted. An entry that does not fit the schema, a
 // forward that repeats a tag, or an entry of a forward that flush() completed, is refused and counted (the
 // first such error is kept). close() throws the first error kept; stats().first_error names it.
+//
+// A d2h::sink (d2h/sink.hpp): the channel's one-call constructor takes it. The sink's code (its threads, the
+// shard files, O_DIRECT, CRC-32) is compiled into ferry::core (src/sink/safetensors*.cpp).
 #pragma once
 
 #include <ferry/d2h/entry_view.hpp>
 #include <ferry/d2h/hook_schema.hpp>
+#include <ferry/sink/detail/handle.hpp>
 #include <ferry/sink/errors.hpp>
 #include <ferry/sink/policy.hpp>  // queue_policy: what the drain thread does when the writer queue is full
 
@@ -89,8 +93,8 @@ struct safetensors_stats {
 };
 
 /// Calls f(name, value) for each counter of `s` (the bindings' field list), in declaration order.
-template <class S, class F>
-void for_each_stat(S& s, F&& f)
+template <class F>
+void for_each_stat(const safetensors_stats& s, F&& f)
 {
   f("queue_entries", s.queue_entries);
   f("queue_bytes", s.queue_bytes);
@@ -122,49 +126,22 @@ struct sink_access;  // tests/support/ferry/testing/sink_access.hpp (not install
 }  // namespace ferry::testing
 namespace ferry::sink {
 
-/// The safetensors shard sink (move-only handle). Construction prepares the directory and writes an empty
-/// index (io_error, existing_run_error, schema_error via the config); a writer thread runs until close(). A
-/// sink without a schema takes its channel's (adopt_schema); entries reaching it without one are refused.
-class safetensors {
+/// The safetensors shard sink (move-only handle; its calls: detail/handle.hpp, and flush()). Construction prepares
+/// the directory and writes an empty index (io_error, existing_run_error, schema_error via the config); a writer
+/// thread runs until close(), which completes the open forward, publishes the last shard, writes index.json
+/// marked complete and stops the writer. A sink without a schema takes its channel's (adopt_schema: index.json
+/// rewritten with it; logic_error naming the directory when neither has one, or when entries were delivered
+/// already); entries reaching it without one are refused.
+class safetensors : public detail::handle<detail::safetensors_impl, safetensors_config, safetensors_stats> {
  public:
   explicit safetensors(safetensors_config cfg);
-  safetensors(safetensors&&) noexcept = default;
-  safetensors& operator=(safetensors&& o) noexcept;
-  safetensors(const safetensors&) = delete;
-  safetensors& operator=(const safetensors&) = delete;
-  /// close() if not closed; an error is printed on stderr, never thrown.
-  ~safetensors();
-
-  /// The channel's callback (d2h::channel's callback_type). It shares the sink's state: an entry delivered
-  /// after close() (or after this handle died) is refused and counted.
-  [[nodiscard]] std::function<void(d2h::entry_view&&)> callback() const;
-  /// The callback itself: takes the entry (drain thread).
-  void operator()(d2h::entry_view&& e) const;
-  /// Attaching the sink to a channel with a hook schema (channel::schema()): a sink made without a schema of
-  /// its own takes that one (index.json rewritten with it); a sink with one keeps its own. logic_error naming
-  /// the directory when neither has one, or when entries were delivered already (call it before the channel
-  /// exists, or before its first entry).
-  void adopt_schema(const d2h::hook_schema& channel_schema);
   /// Completes the open forward and publishes the shard being written (even below shard_bytes) with the index;
   /// returns once done. Call it between forwards (an entry of the completed forward arriving later is
   /// refused). Throws the first error kept.
   void flush();
-  [[nodiscard]] safetensors_stats stats() const;
-  /// Completes the open forward, publishes the last shard, writes index.json marked complete and stops the
-  /// writer; idempotent. Throws the first error kept (the first call only). Close the channel first: entries
-  /// delivered after close() are refused.
-  safetensors_stats close();
-  [[nodiscard]] bool closed() const;
-  [[nodiscard]] const safetensors_config& cfg() const;
 
  private:
   friend struct ferry::testing::sink_access;
-  [[nodiscard]] detail::safetensors_impl& impl() const;
-  std::shared_ptr<detail::safetensors_impl> impl_;
 };
 
 }  // namespace ferry::sink
-
-#include <ferry/sink/detail/safetensors_impl.hpp>
-#include <ferry/sink/detail/safetensors_impl.inl>
-#include <ferry/sink/detail/safetensors.inl>

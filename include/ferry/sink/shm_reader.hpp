@@ -17,11 +17,13 @@
 // timeout_error (no stream of that name, or no session, within the attach timeout), d2h::schema_error (poll(),
 // schema(): a corrupted schema region), logic_error (poll(): a corrupted descriptor or forward record),
 // attribution_overflow_error (an entry's attribution accessors: its forward's record did not fit the segment).
+// The reader's code (attach, poll, release, the records and the schema region) is compiled into ferry::core
+// (src/sink/shm_reader*.cpp).
 #pragma once
 
 #include <ferry/d2h/entry_view.hpp>
 #include <ferry/d2h/typed_view.hpp>
-#include <ferry/sink/detail/shm_segment.hpp>
+#include <ferry/sink/detail/shm_layout.hpp>  // shm::descriptor: what an entry holds
 #include <ferry/sink/errors.hpp>
 
 #include <chrono>
@@ -51,23 +53,10 @@ enum class shm_attribution { none, present, overflow };
 class shm_entry {
  public:
   shm_entry() = default;
+  shm_entry(shm_entry&& o) noexcept;
+  shm_entry& operator=(shm_entry&& o) noexcept;
   shm_entry(const shm_entry&) = delete;
   shm_entry& operator=(const shm_entry&) = delete;
-  shm_entry(shm_entry&& o) noexcept { *this = std::move(o); }
-  shm_entry& operator=(shm_entry&& o) noexcept
-  {
-    if (this != &o) {
-      release();
-      r_ = std::move(o.r_);
-      schema_ = std::move(o.schema_);
-      meta_ = std::move(o.meta_);
-      overflow_stream_ = std::move(o.overflow_stream_);
-      record_capacity_ = o.record_capacity_;
-      d_ = o.d_;
-      data_ = std::exchange(o.data_, nullptr);
-    }
-    return *this;
-  }
   ~shm_entry() { release(); }
 
   [[nodiscard]] std::uint64_t index() const noexcept { return d_.index; }  ///< position in the stream
@@ -94,19 +83,7 @@ class shm_entry {
   }
   /// The forward's metadata as the engine gave it (null: none), shared (it outlives release()). Throws
   /// attribution_overflow_error naming the stream, the entry, the record's and the region's bytes.
-  [[nodiscard]] const std::shared_ptr<const d2h::forward_meta>& shared_meta() const
-  {
-    if (d_.attribution == detail::shm::attribution_overflow) {
-      throw attribution_overflow_error(
-        ferry::detail::format("ferry: shm reader: stream '{}': entry {} (hook {}, seq {}, forward {}): expected its "
-                              "forward's attribution in the stream's record region, got a record of {} bytes, larger "
-                              "than the region's {} bytes (shm_stream_config::record_bytes; counted by the producer "
-                              "in attribution_overflows) [{}:{}]", overflow_stream_ ? *overflow_stream_ : "?",
-                              d_.index, d_.hook, d_.seq, d_.forward, d_.record_bytes, record_capacity_, __FILE__, __LINE__),
-        d_.record_bytes, record_capacity_);
-    }
-    return meta_;
-  }
+  [[nodiscard]] const std::shared_ptr<const d2h::forward_meta>& shared_meta() const;
   [[nodiscard]] const d2h::forward_meta* meta() const { return shared_meta().get(); }
   /// The forward's requests {request, first_row, rows} in the entry's row order (empty: none given).
   [[nodiscard]] std::span<const d2h::request_rows> requests() const
@@ -127,16 +104,7 @@ class shm_entry {
 
   /// The payload (read-only mapping). Throws as entry_view::bytes() for an entry without bytes, logic_error
   /// after release().
-  [[nodiscard]] std::span<const std::byte> bytes() const
-  {
-    if (status() == d2h::entry_status::size_overflow) {
-      throw d2h::size_overflow_error(hook(), seq(), d_.reserved, d_.size);
-    }
-    if (status() == d2h::entry_status::selection_error) { throw d2h::selection_error(hook(), seq()); }
-    FERRY_EXPECTS(r_ != nullptr || d_.size == 0, ferry::logic_error,
-                  "shm entry {} (hook {}, seq {}): expected a live entry, got a released one", d_.index, d_.hook, d_.seq);
-    return {data_, static_cast<std::size_t>(d_.size)};
-  }
+  [[nodiscard]] std::span<const std::byte> bytes() const;
   /// The stream's hook schema as this entry was read (shm_reader::schema(); null for a default-constructed entry).
   [[nodiscard]] const std::shared_ptr<const d2h::hook_schema>& schema() const noexcept { return schema_; }
   /// The schema's hook of this entry, or null (undeclared: bytes() only).
@@ -144,13 +112,7 @@ class shm_entry {
   /// The payload as its hook's tensor (d2h::typed: [rows, *row_shape] of the hook's dtype; valid as bytes() is,
   /// and while schema() lives). Throws d2h::entry_shape_error for a hook the schema does not name or a size that
   /// does not fit it, and what bytes() throws.
-  [[nodiscard]] d2h::typed_view typed() const
-  {
-    const std::span<const std::byte> b = bytes();
-    FERRY_EXPECTS(schema_ != nullptr, ferry::logic_error, "shm entry {} (hook {}): typed() expected an entry read "
-                  "from a stream, got a default-constructed one", d_.index, d_.hook);
-    return d2h::typed(*schema_, hook(), b, d_.row_bytes);
-  }
+  [[nodiscard]] d2h::typed_view typed() const;
   /// Gives the entry back to the producer (once every entry before it in the stream is given back too).
   void release() noexcept;
 
@@ -211,6 +173,3 @@ class shm_reader {
 };
 
 }  // namespace ferry::sink
-
-#include <ferry/sink/detail/shm_reader_impl.hpp>
-#include <ferry/sink/detail/shm_reader.inl>

@@ -4,8 +4,7 @@
 //   ferry::sink::shm_stream_config sc;
 //   sc.name = "acts";                                     // /dev/shm/ferry-acts
 //   ferry::sink::shm_stream stream{sc};
-//   fd::channel<B> ch{cfg, b, stream.callback(), stream.staging(b), schema};  // D2H lands in the shared segment
-//   stream.adopt_schema(*ch.schema());  // the reader's entries typed (shm_entry::typed), before the first entry
+//   fd::channel<B> ch{cfg, b, stream, schema};  // D2H lands in the shared segment; the reader's entries typed
 //   ... forwards ...
 //   ch.close();      // every entry delivered
 //   stream.close();  // end of stream for the reader; throws the first error kept
@@ -29,11 +28,16 @@
 //          stream needs room is evicted (reader_detached_error at its next call; its entries released); the
 //          forward it was reading is not continued for anyone. A new reader starts at the next entry published.
 // Neither policy waits longer than `timeout` in one call. The protocol: docs/design/shm_stream.md.
+//
+// A d2h::staging_sink (d2h/sink.hpp): the channel's one-call constructor takes it (schema, callback, staging).
+// The stream's code (its thread, the segment) is compiled into ferry::core (src/sink/shm_stream*.cpp).
 #pragma once
 
 #include <ferry/d2h/entry_view.hpp>
 #include <ferry/d2h/hook_schema.hpp>
+#include <ferry/d2h/sink.hpp>
 #include <ferry/d2h/staging_memory.hpp>
+#include <ferry/sink/detail/handle.hpp>
 #include <ferry/sink/errors.hpp>
 #include <ferry/sink/policy.hpp>
 
@@ -92,8 +96,8 @@ struct shm_stream_stats {
 };
 
 /// Calls f(name, value) for each counter of `s` (the bindings' field list), in declaration order.
-template <class S, class F>
-void for_each_shm_stat(S& s, F&& f)
+template <class F>
+void for_each_stat(const shm_stream_stats& s, F&& f)
 {
   f("entries_published", s.entries_published);
   f("bytes_published", s.bytes_published);
@@ -125,47 +129,27 @@ namespace detail {
 class shm_stream_impl;
 }
 
-/// The producer side of a shared-memory stream (move-only handle). Construction creates the segment
-/// (stream_busy_error: a live producer holds the name; io_error: /dev/shm full) and the stream thread.
-class shm_stream {
+/// The producer side of a shared-memory stream (move-only handle; its calls: detail/handle.hpp, and staging()).
+/// Construction creates the segment (stream_busy_error: a live producer holds the name; io_error: /dev/shm full)
+/// and the stream thread. The callback publishes each entry. adopt_schema: a stream made without a schema of its
+/// own takes its channel's and writes it into the segment for the reader (once; an empty one: nothing);
+/// logic_error naming the stream when entries were delivered already or after close(), or when the schema does
+/// not fit `schema_bytes`. close() publishes what is pending (block), marks the stream closed (the reader reads
+/// to its end), waits up to `timeout` for the reader to release everything (block: also for a reader still to
+/// attach; drop: only while one is attached), then releases every view and removes the name.
+class shm_stream : public detail::handle<detail::shm_stream_impl, shm_stream_config, shm_stream_stats> {
  public:
   explicit shm_stream(shm_stream_config cfg);
-  shm_stream(shm_stream&&) noexcept = default;
-  shm_stream& operator=(shm_stream&& o) noexcept;
-  shm_stream(const shm_stream&) = delete;
-  shm_stream& operator=(const shm_stream&) = delete;
-  /// close() if not closed; an error is printed on stderr, never thrown.
-  ~shm_stream();
-
-  /// The channel's callback (d2h::channel's callback_type): publishes each entry (drain thread).
-  [[nodiscard]] std::function<void(d2h::entry_view&&)> callback() const;
-  void operator()(d2h::entry_view&& e) const;
-  /// Attaching the stream to a channel with a hook schema (channel::schema()): a stream made without a schema of
-  /// its own takes that one and writes it into the segment for the reader (once; an empty one: nothing); a
-  /// stream with one keeps its own. logic_error naming the stream when entries were delivered already or after
-  /// close() (call it before the channel's first entry), or when the schema does not fit `schema_bytes`.
-  void adopt_schema(const d2h::hook_schema& channel_schema);
-  /// The segment's staging, registered with `b` (host_register) for the channel that feeds this stream: pass
-  /// it to the channel's constructor. One channel at a time: unregistered when the channel and its last view
-  /// let it go, then another channel may take it (logic_error before).
-  template <class B>
-  [[nodiscard]] d2h::staging_memory staging(B b) const;
-  [[nodiscard]] shm_stream_stats stats() const;
-  /// Publishes what is pending (block), marks the stream closed (the reader reads to its end), waits up to
-  /// `timeout` for the reader to release everything (block: also for a reader still to attach; drop: only
-  /// while one is attached), then releases every view and removes the name; idempotent. Throws the first
-  /// error kept (the first call only). Close the channel first.
-  shm_stream_stats close();
-  [[nodiscard]] bool closed() const;
-  [[nodiscard]] const shm_stream_config& cfg() const;
-
- private:
-  [[nodiscard]] detail::shm_stream_impl& impl() const;
-  std::shared_ptr<detail::shm_stream_impl> impl_;
+  /// The segment's staging, registered with `b` (host_register) for the channel that feeds this stream: the
+  /// channel's one-call constructor takes it (or pass it as the constructor's staging). One channel at a time:
+  /// unregistered when the channel and its last view let it go, then another channel may take it (logic_error
+  /// before).
+  template <ferry::backend::backend B>
+  [[nodiscard]] d2h::staging_memory staging(B b) const
+  {
+    return staging(d2h::host_registration::of(std::move(b)));
+  }
+  [[nodiscard]] d2h::staging_memory staging(const d2h::host_registration& r) const;
 };
 
 }  // namespace ferry::sink
-
-#include <ferry/sink/detail/shm_stream_impl.hpp>
-#include <ferry/sink/detail/shm_stream_impl.inl>
-#include <ferry/sink/detail/shm_stream.inl>

@@ -18,19 +18,15 @@
 //                       records, each written before the first descriptor naming it is published
 //   [staging_offset, +staging_bytes)  the channel's staging (page-aligned): entry payloads, where D2H lands
 //
-// Word access goes through std::atomic_ref (lock-free, so address-free: valid across processes).
+// Word access goes through std::atomic_ref (lock-free, so address-free: valid across processes). The layout is
+// public because a reader's entry (shm_reader.hpp) holds its descriptor; the code that maps and serves the
+// segment is compiled into ferry::core (src/sink/shm_*.cpp).
 #pragma once
 
 #include <atomic>
-#include <cerrno>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
 #include <string>
-
-#include <signal.h>
-#include <unistd.h>
 
 namespace ferry::sink::detail::shm {
 
@@ -125,55 +121,7 @@ inline void store(std::byte* base, std::uint64_t w, std::uint64_t v,
 }
 [[nodiscard]] constexpr long pid_of_claim(std::uint64_t claim) noexcept { return static_cast<long>(claim >> 32); }
 
-/// Whether `name` is a valid stream name: 1..200 characters of [A-Za-z0-9._-], not starting with '.'.
-[[nodiscard]] inline bool valid_name(const std::string& name) noexcept
-{
-  if (name.empty() || name.size() > 200 || name[0] == '.') { return false; }
-  for (const char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                    c == '_' || c == '-';
-    if (!ok) { return false; }
-  }
-  return true;
-}
 /// The shm_open name of stream `name` ("/ferry-<name>"; Linux: /dev/shm/ferry-<name>).
 [[nodiscard]] inline std::string object_name(const std::string& name) { return "/ferry-" + name; }
-
-/// A process's start time (field 22 of /proc/<pid>/stat, clock ticks since boot), 0 when unknown; `zombie`
-/// is set for a process that ended but was not reaped. Tells a live process from a recycled pid.
-[[nodiscard]] inline std::uint64_t start_time(long pid, bool* zombie = nullptr) noexcept
-{
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-  std::FILE* f = std::fopen(path, "re");
-  if (f == nullptr) { return 0; }
-  char buf[1024];
-  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  buf[n] = '\0';
-  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces and parentheses
-  if (p == nullptr) { return 0; }
-  char state = '?';
-  unsigned long long t = 0;
-  // after ')': state (field 3), then fields 4..21 skipped, starttime (field 22)
-  if (std::sscanf(p + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu", &state,
-                  &t) != 2) {
-    return 0;
-  }
-  if (zombie != nullptr) { *zombie = state == 'Z' || state == 'X'; }
-  return t;
-}
-
-/// Whether process `pid` (started at `started`, 0: unknown) is alive: it exists, is no zombie, and, when its
-/// start time is known, is the same process (not a recycled pid). Producer and reader share a pid namespace.
-[[nodiscard]] inline bool alive(long pid, std::uint64_t started) noexcept
-{
-  if (pid <= 0) { return false; }
-  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) { return false; }
-  bool zombie = false;
-  const std::uint64_t t = start_time(pid, &zombie);
-  if (zombie) { return false; }
-  return started == 0 || t == 0 || t == started;
-}
 
 }  // namespace ferry::sink::detail::shm

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Test access to a safetensors sink's test hook (not installed): holding its writer thread, so a test decides
-// when the writer queue fills (policies block and drop) and when it drains.
+// when the writer queue fills (policies block and drop) and when it drains. Needs the project root on the include
+// path (ferry_add_gtest gives it).
 #pragma once
+
+#include "src/sink/safetensors_impl.hpp"  // the sink's state (src/sink: ferry::core's, not installed)
 
 #include <ferry/sink/safetensors.hpp>
 

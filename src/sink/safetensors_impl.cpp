@@ -2,14 +2,12 @@
 // safetensors_impl's two threads (safetensors_impl.hpp): deliver(), the drain thread's call (the forward
 // it belongs to, the queue limit and its policy), and run(), the writer thread's loop (each queued item handed
 // to the shard_writer; a logic error refuses the entry, any other error ends the run).
-#pragma once
-
-#include <ferry/sink/detail/safetensors_impl.hpp>
+#include "safetensors_impl.hpp"
 
 namespace ferry::sink::detail {
 
 /// The drain thread's call: the entry is queued, dropped (policy drop), or refused.
-inline void safetensors_impl::deliver(d2h::entry_view&& v)
+void safetensors_impl::deliver(d2h::entry_view&& v)
 {
   if (!v.ok()) {
     ++c_.failed_entries;
@@ -70,7 +68,7 @@ inline void safetensors_impl::deliver(d2h::entry_view&& v)
 
 
 /// Policy drop's copier thread.
-inline void safetensors_impl::copy_run()
+void safetensors_impl::copy_run()
 {
   std::unique_lock lk{mu_};
   for (;;) {
@@ -103,7 +101,7 @@ inline void safetensors_impl::copy_run()
 }
 
 /// The writer thread.
-inline void safetensors_impl::run()
+void safetensors_impl::run()
 {
   std::unique_lock lk{mu_};
   for (;;) {

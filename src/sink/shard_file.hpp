@@ -13,10 +13,10 @@
 #include <ferry/d2h/dtype.hpp>
 #include <ferry/detail/align.hpp>
 #include <ferry/detail/format.hpp>
-#include <ferry/sink/detail/crc32.hpp>
-#include <ferry/sink/detail/data_stream.hpp>
-#include <ferry/sink/detail/json.hpp>
-#include <ferry/sink/detail/posix_file.hpp>
+#include "crc32.hpp"
+#include "data_stream.hpp"
+#include "json.hpp"
+#include "posix_file.hpp"
 
 #include <algorithm>
 #include <array>

@@ -7,8 +7,8 @@
 
 #include <ferry/d2h/entry_view.hpp>
 #include <ferry/d2h/hook_schema.hpp>
-#include <ferry/sink/detail/run_index.hpp>
-#include <ferry/sink/detail/shard_file.hpp>
+#include "run_index.hpp"
+#include "shard_file.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -2,13 +2,11 @@
 // shm_stream_impl's calls (shm_stream_impl.hpp): deliver() on the drain thread, the stream thread's pass
 // (service_locked: releases, the reader's session, pending entries, eviction), close(). The ordering steps
 // (docs/design/shm_stream.md) are marked S1..S7 where the code performs them.
-#pragma once
-
-#include <ferry/sink/detail/shm_stream_impl.hpp>
+#include "shm_stream_impl.hpp"
 
 namespace ferry::sink::detail {
 
-inline void shm_stream_impl::deliver(d2h::entry_view&& v)
+void shm_stream_impl::deliver(d2h::entry_view&& v)
 {
   views out;  // released after the lock (declared first: destroyed last)
   std::unique_lock lk{mu_};
@@ -87,7 +85,7 @@ inline void shm_stream_impl::deliver(d2h::entry_view&& v)
 
 /// S2: the forward's record (written at its first entry) and the descriptor, plain stores, then the store-release
 /// of head (the reader's S3 acquires it). has_room_locked(v) was true.
-inline void shm_stream_impl::publish_locked(d2h::entry_view&& v)
+void shm_stream_impl::publish_locked(d2h::entry_view&& v)
 {
   shm::descriptor d{};
   d.index = head_;
@@ -114,7 +112,7 @@ inline void shm_stream_impl::publish_locked(d2h::entry_view&& v)
   held_.push_back(held{d.index, bytes, std::move(v)});
 }
 
-inline void shm_stream_impl::service_locked(views& out)
+void shm_stream_impl::service_locked(views& out)
 {
   const auto now = clock::now();
   take_releases_locked(out);
@@ -136,7 +134,7 @@ inline void shm_stream_impl::service_locked(views& out)
 }
 
 /// S6: acquire the reader's release word (its session's tag), then release the views below it.
-inline void shm_stream_impl::take_releases_locked(views& out)
+void shm_stream_impl::take_releases_locked(views& out)
 {
   if (session_ == 0) { return; }
   const std::uint64_t w = shm::load(h_, shm::w_release);
@@ -154,7 +152,7 @@ inline void shm_stream_impl::take_releases_locked(views& out)
   space_.notify_all();
 }
 
-inline void shm_stream_impl::check_reader_locked(views& out, bool liveness)
+void shm_stream_impl::check_reader_locked(views& out, bool liveness)
 {
   const std::uint64_t claim = shm::load(h_, shm::w_claim);
   if (session_ != 0) {
@@ -171,7 +169,7 @@ inline void shm_stream_impl::check_reader_locked(views& out, bool liveness)
 }
 
 /// S1 (attach): a reader's request for its claim gets a session: its start index, then session_claim (release).
-inline void shm_stream_impl::attach_locked(views& out)
+void shm_stream_impl::attach_locked(views& out)
 {
   const std::uint64_t req = shm::load(h_, shm::w_attach_request);
   if (req == 0 || req == claim_ || shm::load(h_, shm::w_claim) != req) { return; }
@@ -196,7 +194,7 @@ inline void shm_stream_impl::attach_locked(views& out)
 
 /// Ends the session: the slot freed for a new reader; drop: every held view released (counted discarded),
 /// block: kept for the next reader, who starts at released_.
-inline void shm_stream_impl::end_session_locked(shm::detach_reason why, views& out)
+void shm_stream_impl::end_session_locked(shm::detach_reason why, views& out)
 {
   if (session_ == 0) { return; }
   if (why == shm::detach_evicted) {  // counted, not an error of the stream: policy drop keeps the producer going
@@ -222,7 +220,7 @@ inline void shm_stream_impl::end_session_locked(shm::detach_reason why, views& o
   space_.notify_all();
 }
 
-inline bool shm_stream_impl::admit_locked(const d2h::entry_view& v)
+bool shm_stream_impl::admit_locked(const d2h::entry_view& v)
 {
   return session_ != 0 && head_ - released_ <= cfg_.max_lag_entries &&
          (!pool_ || pool_->in_use() <= cfg_.max_lag_bytes) && records_.room(v, released_);
@@ -230,7 +228,7 @@ inline bool shm_stream_impl::admit_locked(const d2h::entry_view& v)
 
 /// The stream thread: a pass every poll_interval while the reader holds entries or entries are pending, every
 /// millisecond otherwise (an attach request, a reader's death or detach wait at most that long).
-inline void shm_stream_impl::run()
+void shm_stream_impl::run()
 {
   std::unique_lock lk{mu_};
   while (!stop_thread_) {
@@ -246,7 +244,7 @@ inline void shm_stream_impl::run()
   }
 }
 
-inline shm_stream_stats shm_stream_impl::close()
+shm_stream_stats shm_stream_impl::close()
 {
   std::unique_lock lk{mu_};
   if (stopping_) {

@@ -23,7 +23,7 @@
 #include <ferry/d2h/entry_view.hpp>
 #include <ferry/d2h/forward_info.hpp>
 #include <ferry/error.hpp>
-#include <ferry/sink/detail/crc32.hpp>
+#include "crc32.hpp"
 #include <ferry/sink/detail/shm_layout.hpp>
 
 #include <cstddef>

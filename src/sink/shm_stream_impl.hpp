@@ -7,11 +7,13 @@
 // member is under mu_; views are released after mu_ is let go. Definitions: shm_stream_impl.inl.
 #pragma once
 
+#include "shm_records.hpp"
+#include "shm_schema.hpp"
+#include "shm_segment.hpp"
+
 #include <ferry/d2h/detail/access.hpp>
-#include <ferry/sink/detail/shm_records.hpp>
-#include <ferry/sink/detail/shm_schema.hpp>
-#include <ferry/sink/detail/shm_segment.hpp>
 #include <ferry/detail/close_quietly.hpp>
+#include <ferry/sink/shm_stream.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -85,20 +87,20 @@ class shm_stream_impl : public std::enable_shared_from_this<shm_stream_impl> {
     cfg_.schema = channel_schema;
   }
 
-  template <class B>
-  [[nodiscard]] d2h::staging_memory staging(B b)
+  /// The segment's staging for one channel, registered through `r` (its backend's host_register).
+  [[nodiscard]] d2h::staging_memory staging(const d2h::host_registration& r)
   {
     std::lock_guard lk{mu_};
     FERRY_EXPECTS(!staging_given_ && !stopping_, ferry::logic_error,
                   "shm stream '{}': staging() expected for one channel at a time of an open stream, got {}", cfg_.name,
                   stopping_ ? "a closed stream" : "a call while another channel (or its views) holds it");
-    b.host_register(seg_->staging(), seg_->staging_bytes());
+    r.register_memory(seg_->staging(), seg_->staging_bytes());
     staging_given_ = true;
     // Unregistered once the channel and its last view let go; then another channel may take the staging.
     auto seg = seg_;
     std::weak_ptr<shm_stream_impl> self = weak_from_this();
-    std::shared_ptr<void> owner(seg->staging(), [b, seg, self](void* p) noexcept {
-      b.host_unregister(p);
+    std::shared_ptr<void> owner(seg->staging(), [unregister = r.unregister_memory, seg, self](void* p) noexcept {
+      unregister(p);
       if (auto s = self.lock()) {
         std::lock_guard l{s->mu_};
         s->staging_given_ = false;

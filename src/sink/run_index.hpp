@@ -8,9 +8,9 @@
 #pragma once
 
 #include <ferry/d2h/hook_schema.hpp>
-#include <ferry/sink/detail/json.hpp>
-#include <ferry/sink/detail/posix_file.hpp>
-#include <ferry/sink/detail/shard_file.hpp>
+#include "json.hpp"
+#include "posix_file.hpp"
+#include "shard_file.hpp"
 #include <ferry/version.hpp>
 
 #include <cerrno>

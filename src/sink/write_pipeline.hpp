@@ -11,7 +11,7 @@
 #pragma once
 
 #include <ferry/detail/align.hpp>
-#include <ferry/sink/detail/posix_file.hpp>
+#include "posix_file.hpp"
 
 #include <atomic>
 #include <cerrno>

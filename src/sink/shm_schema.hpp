@@ -17,7 +17,7 @@
 #pragma once
 
 #include <ferry/d2h/hook_schema.hpp>
-#include <ferry/sink/detail/crc32.hpp>
+#include "crc32.hpp"
 
 #include <cstddef>
 #include <cstdint>

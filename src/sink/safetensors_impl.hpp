@@ -4,8 +4,10 @@
 // the shard_writer, flush and close handshakes, the first error kept, the counters.
 #pragma once
 
+#include "shard_writer.hpp"
+
 #include <ferry/detail/close_quietly.hpp>
-#include <ferry/sink/detail/shard_writer.hpp>
+#include <ferry/sink/safetensors.hpp>
 
 #include <atomic>
 #include <chrono>

@@ -7,8 +7,8 @@
 // the file's bytes are read back only after it (a move, a relocation) or by reposition().
 #pragma once
 
-#include <ferry/sink/detail/crc32.hpp>
-#include <ferry/sink/detail/write_pipeline.hpp>
+#include "crc32.hpp"
+#include "write_pipeline.hpp"
 
 #include <algorithm>
 #include <cstddef>

@@ -7,8 +7,10 @@
 // (docs/design/shm_stream.md) are marked S0..S7.
 #pragma once
 
-#include <ferry/sink/detail/shm_records.hpp>
-#include <ferry/sink/detail/shm_schema.hpp>
+#include "shm_records.hpp"
+#include "shm_schema.hpp"
+#include "shm_segment.hpp"
+
 #include <ferry/sink/shm_reader.hpp>
 
 #include <algorithm>
@@ -18,6 +20,8 @@
 #include <mutex>
 #include <random>
 #include <thread>
+
+#include <unistd.h>
 
 namespace ferry::sink::detail {
 
