@@ -268,8 +268,7 @@ class channel {
   /// Re-enables capture after on_error = disable disabled it, at a forward boundary (an open forward:
   /// logic_error). An invalidated channel (a failed backend call) cannot be recovered: invalidated_error.
   void recover() { impl()->guarded([&] { impl()->prod.recover(); }); }
-  /// From the producer thread, between forwards: the next thread to make a producer call becomes the producer
-  /// thread (an engine that warms up on one thread and steps on another). The caller orders the two threads' calls.
+  /// From the producer thread, between forwards: the next thread's producer call binds (warm-up vs step threads).
   void release_producer_thread() { impl()->guarded([&] { impl()->prod.release_thread(); }); }
   /// The first failed backend call (empty while the channel is usable).
   [[nodiscard]] std::string invalidation_reason() const { return impl()->st.failure_reason(); }
