@@ -87,7 +87,9 @@ void* aligned_alloc_poisoned(std::size_t bytes)
 {
   const std::size_t n = std::max<std::size_t>(bytes, 1);
   void* p = ::operator new(n, std::align_val_t{device_alignment}, std::nothrow);
-  if (p == nullptr) { throw out_of_memory(ferry::detail::format("ferry: host backend could not allocate {} bytes", bytes)); }
+  if (p == nullptr) {
+    throw out_of_memory(ferry::detail::format("ferry: host backend could not allocate {} bytes", bytes));
+  }
   std::memset(p, poison_byte, n);
   auto& m = backend_memory();
   std::lock_guard l{m.mu};
@@ -292,7 +294,8 @@ void host_backend::set_device(device_id d) const
 device_attributes host_backend::attributes(device_id d) const
 {
   if (d.value < 0 || d.value >= emulated_devices()) {
-    host_fail(101, "invalid_device", "attributes", ferry::detail::format("device {} of {}", d.value, emulated_devices()));
+    host_fail(101, "invalid_device", "attributes",
+              ferry::detail::format("device {} of {}", d.value, emulated_devices()));
   }
   device_attributes a;
   a.device = d;
@@ -330,7 +333,9 @@ void host_backend::stream_synchronize(stream_type s) const
 {
   host_detail::check_stream(s, "stream_synchronize");
   std::unique_lock lock{s->m};
-  if (s->capturing != nullptr) { host_fail(900, "stream_capture_unsupported", "stream_synchronize", "stream is capturing"); }
+  if (s->capturing != nullptr) {
+    host_fail(900, "stream_capture_unsupported", "stream_synchronize", "stream is capturing");
+  }
   s->cv_idle.wait(lock, [&] { return s->queue.empty() && !s->busy; });
   if (!s->error.empty()) {
     std::string e = std::exchange(s->error, {});
@@ -499,7 +504,8 @@ void* host_backend::mapped_device_pointer(void* pinned) const { return pinned; }
 void host_backend::host_register(void* p, std::size_t bytes) const
 {
   if (p == nullptr || bytes == 0) {
-    host_fail(1, "invalid_value", "host_register", ferry::detail::format("expected a non-empty range, got {} bytes at {}", bytes, p));
+    host_fail(1, "invalid_value", "host_register",
+              ferry::detail::format("expected a non-empty range, got {} bytes at {}", bytes, p));
   }
   auto& m = backend_memory();
   const auto a = reinterpret_cast<std::uintptr_t>(p);
@@ -602,12 +608,14 @@ void host_backend::release_after(stream_type s, std::shared_ptr<void> keep) cons
 void host_backend::check_launch(bool has_fn, const char* name, const launch_config& cfg, stream_type s) const
 {
   host_detail::check_stream(s, "launch");
-  if (!has_fn) { host_fail(98, "invalid_device_function", "launch", ferry::detail::format("kernel '{}' has no body", name)); }
+  if (!has_fn) {
+    host_fail(98, "invalid_device_function", "launch", ferry::detail::format("kernel '{}' has no body", name));
+  }
   const auto empty = [](const dim3& d) { return d.x == 0 || d.y == 0 || d.z == 0; };
   if (empty(cfg.grid) || empty(cfg.block) || cfg.block.x * cfg.block.y * cfg.block.z > 1024) {
     host_fail(9, "invalid_configuration", "launch",
-              ferry::detail::format("kernel '{}': grid ({},{},{}) block ({},{},{})", name, cfg.grid.x, cfg.grid.y, cfg.grid.z,
-                          cfg.block.x, cfg.block.y, cfg.block.z));
+              ferry::detail::format("kernel '{}': grid ({},{},{}) block ({},{},{})", name, cfg.grid.x, cfg.grid.y,
+                                    cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z));
   }
 }
 
@@ -633,7 +641,9 @@ host_backend::graph_type host_backend::capture_end(stream_type s) const
   host_detail::graph* g = nullptr;
   {
     std::lock_guard lock{s->m};
-    if (s->capturing == nullptr) { host_fail(901, "stream_capture_invalidated", "capture_end", "stream is not capturing"); }
+    if (s->capturing == nullptr) {
+      host_fail(901, "stream_capture_invalidated", "capture_end", "stream is not capturing");
+    }
     if (s->capturing->origin != s) {
       host_fail(903, "stream_capture_unmatched", "capture_end", "the stream joined a capture begun on another stream");
     }
@@ -673,7 +683,8 @@ void host_backend::graph_exec_destroy(graph_exec_type x) const noexcept { delete
 
 void host_backend::raise_injected(call_kind kind, std::string_view call, const char* where) const
 {
-  throw host_error("host", 999, ferry::detail::format("injected_{}_fault", to_string(kind)), call, where, "fault injected");
+  throw host_error("host", 999, ferry::detail::format("injected_{}_fault", to_string(kind)), call, where,
+                   "fault injected");
 }
 
 }  // namespace ferry::backend

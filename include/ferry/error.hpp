@@ -107,13 +107,15 @@ class host_error : public backend_error {
 /// Throws `error_type` with a formatted message (fmt's "{}" syntax, ferry/detail/format.hpp) and file:line
 /// when `cond` is false.
 ///   FERRY_EXPECTS(k > 0, ferry::logic_error, "d2h channel: publish_every must be >= 1, got {}", k);
-#define FERRY_EXPECTS(cond, error_type, ...)                                                        \
-  do {                                                                                              \
-    if (!(cond)) [[unlikely]] {                                                                     \
-      throw error_type(::ferry::detail::format("ferry: {} [{}:{}]", ::ferry::detail::format(__VA_ARGS__), __FILE__, __LINE__)); \
-    }                                                                                               \
+#define FERRY_EXPECTS(cond, error_type, ...)                                                                       \
+  do {                                                                                                             \
+    if (!(cond)) [[unlikely]] {                                                                                    \
+      throw error_type(                                                                                            \
+          ::ferry::detail::format("ferry: {} [{}:{}]", ::ferry::detail::format(__VA_ARGS__), __FILE__, __LINE__)); \
+    }                                                                                                              \
   } while (0)
 
 /// Unconditionally throws `error_type` with a formatted message and file:line.
 #define FERRY_FAIL(error_type, ...) \
-  throw error_type(::ferry::detail::format("ferry: {} [{}:{}]", ::ferry::detail::format(__VA_ARGS__), __FILE__, __LINE__))
+  throw error_type(                 \
+      ::ferry::detail::format("ferry: {} [{}:{}]", ::ferry::detail::format(__VA_ARGS__), __FILE__, __LINE__))

@@ -30,8 +30,8 @@ FERRY_HD inline std::uint64_t select_items(const ferry::d2h::row_selection& s, b
 }
 
 /// The source row of the entry's row `j` (item j / rows_per_item), or -1 when its item is invalid.
-FERRY_HD inline std::int64_t select_source_row(const ferry::d2h::row_selection& s, std::uint64_t n_rows, std::uint64_t j,
-                                               std::uint64_t per_item) noexcept
+FERRY_HD inline std::int64_t select_source_row(const ferry::d2h::row_selection& s, std::uint64_t n_rows,
+                                               std::uint64_t j, std::uint64_t per_item) noexcept
 {
   const std::uint64_t i = j / per_item;
   const auto n = static_cast<std::int64_t>(n_rows);

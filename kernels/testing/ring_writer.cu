@@ -22,7 +22,8 @@ __global__ void ring_writer(ferry::d2h::ring_ref ref, std::uint64_t seq, std::ui
 
 namespace ferry::testing {
 
-FERRY_KERNEL_HANDLE<ferry::d2h::ring_ref, std::uint64_t, std::uint64_t, std::uint64_t> ring_writer_kernel(FERRY_KERNEL_TAG)
+FERRY_KERNEL_HANDLE<ferry::d2h::ring_ref, std::uint64_t, std::uint64_t, std::uint64_t> ring_writer_kernel(
+    FERRY_KERNEL_TAG)
 {
   return {reinterpret_cast<const void*>(&kernels::ring_writer), "test_ring_writer"};
 }

@@ -21,9 +21,11 @@ struct uint_arg {
   bool too_large{false};  ///< at least 2^64
   [[nodiscard]] std::uint64_t get(const char* who, const char* name, std::uint64_t max = UINT64_MAX) const
   {
-    FERRY_EXPECTS(negative == 0 && !too_large && value <= max, ferry::logic_error, "{}: expected {} an int in [0, {}], got {}",
-                  who, name, max,
-                  negative != 0 ? std::to_string(negative) : too_large ? std::string{">= 2^64"} : std::to_string(value));
+    FERRY_EXPECTS(negative == 0 && !too_large && value <= max, ferry::logic_error,
+                  "{}: expected {} an int in [0, {}], got {}", who, name, max,
+                  negative != 0 ? std::to_string(negative)
+                  : too_large   ? std::string{">= 2^64"}
+                                : std::to_string(value));
     return value;
   }
 };
@@ -117,8 +119,8 @@ void check_device_array(const any_array& a, int device, const std::string& who)
                 "{}: expected a {} array ({} backend), got one on DLPack device type {}{}", who,
                 traits<B>::dl_device_name, traits<B>::name, a.device_type(),
                 a.device_type() == nb::device::cpu::value ? " (a host array where a device tensor is needed)"
-                : is_host<B>                              ? " (a device tensor where the host backend needs a host array)"
-                                                          : "");
+                : is_host<B> ? " (a device tensor where the host backend needs a host array)"
+                             : "");
   if constexpr (!is_host<B>) {
     FERRY_EXPECTS(a.device_id() == device, ferry::logic_error, "{}: expected a tensor on device {}, got device {}",
                   who, device, a.device_id());
@@ -138,11 +140,12 @@ template <class B>
   // view): its bytes are not its values, so it is refused, not copied (DLPack may export the raw memory).
   if (PyTypeObject* tp = torch_tensor_type(); tp != nullptr && PyObject_TypeCheck(tensor.ptr(), tp) != 0) {
     const auto& n = detail::names();
-    FERRY_EXPECTS(detail::call_truth(tensor.ptr(), n.is_conj) != 1 && detail::call_truth(tensor.ptr(), n.is_neg) != 1,
-                  ferry::logic_error,
-                  "{} (hook {}): expected a tensor whose memory holds its values, got one with the conjugate or negative "
-                  "bit set (call .resolve_conj() / .resolve_neg() first)",
-                  what, hook);
+    FERRY_EXPECTS(
+        detail::call_truth(tensor.ptr(), n.is_conj) != 1 && detail::call_truth(tensor.ptr(), n.is_neg) != 1,
+        ferry::logic_error,
+        "{} (hook {}): expected a tensor whose memory holds its values, got one with the conjugate or negative "
+        "bit set (call .resolve_conj() / .resolve_neg() first)",
+        what, hook);
   }
   any_array t = as_array(tensor, what);
   check_device_array<B>(t, device, std::string{what} + " (hook " + std::to_string(hook) + ")");

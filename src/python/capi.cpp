@@ -235,8 +235,8 @@ fd::sink_ref sink_ref_of(nb::handle sink)
   if (!sink.is_valid() || sink.is_none()) { return fd::sink_ref{fd::sink_ref::callback_type{}}; }
   if (py_sink* p = native_sink_of(sink); p != nullptr) { return p->ref(); }  // ferry.sinks.*: C++ takes the views
   FERRY_EXPECTS(PyCapsule_CheckExact(sink.ptr()) != 0 && PyCapsule_IsValid(sink.ptr(), FERRY_SINK_NAME) != 0,
-                ferry::logic_error, "Channel: expected sink to be a ferry.sinks sink or a PyCapsule named '{}', got {}", FERRY_SINK_NAME,
-                type_of(sink));
+                ferry::logic_error, "Channel: expected sink to be a ferry.sinks sink or a PyCapsule named '{}', got {}",
+                FERRY_SINK_NAME, type_of(sink));
   const auto* s = static_cast<const ferry_sink*>(PyCapsule_GetPointer(sink.ptr(), FERRY_SINK_NAME));
   FERRY_EXPECTS(s != nullptr && s->fn != nullptr && s->version == FERRY_SINK_VERSION, ferry::logic_error,
                 "Channel: expected a ferry_sink of version {} with a function, got version {}{}", FERRY_SINK_VERSION,

@@ -98,7 +98,8 @@ void init_d2h_batch(nb::module_& m)
     .def_prop_ro(
       "ok",
       [](const py_batch& b) {
-        return column(b.cols, b.cols->ok, nb::dlpack::dtype{static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bool), 8, 1});
+        const nb::dlpack::dtype bool8{static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bool), 8, 1};
+        return column(b.cols, b.cols->ok, bool8);
       },
       nb::sig("def ok(self) -> numpy.ndarray"), "bool: whether each entry was delivered ok (else view() raises).")
     .def_prop_ro("released", &py_batch::released)

@@ -181,7 +181,8 @@ std::optional<py_plan> py_channel<B>::capture_deferred_staged(std::vector<staged
   std::vector<fd::source_owner> owners;
   owners.reserve(items.size());
   for (auto& it : items) {
-    owners.push_back(py_source::make<B>(it.keep, std::move(it.t.dl), true, it.t.version_read ? &it.t.version : nullptr));
+    owners.push_back(
+        py_source::make<B>(it.keep, std::move(it.t.dl), true, it.t.version_read ? &it.t.version : nullptr));
   }
   auto plan = call(end ? "end_forward" : "capture_deferred", [&](fd::channel<B>& ch) -> std::optional<py_plan> {
     for (std::size_t i = 0; i < items.size(); ++i) {

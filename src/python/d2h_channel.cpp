@@ -128,9 +128,9 @@ void py_channel<B>::capture_bytes(std::uint32_t hook, nb::handle tensor, array_b
 }
 
 template <class B>
-void py_channel<B>::capture_rows_core(std::uint32_t hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
-                                      const fd::row_selection& sel, const fb::stream_view<B>& s, fd::source_owner owner,
-                                      bool deferred)
+void py_channel<B>::capture_rows_core(std::uint32_t hook, const void* src, std::uint64_t n_rows,
+                                      std::uint64_t row_bytes, const fd::row_selection& sel,
+                                      const fb::stream_view<B>& s, fd::source_owner owner, bool deferred)
 {
   tie(s);
   call(deferred ? "capture_rows_deferred" : "capture_rows", [&](fd::channel<B>& ch) {

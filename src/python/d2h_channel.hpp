@@ -157,7 +157,10 @@ class py_channel {
   /// LogicError.
   [[nodiscard]] std::vector<fd::entry_view> wait_views(std::size_t max, std::optional<double> timeout, const char* who);
   /// The schema entries carry: null when the channel has none (no typed views to make).
-  [[nodiscard]] std::shared_ptr<const fd::hook_schema> entry_schema() const { return schema_->empty() ? nullptr : schema_; }
+  [[nodiscard]] std::shared_ptr<const fd::hook_schema> entry_schema() const
+  {
+    return schema_->empty() ? nullptr : schema_;
+  }
   template <class F>
   decltype(auto) call(const char* what, F&& f);
   void set_dev() const;

@@ -73,7 +73,8 @@ void tuning_from(fd::tuning& t, nb::handle d)
     });
     if (!known) {
       std::string names;
-      fd::detail::for_each_tuning_field(t, [&](const char* n, const auto&) { names += (names.empty() ? "" : ", ") + std::string{n}; });
+      fd::detail::for_each_tuning_field(
+        t, [&](const char* n, const auto&) { names += (names.empty() ? "" : ", ") + std::string{n}; });
       FERRY_FAIL(ferry::logic_error, "Channel: tuning key '{}' unknown: expected one of {}", key, names);
     }
   }
@@ -96,7 +97,8 @@ fd::config config_from(const nb::kwargs& kw)
     for (auto [k, v] : kw) {
       const auto key = nb::cast<std::string>(k);
       bool known = key == "sink" || key == "schema" || key == "tuning";
-      fd::detail::for_each_config_field(c, [&](const char* name, auto&) { known = known || (!fixed(name) && key == name); });
+      fd::detail::for_each_config_field(
+        c, [&](const char* name, auto&) { known = known || (!fixed(name) && key == name); });
       if (!known) {
         const std::string hint = tuning_key(key) ? " (a tuning key: pass tuning={'" + key + "': ...})"
                                                  : std::string{" (see help(ferry.Channel) for the knobs)"};
@@ -155,7 +157,8 @@ void init_d2h_channel(nb::module_& m)
       [](C* self, int device, nb::kwargs kw) {
         nb::object sink = kw.contains("sink") ? nb::object(kw["sink"]) : nb::none();
         const bool typed = kw.contains("schema") && !kw["schema"].is_none();
-        new (self) C(device, config_from(kw), sink, typed ? schema_of(kw["schema"], "ferry.Channel") : fd::hook_schema{});
+        new (self)
+          C(device, config_from(kw), sink, typed ? schema_of(kw["schema"], "ferry.Channel") : fd::hook_schema{});
       },
       nb::arg("device") = 0, nb::arg("kwargs"), nb::sig(init_signature()), init_doc())
     .def(
@@ -204,18 +207,22 @@ void init_d2h_channel(nb::module_& m)
         fd::forward_meta m = forward_meta_of(tag, req, meta, "Channel.plan");
         uint_arg n;
         if (!selected.is_none() && !nb::try_cast(selected, n)) {
-          throw nb::type_error(("ferry: Channel.plan: expected selected an int or None, got " + type_of(selected)).c_str());
+          throw nb::type_error(
+            ("ferry: Channel.plan: expected selected an int or None, got " + type_of(selected)).c_str());
         }
         if (!selected.is_none()) { m.selected = n.get("Channel.plan", "selected"); }
         c.plan(p, s, std::move(m));
       },
       nb::arg("plan"), nb::arg("stream").none() = nb::none(), nb::kw_only(), nb::arg("tag").none() = nb::none(),
-      nb::arg("requests").none() = nb::none(), nb::arg("meta").none() = nb::none(), nb::arg("selected").none() = nb::none(),
+      nb::arg("requests").none() = nb::none(), nb::arg("meta").none() = nb::none(),
+      nb::arg("selected").none() = nb::none(),
       nb::sig("def plan(self, plan: Plan, stream: object | None = None, *, tag: int | None = None, requests: object | "
               "None = None, meta: bytes | None = None, selected: int | None = None) -> None"))
     .def(
       "poll",
-      [](C& c, uint_arg n, std::optional<double> timeout) { return c.poll(n.get("Channel.poll", "max_entries"), timeout); },
+      [](C& c, uint_arg n, std::optional<double> timeout) {
+        return c.poll(n.get("Channel.poll", "max_entries"), timeout);
+      },
       nb::arg("max_entries") = 1024, nb::arg("timeout").none() = 0.0)
     .def(
       "poll_batch",
@@ -265,7 +272,8 @@ void init_d2h_fields(nb::module_& m)
 {
   nb::list cfg, fixed_l, tun, ctr;
   const fd::config c{};
-  fd::detail::for_each_config_field(c, [&](const char* name, const auto&) { (fixed(name) ? fixed_l : cfg).append(name); });
+  fd::detail::for_each_config_field(c,
+                                    [&](const char* name, const auto&) { (fixed(name) ? fixed_l : cfg).append(name); });
   fd::detail::for_each_tuning_field(c.tuning, [&](const char* name, const auto&) { tun.append(name); });
   const fd::counters k{};
   fd::detail::for_each_counter(k, [&](const char* name, const auto&) { ctr.append(name); });

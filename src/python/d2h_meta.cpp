@@ -18,7 +18,8 @@ fd::forward_meta forward_meta_of(nb::handle tag, nb::handle requests, nb::handle
   if (!tag.is_none()) {
     uint_arg t;
     if (!nb::try_cast(tag, t)) {
-      throw nb::type_error(("ferry: " + std::string{who} + ": expected tag an int or None, got " + type_of(tag)).c_str());
+      throw nb::type_error(
+          ("ferry: " + std::string{who} + ": expected tag an int or None, got " + type_of(tag)).c_str());
     }
     m.tag = t.get(who, "tag");
   }

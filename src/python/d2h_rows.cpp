@@ -70,9 +70,9 @@ rows_arg index_array(nb::handle obj, int device, const char* name, bool wide)
          static_cast<nb::dlpack::dtype_code>(d.code) == nb::dlpack::dtype_code::Int && d.lanes == 1, dtype_str(d)};
   }
   if (r.ndim != 1 || !r.integer || !(r.bits == 32 || (wide && r.bits == 64))) {
-    throw nb::type_error(("ferry: " + who + ": expected a 1-D " + (wide ? "int32 or int64" : "int32") + " array, got a " +
-                          std::to_string(r.ndim) + "-d " + r.dtype + " one")
-                           .c_str());
+    throw nb::type_error(("ferry: " + who + ": expected a 1-D " + (wide ? "int32 or int64" : "int32") +
+                          " array, got a " + std::to_string(r.ndim) + "-d " + r.dtype + " one")
+                             .c_str());
   }
   return r;
 }
@@ -135,7 +135,8 @@ void py_channel<B>::capture_rows(std::uint32_t hook, nb::handle tensor, const nb
       sel = fd::row_selection::last_token(qp, n_req, rp, items);
     } else {
       if (!nb::isinstance<nb::tuple>(window) || nb::len(window) != 2) {
-        throw nb::type_error(("ferry: Channel.capture_rows: expected window=(begin, end), got " + type_of(window)).c_str());
+        throw nb::type_error(
+            ("ferry: Channel.capture_rows: expected window=(begin, end), got " + type_of(window)).c_str());
       }
       const nb::tuple w = nb::borrow<nb::tuple>(window);
       std::int64_t a = 0;
@@ -166,7 +167,8 @@ void py_channel<B>::capture_rows(std::uint32_t hook, nb::handle tensor, const nb
     if (!mc.is_none() && !nb::try_cast(mc, m)) {
       throw nb::type_error(("ferry: Channel.capture_rows: expected max_count an int, got " + type_of(mc)).c_str());
     }
-    sel = sel.counted_on_device(static_cast<const std::int32_t*>(c.data), mc.is_none() ? items : m.get(what, "max_count"));
+    sel = sel.counted_on_device(static_cast<const std::int32_t*>(c.data),
+                                mc.is_none() ? items : m.get(what, "max_count"));
     keep.append(count);
   }
   fd::source_owner owner = py_source::make<B>(keep, array_bytes{}.dl, deferred);

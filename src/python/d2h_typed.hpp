@@ -38,8 +38,8 @@ using hook_tuple = std::tuple<uint_arg, std::string, std::string, std::vector<ui
 /// that does not fit the schema raises the core's entry_shape_error), else its bytes (uint8, 1-D). `torch`: a
 /// torch.Tensor of the hook's dtype (bfloat16 and float8 included); else a read-only numpy array, where numpy
 /// has the dtype, and the elements' bits where it has not (BF16: uint16, F8_*: uint8).
-[[nodiscard]] nb::object entry_array(const fd::entry_view& v, const fd::hook_schema* s, std::shared_ptr<const void> keep,
-                                     bool torch);
+[[nodiscard]] nb::object entry_array(const fd::entry_view& v, const fd::hook_schema* s,
+                                     std::shared_ptr<const void> keep, bool torch);
 /// A typed view (the core's fd::typed: an entry wherever its bytes are) as an array over its bytes, as
 /// entry_array makes it for a declared hook: its shape and dtype; `keep` holds the bytes and is the array's base.
 [[nodiscard]] nb::object typed_array(const fd::typed_view& t, std::shared_ptr<const void> keep, bool torch);

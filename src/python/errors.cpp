@@ -73,8 +73,10 @@ void init_errors(nb::module_& m)
     {FERRY_ERR_READER_DETACHED, "The producer ended this reader's session (evicted under policy 'drop'); attach again.",
      nullptr},
     {FERRY_ERR_PRODUCER_GONE, "The shared-memory stream's producer died (raised once its entries were read).", nullptr},
-    {FERRY_ERR_ATTRIBUTION_OVERFLOW, "A ShmEntry's forward attribution (requests, meta) needed a record larger than the "
-                                     "stream's record region (.record_bytes, .capacity); its bytes are intact.", nullptr},
+    {FERRY_ERR_ATTRIBUTION_OVERFLOW,
+     "A ShmEntry's forward attribution (requests, meta) needed a record larger than the stream's record region "
+     "(.record_bytes, .capacity); its bytes are intact.",
+     nullptr},
   };
   for (const auto& s : specs) { make(s.status, s.doc, t[FERRY_ERR_OTHER], s.extra_base); }
 

@@ -106,7 +106,8 @@ class py_publisher {
     } else {
       // a str or a sequence of str; anything else (bytes, ints, a non-iterable) is a TypeError naming it
       if (nb::isinstance<nb::bytes>(groups) || PySequence_Check(groups.ptr()) == 0) {
-        throw nb::type_error(("ferry: " + who + ": expected groups a str or a sequence of str, got " + type_of(groups)).c_str());
+        throw nb::type_error(
+            ("ferry: " + who + ": expected groups a str or a sequence of str, got " + type_of(groups)).c_str());
       }
       for (nb::handle g : groups) {
         if (!nb::isinstance<nb::str>(g)) {

@@ -47,8 +47,8 @@ struct py_producer {
 
   fh::producer_guard<B>& live(const char* what)
   {
-    FERRY_EXPECTS(g.has_value(), ferry::logic_error, "Producer('{}').{}: expected an open producer scope, got a closed one",
-                  group, what);
+    FERRY_EXPECTS(g.has_value(), ferry::logic_error,
+                  "Producer('{}').{}: expected an open producer scope, got a closed one", group, what);
     return *g;
   }
   /// A writable zero-copy view of the source, read-only once the scope closes.

@@ -90,8 +90,8 @@ struct py_shm_entry {
   [[nodiscard]] const fk::shm_entry& live(const char* what) const
   {
     FERRY_EXPECTS(held != nullptr, ferry::logic_error,
-                  "ShmEntry {} (hook {}, seq {}): expected a live entry, got a released one ({} after release())", index,
-                  hook, seq, what);
+                  "ShmEntry {} (hook {}, seq {}): expected a live entry, got a released one ({} after release())",
+                  index, hook, seq, what);
     return held->e;
   }
   /// The payload over the staging (no copy; the array holds the entry): the hook's tensor where the schema
@@ -199,7 +199,8 @@ void init_shm_reader(nb::module_& m)
          "The payload, a read-only numpy view of the stream's staging (zero-copy): [rows, *row_shape] of the hook's "
          "dtype when the stream's schema declares the hook (BF16 / F8: the elements' bits, uint16 / uint8), else "
          "(or raw=True) uint8 bytes, 1-D.")
-    .def("tensor", &py_shm_entry::array_torch, nb::arg("raw") = false, nb::sig("def tensor(self, raw: bool = False) -> object"),
+    .def("tensor", &py_shm_entry::array_torch, nb::arg("raw") = false,
+         nb::sig("def tensor(self, raw: bool = False) -> object"),
          "The payload as a CPU torch.Tensor over the stream's staging (zero-copy; needs torch): [rows, *row_shape] "
          "of the hook's dtype (bfloat16 included) when the schema declares the hook, else (or raw=True) uint8 "
          "bytes. The mapping is read-only: an in-place op on it faults; clone() first.")
@@ -211,7 +212,9 @@ void init_shm_reader(nb::module_& m)
       nb::sig("def hook_name(self) -> str | None"), "The same as name.")
     .def_prop_ro(
       "dtype",
-      [](const py_shm_entry& x) { return x.spec() ? nb::cast(std::string{fd::dtype_name(x.spec()->type)}) : nb::none(); },
+      [](const py_shm_entry& x) {
+        return x.spec() ? nb::cast(std::string{fd::dtype_name(x.spec()->type)}) : nb::none();
+      },
       nb::sig("def dtype(self) -> str | None"), "The hook's dtype (safetensors' name, 'BF16'; None: not declared).")
     .def_prop_ro(
       "shape",

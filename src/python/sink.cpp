@@ -22,9 +22,9 @@ namespace {
 
 using py_safetensors = py_native_sink<fk::safetensors>;
 
-fk::safetensors_config config_of(const std::string& directory, const std::vector<hook_tuple>& schema, uint_arg shard_bytes,
-                                 uint_arg max_queue_bytes, const std::string& policy, double block_timeout, bool fsync,
-                                 bool overwrite, bool direct_io)
+fk::safetensors_config config_of(const std::string& directory, const std::vector<hook_tuple>& schema,
+                                 uint_arg shard_bytes, uint_arg max_queue_bytes, const std::string& policy,
+                                 double block_timeout, bool fsync, bool overwrite, bool direct_io)
 {
   const char* who = "ferry.sinks.safetensors";
   fk::safetensors_config c;
@@ -46,10 +46,12 @@ void init_sink(nb::module_& m)
   m.attr("version") = std::string{ferry::version};
   add_stat_names<fk::safetensors_stats>(m, "sink_stats");
 
-  nb::class_<py_sink>(m, "NativeSink",
-                      "A sink of ferry.sinks, attached in C++ by Channel(sink=...) (its schema, callback and staging).");
-  nb::class_<py_safetensors, py_sink> c(m, "SafetensorsSink",
-                                        "A D2H sink writing safetensors shards and index.json (ferry.sinks.safetensors builds one).");
+  nb::class_<py_sink>(
+      m, "NativeSink",
+      "A sink of ferry.sinks, attached in C++ by Channel(sink=...) (its schema, callback and staging).");
+  nb::class_<py_safetensors, py_sink> c(
+      m, "SafetensorsSink",
+      "A D2H sink writing safetensors shards and index.json (ferry.sinks.safetensors builds one).");
   c.def(
      "__init__",
      [](py_safetensors* self, const std::string& directory, const std::vector<hook_tuple>& schema, uint_arg shard_bytes,
@@ -70,7 +72,8 @@ void init_sink(nb::module_& m)
       },
       "Completes the open forward and publishes the shard being written (call it between forwards).")
     .def_prop_ro("directory", [](const py_safetensors& p) { return p.s.cfg().directory.string(); });
-  def_sink_calls(c, "Publishes the last shard, marks index.json complete, stops the writer; raises the first error kept.");
+  def_sink_calls(c,
+                 "Publishes the last shard, marks index.json complete, stops the writer; raises the first error kept.");
 }
 
 }  // namespace ferry::python

@@ -154,9 +154,9 @@ template <class B>
     if (nb::hasattr(obj, "__cuda_stream__")) {
       nb::object t = obj.attr("__cuda_stream__")();
       if (nb::isinstance<nb::tuple>(t) && nb::len(t) == 2) { return from_int(nb::tuple(t)[1]); }
-      throw nb::type_error(("ferry: " + std::string{who} + ": expected __cuda_stream__() to return (version, handle), got " +
-                            type_of(t))
-                             .c_str());
+      throw nb::type_error(
+          ("ferry: " + std::string{who} + ": expected __cuda_stream__() to return (version, handle), got " + type_of(t))
+              .c_str());
     }
     if (nb::hasattr(obj, "cuda_stream")) { return from_int(obj.attr("cuda_stream")); }
     if (obj.is_none()) {

@@ -97,7 +97,8 @@ inline constexpr crc32_tables crc32_table{};
 
 /// The CRC-32 of `n` bytes at `p` continuing from `crc` (start with 0): crc32(ab) == crc32(b, n_b, crc32(a)).
 /// `portable` forces the tables (tests compare the two).
-[[nodiscard]] inline std::uint32_t crc32(const void* p, std::size_t n, std::uint32_t crc = 0, bool portable = false) noexcept
+[[nodiscard]] inline std::uint32_t crc32(const void* p, std::size_t n, std::uint32_t crc = 0,
+                                         bool portable = false) noexcept
 {
   const auto* b = static_cast<const unsigned char*>(p);
   std::uint32_t c = ~crc;

@@ -56,13 +56,17 @@ inline void prepare_run_dir(const fs::path& dir, bool overwrite)
   if (ec) { FERRY_FAIL_IO(io_error, dir, ec.value(), "sink: listing the run directory {}", dir.string()); }
   if (!found.empty() && !overwrite) {
     std::string some;
-    for (std::size_t i = 0; i < found.size() && i < 3; ++i) { some += (i != 0 ? ", " : "") + found[i].filename().string(); }
+    for (std::size_t i = 0; i < found.size() && i < 3; ++i) {
+      some += (i != 0 ? ", " : "") + found[i].filename().string();
+    }
     FERRY_FAIL_IO(existing_run_error, dir, EEXIST,
                   "sink: run directory {}: expected no other run's files (or overwrite = true), got {} of them ({}{})",
                   dir.string(), found.size(), some, found.size() > 3 ? ", ..." : "");
   }
   for (const auto& p : found) {
-    if (!fs::remove(p, ec) && ec) { FERRY_FAIL_IO(io_error, p, ec.value(), "sink: overwrite: removing {}", p.string()); }
+    if (!fs::remove(p, ec) && ec) {
+      FERRY_FAIL_IO(io_error, p, ec.value(), "sink: overwrite: removing {}", p.string());
+    }
   }
 }
 
@@ -88,7 +92,9 @@ class run_index {
     if (!shards_.empty()) { shards_ += ','; }
     shards_ += "{\"file\":" + json::string(file) + ",\"bytes\":" + std::to_string(bytes) +
                ",\"tensors\":" + std::to_string(tensors.size()) + ",\"tags\":[";
-    for (std::size_t i = 0; i < forwards.size(); ++i) { shards_ += (i != 0 ? "," : "") + std::to_string(forwards[i].tag); }
+    for (std::size_t i = 0; i < forwards.size(); ++i) {
+      shards_ += (i != 0 ? "," : "") + std::to_string(forwards[i].tag);
+    }
     shards_ += "]}";
     const std::string quoted = json::string(file);
     for (const auto& t : tensors) {
@@ -104,7 +110,8 @@ class run_index {
   {
     std::string s = "{\"metadata\":{\"format\":";
     json::append_string(s, run_format);
-    s += ",\"format_version\":" + std::to_string(run_format_version) + ",\"ferry_version\":" + json::string(ferry::version) +
+    s += ",\"format_version\":" + std::to_string(run_format_version) +
+         ",\"ferry_version\":" + json::string(ferry::version) +
          ",\"tensor_name\":\"{tag}/{hook}\",\"complete\":" + (complete ? "true" : "false") +
          ",\"total_size\":" + std::to_string(total_) + ",\"schema\":" + schema_ + ",\"shards\":[" + shards_ + "]";
     if (!error.empty()) { s += ",\"error\":" + json::string(error); }

@@ -44,10 +44,11 @@ void safetensors_impl::deliver(d2h::entry_view&& v)
     if (!room) {
       ++c_.stall_timeouts;
       keep_locked(std::make_exception_ptr(stall_error(ferry::detail::format(
-        "ferry: safetensors sink {}: entry of hook {} (forward {}, {} bytes): expected queue space within "
-        "block_timeout {} ms, got a writer still holding {} of max_queue_bytes {} (the entry was queued anyway) [{}:{}]",
-        cfg_.directory.string(), v.hook().value, fwd, need, cfg_.block_timeout.count(), q_bytes_,
-        cfg_.max_queue_bytes, __FILE__, __LINE__))));
+          "ferry: safetensors sink {}: entry of hook {} (forward {}, {} bytes): expected queue space within "
+          "block_timeout {} ms, got a writer still holding {} of max_queue_bytes {} (the entry was queued anyway) "
+          "[{}:{}]",
+          cfg_.directory.string(), v.hook().value, fwd, need, cfg_.block_timeout.count(), q_bytes_,
+          cfg_.max_queue_bytes, __FILE__, __LINE__))));
     }
   }
   const std::uint64_t tag = v.tag();
@@ -63,7 +64,8 @@ void safetensors_impl::deliver(d2h::entry_view&& v)
                        .at = clock::now(), .owned = true, .hook = hook, .row_bytes = row_bytes});
     return;
   }
-  push_locked(queued{.k = queued::kind::entry, .view = std::move(v), .forward = fwd, .tag = tag, .bytes = need, .at = clock::now()});
+  push_locked(queued{
+      .k = queued::kind::entry, .view = std::move(v), .forward = fwd, .tag = tag, .bytes = need, .at = clock::now()});
 }
 
 

@@ -47,7 +47,8 @@ class safetensors_impl {
   explicit safetensors_impl(safetensors_config cfg) : cfg_{std::move(cfg)}
   {
     const std::string dir = cfg_.directory.string();
-    FERRY_EXPECTS(!cfg_.directory.empty(), ferry::logic_error, "safetensors sink: expected a directory, got an empty path");
+    FERRY_EXPECTS(!cfg_.directory.empty(), ferry::logic_error,
+                  "safetensors sink: expected a directory, got an empty path");
     FERRY_EXPECTS(cfg_.shard_bytes >= 1 && cfg_.max_queue_bytes >= 1, ferry::logic_error,
                   "safetensors sink {}: expected shard_bytes >= 1 and max_queue_bytes >= 1, got {} and {}", dir,
                   cfg_.shard_bytes, cfg_.max_queue_bytes);
@@ -76,9 +77,11 @@ class safetensors_impl {
                   "safetensors sink {}: expected a schema (safetensors_config::schema, or its channel's), got none "
                   "from either", dir);
     // Nothing queued, no flush in flight, no entry seen: the writer thread is waiting and never touched writer_.
-    FERRY_EXPECTS(!stopping_ && !in_valid_ && q_.empty() && cq_.empty() && flush_asked_ == flush_done_, ferry::logic_error,
+    FERRY_EXPECTS(!stopping_ && !in_valid_ && q_.empty() && cq_.empty() && flush_asked_ == flush_done_,
+                  ferry::logic_error,
                   "safetensors sink {}: expected to take its channel's schema before its first entry (and before "
-                  "close()), got it {}", dir, stopping_ ? "after close()" : "after entries were delivered");
+                  "close()), got it {}",
+                  dir, stopping_ ? "after close()" : "after entries were delivered");
     cfg_.schema = channel_schema;
     writer_.emplace(writer_options{cfg_.directory, cfg_.schema, cfg_.shard_bytes, cfg_.fsync, cfg_.direct_io}, c_);
   }
@@ -88,8 +91,8 @@ class safetensors_impl {
   void flush()
   {
     std::unique_lock lk{mu_};
-    FERRY_EXPECTS(!stopping_, ferry::logic_error, "safetensors sink {}: flush() expected an open sink, got a closed one",
-                  cfg_.directory.string());
+    FERRY_EXPECTS(!stopping_, ferry::logic_error,
+                  "safetensors sink {}: flush() expected an open sink, got a closed one", cfg_.directory.string());
     const std::uint64_t id = ++flush_asked_;
     push_locked(queued{.k = queued::kind::flush, .at = clock::now()});
     done_.wait(lk, [&] { return flush_done_ >= id; });
@@ -160,8 +163,13 @@ class safetensors_impl {
   /// close() for destructors: never throws; an error goes to stderr.
   void close_quietly() noexcept
   {
-    ferry::detail::close_quietly([&] { if (!closed()) { (void)close(); } },
-                                 [&] { return "ferry: safetensors sink " + cfg_.directory.string() + " closed by its destructor"; });
+    ferry::detail::close_quietly(
+        [&] {
+          if (!closed()) {
+            (void)close();
+          }
+        },
+        [&] { return "ferry: safetensors sink " + cfg_.directory.string() + " closed by its destructor"; });
     if (thread_.joinable()) { thread_.join(); }
     if (copier_.joinable()) { copier_.join(); }
   }
@@ -199,8 +207,9 @@ class safetensors_impl {
     ++c_.refused_entries;
     if (stopping_ && !failed_) {
       keep_locked(std::make_exception_ptr(ferry::logic_error(ferry::detail::format(
-        "ferry: safetensors sink {}: entry of hook {} (forward {}): expected entries before close() (close the "
-        "channel first), got one after it; not written [{}:{}]", cfg_.directory.string(), v.hook().value, fwd, __FILE__, __LINE__))));
+          "ferry: safetensors sink {}: entry of hook {} (forward {}): expected entries before close() (close the "
+          "channel first), got one after it; not written [{}:{}]",
+          cfg_.directory.string(), v.hook().value, fwd, __FILE__, __LINE__))));
     }
   }
 

@@ -67,7 +67,10 @@ inline void append_record(std::string& out, const tensor_record& t)
 }
 
 /// "shard-00007.safetensors".
-[[nodiscard]] inline std::string shard_name(std::uint64_t number) { return ferry::detail::format("shard-{:05}.safetensors", number); }
+[[nodiscard]] inline std::string shard_name(std::uint64_t number)
+{
+  return ferry::detail::format("shard-{:05}.safetensors", number);
+}
 
 class shard_file {
  public:
@@ -75,11 +78,17 @@ class shard_file {
   /// to 4 KiB with a pipeline). `pipe` outlives the shard; null: synchronous writes on the calling thread (the
   /// unit tests' mode, the reference the pipeline is tested against; shard_writer always gives its pipeline);
   /// `direct`: its data written with O_DIRECT where the filesystem allows.
-  shard_file(fs::path dir, std::uint64_t number, std::uint64_t reserve, write_pipeline* pipe = nullptr, bool direct = false)
-    : dir_{std::move(dir)}, number_{number}, name_{shard_name(number)}, tmp_{dir_ / ("." + name_ + ".tmp")},
-      data_start_{ferry::detail::align_up(std::max<std::uint64_t>(reserve, 64), pipe != nullptr ? write_pipeline::align : 8)},
-      f_{file::create(tmp_)}, d_{direct && pipe != nullptr ? file::open_direct(tmp_) : file{}},
-      s_{f_, d_, data_start_, pipe}
+  shard_file(fs::path dir, std::uint64_t number, std::uint64_t reserve, write_pipeline* pipe = nullptr,
+             bool direct = false)
+      : dir_{std::move(dir)},
+        number_{number},
+        name_{shard_name(number)},
+        tmp_{dir_ / ("." + name_ + ".tmp")},
+        data_start_{
+            ferry::detail::align_up(std::max<std::uint64_t>(reserve, 64), pipe != nullptr ? write_pipeline::align : 8)},
+        f_{file::create(tmp_)},
+        d_{direct && pipe != nullptr ? file::open_direct(tmp_) : file{}},
+        s_{f_, d_, data_start_, pipe}
   {
   }
   shard_file(const shard_file&) = delete;

@@ -45,7 +45,8 @@ inline constexpr std::uint64_t max_header_bytes = std::uint64_t{64} << 20;
 
 class shard_writer {
  public:
-  shard_writer(writer_options o, live_counters& c) : o_{std::move(o)}, c_{c}, index_{o_.directory, o_.schema, o_.durable}
+  shard_writer(writer_options o, live_counters& c)
+      : o_{std::move(o)}, c_{c}, index_{o_.directory, o_.schema, o_.durable}
   {
     index_.write(false, {});  // the run is valid (and ours) from the start: an index of no shard
   }
@@ -149,7 +150,9 @@ class shard_writer {
     if (refused_ || tensors_ == 0 || !shard_) { return; }
     last_forward_ = shard_->pending_bytes();
     shard_->commit(tag_);
-    if (shard_->committed_bytes() >= o_.shard_bytes || header_estimate(*shard_) >= max_header_bytes) { publish_shard(); }
+    if (shard_->committed_bytes() >= o_.shard_bytes || header_estimate(*shard_) >= max_header_bytes) {
+      publish_shard();
+    }
   }
 
   /// Before writing `bytes` (a record of `record` JSON bytes): a shard is open, and it stays within shard_bytes
@@ -184,7 +187,8 @@ class shard_writer {
   /// A new shard: its data through the pipeline (O_DIRECT with durable and direct_io).
   [[nodiscard]] std::unique_ptr<shard_file> new_shard(std::uint64_t number, std::uint64_t bytes, std::uint64_t record)
   {
-    return std::make_unique<shard_file>(o_.directory, number, reservation(bytes, record), &pipe_, o_.durable && o_.direct_io);
+    return std::make_unique<shard_file>(o_.directory, number, reservation(bytes, record), &pipe_,
+                                        o_.durable && o_.direct_io);
   }
 
   /// The data offset of a new shard: the header the shard will likely need (the header bytes per data byte
@@ -192,8 +196,9 @@ class shard_writer {
   /// once when the guess was too small or far too large.
   [[nodiscard]] std::uint64_t reservation(std::uint64_t bytes, std::uint64_t record) const
   {
-    const double ratio = seen_data_ != 0 ? static_cast<double>(seen_header_) / static_cast<double>(seen_data_)
-                                         : static_cast<double>(record + 64) / static_cast<double>(std::max<std::uint64_t>(bytes, 1));
+    const double ratio =
+        seen_data_ != 0 ? static_cast<double>(seen_header_) / static_cast<double>(seen_data_)
+                        : static_cast<double>(record + 64) / static_cast<double>(std::max<std::uint64_t>(bytes, 1));
     const double want = ratio * static_cast<double>(o_.shard_bytes) * 1.25 + 512.0;
     return static_cast<std::uint64_t>(std::clamp(want, 4096.0, static_cast<double>(max_header_bytes + (1U << 20))));
   }
@@ -207,7 +212,8 @@ class shard_writer {
   {
     std::string fwd = "[";
     for (const auto& f : shard_->forwards()) {
-      fwd += ferry::detail::format("{}[{},{},{},{},{}]", fwd.size() > 1 ? "," : "", f.tag, f.begin, f.end, f.crc, f.tensors);
+      fwd += ferry::detail::format("{}[{},{},{},{},{}]", fwd.size() > 1 ? "," : "", f.tag, f.begin, f.end, f.crc,
+                                   f.tensors);
     }
     fwd += "]";
     std::string meta = "{\"format\":\"pt\"";

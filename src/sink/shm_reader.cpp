@@ -26,12 +26,13 @@ const std::shared_ptr<const d2h::forward_meta>& shm_entry::shared_meta() const
 {
   if (d_.attribution == detail::shm::attribution_overflow) {
     throw attribution_overflow_error(
-      ferry::detail::format("ferry: shm reader: stream '{}': entry {} (hook {}, seq {}, forward {}): expected its "
-                            "forward's attribution in the stream's record region, got a record of {} bytes, larger "
-                            "than the region's {} bytes (shm_stream_config::record_bytes; counted by the producer "
-                            "in attribution_overflows) [{}:{}]", overflow_stream_ ? *overflow_stream_ : "?",
-                            d_.index, d_.hook, d_.seq, d_.forward, d_.record_bytes, record_capacity_, __FILE__, __LINE__),
-      d_.record_bytes, record_capacity_);
+        ferry::detail::format("ferry: shm reader: stream '{}': entry {} (hook {}, seq {}, forward {}): expected its "
+                              "forward's attribution in the stream's record region, got a record of {} bytes, larger "
+                              "than the region's {} bytes (shm_stream_config::record_bytes; counted by the producer "
+                              "in attribution_overflows) [{}:{}]",
+                              overflow_stream_ ? *overflow_stream_ : "?", d_.index, d_.hook, d_.seq, d_.forward,
+                              d_.record_bytes, record_capacity_, __FILE__, __LINE__),
+        d_.record_bytes, record_capacity_);
   }
   return meta_;
 }
@@ -81,10 +82,12 @@ std::span<const std::byte> shm_entry::rows_of(std::uint64_t request) const
                 "forward {} (tag {}; forward_meta::requests: {} requests), got request {}", d_.index, d_.hook, d_.seq,
                 d_.forward, d_.tag, reqs.size(), request);
   const std::uint64_t n = rows();
-  FERRY_EXPECTS(r->first_row <= n && r->rows <= n - r->first_row, ferry::logic_error, "shm entry {} (hook {}, seq {}): "
-                "request {} expected rows [{}, {}) within the entry's {} rows, got past them", d_.index, d_.hook, d_.seq,
-                request, r->first_row, r->first_row + r->rows, n);
-  return all.subspan(static_cast<std::size_t>(r->first_row * d_.row_bytes), static_cast<std::size_t>(r->rows * d_.row_bytes));
+  FERRY_EXPECTS(r->first_row <= n && r->rows <= n - r->first_row, ferry::logic_error,
+                "shm entry {} (hook {}, seq {}): "
+                "request {} expected rows [{}, {}) within the entry's {} rows, got past them",
+                d_.index, d_.hook, d_.seq, request, r->first_row, r->first_row + r->rows, n);
+  return all.subspan(static_cast<std::size_t>(r->first_row * d_.row_bytes),
+                     static_cast<std::size_t>(r->rows * d_.row_bytes));
 }
 
 shm_reader::shm_reader(const std::string& name, std::chrono::milliseconds attach_timeout)

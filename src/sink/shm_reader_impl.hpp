@@ -48,10 +48,10 @@ class shm_reader_impl : public std::enable_shared_from_this<shm_reader_impl> {
       const long owner = shm::pid_of_claim(cur);
       if (shm::alive(owner, 0) || clock::now() >= deadline) {
         throw stream_busy_error(
-          ferry::detail::format("ferry: shm reader: stream '{}' expected no reader attached, got reader pid {}{} [{}:{}]",
-                                name, owner, shm::alive(owner, 0) ? "" : " (gone; the producer did not free its slot in time)",
-                                __FILE__, __LINE__),
-          owner);
+            ferry::detail::format(
+                "ferry: shm reader: stream '{}' expected no reader attached, got reader pid {}{} [{}:{}]", name, owner,
+                shm::alive(owner, 0) ? "" : " (gone; the producer did not free its slot in time)", __FILE__, __LINE__),
+            owner);
       }
       check_producer(name);
       std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a dead reader's slot: the producer frees it
@@ -76,8 +76,8 @@ class shm_reader_impl : public std::enable_shared_from_this<shm_reader_impl> {
   std::vector<shm_entry> poll(std::size_t max, std::chrono::microseconds timeout)
   {
     std::vector<shm_entry> out;
-    FERRY_EXPECTS(!closed_, ferry::logic_error, "shm reader: stream '{}': poll() expected an open reader, got a closed one",
-                  seg_->name());
+    FERRY_EXPECTS(!closed_, ferry::logic_error,
+                  "shm reader: stream '{}': poll() expected an open reader, got a closed one", seg_->name());
     const auto deadline = clock::now() + timeout;
     auto next_check = clock::now();
     for (unsigned spin = 0;; ++spin) {
@@ -197,12 +197,14 @@ class shm_reader_impl : public std::enable_shared_from_this<shm_reader_impl> {
   {
     const shm::descriptor& d = e.d_;
     const std::uint64_t cap = seg_->record_capacity();
-    FERRY_EXPECTS(d.attribution <= shm::attribution_overflow &&
-                    (d.attribution != shm::attribution_record ||
-                     (d.record_offset <= cap && d.record_bytes <= cap - d.record_offset)),
-                  ferry::logic_error, "shm reader: stream '{}' expected descriptor {}'s attribution none (0), a record "
-                  "(1) within the record region's {} bytes or overflow (2), got attribution {}, record at {} of {} bytes",
-                  seg_->name(), d.index, cap, d.attribution, d.record_offset, d.record_bytes);
+    FERRY_EXPECTS(
+        d.attribution <= shm::attribution_overflow &&
+            (d.attribution != shm::attribution_record ||
+             (d.record_offset <= cap && d.record_bytes <= cap - d.record_offset)),
+        ferry::logic_error,
+        "shm reader: stream '{}' expected descriptor {}'s attribution none (0), a record "
+        "(1) within the record region's {} bytes or overflow (2), got attribution {}, record at {} of {} bytes",
+        seg_->name(), d.index, cap, d.attribution, d.record_offset, d.record_bytes);
     if (d.attribution == shm::attribution_overflow) {
       if (!name_) { name_ = std::make_shared<const std::string>(seg_->name()); }
       e.overflow_stream_ = name_;
@@ -238,8 +240,10 @@ class shm_reader_impl : public std::enable_shared_from_this<shm_reader_impl> {
   void check_producer(const std::string& name) const
   {
     if (!shm::alive(producer_pid_, producer_start_)) {
-      FERRY_FAIL(producer_gone_error, "shm reader: stream '{}' expected its producer pid {} alive, got it gone (a stale "
-                 "segment)", name, producer_pid_);
+      FERRY_FAIL(producer_gone_error,
+                 "shm reader: stream '{}' expected its producer pid {} alive, got it gone (a stale "
+                 "segment)",
+                 name, producer_pid_);
     }
   }
 

@@ -74,7 +74,8 @@ inline void write_record(std::byte* dst, std::uint64_t number, std::uint64_t for
 /// stream, the entry and the field, expected against found, for a record that is not `d`'s (a corrupted segment,
 /// or a reader the producer evicted reading a reused record).
 [[nodiscard]] inline std::shared_ptr<const d2h::forward_meta> read_record(std::span<const std::byte> rec,
-                                                                          const descriptor& d, const std::string& stream)
+                                                                          const descriptor& d,
+                                                                          const std::string& stream)
 {
   const auto fail = [&](const std::string& what) {
     throw ferry::logic_error(::ferry::detail::format(
@@ -83,7 +84,8 @@ inline void write_record(std::byte* dst, std::uint64_t number, std::uint64_t for
       __FILE__, __LINE__));
   };
   if (rec.size() < record_header_bytes) {
-    fail(::ferry::detail::format("expected at least its {} byte header, got {} bytes", record_header_bytes, rec.size()));
+    fail(
+        ::ferry::detail::format("expected at least its {} byte header, got {} bytes", record_header_bytes, rec.size()));
   }
   std::uint64_t magic_word = 0;
   std::uint32_t crc = 0, flags = 0;
@@ -109,8 +111,10 @@ inline void write_record(std::byte* dst, std::uint64_t number, std::uint64_t for
                                  rec.size()));
   }
   if ((flags & ~3U) != 0 || ((flags & 1U) != 0 && w[2] != d.tag)) {
-    fail(::ferry::detail::format("expected flags within 0x3 and a tag equal to the descriptor's {}, got flags {:#x} and "
-                                 "tag {}", d.tag, flags, w[2]));
+    fail(
+        ::ferry::detail::format("expected flags within 0x3 and a tag equal to the descriptor's {}, got flags {:#x} and "
+                                "tag {}",
+                                d.tag, flags, w[2]));
   }
   auto m = std::make_shared<d2h::forward_meta>();
   if ((flags & 1U) != 0) { m->tag = w[2]; }

@@ -80,16 +80,20 @@ inline constexpr std::uint64_t schema_header_bytes = 32;
                                                     __FILE__, __LINE__));
   };
   if (region.size() < schema_header_bytes) {
-    fail(::ferry::detail::format("expected at least its {} byte header, got {} bytes", schema_header_bytes, region.size()));
+    fail(::ferry::detail::format("expected at least its {} byte header, got {} bytes", schema_header_bytes,
+                                 region.size()));
   }
   std::uint64_t words[3];
   std::uint32_t crc = 0;
   std::memcpy(words, region.data(), sizeof words);
   std::memcpy(&crc, region.data() + sizeof words, sizeof crc);
   const std::span<const std::byte> body = region.subspan(schema_header_bytes);
-  if (words[0] != schema_magic) { fail(::ferry::detail::format("expected magic {:#x}, got {:#x}", schema_magic, words[0])); }
+  if (words[0] != schema_magic) {
+    fail(::ferry::detail::format("expected magic {:#x}, got {:#x}", schema_magic, words[0]));
+  }
   if (words[2] != body.size()) {
-    fail(::ferry::detail::format("expected a body of {} bytes (the schema word's), got a header saying {}", body.size(), words[2]));
+    fail(::ferry::detail::format("expected a body of {} bytes (the schema word's), got a header saying {}", body.size(),
+                                 words[2]));
   }
   if (const std::uint32_t have = crc32(body.data(), body.size()); have != crc) {
     fail(::ferry::detail::format("expected the body's CRC-32 {:#010x} (the header's), got {:#010x}", crc, have));
@@ -130,7 +134,8 @@ inline constexpr std::uint64_t schema_header_bytes = 32;
     }
   }
   if (pos != body.size()) {
-    fail(::ferry::detail::format("expected {} records filling the body, got {} bytes after them", words[1], body.size() - pos));
+    fail(::ferry::detail::format("expected {} records filling the body, got {} bytes after them", words[1],
+                                 body.size() - pos));
   }
   return s;
 }

@@ -170,21 +170,21 @@ std::shared_ptr<segment> segment::open(const std::string& name, std::chrono::mil
   s->staging_bytes_ = load(h, w_staging_bytes);
   const std::uint64_t total = load(h, w_total_bytes);
   FERRY_EXPECTS(load(h, w_descriptor_bytes) == descriptor_bytes && s->capacity_ != 0 &&
-                  (s->capacity_ & (s->capacity_ - 1)) == 0 && s->capacity_ <= (std::uint64_t{1} << 40) &&
-                  s->schema_offset_ % page == 0 && s->schema_offset_ >= header_bytes + s->capacity_ * descriptor_bytes &&
-                  s->record_offset_ % page == 0 && s->record_offset_ >= s->schema_offset_ &&
-                  s->schema_capacity_ <= s->record_offset_ - s->schema_offset_ &&
-                  s->staging_offset_ % page == 0 && s->staging_offset_ >= s->record_offset_ &&
-                  s->record_capacity_ >= page && s->record_capacity_ <= s->staging_offset_ - s->record_offset_ &&
-                  total >= s->staging_offset_ && total - s->staging_offset_ >= s->staging_bytes_ &&
-                  static_cast<std::uint64_t>(st.st_size) >= total,
+                    (s->capacity_ & (s->capacity_ - 1)) == 0 && s->capacity_ <= (std::uint64_t{1} << 40) &&
+                    s->schema_offset_ % page == 0 &&
+                    s->schema_offset_ >= header_bytes + s->capacity_ * descriptor_bytes &&
+                    s->record_offset_ % page == 0 && s->record_offset_ >= s->schema_offset_ &&
+                    s->schema_capacity_ <= s->record_offset_ - s->schema_offset_ && s->staging_offset_ % page == 0 &&
+                    s->staging_offset_ >= s->record_offset_ && s->record_capacity_ >= page &&
+                    s->record_capacity_ <= s->staging_offset_ - s->record_offset_ && total >= s->staging_offset_ &&
+                    total - s->staging_offset_ >= s->staging_bytes_ && static_cast<std::uint64_t>(st.st_size) >= total,
                 ferry::logic_error,
                 "shm reader: stream '{}' expected a consistent header (descriptors of {} bytes, a power-of-two "
                 "capacity, then the schema region, the record region, the staging, within the {} byte segment), got "
                 "capacity {}, schema region at {} of {} bytes, record region at {} of {} bytes, staging at {} of {} "
-                "bytes, total {}", name, descriptor_bytes, st.st_size, s->capacity_, s->schema_offset_,
-                s->schema_capacity_, s->record_offset_, s->record_capacity_, s->staging_offset_, s->staging_bytes_,
-                total);
+                "bytes, total {}",
+                name, descriptor_bytes, st.st_size, s->capacity_, s->schema_offset_, s->schema_capacity_,
+                s->record_offset_, s->record_capacity_, s->staging_offset_, s->staging_bytes_, total);
   ::munmap(s->control_, header_bytes);
   s->control_ = nullptr;
   void* c = ::mmap(nullptr, s->staging_offset_, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd_, 0);
@@ -224,7 +224,9 @@ void segment::replace_stale(const std::string& name, const std::string& obj)
     ::close(fd);
     if (p != MAP_FAILED) {
       auto* h = static_cast<std::byte*>(p);
-      for (int i = 0; i < 100 && load(h, w_magic) != magic; ++i) { std::this_thread::sleep_for(std::chrono::milliseconds(1)); }
+      for (int i = 0; i < 100 && load(h, w_magic) != magic; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
       const bool ours = load(h, w_magic) == magic;
       const long pid = ours ? static_cast<long>(load(h, w_producer_pid)) : 0;
       const bool live = ours && load(h, w_state) != state_closed && alive(pid, load(h, w_producer_start));

@@ -15,8 +15,9 @@ void shm_stream_impl::deliver(d2h::entry_view&& v)
   if (v.ok() && v.size() > 0) {
     const std::byte* p = v.bytes().data();
     if (p < seg_->staging() || p + v.size() > seg_->staging() + seg_->staging_bytes()) {
-      return refuse_locked(v, "expected its bytes in the stream's staging (construct the channel with stream.staging(b)), "
-                              "got bytes elsewhere");
+      return refuse_locked(v,
+                           "expected its bytes in the stream's staging (construct the channel with stream.staging(b)), "
+                           "got bytes elsewhere");
     }
     if (!pool_) { pool_ = d2h::detail::access::staging_of(v); }
   }
@@ -213,7 +214,9 @@ void shm_stream_impl::end_session_locked(shm::detach_reason why, views& out)
     released_ = head_;
     lag_bytes_ = 0;
   }
-  (why == shm::detach_evicted ? c_.readers_evicted : why == shm::detach_reader_died ? c_.readers_died : c_.readers_left) += 1;
+  (why == shm::detach_evicted       ? c_.readers_evicted
+   : why == shm::detach_reader_died ? c_.readers_died
+                                    : c_.readers_left) += 1;
   session_ = 0;
   claim_ = 0;
   reader_pid_ = 0;

@@ -149,10 +149,14 @@ class shm_stream_impl : public std::enable_shared_from_this<shm_stream_impl> {
     d2h::entry_view view;
   };
 
-  static constexpr const char* after_close = "expected entries before close() (close the channel first), got one after it";
+  static constexpr const char* after_close =
+      "expected entries before close() (close the channel first), got one after it";
   [[nodiscard]] bool has_slot_locked() const noexcept { return head_ - released_ < cfg_.descriptors; }
   /// A free descriptor, and room for the record of v's forward if it needs one written (shm_records.hpp).
-  [[nodiscard]] bool has_room_locked(const d2h::entry_view& v) { return has_slot_locked() && records_.room(v, released_); }
+  [[nodiscard]] bool has_room_locked(const d2h::entry_view& v)
+  {
+    return has_slot_locked() && records_.room(v, released_);
+  }
   void publish_locked(d2h::entry_view&& v);
   /// The stream thread's pass (also run by deliver): releases, reader checks, attach, pending, eviction.
   void service_locked(views& out);

@@ -35,8 +35,9 @@ class write_pipeline {
   /// block size in use: 512 and 4096).
   static constexpr std::size_t align = 4096;
 
-  explicit write_pipeline(std::size_t chunk_bytes = std::size_t{16} << 20, std::size_t chunks = 6, std::size_t threads = 2)
-    : chunk_{static_cast<std::size_t>(ferry::detail::align_up(chunk_bytes, align))}, bufs_(chunks < 2 ? 2 : chunks)
+  explicit write_pipeline(std::size_t chunk_bytes = std::size_t{16} << 20, std::size_t chunks = 6,
+                          std::size_t threads = 2)
+      : chunk_{static_cast<std::size_t>(ferry::detail::align_up(chunk_bytes, align))}, bufs_(chunks < 2 ? 2 : chunks)
   {
     for (std::size_t i = 0; i < (threads < 1 ? 1 : threads); ++i) { threads_.emplace_back([this] { run(); }); }
   }

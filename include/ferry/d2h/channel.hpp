@@ -118,10 +118,12 @@ class channel {
     }, [] {});
   }
   /// Same; returns false instead of blocking / throwing when the ring, FIFO or size ring is full.
-  [[nodiscard]] bool try_capture(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, source_owner owner = {})
+  [[nodiscard]] bool try_capture(hook_id hook, const void* src, std::uint64_t bytes, stream_view s,
+                                 source_owner owner = {})
   {
+    const auto refuse = detail::when_full::refuse;
     return impl()->produce([&] {
-      return impl()->prod.capture(hook, src, bytes, nullptr, detail::entry_kind::fixed, s, detail::when_full::refuse, std::move(owner));
+      return impl()->prod.capture(hook, src, bytes, nullptr, detail::entry_kind::fixed, s, refuse, std::move(owner));
     }, [] { return false; });
   }
   /// Dynamic entry: reserves `reserved_bytes`; the GPU-resolved size is read from device memory
@@ -142,7 +144,8 @@ class channel {
   void capture_rows(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
                     const row_selection& sel, stream_view s, source_owner owner = {})
   {
-    impl()->produce([&] { (void)impl()->prod.capture_rows(hook, src, n_rows, row_bytes, sel, s, blocking(), std::move(owner)); },
+    auto& p = impl()->prod;
+    impl()->produce([&] { (void)p.capture_rows(hook, src, n_rows, row_bytes, sel, s, blocking(), std::move(owner)); },
                     [] {});
   }
   /// capture_rows, deferred: recorded on the CPU; a batch of entries sharing one selection and n_rows is copied
@@ -177,7 +180,8 @@ class channel {
   [[nodiscard]] std::optional<open_forward_state<B>> open_forward() const { return impl()->prod.open_forward(); }
 
   /// For a user kernel writing the entry itself: launch it with ticket.ref() (see ring_ref), then end_write().
-  [[nodiscard]] write_ticket begin_write(hook_id hook, std::uint64_t reserved_bytes, stream_view s, bool dynamic = false)
+  [[nodiscard]] write_ticket begin_write(hook_id hook, std::uint64_t reserved_bytes, stream_view s,
+                                         bool dynamic = false)
   {
     const auto kind = dynamic ? detail::entry_kind::dynamic : detail::entry_kind::fixed;
     return impl()->produce([&] { return impl()->prod.begin_write(hook, reserved_bytes, kind, s); },
@@ -195,9 +199,9 @@ class channel {
   /// launch. A launch that finds no token (a graph launched without plan()) writes and publishes nothing on
   /// the device, and the channel reports it (invalidated_error naming the launch; every planned forward is
   /// delivered). See docs/design/d2h.md, "the replay token". `meta`: this replay's tag, request rows and bytes.
-  void plan(const forward_plan& p, stream_view s, forward_meta meta = {})
+  void plan(const forward_plan& p, stream_view s, forward_meta m = {})
   {
-    (void)impl()->plan(p, blocking(), s.handle(), std::move(meta));
+    (void)impl()->plan(p, blocking(), s.handle(), std::move(m));
   }
   /// plan(p, s) for a replay the caller launches on the legacy default stream (torch's default stream).
   void plan(const forward_plan& p, ferry::backend::default_stream_t, forward_meta meta = {})
@@ -206,14 +210,13 @@ class channel {
   }
   /// plan(p, s) on the channel's compute stream: the stream of the last executed forward or replay (before
   /// any, the stream the last forward was captured on). Launch the graph on that stream.
-  void plan(const forward_plan& p, forward_meta meta = {}) { (void)impl()->plan(p, blocking(), std::nullopt, std::move(meta)); }
-  /// Same as plan(); returns false instead of blocking / throwing when the ring, FIFO or size ring is full
-  /// (nothing reserved, no token).
+  void plan(const forward_plan& p, forward_meta m = {}) { (void)impl()->plan(p, blocking(), {}, std::move(m)); }
+  /// Same as plan(); false instead of blocking / throwing when the ring, FIFO or size ring is full (no token).
   [[nodiscard]] bool try_plan(const forward_plan& p, stream_view s, forward_meta meta = {})
   {
     return impl()->plan(p, detail::when_full::refuse, s.handle(), std::move(meta));
   }
-  [[nodiscard]] bool try_plan(const forward_plan& p) { return impl()->plan(p, detail::when_full::refuse, std::nullopt); }
+  [[nodiscard]] bool try_plan(const forward_plan& p) { return impl()->plan(p, detail::when_full::refuse, {}); }
   /// plan(p, s), then launch the graph on `s` (with capture disabled: a quiet token, then the launch).
   void replay(const ferry::backend::graph_exec<B>& g, const forward_plan& p, stream_view s, forward_meta meta = {})
   {
@@ -227,10 +230,7 @@ class channel {
   // ---- consumer ----
   /// drain_mode::poll only, from one thread: acquire published_head, enqueue D2H, deliver completed
   /// entries. Returns the number of entries delivered plus copies issued by this call.
-  std::size_t poll()
-  {
-    return impl()->guarded([&] { return impl()->drain.poll(); });
-  }
+  std::size_t poll() { return impl()->guarded([&] { return impl()->drain.poll(); }); }
   /// The next completed entry when no callback was given.
   [[nodiscard]] std::optional<entry_view> try_pop() { return impl()->drain.try_pop(); }
   /// Moves up to `max` completed entries, in order, to the end of `out` (one lock); returns how many.

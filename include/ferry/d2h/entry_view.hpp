@@ -23,8 +23,9 @@ struct access;
 /// How a delivered entry ended.
 enum class entry_status {
   ok,
-  size_overflow,  ///< dynamic entry: GPU-resolved size > reservation; no bytes (bytes() throws)
-  selection_error,  ///< capture_rows: the kernel refused the row selection (row_selection.hpp); no bytes (bytes() throws)
+  size_overflow,    ///< dynamic entry: GPU-resolved size > reservation; no bytes (bytes() throws)
+  selection_error,  ///< capture_rows: the kernel refused the row selection (row_selection.hpp); no bytes (bytes()
+                    ///< throws)
 };
 
 /// One delivered entry (move-only). An empty (default-constructed or moved-from) view holds nothing.
@@ -96,10 +97,12 @@ class entry_view {
                   "d2h entry {} of hook {}: rows_of expected a request of forward {} (forward_meta::requests: {} "
                   "requests), got request {}", seq_.value, hook_.value, tag(), meta_ ? meta_->requests.size() : 0,
                   request);
-    FERRY_EXPECTS(r->first_row <= rows() && r->rows <= rows() - r->first_row, ferry::logic_error,
-                  "d2h entry {} of hook {}: request {} expected rows [{}, {}) within the entry's {} rows, got past them",
-                  seq_.value, hook_.value, request, r->first_row, r->first_row + r->rows, rows());
-    return all.subspan(static_cast<std::size_t>(r->first_row * row_bytes_), static_cast<std::size_t>(r->rows * row_bytes_));
+    FERRY_EXPECTS(
+        r->first_row <= rows() && r->rows <= rows() - r->first_row, ferry::logic_error,
+        "d2h entry {} of hook {}: request {} expected rows [{}, {}) within the entry's {} rows, got past them",
+        seq_.value, hook_.value, request, r->first_row, r->first_row + r->rows, rows());
+    return all.subspan(static_cast<std::size_t>(r->first_row * row_bytes_),
+                       static_cast<std::size_t>(r->rows * row_bytes_));
   }
 
   /// The payload. Throws size_overflow_error for a rejected dynamic entry, logic_error after release().

@@ -104,9 +104,10 @@ namespace detail {
     sep = "; ";
   }
   if (!r.undrained.empty()) {
-    m += sep + ferry::detail::format("{} published entries (first seq {}) not copied: staging held by {} views the "
-                                     "consumer has not released ({} of them delivered and not yet taken: try_pop in C++, poll in Python)",
-                                     r.undrained.size(), r.undrained.front().value, r.views_held, r.pending_pop);
+    m += sep + ferry::detail::format(
+                   "{} published entries (first seq {}) not copied: staging held by {} views the "
+                   "consumer has not released ({} of them delivered and not yet taken: try_pop in C++, poll in Python)",
+                   r.undrained.size(), r.undrained.front().value, r.views_held, r.pending_pop);
     sep = "; ";
   }
   if (r.callback_errors > 0) {
@@ -115,8 +116,8 @@ namespace detail {
     sep = "; ";
   }
   if (r.capture_errors > 0) {
-    m += sep + ferry::detail::format("capture disabled by {} error{} (on_error = disable), the first: {}", r.capture_errors,
-                                     r.capture_errors == 1 ? "" : "s", r.first_capture_error);
+    m += sep + ferry::detail::format("capture disabled by {} error{} (on_error = disable), the first: {}",
+                                     r.capture_errors, r.capture_errors == 1 ? "" : "s", r.first_capture_error);
     sep = "; ";
   }
   if (sep.empty()) { m += "nothing lost"; }

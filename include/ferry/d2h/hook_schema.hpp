@@ -77,14 +77,15 @@ class hook_schema {
                   "{:#04x} at {}", id.value, printable(name), static_cast<unsigned>(static_cast<unsigned char>(*bad)),
                   bad - name.begin());
     const std::size_t bad_utf8 = utf8_error(name);
-    FERRY_EXPECTS(bad_utf8 == name.size(), schema_error,
-                  "hook schema: hook {} \"{}\": expected a UTF-8 name (it is written into JSON), got byte {:#04x} at {}",
-                  id.value, printable(name), static_cast<unsigned>(static_cast<unsigned char>(name[bad_utf8])), bad_utf8);
+    FERRY_EXPECTS(
+        bad_utf8 == name.size(), schema_error,
+        "hook schema: hook {} \"{}\": expected a UTF-8 name (it is written into JSON), got byte {:#04x} at {}",
+        id.value, printable(name), static_cast<unsigned>(static_cast<unsigned char>(name[bad_utf8])), bad_utf8);
     const auto it = std::lower_bound(hooks_.begin(), hooks_.end(), id.value,
                                      [](const hook_spec& h, std::uint32_t v) { return h.id.value < v; });
     FERRY_EXPECTS(it == hooks_.end() || it->id != id, schema_error,
-                  "hook schema: expected each hook id once, got hook {} twice (\"{}\", then \"{}\")", id.value, it->name,
-                  printable(name));
+                  "hook schema: expected each hook id once, got hook {} twice (\"{}\", then \"{}\")", id.value,
+                  it->name, printable(name));
     for (const auto& h : hooks_) {
       FERRY_EXPECTS(h.name != name, schema_error,
                     "hook schema: expected unique hook names, got \"{}\" for hook {} and hook {}", printable(name),
@@ -97,7 +98,8 @@ class hook_schema {
                     name, d, shape_text(row_shape));
       FERRY_EXPECTS(bytes <= std::numeric_limits<std::uint64_t>::max() / row_shape[d], schema_error,
                     "hook schema: hook {} \"{}\": expected a row of at most 2^64 - 1 bytes, got {} x {} ({} bytes per "
-                    "element) overflowing it", id.value, name, shape_text(row_shape), dtype_name(type), dtype_bytes(type));
+                    "element) overflowing it",
+                    id.value, name, shape_text(row_shape), dtype_name(type), dtype_bytes(type));
       bytes *= row_shape[d];
     }
     hooks_.insert(it, hook_spec{id, std::move(name), type, std::move(row_shape), bytes});
@@ -108,8 +110,9 @@ class hook_schema {
   hook_schema& add(hook_id id, std::string name, std::string_view type, std::vector<std::uint64_t> row_shape = {})
   {
     d2h::dtype t{};
-    FERRY_EXPECTS(parse_dtype(type, t), schema_error, "hook schema: hook {} \"{}\": expected a dtype among {}, got \"{}\"",
-                  id.value, printable(name), dtype_names(), printable(type));
+    FERRY_EXPECTS(parse_dtype(type, t), schema_error,
+                  "hook schema: hook {} \"{}\": expected a dtype among {}, got \"{}\"", id.value, printable(name),
+                  dtype_names(), printable(type));
     return add(id, std::move(name), t, std::move(row_shape));
   }
 
@@ -134,24 +137,27 @@ class hook_schema {
   {
     const hook_spec* h = find(hook);
     if (h == nullptr) {
-      throw entry_shape_error(hook, bytes, 0,
-                              ferry::detail::format("ferry: hook schema: entry of hook {} ({} bytes): expected a hook of "
-                                                    "the schema ({} hooks), got one it does not name [{}:{}]",
-                                                    hook.value, bytes, hooks_.size(), __FILE__, __LINE__));
+      throw entry_shape_error(
+          hook, bytes, 0,
+          ferry::detail::format("ferry: hook schema: entry of hook {} ({} bytes): expected a hook of "
+                                "the schema ({} hooks), got one it does not name [{}:{}]",
+                                hook.value, bytes, hooks_.size(), __FILE__, __LINE__));
     }
     if (entry_row_bytes != 0 && entry_row_bytes != h->row_bytes) {
-      throw entry_shape_error(hook, bytes, h->row_bytes,
-                              ferry::detail::format("ferry: hook schema: entry of hook {} \"{}\" ({} bytes): expected rows "
-                                                    "of {} bytes ({} x {}), got capture_rows rows of {} bytes [{}:{}]",
-                                                    hook.value, h->name, bytes, h->row_bytes, shape_text(h->row_shape),
-                                                    dtype_name(h->type), entry_row_bytes, __FILE__, __LINE__));
+      throw entry_shape_error(
+          hook, bytes, h->row_bytes,
+          ferry::detail::format("ferry: hook schema: entry of hook {} \"{}\" ({} bytes): expected rows "
+                                "of {} bytes ({} x {}), got capture_rows rows of {} bytes [{}:{}]",
+                                hook.value, h->name, bytes, h->row_bytes, shape_text(h->row_shape), dtype_name(h->type),
+                                entry_row_bytes, __FILE__, __LINE__));
     }
     if (bytes % h->row_bytes != 0) {
-      throw entry_shape_error(hook, bytes, h->row_bytes,
-                              ferry::detail::format("ferry: hook schema: entry of hook {} \"{}\": expected a multiple of "
-                                                    "its row bytes {} ({} x {}), got {} bytes [{}:{}]",
-                                                    hook.value, h->name, h->row_bytes, shape_text(h->row_shape),
-                                                    dtype_name(h->type), bytes, __FILE__, __LINE__));
+      throw entry_shape_error(
+          hook, bytes, h->row_bytes,
+          ferry::detail::format("ferry: hook schema: entry of hook {} \"{}\": expected a multiple of "
+                                "its row bytes {} ({} x {}), got {} bytes [{}:{}]",
+                                hook.value, h->name, h->row_bytes, shape_text(h->row_shape), dtype_name(h->type), bytes,
+                                __FILE__, __LINE__));
     }
     rows = bytes / h->row_bytes;
     return *h;
@@ -188,7 +194,11 @@ class hook_schema {
     std::size_t i = 0;
     while (i < s.size()) {
       const auto c = static_cast<unsigned char>(s[i]);
-      const std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 && c >= 0xC2 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E && c <= 0xF4 ? 4 : 0;
+      const std::size_t n = c < 0x80                        ? 1
+                            : (c >> 5) == 0x6 && c >= 0xC2  ? 2
+                            : (c >> 4) == 0xE               ? 3
+                            : (c >> 3) == 0x1E && c <= 0xF4 ? 4
+                                                            : 0;
       if (n == 0 || i + n > s.size()) { return i; }
       for (std::size_t k = 1; k < n; ++k) {
         if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) { return i; }
@@ -205,7 +215,8 @@ class hook_schema {
     std::string t;
     for (const char c : s) {
       const auto u = static_cast<unsigned char>(c);
-      t += u < 0x20 || u == 0x7f || (u >= 0x80 && !utf8) ? ferry::detail::format("\\x{:02x}", static_cast<unsigned>(u)) : std::string(1, c);
+      t += u < 0x20 || u == 0x7f || (u >= 0x80 && !utf8) ? ferry::detail::format("\\x{:02x}", static_cast<unsigned>(u))
+                                                         : std::string(1, c);
     }
     return t;
   }

@@ -50,7 +50,8 @@ FERRY_HD constexpr placement place(std::uint64_t pos, std::uint64_t reserved, st
 
 /// The device-side placement rule, on physical offsets: where an entry of `reserved` bytes starts when the
 /// ring's write offset is `phys` (in [0, ring_bytes)). Same decision as place(): phys == pos % ring_bytes.
-FERRY_HD constexpr std::uint64_t place_phys(std::uint64_t phys, std::uint64_t reserved, std::uint64_t ring_bytes) noexcept
+FERRY_HD constexpr std::uint64_t place_phys(std::uint64_t phys, std::uint64_t reserved,
+                                            std::uint64_t ring_bytes) noexcept
 {
   return phys + reserved > ring_bytes ? 0 : phys;
 }
@@ -117,8 +118,8 @@ struct alignas(128) device_state {
 
 /// The cursor slot's loads and stores on the GPU (CUDA, sm_80+) carry an L2 evict_last cache-policy hint: in a
 /// model's forward each layer streams tens of MB of weights through L2 between two hooks, which evicts a line
-/// touched once per hook, and every writer's first store waits for this load. One 128-byte line per channel is kept. Elsewhere (HIP, host, older archs) a plain
-/// access. Ordinary weak accesses either way.
+/// touched once per hook, and every writer's first store waits for this load. One 128-byte line per channel is kept.
+/// Elsewhere (HIP, host, older archs) a plain access. Ordinary weak accesses either way.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP_DEVICE_COMPILE__)
 #define FERRY_CURSOR_EVICT_LAST 1
 /// The L2 evict_last cache policy of the cursor accesses.

@@ -60,7 +60,8 @@ struct row_selection {
     return {selection_form::window, 4, requests, query_start_loc, n_requests, begin, end, count, nullptr, count};
   }
   /// The same selection with a GPU-resolved item count: `*device_count` items, at most `max_items`.
-  [[nodiscard]] constexpr row_selection counted_on_device(const std::int32_t* dev_count, std::uint64_t max_items) const noexcept
+  [[nodiscard]] constexpr row_selection counted_on_device(const std::int32_t* dev_count,
+                                                          std::uint64_t max_items) const noexcept
   {
     row_selection s = *this;
     s.device_count = dev_count;
@@ -72,10 +73,15 @@ struct row_selection {
   /// Rows per selected item (1, or the window's length).
   [[nodiscard]] constexpr std::uint64_t rows_per_item() const noexcept
   {
-    return form == selection_form::window && window_end > window_begin ? static_cast<std::uint64_t>(window_end - window_begin) : 1;
+    return form == selection_form::window && window_end > window_begin
+               ? static_cast<std::uint64_t>(window_end - window_begin)
+               : 1;
   }
   /// The most items the entry can hold (its reservation): count, or max_count with a device count.
-  [[nodiscard]] constexpr std::uint64_t item_bound() const noexcept { return device_count != nullptr ? max_count : count; }
+  [[nodiscard]] constexpr std::uint64_t item_bound() const noexcept
+  {
+    return device_count != nullptr ? max_count : count;
+  }
 };
 
 /// The size slot value of an entry whose selection the kernel refused (entry_status::selection_error).

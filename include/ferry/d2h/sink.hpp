@@ -77,7 +77,10 @@ class sink_ref {
   {
     if (adopt_) { adopt_(schema); }
   }
-  [[nodiscard]] staging_memory staging(const host_registration& r) const { return staging_ ? staging_(r) : staging_memory{}; }
+  [[nodiscard]] staging_memory staging(const host_registration& r) const
+  {
+    return staging_ ? staging_(r) : staging_memory{};
+  }
 
  private:
   std::function<callback_type()> callback_;

@@ -151,7 +151,8 @@ inline void append_float(std::string& out, double v, const spec& sp)
   switch (sp.type) {
     case 'f':
     case 'F':
-      r = std::to_chars(digits, digits + sizeof digits, m, std::chars_format::fixed, sp.precision < 0 ? 6 : sp.precision);
+      r = std::to_chars(digits, digits + sizeof digits, m, std::chars_format::fixed,
+                        sp.precision < 0 ? 6 : sp.precision);
       break;
     case 'e':
     case 'E':
@@ -160,7 +161,8 @@ inline void append_float(std::string& out, double v, const spec& sp)
       break;
     case 'g':
     case 'G':
-      r = std::to_chars(digits, digits + sizeof digits, m, std::chars_format::general, sp.precision < 0 ? 6 : sp.precision);
+      r = std::to_chars(digits, digits + sizeof digits, m, std::chars_format::general,
+                        sp.precision < 0 ? 6 : sp.precision);
       break;
     default:
       r = sp.precision < 0 ? std::to_chars(digits, digits + sizeof digits, m)

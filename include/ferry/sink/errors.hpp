@@ -110,7 +110,8 @@ class attribution_overflow_error : public ferry::error {
 
 /// Throws `error_type(msg, path, code)` (an io_error) for the errno `code`, with the message
 ///   "ferry: <formatted>: got errno <code> (<text>) [file:line]".
-#define FERRY_FAIL_IO(error_type, path, code, ...)                                                              \
-  throw error_type(::ferry::detail::format("ferry: {}: got errno {} ({}) [{}:{}]", ::ferry::detail::format(__VA_ARGS__), \
-                                           (code), std::generic_category().message(code), __FILE__, __LINE__),   \
-                   (path), (code))
+#define FERRY_FAIL_IO(error_type, path, code, ...)                                                                  \
+  throw error_type(                                                                                                 \
+      ::ferry::detail::format("ferry: {}: got errno {} ({}) [{}:{}]", ::ferry::detail::format(__VA_ARGS__), (code), \
+                              std::generic_category().message(code), __FILE__, __LINE__),                           \
+      (path), (code))

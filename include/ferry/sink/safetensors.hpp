@@ -28,7 +28,8 @@
 // the producer); when the queue is full the drain thread waits up to block_timeout, then queues the entry
 // anyway and records a stall_error (nothing lost). Policy `drop` queues a copy of each admitted entry (its
 // staging goes back at once: a slow disk never holds the channel back) and drops the whole forward when the
-// queue is full (what the writer already wrote of it is rolled back), counting it. Entries that are not ok (size_overflow, selection_error) are counted, not written.
+// queue is full (what the writer already wrote of it is rolled back), counting it. Entries that are not ok
+// (size_overflow, selection_error) are counted, not written.
 //
 // Errors: a failed file operation (ENOSPC mid-shard, EIO) ends the run: that shard is not published, the
 // error is kept, and every later entry is refused and counted. An entry that does not fit the schema, a
@@ -87,7 +88,7 @@ struct safetensors_stats {
   std::uint64_t failed_entries{0};        ///< entries delivered not ok (size_overflow, selection_error)
   std::uint64_t refused_entries{0};       ///< entries not written because of an error (schema, tag, failure, closed)
   std::uint64_t lost_forwards{0};         ///< forwards accepted but never published (the shard a failure ended)
-  std::uint64_t relocations{0};           ///< data copied inside the writer (a header guess, a forward moved to the next shard)
+  std::uint64_t relocations{0};  ///< data copied inside the writer (a header guess, a forward moved to the next shard)
   bool failed{false};                     ///< a file operation failed: the run ended
   std::string first_error;                ///< the first error kept (empty: none)
 };

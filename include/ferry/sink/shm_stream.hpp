@@ -54,12 +54,17 @@ struct shm_stream_config {
   std::uint64_t staging_bytes{std::uint64_t{64} << 20};  ///< the channel's staging, in the segment
   std::uint64_t descriptors{4096};  ///< descriptor ring capacity: entries published and not yet released (power of 2)
   queue_policy policy{queue_policy::block};
-  std::chrono::milliseconds timeout{std::chrono::seconds(5)};  ///< the longest wait of one call; drop: a stalled reader's grace
-  std::uint64_t max_lag_entries{0};  ///< drop: admit a forward while the reader lags by at most this (0: descriptors / 2)
+  std::chrono::milliseconds timeout{
+      std::chrono::seconds(5)};  ///< the longest wait of one call; drop: a stalled reader's grace
+  std::uint64_t max_lag_entries{
+      0};  ///< drop: admit a forward while the reader lags by at most this (0: descriptors / 2)
   std::uint64_t max_lag_bytes{0};    ///< drop: ... and staging in use is at most this (0: staging_bytes / 2)
-  std::chrono::microseconds poll_interval{100};  ///< the stream thread's period while the reader holds entries (else 1 ms)
-  d2h::hook_schema schema;  ///< what each hook's bytes are, for the reader (written into the segment); empty: adopt_schema()
-  std::uint64_t schema_bytes{256 << 10};  ///< the segment's room for a schema adopted later (a config schema: at least its size)
+  std::chrono::microseconds poll_interval{
+      100};  ///< the stream thread's period while the reader holds entries (else 1 ms)
+  d2h::hook_schema
+      schema;  ///< what each hook's bytes are, for the reader (written into the segment); empty: adopt_schema()
+  std::uint64_t schema_bytes{
+      256 << 10};  ///< the segment's room for a schema adopted later (a config schema: at least its size)
   /// The segment's record region: each forward's attribution (forward_meta: tag, requests, user bytes) for the
   /// reader, held until the reader released the forward's entries; rounded up to pages, at least one. A forward
   /// whose record is larger is published without it (attribution_overflows; the reader's accessors throw

@@ -83,9 +83,9 @@ __device__ __forceinline__ void copy_commit_bytes(const copy_args& a, std::uint3
   });
 }
 
-/// The lean form (copy_form::vN_lean; launch_shape.hpp lean_form; config::lean_copy_kernel): an entry of a static size, a multiple of
-/// 16 bytes, from a 16-byte aligned source, that one pass of the grid covers. copy_commit's order with the
-/// least code: the thread's V loads, the cursor load, the commit by the grid's thread (0, 0), V stores. No pass
+/// The lean form (copy_form::vN_lean; launch_shape.hpp lean_form; config::lean_copy_kernel): an entry of a static size,
+/// a multiple of 16 bytes, from a 16-byte aligned source, that one pass of the grid covers. copy_commit's order with
+/// the least code: the thread's V loads, the cursor load, the commit by the grid's thread (0, 0), V stores. No pass
 /// loop, no byte tail, no size load, 32-bit indices (one pass of any launch shape is far below 2^32 vectors).
 /// copy_entry's only: the launch's own grid (blockIdx, threadIdx, blockDim), read after the size.
 template <int V>

@@ -67,15 +67,16 @@ template <int V>
 __device__ __forceinline__ void gather_block_phase(const gather_args& a, std::uint32_t blk, std::uint32_t t,
                                                    std::uint32_t nt)
 {
-  gather_commit(a, blk, t, [&](auto&& dst_of, const std::byte* src, std::uint64_t n, std::uint32_t lb, std::uint32_t nb) {
-    if ((reinterpret_cast<std::uintptr_t>(src) & 15U) == 0) {
-      copy_vectors<V>(dst_of, src, n, lb, nb, t, nt);
-      return;
-    }
-    if (std::byte* d = dst_of(); d != nullptr) {
-      copy_tail(d, src, static_cast<std::uint64_t>(lb) * nt + t, n, static_cast<std::uint64_t>(nb) * nt);
-    }
-  });
+  gather_commit(a, blk, t,
+                [&](auto&& dst_of, const std::byte* src, std::uint64_t n, std::uint32_t lb, std::uint32_t nb) {
+                  if ((reinterpret_cast<std::uintptr_t>(src) & 15U) == 0) {
+                    copy_vectors<V>(dst_of, src, n, lb, nb, t, nt);
+                    return;
+                  }
+                  if (std::byte* d = dst_of(); d != nullptr) {
+                    copy_tail(d, src, static_cast<std::uint64_t>(lb) * nt + t, n, static_cast<std::uint64_t>(nb) * nt);
+                  }
+                });
 }
 #endif
 
@@ -83,9 +84,12 @@ __device__ __forceinline__ void gather_block_phase(const gather_args& a, std::ui
 /// (copy_block_host), then the join and, for the last block, the release.
 inline void gather_block_host(const gather_args& a, std::uint32_t blk, std::uint32_t nblk, std::uint32_t nt)
 {
-  gather_commit(a, blk, 0U, [&](auto&& dst_of, const std::byte* src, std::uint64_t n, std::uint32_t lb, std::uint32_t nb) {
-    if (std::byte* d = dst_of(); d != nullptr) { copy_block_host(d, src, n, a.vecs_per_thread, lb, nb, nt); }
-  });
+  gather_commit(a, blk, 0U,
+                [&](auto&& dst_of, const std::byte* src, std::uint64_t n, std::uint32_t lb, std::uint32_t nb) {
+                  if (std::byte* d = dst_of(); d != nullptr) {
+                    copy_block_host(d, src, n, a.vecs_per_thread, lb, nb, nt);
+                  }
+                });
   // Block join (the host runs a block as one thread), then the cross-block arrival.
   if (a.rel.head_n != 0 && gather_join_arrive(a.dst.state, nblk)) { gather_release(a.rel, a.dst); }
 }

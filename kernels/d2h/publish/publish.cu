@@ -22,7 +22,8 @@ __global__ void publish_head(ferry::d2h::detail::head_args a)
 
 __global__ void commit_check(ferry::d2h::detail::commit_check_args a)
 {
-  ferry::backend::grid_dependency_wait();  // launched plainly (a no-op then); every D2H kernel carries the join (tests/ptx)
+  ferry::backend::grid_dependency_wait();  // launched plainly (a no-op then); every D2H kernel carries the join
+                                           // (tests/ptx)
   if (threadIdx.x == 0 && blockIdx.x == 0) { commit_check_body(a); }
 }
 

@@ -70,7 +70,9 @@ FERRY_HD inline void claim_replay_body(const ferry::d2h::detail::replay_token_ar
   }
   // report[0]: the first unplanned launch (1-based over this channel's graph launches), report[1]: how many.
   // One writer (stream order); the CPU acquire-loads report[1] and reads report[0] after it.
-  if (ferry::backend::load_relaxed_system(&a.report[0]) == 0) { ferry::backend::store_release_system(&a.report[0], launch); }
+  if (ferry::backend::load_relaxed_system(&a.report[0]) == 0) {
+    ferry::backend::store_release_system(&a.report[0], launch);
+  }
   ferry::backend::store_release_system(&a.report[1], ferry::backend::load_relaxed_system(&a.report[1]) + 1);
 }
 

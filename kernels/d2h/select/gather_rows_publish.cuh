@@ -113,7 +113,8 @@ FERRY_HD inline ferry::d2h::cursor gather_rows_next(const gather_rows_args& a, c
   std::uint64_t slot = ferry::d2h::cursor_size_slot(c.dyn_slot) + a.n;
   const std::uint64_t count = a.dst.size_slot_count;
   if (count != 0 && slot >= count) { slot %= count; }
-  return ferry::d2h::cursor{gather_end(rows_view_of(a, l), c.phys), slot | (c.dyn_slot & ~std::uint64_t{0xffffffffULL})};
+  return ferry::d2h::cursor{gather_end(rows_view_of(a, l), c.phys),
+                            slot | (c.dyn_slot & ~std::uint64_t{0xffffffffULL})};
 }
 
 /// Step 3 by thread 0 of the block that arrived last: the error flag, every size slot, the release.
@@ -139,7 +140,9 @@ FERRY_HD inline ferry::d2h::cursor gather_rows_start(const gather_rows_args& a, 
                                                      std::uint32_t t) noexcept
 {
   const ferry::d2h::cursor c = a.dst.load();
-  if (blk == 0 && t == 0) { ferry::d2h::store_cursor(&a.dst.state->slot[a.dst.parity ^ 1U], gather_rows_next(a, l, c)); }
+  if (blk == 0 && t == 0) {
+    ferry::d2h::store_cursor(&a.dst.state->slot[a.dst.parity ^ 1U], gather_rows_next(a, l, c));
+  }
   return c;
 }
 
@@ -164,7 +167,8 @@ FERRY_HD inline gather_rows_item gather_rows_at(const gather_rows_args& a, const
   const std::uint64_t n = rb - at < a.chunk_bytes ? rb - at : a.chunk_bytes;
   const std::int64_t r = select_source_row(a.sel, a.n_rows, j, a.sel.rows_per_item());
   if (r < 0) { return {nullptr, nullptr, n}; }
-  return {a.src[i] + static_cast<std::uint64_t>(r) * rb + at, a.dst.ring + gather_offset(rows_view_of(a, l), c.phys, i) + j * rb + at, n};
+  return {a.src[i] + static_cast<std::uint64_t>(r) * rb + at,
+          a.dst.ring + gather_offset(rows_view_of(a, l), c.phys, i) + j * rb + at, n};
 }
 
 /// Step 2 for block `blk` of `nblk` (thread `t` of `nt`): work items blk, blk + nblk, ... (every thread of the block

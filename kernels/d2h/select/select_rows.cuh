@@ -72,8 +72,8 @@ FERRY_HD inline select_start select_start_of(const select_args& a) noexcept
 /// the same rows, each row by the whole block: copy_row). Thread 0 sets `block_error` when one of them names an
 /// invalid item (not read, its row not written).
 template <class Flag>
-FERRY_HD inline void select_rows_copy(const select_args& a, const select_start& s, std::uint32_t blk, std::uint32_t nblk,
-                                      std::uint32_t t, std::uint32_t nt, Flag& block_error) noexcept
+FERRY_HD inline void select_rows_copy(const select_args& a, const select_start& s, std::uint32_t blk,
+                                      std::uint32_t nblk, std::uint32_t t, std::uint32_t nt, Flag& block_error) noexcept
 {
   for (std::uint64_t j = blk; j < s.at.limit && s.dst != nullptr; j += nblk) {
     const std::int64_t r = select_source_row(a.sel, a.n_rows, j, s.per_item);
@@ -81,7 +81,8 @@ FERRY_HD inline void select_rows_copy(const select_args& a, const select_start& 
       if (t == 0) { block_error = 1; }
       continue;
     }
-    copy_row(s.dst + j * a.row_bytes, a.src + static_cast<std::uint64_t>(r) * a.row_bytes, a.row_bytes, a.vec != 0, t, nt);
+    copy_row(s.dst + j * a.row_bytes, a.src + static_cast<std::uint64_t>(r) * a.row_bytes, a.row_bytes, a.vec != 0, t,
+             nt);
   }
 }
 

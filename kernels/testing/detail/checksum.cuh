@@ -24,7 +24,8 @@ FERRY_HD inline void checksum_share(const checksum_params& p, std::uint32_t bloc
                                     std::uint32_t threads)
 {
   if (block >= p.count) { return; }
-  const checksum_chunk c = block < checksum_params::inline_max ? p.chunk[block] : p.more[block - checksum_params::inline_max];
+  const checksum_chunk c =
+      block < checksum_params::inline_max ? p.chunk[block] : p.more[block - checksum_params::inline_max];
   const auto* src = reinterpret_cast<const unsigned char*>(static_cast<std::uintptr_t>(c.src));
   const std::uint64_t len = c.bytes;
   std::uint64_t acc = 0;

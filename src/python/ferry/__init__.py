@@ -47,11 +47,11 @@ from .schema import dtype_name, row_spec  # noqa: F401,E402  (re-exported)
 __version__ = _ferry.version
 
 __all__ = [
-    "AttributionOverflowError", "BackendError", "Buffer", "Channel", "Entry", "EntryBatch", "Error", "Graph", "IOError", "InvalidatedError",
-    "LayoutVersionError", "LogicError", "OutOfMemory", "Plan", "Producer", "ProducerGoneError", "Publisher",
-    "ReaderDetachedError", "ShmEntry", "ShmReader", "ShutdownError", "SizeOverflowError", "Slot", "Stream",
-    "StreamBusyError", "TimeoutError", "available_backends", "default_backend", "dtype_name", "h2d_producer",
-    "row_spec", "shards", "sinks",
+    "AttributionOverflowError", "BackendError", "Buffer", "Channel", "Entry", "EntryBatch", "Error", "Graph",
+    "IOError", "InvalidatedError", "LayoutVersionError", "LogicError", "OutOfMemory", "Plan", "Producer",
+    "ProducerGoneError", "Publisher", "ReaderDetachedError", "ShmEntry", "ShmReader", "ShutdownError",
+    "SizeOverflowError", "Slot", "Stream", "StreamBusyError", "TimeoutError", "available_backends",
+    "default_backend", "dtype_name", "h2d_producer", "row_spec", "shards", "sinks",
 ]
 
 _BACKENDS = ("auto", "host", "cuda")

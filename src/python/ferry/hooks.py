@@ -27,12 +27,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from .capture import CaptureFn, Collector, capture_fn, channel_capture, ops_capture, rows_capture  # noqa: F401  (re-exported)
+from .capture import (  # noqa: F401  (re-exported)
+    CaptureFn, Collector, capture_fn, channel_capture, ops_capture, rows_capture)
 from ._wrap import Wrapped
 
 __all__ = [
-    "GLOBAL_POINTS", "LAYER_POINTS", "PRESETS", "Collector", "HookPoint", "Hooks", "Rule", "capture_fn", "channel_capture",
-    "deferred_ids", "install", "names", "ops_capture", "preset", "rows_capture", "select",
+    "GLOBAL_POINTS", "LAYER_POINTS", "PRESETS", "Collector", "HookPoint", "Hooks", "Rule", "capture_fn",
+    "channel_capture", "deferred_ids", "install", "names", "ops_capture", "preset", "rows_capture", "select",
 ]
 
 #: ``(name, submodule of the decoder layer, "input" | "output")`` per layer of ``vllm-full``, in execution

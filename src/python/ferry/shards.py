@@ -121,7 +121,8 @@ class _Shard:
             raise ShardError(path, f"corrupted header: metadata ferry.forwards ({err!r})") from None
         at, k = 0, 0
         for tag, b, e, _, count in self.forwards:
-            if b != at or k + count > len(tensors) or (count and (tensors[k][0] != b or tensors[k + count - 1][1] != e)):
+            if b != at or k + count > len(tensors) or (
+                    count and (tensors[k][0] != b or tensors[k + count - 1][1] != e)):
                 raise ShardError(path, f"corrupted header: forward tag {tag} ([{b}, {e}), {count} tensors) does not "
                                        f"match its tensors")
             at, k = e, k + count
@@ -159,7 +160,8 @@ class Run:
             if meta["format"] != FORMAT or int(meta["format_version"]) != FORMAT_VERSION:
                 raise ShardError(path, f"expected format {FORMAT} version {FORMAT_VERSION}, got {meta['format']} "
                                        f"version {meta['format_version']}")
-            listed = [(s["file"], [int(t) for t in s["tags"]], int(s["tensors"]), int(s["bytes"])) for s in meta["shards"]]
+            listed = [(s["file"], [int(t) for t in s["tags"]], int(s["tensors"]), int(s["bytes"]))
+                      for s in meta["shards"]]
             self.schema = {int(h): (v["name"], v["dtype"], tuple(v["row_shape"])) for h, v in meta["schema"].items()}
         except (KeyError, TypeError, ValueError) as err:
             raise ShardError(path, f"corrupted: {err!r} missing or malformed") from None
@@ -175,7 +177,8 @@ class Run:
                 raise ShardError(path, f"expected shard files named shard-NNNNN.safetensors, got {file!r} (a "
                                        f"temporary file is never read)")
             s = _Shard(_os.path.join(self.directory, file))
-            if [f[0] for f in s.forwards] != tags or len(s.tensors) != count or s.tensors and s.tensors[-1][1] != nbytes:
+            if ([f[0] for f in s.forwards] != tags or len(s.tensors) != count
+                    or s.tensors and s.tensors[-1][1] != nbytes):
                 raise ShardError(s.path, "does not match index.json (its tags, tensor count or bytes differ)")
             for t in s.tensors:
                 if self.weight_map.get(t[2]) != file:

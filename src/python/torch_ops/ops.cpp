@@ -11,52 +11,28 @@
 //   stream (torch.cuda.graph records it); host backend: on the stream of the channel's open forward. Sources are
 //   held until the core no longer needs them (d2h::source_owner); a deferred x written in place before its
 //   flush fails the flushing call with ferry.LogicError naming the hook.
-#include "../ferry_capi.h"
-
-#include <Python.h>
-#include <pybind11/pybind11.h>  // torch's own copy: its error_already_set is what torch's op call restores
+#include "ops_common.hpp"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
-#include <c10/util/Exception.h>
 #include <torch/library.h>
 
-#include <atomic>
 #include <cstdint>
-#include <sstream>
 #include <string>
 
 namespace {
 
-std::atomic<const ferry_capi*> g_capi{nullptr};
-
-// In a Python process: the ferry exception itself (ferry.LogicError, ...), set by the core
-// module and carried out through torch's op call as a pending Python error. Without Python (a C++ program):
-// a c10 error whose prefix names the ferry type (ValueError for LogicError, RuntimeError otherwise).
-[[noreturn]] void raise(int rc, const char* msg)
-{
-  const ferry_capi* api = g_capi.load(std::memory_order_acquire);
-  if (api != nullptr && Py_IsInitialized() != 0) {
-    // torch's op call from Python runs the kernel without the GIL: take it to build the error, then let
-    // it go; torch takes it again to restore the error when the exception reaches its call wrapper.
-    const PyGILState_STATE st = PyGILState_Ensure();
-    api->set_python_error(rc, msg);
-    pybind11::error_already_set e;
-    PyGILState_Release(st);
-    throw e;
-  }
-  const std::string what = std::string{"[ferry."} + ferry_status_name(rc) + "] " + msg;
-  if (rc == FERRY_ERR_LOGIC) { throw c10::ValueError({__func__, __FILE__, __LINE__}, what); }
-  throw c10::Error({__func__, __FILE__, __LINE__}, what);
-}
-
-[[noreturn]] void logic(const std::string& msg) { raise(FERRY_ERR_LOGIC, msg.c_str()); }
+using ferry_torch::g_capi;
+using ferry_torch::logic;
+using ferry_torch::raise;
 
 const ferry_capi& capi()
 {
   const ferry_capi* p = g_capi.load(std::memory_order_acquire);
-  if (p == nullptr) { logic("ferry: torch.ops.ferry: expected the ferry C ABI to be bound (import ferry.torch_ops), got none"); }
+  if (p == nullptr) {
+    logic("ferry: torch.ops.ferry: expected the ferry C ABI to be bound (import ferry.torch_ops), got none");
+  }
   return *p;
 }
 
@@ -65,7 +41,8 @@ void bind_capi(int64_t address)
   const auto* p = reinterpret_cast<const ferry_capi*>(static_cast<std::uintptr_t>(address));
   if (p == nullptr || p->version < FERRY_CAPI_VERSION || p->struct_size < sizeof(ferry_capi)) {
     logic("ferry: torch.ops.ferry._bind_capi: expected a ferry_capi table of version >= " +
-          std::to_string(FERRY_CAPI_VERSION) + ", got " + (p == nullptr ? std::string{"NULL"} : "version " + std::to_string(p->version)));
+          std::to_string(FERRY_CAPI_VERSION) + ", got " +
+          (p == nullptr ? std::string{"NULL"} : "version " + std::to_string(p->version)));
   }
   g_capi.store(p, std::memory_order_release);
 }
@@ -100,7 +77,9 @@ void check_on_channel(const at::Tensor& t, int backend, int device, Who&& who)
     logic(who() + ": expected a tensor on cuda:" + std::to_string(device) + " (the channel's device), got one on " +
           t.device().str() + (t.device().is_cpu() ? " (a host tensor where a device tensor is needed)" : ""));
   }
-  if (!t.is_contiguous()) { logic(who() + ": expected a C-contiguous tensor, got a strided one (" + std::to_string(t.dim()) + "-d)"); }
+  if (!t.is_contiguous()) {
+    logic(who() + ": expected a C-contiguous tensor, got a strided one (" + std::to_string(t.dim()) + "-d)");
+  }
 }
 
 /// CUDA: torch's current stream of `t`'s device (a torch.cuda.graph capture records it); the host backend:
@@ -121,7 +100,9 @@ int capture_impl(const at::Tensor& x, int64_t channel, int64_t hook, bool deferr
     return std::string{"ferry: torch.ops.ferry."} + (deferred ? "capture_deferred" : "capture") + " (hook " +
            std::to_string(hook) + ")";
   };
-  if (hook < 0 || hook > static_cast<int64_t>(UINT32_MAX)) { logic(who() + ": expected a hook in [0, 2^32), got " + std::to_string(hook)); }
+  if (hook < 0 || hook > int64_t{UINT32_MAX}) {
+    logic(who() + ": expected a hook in [0, 2^32), got " + std::to_string(hook));
+  }
   int backend = 0;
   int device = 0;
   if (int rc = api.channel_info(static_cast<std::uint64_t>(channel), &backend, &device, nullptr, err, len);
@@ -170,7 +151,9 @@ void capture_rows(at::Tensor& token, const at::Tensor& x, const at::Tensor& sele
   (void)token;
   const ferry_capi& api = capi();
   const std::string who = "ferry: torch.ops.ferry.capture_rows (hook " + std::to_string(hook) + ")";
-  if (hook < 0 || hook > static_cast<int64_t>(UINT32_MAX)) { logic(who + ": expected a hook in [0, 2^32), got " + std::to_string(hook)); }
+  if (hook < 0 || hook > int64_t{UINT32_MAX}) {
+    logic(who + ": expected a hook in [0, 2^32), got " + std::to_string(hook));
+  }
   char err[1024];
   int backend = 0;
   int device = 0;
@@ -197,7 +180,9 @@ void capture_rows(at::Tensor& token, const at::Tensor& x, const at::Tensor& sele
   if (!rows_form) {
     const at::Tensor& q = *query_start_loc;
     check_on_channel(q, backend, device, [&] { return who + " query_start_loc"; });
-    if (q.dim() != 1 || q.scalar_type() != at::kInt || q.numel() < 1) { logic(who + ": expected a 1-D int32 query_start_loc of >= 1 element"); }
+    if (q.dim() != 1 || q.scalar_type() != at::kInt || q.numel() < 1) {
+      logic(who + ": expected a 1-D int32 query_start_loc of >= 1 element");
+    }
     sel.query_start_loc = static_cast<const std::int32_t*>(q.const_data_ptr());
     sel.n_requests = static_cast<std::uint32_t>(q.numel() - 1);
   }
@@ -211,8 +196,9 @@ void capture_rows(at::Tensor& token, const at::Tensor& x, const at::Tensor& sele
   const auto n_rows = static_cast<std::uint64_t>(x.dim() > 0 ? x.size(0) : 0);
   const std::uint64_t row_bytes = n_rows > 0 ? static_cast<std::uint64_t>(x.nbytes()) / n_rows : 0;
   auto* src = new rows_source{x, selection, query_start_loc.value_or(at::Tensor{}), count.value_or(at::Tensor{})};
-  if (int rc = api.capture_rows(static_cast<std::uint64_t>(channel), static_cast<std::uint32_t>(hook), x.const_data_ptr(),
-                                n_rows, row_bytes, &sel, stream_for(x, backend), &release_rows, src, err, sizeof err);
+  const auto ch = static_cast<std::uint64_t>(channel);
+  if (int rc = api.capture_rows(ch, static_cast<std::uint32_t>(hook), x.const_data_ptr(), n_rows, row_bytes, &sel,
+                                stream_for(x, backend), &release_rows, src, err, sizeof err);
       rc != FERRY_OK) {
     raise(rc, err);
   }
@@ -227,30 +213,10 @@ void flush(at::Tensor& token, int64_t channel)
       rc != FERRY_OK) {
     raise(rc, err);
   }
-  std::uintptr_t stream = FERRY_STREAM_OF_FORWARD;
-  if (backend != FERRY_BACKEND_HOST) {
-    stream = reinterpret_cast<std::uintptr_t>(
-      c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(token.device()).native_handle());
+  const std::uintptr_t stream = stream_for(token, backend);  // the token is on the channel's device
+  if (int rc = api.flush(static_cast<std::uint64_t>(channel), stream, err, sizeof err); rc != FERRY_OK) {
+    raise(rc, err);
   }
-  if (int rc = api.flush(static_cast<std::uint64_t>(channel), stream, err, sizeof err); rc != FERRY_OK) { raise(rc, err); }
-}
-
-/// Every ferry op on a tensor of a layout ferry does not copy (sparse, quantized, MKL-DNN): a ferry.LogicError
-/// naming the op and the layout, instead of torch's "Could not run ... with arguments from the ... backend".
-void refuse_layout(const c10::OperatorHandle& op, torch::jit::Stack* stack)
-{
-  std::string layout = "non-strided";
-  for (const auto& v : *stack) {
-    if (!v.isTensor()) { continue; }
-    std::ostringstream o;
-    o << v.toTensor().layout();
-    if (v.toTensor().layout() != c10::kStrided) { layout = o.str(); }
-    if (v.toTensor().is_quantized()) { layout = "quantized"; }
-  }
-  std::string name = op.schema().name();  // "ferry::capture"
-  name.replace(name.find("::"), 2, ".");
-  logic("ferry: torch.ops." + name + ": expected dense (strided) tensors, got a " + layout +
-        " tensor (ferry copies the bytes of a contiguous tensor)");
 }
 
 }  // namespace
@@ -260,40 +226,20 @@ TORCH_LIBRARY(ferry, m)
   m.def("capture(Tensor(a!) token, Tensor x, int channel, int hook) -> ()");
   m.def("capture_deferred(Tensor(a!) token, Tensor x, int channel, int hook) -> ()");
   m.def("flush(Tensor(a!) token, int channel) -> ()");
-  m.def("capture_rows(Tensor(a!) token, Tensor x, Tensor selection, Tensor? query_start_loc, Tensor? count, int channel, "
-        "int hook, int window_begin=0, int window_end=0, int max_count=0) -> ()");
+  m.def("capture_rows(Tensor(a!) token, Tensor x, Tensor selection, Tensor? query_start_loc, Tensor? count, "
+        "int channel, int hook, int window_begin=0, int window_end=0, int max_count=0) -> ()");
   m.def("_bind_capi(int address) -> ()", &bind_capi);
 }
 
-TORCH_LIBRARY_IMPL(ferry, CPU, m)
-{
-  m.impl("capture", &capture);
-  m.impl("capture_deferred", &capture_deferred);
-  m.impl("flush", &flush);
-  m.impl("capture_rows", &capture_rows);
-}
-TORCH_LIBRARY_IMPL(ferry, CUDA, m)
-{
-  m.impl("capture", &capture);
-  m.impl("capture_deferred", &capture_deferred);
-  m.impl("flush", &flush);
-  m.impl("capture_rows", &capture_rows);
-}
-
-// Layouts ferry does not copy: the same refusal for every op (boxed: one function for every schema).
-#define FERRY_REFUSE_LAYOUT(key)                                                              \
-  TORCH_LIBRARY_IMPL(ferry, key, m)                                                           \
-  {                                                                                           \
-    for (const char* op : {"capture", "capture_deferred", "flush", "capture_rows"}) {         \
-      m.impl(op, torch::CppFunction::makeFromBoxedFunction<&refuse_layout>());                \
-    }                                                                                         \
+// The kernels, one per backend key; other layouts are refused (layouts.cpp).
+#define FERRY_IMPL(key)                            \
+  TORCH_LIBRARY_IMPL(ferry, key, m)                \
+  {                                                \
+    m.impl("capture", &capture);                   \
+    m.impl("capture_deferred", &capture_deferred); \
+    m.impl("flush", &flush);                       \
+    m.impl("capture_rows", &capture_rows);         \
   }
-FERRY_REFUSE_LAYOUT(SparseCPU)
-FERRY_REFUSE_LAYOUT(SparseMeta)
-FERRY_REFUSE_LAYOUT(SparseCUDA)
-FERRY_REFUSE_LAYOUT(SparseCsrCPU)
-FERRY_REFUSE_LAYOUT(SparseCsrCUDA)
-FERRY_REFUSE_LAYOUT(QuantizedCPU)
-FERRY_REFUSE_LAYOUT(QuantizedCUDA)
-FERRY_REFUSE_LAYOUT(MkldnnCPU)
-#undef FERRY_REFUSE_LAYOUT
+FERRY_IMPL(CPU)
+FERRY_IMPL(CUDA)
+#undef FERRY_IMPL

@@ -127,7 +127,8 @@ inline bool stream_mem_ops_64(int device)
 #define FERRY_GPU_MEM_ADVISE ::ferry::backend::cuda_detail::mem_advise
 #define FERRY_GPU_EVENT_RECORD_EXTERNAL(e, s) cudaEventRecordWithFlags(e, s, cudaEventRecordExternal)
 #if CUDART_VERSION >= 13000
-#define FERRY_GPU_CAPTURE_DEPS(s, status, deps, n) cudaStreamGetCaptureInfo(s, status, nullptr, nullptr, deps, nullptr, n)
+#define FERRY_GPU_CAPTURE_DEPS(s, status, deps, n) \
+  cudaStreamGetCaptureInfo(s, status, nullptr, nullptr, deps, nullptr, n)
 #else
 #define FERRY_GPU_CAPTURE_DEPS(s, status, deps, n) cudaStreamGetCaptureInfo_v2(s, status, nullptr, nullptr, deps, n)
 #endif

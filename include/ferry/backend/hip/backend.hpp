@@ -17,7 +17,8 @@ namespace ferry::backend::hip_detail {
 inline hipError_t mem_advise(void* p, std::size_t bytes, mem_advice advice, int device)
 {
   switch (advice) {
-    case mem_advice::preferred_location_host: return hipMemAdvise(p, bytes, hipMemAdviseSetPreferredLocation, hipCpuDeviceId);
+    case mem_advice::preferred_location_host:
+      return hipMemAdvise(p, bytes, hipMemAdviseSetPreferredLocation, hipCpuDeviceId);
     case mem_advice::preferred_location_device: return hipMemAdvise(p, bytes, hipMemAdviseSetPreferredLocation, device);
     case mem_advice::accessed_by_host: return hipMemAdvise(p, bytes, hipMemAdviseSetAccessedBy, hipCpuDeviceId);
     case mem_advice::accessed_by_device: return hipMemAdvise(p, bytes, hipMemAdviseSetAccessedBy, device);

@@ -110,7 +110,8 @@ shutdown_report channel_impl<B>::close_checked(std::chrono::milliseconds timeout
 template <ferry::backend::backend B>
 void channel_impl<B>::close_quietly() noexcept
 {
-  ferry::detail::close_quietly([&] { (void)close(st.cfg.timeout); }, [] { return std::string{"ferry: d2h channel destroyed"}; });
+  ferry::detail::close_quietly([&] { (void)close(st.cfg.timeout); },
+                               [] { return std::string{"ferry: d2h channel destroyed"}; });
 }
 
 }  // namespace ferry::d2h::detail

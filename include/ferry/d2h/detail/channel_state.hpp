@@ -221,8 +221,8 @@ struct channel_state {
                   "the ring), got {}",
                   c.ring_bytes, c.tuning.bounce_capture_max_bytes);
     const tuning& t = c.tuning;
-    FERRY_EXPECTS(t.size_slots <= (1U << 30), ferry::logic_error, "d2h channel: size_slots expected at most 2^30, got {}",
-                  t.size_slots);
+    FERRY_EXPECTS(t.size_slots <= (1U << 30), ferry::logic_error,
+                  "d2h channel: size_slots expected at most 2^30, got {}", t.size_slots);
     FERRY_EXPECTS(t.copy_vecs_per_thread == 1 || t.copy_vecs_per_thread == 2 || t.copy_vecs_per_thread == 4 ||
                     t.copy_vecs_per_thread == 8,
                   ferry::logic_error, "d2h channel: expected copy_vecs_per_thread 1, 2, 4 or 8, got {}",

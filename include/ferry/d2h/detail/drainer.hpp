@@ -80,8 +80,9 @@ class drainer {
       poller_ = me;
       poller_bound_ = true;
     }
-    FERRY_EXPECTS(poller_ == me, ferry::logic_error,
-                  "d2h channel poll: expected the thread that polled first, got another thread (one poller per channel)");
+    FERRY_EXPECTS(
+        poller_ == me, ferry::logic_error,
+        "d2h channel poll: expected the thread that polled first, got another thread (one poller per channel)");
     return step();
   }
 

@@ -48,8 +48,9 @@ std::size_t drainer<B>::issue_copies(std::uint64_t head)
     const std::size_t avail = fifo.readable();
     if (avail == 0 || fifo.peek(0).seq >= head) { break; }
     const run_plan rp = coalesce(
-      avail, [&](std::size_t i) -> const entry_meta& { return fifo.peek(i); }, head, R,
-      [&](const entry_meta& e) { return read_size_slot(e.slot); }, [&](std::uint64_t n) { return staging.can_alloc(n); });
+        avail, [&](std::size_t i) -> const entry_meta& { return fifo.peek(i); }, head, R,
+        [&](const entry_meta& e) { return read_size_slot(e.slot); },
+        [&](std::uint64_t n) { return staging.can_alloc(n); });
     if (rp.count == 0) { break; }  // staging full: the consumer has not released views yet
     run r;
     r.entries.reserve(rp.count);

@@ -20,7 +20,9 @@ struct enum_names;
 template <>
 struct enum_names<head_memory> {
   static constexpr std::array<std::pair<std::string_view, head_memory>, 3> values{
-    {{"platform", head_memory::platform}, {"managed", head_memory::managed}, {"pinned_mapped", head_memory::pinned_mapped}}};
+      {{"platform", head_memory::platform},
+       {"managed", head_memory::managed},
+       {"pinned_mapped", head_memory::pinned_mapped}}};
 };
 template <>
 struct enum_names<full_policy> {

@@ -118,7 +118,8 @@ constexpr void set_gather_rows(gather_rows_args& a, std::uint32_t n, Entry&& ent
   const auto cap = static_cast<std::uint64_t>(rules::block_threads(cfg.tuning.copy_block_threads));
   s.threads = static_cast<std::uint32_t>(std::clamp<std::uint64_t>((widest / 16 + 31) / 32 * 32, 32, cap));
   const std::uint64_t work = std::uint64_t{a.cpre[a.n]} * a.sel.item_bound() * a.sel.rows_per_item();
-  s.blocks = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(work, 1, rules::one_wave_blocks(sm_count, s.threads)));
+  s.blocks =
+      static_cast<std::uint32_t>(std::clamp<std::uint64_t>(work, 1, rules::one_wave_blocks(sm_count, s.threads)));
   return s;
 }
 
@@ -132,7 +133,8 @@ constexpr void set_gather_rows(gather_rows_args& a, std::uint32_t n, Entry&& ent
   gather_shape s;
   s.threads = static_cast<std::uint32_t>(rules::block_threads(cfg.tuning.copy_block_threads));
   const std::uint64_t rows = a.sel.item_bound() * a.sel.rows_per_item();
-  s.blocks = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(rows, 1, rules::one_wave_blocks(sm_count, s.threads)));
+  s.blocks =
+      static_cast<std::uint32_t>(std::clamp<std::uint64_t>(rows, 1, rules::one_wave_blocks(sm_count, s.threads)));
   return s;
 }
 

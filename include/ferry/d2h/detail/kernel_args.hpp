@@ -148,10 +148,10 @@ static_assert(sizeof(gather_args) <= 4096, "gather_args travels as kernel parame
 /// order: a dynamic entry (size slot: the cursor's next + i) placed as gather_publish places its entries (pre:
 /// prefix sums of the reservations, gather_offset), reserved for the selection's item bound. Blocks take
 /// (entry, row, chunk) work items (a row of more than chunk_bytes is split: entry i has cpre[i + 1] - cpre[i]
-/// chunks per row, so one wide row does not hold the launch back); block 0 writes the next cursor; the block that arrives last at the join counter
-/// writes every size slot (rows x row_bytes[i]; selection_error_size for all when an item is invalid: the
-/// entries share the selection) and, when rel.head_n > 0, releases as gather_publish does (the same release part).
-/// The tables from `src` on are the batch's shape (gather.hpp: set_gather_rows, rows_shape).
+/// chunks per row, so one wide row does not hold the launch back); block 0 writes the next cursor; the block that
+/// arrives last at the join counter writes every size slot (rows x row_bytes[i]; selection_error_size for all when an
+/// item is invalid: the entries share the selection) and, when rel.head_n > 0, releases as gather_publish does (the
+/// same release part). The tables from `src` on are the batch's shape (gather.hpp: set_gather_rows, rows_shape).
 struct gather_rows_args {
   ring_ref dst;
   gather_release_args rel{};

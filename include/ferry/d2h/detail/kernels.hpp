@@ -70,8 +70,10 @@ hip_kernel<replay_token_args> claim_replay_kernel(hip_tag);
 
 /// The forms the copy getters are compiled for: the vector forms and bytes (copy_entry, copy_entry_publish,
 /// gather_publish), and the lean forms (copy_entry only).
-inline constexpr copy_form vector_forms[] = {copy_form::bytes, copy_form::v1, copy_form::v2, copy_form::v4, copy_form::v8};
-inline constexpr copy_form lean_forms[] = {copy_form::v1_lean, copy_form::v2_lean, copy_form::v4_lean, copy_form::v8_lean};
+inline constexpr copy_form vector_forms[] = {copy_form::bytes, copy_form::v1, copy_form::v2, copy_form::v4,
+                                             copy_form::v8};
+inline constexpr copy_form lean_forms[] = {copy_form::v1_lean, copy_form::v2_lean, copy_form::v4_lean,
+                                           copy_form::v8_lean};
 
 /// The kernel table: `fn(kernel)` for every kernel a channel launches, in every form, of backend tag `t`. The
 /// commit check is not in it: the producer loads it itself, where it launches it (producer::check_commits).

@@ -87,7 +87,8 @@ enum class copy_form : std::uint32_t {
 /// (`publish_now`) and branch releases are off (the release then fuses into the copy).
 [[nodiscard]] constexpr bool one_block_copy(const config& cfg, std::uint64_t reserved, bool publish_now) noexcept
 {
-  return reserved <= cfg.tuning.single_block_copy_max_bytes || (publish_now && reserved <= cfg.tuning.fused_copy_max_bytes);
+  return reserved <= cfg.tuning.single_block_copy_max_bytes ||
+         (publish_now && reserved <= cfg.tuning.fused_copy_max_bytes);
 }
 
 /// The grid for copying `bytes` payload bytes (launch_rules). `one_block`: one block of enough threads for

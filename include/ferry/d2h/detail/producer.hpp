@@ -206,9 +206,10 @@ class producer {
   /// Gives a held source back once the copy enqueued on `s` no longer needs it: the backend's release_after
   /// (eager), or with the channel's graph sources (a captured forward: every replay reads it again).
   void retire(held_source&& h, stream_type s);
-  /// Copies the recorded deferred batch (one gather launch), its sources checked first (check_sources). `boundary` (end_forward): the gather's last block
-  /// also does the forward boundary's release (every entry since the last release, and the cursor
-  /// normalization), so end_forward launches no release of its own. Returns whether the gather did that.
+  /// Copies the recorded deferred batch (one gather launch), its sources checked first (check_sources). `boundary`
+  /// (end_forward): the gather's last block also does the forward boundary's release (every entry since the last
+  /// release, and the cursor normalization), so end_forward launches no release of its own. Returns whether the gather
+  /// did that.
   bool flush_deferred(stream_type s, bool boundary, const char* what);
   /// flush_deferred after the sources were checked (or hold none that could change).
   bool launch_deferred(stream_type s, bool boundary);

@@ -26,9 +26,11 @@ void producer<B>::begin_forward(stream_view s, forward_meta meta)
   FERRY_EXPECTS(!in_forward_, ferry::logic_error,
                 "d2h channel begin_forward: expected no open forward, got begin_forward twice");
   capturing_ = st_.b.stream_is_capturing(s.handle());
-  FERRY_EXPECTS(!meta.selected, ferry::logic_error,
-                "d2h channel begin_forward: expected no forward_meta::selected (a plan() hint for a replay's row entries), "
-                "got {}", meta.selected.value_or(0));
+  FERRY_EXPECTS(
+      !meta.selected, ferry::logic_error,
+      "d2h channel begin_forward: expected no forward_meta::selected (a plan() hint for a replay's row entries), "
+      "got {}",
+      meta.selected.value_or(0));
   FERRY_EXPECTS(!capturing_ || meta.empty(), ferry::logic_error,
                 "d2h channel begin_forward: expected no forward metadata (tag, requests, user bytes) for a forward "
                 "being captured into a graph, got some: give each replay's to plan() or replay()");
@@ -66,7 +68,9 @@ forward_plan producer<B>::end_forward(stream_view s)
   // The forward boundary: one release covering every entry since the last one, and slot[0] = slot[parity].
   // A partial deferred batch is copied first, by a gather that does that release itself in its last block
   // (one kernel fewer on the stream per forward); else the publish kernel does it.
-  if (!flush_deferred(s.handle(), true, "end_forward")) { rel_.release_inline(s.handle(), unpublished_, parity_, true); }
+  if (!flush_deferred(s.handle(), true, "end_forward")) {
+    rel_.release_inline(s.handle(), unpublished_, parity_, true);
+  }
   unpublished_ = 0;
   parity_ = 0;
   in_forward_ = false;
@@ -164,8 +168,9 @@ void producer<B>::launch_copy(copy_args a, std::uint64_t bytes, bool one_block, 
   a.vecs_per_thread = sh.vecs_per_thread;
   a.test_skip_wait = st_.hooks.is(debug_fault::programmatic_without_wait) ? 1U : 0U;
   const copy_form f = copy_form_of(a.src, sh.vecs_per_thread);
-  st_.launch.own(sh.one_block ? copy_entry_publish_kernel(typename B::tag{}, f)
-                              : copy_entry_kernel(typename B::tag{}, lean_form(st_.cfg, f, sh, bytes, a.dst.dynamic != 0)),
+  st_.launch.own(sh.one_block
+                     ? copy_entry_publish_kernel(typename B::tag{}, f)
+                     : copy_entry_kernel(typename B::tag{}, lean_form(st_.cfg, f, sh, bytes, a.dst.dynamic != 0)),
                  sh.blocks, sh.threads, s, a);
 }
 

@@ -79,7 +79,8 @@ bool producer<B>::record_deferred(hook_id hook, std::uint64_t bytes, when_full f
 template <ferry::backend::backend B>
 std::uint64_t producer<B>::deferred_end() const noexcept
 {
-  return res_.place_run(res_.head(), deferred_.size(), [&](std::size_t i) { return deferred_[static_cast<std::uint32_t>(i)].reserved; });
+  return res_.place_run(res_.head(), deferred_.size(),
+                        [&](std::size_t i) { return deferred_[static_cast<std::uint32_t>(i)].reserved; });
 }
 
 template <ferry::backend::backend B>
@@ -119,7 +120,8 @@ bool producer<B>::launch_deferred(stream_type s, bool boundary)
   if (n == 0) { return false; }
   const bool rows = deferred_.rows() != nullptr;  // every entry dynamic, its size slot after the cursor's
   std::array<placement, gather_max_entries> where{};
-  const std::uint64_t pos = res_.place_run(res_.head(), n, [&](std::size_t i) { return deferred_[static_cast<std::uint32_t>(i)].reserved; }, where.data());
+  const std::uint64_t pos = res_.place_run(
+      res_.head(), n, [&](std::size_t i) { return deferred_[static_cast<std::uint32_t>(i)].reserved; }, where.data());
   if (!capturing_) {  // reserved at capture_deferred already: this finds the space (kept as the check)
     (void)wait_for_space(pos, n, deferred_.dynamic_count(), blocking_policy(st_.cfg), s, [&] {
       return ferry::detail::format("deferred batch of {} entries ({} bytes)", n, pos - res_.head());

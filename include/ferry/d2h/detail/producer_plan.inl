@@ -47,7 +47,8 @@ bool producer<B>::plan(const forward_plan& p, when_full full, std::optional<stre
 {
   check_thread("plan");
   check_capture_open("plan");
-  FERRY_EXPECTS(p.owner() == &st_, ferry::logic_error, "d2h channel plan: expected a plan captured by this channel, got {}",
+  FERRY_EXPECTS(p.owner() == &st_, ferry::logic_error,
+                "d2h channel plan: expected a plan captured by this channel, got {}",
                 p.owner() == nullptr ? "an empty plan" : "a plan of another channel");
   FERRY_EXPECTS(!in_forward_, ferry::logic_error,
                 "d2h channel plan: expected no open eager forward, got one (plan between forwards)");
@@ -55,9 +56,10 @@ bool producer<B>::plan(const forward_plan& p, when_full full, std::optional<stre
                 "d2h channel plan: expected at most fifo_capacity = {} entries per forward, got {}",
                 st_.fifo.capacity(), p.size());
   for (const auto& e : p.entries()) {  // forward_meta::selected: at most the items each row entry reserved
-    FERRY_EXPECTS(!meta.selected || e.row_bytes == 0 || *meta.selected <= e.items, ferry::logic_error,
-                  "d2h channel plan: hook {} expected forward_meta::selected at most the {} items its capture reserved, got {}",
-                  e.hook.value, e.items, meta.selected.value_or(0));
+    FERRY_EXPECTS(
+        !meta.selected || e.row_bytes == 0 || *meta.selected <= e.items, ferry::logic_error,
+        "d2h channel plan: hook {} expected forward_meta::selected at most the {} items its capture reserved, got {}",
+        e.hook.value, e.items, meta.selected.value_or(0));
   }
   // With forward_meta::selected each row entry takes exactly its rows (row_reserved): the replay's row
   // kernels place it the same way from the count its token carries (arm_replay -> device_state::planned_items).

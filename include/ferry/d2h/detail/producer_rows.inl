@@ -39,10 +39,11 @@ std::uint64_t producer<B>::check_rows(hook_id hook, const void* src, std::uint64
   const std::uint64_t per_item = sel.rows_per_item();
   const std::uint64_t limit = st_.cfg.ring_bytes;
   // every factor first: the product of user sizes must not wrap
-  FERRY_EXPECTS(items <= limit && per_item <= limit && n_rows <= limit && (items == 0 || items * per_item <= limit / row_bytes),
-                ferry::logic_error,
-                "d2h channel {}: hook {} expected at most ring_bytes = {} bytes of rows, got {} items x {} rows x {} bytes",
-                what, hook.value, limit, items, per_item, row_bytes);
+  FERRY_EXPECTS(
+      items <= limit && per_item <= limit && n_rows <= limit && (items == 0 || items * per_item <= limit / row_bytes),
+      ferry::logic_error,
+      "d2h channel {}: hook {} expected at most ring_bytes = {} bytes of rows, got {} items x {} rows x {} bytes", what,
+      hook.value, limit, items, per_item, row_bytes);
   const std::uint64_t bytes = row_entry_bytes(items, per_item, row_bytes);
   check_entry(hook, bytes, entry_kind::dynamic, what);
   FERRY_EXPECTS(!write_open_, ferry::logic_error, "d2h channel {}: hook {} expected no open begin_write, got one", what,
@@ -66,9 +67,12 @@ row_batch producer<B>::hold_selection(const row_selection& sel, std::uint64_t n_
   };
   r.read.indices = snap(0, sel.indices, sel.item_bound() * (sel.form == selection_form::rows ? sel.index_bytes : 4));
   if (sel.query_start_loc != nullptr) {
-    r.read.query_start_loc = static_cast<const std::int32_t*>(snap(1, sel.query_start_loc, (sel.n_requests + 1ULL) * 4));
+    r.read.query_start_loc =
+        static_cast<const std::int32_t*>(snap(1, sel.query_start_loc, (sel.n_requests + 1ULL) * 4));
   }
-  if (sel.device_count != nullptr) { r.read.device_count = static_cast<const std::int32_t*>(snap(2, sel.device_count, 4)); }
+  if (sel.device_count != nullptr) {
+    r.read.device_count = static_cast<const std::int32_t*>(snap(2, sel.device_count, 4));
+  }
   return r;
 }
 
@@ -99,8 +103,8 @@ bool producer<B>::capture_rows(hook_id hook, const void* src, std::uint64_t n_ro
   st_.launch.own(select_rows_kernel(typename B::tag{}), sh.blocks, sh.threads, s.handle(), a);
   retire(std::move(h), s.handle());
   for (auto& x : held.arrays) { st_.b.release_after(s.handle(), std::move(x.snapshot)); }
-  commit_entry(hook, r->where, r->reserved, bytes, entry_kind::dynamic, s.handle(), false, row_bytes, sel.rows_per_item(),
-               sel.item_bound());
+  commit_entry(hook, r->where, r->reserved, bytes, entry_kind::dynamic, s.handle(), false, row_bytes,
+               sel.rows_per_item(), sel.item_bound());
   return true;
 }
 
@@ -112,8 +116,8 @@ void producer<B>::capture_rows_deferred(hook_id hook, const void* src, std::uint
   check_producer(s, what);
   const std::uint64_t bytes = check_rows(hook, src, n_rows, row_bytes, sel, what);
   FERRY_EXPECTS(row_bytes <= 0xffffffffULL, ferry::logic_error,
-                "d2h channel capture_rows_deferred: hook {} expected rows of at most 2^32 - 1 bytes, got {}", hook.value,
-                row_bytes);
+                "d2h channel capture_rows_deferred: hook {} expected rows of at most 2^32 - 1 bytes, got {}",
+                hook.value, row_bytes);
   auto who = [&] {
     return ferry::detail::format("capture_rows_deferred (hook {}, {} bytes, batch of {} recorded)", hook.value, bytes,
                                  deferred_.size());

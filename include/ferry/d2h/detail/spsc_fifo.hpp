@@ -56,7 +56,10 @@ class spsc_fifo {
   }
   /// Refresh the consumer's view of the producer index.
   void refresh() noexcept { cached_head_ = head_.load(std::memory_order_acquire); }
-  void pop(std::size_t n = 1) noexcept { tail_.store(tail_.load(std::memory_order_relaxed) + n, std::memory_order_release); }
+  void pop(std::size_t n = 1) noexcept
+  {
+    tail_.store(tail_.load(std::memory_order_relaxed) + n, std::memory_order_release);
+  }
 
  private:
   std::vector<T> slots_;

@@ -115,10 +115,12 @@ class staging_pool {
 inline config with_staging(config cfg, const staging_memory& m)
 {
   if (m.empty()) { return cfg; }
-  FERRY_EXPECTS(m.base != nullptr && reinterpret_cast<std::uintptr_t>(m.base) % entry_alignment == 0 &&
-                  m.bytes >= entry_alignment, ferry::logic_error,
-                "d2h channel: given staging expected a base aligned to {} bytes and at least {} bytes, got {} bytes at {}",
-                entry_alignment, entry_alignment, m.bytes, static_cast<const void*>(m.base));
+  FERRY_EXPECTS(
+      m.base != nullptr && reinterpret_cast<std::uintptr_t>(m.base) % entry_alignment == 0 &&
+          m.bytes >= entry_alignment,
+      ferry::logic_error,
+      "d2h channel: given staging expected a base aligned to {} bytes and at least {} bytes, got {} bytes at {}",
+      entry_alignment, entry_alignment, m.bytes, static_cast<const void*>(m.base));
   FERRY_EXPECTS(cfg.staging_bytes == 0 || cfg.staging_bytes == m.bytes, ferry::logic_error,
                 "d2h channel: config::staging_bytes expected 0 or the given staging's {} bytes, got {}", m.bytes,
                 cfg.staging_bytes);

@@ -18,7 +18,8 @@ enum class debug_fault {
   programmatic_without_wait,     ///< copy kernels skip griddepcontrol.wait under programmatic launch (GPU, sm_90+)
   branch_publish_without_fork,   ///< the branch's publish kernel does not wait for the fork event (release_chain.hpp)
   new_stream_without_join,       ///< a forward on a new stream does not join the last one's (producer.inl)
-  boundary_gather_without_normalize,  ///< end_forward's gather releases without normalizing the cursor (producer_deferred.inl)
+  boundary_gather_without_normalize,  ///< end_forward's gather releases without normalizing the cursor
+                                      ///< (producer_deferred.inl)
   capture_without_claim,  ///< a captured forward has no claim kernel: a launch without plan() writes (producer.inl)
 };
 

@@ -167,8 +167,9 @@ struct arena_plan {
   p.groups.resize(d.groups.size());
   std::vector<std::size_t> order(d.groups.size());
   for (std::size_t i = 0; i < order.size(); ++i) { order[i] = i; }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return d.groups[a].members.size() > d.groups[b].members.size(); });
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return d.groups[a].members.size() > d.groups[b].members.size();
+  });
   for (auto gi : order) {
     auto& g = p.groups[gi];
     std::vector<std::uint32_t> contiguous;
@@ -236,13 +237,15 @@ struct arena_plan {
       tiles.push_back(t);
     }
   }
-  std::stable_sort(tiles.begin(), tiles.end(), [](const tile_desc& a, const tile_desc& b) { return a.start < b.start; });
+  std::stable_sort(tiles.begin(), tiles.end(),
+                   [](const tile_desc& a, const tile_desc& b) { return a.start < b.start; });
   return tiles;
 }
 
 /// Scatter grid: every tile in one wave (launch_rules::one_wave_blocks: as many resident blocks as the SMs
 /// hold), grid-stride beyond.
-[[nodiscard]] constexpr std::uint32_t scatter_grid(std::size_t tiles, int sm_count, std::uint32_t threads_per_tile) noexcept
+[[nodiscard]] constexpr std::uint32_t scatter_grid(std::size_t tiles, int sm_count,
+                                                   std::uint32_t threads_per_tile) noexcept
 {
   return static_cast<std::uint32_t>(
     std::min<std::uint64_t>(tiles, ferry::detail::launch_rules::one_wave_blocks(sm_count, threads_per_tile)));

@@ -177,15 +177,16 @@ class slot_table {
                     "h2d group '{}': buffer '{}' has no count in epoch {} (every member needs one; 0 publishes an "
                     "explicit empty range)",
                     gr.name, r.spec.name, s.epoch);
-      FERRY_EXPECTS(s.counts[m] <= r.spec.capacity, logic_error, "h2d group '{}': buffer '{}' count {} exceeds capacity {}",
-                    gr.name, r.spec.name, s.counts[m], r.spec.capacity);
+      FERRY_EXPECTS(s.counts[m] <= r.spec.capacity, logic_error,
+                    "h2d group '{}': buffer '{}' count {} exceeds capacity {}", gr.name, r.spec.name, s.counts[m],
+                    r.spec.capacity);
       FERRY_EXPECTS(s.published_epoch[m] != s.epoch, logic_error,
                     "h2d group '{}': duplicate publication of buffer '{}' in epoch {} (first by group '{}'; a "
                     "deliberate second publication uses rewrite(group, reason))",
                     gr.name, r.spec.name, s.epoch, d.groups[s.published_by[m]].name);
       FERRY_EXPECTS(producer_open_[m] == none || producer_open_[m] == g.value, logic_error,
-                    "h2d group '{}': buffer '{}' is still held by the open producer of group '{}'", gr.name, r.spec.name,
-                    open_name(d, m));
+                    "h2d group '{}': buffer '{}' is still held by the open producer of group '{}'", gr.name,
+                    r.spec.name, open_name(d, m));
     }
   }
   /// Marks every member of `g` published in the active epoch, by `g`.

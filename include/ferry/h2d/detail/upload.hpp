@@ -101,7 +101,9 @@ struct uploader {
     const auto& members = plan.groups[g].packed_members;
     p.counts_inline = eager && members.size() <= scatter_params::inline_counts_max ? 1u : 0u;
     if (p.counts_inline != 0) {
-      for (std::size_t i = 0; i < members.size(); ++i) { p.count[i] = static_cast<std::uint64_t>(bytes(members[i], counts)); }
+      for (std::size_t i = 0; i < members.size(); ++i) {
+        p.count[i] = static_cast<std::uint64_t>(bytes(members[i], counts));
+      }
     }
     b.launch(scatter_kernel(typename B::tag{}), ferry::backend::launch_config{{rt.grid}, {cfg.threads_per_tile}, 0},
              stream.handle(), p);

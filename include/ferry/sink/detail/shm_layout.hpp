@@ -59,7 +59,12 @@ enum word : std::uint64_t {
 
 enum stream_state : std::uint64_t { state_creating = 0, state_open = 1, state_closed = 2 };
 /// Why the producer ended the last session (w_detach_reason).
-enum detach_reason : std::uint64_t { detach_none = 0, detach_evicted = 1, detach_reader_left = 2, detach_reader_died = 3 };
+enum detach_reason : std::uint64_t {
+  detach_none = 0,
+  detach_evicted = 1,
+  detach_reader_left = 2,
+  detach_reader_died = 3
+};
 
 /// A descriptor's attribution: what its forward's record is (shm_records.hpp).
 enum attribution : std::uint32_t {
