@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""ferry as the capture layer of Hugging Face transformers' continuous batching (tested with transformers 5.17 and
-5.25): per-request hidden states, eagerly and inside the engine's CUDA graphs, written as training samples.
+"""ferry as the capture layer of Hugging Face transformers' continuous batching (transformers 5.17 .. 5.25; CI runs
+5.25 on CPU): per-request hidden states, eagerly and inside the engine's CUDA graphs, written as training samples.
 
     cap = ferry.engine.Capture(model, taps="eagle3", out="dataset/")          # hooks, channel, sample writer
     outputs = cap.generate_batch(prompts, generation_config=gc, capture=ferry.engine.Spec(tokens="all"))
