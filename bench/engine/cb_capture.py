@@ -266,16 +266,7 @@ def verify(model, out_dir, outs, taps, sample_limit):
 def reader_main(name, out):
     """The stream's reader process: every (step, tap, request, first position, rows) of the run; per request the
     positions seen (each once), and the rows of the requests whose handle is a multiple of 16 (for verification)."""
-    import ferry as fy
-    deadline = time.time() + 60
-    while True:
-        try:
-            reader = fy.ShmReader(name)
-            break
-        except fy.Error:
-            if time.time() > deadline:
-                raise
-            time.sleep(0.05)
+    reader = fe.open_reader(name)
     seen, dup, rows_kept, n_rows = {}, 0, {}, 0
     with reader:
         for step, tap, h, p0, rows in fe.stream_rows(reader):

@@ -351,17 +351,9 @@ def test_ferry_capture_smoke(tmp_path):
 
 
 READER = """
-import json, sys, time, numpy as np, ferry, ferry.engine as fe
+import json, sys, ferry.engine as fe
 name, out = sys.argv[1], sys.argv[2]
-end = time.time() + 60
-while True:
-    try:
-        r = ferry.ShmReader(name)
-        break
-    except ferry.Error:
-        if time.time() > end:
-            raise
-        time.sleep(0.02)
+r = fe.open_reader(name)
 got = {}
 with r:
     for step, tap, h, p0, rows in fe.stream_rows(r):

@@ -16,7 +16,24 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ["stream_rows"]
+__all__ = ["open_reader", "stream_rows"]
+
+
+def open_reader(name: str, timeout: float = 60.0) -> Any:
+    """``ferry.ShmReader(name)`` once the producer has made the stream (a reader started first waits for it), up to
+    ``timeout`` seconds; then the reader's own error."""
+    import time
+
+    from .. import Error, ShmReader
+
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return ShmReader(name)
+        except Error:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.02)
 
 
 def stream_rows(reader: Any, timeout: float = 0.05) -> Iterator[tuple[int, int, int, int, Any]]:
