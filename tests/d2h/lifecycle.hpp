@@ -156,14 +156,14 @@ TYPED_TEST_P(D2hLifecycle, ProducerThreadIsHandedOverBetweenForwards)
 {
   using B = TypeParam;
   fb::stream<B> s{this->b};
-  sources<B> src{this->b, s, 0, 2, 256};
+  sources<B> src{this->b, s, 0, 3, 256};
   checker chk;
   fd::channel<B> ch{this->small_config(1 << 16, 2), this->b, chk.callback()};
   auto forward = [&](std::uint64_t seq) {
     this->b.set_device(fb::device_id{0});
     ch.begin_forward(s);
     chk.expect(seq, 1, 256);
-    ch.capture(fd::hook_id{1}, src.at(0), 256, s);
+    ch.capture(fd::hook_id{1}, src.at(seq), 256, s);  // source k holds entry k's pattern
     (void)ch.end_forward(s);
   };
   forward(0);
