@@ -57,7 +57,9 @@ def generate_batch(cap: Any, inputs: list, generation_config: Any, capture: Any,
         raise LogicError(f"ferry.engine.generate_batch: expected num_return_sequences 1 (forked children share "
                          f"their parent's prompt cache), got {gen_cfg.num_return_sequences}")
     max_new = gen_cfg.max_new_tokens if max_new_tokens is None else max_new_tokens
-    ids = [f"req_{i}" for i in range(len(inputs))]
+    base = cap.__dict__.setdefault("_batch_ids", 0)  # ids go on across calls: a Capture refuses an id twice
+    ids = [f"req_{base + i}" for i in range(len(inputs))]
+    cap._batch_ids = base + len(inputs)
     for rid, x, s in zip(ids, inputs, specs):
         cap.register(rid, x, max_new, s)
     kwargs: dict[str, Any] = dict(generation_config=generation_config, block=True, timeout=5,
