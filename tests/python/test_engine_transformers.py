@@ -397,3 +397,19 @@ def test_stream_to_a_reader_process_keeps_requests_and_positions(tmp_path):
         for p, hexrow in rows.items():
             assert bytes.fromhex(hexrow) == w[int(p)].numpy().tobytes(), (rid, p)
     assert len(outs) == 3 and rep["samples"] == 0
+
+
+def test_two_generate_batch_calls_on_one_capture(tmp_path):
+    """Request ids go on across calls (a Capture refuses an id twice): req_0, req_1, then req_2, req_3."""
+    model = tiny_model()
+    cap = Capture(model, taps="sae", out=str(tmp_path / "out"))
+    try:
+        a = cap.generate_batch(prompts([5, 6]), generation_config=gen_config(2), capture=Spec("all"),
+                               continuous_batching_config=cb_config())
+        b = cap.generate_batch(prompts([7, 8], seed=1), generation_config=gen_config(2), capture=Spec("all"),
+                               continuous_batching_config=cb_config())
+    finally:
+        rep = cap.close()
+    assert list(a) == ["req_0", "req_1"] and list(b) == ["req_2", "req_3"]
+    assert rep["complete"] == 4 and sorted(m["request_id"] for m, _ in open_samples(str(tmp_path / "out"))) == \
+        ["req_0", "req_1", "req_2", "req_3"]
