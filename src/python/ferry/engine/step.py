@@ -71,13 +71,13 @@ class StepCapture:
     def _publisher(self, stream: Any) -> tuple:
         """This thread's publisher of the step's selection. A publisher is used by one thread (h2d.md: the owner
         thread), and transformers runs steps on two: the warm-up's graph captures on the caller's thread, the
-        generation loop on its own. Each thread gets a publisher over the same device buffers; all of them publish
-        on the compute stream, so their uploads are ordered with the steps that read them (design/engine.md, E4)."""
+        generation loop on its own. Each (thread, compute stream) gets a publisher over the same device buffers; each
+        publishes on the compute stream of the steps that read its uploads (design/engine.md, E4)."""
         import threading
 
         import ferry
 
-        tid = threading.get_ident()
+        tid = (threading.get_ident(), id(stream))  # and per stream: a new manager has a new compute stream
         got = self._pub.get(tid)
         if got is None:
             pub = ferry.Publisher(device=self._ch_args["device"], backend=self.backend)
