@@ -80,6 +80,9 @@ class StepCapture:
         tid = (threading.get_ident(), id(stream))  # and per stream: a new manager has a new compute stream
         got = self._pub.get(tid)
         if got is None:
+            if self.cuda:  # another stream's steps may still read the buffers: they finish first (once per stream)
+                import torch
+                torch.cuda.synchronize(self.device)
             pub = ferry.Publisher(device=self._ch_args["device"], backend=self.backend)
             rows_b = pub.declare("ferry_rows", [_GROUP], np.int32, self.cap, dst=self._rows_t)
             count_b = pub.declare("ferry_count", [_GROUP], np.int32, 1, dst=self._count_t)
