@@ -43,14 +43,7 @@ from transformers import GenerationConfig
 
 import ferry
 import ferry.engine as fe
-
-
-def model_06b(device):
-    cfg = transformers.Qwen3Config(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                                   num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
-                                   tie_word_embeddings=True, max_position_embeddings=4096)
-    torch.manual_seed(0)
-    return transformers.Qwen3ForCausalLM(cfg).to(dtype=torch.bfloat16, device=device).eval()
+from ferry.cli import embedded_model  # the Qwen3-0.6B-shaped model with seeded random bf16 weights
 
 
 def tiny_cpu_model():
@@ -345,7 +338,7 @@ def main():
     args = ap.parse_args()
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    base = model_06b(dev) if dev.type == "cuda" else tiny_cpu_model()  # CPU: a dry run of the harness
+    base = embedded_model("0.6b", "cuda") if dev.type == "cuda" else tiny_cpu_model()  # CPU: a dry run of the harness
     names = args.contestants.split(",")
     shutil.rmtree(args.out, ignore_errors=True)
     cs = []

@@ -15,10 +15,10 @@ import sys
 import time
 from typing import Any
 
-SIZES = {  # hidden, layers, heads, kv heads, intermediate, vocab
-    "tiny": (64, 4, 4, 2, 128, 256),
-    "small": (256, 8, 8, 4, 768, 4096),
-    "0.6b": (1024, 28, 16, 8, 3072, 151936),
+SIZES = {  # hidden, layers, heads, kv heads, head_dim, intermediate, vocab
+    "tiny": (64, 4, 4, 2, 16, 128, 256),
+    "small": (256, 8, 8, 4, 32, 768, 4096),
+    "0.6b": (1024, 28, 16, 8, 128, 3072, 151936),  # Qwen3-0.6B's config (its head_dim is 128, not 1024 / 16)
 }
 
 
@@ -59,9 +59,9 @@ def embedded_model(size: str, device: str, seed: int = 0) -> Any:
     import torch
     import transformers
 
-    h, n, heads, kv, inter, vocab = SIZES[size]
+    h, n, heads, kv, head_dim, inter, vocab = SIZES[size]
     cfg = transformers.Qwen3Config(hidden_size=h, intermediate_size=inter, num_hidden_layers=n,
-                                   num_attention_heads=heads, num_key_value_heads=kv, head_dim=h // heads,
+                                   num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
                                    vocab_size=vocab, tie_word_embeddings=True, max_position_embeddings=4096)
     torch.manual_seed(seed)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32

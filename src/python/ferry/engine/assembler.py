@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .samples import Sample, SampleWriter
+from .stream import first_positions
 
 __all__ = ["Assembler", "Request"]
 
@@ -130,7 +131,7 @@ class Assembler:
         if not reqs:
             return
         if n == 1:
-            firsts = np.frombuffer(e.meta, dtype="<i8") if e.meta else np.zeros(0, "<i8")
+            firsts = first_positions(e.meta)
             with self._lock:
                 for k, (h, first, rows) in enumerate(reqs):
                     r = self._by_handle.get(int(h))

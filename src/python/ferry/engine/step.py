@@ -11,6 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from ..capture import _ready, _strided
+from .stream import positions_meta
+
 __all__ = ["StepCapture", "runner_patch"]
 
 _GROUP = "ferry_selection"
@@ -46,7 +49,7 @@ class _Step:
 
     def __init__(self, tag: int, rows: np.ndarray, requests: list, firsts: list) -> None:
         self.tag, self.rows, self.requests = tag, rows, requests
-        self.meta = np.asarray(firsts, dtype="<i8").tobytes()
+        self.meta = positions_meta(firsts)
         self.count = int(len(rows))
 
 
@@ -62,6 +65,7 @@ class StepCapture:
             raise _logic("ferry.engine: continuous batching with torch.compile (varlen/decode_compile_config) is not "
                          "supported: expected both None (CUDA graphs are)")
         self.cap = int(runner.cache.max_batch_tokens)
+        self._strided_layout = _strided()
         self._rows_t = torch.zeros(self.cap, dtype=torch.int32, device=self.device)
         self._count_t = torch.zeros(1, dtype=torch.int32, device=self.device)
         if self.cuda:
@@ -246,18 +250,15 @@ class StepCapture:
             self._disable(err)
 
     def _capture(self, hook: int, t: Any) -> None:
-        if t.requires_grad:
-            t = t.detach()
-        if not t.is_contiguous():
-            t = t.contiguous()
+        t = _ready(hook, t, self._strided_layout)
         n = t.shape[0] * t.shape[1] if t.dim() >= 3 else t.shape[0]
         rows = t.reshape(n, -1)
         a = self.assembler
         if a is not None and hook not in self._seen_taps:
             self._seen_taps.add(hook)
             from ..schema import dtype_name
-            a.tap_info[hook] = (dtype_name(t.dtype), tuple(int(x) for x in t.shape[2:] if t.dim() >= 3)
-                                or (int(rows.shape[1]),))
+            row_shape = tuple(int(x) for x in t.shape[2:]) if t.dim() >= 3 else (int(rows.shape[1]),)
+            a.tap_info[hook] = (dtype_name(t.dtype), row_shape)
         kw = {"stream": self._fstream} if self._fstream is not None else {}
         if self._graph:
             self.ch.capture_rows_deferred(hook, rows, rows=self._rows_t, count=self._count_t, max_count=self.cap, **kw)
@@ -272,7 +273,7 @@ class StepCapture:
         is still planned (empty) so that its kernels find a token and write nothing."""
         io = runner.inputs_and_outputs
         plan = None
-        if self.ch is not None and self.cuda:
+        if self.cuda:
             _, use_graph = runner._get_forward_fn(use_block_table=io.use_block_table)
             graph = io.get_graph() if use_graph else None
             plan = self._plans.get(graph) if graph is not None else None

@@ -16,7 +16,17 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ["open_reader", "stream_rows"]
+__all__ = ["first_positions", "open_reader", "positions_meta", "stream_rows"]
+
+
+def positions_meta(firsts: list[int]) -> bytes:
+    """A step's forward ``meta``: the first position of each request of its ``requests``, int64 in that order."""
+    return np.asarray(firsts, dtype="<i8").tobytes()
+
+
+def first_positions(meta: bytes | None) -> np.ndarray:
+    """The first positions a forward's ``meta`` carries (``positions_meta``); none without meta."""
+    return np.frombuffer(meta, dtype="<i8") if meta else np.zeros(0, "<i8")
 
 
 def open_reader(name: str, timeout: float = 60.0) -> Any:
@@ -48,7 +58,7 @@ def stream_rows(reader: Any, timeout: float = 0.05) -> Iterator[tuple[int, int, 
             continue
         for e in got:
             reqs = e.requests or []
-            firsts = np.frombuffer(e.meta, dtype="<i8") if e.meta else np.zeros(0, "<i8")
+            firsts = first_positions(e.meta)
             for k, (h, _, _) in enumerate(reqs):
                 p0 = int(firsts[k]) if k < len(firsts) else -1
                 yield int(e.tag), int(e.hook), int(h), p0, (e.rows_of(h) if e.ok else None)

@@ -32,6 +32,10 @@ from .spec import Spec, resolve_taps
 
 __all__ = ["Capture"]
 
+PREFIX_SHARING = ("ferry.engine: prefix sharing serves cached prompt tokens without running them through the model, "
+                  "so their hidden states are never computed: expected ContinuousBatchingConfig("
+                  "allow_block_sharing=False)")
+
 def _logic(msg: str) -> Exception:
     from .. import LogicError
     return LogicError(msg)
@@ -97,6 +101,7 @@ class Capture(StepCapture):
         self._graph = False
         self._pending_plan = None
         self._disabled = ""
+        self._batch_ids = 0  # generate_batch's next req_<n>
         self._fstream = None if self.cuda else ferry.Stream(backend="host")
         points = [fh.HookPoint(i, t.name, t.module, t.when, deferred=True) for i, t in enumerate(self.taps)]
         self._hooks = fh.install(model, points, self._tap)
@@ -147,6 +152,8 @@ class Capture(StepCapture):
     def attach(self, manager: Any) -> Any:
         """Attaches to a ``ContinuousBatchingManager`` (before ``start()``): its finished outputs close their
         requests' samples, its ``cancel_request`` marks them cancelled. Returns the manager."""
+        if getattr(manager, "_use_prefix_sharing", False):
+            raise _logic(PREFIX_SHARING)
         router = manager.output_router
         for name in ("deliver", "deliver_batch"):
             orig = getattr(router, name)
@@ -165,9 +172,6 @@ class Capture(StepCapture):
             cancel(request_id)
 
         manager.cancel_request = cancel_request
-        if getattr(manager, "_use_prefix_sharing", False):
-            raise _logic("ferry.engine: prefix sharing skips the forward of cached prompt tokens, so their hidden "
-                         "states are never computed: expected ContinuousBatchingConfig(allow_block_sharing=False)")
         self.manager = manager
         return manager
 

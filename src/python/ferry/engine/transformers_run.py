@@ -41,8 +41,8 @@ def _cb_config(cap: Any, cfg: Any) -> Any:
     if cfg is None:
         return cb_config()
     if getattr(cfg, "allow_block_sharing", False):
-        raise LogicError("ferry.engine: expected ContinuousBatchingConfig(allow_block_sharing=False): a shared "
-                         "prefix is served from the cache and its hidden states are never computed")
+        from .transformers import PREFIX_SHARING
+        raise LogicError(PREFIX_SHARING)
     return cfg
 
 
@@ -57,7 +57,7 @@ def generate_batch(cap: Any, inputs: list, generation_config: Any, capture: Any,
         raise LogicError(f"ferry.engine.generate_batch: expected num_return_sequences 1 (forked children share "
                          f"their parent's prompt cache), got {gen_cfg.num_return_sequences}")
     max_new = gen_cfg.max_new_tokens if max_new_tokens is None else max_new_tokens
-    base = cap.__dict__.setdefault("_batch_ids", 0)  # ids go on across calls: a Capture refuses an id twice
+    base = cap._batch_ids  # ids go on across calls: a Capture refuses an id twice
     ids = [f"req_{base + i}" for i in range(len(inputs))]
     cap._batch_ids = base + len(inputs)
     for rid, x, s in zip(ids, inputs, specs):
