@@ -413,3 +413,18 @@ def test_two_generate_batch_calls_on_one_capture(tmp_path):
     assert list(a) == ["req_0", "req_1"] and list(b) == ["req_2", "req_3"]
     assert rep["complete"] == 4 and sorted(m["request_id"] for m, _ in open_samples(str(tmp_path / "out"))) == \
         ["req_0", "req_1", "req_2", "req_3"]
+
+
+def test_a_damaged_sample_file_is_a_shard_error_naming_it(tmp_path):
+    """open_samples checks each file's header as ferry.shards does: a truncated file is a ShardError naming it."""
+    from ferry.engine import Sample, SampleWriter
+    from ferry.shards import ShardError
+
+    w = SampleWriter(str(tmp_path), "per-request")
+    p = np.arange(4, dtype=np.int64)
+    w.write(Sample("r0", np.ones((4, 1, 8), np.uint8), p, p, ["a"], "BF16", (4,)))
+    w.close()
+    f = tmp_path / "r0.safetensors"
+    f.write_bytes(f.read_bytes()[:-3])
+    with pytest.raises(ShardError, match="r0.safetensors: truncated"):
+        list(open_samples(str(tmp_path)))

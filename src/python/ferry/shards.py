@@ -26,7 +26,7 @@ import numpy as _np
 
 from ._ferry import Error
 
-__all__ = ["Run", "ShardError", "open"]
+__all__ = ["Run", "ShardError", "open", "read_header"]
 
 FORMAT = "ferry.shards"
 FORMAT_VERSION = 1
@@ -62,59 +62,67 @@ def _itemsize(name: str) -> int:
     return _np.dtype(_NUMPY[name]).itemsize if name in _NUMPY else _np.dtype(_ML[name][1]).itemsize
 
 
+def read_header(path) -> tuple[int, dict, list]:
+    """A safetensors file's header, checked (sizes, offsets, holes, overlaps, the data's length): ``(data_start,
+    metadata, tensors)``, the tensors as ``(begin, end, name, dtype, shape)`` in data order; ``ShardError`` naming
+    the file and what is wrong otherwise. ``ferry.engine.open_samples`` reads its files through it too."""
+    try:
+        size = _os.path.getsize(path)
+        with _builtins.open(path, "rb") as f:
+            head = f.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            raw = f.read(n) if 0 <= n <= min(size - 8, _MAX_HEADER) else b""
+    except OSError as err:
+        raise ShardError(path, f"missing or unreadable: {err.strerror or err}") from None
+    if n < 0:
+        raise ShardError(path, f"truncated: {size} bytes, expected at least the 8-byte header size")
+    if n > _MAX_HEADER:
+        raise ShardError(path, f"corrupted: a header of {n} bytes (over 100 MB)")
+    if n > size - 8:
+        raise ShardError(path, f"truncated: a header of {n} bytes past the end of its {size} bytes")
+    try:
+        header = _json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise ShardError(path, f"corrupted header: not JSON ({err})") from None
+    if not isinstance(header, dict):
+        raise ShardError(path, "corrupted header: expected a JSON object")
+    data_start = 8 + n
+    data = size - data_start
+    metadata = header.pop("__metadata__", {})
+    tensors = []
+    for name, t in header.items():
+        try:
+            dt, shape, (b, e) = t["dtype"], [int(d) for d in t["shape"]], t["data_offsets"]
+            want = _itemsize(dt)
+            for d in shape:
+                want *= d
+        except (KeyError, TypeError, ValueError) as err:
+            raise ShardError(path, f"corrupted header: tensor {name!r}: {err!r}") from None
+        if not (0 <= b <= e) or e - b != want:
+            raise ShardError(path, f"corrupted header: tensor {name!r}: data_offsets [{b}, {e}] do not hold "
+                                   f"{shape} x {dt} ({want} bytes)")
+        tensors.append((b, e, name, dt, tuple(shape)))
+    tensors.sort()
+    at = 0
+    for b, e, name, _, _ in tensors:
+        if b != at:
+            raise ShardError(path, f"corrupted header: tensor {name!r} starts at {b}, expected {at} (a hole or "
+                                   f"an overlap)")
+        at = e
+    if at > data:
+        raise ShardError(path, f"truncated: its tensors need {at} bytes of data, the file holds {data}")
+    if at < data:
+        raise ShardError(path, f"corrupted: {data - at} bytes past its last tensor")
+    return data_start, metadata, tensors
+
+
 class _Shard:
     """One shard's header, checked: its tensors in data order and its forwards [tag, begin, end, crc32, tensors]."""
 
     def __init__(self, path: str):
         self.path = path
-        try:
-            size = _os.path.getsize(path)
-            with _builtins.open(path, "rb") as f:
-                head = f.read(8)
-                n = int.from_bytes(head, "little") if len(head) == 8 else -1
-                raw = f.read(n) if 0 <= n <= min(size - 8, _MAX_HEADER) else b""
-        except OSError as err:
-            raise ShardError(path, f"missing or unreadable: {err.strerror or err}") from None
-        if n < 0:
-            raise ShardError(path, f"truncated: {size} bytes, expected at least the 8-byte header size")
-        if n > _MAX_HEADER:
-            raise ShardError(path, f"corrupted: a header of {n} bytes (over 100 MB)")
-        if n > size - 8:
-            raise ShardError(path, f"truncated: a header of {n} bytes past the end of its {size} bytes")
-        try:
-            header = _json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as err:
-            raise ShardError(path, f"corrupted header: not JSON ({err})") from None
-        if not isinstance(header, dict):
-            raise ShardError(path, "corrupted header: expected a JSON object")
-        self.data_start = 8 + n
-        data = size - self.data_start
-        self.metadata = header.pop("__metadata__", {})
-        tensors = []
-        for name, t in header.items():
-            try:
-                dt, shape, (b, e) = t["dtype"], [int(d) for d in t["shape"]], t["data_offsets"]
-                want = _itemsize(dt)
-                for d in shape:
-                    want *= d
-            except (KeyError, TypeError, ValueError) as err:
-                raise ShardError(path, f"corrupted header: tensor {name!r}: {err!r}") from None
-            if not (0 <= b <= e) or e - b != want:
-                raise ShardError(path, f"corrupted header: tensor {name!r}: data_offsets [{b}, {e}] do not hold "
-                                       f"{shape} x {dt} ({want} bytes)")
-            tensors.append((b, e, name, dt, tuple(shape)))
-        tensors.sort()
-        at = 0
-        for b, e, name, _, _ in tensors:
-            if b != at:
-                raise ShardError(path, f"corrupted header: tensor {name!r} starts at {b}, expected {at} (a hole or "
-                                       f"an overlap)")
-            at = e
-        if at > data:
-            raise ShardError(path, f"truncated: its tensors need {at} bytes of data, the file holds {data}")
-        if at < data:
-            raise ShardError(path, f"corrupted: {data - at} bytes past its last tensor")
-        self.tensors = tensors
+        self.data_start, self.metadata, self.tensors = read_header(path)
+        tensors = self.tensors
         try:
             self.forwards = [tuple(int(x) for x in f) for f in _json.loads(self.metadata["ferry.forwards"])]
         except (KeyError, TypeError, ValueError) as err:

@@ -193,19 +193,24 @@ class SampleWriter:
                 self._manifest = None
 
 
-def _read_header(path: str) -> tuple[dict, int]:
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        return json.loads(f.read(n)), 8 + n
+def _read_header(path: str) -> tuple[dict, dict, int]:
+    """The file's metadata and tensors by name, checked by ``ferry.shards.read_header`` (ShardError naming the
+    file when it does not read back)."""
+    from ..shards import read_header
+    base, meta, tensors = read_header(path)
+    return meta, {name: (dt, shape, b, e) for b, e, name, dt, shape in tensors}, base
 
 
-def _load(path: str, header: dict, base: int, name: str) -> np.ndarray:
-    h = header[name]
-    a, b = h["data_offsets"]
+def _load(path: str, header: tuple[dict, dict, int], name: str) -> np.ndarray:
+    from ..shards import ShardError
+    _, tensors, base = header
+    if name not in tensors:
+        raise ShardError(path, f"expected a tensor {name!r}, got {sorted(tensors)}")
+    dt, shape, a, b = tensors[name]
     with open(path, "rb") as f:
         f.seek(base + a)
         raw = f.read(b - a)
-    return np.frombuffer(raw, dtype=_DT[h["dtype"]]).reshape(h["shape"])
+    return np.frombuffer(raw, dtype=_DT[dt]).reshape(shape)
 
 
 def open_samples(directory: str) -> Iterator[tuple[dict[str, str], dict[str, np.ndarray]]]:
@@ -216,14 +221,14 @@ def open_samples(directory: str) -> Iterator[tuple[dict[str, str], dict[str, np.
     if os.path.exists(idx):
         with open(idx, encoding="utf-8") as f:
             index = json.load(f)
-        headers: dict[str, tuple[dict, int]] = {}
+        headers: dict[str, tuple[dict, dict, int]] = {}
         for rid, info in index["samples"].items():
             path = os.path.join(directory, info["shard"])
             if path not in headers:
                 headers[path] = _read_header(path)
-            h, base = headers[path]
-            meta = json.loads(h["__metadata__"]["samples"])[rid]
-            yield meta, {k: _load(path, h, base, f"{rid}/{k}") for k in ("hidden_states", "token_ids", "positions")}
+            h = headers[path]
+            meta = json.loads(h[0]["samples"])[rid]
+            yield meta, {k: _load(path, h, f"{rid}/{k}") for k in ("hidden_states", "token_ids", "positions")}
         return
     with open(os.path.join(directory, "samples.jsonl"), encoding="utf-8") as f:
         lines = f.read().split("\n")
@@ -232,5 +237,5 @@ def open_samples(directory: str) -> Iterator[tuple[dict[str, str], dict[str, np.
         if "file" not in rec:
             continue
         path = os.path.join(directory, rec["file"])
-        h, base = _read_header(path)
-        yield h["__metadata__"], {k: _load(path, h, base, k) for k in ("hidden_states", "token_ids", "positions")}
+        h = _read_header(path)
+        yield h[0], {k: _load(path, h, k) for k in ("hidden_states", "token_ids", "positions")}
