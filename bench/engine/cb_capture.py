@@ -258,7 +258,7 @@ def verify(model, out_dir, outs, taps, sample_limit):
 
 def reader_main(name, out):
     """The stream's reader process: every (step, tap, request, first position, rows) of the run; per request the
-    positions seen (each once), and the rows of the requests whose handle is a multiple of 16 (for verification)."""
+    positions seen (each once), and the rows of every 16th request of a round (for verification)."""
     reader = fe.open_reader(name)
     seen, dup, rows_kept, n_rows = {}, 0, {}, 0
     with reader:
@@ -272,7 +272,7 @@ def reader_main(name, out):
             for p in range(p0, p0 + n):
                 dup += p in s_
                 s_.add(p)
-            if h % 16 == 0:
+            if int(h.rsplit("-", 1)[1]) % 16 == 0:  # ids "<contestant>-<round>-<i>"
                 rows_kept.setdefault(h, []).append((p0, np.array(rows)))
     kept = {}
     for h, parts in rows_kept.items():
@@ -287,12 +287,10 @@ def verify_stream(model, rep, outs_by_round, names):
     """The reader's view against the outputs: every request of every round seen at positions 0 .. len - 2 exactly
     once; the kept requests' rows against the plain forward (cosine >= 0.99). Returns (samples, bad, mis, rows)."""
     rd = rep["reader"]
-    ids = rep["request_ids"]
     samples = bad = mis = rows = 0
     layer = int(names[0].split(".")[1])
     for h, (lo, hi, n) in rd["requests"].items():
-        rid = ids.get(int(h)) or ids.get(h)
-        o = outs_by_round.get(rid)
+        o = outs_by_round.get(h)  # the reader's keys are the engine's request ids
         samples += 1
         if o is None:
             bad += 1

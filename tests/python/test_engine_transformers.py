@@ -387,11 +387,9 @@ def test_stream_to_a_reader_process_keeps_requests_and_positions(tmp_path):
         rep = cap.close()
     assert reader.wait(timeout=120) == 0
     got = json.loads(out.read_text())
-    ids = rep["request_ids"]
-    assert sorted(ids.values()) == ["req_0", "req_1"] and len(got) == 2
+    assert sorted(got) == sorted(rep["request_ids"].values()) == ["req_0", "req_1"]  # the engine's ids
     expect = {"req_0": range(0, 7 + 3), "req_1": range(3, 20)}
-    for h, rows in got.items():
-        rid = ids[int(h)]
+    for rid, rows in got.items():
         assert sorted(int(p) for p in rows) == list(expect[rid]), rid
         w = wit.rows(rid, 0)
         for p, hexrow in rows.items():

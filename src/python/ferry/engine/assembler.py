@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .samples import Sample, SampleWriter
-from .stream import first_positions
+from .stream import read_meta
 
 __all__ = ["Assembler", "Request"]
 
@@ -131,7 +131,7 @@ class Assembler:
         if not reqs:
             return
         if n == 1:
-            firsts = first_positions(e.meta)
+            firsts, _ = read_meta(e.meta, len(reqs))
             with self._lock:
                 for k, (h, first, rows) in enumerate(reqs):
                     r = self._by_handle.get(int(h))

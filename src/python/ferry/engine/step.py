@@ -47,9 +47,9 @@ def runner_patch() -> None:
 class _Step:
     __slots__ = ("tag", "rows", "requests", "meta", "count")
 
-    def __init__(self, tag: int, rows: np.ndarray, requests: list, firsts: list) -> None:
+    def __init__(self, tag: int, rows: np.ndarray, requests: list, firsts: list, ids: list) -> None:
         self.tag, self.rows, self.requests = tag, rows, requests
-        self.meta = positions_meta(firsts)
+        self.meta = positions_meta(firsts, ids)
         self.count = int(len(rows))
 
 
@@ -98,7 +98,7 @@ class StepCapture:
         return runner.inputs_and_outputs.compute_stream if self.cuda else self._fstream
 
     def _select(self, requests_in_batch: list, tag: int) -> _Step:
-        parts, reqs, firsts, row0, n = [], [], [], 0, 0
+        parts, reqs, firsts, ids, row0, n = [], [], [], [], 0, 0
         for fs in requests_in_batch:
             st, q = fs.state, int(fs.query_length)
             r = self._reqs.get(st.request_id)
@@ -109,11 +109,12 @@ class StepCapture:
                     parts.append(np.arange(row0 + a - past, row0 + b - past, dtype=np.int32))
                     reqs.append((r.handle, n, b - a))
                     firsts.append(a)
+                    ids.append(r.request_id)
                     n += b - a
                     r.last_tag = tag
             row0 += q
         rows = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-        return _Step(tag, rows, reqs, firsts)
+        return _Step(tag, rows, reqs, firsts, ids)
 
     @contextlib.contextmanager
     def _upload(self, step: _Step, stream: Any):
