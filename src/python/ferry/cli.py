@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from typing import Any
@@ -97,8 +96,11 @@ def _load_prompts(path: str, model_dir: str | None) -> list[list[int]]:
 
 
 class _Progress:
-    def __init__(self, total: int, out: str, quiet: bool) -> None:
-        self.total, self.done, self.tokens, self.out, self.quiet = total, 0, 0, out, quiet
+    """The progress bar: requests done, tokens/s, and the sample writer's bytes per second (``written()``: its
+    counter, no directory scan)."""
+
+    def __init__(self, total: int, written: Any, quiet: bool) -> None:
+        self.total, self.done, self.tokens, self.written, self.quiet = total, 0, 0, written, quiet
         self.t0 = time.perf_counter()
 
     def __call__(self, output: Any) -> None:
@@ -107,9 +109,7 @@ class _Progress:
         if self.quiet:
             return
         dt = max(time.perf_counter() - self.t0, 1e-9)
-        written = sum(e.stat().st_size for e in os.scandir(self.out) if e.is_file()) if self.done % 8 == 0 or \
-            self.done == self.total else getattr(self, "_w", 0)
-        self._w = written
+        written = self.written()
         bar = "#" * (30 * self.done // max(self.total, 1))
         sys.stderr.write(f"\rferry capture [{bar:<30}] {self.done}/{self.total} requests  "
                          f"{self.tokens / dt:,.0f} tokens/s  {written / dt / 1e9:.3f} GB/s written")
@@ -159,7 +159,7 @@ def capture(args: argparse.Namespace) -> int:
     cbc = cb_config(use_cuda_graph=gpu and not args.no_graphs,
                     **(dict(max_memory_percent=0.5) if gpu else dict(num_blocks=64, max_batch_tokens=64, page_size=16)))
     cap = Capture(model, taps=args.preset, out=args.out, format=args.format, overwrite=args.overwrite)
-    prog = _Progress(len(prompts), args.out, args.quiet)
+    prog = _Progress(len(prompts), lambda: cap.writer.bytes_written, args.quiet)
     print(f"ferry capture: {what} on {device}, {len(prompts)} requests, taps {cap.names}, tokens {args.tokens!r}, "
           f"-> {args.out} ({args.format})", file=sys.stderr)
     t0 = time.perf_counter()
