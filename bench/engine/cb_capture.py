@@ -46,6 +46,47 @@ import ferry.engine as fe
 from ferry.cli import embedded_model  # the Qwen3-0.6B-shaped model with seeded random bf16 weights
 
 
+STEPS = {}  # id(model) -> [steps, seconds in compute_batch, seconds of it in ferry's part (outside the model's)]
+
+
+def time_steps():
+    """Times every ``ModelRunner.compute_batch`` per model, and the part of a ferry step outside the original
+    compute_batch (its selection, upload, plan and producer handover): the host cost ferry adds to a step."""
+    from transformers.generation.continuous_batching import model_runner as mr
+    from ferry.engine import step as fstep
+
+    fstep.runner_patch()
+    outer = mr.ModelRunner.compute_batch
+    inner = fstep.StepCapture._compute_batch
+
+    def compute_batch(self, model, batch_data):
+        t0 = time.perf_counter()
+        try:
+            return outer(self, model, batch_data)
+        finally:
+            st = STEPS.setdefault(id(model), [0, 0.0, 0.0])
+            st[0] += 1
+            st[1] += time.perf_counter() - t0
+
+    def ferry_step(cap, runner, model, batch_data, orig):
+        t0, spent = time.perf_counter(), [0.0]
+
+        def timed(*a):
+            t = time.perf_counter()
+            try:
+                return orig(*a)
+            finally:
+                spent[0] += time.perf_counter() - t
+        try:
+            return inner(cap, runner, model, batch_data, timed)
+        finally:
+            STEPS.setdefault(id(model), [0, 0.0, 0.0])[2] += time.perf_counter() - t0 - spent[0]
+
+    compute_batch._ferry_orig = outer._ferry_orig
+    mr.ModelRunner.compute_batch = compute_batch
+    fstep.StepCapture._compute_batch = ferry_step
+
+
 def tiny_cpu_model():
     cfg = transformers.Qwen3Config(hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4,
                                    num_key_value_heads=2, head_dim=16, vocab_size=256, tie_word_embeddings=True)
@@ -82,7 +123,7 @@ class Contestant:
         if self.cap is not None:
             self.cap.attach(self.manager)
         self.naive = Naive(model, fe.resolve_taps(model, "eagle3")) if capture == "naive" else None
-        self.tok_s, self.cpu_s, self.round, self.expected = [], [], 0, 0
+        self.tok_s, self.cpu_s, self.steps, self.round, self.expected = [], [], [], 0, 0
         t0 = time.perf_counter()
         if graphs:
             self.manager.warmup()
@@ -103,6 +144,8 @@ class Contestant:
         ids = [f"{self.name}-{self.round}-{i}" for i in range(len(prompts))]
         if self.naive is not None:
             self.naive.begin(m)
+        self._prune()
+        STEPS.pop(id(self.model), None)
         t0, c0 = time.perf_counter(), time.process_time()
         for rid, p in zip(ids, prompts):
             if self.cap is not None:
@@ -126,11 +169,22 @@ class Contestant:
                 time.sleep(0.001)
             rep = dict(self.cap.assembler.report) if self.cap.assembler is not None else None
         dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        self.steps.append(STEPS.get(id(self.model), [0, 0.0, 0.0]))
         toks = sum(len(o.prompt_ids) + len(o.generated_tokens) for o in outs.values())
         self.tok_s.append(toks / dt)
         self.cpu_s.append(cpu)
         self.round += 1
         return toks / dt, outs, rep, dt
+
+    def _prune(self):
+        """The disk contestants keep one round's files (the last one is verified): a round of every layer's
+        residual is about 20 GB at 512 requests."""
+        if self.out is None or not os.path.isdir(self.out) or self.round < 1:
+            return
+        old = f"{self.name}-{self.round - 1}-"
+        for n in os.listdir(self.out):
+            if n.startswith(old) and n.endswith(".safetensors"):
+                os.unlink(os.path.join(self.out, n))
 
     def close(self):
         self.manager.stop(block=True)
@@ -218,12 +272,19 @@ def verify(model, out_dir, outs, taps, sample_limit):
     ref = model
     names = [t.name for t in taps]
     n_layers = model.config.num_hidden_layers
+    from safetensors import safe_open
+
     samples = bad = mis = rows = 0
     k = -1
-    for meta, t in fe.open_samples(out_dir):
-        o = outs.get(meta["request_id"])
-        if o is None:  # an earlier round's sample
+    with open(os.path.join(out_dir, "samples.jsonl")) as f:
+        listed = [json.loads(x) for x in f if x.strip()]
+    for rec in listed:
+        o = outs.get(rec.get("request_id"))
+        if o is None:  # an earlier round's sample (its file is pruned) or the run's header line
             continue
+        with safe_open(os.path.join(out_dir, rec["file"]), framework="pt") as fh:  # as a user reads it
+            meta = fh.metadata()
+            t = {n: fh.get_tensor(n) for n in ("hidden_states", "token_ids", "positions")}
         k += 1
         samples += 1
         seq = list(o.prompt_ids) + list(o.generated_tokens)
@@ -233,7 +294,7 @@ def verify(model, out_dir, outs, taps, sample_limit):
         if ok and k < sample_limit:
             with torch.no_grad():
                 hs = ref(torch.tensor([seq[:-1]], device=model.device), output_hidden_states=True).hidden_states
-            got = torch.from_numpy(np.array(t["hidden_states"])).view(torch.bfloat16).to(model.device).float()
+            got = t["hidden_states"].to(model.device).float()
             for j, name in enumerate(names):
                 if name == "final":
                     r = hs[n_layers][0]
@@ -253,7 +314,36 @@ def verify(model, out_dir, outs, taps, sample_limit):
                     shifted = torch.nn.functional.cosine_similarity(g[1:], r[:-1], dim=-1)
                     mis += int((shifted > cos[1:]).sum())
         bad += not ok
-    return samples, bad, mis, rows
+    return samples, bad + max(0, len(outs) - samples), mis, rows  # a request without its sample is a bad one
+
+
+BLOCKS = ("eagle3", "sae_shm", "all_layers_disk", "naive")
+
+
+def merge(paths, out):
+    """engine.json from several runs of this benchmark: each block (its contestant and the no-capture contestant
+    of the same run) as its run measured it, with that run's command, commit and date; a top-level list of runs."""
+    res = {"runs": []}
+    for p in paths:
+        with open(p) as f:
+            r = json.load(f)
+        run = {k: r.get(k) for k in ("device", "commit", "date", "command", "requests", "rounds", "transformers",
+                                      "no_capture_tok_s_rounds", "disk_write_gbps", "steps")}
+        run["blocks"] = [b for b in BLOCKS if b in r]
+        res["runs"].append(run)
+        for k in ("device", "commit", "date", "command", "requests", "transformers"):
+            res.setdefault(k, r.get(k))
+        for b in run["blocks"]:
+            res[b] = dict(r[b], run=len(res["runs"]) - 1)
+        res["misattributed"] = res.get("misattributed", 0) + r.get("misattributed", 0)
+    if "naive" in res and "eagle3" in res:
+        res["eagle3"]["naive_tok_s"] = res["naive"]["naive_tok_s"]
+    devices = {r["device"] for r in res["runs"]}
+    if len(devices) != 1:
+        raise SystemExit(f"merge: expected runs on one device, got {sorted(devices)}")
+    with open(out, "w") as f:
+        json.dump(res, f, indent=1)
+    print(json.dumps(res, indent=1))
 
 
 def reader_main(name, out):
@@ -324,18 +414,25 @@ def main():
     ap.add_argument("--max-prompt", type=int, default=1024)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup-requests", type=int, default=64, help="requests of the warm-up round (not counted)")
+    ap.add_argument("--merge", nargs="+", metavar="RUN.json", help="no run: merge these runs' JSONs (each with its "
+                    "own no-capture contestant, e.g. none,eagle3,sae in one device call and none,all-layers,naive "
+                    "in the next) into --json")
     ap.add_argument("--contestants", default="none,eagle3,all-layers,sae,naive")
     ap.add_argument("--blocks", type=int, default=256)
     ap.add_argument("--batch-tokens", type=int, default=1024)
     ap.add_argument("--max-requests", type=int, default=128)
     ap.add_argument("--ring-mib", type=int, default=1024)
     ap.add_argument("--out", default="/tmp/ferry-engine-bench")
-    ap.add_argument("--verify", type=int, default=32, help="samples of each ferry contestant checked against the "
-                    "plain forward (all are checked for positions and token ids)")
+    ap.add_argument("--verify", type=int, default=1 << 30, help="samples of each ferry contestant checked against "
+                    "the plain forward (default: all; all are checked for positions and token ids)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    if args.merge:
+        return merge(args.merge, args.json)
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    time_steps()
     base = embedded_model("0.6b", "cuda") if dev.type == "cuda" else tiny_cpu_model()  # CPU: a dry run of the harness
     names = args.contestants.split(",")
     shutil.rmtree(args.out, ignore_errors=True)
@@ -349,7 +446,7 @@ def main():
     rng = random.Random(0)
     vocab = base.config.vocab_size
     prompts_all = [[[rng.randrange(1, vocab) for _ in range(rng.randint(args.min_prompt, args.max_prompt))]
-                    for _ in range(args.requests)] for _ in range(args.rounds + 1)]
+                    for _ in range(args.warmup_requests if r == 0 else args.requests)] for r in range(args.rounds + 1)]
     print(f"ferry engine bench: {torch.cuda.get_device_name() if dev.type == 'cuda' else 'CPU dry run'}, transformers {transformers.__version__}, torch "
           f"{torch.__version__}, {args.requests} requests x {args.rounds} rounds (+1 warm-up), contestants {names}",
           flush=True)
@@ -363,6 +460,7 @@ def main():
             if r == 0:
                 c.tok_s.clear()
                 c.cpu_s.clear()
+                c.steps.clear()
             last[c.name] = outs
             all_outs.setdefault(c.name, {}).update(outs)
             extra = ""
@@ -382,7 +480,10 @@ def main():
     med = {k: statistics.median(v) for k, v in tps.items()}
     for c in cs:
         print(f"{c.name:>10}: median {med[c.name]:,.0f} tokens/s over {len(c.tok_s)} rounds "
-              f"[{min(c.tok_s):,.0f} .. {max(c.tok_s):,.0f}], main-thread CPU {statistics.median(c.cpu_s):.1f} s/round")
+              f"[{min(c.tok_s):,.0f} .. {max(c.tok_s):,.0f}], process CPU {statistics.median(c.cpu_s):.1f} s/round, "
+              f"{statistics.median(x[0] for x in c.steps):,.0f} steps/round, compute_batch "
+              f"{statistics.median(x[1] / max(x[0], 1) for x in c.steps) * 1e3:.2f} ms/step, of it ferry's host part "
+              f"{statistics.median(x[2] / max(x[0], 1) for x in c.steps) * 1e6:.0f} us/step")
     mis_total = 0
     for name, taps_name in (("eagle3", "eagle3"), ("all-layers", "all-layers")):
         if name not in med:
@@ -418,6 +519,14 @@ def main():
     res["no_capture_tok_s_rounds"] = tps.get("none")
     res["misattributed"] = mis_total
     res["disk_write_gbps"] = disk
+    res["steps"] = {c.name: {"steps_per_round": statistics.median(x[0] for x in c.steps),
+                             "compute_batch_ms": statistics.median(x[1] / max(x[0], 1) for x in c.steps) * 1e3,
+                             "ferry_host_us": statistics.median(x[2] / max(x[0], 1) for x in c.steps) * 1e6}
+                    for c in cs if c.steps}
+    if "naive" in med:
+        res["naive"] = {"naive_tok_s": med["naive"], "no_capture_tok_s": med.get("none"),
+                        "ratio": med["naive"] / med["none"] if "none" in med else None, "tok_s_rounds": tps["naive"],
+                        "command": res["command"], "commit": res["commit"], "date": res["date"]}
     print(json.dumps(res, indent=1))
     if args.json:
         with open(args.json, "w") as f:

@@ -53,7 +53,10 @@ def _check(cap, wit, outs, rep, model, tmp_path, expect):
             want = torch.stack([w[p] for p in range(lo, end)]).to(hid.dtype)
             assert torch.equal(hid[:, k].cpu(), want.cpu().view(hid.dtype)), (rid, tap.name)
             if plain[tap.name] is not None:
-                tol = 2e-2 if dtype == torch.bfloat16 else 2e-4
+                # bf16: the engine's paged attention and the plain forward's sdpa round in different orders, and
+                # after a few layers a value of magnitude 2-4 may differ by one or two bf16 steps (1/64 .. 1/32
+                # there); a row of another position or request differs by O(1)
+                tol = 6e-2 if dtype == torch.bfloat16 else 2e-4
                 torch.testing.assert_close(hid[:, k].float().cpu(), plain[tap.name][lo:end].float().cpu(),
                                            atol=tol, rtol=tol)
     assert rep["lost"] == [] and rep["dropped"] == [] and not rep.get("error"), rep

@@ -98,22 +98,33 @@ class StepCapture:
         return runner.inputs_and_outputs.compute_stream if self.cuda else self._fstream
 
     def _select(self, requests_in_batch: list, tag: int) -> _Step:
-        parts, reqs, firsts, ids, row0, n = [], [], [], [], 0, 0
+        """The step's rows to keep, in batch order, and their attribution. Runs on the engine's thread every step:
+        one pass over the batch without per-request arrays (a decode step's requests keep one row each)."""
+        get = self._reqs.get
+        starts, reqs, firsts, ids = [], [], [], []
+        row0 = n = 0
         for fs in requests_in_batch:
             st, q = fs.state, int(fs.query_length)
-            r = self._reqs.get(st.request_id)
+            r = get(st.request_id)
             if r is not None and not r.finished:
                 past = int(st.position_offset) - q  # prepare_batch_tensors advanced it by this step's tokens
-                a, b = max(past, r.lo), min(past + q, r.hi)
+                a = past if past > r.lo else r.lo
+                b = past + q if past + q < r.hi else r.hi
                 if a < b:
-                    parts.append(np.arange(row0 + a - past, row0 + b - past, dtype=np.int32))
+                    starts.append(row0 + a - past)
                     reqs.append((r.handle, n, b - a))
                     firsts.append(a)
                     ids.append(r.request_id)
                     n += b - a
                     r.last_tag = tag
             row0 += q
-        rows = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+        if n == len(starts):  # one row per request
+            rows = np.array(starts, dtype=np.int32)
+        else:  # request k's rows: starts[k] .. starts[k] + len_k - 1, at output rows first_k ..
+            k = len(reqs)
+            lens = np.fromiter((x[2] for x in reqs), np.int64, k)
+            offs = np.fromiter((x[1] for x in reqs), np.int64, k)
+            rows = (np.repeat(np.asarray(starts, np.int64) - offs, lens) + np.arange(n)).astype(np.int32)
         return _Step(tag, rows, reqs, firsts, ids)
 
     @contextlib.contextmanager
