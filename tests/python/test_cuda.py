@@ -54,7 +54,7 @@ def test_entries_exact_with_every_stream_form(channel):
 
 
 @pytest.mark.parametrize("inference", [False, True])
-def test_channel_capture_deferred_holds_checks_and_releases_torch_tensors(channel, inference):
+def test_channel_capture_deferred_holds_checks_and_releases_torch_tensors(inference):
     # Channel.capture_deferred with CUDA tensors (the eager path of ferry.hooks' presets): a temporary whose
     # only reference is the binding's is held until its gather was enqueued (entries exact although its memory
     # is reused after), the binding's reference is dropped at the flush (refcount back), a write in place
@@ -64,6 +64,7 @@ def test_channel_capture_deferred_holds_checks_and_releases_torch_tensors(channe
 
     s = torch.cuda.Stream()
     mode = torch.inference_mode() if inference else torch.no_grad()
+    channel = ferry.Channel(0, ring_bytes=4 << 20, publish_every=4, backend="cuda", tuning={"gather_batch": 4})
     with mode, torch.cuda.stream(s):
         keep = torch.randn(256, device="cuda")
         base = sys.getrefcount(keep)
@@ -74,7 +75,7 @@ def test_channel_capture_deferred_holds_checks_and_releases_torch_tensors(channe
             want.append(t.cpu().numpy().tobytes())
             channel.capture_deferred(h, t, s)
             del t
-        channel.capture_deferred(3, keep, s)  # the 4th (publish_every 4) fills the batch: flushed
+        channel.capture_deferred(3, keep, s)  # the 4th fills the gather batch (tuning gather_batch 4): flushed
         assert channel.deferred_pending == 0 and sys.getrefcount(keep) == base
         junk = [torch.full((512,), -7.0, device="cuda") for _ in range(8)]  # may reuse the freed memory
         want.append(keep.cpu().numpy().tobytes())
