@@ -10,10 +10,14 @@
 
 #include <ferry/sink/policy.hpp>
 
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
 #include <chrono>
 #include <cstdint>
 #include <exception>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -104,6 +108,15 @@ void def_sink_calls(nb::class_<py_native_sink<S>, py_sink>& c, const char* close
 {
   using P = py_native_sink<S>;
   c.def("stats", [](const P& p) { return stats_dict(p.s.stats()); })
+    .def(
+      "dropped_requests",
+      [](const P& p) {
+        std::vector<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>> out;
+        for (const auto& d : p.s.dropped_requests()) { out.emplace_back(d.request, d.forwards, d.rows); }
+        return out;
+      },
+      "Policy drop: [(request, forwards, rows)] for every request whose forwards lost entries (each forward "
+      "counted once, with the rows it held for the request), by request id; [] under block.")
     .def(
       "close",
       [](P& p) {

@@ -69,6 +69,11 @@ Stats handle<Impl, Config, Stats>::stats() const
   return impl().stats();
 }
 template <class Impl, class Config, class Stats>
+std::vector<request_drop> handle<Impl, Config, Stats>::dropped_requests() const
+{
+  return impl().dropped_requests();
+}
+template <class Impl, class Config, class Stats>
 Stats handle<Impl, Config, Stats>::close()
 {
   return impl().close();

@@ -33,6 +33,7 @@ void safetensors_impl::deliver(d2h::entry_view&& v)
       ++c_.dropped_forwards;
       ++c_.dropped_entries;
       c_.dropped_bytes += need;
+      drops_.add(v);
       push_locked(queued{.k = queued::kind::drop, .forward = fwd, .at = clock::now()});
       return;
     }

@@ -4,6 +4,7 @@
 // the shard_writer, flush and close handshakes, the first error kept, the counters.
 #pragma once
 
+#include "drop_ledger.hpp"
 #include "shard_writer.hpp"
 
 #include <ferry/detail/close_quietly.hpp>
@@ -132,6 +133,12 @@ class safetensors_impl {
     return s;
   }
 
+  [[nodiscard]] std::vector<request_drop> dropped_requests() const
+  {
+    std::lock_guard lk{mu_};
+    return drops_.snapshot();
+  }
+
   /// Stops the writer after everything queued (the last shard, index.json complete). The first call throws
   /// the first error kept; later calls wait for the first and return the counters.
   safetensors_stats close()
@@ -246,6 +253,7 @@ class safetensors_impl {
 
   safetensors_config cfg_;
   live_counters c_;
+  drop_ledger drops_;  // policy drop: what each request lost (under mu_)
   std::optional<shard_writer> writer_;  // the writer thread's only
   mutable std::mutex mu_;
   std::condition_variable work_;   // the writer: an item was queued

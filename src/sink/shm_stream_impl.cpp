@@ -32,6 +32,7 @@ void shm_stream_impl::deliver(d2h::entry_view&& v)
   const auto drop = [&] {
     ++c_.dropped_entries;
     c_.dropped_bytes += v.size();
+    drops_.add(v);
   };
   if (cfg_.policy == queue_policy::drop) {
     if (first && !admit_locked(v)) {  // a forward is admitted or dropped whole, at its first entry

@@ -7,6 +7,7 @@
 // member is under mu_; views are released after mu_ is let go. Definitions: shm_stream_impl.inl.
 #pragma once
 
+#include "drop_ledger.hpp"
 #include "shm_records.hpp"
 #include "shm_schema.hpp"
 #include "shm_segment.hpp"
@@ -109,6 +110,12 @@ class shm_stream_impl : public std::enable_shared_from_this<shm_stream_impl> {
     return d2h::staging_memory{seg->staging(), seg->staging_bytes(), std::move(owner)};
   }
 
+  [[nodiscard]] std::vector<request_drop> dropped_requests() const
+  {
+    std::lock_guard lk{mu_};
+    return drops_.snapshot();
+  }
+
   [[nodiscard]] shm_stream_stats stats() const
   {
     std::lock_guard lk{mu_};
@@ -206,6 +213,7 @@ class shm_stream_impl : public std::enable_shared_from_this<shm_stream_impl> {
   bool staging_given_{false}, stopping_{false}, stop_thread_{false}, stopped_{false};
   bool delivered_{false};  // an entry came (adopt_schema: too late)
   shm_stream_stats c_;
+  drop_ledger drops_;  // policy drop: what each request lost
   std::exception_ptr first_error_;
   std::string first_text_;
   std::thread thread_;

@@ -400,6 +400,24 @@ def test_stream_to_a_reader_process_keeps_requests_and_positions(tmp_path):
     assert len(outs) == 3 and rep["samples"] == 0
 
 
+def test_stream_drop_policy_reports_each_dropped_request_and_its_tokens(tmp_path):
+    """A stream with policy "drop" and no reader drops every step whole; the report lists each request that lost
+    rows with all of its tokens (the sink's per-request ledger, mapped to the engine's ids), not a random subset."""
+    import os
+
+    model = tiny_model()
+    sink = ferry.sinks.shm_stream(f"engine-drop-{os.getpid()}", policy="drop")
+    cap = Capture(model, taps="sae", out=sink)
+    try:
+        cap.generate_batch(prompts([7, 30, 12]), generation_config=gen_config(4),
+                           capture=[Spec("all"), Spec((3, 20)), None], continuous_batching_config=cb_config())
+    finally:
+        rep = cap.close()
+    got = {d["request_id"]: d["tokens"] for d in rep["dropped"]}
+    assert got == {"req_0": 7 + 3, "req_1": 20 - 3}, rep["dropped"]
+    assert rep["sink"]["dropped_forwards"] >= 1 and rep["sink"]["entries_published"] == 0
+
+
 def test_two_generate_batch_calls_on_one_capture(tmp_path):
     """Request ids go on across calls (a Capture refuses an id twice): req_0, req_1, then req_2, req_3."""
     model = tiny_model()

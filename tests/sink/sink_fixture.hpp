@@ -152,10 +152,12 @@ class SafetensorsSink : public ::testing::Test {
   }
 
   /// Forward f (source f) on `ch`: every hook once, tagged `tag` (none: the channel's forward index).
-  void forward(fd::channel<B>& ch, fb::stream<B>& s, std::uint64_t f, std::optional<std::uint64_t> tag = {})
+  void forward(fd::channel<B>& ch, fb::stream<B>& s, std::uint64_t f, std::optional<std::uint64_t> tag = {},
+               std::vector<fd::request_rows> requests = {})
   {
     fd::forward_meta m;
     m.tag = tag;
+    m.requests = std::move(requests);
     ch.begin_forward(s, m);
     for (std::size_t k = 0; k < hooks.size(); ++k) {
       ch.capture(fd::hook_id{hooks[k].id}, src_ptr(f, k), hooks[k].rows * hooks[k].row_bytes(), s);

@@ -194,6 +194,28 @@ TEST_F(SafetensorsSink, DropDropsWholeForwards)
   expect_run({{0, 0}, {4, 4}, {5, 5}});
 }
 
+/// Policy drop charges each request of a dropped forward once (dropped_requests: the engine's per-request report),
+/// with the rows the forward held for it, however many entries the forward had.
+TEST_F(SafetensorsSink, DropChargesEachRequestOfADroppedForwardOnce)
+{
+  auto sc = sink_config();
+  sc.policy = fk::queue_policy::drop;
+  sc.max_queue_bytes = forward_bytes() + 32;
+  fk::safetensors sink{sc};
+  ferry::testing::sink_access::hold_writer(sink, true);
+  fb::stream<B> s{b};
+  fd::channel<B> ch{channel_config(), b, sink.callback()};
+  for (std::uint64_t f = 0; f < 4; ++f) { forward(ch, s, f, {}, {{7, 0, 1}, {100 + f, 1, 2}}); }
+  wait_for([&] { return ch.stats().entries_drained == 12; }, "the drain");
+  ferry::testing::sink_access::hold_writer(sink, false);
+  (void)ch.close();
+  const auto st = sink.close();
+  ASSERT_EQ(st.dropped_forwards, 3U);
+  const std::vector<fk::request_drop> want{{7, 3, 3}, {101, 1, 2}, {102, 1, 2}, {103, 1, 2}};
+  EXPECT_EQ(sink.dropped_requests(), want) << "request 0 was written; each forward of 1..3 counted once";
+  EXPECT_EQ(st.dropped_entries, 9U);
+}
+
 /// Policy drop never holds the channel's staging for the writer: the admitted entries are copied, so a writer
 /// that does not move (a dead disk) cannot stop the staging ring from wrapping. Forwards beyond the queue are
 /// dropped whole, none waits (held staging would stall the D2H behind it: the captures time out), and the

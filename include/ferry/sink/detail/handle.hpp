@@ -7,9 +7,11 @@
 
 #include <ferry/d2h/entry_view.hpp>
 #include <ferry/d2h/hook_schema.hpp>
+#include <ferry/sink/policy.hpp>
 
 #include <functional>
 #include <memory>
+#include <vector>
 
 namespace ferry::sink::detail {
 
@@ -35,6 +37,8 @@ class handle {
   void adopt_schema(const d2h::hook_schema& channel_schema);
   /// A snapshot of the sink's counters (any thread).
   [[nodiscard]] Stats stats() const;
+  /// Policy drop: what it took from each request so far, by request id (any thread; empty under block).
+  [[nodiscard]] std::vector<request_drop> dropped_requests() const;
   /// Ends the sink (what each sink does: its header); idempotent. Throws the first error kept (the first call
   /// only). Close the channel first: entries delivered after close() are refused.
   Stats close();

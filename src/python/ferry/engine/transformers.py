@@ -221,6 +221,10 @@ class Capture(StepCapture):
                 rep["sink"] = self._sink.close()
             except Exception as err:  # reported, never raised from close
                 rep["sink_error"] = repr(err)
+            # the stream's policy drop, per request (the channel is closed: every entry was delivered)
+            ids = {r.handle: r.request_id for r in self._reqs.values()}
+            rep["dropped"] = [{"request_id": ids.get(h, str(h)), "tokens": int(rows), "steps": int(fwd)}
+                              for h, fwd, rows in self._sink.dropped_requests()]
         rep["disabled"] = self._disabled
         rep["requests"] = len(self._reqs)
         rep["request_ids"] = {r.handle: r.request_id for r in self._reqs.values()}
