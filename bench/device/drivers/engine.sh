@@ -2,7 +2,10 @@
 # ferry inside transformers' continuous batching on the lent GPU (issue 40): builds the Python package with the
 # CUDA backend, runs the engine tests on the GPU (CUDA graphs, async mode) and bench/engine/cb_capture.py.
 # Usage (repo root, device machine): bash bench/device/drivers/engine.sh [tests] [bench] [quick]
-#   FERRY_ENGINE_ARGS: cb_capture.py's arguments (default: the issue's run, scaled to the lease), FERRY_ENGINE_TIMEOUT.
+#   FERRY_ENGINE_ARGS: cb_capture.py's arguments, FERRY_ENGINE_TIMEOUT (default 540 s). On the H100 a round of the
+#   issue's 512 requests is about 66 s per contestant, so one device call (600 s) holds one set, e.g.
+#   "--requests 512 --rounds 2 --contestants none,eagle3,sae", then "none,all-layers" and "none,naive --rounds 1";
+#   `cb_capture.py --merge a.json b.json c.json --json engine.json` joins them (each block with its own baseline).
 # Writes under $OUT: build.log, pytest_engine.log, bench_engine.log, engine.json.
 set -uo pipefail
 steps=" ${*:-tests bench} "
@@ -28,7 +31,7 @@ if has bench; then
   args=${FERRY_ENGINE_ARGS:-}
   has quick && args=${FERRY_ENGINE_ARGS:---requests 32 --rounds 1 --new-tokens 32 --max-prompt 512}
   # shellcheck disable=SC2086
-  PYTHONUNBUFFERED=1 timeout "${FERRY_ENGINE_TIMEOUT:-420}" python3 bench/engine/cb_capture.py $args \
+  PYTHONUNBUFFERED=1 timeout "${FERRY_ENGINE_TIMEOUT:-540}" python3 bench/engine/cb_capture.py $args \
     --json "$OUT/engine.json" > "$OUT/bench_engine.log" 2>&1 || rc=1
   grep -v "Logger\|^\s*$" "$OUT/bench_engine.log" | tail -30
 fi
