@@ -88,7 +88,8 @@ ferry_install_fuzz_deps() {
   "$py" -c "import atheris" > /dev/null 2>&1
 }
 
-# The torch layer's test dependencies (PyPI): torch and transformers. Optional: the torch ops extension and
+# The torch layer's test dependencies (PyPI): torch and transformers, and pyarrow + datasets for the engine's
+# Arrow format (its tests load the dataset with datasets.load_from_disk). Optional: the torch ops extension and
 # its tests are built/run only where torch imports. Skipped with FERRY_SKIP_TORCH=1 or when offline.
 # Returns non-zero when torch still cannot be imported.
 ferry_install_torch_deps() {
@@ -96,7 +97,7 @@ ferry_install_torch_deps() {
   [[ "${FERRY_SKIP_TORCH:-0}" == 1 ]] && return 1
   command -v "$py" > /dev/null 2>&1 || return 1
   local missing=() m
-  for m in torch transformers; do
+  for m in torch transformers pyarrow datasets; do
     "$py" -c "import $m" > /dev/null 2>&1 || missing+=("$m")
   done
   if ((${#missing[@]})); then

@@ -83,6 +83,50 @@ def test_every_token_form_with_chunked_prefill(tmp_path, device, async_mode):
     assert rep["channel"]["clean"], rep["channel"]
 
 
+def test_arrow_dataset_of_per_request_rows(tmp_path):
+    """format="arrow": a Hugging Face dataset, one row per request (request_id, positions, token_ids, a column per
+    tap); every sample read back through open_samples bit for bit against the witness, and the directory loads with
+    datasets.load_from_disk as it is (a request whose spec keeps one tap has nulls in the others)."""
+    pa = pytest.importorskip("pyarrow")
+    model = tiny_model()
+    specs = [Spec("all"), Spec("prompt"), Spec((2, 9)), None]
+    lengths = [12, 33, 7, 5]
+    cap, wit, outs, rep = _run(tmp_path, model, "eagle3", specs, lengths, max_new=4, fmt="arrow")
+    _check(cap, wit, outs, rep, model, tmp_path, {"req_0": (0, 12 + 3), "req_1": (0, 33), "req_2": (2, 9)})
+    out = tmp_path / "out"
+    shards = sorted(p.name for p in out.glob("data-*.arrow"))
+    assert shards == ["data-00000.arrow"] and not list(out.glob(".*tmp*"))
+    with pa.OSFile(str(out / shards[0]), "rb") as f:
+        t = pa.ipc.open_stream(f).read_all()
+    assert t.column("request_id").to_pylist() == ["req_0", "req_1", "req_2"]
+    assert t.column("positions").to_pylist()[2] == list(range(2, 9))
+    assert [f.name for f in t.schema][3:3 + len(cap.taps)] == cap.names
+    datasets = pytest.importorskip("datasets")
+    d = datasets.load_from_disk(str(out))
+    assert d.num_rows == 3 and d["request_id"] == ["req_0", "req_1", "req_2"]
+    row = d.with_format("numpy")[1]
+    assert np.asarray(row[cap.names[0]]).shape == (33, 64) and list(row["positions"]) == list(range(33))
+    assert datasets.Dataset.from_file(str(out / shards[0])).num_rows == 3
+
+
+def test_arrow_rows_of_a_request_that_keeps_fewer_taps_are_null(tmp_path):
+    """A Spec(taps=[...]) keeps some taps: its row holds them and nulls for the others, and open_samples names the
+    kept ones."""
+    pytest.importorskip("pyarrow")
+    model = tiny_model()
+    cap = Capture(model, taps="eagle3", out=str(tmp_path / "out"), format="arrow")
+    try:
+        cap.generate_batch(prompts([6, 9]), generation_config=gen_config(2),
+                           capture=[Spec("all"), Spec("all", taps=["final"])], continuous_batching_config=cb_config())
+    finally:
+        rep = cap.close()
+    assert rep["complete"] == 2, rep
+    got = {m["request_id"]: (m, t) for m, t in open_samples(str(tmp_path / "out"))}
+    import json
+    assert json.loads(got["req_0"][0]["taps"]) == cap.names and json.loads(got["req_1"][0]["taps"]) == ["final"]
+    assert got["req_1"][1]["hidden_states"].shape == (9 + 1, 1, 64)
+
+
 def test_all_layers_into_shards(tmp_path):
     model = tiny_model()
     specs = [Spec("all")] * 3
@@ -267,8 +311,12 @@ def test_on_error_disable_keeps_the_engine_serving(tmp_path):
     assert rep["complete"] < 2 and {x["request_id"] for x in rep["incomplete"]} <= set(outs)
 
 
-def test_writer_killed_leaves_only_complete_shards(tmp_path):
-    """SIGKILL while a process writes shards: index.json lists only shards that exist and read back whole."""
+@pytest.mark.parametrize("layout", ["shards", "arrow"])
+def test_writer_killed_leaves_only_complete_shards(tmp_path, layout):
+    """SIGKILL while a process writes shards: index.json (arrow: state.json) lists only shards that exist and read
+    back whole."""
+    if layout == "arrow":
+        pytest.importorskip("pyarrow")
     import os
     import signal
     import subprocess
@@ -277,7 +325,7 @@ def test_writer_killed_leaves_only_complete_shards(tmp_path):
 
     out = tmp_path / "run"
     code = ("import numpy as np, ferry.engine as fe\n"
-            f"w = fe.SampleWriter({str(out)!r}, 'shards', shard_bytes=200_000)\n"
+            f"w = fe.SampleWriter({str(out)!r}, {layout!r}, shard_bytes=200_000)\n"
             "for i in range(100000):\n"
             "    h = np.full((50, 2, 128), i % 251, np.uint8)\n"
             "    p = np.arange(50, dtype=np.int64)\n"
@@ -286,7 +334,8 @@ def test_writer_killed_leaves_only_complete_shards(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", code], env=env)
     try:
         end = time.time() + 60
-        while not (out / "index.json").exists() and time.time() < end:
+        marker = out / ("index.json" if layout == "shards" else "state.json")
+        while not marker.exists() and time.time() < end:
             time.sleep(0.05)
         time.sleep(0.5)
     finally:
@@ -327,7 +376,7 @@ def test_api_doc_commands_run(tmp_path):
     doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "api" / "engine.md"
     lines = [ln for ln in re.findall(r"```sh\n(.*?)```", doc.read_text(), flags=re.S)[1].splitlines()
              if ln.startswith("ferry capture")]
-    assert len(lines) == 2
+    assert len(lines) == 3
     tiny_model().save_pretrained(tmp_path / "ckpt")
     (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"input_ids": p}) + "\n" for p in prompts([9, 21])))
     env = dict(os.environ, CKPT=str(tmp_path / "ckpt"))
@@ -338,6 +387,7 @@ def test_api_doc_commands_run(tmp_path):
     assert (tmp_path / "run" / "index.json").exists()
     got = {m["request_id"]: t for m, t in open_samples(str(tmp_path / "sae"))}
     assert sorted(got) == ["req_0", "req_1"] and got["req_1"]["hidden_states"].shape == (21, 1, 64)
+    assert (tmp_path / "ds" / "state.json").exists() and len(list(open_samples(str(tmp_path / "ds")))) == 3
 
 
 def test_ferry_capture_smoke(tmp_path):

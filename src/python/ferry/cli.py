@@ -37,7 +37,9 @@ def _parser() -> argparse.ArgumentParser:
                    "absolute positions; default all)")
     c.add_argument("--max-new-tokens", type=int, default=None, help="default 64 GPU, 8 CPU")
     c.add_argument("--out", default="ferry-samples", help="output directory (default ./ferry-samples)")
-    c.add_argument("--format", choices=("per-request", "shards"), default="per-request")
+    c.add_argument("--format", choices=("per-request", "shards", "arrow"), default="per-request",
+                   help="per-request safetensors files (default), shards + index.json, or arrow (a Hugging Face "
+                   "dataset: datasets.load_from_disk(OUT); needs pyarrow)")
     c.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     c.add_argument("--no-graphs", action="store_true", help="run the engine eagerly on a GPU (no CUDA graphs)")
     c.add_argument("--overwrite", action="store_true", help="replace the samples of an earlier run in --out")
@@ -180,7 +182,8 @@ def capture(args: argparse.Namespace) -> int:
         print(f"ferry capture: capture was disabled: {rep['disabled']}")
     print("open it with: python3 -c \"import ferry.engine as e; "
           f"[print(m['request_id'], t['hidden_states'].shape) for m, t in e.open_samples('{args.out}')]\"  "
-          "(or safetensors.safe_open on each .safetensors file)")
+          + (f"(or datasets.load_from_disk('{args.out}'))" if args.format == "arrow" else
+             "(or safetensors.safe_open on each .safetensors file)"))
     bad = len(rep["lost"]) + len(rep["dropped"]) + (rep["samples"] != len(outs)) + bool(rep.get("error"))
     return 1 if bad else 0
 

@@ -118,10 +118,10 @@ class SampleWriter:
     def __init__(self, directory: str, layout: str = "per-request", *, shard_bytes: int = 1 << 30,
                  fsync: bool = False, overwrite: bool = False, run_meta: dict | None = None) -> None:
         from .. import LogicError
-        if layout not in ("per-request", "shards"):
-            raise LogicError(f"ferry.engine: expected format 'per-request' or 'shards', got {layout!r}")
+        if layout not in ("per-request", "shards", "arrow"):
+            raise LogicError(f"ferry.engine: expected format 'per-request', 'shards' or 'arrow', got {layout!r}")
         os.makedirs(directory, exist_ok=True)
-        taken = [n for n in os.listdir(directory) if n.endswith((".safetensors", ".json", ".jsonl"))]
+        taken = [n for n in os.listdir(directory) if n.endswith((".safetensors", ".json", ".jsonl", ".arrow"))]
         if taken and not overwrite:
             raise LogicError(f"ferry.engine: output directory {directory!r}: expected an empty directory (or "
                              f"overwrite=True), got {len(taken)} sample files such as {taken[0]!r}")
@@ -129,26 +129,39 @@ class SampleWriter:
             os.unlink(os.path.join(directory, n))
         self.dir, self.layout, self.shard_bytes, self.fsync = directory, layout, int(shard_bytes), fsync
         self.run_meta = dict(run_meta or {})
-        self.bytes_written = 0
-        self.files = 0
+        self._bytes = 0
+        self._files = 0
         self._pending: list[Sample] = []
         self._pending_bytes = 0
         self._index: dict[str, Any] = {"format": FORMAT, "version": VERSION, "metadata": self.run_meta,
                                        "samples": {}, "weight_map": {}}
         self._manifest = None
+        self._arrow = None
+        if layout == "arrow":  # a Hugging Face dataset (arrow.py)
+            from .arrow import ArrowSampleWriter
+            self._arrow = ArrowSampleWriter(directory, shard_bytes=shard_bytes, fsync=fsync, run_meta=self.run_meta)
         if layout == "per-request":
             self._manifest = open(os.path.join(directory, "samples.jsonl"), "a", encoding="utf-8")
             self._manifest.write(json.dumps({"run": self.run_meta}) + "\n")
             self._manifest.flush()
 
+    @property
+    def bytes_written(self) -> int:
+        return self._arrow.bytes_written if self._arrow is not None else self._bytes
+
+    @property
+    def files(self) -> int:
+        return self._arrow.files if self._arrow is not None else self._files
+
     def write(self, s: Sample) -> None:
-        """Writes (per-request) or queues for the current shard (shards) one sample; OSError propagates with the
-        sample not listed."""
+        """Writes (per-request) or queues for the current shard (shards, arrow) one sample; OSError propagates
+        with the sample not listed."""
+        if self._arrow is not None:
+            return self._arrow.write(s)
         if self.layout == "per-request":
             name = file_name(s.request_id)
-            self.bytes_written += write_safetensors(os.path.join(self.dir, name), s.tensors(), s.metadata(),
-                                                    self.fsync)
-            self.files += 1
+            self._bytes += write_safetensors(os.path.join(self.dir, name), s.tensors(), s.metadata(), self.fsync)
+            self._files += 1
             self._manifest.write(json.dumps({"request_id": s.request_id, "file": name, "tokens": len(s.positions),
                                              "complete": s.complete, "missing": s.missing}) + "\n")
             self._manifest.flush()
@@ -159,18 +172,21 @@ class SampleWriter:
             self.flush()
 
     def flush(self) -> None:
-        """Writes the current shard and rewrites index.json (shards); nothing to do for per-request."""
+        """Writes the current shard and rewrites index.json (shards; arrow: state.json); nothing to do for
+        per-request."""
+        if self._arrow is not None:
+            return self._arrow.flush()
         if self.layout != "shards" or not self._pending:
             return
         pending, self._pending, self._pending_bytes = self._pending, [], 0
-        name = f"shard-{self.files:05d}.safetensors"
+        name = f"shard-{self._files:05d}.safetensors"
         tensors: dict[str, Any] = {}
         for s in pending:
             tensors.update(s.tensors(s.request_id + "/"))
         meta = {"format": FORMAT, "version": str(VERSION),
                 "samples": json.dumps({s.request_id: s.metadata() for s in pending})}
-        self.bytes_written += write_safetensors(os.path.join(self.dir, name), tensors, meta, self.fsync)
-        self.files += 1
+        self._bytes += write_safetensors(os.path.join(self.dir, name), tensors, meta, self.fsync)
+        self._files += 1
         for s in pending:
             self._index["samples"][s.request_id] = {"shard": name, "tokens": len(s.positions),
                                                     "complete": s.complete, "missing": s.missing}
@@ -215,8 +231,12 @@ def _load(path: str, header: tuple[dict, dict, int], name: str) -> np.ndarray:
 
 def open_samples(directory: str) -> Iterator[tuple[dict[str, str], dict[str, np.ndarray]]]:
     """Yields ``(metadata, {"hidden_states", "token_ids", "positions"})`` for every sample the manifest lists
-    (samples.jsonl or index.json), in write order. BF16 arrays are their bits (uint16:
-    ``torch.from_numpy(a).view(torch.bfloat16)``)."""
+    (samples.jsonl, index.json, or an Arrow dataset's state.json), in write order. BF16 arrays are their bits
+    (uint16: ``torch.from_numpy(a).view(torch.bfloat16)``)."""
+    if os.path.exists(os.path.join(directory, "state.json")):
+        from .arrow import open_arrow_samples
+        yield from open_arrow_samples(directory)
+        return
     idx = os.path.join(directory, "index.json")
     if os.path.exists(idx):
         with open(idx, encoding="utf-8") as f:

@@ -44,7 +44,8 @@ def _logic(msg: str) -> Exception:
 class Capture(StepCapture):
     """Per-request capture for a transformers model served by continuous batching. ``taps``: see
     ``ferry.engine.resolve_taps``; ``out``: the output directory; ``format``: ``"per-request"`` (one safetensors file
-    per request, vLLM EHS's layout) or ``"shards"``; or a ``ferry.sinks`` sink such as ``shm_stream(name)``: every
+    per request, vLLM EHS's layout), ``"shards"`` or ``"arrow"`` (a Hugging Face dataset, one row per request:
+    ``datasets.load_from_disk(out)``; needs pyarrow); or a ``ferry.sinks`` sink such as ``shm_stream(name)``: every
     step's entries (one per tap, the step's rows with its attribution) go to it, and ``ferry.engine.stream_rows``
     reads them in the other process; ``backend``: ferry's (``"auto"``: CUDA for a CUDA model);
     ``on_error``: ``"raise"`` or ``"disable"`` (capture stops, generation goes on, the report says what was lost);

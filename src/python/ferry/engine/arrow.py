@@ -1,0 +1,204 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Per-request samples as a Hugging Face dataset (``Capture(..., format="arrow")``): the directory that
+``datasets.load_from_disk`` reads as it is (Arrow IPC stream shards ``data-NNNNN.arrow``, ``state.json``,
+``dataset_info.json``), each shard also readable by ``datasets.Dataset.from_file``. Written with pyarrow.
+
+One row per request: ``request_id`` (string), ``positions`` and ``token_ids`` (list<int64>), one column per tap
+named as the tap (``layer.2``, ``final``, ...) holding the request's ``[tokens, width]`` rows, as SAELens's cache
+keeps one 2-D column per hook (there ``Array2D(context, d_in)``), and ``complete`` / ``missing`` (JSON) /
+``reason`` / ``prompt_len``. A tap's values are its dtype (F16, F32) or, for BF16 (which Arrow lacks), its bits as
+uint16 (``torch.from_numpy(a).view(torch.bfloat16)``); the field's metadata ``ferry.dtype`` and
+``ferry.row_shape`` say which.
+
+Crash consistency: a shard is written under a temporary name and renamed whole, then ``state.json`` (which lists the
+shards ``load_from_disk`` reads) is rewritten by rename, so after a SIGKILL the dataset holds the complete shards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Iterator
+
+import numpy as np
+
+from .samples import _DT, FORMAT, VERSION, Sample
+
+__all__ = ["ArrowSampleWriter", "open_arrow_samples"]
+
+
+def _pa() -> Any:
+    try:
+        import pyarrow
+    except ImportError as err:
+        from .. import LogicError
+        raise LogicError("ferry.engine: format 'arrow' expected pyarrow to import (pip install pyarrow), got "
+                         f"{err}") from None
+    return pyarrow
+
+
+class ArrowSampleWriter:
+    """``SampleWriter``'s Arrow layout (same calls: ``write``, ``flush``, ``close``, ``bytes_written``, ``files``);
+    a shard closes once it holds ``shard_bytes``. Not thread-safe: one writer thread calls it."""
+
+    def __init__(self, directory: str, *, shard_bytes: int = 1 << 30, fsync: bool = False,
+                 run_meta: dict | None = None) -> None:
+        self.pa = _pa()
+        self.dir, self.shard_bytes, self.fsync = directory, int(shard_bytes), fsync
+        self.run_meta = dict(run_meta or {})
+        self.bytes_written = 0
+        self.files = 0
+        self._shards: list[str] = []
+        self._w = self._f = self._tmp = None
+        self._schema = None
+        self._taps: list[str] = []
+        self._width = 0
+        self._np_t = np.dtype("u1")
+        self._open_bytes = 0
+
+    def _schema_of(self, s: Sample) -> Any:
+        """The run's schema, from its first sample: a column per tap of the run (a request whose spec keeps fewer
+        taps has nulls in the others), the taps' dtype and row shape."""
+        pa = self.pa
+        self._taps = list(self.run_meta.get("taps") or s.taps)
+        self._width = int(np.prod(s.row_shape, dtype=np.int64)) if s.row_shape else 0
+        self._np_t = np.dtype(_DT.get(s.dtype, "u1"))
+        arrow_t = {"BF16": pa.uint16(), "F16": pa.float16(), "F32": pa.float32()}.get(s.dtype, pa.uint8())
+        fields = [pa.field("request_id", pa.string()), pa.field("positions", pa.list_(pa.int64())),
+                  pa.field("token_ids", pa.list_(pa.int64()))]
+        for t in self._taps:
+            fields.append(pa.field(t, pa.list_(pa.list_(arrow_t, self._width)),
+                                   metadata={"ferry.dtype": s.dtype, "ferry.row_shape": json.dumps(list(s.row_shape))}))
+        fields += [pa.field("complete", pa.bool_()), pa.field("missing", pa.string()),
+                   pa.field("reason", pa.string()), pa.field("prompt_len", pa.int64())]
+        meta = {"ferry.format": FORMAT, "ferry.version": str(VERSION), "ferry.run": json.dumps(self.run_meta)}
+        return pa.schema(fields, metadata=meta)
+
+    def _batch(self, s: Sample) -> Any:
+        pa = self.pa
+        n = len(s.positions)
+        row_bytes = self._width * self._np_t.itemsize
+        if s.hidden.shape[2:] != (row_bytes,) and n:
+            from .. import LogicError
+            raise LogicError(f"ferry.engine: arrow sample {s.request_id!r}: expected rows of {row_bytes} bytes (the "
+                             f"run's first sample's), got {s.hidden.shape[2:]}")
+        cols = [pa.array([s.request_id]), pa.array([s.positions], pa.list_(pa.int64())),
+                pa.array([s.token_ids], pa.list_(pa.int64()))]
+        offsets = pa.array([0, n], pa.int32())
+        kept = {t: k for k, t in enumerate(s.taps)}
+        for i, t in enumerate(self._taps):
+            ty = self._schema.field(3 + i).type
+            if t not in kept:
+                cols.append(pa.nulls(1, ty))
+                continue
+            vals = np.ascontiguousarray(s.hidden[:, kept[t]]).view(self._np_t).reshape(-1)
+            rows = pa.FixedSizeListArray.from_arrays(pa.array(vals, ty.value_type.value_type), self._width)
+            cols.append(pa.ListArray.from_arrays(offsets, rows))
+        cols += [pa.array([bool(s.complete)]), pa.array([json.dumps([list(m) for m in s.missing])]),
+                 pa.array([s.reason]), pa.array([int(s.prompt_len)], pa.int64())]
+        return pa.RecordBatch.from_arrays(cols, schema=self._schema)
+
+    def write(self, s: Sample) -> None:
+        """Appends one sample as one row of the open shard; OSError (a full disk) propagates with the shard's
+        temporary removed (the samples it held are lost, the dataset keeps the earlier shards)."""
+        if self._schema is None:
+            self._schema = self._schema_of(s)
+        b = self._batch(s)
+        if self._w is None:
+            self._tmp = os.path.join(self.dir, f".data-{len(self._shards):05d}.arrow.tmp-{os.getpid()}")
+            self._f = self.pa.OSFile(self._tmp, "wb")
+            self._w = self.pa.ipc.new_stream(self._f, self._schema)
+            self._open_bytes = 0
+        try:
+            self._w.write_batch(b)
+        except BaseException:
+            self._abandon()
+            raise
+        self._open_bytes += s.nbytes
+        self.bytes_written += s.nbytes  # the progress a reader sees (the file holds it once the shard closes)
+        if self._open_bytes >= self.shard_bytes:
+            self.flush()
+
+    def _abandon(self) -> None:
+        try:
+            self._w.close()
+            self._f.close()
+        except Exception:  # the disk is full: the temporary is removed below either way
+            pass
+        try:
+            os.unlink(self._tmp)
+        except OSError:
+            pass
+        self._w = self._f = None
+
+    def flush(self) -> None:
+        """Closes the open shard, renames it into the dataset and rewrites state.json."""
+        if self._w is None:
+            return
+        try:
+            self._w.close()
+            if self.fsync:
+                os.fsync(self._f.fileno())
+            self._f.close()
+            name = f"data-{len(self._shards):05d}.arrow"
+            os.replace(self._tmp, os.path.join(self.dir, name))
+        except BaseException:
+            self._abandon()
+            raise
+        self._w = self._f = None
+        self._shards.append(name)
+        self.files += 1
+        self._manifest()
+
+    def _manifest(self) -> None:
+        state = {"_data_files": [{"filename": n} for n in self._shards], "_fingerprint": f"ferry-{len(self._shards)}",
+                 "_format_columns": None, "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False,
+                 "_split": None}
+        info = {"description": f"{FORMAT} v{VERSION}: per-request samples written by ferry.engine",
+                "citation": "", "homepage": "", "license": ""}
+        for name, obj in (("dataset_info.json", info), ("state.json", state)):
+            tmp = os.path.join(self.dir, f".{name}.tmp-{os.getpid()}")
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(obj, f, indent=1)
+                if self.fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, os.path.join(self.dir, name))
+
+    def close(self) -> None:
+        self.flush()
+
+
+def open_arrow_samples(directory: str) -> Iterator[tuple[dict[str, str], dict[str, np.ndarray]]]:
+    """``open_samples`` for an Arrow dataset: every row of the shards state.json lists, in order, as ``(metadata,
+    {"hidden_states" [tokens, taps, *row_shape], "token_ids", "positions"})``."""
+    pa = _pa()
+    with open(os.path.join(directory, "state.json"), encoding="utf-8") as f:
+        files = [d["filename"] for d in json.load(f)["_data_files"]]
+    for name in files:
+        with pa.OSFile(os.path.join(directory, name), "rb") as f:
+            reader = pa.ipc.open_stream(f)
+            schema = reader.schema
+            taps = [fl.name for fl in schema if fl.metadata and b"ferry.dtype" in fl.metadata]
+            for b in reader:
+                for i in range(b.num_rows):
+                    row = {c: b.column(c)[i] for c in ("request_id", "positions", "token_ids", "complete",
+                                                        "missing", "reason", "prompt_len")}
+                    pos = np.asarray(row["positions"].values.to_numpy(zero_copy_only=False), np.int64)
+                    per_tap, kept = [], []
+                    for t in taps:
+                        cell = b.column(t)[i]
+                        if not cell.is_valid:  # a tap this request's spec did not keep
+                            continue
+                        shape = json.loads(schema.field(t).metadata[b"ferry.row_shape"])
+                        v = cell.values.flatten().to_numpy(zero_copy_only=False)
+                        per_tap.append(v.reshape(len(pos), *shape))
+                        kept.append(t)
+                    hid = np.stack(per_tap, axis=1) if per_tap else np.zeros((len(pos), 0), np.uint8)
+                    meta = {"format": FORMAT, "version": str(VERSION), "request_id": row["request_id"].as_py(),
+                            "taps": json.dumps(kept), "complete": "true" if row["complete"].as_py() else "false",
+                            "missing": row["missing"].as_py(), "reason": row["reason"].as_py(),
+                            "prompt_len": str(row["prompt_len"].as_py())}
+                    yield meta, {"hidden_states": hid, "positions": pos,
+                                 "token_ids": np.asarray(row["token_ids"].values.to_numpy(zero_copy_only=False),
+                                                         np.int64)}
