@@ -40,7 +40,8 @@ class drop_ledger {
     std::vector<request_drop> out;
     out.reserve(by_request_.size());
     for (const auto& [id, d] : by_request_) { out.push_back(d); }
-    std::sort(out.begin(), out.end(), [](const request_drop& a, const request_drop& b) { return a.request < b.request; });
+    std::sort(out.begin(), out.end(),
+              [](const request_drop& a, const request_drop& b) { return a.request < b.request; });
     return out;
   }
 
