@@ -6,4 +6,5 @@
 #include <ferry/sink/errors.hpp>
 #include <ferry/sink/safetensors.hpp>
 #include <ferry/sink/shm_reader.hpp>
+#include <ferry/sink/sample_assembler.hpp>
 #include <ferry/sink/shm_stream.hpp>

@@ -16,6 +16,7 @@ void init_d2h_fields(nb::module_& m);   // d2h_config.cpp
 void init_sink(nb::module_& m);         // sink.cpp
 void init_shm_stream(nb::module_& m);   // shm_stream.cpp
 void init_shm_reader(nb::module_& m);   // shm_reader.cpp
+void init_sample_assembler(nb::module_& m);  // sample_assembler.cpp
 template <class B>
 void init_capture_fn(nb::module_& m);   // d2h_capture_fn.cpp
 }  // namespace ferry::python
@@ -74,6 +75,7 @@ NB_MODULE(_ferry, m)
   fp::init_sink(m);
   fp::init_shm_stream(m);
   fp::init_shm_reader(m);
+  fp::init_sample_assembler(m);
 
   nb::module_ host = m.def_submodule("host", "The host-emulated backend (no GPU needed).");
   init_backend<ferry::backend::host_backend>(host);

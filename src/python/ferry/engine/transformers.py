@@ -82,9 +82,9 @@ class Capture(StepCapture):
             run_meta = {"taps": self.names, "model": type(model).__name__, "ferry": ferry.__version__}
             self.writer = SampleWriter(str(out), format, shard_bytes=shard_bytes, fsync=fsync, overwrite=overwrite,
                                        run_meta=run_meta)
-            self.ch = ferry.Channel(**self._ch_args)
-            self.assembler = Assembler(self.ch, self.names, self.writer, policy=policy,
-                                       max_queue_bytes=max_queue_bytes)
+            self.assembler = Assembler(self.names, self.writer, policy=policy, max_queue_bytes=max_queue_bytes,
+                                       timeout=float(timeout))
+            self.ch = ferry.Channel(**self._ch_args, sink=self.assembler.native)  # entries filed in C++
             self.assembler.tap_info.update({i: default for i in range(len(self.taps))})
             self.assembler.start()
         else:  # a native sink: the taps' schema travels with the entries
@@ -202,21 +202,23 @@ class Capture(StepCapture):
         disabled."""
         self.model.__dict__.pop("_ferry_capture", None)
         self._hooks.remove()
+        got: dict = {}
+        try:
+            err = self.ch.capture_error
+            got["capture_errors"] = int(self.ch.stats().get("capture_errors", 0))
+            if err is not None and not self._disabled:
+                self._disabled = str(err)
+        except Exception as err:  # reported, never raised from close
+            got["channel_error"] = repr(err)
+        try:  # first: every entry reaches the sink (the assembler, or the stream)
+            got["channel"] = self.ch.close(timeout=self.timeout)
+        except Exception as err:  # reported, never raised from close
+            got["channel_error"] = repr(err)
         if self.assembler is not None:
             rep = self.assembler.close(self.timeout * 4)
         else:
             rep = {"samples": 0, "complete": 0, "incomplete": [], "dropped": [], "lost": []}
-        try:
-            err = self.ch.capture_error
-            rep["capture_errors"] = int(self.ch.stats().get("capture_errors", 0))
-            if err is not None and not self._disabled:
-                self._disabled = str(err)
-        except Exception as err:  # reported, never raised from close
-            rep["channel_error"] = repr(err)
-        try:
-            rep["channel"] = self.ch.close(timeout=self.timeout)
-        except Exception as err:  # reported, never raised from close
-            rep["channel_error"] = repr(err)
+        rep.update(got)
         if self._sink is not None:  # the stream ends: its reader sees `ended` once it released everything
             try:
                 rep["sink"] = self._sink.close()
