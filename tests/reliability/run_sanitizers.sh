@@ -28,20 +28,23 @@ tsan="$root/build/tsan"; asan="$root/build/asan"
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 export ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-}"
 step "configure+build tsan" bash -c "$(declare -f configure); root=$root; configure $tsan '-fsanitize=thread -g -O1' \
-  && ninja -C $tsan -j$jobs ferry_rel_stress d2h_host h2d_host backend_contract_host sink_host"
+  && ninja -C $tsan -j$jobs ferry_rel_stress d2h_host h2d_host backend_contract_host sink_host sink_assembler_host"
 step "configure+build asan+fuzz" bash -c "$(declare -f configure); root=$root; configure $asan \
   '-fsanitize=address,fuzzer-no-link -fno-omit-frame-pointer -g -O1' -DFERRY_RELIABILITY_FUZZ=ON \
-  && ninja -C $asan -j$jobs ferry_rel_stress ferry_rel_sweep ferry_rel_fuzz_h2d ferry_rel_fuzz_d2h sink_host"
+  && ninja -C $asan -j$jobs ferry_rel_stress ferry_rel_sweep ferry_rel_fuzz_h2d ferry_rel_fuzz_d2h sink_host \
+  sink_assembler_host"
 rel=tests/reliability
 step "stress (tsan)" "$tsan/$rel/ferry_rel_stress"
 step "d2h host suite (tsan)" "$tsan/tests/d2h/d2h_host" --gtest_brief=1
 step "h2d host suite (tsan)" "$tsan/tests/h2d/h2d_host" --gtest_brief=1
 step "sink host suite (tsan)" "$tsan/tests/sink/sink_host" --gtest_brief=1
+step "sample assembler (tsan)" "$tsan/tests/sink/sink_assembler_host" --gtest_brief=1
 # The contract's out-of-memory test asks the allocator for more than it can give: TSan must return null.
 step "backend contract host (tsan)" env TSAN_OPTIONS="$TSAN_OPTIONS allocator_may_return_null=1" \
   "$tsan/tests/backend/backend_contract_host" --gtest_brief=1
 step "stress quick (asan)" "$asan/$rel/ferry_rel_stress" --quick
 step "sink host suite (asan/lsan)" "$asan/tests/sink/sink_host" --gtest_brief=1
+step "sample assembler (asan/lsan)" "$asan/tests/sink/sink_assembler_host" --gtest_brief=1
 step "fault sweep d2h (asan/lsan)" "$asan/$rel/ferry_rel_sweep" d2h
 step "fault sweep h2d sticky (asan/lsan)" "$asan/$rel/ferry_rel_sweep" h2d
 for f in h2d d2h; do

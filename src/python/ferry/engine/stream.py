@@ -23,7 +23,7 @@ __all__ = ["open_reader", "positions_meta", "read_meta", "stream_rows"]
 def positions_meta(firsts: list[int], request_ids: list[str]) -> bytes:
     """A step's forward ``meta``, for the requests of its ``requests`` in that order: each one's first position
     (int64), then their ids (UTF-8, NUL-separated), so that a reader in another process names them as the engine
-    does."""
+    does. ``sink::sample_assembler`` (C++, the per-request files' assembler) reads the same leading int64s."""
     return np.asarray(firsts, dtype="<i8").tobytes() + "\0".join(request_ids).encode()
 
 
