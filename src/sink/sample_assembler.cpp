@@ -75,16 +75,16 @@ class sample_assembler_impl {
       seen_.erase(tag);
       retire(tag);
     }
-    promote(lk);
+    promote(&lk);
   }
 
   std::optional<assembled_sample> next(std::chrono::milliseconds wait)
   {
     std::unique_lock lk{mu_};
-    promote_free();
+    promote(nullptr);
     if (ready_.empty()) {
       ready_cv_.wait_for(lk, wait, [&] {
-        promote_free();
+        promote(nullptr);
         return !ready_.empty() || (closed_ && finished_.empty());
       });
     }
@@ -258,9 +258,10 @@ class sample_assembler_impl {
     return n;
   }
 
-  /// Finished requests whose steps were all delivered (all of them after close) become ready. Policy drop drops
-  /// one beyond max_pending_bytes; policy block waits for next() (the drain thread only).
-  void promote(std::unique_lock<std::mutex>& lk)
+  /// Finished requests whose steps were all delivered (all of them after close) become ready. Beyond
+  /// max_pending_bytes of ready samples, policy drop drops the sample; policy block waits for next() once, up to
+  /// the timeout, when `wait` is the drain thread's lock (never on next()'s own thread: it is the one that takes).
+  void promote(std::unique_lock<std::mutex>* wait)
   {
     for (std::size_t i = 0; i < finished_.size();) {
       auto it = reqs_.find(finished_[i]);
@@ -269,36 +270,18 @@ class sample_assembler_impl {
         continue;
       }
       const std::uint64_t n = sample_bytes(it->second);
-      if (c_.pending_bytes != 0 && c_.pending_bytes + n > cfg_.max_pending_bytes) {
-        if (cfg_.policy == queue_policy::drop) {
-          drop_request(it);
-          finished_.erase(finished_.begin() + static_cast<std::ptrdiff_t>(i));
-          continue;
-        }
+      const bool over = c_.pending_bytes != 0 && c_.pending_bytes + n > cfg_.max_pending_bytes;
+      if (over && cfg_.policy == queue_policy::block && wait != nullptr) {
         ++c_.stalls;
-        const bool room = space_cv_.wait_for(lk, cfg_.timeout, [&] {
+        const bool room = space_cv_.wait_for(*wait, cfg_.timeout, [&] {
           return closed_ || c_.pending_bytes == 0 || c_.pending_bytes + n <= cfg_.max_pending_bytes;
         });
         if (!room) { ++c_.stall_timeouts; }
-        promote_free();  // the state may have moved while the lock was let go: start over
-        return;
-      }
-      enqueue(it, n);
-      finished_.erase(finished_.begin() + static_cast<std::ptrdiff_t>(i));
-    }
-  }
-  /// promote() for a caller that never waits (next()): policy drop drops beyond max_pending_bytes, policy block
-  /// queues every ready one.
-  void promote_free()
-  {
-    for (std::size_t i = 0; i < finished_.size();) {
-      auto it = reqs_.find(finished_[i]);
-      if (!closed_ && it->second.last_step > done_upto_) {
-        ++i;
+        wait = nullptr;  // the lock was let go: start over, queueing what is ready now
+        i = 0;
         continue;
       }
-      const std::uint64_t n = sample_bytes(it->second);
-      if (cfg_.policy == queue_policy::drop && c_.pending_bytes != 0 && c_.pending_bytes + n > cfg_.max_pending_bytes) {
+      if (over && cfg_.policy == queue_policy::drop) {
         drop_request(it);
       } else {
         enqueue(it, n);

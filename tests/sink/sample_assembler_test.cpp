@@ -167,6 +167,29 @@ TEST_F(SampleAssembler, PolicyDropReportsEachDroppedRequestAndItsTokens)
   EXPECT_EQ(a.stats().samples_dropped, 1U);
 }
 
+TEST_F(SampleAssembler, PolicyBlockHoldsTheDrainUntilTheWriterTakesAndLosesNothing)
+{
+  fk::sample_assembler a{{.hooks = 2, .policy = fk::queue_policy::block, .max_pending_bytes = 1, .timeout = 2s}};
+  fd::channel<B> ch{channel_config(), b, a, fd::hook_schema{}};
+  a.add({.handle = 1, .id = "A", .lo = 0, .hi = 100, .keep = {0, 1}, .prompt = {}});
+  a.add({.handle = 2, .id = "B", .lo = 0, .hi = 100, .keep = {1}, .prompt = {}});
+  step(ch, 0, {1, 2, 3, 4, 5}, {{1, 0, 2}, {2, 2, 3}}, {0, 0});
+  a.finish(1, {0, 0, 0}, "", 0);
+  a.finish(2, {0, 0, 0, 0}, "", 0);
+  step(ch, 1, {6}, {}, {});  // both ready: A queued, B beyond the limit: the drain thread waits for next()
+  const auto end = std::chrono::steady_clock::now() + 5s;
+  while (a.stats().stalls == 0 && std::chrono::steady_clock::now() < end) { std::this_thread::sleep_for(1ms); }
+  EXPECT_EQ(a.stats().stalls, 1U);
+  auto got = drain(a, 2);
+  ASSERT_EQ(got.size(), 2U);
+  EXPECT_EQ(got[0].hidden, rows_of({1, 2}, {0, 1}));
+  EXPECT_EQ(got[1].hidden, rows_of({3, 4, 5}, {1}));
+  EXPECT_EQ(a.stats().stall_timeouts, 0U) << "next() made room";
+  EXPECT_TRUE(a.dropped_requests().empty());
+  (void)ch.close();
+  (void)a.close();
+}
+
 TEST_F(SampleAssembler, ARequestAddedTwiceIsALogicErrorNamingIt)
 {
   fk::sample_assembler a{{.hooks = 1}};
