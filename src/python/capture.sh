@@ -10,6 +10,7 @@
 #      Qwen3-shaped model with seeded random weights, built-in prompts), per-request samples in
 #      <repo>/build/ferry-samples (or --out), GPU if present, else CPU and ferry's host backend.
 # Usage: bash src/python/capture.sh [ferry capture arguments, e.g. --preset all-layers --format shards]
+#   (--format arrow: a Hugging Face dataset; the install adds the [arrow] extra, pyarrow)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$root/cmake/setup-deps.sh"
@@ -20,12 +21,14 @@ export PATH="/usr/local/cuda/bin:$PATH"
 if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1 && command -v nvcc > /dev/null; then
   export FERRY_PYTHON_CUDA=ON FERRY_CUDA_ARCHITECTURES=${FERRY_CUDA_ARCHITECTURES:-90}
 fi
-echo "ferry: a fresh venv in $venv; pip install ./src/python[engine] with build isolation" \
+extras=engine
+[[ " $* " == *" arrow "* || " $* " == *"--format=arrow"* ]] && extras=engine,arrow
+echo "ferry: a fresh venv in $venv; pip install ./src/python[$extras] with build isolation" \
   "(CUDA backend: ${FERRY_PYTHON_CUDA:-OFF}; log: $venv.log)"
 rm -rf "$venv"
 "$py" -m venv --system-site-packages "$venv"
 if ! "$venv/bin/python" -m pip install -q --config-settings=build-dir="$root/build/venv-build" \
-  "$root/src/python[engine]" > "$venv.log" 2>&1; then
+  "$root/src/python[$extras]" > "$venv.log" 2>&1; then
   tail -30 "$venv.log"
   echo "ferry: pip install ./src/python failed (log: $venv.log)" >&2
   exit 1
