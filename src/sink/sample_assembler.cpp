@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// sink::sample_assembler (sink/sample_assembler.hpp): the state behind the handle. Every member is under mu_;
-// a step's rows are filled on the drain thread and read by next() only once the step is complete (every hook's
-// entry delivered, or a later step's entry seen), through a shared_ptr taken under mu_: building a sample copies
-// outside the lock.
+// sink::sample_assembler (sink/sample_assembler.hpp): the state behind the handle. Every member is under mu_, but
+// a step's rows: the drain thread allocates a step under mu_ and copies each entry's rows into it without mu_ (only
+// it writes steps), then marks the hook filled under mu_; next() reads a step only once it is whole (every hook's
+// entry counted, or a later step's entry seen), through a shared_ptr taken under mu_, and builds the sample
+// without mu_.
 #include <ferry/error.hpp>
 #include <ferry/sink/sample_assembler.hpp>
 
@@ -60,7 +61,7 @@ class sample_assembler_impl {
     }
     const std::int64_t tag = static_cast<std::int64_t>(v.tag());
     const std::uint32_t hook = v.hook().value;
-    const std::uint32_t n = ++seen_[tag];
+    const bool first = seen_[tag] == 0;  // (an entry of the step: the step is held until it is whole)
     if (tag - 1 > done_upto_) {  // a step's entries arrive consecutively: the earlier steps are whole
       done_upto_ = tag - 1;
       for (auto it = seen_.begin(); it != seen_.end() && it->first < tag;) {  // steps a hook skipped
@@ -69,8 +70,22 @@ class sample_assembler_impl {
       }
     }
     const d2h::forward_meta* m = v.meta();
-    if (m != nullptr && !m->requests.empty()) { file(v, *m, tag, hook, n == 1); }
-    if (n >= cfg_.hooks) {
+    if (m != nullptr && !m->requests.empty()) {
+      if (std::shared_ptr<step> into = file(v, *m, tag, hook, first)) {
+        // The copy without the lock (the engine's add/finish and next() go on): only this thread writes a step,
+        // and no sample reads step `tag` before it is whole, which needs this entry counted below.
+        lk.unlock();
+        const std::uint64_t rb = into->row_bytes, hooks = cfg_.hooks;
+        const std::byte* src = v.bytes().data();
+        for (std::uint64_t i = 0; i < into->rows; ++i) {
+          std::memcpy(into->data.data() + (i * hooks + hook) * rb, src + i * rb, rb);
+        }
+        lk.lock();
+        into->filled[hook] = true;
+        c_.rows += into->rows;
+      }
+    }
+    if (++seen_[tag] >= cfg_.hooks) {
       done_upto_ = std::max(done_upto_, tag);
       seen_.erase(tag);
       retire(tag);
@@ -169,7 +184,10 @@ class sample_assembler_impl {
   using step_map = std::map<std::int64_t, std::shared_ptr<step>>;
 
   // ---- the drain thread, under mu_ ----
-  void file(const d2h::entry_view& v, const d2h::forward_meta& m, std::int64_t tag, std::uint32_t hook, bool first)
+  /// The entry's attribution (the step's first entry: each request's segment) and checks; the step its rows go
+  /// into (null: none to copy).
+  std::shared_ptr<step> file(const d2h::entry_view& v, const d2h::forward_meta& m, std::int64_t tag,
+                             std::uint32_t hook, bool first)
   {
     if (first) {  // the step's attribution, once: each request's segment, its first position from the user bytes
       const std::size_t have = m.user.size() / sizeof(std::int64_t);
@@ -192,10 +210,10 @@ class sample_assembler_impl {
     if (!v.ok()) {
       ++c_.failed_entries;
       charge(ferry::detail::format("step {} hook {}: entry failed ({} bytes)", tag, hook, v.size()));
-      return;
+      return nullptr;
     }
     const std::uint64_t rows = v.rows();
-    if (rows == 0 || hook >= cfg_.hooks) { return; }
+    if (rows == 0 || hook >= cfg_.hooks) { return nullptr; }
     const std::uint64_t rb = v.row_bytes();
     step& s = step_of(tag);
     if (s.data.empty()) {
@@ -208,14 +226,9 @@ class sample_assembler_impl {
       ++c_.refused_entries;
       charge(ferry::detail::format("step {} hook {}: expected every hook's rows of one shape {} x {} bytes, got "
                                    "{} x {}", tag, hook, s.rows, s.row_bytes, rows, rb));
-      return;
+      return nullptr;
     }
-    const std::byte* src = v.bytes().data();
-    for (std::uint64_t i = 0; i < rows; ++i) {
-      std::memcpy(s.data.data() + (i * cfg_.hooks + hook) * rb, src + i * rb, rb);
-    }
-    s.filled[hook] = true;
-    c_.rows += rows;
+    return steps_.at(tag);
   }
 
   step& step_of(std::int64_t tag)
