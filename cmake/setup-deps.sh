@@ -97,13 +97,22 @@ ferry_install_torch_deps() {
   [[ "${FERRY_SKIP_TORCH:-0}" == 1 ]] && return 1
   command -v "$py" > /dev/null 2>&1 || return 1
   local missing=() m
-  for m in torch transformers pyarrow datasets; do
+  for m in torch transformers; do
     "$py" -c "import $m" > /dev/null 2>&1 || missing+=("$m")
   done
   if ((${#missing[@]})); then
     echo "ferry: pip installing ${missing[*]} for the torch layer's tests (several GB with the CUDA wheels; FERRY_SKIP_TORCH=1 skips them)"
     "$py" -m pip install -q "${missing[@]}" > /dev/null 2>&1 ||
       echo "ferry: could not pip install ${missing[*]} (offline?): the torch layer is not tested here" >&2
+  fi
+  missing=()
+  for m in pyarrow datasets; do
+    "$py" -c "import $m" > /dev/null 2>&1 || missing+=("$m")
+  done
+  if ((${#missing[@]})); then  # apart: a failure here leaves torch's tests in place
+    echo "ferry: pip installing ${missing[*]} for the engine's Arrow format tests"
+    "$py" -m pip install -q "${missing[@]}" > /dev/null 2>&1 ||
+      echo "ferry: could not pip install ${missing[*]} (offline?): the Arrow format's tests are skipped" >&2
   fi
   "$py" -c "import torch" > /dev/null 2>&1
 }
