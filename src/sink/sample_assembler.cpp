@@ -74,6 +74,7 @@ class sample_assembler_impl {
       if (std::shared_ptr<step> into = file(v, *m, tag, hook, first)) {
         // The copy without the lock (the engine's add/finish and next() go on): only this thread writes a step,
         // and no sample reads step `tag` before it is whole, which needs this entry counted below.
+        copying_ = true;  // close() makes every request ready: next() then waits for this copy (below)
         lk.unlock();
         const std::uint64_t rb = into->row_bytes, hooks = cfg_.hooks;
         const std::byte* src = v.bytes().data();
@@ -81,8 +82,10 @@ class sample_assembler_impl {
           std::memcpy(into->data.data() + (i * hooks + hook) * rb, src + i * rb, rb);
         }
         lk.lock();
+        copying_ = false;
         into->filled[hook] = true;
         c_.rows += into->rows;
+        ready_cv_.notify_all();
       }
     }
     if (++seen_[tag] >= cfg_.hooks) {
@@ -104,6 +107,9 @@ class sample_assembler_impl {
       });
     }
     if (ready_.empty()) { return std::nullopt; }
+    // After close() a request is ready whatever was delivered: a copy still in flight (close() during a delivery)
+    // ends first. Before close() a ready request's steps are whole: no copy writes them.
+    ready_cv_.wait(lk, [&] { return !copying_; });
     ready_item it = std::move(ready_.front());
     ready_.pop_front();
     c_.pending_bytes -= it.bytes;
@@ -337,6 +343,7 @@ class sample_assembler_impl {
   std::vector<request_drop> dropped_;
   sample_assembler_stats c_;
   bool closed_{false};
+  bool copying_{false};  // the drain thread copies an entry's rows without mu_
 };
 
 }  // namespace ferry::sink::detail
