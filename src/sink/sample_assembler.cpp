@@ -204,7 +204,7 @@ class sample_assembler_impl {
         std::memcpy(&p0, m.user.data() + k * sizeof p0, sizeof p0);
         it->second.segments.push_back({tag, m.requests[k].first_row, m.requests[k].rows, p0});
         it->second.last_step = std::max(it->second.last_step, tag);
-        ++step_of(tag).refs;
+        ++step_of(tag)->refs;
       }
     }
     const auto charge = [&](const std::string& what) {
@@ -221,7 +221,8 @@ class sample_assembler_impl {
     const std::uint64_t rows = v.rows();
     if (rows == 0 || hook >= cfg_.hooks) { return nullptr; }
     const std::uint64_t rb = v.row_bytes();
-    step& s = step_of(tag);
+    std::shared_ptr<step>& into = step_of(tag);
+    step& s = *into;
     if (s.data.empty()) {
       s.rows = rows;
       s.row_bytes = rb;
@@ -234,14 +235,14 @@ class sample_assembler_impl {
                                    "{} x {}", tag, hook, s.rows, s.row_bytes, rows, rb));
       return nullptr;
     }
-    return steps_.at(tag);
+    return into;
   }
 
-  step& step_of(std::int64_t tag)
+  std::shared_ptr<step>& step_of(std::int64_t tag)
   {
     auto& p = steps_[tag];
     if (!p) { p = std::make_shared<step>(); }
-    return *p;
+    return p;
   }
   /// Step `tag` is complete: its rows go now if no request of ours waits for them.
   void retire(std::int64_t tag)
@@ -322,7 +323,7 @@ class sample_assembler_impl {
       rows += s.rows;
       (void)take_step_ref(s.tag);
     }
-    dropped_.push_back({it->second.r.handle, 1, rows});
+    dropped_.push_back({it->second.r.handle, it->second.segments.size(), rows});  // every step it ran in
     ++c_.samples_dropped;
     reqs_.erase(it);
   }

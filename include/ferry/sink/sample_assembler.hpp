@@ -134,7 +134,7 @@ class sample_assembler {
   [[nodiscard]] bool closed() const;
   /// Closed, and next() returned every sample.
   [[nodiscard]] bool done() const;
-  /// Policy drop: every dropped sample (forwards 1, rows its tokens), by request.
+  /// Policy drop: every dropped sample (forwards: the steps it ran in; rows: its tokens), in dropping order.
   [[nodiscard]] std::vector<request_drop> dropped_requests() const;
   [[nodiscard]] sample_assembler_stats stats() const;
 

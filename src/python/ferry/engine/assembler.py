@@ -19,7 +19,14 @@ from typing import Any
 
 from .samples import Sample, SampleWriter
 
-__all__ = ["Assembler", "Request"]
+__all__ = ["Assembler", "Request", "dropped_report"]
+
+
+def dropped_report(sink: Any, ids: dict[int, str]) -> list[dict[str, Any]]:
+    """A native sink's policy drops (``dropped_requests()``: the assembler's or a stream's) by the engine's request
+    ids: ``[{"request_id", "tokens", "steps"}]``."""
+    return [{"request_id": ids.get(h, str(h)), "tokens": int(rows), "steps": int(steps)}
+            for h, steps, rows in sink.dropped_requests()]
 
 
 @dataclass
@@ -93,6 +100,7 @@ class Assembler:
                 if got is None:
                     if self.native.done:
                         break
+                    self._dropped()  # idle: the report catches up with the assembler's drops
                     continue
                 s = self._sample(got)
                 try:
@@ -106,7 +114,6 @@ class Assembler:
                 except Exception as err:  # a full disk (OSError) or anything else: this sample is lost
                     rep["io_errors"].append(f"{s.request_id}: {type(err).__name__}: {err}")
                     rep["lost"].append({"request_id": s.request_id, "tokens": len(s.positions)})
-                self._dropped()
         except BaseException as err:  # reported by close()
             self.error = err
         try:
@@ -116,10 +123,10 @@ class Assembler:
         rep["bytes_written"] = self.writer.bytes_written
 
     def _dropped(self) -> None:
-        """The native assembler's policy drops, by request id (each with its tokens)."""
-        ids = {h: r.request_id for h, r in self._by_handle.items()}
-        self.report["dropped"] = [{"request_id": ids.get(h, str(h)), "tokens": int(rows)}
-                                  for h, _, rows in self.native.dropped_requests()]
+        """The native assembler's policy drops, by request id (each with its tokens), when there are new ones."""
+        if self.native.stats()["samples_dropped"] != len(self.report["dropped"]):
+            ids = {h: r.request_id for h, r in self._by_handle.items()}
+            self.report["dropped"] = dropped_report(self.native, ids)
 
     def close(self, timeout: float = 120.0) -> dict[str, Any]:
         """After the channel closed (every entry delivered): ends every request not finished as incomplete

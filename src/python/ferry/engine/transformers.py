@@ -25,7 +25,7 @@ import itertools
 import weakref
 from typing import Any
 
-from .assembler import Assembler, Request
+from .assembler import Assembler, Request, dropped_report
 from .step import StepCapture, runner_patch
 from .samples import SampleWriter
 from .spec import Spec, resolve_taps
@@ -224,13 +224,12 @@ class Capture(StepCapture):
                 rep["sink"] = self._sink.close()
             except Exception as err:  # reported, never raised from close
                 rep["sink_error"] = repr(err)
-            # the stream's policy drop, per request (the channel is closed: every entry was delivered)
-            ids = {r.handle: r.request_id for r in self._reqs.values()}
-            rep["dropped"] = [{"request_id": ids.get(h, str(h)), "tokens": int(rows), "steps": int(fwd)}
-                              for h, fwd, rows in self._sink.dropped_requests()]
+        ids = self.request_ids()
+        if self._sink is not None:  # the stream's policy drop, per request (every entry was delivered)
+            rep["dropped"] = dropped_report(self._sink, ids)
         rep["disabled"] = self._disabled
         rep["requests"] = len(self._reqs)
-        rep["request_ids"] = {r.handle: r.request_id for r in self._reqs.values()}
+        rep["request_ids"] = ids
         return rep
 
     def request_ids(self) -> dict[int, str]:
