@@ -276,3 +276,20 @@ def test_install_via_forward_captures_what_the_hooks_capture_and_restores_the_mo
     assert not [n for n, m in model.named_modules() if "forward" in m.__dict__]
     with pytest.raises(ferry.LogicError, match="via"):
         fh.install(model, points, lambda h, t: None, via="patch")
+
+
+@pytest.mark.parametrize("values", [[-3.0, -0.5, -1.25], [-2.0, 4.0, None], [0.0, 0.0, 0.0]])
+def test_bar_plot_draws_negative_and_zero_overheads(tmp_path, values):
+    """A capture measured faster than no capture (CPU noise) gives a negative overhead: the plot still draws, with
+    every bar between its value and the zero line (CI once lost the torch plot to a log10 of a negative range)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("perf_plots", ROOT / "bench/device/reports/perf_plots.py")
+    pp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pp)
+    out = tmp_path / "bars.svg"
+    pp.bars(str(out), "t", "s", [("g", values)], ["a", "b", "c"], "%")
+    svg = out.read_text()
+    assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
+    heights = [float(h) for h in __import__("re").findall(r'<rect x="[^"]+" y="[^"]+" width="[^"]+" height="([^"]+)"', svg)]
+    assert all(h >= 0 for h in heights)
+    assert len(heights) == len([v for v in values if v is not None]) + 3  # one bar per value + 3 legend swatches

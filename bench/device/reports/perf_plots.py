@@ -108,21 +108,25 @@ def per_hook_plot(path, d2h):
 def bars(path, title, subtitle, groups, names, ylabel, targets=None):
     """Grouped bars. groups: [(label, [value or None per name])]; targets: {group label: value} drawn as a dash."""
     vals = [v for _, vs in groups for v in vs if v is not None] + list((targets or {}).values())
-    top = max(vals) * 1.12
+    # the axis spans 0 and every value: an overhead can be negative (capture measured faster than none, in noise)
+    top, bottom = max(vals + [0.0]) * 1.12, min(vals + [0.0]) * 1.12
+    if top - bottom <= 0:
+        top = 1.0
     pw, ph = W - L - R, H - T - B
-    Y = lambda v: T + ph - v / top * ph
+    Y = lambda v: T + ph - (v - bottom) / (top - bottom) * ph
     g = svg(title, subtitle)
-    step = 10 ** math.floor(math.log10(top / 4))
+    step = 10 ** math.floor(math.log10((top - bottom) / 4))
     for m in (1, 2, 5, 10):
-        if top / (m * step) <= 6:
+        if (top - bottom) / (m * step) <= 6:
             step *= m
             break
-    v = 0.0
+    v = math.floor(bottom / step) * step
     while v <= top:
-        g.line(L, Y(v), L + pw, Y(v), "#ddd")
-        g.text(L - 6, Y(v) + 4, f"{v:g}", "end")
+        if v >= bottom:
+            g.line(L, Y(v), L + pw, Y(v), "#ddd")
+            g.text(L - 6, Y(v) + 4, f"{v:g}", "end")
         v += step
-    g.line(L, T + ph, L + pw, T + ph)
+    g.line(L, Y(0), L + pw, Y(0))
     g.line(L, T, L, T + ph)
     g.text(18, T + ph / 2, ylabel, "middle", rotate=-90)
     gw = pw / len(groups)
@@ -133,8 +137,9 @@ def bars(path, title, subtitle, groups, names, ylabel, targets=None):
             if v is None:
                 continue
             x = x0 + i * bw
-            g.add(f'<rect x="{x:.1f}" y="{Y(v):.1f}" width="{bw * 0.9:.1f}" height="{T + ph - Y(v):.1f}" fill="{COLORS[i % len(COLORS)]}"/>')
-            g.text(x + bw * 0.45, Y(v) - 3, f"{v:.1f}", "middle", size=9)
+            y0, y1 = sorted((Y(v), Y(0)))
+            g.add(f'<rect x="{x:.1f}" y="{y0:.1f}" width="{bw * 0.9:.1f}" height="{y1 - y0:.1f}" fill="{COLORS[i % len(COLORS)]}"/>')
+            g.text(x + bw * 0.45, (Y(v) - 3) if v >= 0 else (Y(v) + 11), f"{v:.1f}", "middle", size=9)
         g.text(L + gi * gw + gw / 2, T + ph + 16, label, "middle")
         if targets and label in targets:
             t = targets[label]
