@@ -14,6 +14,7 @@
 #include "d2h/ordering.hpp"
 #include "d2h/planned_rows.hpp"
 #include "d2h/replay_token.hpp"
+#include "d2h/reduce_rows.hpp"
 #include "d2h/select_rows.hpp"
 
 #include <ferry/backend/cuda/backend.hpp>
@@ -37,6 +38,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(D2hMisuse, D2hMisuse, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hReplayToken, D2hReplayToken, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hOnError, D2hOnError, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hSelectRows, D2hSelectRows, CudaBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hReduceRows, D2hReduceRows, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hAttribution, D2hAttribution, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hConsumer, D2hConsumer, CudaBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hGatherRows, D2hGatherRows, CudaBackends);

@@ -14,6 +14,7 @@
 #include "d2h/ordering.hpp"
 #include "d2h/planned_rows.hpp"
 #include "d2h/replay_token.hpp"
+#include "d2h/reduce_rows.hpp"
 #include "d2h/select_rows.hpp"
 
 namespace ferry::test {
@@ -30,6 +31,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(D2hMisuse, D2hMisuse, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hReplayToken, D2hReplayToken, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hOnError, D2hOnError, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hSelectRows, D2hSelectRows, HostBackends);
+INSTANTIATE_TYPED_TEST_SUITE_P(D2hReduceRows, D2hReduceRows, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hAttribution, D2hAttribution, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hConsumer, D2hConsumer, HostBackends);
 INSTANTIATE_TYPED_TEST_SUITE_P(D2hGatherRows, D2hGatherRows, HostBackends);

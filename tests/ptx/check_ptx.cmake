@@ -29,6 +29,7 @@ set(d2h_kernels
     "ferry::kernels::d2h::commit_check=1"
     "ferry::kernels::d2h::arm_replay=1"
     "ferry::kernels::d2h::select_rows=1"
+    "ferry::kernels::d2h::reduce_rows=1"
     "ferry::kernels::d2h::claim_replay=1")
 set(other_kernels
     "ferry::kernels::h2d::scatter=1")              # kernels/h2d/scatter: no publication (stream order)

@@ -17,6 +17,7 @@
 #include <ferry/d2h/forward_info.hpp>
 #include <ferry/d2h/forward_plan.hpp>
 #include <ferry/d2h/hook_schema.hpp>
+#include <ferry/d2h/reducer.hpp>
 #include <ferry/d2h/ring_ref.hpp>
 #include <ferry/d2h/row_selection.hpp>
 #include <ferry/d2h/sink.hpp>
@@ -77,11 +78,9 @@ class channel {
   ~channel() { reset(); }
 
   // ---- producer (one thread, the channel's device current) ----
-  /// Opens a forward on `s`. If `s` is being captured, the forward is recorded into a forward_plan (graph
-  /// mode); otherwise entries are reserved just in time (eager mode). Every producer call of the forward
-  /// must use `s` (another stream: logic_error naming both). An eager forward on a stream other than the
-  /// last executed forward's first makes `s` wait for that stream (an event recorded there), so that stream
-  /// must still be alive. `meta` (eager only): the forward's tag, request rows and bytes, on every entry.
+  /// Opens a forward on `s`: recorded into a forward_plan if `s` is being captured, else reserved just in time.
+  /// Every producer call of the forward uses `s` (else logic_error). An eager forward on another stream than the
+  /// last one waits for it (an event). `meta` (eager only): the forward's tag, request rows and bytes.
   void begin_forward(stream_view s, forward_meta meta = {})
   {
     impl()->produce([&] { impl()->prod.begin_forward(s, std::move(meta)); }, [&] { impl()->prod.set_user_open(true); });
@@ -96,11 +95,9 @@ class channel {
     });
   }
 
-  /// Drops the forward open on `s` (the recovery after an exception between begin_forward and end_forward,
-  /// or a capture that ended without end_forward). Eager: publishes every entry launched so far (as
-  /// end_forward does), so nothing launched is lost. Captured: forgets the recording; nothing was reserved.
-  /// An open begin_write ticket is dropped. Call it after the capture ended (graph_exec::capture's
-  /// on_failure does). Returns whether a forward was open (false: nothing to do).
+  /// Drops the forward open on `s` (recovery after an exception, or a capture ended without end_forward). Eager:
+  /// publishes every entry launched so far; captured: forgets the recording. Drops an open begin_write ticket.
+  /// Call it after the capture ended (graph_exec::capture's on_failure does). Returns whether one was open.
   bool abort_forward(stream_view s)
   {
     return impl()->produce([&] { return impl()->prod.abort_forward(s); }, [&] {
@@ -148,6 +145,15 @@ class channel {
     impl()->produce([&] { (void)p.capture_rows(hook, src, n_rows, row_bytes, sel, s, blocking(), std::move(owner)); },
                     [] {});
   }
+  /// The records of reducer `r` (reducer.hpp) over the rows `sel` names of the [n_rows, width] tensor `src` of `in`
+  /// elements, made on the GPU into one dynamic entry of records; otherwise as capture_rows (eager, graphs, errors).
+  void capture_reduced(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t width, reduce_input in,
+                       const row_selection& sel, const reducer& r, stream_view s, source_owner owner = {})
+  {
+    auto& p = impl()->prod;
+    impl()->produce(
+        [&] { (void)p.capture_reduced(hook, src, n_rows, width, in, sel, r, s, blocking(), std::move(owner)); }, [] {});
+  }
   /// capture_rows, deferred: recorded on the CPU; a batch of entries sharing one selection and n_rows is copied
   /// by ONE gather launch at its flush point (capture_deferred's contract: `src` and the selection's arrays stay
   /// unmodified until then).
@@ -193,12 +199,10 @@ class channel {
     impl()->produce([&] { impl()->prod.end_write(std::move(t), s); }, [] {});
   }
 
-  /// Pre-forward planning for one graph replay: reserves ring space for every entry of `p` (blocking per
-  /// config::on_full), fills the FIFO, and enqueues the replay's token on `s` (joined to the last executed
-  /// forward's stream first, as begin_forward does). Launch the graph on `s` right after: one plan, one
-  /// launch. A launch that finds no token (a graph launched without plan()) writes and publishes nothing on
-  /// the device, and the channel reports it (invalidated_error naming the launch; every planned forward is
-  /// delivered). See docs/design/d2h.md, "the replay token". `meta`: this replay's tag, request rows and bytes.
+  /// Plans one graph replay: reserves ring space for every entry of `p` (per config::on_full), fills the FIFO and
+  /// enqueues the replay's token on `s`; launch the graph on `s` right after. A launch without a token writes and
+  /// publishes nothing and is reported (invalidated_error; docs/design/d2h.md, "the replay token"). `meta`:
+  /// this replay's tag, request rows and bytes.
   void plan(const forward_plan& p, stream_view s, forward_meta m = {})
   {
     (void)impl()->plan(p, blocking(), s.handle(), std::move(m));
@@ -236,10 +240,8 @@ class channel {
   /// Moves up to `max` completed entries, in order, to the end of `out` (one lock); returns how many.
   std::size_t try_pop(std::vector<entry_view>& out, std::size_t max) { return impl()->drain.try_pop(out, max); }
 
-  /// Drains every published entry (up to `timeout`), stops the drain, and reports. Throws shutdown_error
-  /// when some reserved entry was never published (it lists them); nothing is dropped silently.
-  /// A user kernel that did not call ring_ref::commit() (found by the commit check) makes it throw
-  /// invalidated_error naming the hook.
+  /// Drains every published entry (up to `timeout`), stops the drain, and reports: shutdown_error lists reserved
+  /// entries never published; a user kernel that never committed (ring_ref::commit) gives invalidated_error.
   shutdown_report close(std::chrono::milliseconds timeout) { return impl()->close_checked(timeout); }
   /// close(config::timeout).
   shutdown_report close() { return close(impl()->st.cfg.timeout); }
@@ -257,16 +259,14 @@ class channel {
   [[nodiscard]] std::uint64_t ring_bytes() const { return impl()->st.cfg.ring_bytes; }
   /// The hook schema given at construction (never null; empty: none); shared, so it may outlive the channel.
   [[nodiscard]] const std::shared_ptr<const hook_schema>& schema() const { return impl()->schema; }
-  /// True after a backend call of this channel failed (producer or drain side). Every later producer call
-  /// throws invalidated_error naming the failed call, and close() throws it too. Storage a DMA may still
-  /// read (ring, staging) is retained until the channel is destroyed, which waits for the drain stream.
+  /// True after a backend call of this channel failed: later producer calls and close() throw invalidated_error
+  /// naming it; storage a DMA may read is kept until the destructor, which waits for the drain stream.
   [[nodiscard]] bool invalidated() const { return impl()->st.is_failed(); }
   /// config::on_error = disable: whether capture is disabled now, and the first error that disabled it (empty:
   /// none; counters::capture_errors counts them).
   [[nodiscard]] bool capture_disabled() const { return impl()->st.capture_disabled(); }
   [[nodiscard]] std::string capture_error() const { return impl()->st.first_capture_error(); }
-  /// Re-enables capture after on_error = disable disabled it, at a forward boundary (an open forward:
-  /// logic_error). An invalidated channel (a failed backend call) cannot be recovered: invalidated_error.
+  /// Re-enables capture disabled by on_error = disable, between forwards (else logic_error; invalidated: its error).
   void recover() { impl()->guarded([&] { impl()->prod.recover(); }); }
   /// From the producer thread, between forwards: the next thread's producer call binds (warm-up vs step threads).
   void release_producer_thread() { impl()->guarded([&] { impl()->prod.release_thread(); }); }

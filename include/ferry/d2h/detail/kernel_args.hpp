@@ -6,6 +6,7 @@
 // row_reserved). Device-safe (no fmt, no error.hpp).
 #pragma once
 
+#include <ferry/d2h/reducer.hpp>
 #include <ferry/d2h/ring_ref.hpp>
 #include <ferry/d2h/row_selection.hpp>
 
@@ -52,6 +53,20 @@ struct select_args {
   std::uint64_t row_bytes{0};
   row_selection sel{};
   std::uint32_t vec{0};
+  std::uint32_t planned{0};  ///< captured into a graph: a replay's plan()'d items place it (row_reserved)
+};
+
+/// The reduce kernel (kernels/d2h/reduce, channel::capture_reduced): the records of reducer `r` (reducer.hpp) over
+/// the rows `sel` names of the [n_rows, width] source `src` of `input` elements, into the dynamic entry `dst`; its
+/// size: records x record_bytes, or selection_error_size when an item is invalid.
+struct reduce_args {
+  ring_ref dst;
+  const std::byte* src{nullptr};
+  std::uint64_t n_rows{0};
+  std::uint64_t width{0};  ///< elements per row
+  reduce_input input{reduce_input::f32};
+  reducer r{};
+  row_selection sel{};
   std::uint32_t planned{0};  ///< captured into a graph: a replay's plan()'d items place it (row_reserved)
 };
 

@@ -11,6 +11,7 @@
 //   select_rows_kernel         select/select_rows: the selected rows of a tensor into one dynamic entry (capture_rows)
 //   gather_rows_publish_kernel select/gather_rows_publish: one launch per batch of row-selected deferred entries
 //                              (capture_rows_deferred; optional release in its last block)
+//   reduce_rows_kernel         reduce/reduce_rows: a reducer's records over the selected rows (capture_reduced)
 //   arm_replay_kernel          replay/arm_replay: one thread: a plan()'s token for the next graph launch on the stream
 //   claim_replay_kernel        replay/claim_replay: one thread, a captured forward's first node: takes the token,
 //                              or marks the launch unplanned (it writes and publishes nothing) and reports it
@@ -60,6 +61,10 @@ host_kernel<gather_rows_args> gather_rows_publish_kernel(host_tag);
 cuda_kernel<gather_rows_args> gather_rows_publish_kernel(cuda_tag);
 hip_kernel<gather_rows_args> gather_rows_publish_kernel(hip_tag);
 
+host_kernel<reduce_args> reduce_rows_kernel(host_tag);
+cuda_kernel<reduce_args> reduce_rows_kernel(cuda_tag);
+hip_kernel<reduce_args> reduce_rows_kernel(hip_tag);
+
 host_kernel<replay_token_args> arm_replay_kernel(host_tag);
 cuda_kernel<replay_token_args> arm_replay_kernel(cuda_tag);
 hip_kernel<replay_token_args> arm_replay_kernel(hip_tag);
@@ -85,6 +90,7 @@ void for_each_kernel(Tag t, Fn&& fn)
   fn(claim_replay_kernel(t));
   fn(select_rows_kernel(t));
   fn(gather_rows_publish_kernel(t));
+  fn(reduce_rows_kernel(t));
   for (const copy_form f : vector_forms) {
     fn(copy_entry_kernel(t, f));
     fn(copy_entry_publish_kernel(t, f));

@@ -91,6 +91,11 @@ class producer {
   /// The rows `sel` names of the [n_rows, row_bytes] device tensor `src`, as one dynamic entry (producer_rows.inl).
   bool capture_rows(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
                     const row_selection& sel, stream_view s, when_full full, source_owner owner = {});
+  /// The records of `r` over the rows `sel` names of the [n_rows, width] tensor `src` of `in` elements, as one
+  /// dynamic entry (producer_reduce.inl).
+  bool capture_reduced(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t width, reduce_input in,
+                       const row_selection& sel, const reducer& r, stream_view s, when_full full,
+                       source_owner owner = {});
   void capture_deferred(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, source_owner owner = {});
   /// capture_rows recorded in the deferred batch; one gather_rows_publish per batch sharing a selection.
   void capture_rows_deferred(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
@@ -199,8 +204,10 @@ class producer {
                        bool bounced, const char* what, deferred_rows part = {});
   // Row capture's parts (producer_rows.inl): the CPU's checks (returns the payload bound), the host snapshot of a
   // selection's arrays, a row batch's gather arguments and shape (but its release part: launch_deferred).
+  // `red` (capture_reduced): the entry holds its records of rows of `width` elements instead of the rows.
   std::uint64_t check_rows(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
-                           const row_selection& sel, const char* what);
+                           const row_selection& sel, const char* what, const reducer* red = nullptr,
+                           std::uint64_t width = 0);
   row_batch hold_selection(const row_selection& sel, std::uint64_t n_rows, bool snapshot);
   void row_gather_args(gather_rows_args& a, gather_shape& sh) const;
   /// Gives a held source back once the copy enqueued on `s` no longer needs it: the backend's release_after
@@ -269,3 +276,4 @@ class producer {
 #include <ferry/d2h/detail/producer_plan.inl>
 #include <ferry/d2h/detail/producer_disable.inl>
 #include <ferry/d2h/detail/producer_rows.inl>
+#include <ferry/d2h/detail/producer_reduce.inl>

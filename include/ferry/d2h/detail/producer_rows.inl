@@ -14,7 +14,8 @@ namespace ferry::d2h::detail {
 /// the selection's item bound: at least 16).
 template <ferry::backend::backend B>
 std::uint64_t producer<B>::check_rows(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
-                                      const row_selection& sel, const char* what)
+                                      const row_selection& sel, const char* what, const reducer* red,
+                                      std::uint64_t width)
 {
   FERRY_EXPECTS(src != nullptr && sel.indices != nullptr, ferry::logic_error,
                 "d2h channel {}: hook {} expected a non-null source and selection, got {}", what, hook.value,
@@ -35,16 +36,20 @@ std::uint64_t producer<B>::check_rows(hook_id hook, const void* src, std::uint64
                 hook.value, sel.window_begin, sel.window_end);
   FERRY_EXPECTS(sel.device_count == nullptr || sel.max_count > 0, ferry::logic_error,
                 "d2h channel {}: hook {} expected max_count > 0 with a device count, got 0", what, hook.value);
-  const std::uint64_t items = sel.item_bound();
-  const std::uint64_t per_item = sel.rows_per_item();
   const std::uint64_t limit = st_.cfg.ring_bytes;
+  // the entry's items x per_item rows of row_bytes (a reduced entry: its records, reducer.hpp)
+  const std::uint64_t items = red == nullptr || red->op != reduce_op::stats ? sel.item_bound() : 1;
+  const std::uint64_t per_rec = red == nullptr ? sel.rows_per_item() : records_per_item(*red, sel.rows_per_item());
+  const std::uint64_t per_item = per_rec == 0 ? 1 : per_rec;  // stats: one record for the entry
+  const std::uint64_t out_row = red == nullptr ? row_bytes : record_bytes(*red, width);
   // every factor first: the product of user sizes must not wrap
-  FERRY_EXPECTS(
-      items <= limit && per_item <= limit && n_rows <= limit && (items == 0 || items * per_item <= limit / row_bytes),
-      ferry::logic_error,
-      "d2h channel {}: hook {} expected at most ring_bytes = {} bytes of rows, got {} items x {} rows x {} bytes", what,
-      hook.value, limit, items, per_item, row_bytes);
-  const std::uint64_t bytes = row_entry_bytes(items, per_item, row_bytes);
+  FERRY_EXPECTS(sel.item_bound() <= limit && sel.rows_per_item() <= limit && n_rows <= limit &&
+                    (items == 0 || items * per_item <= limit / out_row),
+                ferry::logic_error,
+                "d2h channel {}: hook {} expected at most ring_bytes = {} bytes of {}, got {} items x {} {} x {} bytes",
+                what, hook.value, limit, red == nullptr ? "rows" : "records", items, per_item,
+                red == nullptr ? "rows" : "records", out_row);
+  const std::uint64_t bytes = row_entry_bytes(items, per_item, out_row);
   check_entry(hook, bytes, entry_kind::dynamic, what);
   FERRY_EXPECTS(!write_open_, ferry::logic_error, "d2h channel {}: hook {} expected no open begin_write, got one", what,
                 hook.value);

@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: Apache-2.0
+// Body of the reduce_rows kernel (channel::capture_reduced), shared by the GPU wrapper (reduce_rows.cu) and the
+// host backend's (reduce_rows_host.cpp). One launch per reduced entry: the records of a reducer
+// (ferry/d2h/reducer.hpp) over the rows a row_selection names, into one dynamic entry, one record per block at a
+// time (kernels/detail/reduce_block.cuh). The order of every block is select_rows' (select_rows.cuh):
+//   1. the item count (CPU-known, or the GPU-resolved *device_count, refused above max_count), the entry's place
+//      and the cursor slot[parity] (one load; cursor_unplanned: a graph launch no plan() armed stores nothing);
+//   2. records blk, blk + nblk, ...: topk and fp8 one per selected row, mean one per item, stats one for the
+//      entry; a record whose rows name an invalid item reads nothing and writes nothing, and the block notes
+//      the error;
+//   3. block barrier, then thread 0 arrives at the join counter (acq_rel, device scope); the block that arrives
+//      last reads the error flag, resets it, and commits the entry: its size slot (records x record_bytes, or
+//      selection_error_size) and the next cursor, from the cursor value it read.
+// The entry's release is a later kernel (the release chain): the kernel boundary joins every block's stores.
+// Captured into a graph (reduce_args::planned), a replay whose plan() gave forward_meta::selected places the entry
+// with exactly that many items (row_reserved of records_per_item x record_bytes, as plan() placed it), writes at
+// most those records and reports its true size (above the plan: size_overflow at the drain). A stats entry's one
+// record does not depend on the items: it keeps its captured reservation (the producer does not set `planned`).
+#pragma once
+
+#include "../../detail/gather_chain.cuh"  // gather_join_arrive
+#include "../../detail/reduce_block.cuh"  // the records
+#include "../../detail/rows.cuh"          // select_items, select_source_row, note_select_error
+
+#include <ferry/d2h/detail/kernel_args.hpp>
+
+#include <cstdint>
+
+namespace ferry::kernels::d2h {
+
+using ferry::d2h::detail::reduce_args;
+
+/// Step 1 of every block: the item count, the entry's records and place, and where it starts (`dst` null: a launch
+/// no plan() armed).
+struct reduce_start {
+  ferry::d2h::ring_ref at;
+  std::uint64_t per_item{1};
+  std::uint64_t items{0};
+  std::uint64_t records{0};
+  std::uint64_t limit{0};  ///< the records this launch writes: every one, or at most the planned ones
+  std::uint64_t rec{0};
+  bool count_ok{true};
+  std::byte* dst{nullptr};
+};
+FERRY_HD inline reduce_start reduce_start_of(const reduce_args& a) noexcept
+{
+  reduce_start s;
+  s.per_item = a.sel.rows_per_item();
+  s.items = select_items(a.sel, s.count_ok);
+  s.records = ferry::d2h::records_of(a.r, s.items, s.per_item);
+  s.rec = ferry::d2h::record_bytes(a.r, a.width);
+  s.at = a.dst;
+  s.limit = s.records;
+  const std::uint64_t planned = a.planned != 0 ? a.dst.state->planned_items : ferry::d2h::no_planned_items;
+  if (planned != ferry::d2h::no_planned_items) {
+    const std::uint64_t per_rec = ferry::d2h::records_per_item(a.r, s.per_item);
+    s.at.reserved = ferry::d2h::detail::row_reserved(planned, per_rec, s.rec);
+    s.limit = s.records < planned * per_rec ? s.records : planned * per_rec;
+  }
+  const ferry::d2h::cursor c = s.at.load();
+  s.dst = ferry::d2h::cursor_live(c) ? s.at.ring + s.at.offset(c) : nullptr;
+  return s;
+}
+
+/// Step 2 for block `blk` of `nblk`, by every thread of the block (`b`): its records; thread 0 sets `block_error`
+/// when one of them names an invalid item.
+template <class Blk, class Flag>
+FERRY_HD void reduce_records(const Blk& b, reduce_shared& sh, const reduce_args& a, const reduce_start& s,
+                             std::uint32_t blk, std::uint32_t nblk, Flag& block_error)
+{
+  const std::uint64_t row_bytes = a.width * ferry::d2h::input_bytes(a.input);
+  for (std::uint64_t g = blk; g < s.limit && s.dst != nullptr; g += nblk) {
+    std::byte* out = s.dst + g * s.rec;
+    bool ok = true;
+    switch (a.r.op) {
+      case ferry::d2h::reduce_op::mean:
+        ok = mean_record(b, a.sel, a.src, a.n_rows, a.width, a.input, g, s.per_item, out);
+        break;
+      case ferry::d2h::reduce_op::stats:
+        ok = stats_record(b, a.sel, a.src, a.n_rows, a.width, a.input, s.items * s.per_item, s.per_item, out);
+        break;
+      default: {
+        const std::int64_t r = select_source_row(a.sel, a.n_rows, g, s.per_item);
+        ok = r >= 0;
+        if (!ok) { break; }
+        const std::byte* row = a.src + static_cast<std::uint64_t>(r) * row_bytes;
+        if (a.r.op == ferry::d2h::reduce_op::topk) {
+          topk_record(b, sh, row, a.width, a.input, a.r.k, out);
+        } else {
+          fp8_record(b, sh, row, a.width, a.input, s.rec, out);
+        }
+      }
+    }
+    if (!ok && b.t == 0) { block_error = 1; }
+  }
+}
+
+/// Step 3 by thread 0 after the block barrier: the arrival, and the commit by the last block.
+FERRY_HD inline void reduce_arrive(const reduce_start& s, std::uint32_t nblk, bool block_error) noexcept
+{
+  ferry::d2h::device_state* st = s.at.state;
+  if (block_error) { note_select_error(st); }
+  if (!gather_join_arrive(st, nblk)) { return; }
+  const bool bad = !s.count_ok || st->select_error != 0;  // every block's OR is ordered before its arrival
+  st->select_error = 0;
+  const ferry::d2h::cursor c = s.at.load();
+  s.at.commit(c, bad ? ferry::d2h::selection_error_size : s.records * s.rec);
+}
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+/// The GPU body of block `blk` of `nblk` (`nt` threads).
+__device__ __forceinline__ void reduce_rows_block(const reduce_args& a, std::uint32_t blk, std::uint32_t nblk,
+                                                  std::uint32_t t, std::uint32_t nt)
+{
+  __shared__ int block_error;
+  __shared__ reduce_shared sh;
+  if (t == 0) { block_error = 0; }
+  const reduce_start s = reduce_start_of(a);
+  const gpu_block b{t, nt};
+  __syncthreads();
+  reduce_records(b, sh, a, s, blk, nblk, block_error);
+  __syncthreads();  // every store and every error note of the block happen-before thread 0's arrival
+  if (t == 0) { reduce_arrive(s, nblk, block_error != 0); }
+}
+#endif
+
+/// The host backend's block `blk` of `nblk` (one thread): the same records, then the arrival.
+inline void reduce_rows_block_host(const reduce_args& a, std::uint32_t blk, std::uint32_t nblk)
+{
+  const reduce_start s = reduce_start_of(a);
+  static thread_local reduce_shared sh;
+  bool block_error = false;
+  reduce_records(host_block{}, sh, a, s, blk, nblk, block_error);
+  reduce_arrive(s, nblk, block_error);
+}
+
+}  // namespace ferry::kernels::d2h

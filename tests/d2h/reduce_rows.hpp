@@ -1,0 +1,294 @@
+// SPDX-License-Identifier: Apache-2.0
+// The D2H typed suite D2hReduceRows, over backends (host and faulty<host> in CI, cuda on the GPU machine):
+// channel::capture_reduced (reducer.hpp, kernels/d2h/reduce). Every record is compared with a reference computed
+// here from the same source rows: top-k against a sort (ties: the lower index first), fp8 by its scale and the
+// decoded codes (torch's own cast is the Python tests' reference), mean and stats against double sums.
+#pragma once
+
+#include "d2h/fixture.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <vector>
+
+namespace ferry::test {
+
+template <class B>
+class D2hReduceRows : public d2h_fixture<B> {
+ protected:
+  static constexpr std::uint64_t n_rows = 24;
+
+  struct collected {
+    std::mutex m;
+    std::vector<fd::entry_status> status;
+    std::vector<std::vector<std::uint8_t>> bytes;
+    std::vector<std::uint64_t> row_bytes;
+    auto callback()
+    {
+      return [this](fd::entry_view&& v) {
+        std::lock_guard lock{m};
+        status.push_back(v.status());
+        row_bytes.push_back(v.row_bytes());
+        std::vector<std::uint8_t> b;
+        if (v.ok()) {
+          const auto s = v.bytes();
+          b.assign(reinterpret_cast<const std::uint8_t*>(s.data()), reinterpret_cast<const std::uint8_t*>(s.data()) + s.size());
+        }
+        bytes.push_back(std::move(b));
+      };
+    }
+  };
+
+  template <class T>
+  fb::device_buffer<B> upload(const std::vector<T>& v, fb::stream_view<B> s)
+  {
+    fb::device_buffer<B> d{std::max<std::size_t>(v.size(), 1) * sizeof(T), this->b};
+    fb::pinned_buffer<B> h{std::max<std::size_t>(v.size(), 1) * sizeof(T), this->b};
+    std::memcpy(h.data(), v.data(), v.size() * sizeof(T));
+    this->b.memcpy_async(d.data(), h.data(), v.size() * sizeof(T), fb::memcpy_kind::host_to_device, s.handle());
+    s.synchronize();
+    return d;
+  }
+  fd::config cfg()
+  {
+    auto c = this->small_config(1 << 20, 3);
+    c.tuning.size_slots = 64;
+    return c;
+  }
+  static float f32_at(const std::vector<std::uint8_t>& b, std::size_t off)
+  {
+    float f;
+    std::memcpy(&f, b.data() + off, 4);
+    return f;
+  }
+  static std::uint32_t u32_at(const std::vector<std::uint8_t>& b, std::size_t off)
+  {
+    std::uint32_t u;
+    std::memcpy(&u, b.data() + off, 4);
+    return u;
+  }
+  /// bf16 bits of `f` (truncation: every value the test uses is exact in bf16 or only needs to be some bf16).
+  static std::uint16_t bf16_of(float f) { return static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(f) >> 16); }
+  static float of_bf16(std::uint16_t h) { return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16); }
+  /// float8_e4m3fn bits as float (finite codes).
+  static float of_e4m3(std::uint8_t c)
+  {
+    const int e = (c >> 3) & 15;
+    const int m = c & 7;
+    const float v = e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(1.0F + static_cast<float>(m) / 8, e - 7);
+    return (c & 0x80) != 0 ? -v : v;
+  }
+};
+TYPED_TEST_SUITE_P(D2hReduceRows);
+
+/// topk over f32 and bf16 rows (bf16 from a few values, so ties abound), k = 1, 7, 64 and the whole row: the
+/// values of a stable descending sort and their indices (equal values: the lower index first).
+TYPED_TEST_P(D2hReduceRows, TopkIsTheSortedPrefixWithTiesByLowerIndex)
+{
+  using B = TypeParam;
+  constexpr std::uint64_t width = 300;
+  std::mt19937_64 rng{3};
+  fb::stream<B> s{this->b};
+  std::vector<float> f(TestFixture::n_rows * width);
+  std::vector<std::uint16_t> h(TestFixture::n_rows * width);
+  std::normal_distribution<float> normal;
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    f[i] = normal(rng);
+    h[i] = TestFixture::bf16_of(static_cast<float>(static_cast<int>(rng() % 9) - 4) * 0.5F);  // 9 values: ties
+  }
+  auto df = this->upload(f, s.view());
+  auto dh = this->upload(h, s.view());
+  const std::vector<std::int32_t> rows{5, 0, 23, 5};
+  auto idx = this->upload(rows, s.view());
+  typename TestFixture::collected got;
+  fd::channel<B> ch{this->cfg(), this->b, got.callback()};
+  struct want_t {
+    std::uint32_t k;
+    bool bf16;
+  };
+  std::vector<want_t> want;
+  ch.begin_forward(s);
+  for (const std::uint32_t k : {1U, 7U, 64U, 300U}) {
+    for (const bool bf16 : {false, true}) {
+      ch.capture_reduced(fd::hook_id{static_cast<std::uint32_t>(want.size())}, bf16 ? dh.data() : df.data(),
+                         TestFixture::n_rows, width, bf16 ? fd::reduce_input::bf16 : fd::reduce_input::f32,
+                         fd::row_selection::rows(static_cast<const std::int32_t*>(idx.data()), rows.size()),
+                         fd::reducer::topk(k), s);
+      want.push_back({k, bf16});
+    }
+  }
+  (void)ch.end_forward(s);
+  s.synchronize();
+  EXPECT_NO_THROW((void)ch.close(10s));
+  ASSERT_EQ(got.status.size(), want.size());
+  for (std::size_t e = 0; e < want.size(); ++e) {
+    const auto [k, bf16] = want[e];
+    SCOPED_TRACE(::testing::Message() << "k " << k << (bf16 ? " bf16" : " f32"));
+    ASSERT_EQ(got.status[e], fd::entry_status::ok);
+    ASSERT_EQ(got.row_bytes[e], 8ULL * k);
+    ASSERT_EQ(got.bytes[e].size(), rows.size() * 8ULL * k);
+    for (std::size_t j = 0; j < rows.size(); ++j) {
+      std::vector<std::pair<float, std::int32_t>> v(width);
+      for (std::uint64_t c = 0; c < width; ++c) {
+        const std::size_t at = rows[j] * width + c;
+        v[c] = {bf16 ? TestFixture::of_bf16(h[at]) : f[at], static_cast<std::int32_t>(c)};
+      }
+      std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first > b.first; });
+      const std::size_t base = j * 8ULL * k;
+      for (std::uint32_t i = 0; i < k; ++i) {
+        ASSERT_EQ(TestFixture::f32_at(got.bytes[e], base + 4ULL * i), v[i].first) << "row " << j << " rank " << i;
+        ASSERT_EQ(static_cast<std::int32_t>(TestFixture::u32_at(got.bytes[e], base + 4ULL * (k + i))), v[i].second)
+            << "row " << j << " rank " << i;
+      }
+    }
+  }
+}
+
+/// fp8_e4m3: the scale is amax / 448 (1 for a row of zeros), the codes decode to x / scale within e4m3's half ulp
+/// (2^-4 relative, or 2^-10 absolute below the normals), the row's largest |x| to +-448, and the padding is zero.
+TYPED_TEST_P(D2hReduceRows, Fp8CodesDecodeWithinHalfAnUlpOfTheScaledRow)
+{
+  using B = TypeParam;
+  constexpr std::uint64_t width = 37;  // not a multiple of 4: 3 padding bytes
+  std::mt19937_64 rng{5};
+  fb::stream<B> s{this->b};
+  std::vector<std::uint16_t> h(TestFixture::n_rows * width);
+  std::normal_distribution<float> normal{0.0F, 3.0F};
+  for (std::size_t i = 0; i < h.size(); ++i) { h[i] = TestFixture::bf16_of(i / width == 2 ? 0.0F : normal(rng)); }
+  auto dh = this->upload(h, s.view());
+  const std::vector<std::int32_t> rows{1, 2, 20};
+  auto idx = this->upload(rows, s.view());
+  typename TestFixture::collected got;
+  fd::channel<B> ch{this->cfg(), this->b, got.callback()};
+  ch.begin_forward(s);
+  ch.capture_reduced(fd::hook_id{0}, dh.data(), TestFixture::n_rows, width, fd::reduce_input::bf16,
+                     fd::row_selection::rows(static_cast<const std::int32_t*>(idx.data()), rows.size()),
+                     fd::reducer::fp8_e4m3(), s);
+  (void)ch.end_forward(s);
+  s.synchronize();
+  EXPECT_NO_THROW((void)ch.close(10s));
+  ASSERT_EQ(got.status.size(), 1U);
+  ASSERT_EQ(got.row_bytes[0], 4 + 40U);
+  ASSERT_EQ(got.bytes[0].size(), rows.size() * 44U);
+  for (std::size_t j = 0; j < rows.size(); ++j) {
+    const std::size_t base = j * 44;
+    float amax = 0;
+    for (std::uint64_t c = 0; c < width; ++c) { amax = std::max(amax, std::fabs(TestFixture::of_bf16(h[rows[j] * width + c]))); }
+    const float scale = TestFixture::f32_at(got.bytes[0], base);
+    EXPECT_EQ(scale, amax > 0 ? amax / 448.0F : 1.0F) << "row " << j;
+    for (std::uint64_t c = 0; c < width; ++c) {
+      const float x = TestFixture::of_bf16(h[rows[j] * width + c]) / scale;
+      const float d = TestFixture::of_e4m3(got.bytes[0][base + 4 + c]);
+      EXPECT_LE(std::fabs(d - x), std::max(std::fabs(x) / 16, 1.0F / 1024)) << "row " << j << " column " << c;
+      if (std::fabs(x) == 448.0F) { EXPECT_EQ(std::fabs(d), 448.0F); }
+    }
+    for (std::uint64_t c = width; c < 40; ++c) { EXPECT_EQ(got.bytes[0][base + 4 + c], 0) << "padding " << c; }
+  }
+}
+
+/// mean over a window of each request and stats over every selected row: within 1e-5 relative of double sums
+/// (f32 sums of at most 8 rows of N(0, 1)); the counts; max |x| exact.
+TYPED_TEST_P(D2hReduceRows, MeanAndStatsMatchDoubleSums)
+{
+  using B = TypeParam;
+  constexpr std::uint64_t width = 19;
+  std::mt19937_64 rng{9};
+  fb::stream<B> s{this->b};
+  std::vector<float> f(TestFixture::n_rows * width);
+  std::normal_distribution<float> normal;
+  for (auto& x : f) { x = normal(rng); }
+  auto df = this->upload(f, s.view());
+  const std::vector<std::int32_t> qsl{0, 8, 11, 24};  // three requests of 8, 3 and 13 tokens
+  auto dq = this->upload(qsl, s.view());
+  const std::vector<std::int32_t> req{2, 0};
+  auto dr = this->upload(req, s.view());
+  typename TestFixture::collected got;
+  fd::channel<B> ch{this->cfg(), this->b, got.callback()};
+  const auto win = fd::row_selection::window(static_cast<const std::int32_t*>(dq.data()), 3,
+                                             static_cast<const std::int32_t*>(dr.data()), req.size(), 1, 7);
+  ch.begin_forward(s);
+  ch.capture_reduced(fd::hook_id{0}, df.data(), TestFixture::n_rows, width, fd::reduce_input::f32, win, fd::reducer::mean(), s);
+  ch.capture_reduced(fd::hook_id{1}, df.data(), TestFixture::n_rows, width, fd::reduce_input::f32, win, fd::reducer::stats(), s);
+  (void)ch.end_forward(s);
+  s.synchronize();
+  EXPECT_NO_THROW((void)ch.close(10s));
+  ASSERT_EQ(got.status.size(), 2U);
+  ASSERT_EQ(got.status[0], fd::entry_status::ok);
+  ASSERT_EQ(got.status[1], fd::entry_status::ok);
+  ASSERT_EQ(got.bytes[0].size(), req.size() * (4 * width + 4));
+  ASSERT_EQ(got.bytes[1].size(), 12 * width + 4);
+  EXPECT_EQ(got.row_bytes[1], 0U);  // one record: a whole entry
+  std::vector<std::int64_t> all;
+  for (std::size_t i = 0; i < req.size(); ++i) {
+    const std::size_t base = i * (4 * width + 4);
+    for (std::uint64_t c = 0; c < width; ++c) {
+      double sum = 0;
+      for (int r = 1; r < 7; ++r) { sum += f[(qsl[req[i]] + r) * width + c]; }
+      EXPECT_NEAR(TestFixture::f32_at(got.bytes[0], base + 4 * c), sum / 6, 1e-5) << "item " << i << " column " << c;
+    }
+    EXPECT_EQ(TestFixture::u32_at(got.bytes[0], base + 4 * width), 6U);
+    for (int r = 1; r < 7; ++r) { all.push_back(qsl[req[i]] + r); }
+  }
+  for (std::uint64_t c = 0; c < width; ++c) {
+    double sum = 0, sq = 0;
+    float mx = 0;
+    for (const auto r : all) { sum += f[r * width + c]; mx = std::max(mx, std::fabs(f[r * width + c])); }
+    const double mean = sum / static_cast<double>(all.size());
+    for (const auto r : all) { sq += (f[r * width + c] - mean) * (f[r * width + c] - mean); }
+    EXPECT_NEAR(TestFixture::f32_at(got.bytes[1], 4 * c), mean, 1e-5) << "column " << c;
+    EXPECT_NEAR(TestFixture::f32_at(got.bytes[1], 4 * (width + c)), sq, 1e-4 * (1 + sq)) << "column " << c;
+    EXPECT_EQ(TestFixture::f32_at(got.bytes[1], 4 * (2 * width + c)), mx) << "column " << c;
+  }
+  EXPECT_EQ(TestFixture::u32_at(got.bytes[1], 12 * width), all.size());
+}
+
+/// The CPU refuses a bad k or width at the call (nothing reserved); an item only the GPU sees as invalid (a
+/// window past its request) is a selection_error entry, counted, and the next entry is whole.
+TYPED_TEST_P(D2hReduceRows, BadReducersAreRefusedAndBadItemsFlagged)
+{
+  using B = TypeParam;
+  fb::stream<B> s{this->b};
+  auto src = this->upload(std::vector<float>(TestFixture::n_rows * 8, 1.0F), s.view());
+  auto idx = this->upload(std::vector<std::int32_t>{1}, s.view());
+  auto dq = this->upload(std::vector<std::int32_t>{0, 2}, s.view());
+  auto dr = this->upload(std::vector<std::int32_t>{0}, s.view());
+  const auto sel = fd::row_selection::rows(static_cast<const std::int32_t*>(idx.data()), 1);
+  typename TestFixture::collected got;
+  fd::channel<B> ch{this->cfg(), this->b, got.callback()};
+  ch.begin_forward(s);
+  auto expect_refused = [&](fd::reducer r, std::uint64_t width, const char* text) {
+    try {
+      ch.capture_reduced(fd::hook_id{1}, src.data(), TestFixture::n_rows, width, fd::reduce_input::f32, sel, r, s);
+      ADD_FAILURE() << "expected a logic_error containing " << text;
+    } catch (const ferry::logic_error& e) {
+      EXPECT_NE(std::string{e.what()}.find(text), std::string::npos) << e.what();
+    }
+  };
+  expect_refused(fd::reducer::topk(0), 8, "expected topk's k in [1, min(row width 8, 1024)], got 0");
+  expect_refused(fd::reducer::topk(9), 8, "got 9");
+  expect_refused(fd::reducer::topk(2000), 4000, "got 2000");
+  expect_refused(fd::reducer::mean(), 0, "expected rows of 1 to 2^31 - 1 elements, got 0");
+  expect_refused(fd::reducer{fd::reduce_op::mean, 3}, 8, "expected k = 0 for mean, got 3");
+  EXPECT_EQ(ch.stats().entries_reserved, 0U);
+  ch.capture_reduced(fd::hook_id{2}, src.data(), TestFixture::n_rows, 8, fd::reduce_input::f32,
+                     fd::row_selection::window(static_cast<const std::int32_t*>(dq.data()), 1,
+                                               static_cast<const std::int32_t*>(dr.data()), 1, 0, 3),
+                     fd::reducer::mean(), s);  // the request has 2 tokens: the window [0, 3) is past it
+  ch.capture_reduced(fd::hook_id{3}, src.data(), TestFixture::n_rows, 8, fd::reduce_input::f32, sel, fd::reducer::topk(2), s);
+  (void)ch.end_forward(s);
+  s.synchronize();
+  EXPECT_NO_THROW((void)ch.close(10s));
+  ASSERT_EQ(got.status.size(), 2U);
+  EXPECT_EQ(got.status[0], fd::entry_status::selection_error);
+  EXPECT_EQ(got.status[1], fd::entry_status::ok);
+  EXPECT_EQ(ch.stats().selection_errors, 1U);
+}
+
+REGISTER_TYPED_TEST_SUITE_P(D2hReduceRows, TopkIsTheSortedPrefixWithTiesByLowerIndex,
+                            Fp8CodesDecodeWithinHalfAnUlpOfTheScaledRow, MeanAndStatsMatchDoubleSums,
+                            BadReducersAreRefusedAndBadItemsFlagged);
+
+}  // namespace ferry::test
