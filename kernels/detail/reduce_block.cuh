@@ -123,7 +123,8 @@ FERRY_HD void topk_record(const Blk& b, reduce_shared& sh, const std::byte* row,
                           ferry::d2h::reduce_input in, std::uint32_t k, std::byte* out)
 {
   auto key_at = [&](std::uint64_t c) { return order_key(element_bits(row, c, in), in); };
-  radix_select(b, sh, width, in == ferry::d2h::reduce_input::f32 ? 32U : 16U, k, [&](std::uint64_t c, std::uint32_t& key) {
+  const std::uint32_t bits = in == ferry::d2h::reduce_input::f32 ? 32U : 16U;
+  radix_select(b, sh, width, bits, k, [&](std::uint64_t c, std::uint32_t& key) {
     key = key_at(c);
     return true;
   });

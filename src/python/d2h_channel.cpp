@@ -130,11 +130,14 @@ void py_channel<B>::capture_bytes(std::uint32_t hook, nb::handle tensor, array_b
 template <class B>
 void py_channel<B>::capture_rows_core(std::uint32_t hook, const void* src, std::uint64_t n_rows,
                                       std::uint64_t row_bytes, const fd::row_selection& sel,
-                                      const fb::stream_view<B>& s, fd::source_owner owner, bool deferred)
+                                      const fb::stream_view<B>& s, fd::source_owner owner, bool deferred,
+                                      const rows_reduce* red)
 {
   tie(s);
   call(deferred ? "capture_rows_deferred" : "capture_rows", [&](fd::channel<B>& ch) {
-    if (deferred) {
+    if (red != nullptr) {
+      ch.capture_reduced(fd::hook_id{hook}, src, n_rows, red->width, red->in, sel, red->r, s, std::move(owner));
+    } else if (deferred) {
       ch.capture_rows_deferred(fd::hook_id{hook}, src, n_rows, row_bytes, sel, s, std::move(owner));
     } else {
       ch.capture_rows(fd::hook_id{hook}, src, n_rows, row_bytes, sel, s, std::move(owner));

@@ -90,6 +90,13 @@ class py_sink {
 /// The counters of a native sink (py_sink::stats), None for anything else (a capsule) (capi.cpp).
 [[nodiscard]] nb::object sink_stats(nb::handle sink);
 
+/// Channel.capture_rows(reduce=...) converted: the reducer, its input type and the row width in elements.
+struct rows_reduce {
+  fd::reducer r;
+  fd::reduce_input in{fd::reduce_input::f32};
+  std::uint64_t width{0};
+};
+
 template <class B>
 class py_channel {
  public:
@@ -117,9 +124,10 @@ class py_channel {
                                                  bool end);
   /// Channel.capture_rows: the arguments converted (d2h_rows.cpp), then the core's capture_rows.
   void capture_rows(std::uint32_t hook, nb::handle tensor, const nb::kwargs& sel, bool deferred);
+  /// `red` (reduce=): the core's capture_reduced of rows of red->width elements instead of capture_rows.
   void capture_rows_core(std::uint32_t hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
                          const fd::row_selection& sel, const fb::stream_view<B>& s, fd::source_owner owner,
-                         bool deferred);
+                         bool deferred, const rows_reduce* red = nullptr);
   void flush(nb::handle stream);
   [[nodiscard]] std::size_t deferred_pending() const;
   void plan(const py_plan& p, nb::handle stream, fd::forward_meta meta);

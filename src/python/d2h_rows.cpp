@@ -7,8 +7,10 @@
 //   ch.capture_rows(hook, tensor, query_start_loc=qsl, requests=req, window=(a, b))
 //   count=None (every element of rows / requests) | int (the first `count`) | a 1-element int32 device array
 //   (a GPU-resolved count, at most max_count, default the array's length); stream=None as capture.
+//   reduce="topk(K)" | "fp8_e4m3" | "mean" | "stats": the reducer's records instead of the rows (reducer.hpp).
 #include "d2h_channel.hpp"
 
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -77,6 +79,41 @@ rows_arg index_array(nb::handle obj, int device, const char* name, bool wide)
   return r;
 }
 
+/// reduce="topk(K)" | "fp8_e4m3" | "mean" | "stats" (reducer.hpp's parse_reducer) of rows of `t`'s element type
+/// (float32, float16 or bfloat16, by torch's or DLPack's name); none: plain rows.
+std::optional<rows_reduce> reduce_of(nb::handle reduce, const rows_arg& t, std::uint64_t row_bytes, std::uint32_t hook,
+                                     bool deferred)
+{
+  if (reduce.is_none()) { return std::nullopt; }
+  std::string spec;
+  if (!nb::try_cast(reduce, spec)) {
+    throw nb::type_error(("ferry: Channel.capture_rows: expected reduce= a str ('topk(K)', 'fp8_e4m3', 'mean' or "
+                          "'stats'), got " + type_of(reduce)).c_str());
+  }
+  if (deferred) {
+    throw nb::type_error(("ferry: Channel.capture_rows_deferred: expected no reduce= (capture_rows takes it: one "
+                          "reduce_rows launch per entry), got reduce='" + spec + "'").c_str());
+  }
+  rows_reduce r;
+  FERRY_EXPECTS(fd::parse_reducer(spec, r.r), ferry::logic_error,
+                "Channel.capture_rows (hook {}): expected reduce= 'topk(K)', 'fp8_e4m3', 'mean' or 'stats', got '{}'",
+                hook, spec);
+  const std::string& d = t.dtype;
+  if (d == "torch.float32" || d == "float32") {
+    r.in = fd::reduce_input::f32;
+  } else if (d == "torch.float16" || d == "float16") {
+    r.in = fd::reduce_input::f16;
+  } else if (d == "torch.bfloat16" || d == "bfloat16") {
+    r.in = fd::reduce_input::bf16;
+  } else {
+    throw nb::type_error(("ferry: Channel.capture_rows (hook " + std::to_string(hook) + "): expected reduce='" + spec +
+                          "' of float32, float16 or bfloat16 rows, got " + (d.empty() ? "an untyped array" : d))
+                             .c_str());
+  }
+  r.width = row_bytes / fd::input_bytes(r.in);
+  return r;
+}
+
 nb::handle kw(const nb::kwargs& k, const char* name)
 {
   return k.contains(name) ? nb::handle(k[name]) : nb::handle(Py_None);
@@ -91,9 +128,9 @@ void py_channel<B>::capture_rows(std::uint32_t hook, nb::handle tensor, const nb
   for (auto [key, v] : k) {
     const std::string n = nb::cast<std::string>(nb::str(key));
     if (n != "rows" && n != "query_start_loc" && n != "requests" && n != "window" && n != "count" &&
-        n != "max_count" && n != "stream") {
+        n != "max_count" && n != "stream" && n != "reduce") {
       throw nb::type_error(("ferry: Channel.capture_rows: unexpected keyword '" + n +
-                            "' (expected rows, query_start_loc, requests, window, count, max_count, stream)")
+                            "' (expected rows, query_start_loc, requests, window, count, max_count, stream, reduce)")
                              .c_str());
     }
   }
@@ -102,7 +139,7 @@ void py_channel<B>::capture_rows(std::uint32_t hook, nb::handle tensor, const nb
   if (!torch_rows_arg<B>(tensor, dev_, t)) {  // not a plain torch tensor (or one the fast path leaves): DLPack
     const array_bytes ab = tensor_bytes<B>(tensor, dev_, what, hook);  // its checks (device, layout, conj bits)
     any_array a = as_array(tensor, what);
-    t = {ab.data, a.ndim() > 0 ? a.shape(0) : 0, ab.nbytes, 0, a.ndim(), false, {}};
+    t = {ab.data, a.ndim() > 0 ? a.shape(0) : 0, ab.nbytes, 0, a.ndim(), false, dtype_str(a.dtype())};
   }
   const std::uint64_t n_rows = t.len;
   const std::uint64_t row_bytes = n_rows > 0 ? t.nbytes / n_rows : 0;
@@ -171,8 +208,9 @@ void py_channel<B>::capture_rows(std::uint32_t hook, nb::handle tensor, const nb
                                 mc.is_none() ? items : m.get(what, "max_count"));
     keep.append(count);
   }
+  const std::optional<rows_reduce> red = reduce_of(kw(k, "reduce"), t, row_bytes, hook, deferred);
   fd::source_owner owner = py_source::make<B>(keep, array_bytes{}.dl, deferred);
-  capture_rows_core(hook, t.data, n_rows, row_bytes, sel, s, std::move(owner), deferred);
+  capture_rows_core(hook, t.data, n_rows, row_bytes, sel, s, std::move(owner), deferred, red ? &*red : nullptr);
 }
 
 /// The C ABI's capture_rows (capi.cpp): the stream resolved as capture_raw resolves it.
@@ -211,7 +249,7 @@ const char* rows_signature(const char* name)
   s = std::string{"def "} + name +
       "(self, hook: int, tensor: object, *, rows: object | None = None, query_start_loc: object | None = None, "
       "requests: object | None = None, window: tuple[int, int] | None = None, count: object | None = None, "
-      "max_count: int | None = None, stream: object | None = None) -> None";
+      "max_count: int | None = None, stream: object | None = None, reduce: str | None = None) -> None";
   return s.c_str();
 }
 

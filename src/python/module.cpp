@@ -17,6 +17,7 @@ void init_sink(nb::module_& m);         // sink.cpp
 void init_shm_stream(nb::module_& m);   // shm_stream.cpp
 void init_shm_reader(nb::module_& m);   // shm_reader.cpp
 void init_sample_assembler(nb::module_& m);  // sample_assembler.cpp
+void init_reduce(nb::module_& m);       // reduce.cpp
 template <class B>
 void init_capture_fn(nb::module_& m);   // d2h_capture_fn.cpp
 }  // namespace ferry::python
@@ -76,6 +77,7 @@ NB_MODULE(_ferry, m)
   fp::init_shm_stream(m);
   fp::init_shm_reader(m);
   fp::init_sample_assembler(m);
+  fp::init_reduce(m);
 
   nb::module_ host = m.def_submodule("host", "The host-emulated backend (no GPU needed).");
   init_backend<ferry::backend::host_backend>(host);

@@ -8,6 +8,7 @@
 #include "d2h/fixture.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -287,8 +288,82 @@ TYPED_TEST_P(D2hReduceRows, BadReducersAreRefusedAndBadItemsFlagged)
   EXPECT_EQ(ch.stats().selection_errors, 1U);
 }
 
+/// In a graph: the selection (rows and a device count) at fixed device addresses, rewritten before every replay;
+/// the source rewritten too. Every replay's top-k entry holds that replay's rows' top-k, and its stats entry the
+/// count of that replay's rows (planned or not: plan() without and with forward_meta::selected).
+TYPED_TEST_P(D2hReduceRows, GraphReplaysReduceTheRowsOfTheirStep)
+{
+  using B = TypeParam;
+  constexpr std::uint64_t width = 40, k = 3, replays = 12;
+  std::mt19937_64 rng{13};
+  fb::stream<B> s{this->b};
+  fb::device_buffer<B> src{TestFixture::n_rows * width * 4, this->b};
+  fb::device_buffer<B> idx{TestFixture::n_rows * 4, this->b};
+  fb::device_buffer<B> count{4, this->b};
+  typename TestFixture::collected got;
+  fd::channel<B> ch{this->cfg(), this->b, got.callback()};
+  const auto sel = fd::row_selection::rows(static_cast<const std::int32_t*>(idx.data()), 0)
+                     .counted_on_device(static_cast<const std::int32_t*>(count.data()), TestFixture::n_rows);
+  fd::forward_plan plan;
+  auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
+    ch.begin_forward(cs);
+    ch.capture_reduced(fd::hook_id{1}, src.data(), TestFixture::n_rows, width, fd::reduce_input::f32, sel,
+                       fd::reducer::topk(k), cs);
+    ch.capture_reduced(fd::hook_id{2}, src.data(), TestFixture::n_rows, width, fd::reduce_input::f32, sel,
+                       fd::reducer::stats(), cs);
+    plan = ch.end_forward(cs);
+  });
+  std::vector<std::vector<float>> sources;
+  std::vector<std::vector<std::int32_t>> selections;
+  std::normal_distribution<float> normal;
+  for (std::uint64_t r = 0; r < replays; ++r) {
+    std::vector<float> f(TestFixture::n_rows * width);
+    for (auto& x : f) { x = normal(rng); }
+    const std::uint64_t n = r == 0 ? 0 : 1 + rng() % TestFixture::n_rows;
+    std::vector<std::int32_t> rows(n);
+    for (auto& x : rows) { x = static_cast<std::int32_t>(rng() % TestFixture::n_rows); }
+    auto up = [&](fb::device_buffer<B>& d, const void* p, std::size_t bytes) {
+      if (bytes == 0) { return; }
+      fb::pinned_buffer<B> h{bytes, this->b};
+      std::memcpy(h.data(), p, bytes);
+      this->b.memcpy_async(d.data(), h.data(), bytes, fb::memcpy_kind::host_to_device, s.handle());
+      s.synchronize();
+    };
+    up(src, f.data(), f.size() * 4);
+    up(idx, rows.data(), rows.size() * 4);
+    const auto c = static_cast<std::int32_t>(n);
+    up(count, &c, 4);
+    fd::forward_meta meta;
+    if (r % 2 == 1) { meta.selected = n; }  // every other replay planned with its item count
+    ch.plan(plan, s.view(), std::move(meta));
+    g.launch(s.view());
+    s.synchronize();  // the next step rewrites the source and the selection
+    sources.push_back(std::move(f));
+    selections.push_back(std::move(rows));
+  }
+  EXPECT_TRUE(wait_until<B>([&] { return got.status.size() == 2 * replays; }, 10s));
+  EXPECT_NO_THROW((void)ch.close(10s));
+  ASSERT_EQ(got.status.size(), 2 * replays);
+  for (std::uint64_t r = 0; r < replays; ++r) {
+    SCOPED_TRACE(::testing::Message() << "replay " << r);
+    const auto& top = got.bytes[2 * r];
+    const auto& st = got.bytes[2 * r + 1];
+    ASSERT_EQ(got.status[2 * r], fd::entry_status::ok);
+    ASSERT_EQ(got.status[2 * r + 1], fd::entry_status::ok);
+    ASSERT_EQ(top.size(), selections[r].size() * 8 * k);
+    for (std::size_t j = 0; j < selections[r].size(); ++j) {
+      std::vector<float> row(sources[r].begin() + selections[r][j] * width,
+                             sources[r].begin() + (selections[r][j] + 1) * width);
+      std::sort(row.begin(), row.end(), std::greater<>{});
+      for (std::uint64_t i = 0; i < k; ++i) { EXPECT_EQ(TestFixture::f32_at(top, j * 8 * k + 4 * i), row[i]); }
+    }
+    ASSERT_EQ(st.size(), 12 * width + 4);
+    EXPECT_EQ(TestFixture::u32_at(st, 12 * width), selections[r].size());
+  }
+}
+
 REGISTER_TYPED_TEST_SUITE_P(D2hReduceRows, TopkIsTheSortedPrefixWithTiesByLowerIndex,
                             Fp8CodesDecodeWithinHalfAnUlpOfTheScaledRow, MeanAndStatsMatchDoubleSums,
-                            BadReducersAreRefusedAndBadItemsFlagged);
+                            BadReducersAreRefusedAndBadItemsFlagged, GraphReplaysReduceTheRowsOfTheirStep);
 
 }  // namespace ferry::test

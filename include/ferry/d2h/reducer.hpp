@@ -70,12 +70,14 @@ struct reducer {
   return r.op == reduce_op::stats ? 1 : items * records_per_item(r, per_item);
 }
 
-/// One part of a record: its name, safetensors dtype name, byte offset in the record and element count.
+/// One part of a record: its name, safetensors dtype name, byte offset in the record and element count, and whether
+/// it is one value per record whatever the width (a scale, a count: readers give it as a column, not a row).
 struct record_field {
   std::string_view name;
   std::string_view dtype;
   std::uint64_t offset{0};
   std::uint64_t count{0};
+  bool scalar{false};
 };
 
 /// The parts of one record of `r` over rows of `width` elements (`n` of the 4 are set).
@@ -88,10 +90,13 @@ struct record_layout {
   const std::uint64_t w = width;
   switch (r.op) {
     case reduce_op::topk: return {{{{"values", "F32", 0, r.k}, {"indices", "I32", 4ULL * r.k, r.k}}}, 2};
-    case reduce_op::fp8_e4m3: return {{{{"scale", "F32", 0, 1}, {"codes", "F8_E4M3", 4, w}}}, 2};
-    case reduce_op::mean: return {{{{"mean", "F32", 0, w}, {"count", "U32", 4 * w, 1}}}, 2};
+    case reduce_op::fp8_e4m3: return {{{{"scale", "F32", 0, 1, true}, {"codes", "F8_E4M3", 4, w}}}, 2};
+    case reduce_op::mean: return {{{{"mean", "F32", 0, w}, {"count", "U32", 4 * w, 1, true}}}, 2};
     default:
-      return {{{{"mean", "F32", 0, w}, {"m2", "F32", 4 * w, w}, {"maxabs", "F32", 8 * w, w}, {"count", "U32", 12 * w, 1}}},
+      return {{{{"mean", "F32", 0, w},
+                {"m2", "F32", 4 * w, w},
+                {"maxabs", "F32", 8 * w, w},
+                {"count", "U32", 12 * w, 1, true}}},
               4};
   }
 }
@@ -106,6 +111,31 @@ struct record_layout {
     case reduce_op::mean: return "mean";
     default: return "stats";
   }
+}
+
+/// The reducer `spec` names in the Python spelling: "topk(K)" (K decimal, at most 10 digits), "fp8_e4m3", "mean"
+/// or "stats"; false for anything else (the range of K is checked where the width is known: capture_reduced).
+[[nodiscard]] constexpr bool parse_reducer(std::string_view spec, reducer& out) noexcept
+{
+  for (const reduce_op op : {reduce_op::fp8_e4m3, reduce_op::mean, reduce_op::stats}) {
+    if (spec == reduce_op_name(op)) {
+      out = {op, 0};
+      return true;
+    }
+  }
+  constexpr std::string_view head = "topk(";
+  if (spec.size() <= head.size() + 1 || spec.substr(0, head.size()) != head || spec.back() != ')' ||
+      spec.size() > head.size() + 11) {
+    return false;
+  }
+  std::uint64_t k = 0;
+  for (const char c : spec.substr(head.size(), spec.size() - head.size() - 1)) {
+    if (c < '0' || c > '9') { return false; }
+    k = k * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (k > 0xffffffffULL) { return false; }
+  out = reducer::topk(static_cast<std::uint32_t>(k));
+  return true;
 }
 
 }  // namespace ferry::d2h

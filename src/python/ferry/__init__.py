@@ -41,7 +41,8 @@ from ._ferry import (  # noqa: F401  (re-exported)
     TimeoutError,
 )
 from .h2d import h2d_producer  # noqa: F401  (re-exported)
-from . import schema as _schema, shards, sinks  # noqa: F401,E402  (ferry.sinks.safetensors, ferry.shards.open)
+# ferry.reduce, ferry.sinks.safetensors, ferry.shards.open
+from . import reduce, schema as _schema, shards, sinks  # noqa: F401,E402
 from .schema import dtype_name, row_spec  # noqa: F401,E402  (re-exported)
 
 __version__ = _ferry.version

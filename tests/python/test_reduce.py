@@ -1,0 +1,109 @@
+# SPDX-License-Identifier: Apache-2.0
+# Reducers from Python (C++: tests/d2h/reduce_rows.hpp): Channel.capture_rows(..., reduce=...) on the host
+# backend, each record checked against torch's own result on the same rows:
+#   topk      values and indices equal torch.sort(descending=True, stable=True)'s first k (ties: lower index);
+#   fp8_e4m3  scale = amax / 448 and codes equal torch's (x.float() / scale).to(torch.float8_e4m3fn), bit for bit;
+#   mean      within 1e-6 relative + 1e-6 of torch's float64 mean (f32 sums of <= 64 rows of N(0, 1));
+#   stats     mean and M2 (var x count) within the same bound, max |x| exact.
+import numpy as np
+import pytest
+
+import ferry
+from ferry import reduce as fr
+
+torch = pytest.importorskip("torch")
+
+
+def _capture(make_channel, drain, x, spec, **sel):
+    ch = make_channel(ring_bytes=1 << 22, tuning={"size_slots": 16})
+    s = ferry.Stream(backend="host")
+    ch.begin_forward(s)
+    ch.capture_rows(0, x, stream=s, reduce=spec, **sel)
+    ch.end_forward(s)
+    (e,) = drain(ch, 1)
+    assert e.ok
+    data = e.numpy().copy()
+    row_bytes = e.row_bytes
+    e.release()
+    assert ch.close()["clean"]
+    return fr.decode(data, spec, x.shape[1]), row_bytes
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("k", [1, 5, 64])
+def test_topk_equals_torch_stable_descending_sort(make_channel, drain, dtype, k):
+    g = torch.Generator().manual_seed(k)
+    x = torch.randn(40, 1000, generator=g).to(dtype)
+    x[3, :] = 0.5  # a row of ties: the k lowest indices
+    rows = torch.tensor([3, 0, 39, 17, 3], dtype=torch.int32)
+    got, row_bytes = _capture(make_channel, drain, x, fr.topk(k), rows=rows)
+    assert row_bytes == 8 * k
+    ref = torch.sort(x[rows.long()].float(), dim=1, descending=True, stable=True)
+    np.testing.assert_array_equal(got["values"], ref.values[:, :k].numpy())
+    np.testing.assert_array_equal(got["indices"], ref.indices[:, :k].numpy().astype(np.int32))
+    tv = torch.topk(x[rows.long()].float(), k, dim=1)  # torch.topk's values are the same set
+    np.testing.assert_array_equal(got["values"], tv.values.numpy())
+    assert got["indices"][0].tolist() == list(range(k))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_fp8_codes_equal_torch_cast_with_the_same_scale(make_channel, drain, dtype):
+    g = torch.Generator().manual_seed(1)
+    x = (torch.randn(16, 333, generator=g) * 7).to(dtype)
+    x[5] = 0  # a row of zeros: scale 1
+    x[6, 10] = 1e-4  # a subnormal after scaling
+    rows = torch.arange(16, dtype=torch.int32)
+    got, row_bytes = _capture(make_channel, drain, x, fr.FP8_E4M3, rows=rows)
+    assert row_bytes == 4 + 336
+    xf = x.float()
+    amax = xf.abs().amax(dim=1)
+    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    np.testing.assert_array_equal(got["scale"], scale.numpy())
+    ref = (xf / torch.from_numpy(got["scale"]).unsqueeze(1)).to(torch.float8_e4m3fn).view(torch.uint8)
+    np.testing.assert_array_equal(got["codes"], ref.numpy())
+    deq = fr.dequantize(got)
+    assert np.all(np.abs(deq - xf.numpy()) <= np.abs(xf.numpy()) / 16 + scale.numpy()[:, None] / 512)
+
+
+def test_mean_of_each_request_window_and_stats_of_the_rows(make_channel, drain):
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(100, 64, generator=g).to(torch.bfloat16)
+    qsl = torch.tensor([0, 40, 41, 100], dtype=torch.int32)
+    req = torch.tensor([2, 0], dtype=torch.int32)
+    got, row_bytes = _capture(make_channel, drain, x, fr.MEAN, query_start_loc=qsl, requests=req, window=(0, 32))
+    assert row_bytes == 4 * 64 + 4
+    xd = x.double()
+    for i, r in enumerate((2, 0)):
+        ref = xd[qsl[r]:qsl[r] + 32].mean(0).numpy()
+        np.testing.assert_allclose(got["mean"][i], ref, rtol=1e-6, atol=1e-6)
+    assert got["count"].tolist() == [32, 32]
+    st, row_bytes = _capture(make_channel, drain, x, fr.STATS, query_start_loc=qsl, requests=req, window=(0, 32))
+    assert row_bytes == 0  # one record: the entry whole
+    sel = torch.cat([xd[41:73], xd[0:32]])
+    np.testing.assert_allclose(st["mean"][0], sel.mean(0).numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(st["m2"][0], (sel.var(0, unbiased=False) * 64).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(st["maxabs"][0], sel.abs().amax(0).float().numpy())
+    assert st["count"].tolist() == [64]
+
+
+def test_bad_reducers_are_typed_errors_at_the_call(make_channel):
+    ch = make_channel(tuning={"size_slots": 16})
+    s = ferry.Stream(backend="host")
+    x = torch.randn(8, 16)
+    rows = torch.tensor([1], dtype=torch.int32)
+    ch.begin_forward(s)
+    with pytest.raises(ferry.LogicError, match=r"expected topk's k in \[1, min\(row width 16, 1024\)\], got 17"):
+        ch.capture_rows(0, x, rows=rows, stream=s, reduce=fr.topk(17))
+    with pytest.raises(ferry.LogicError, match="expected reduce= 'topk\\(K\\)', 'fp8_e4m3', 'mean' or 'stats', got 'max'"):
+        ch.capture_rows(0, x, rows=rows, stream=s, reduce="max")
+    with pytest.raises(TypeError, match="of float32, float16 or bfloat16 rows, got torch.int64"):
+        ch.capture_rows(0, torch.ones(8, 4, dtype=torch.int64), rows=rows, stream=s, reduce=fr.MEAN)
+    with pytest.raises(TypeError, match="expected reduce= a str"):
+        ch.capture_rows(0, x, rows=rows, stream=s, reduce=3)
+    with pytest.raises(TypeError, match="capture_rows_deferred: expected no reduce="):
+        ch.capture_rows_deferred(0, x, rows=rows, stream=s, reduce=fr.MEAN)
+    ch.end_forward(s)
+    assert ch.stats()["entries_reserved"] == 0
+    assert ch.close()["clean"]
+    with pytest.raises(ValueError, match="expected a multiple of 20 bytes"):
+        fr.decode(b"\0" * 21, fr.MEAN, 4)
