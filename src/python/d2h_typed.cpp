@@ -85,10 +85,18 @@ nb::object wrap(std::span<const std::byte> bytes, const std::vector<std::size_t>
 fd::hook_schema schema_of(const std::vector<hook_tuple>& tuples, const char* who)
 {
   fd::hook_schema s;
-  for (const auto& [id, name, dtype, shape] : tuples) {
+  for (const auto& [id, name, dtype, shape, shard] : tuples) {
     std::vector<std::uint64_t> dims;
     for (const auto& d : shape) { dims.push_back(d.get(who, "a row dimension")); }
-    s.add(fd::hook_id{static_cast<std::uint32_t>(id.get(who, "a hook id", UINT32_MAX))}, name, dtype, std::move(dims));
+    const fd::hook_id h{static_cast<std::uint32_t>(id.get(who, "a hook id", UINT32_MAX))};
+    s.add(h, name, dtype, std::move(dims));
+    if (shard) {
+      const auto& [world, rank, dim, offset, full] = *shard;
+      s.shard(h, {static_cast<std::uint32_t>(world.get(who, "shard world", UINT32_MAX)),
+                  static_cast<std::uint32_t>(rank.get(who, "shard rank", UINT32_MAX)),
+                  static_cast<std::uint32_t>(dim.get(who, "shard dim", UINT32_MAX)), offset.get(who, "shard offset"),
+                  full.get(who, "shard full")});
+    }
   }
   return s;
 }
@@ -98,8 +106,8 @@ fd::hook_schema schema_of(nb::handle tuples, const char* who)
   std::vector<hook_tuple> t;
   if (!nb::try_cast(tuples, t)) {
     throw nb::type_error((std::string{"ferry: "} + who + ": expected schema a sequence of (hook, name, dtype name, "
-                          "row_shape) tuples (ferry.Channel makes them from {hook: (name, dtype, row_shape)}), got " +
-                          type_of(tuples)).c_str());
+                          "row_shape, shard or None) tuples (ferry.Channel makes them from {hook: (name, dtype, "
+                          "row_shape)}), got " + type_of(tuples)).c_str());
   }
   return schema_of(t, who);
 }
@@ -108,9 +116,21 @@ nb::dict schema_dict(const fd::hook_schema& s)
 {
   nb::dict d;
   for (const auto& h : s.hooks()) {
-    nb::list row;
-    for (auto x : h.row_shape) { row.append(x); }
-    d[nb::int_(h.id.value)] = nb::make_tuple(h.name, std::string{fd::dtype_name(h.type)}, nb::tuple(row));
+    nb::list row;  // a reduced hook: (name, its reducer, the rows it reduces), as it was given
+    if (!h.reduce.empty()) { row.append(h.reduce_width); }
+    for (auto x : h.reduce.empty() ? h.row_shape : std::vector<std::uint64_t>{}) { row.append(x); }
+    const std::string type = h.reduce.empty() ? std::string{fd::dtype_name(h.type)} : h.reduce;
+    if (h.shard.world == 0) {
+      d[nb::int_(h.id.value)] = nb::make_tuple(h.name, type, nb::tuple(row));
+      continue;
+    }
+    nb::dict l;  // a tensor-parallel slice: the 4th element, as ferry/schema.py takes it
+    l["world"] = h.shard.world;
+    l["rank"] = h.shard.rank;
+    l["dim"] = h.shard.dim;
+    l["offset"] = h.shard.offset;
+    l["full"] = h.shard.full;
+    d[nb::int_(h.id.value)] = nb::make_tuple(h.name, type, nb::tuple(row), l);
   }
   return d;
 }

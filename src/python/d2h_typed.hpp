@@ -8,12 +8,16 @@
 
 #include "arrays.hpp"
 
+#include <nanobind/stl/optional.h>  // hook_tuple's shard
+#include <nanobind/stl/tuple.h>
+
 #include <ferry/d2h/entry_view.hpp>
 #include <ferry/d2h/hook_schema.hpp>
 #include <ferry/d2h/typed_view.hpp>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -23,9 +27,11 @@ namespace ferry::python {
 
 namespace fd = ferry::d2h;
 
-/// One hook of a schema as Python gives it: (hook id, name, safetensors dtype name, row_shape); ferry/schema.py
-/// makes these from {hook: (name, dtype, row_shape)} with torch / numpy dtypes.
-using hook_tuple = std::tuple<uint_arg, std::string, std::string, std::vector<uint_arg>>;
+/// A tensor-parallel slice as Python gives it: (world, rank, dim, offset, full) (fd::shard_layout).
+using shard_tuple = std::tuple<uint_arg, uint_arg, uint_arg, uint_arg, uint_arg>;
+/// One hook of a schema as Python gives it: (hook id, name, safetensors dtype name or reducer, row_shape, shard or
+/// None); ferry/schema.py makes these from {hook: (name, dtype, row_shape[, shard])} with torch / numpy dtypes.
+using hook_tuple = std::tuple<uint_arg, std::string, std::string, std::vector<uint_arg>, std::optional<shard_tuple>>;
 /// The schema of `tuples` (the core's hook_schema::add validates each: schema_error naming the hook).
 [[nodiscard]] fd::hook_schema schema_of(const std::vector<hook_tuple>& tuples, const char* who);
 /// The same from a Python object (a sequence of hook tuples); TypeError naming `who` for anything else.

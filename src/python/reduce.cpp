@@ -25,6 +25,23 @@ namespace fd = ferry::d2h;
 void init_reduce(nb::module_& m)
 {
   m.def(
+      "is_reducer",
+      [](const std::string& spec) {
+        fd::reducer r;
+        return fd::parse_reducer(spec, r);
+      },
+      nb::arg("spec"), "Whether `spec` names a reducer ('topk(K)', 'fp8_e4m3', 'mean', 'stats': reducer.hpp).");
+  m.def(
+      "record_unit",
+      [](const std::string& spec) {
+        fd::reducer r;
+        FERRY_EXPECTS(fd::parse_reducer(spec, r), ferry::logic_error,
+                      "ferry.reduce: expected a reducer 'topk(K)', 'fp8_e4m3', 'mean' or 'stats', got '{}'", spec);
+        const std::uint64_t per = fd::records_per_item(r, 2);
+        return std::string{per == 2 ? "row" : per == 1 ? "item" : "entry"};
+      },
+      nb::arg("spec"), "What one record of reducer `spec` stands for: 'row', 'item' (a request's window) or 'entry'.");
+  m.def(
       "record_layout",
       [](const std::string& spec, std::uint64_t width) {
         fd::reducer r;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // ferry.sinks.safetensors' native half: _ferry.SafetensorsSink, a thin handle on ferry::sink::safetensors
-// (sink/safetensors.hpp): conversion only (the schema from (hook, name, dtype, row_shape) tuples, d2h_typed.hpp;
+// (sink/safetensors.hpp): conversion only (the schema from (hook, name, dtype, row_shape, shard) tuples, d2h_typed.hpp;
 // none: the channel's, which the core's one-call attach offers it; the knobs; the counters as a dict, also under
 // Channel.stats()["sink"]). Channel(sink=...) attaches it as any native sink (native_sink.hpp): the drain thread
 // calls the C++ sink, no Python and no GIL per entry. ferry/sinks.py is the Python face.

@@ -80,6 +80,15 @@ class run_index {
       schema_ += "{\"name\":" + json::string(h.name) + ",\"dtype\":\"" + std::string{d2h::dtype_name(h.type)} +
                  "\",\"row_shape\":";
       json::append_array(schema_, h.row_shape);
+      if (!h.reduce.empty()) {  // a reduced hook: its reducer and row width (ferry.reduce.decode reads them)
+        schema_ += ",\"reduce\":" + json::string(h.reduce) + ",\"width\":" + std::to_string(h.reduce_width);
+      }
+      if (h.shard.world != 0) {  // a tensor-parallel slice (ferry.tp assembles the ranks' runs)
+        const auto& l = h.shard;
+        schema_ += ",\"shard\":{\"world\":" + std::to_string(l.world) + ",\"rank\":" + std::to_string(l.rank) +
+                   ",\"dim\":" + std::to_string(l.dim) + ",\"offset\":" + std::to_string(l.offset) +
+                   ",\"full\":" + std::to_string(l.full) + "}";
+      }
       schema_ += '}';
     }
     schema_ += '}';

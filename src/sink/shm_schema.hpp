@@ -9,7 +9,8 @@
 //   24   u32 CRC-32 of the body (crc32.hpp: zlib's), u32 0
 //   32   one record per hook, by increasing id, each 8-byte aligned:
 //          u32 hook id, u8 dimensions n, u8 dtype name bytes, u16 hook name bytes, u64 row_shape[n],
-//          the dtype's safetensors name ("BF16": not an enum value, so a reordered d2h::dtype changes nothing),
+//          the dtype's safetensors name ("BF16": not an enum value, so a reordered d2h::dtype changes nothing;
+//          a reduced hook: its reducer, "topk(64)", and row_shape the rows it reduces),
 //          the hook's name (UTF-8), zero padding to a multiple of 8
 //
 // The region's length (32 + body bytes) is the header's schema word (w_schema), stored with release after these
@@ -46,16 +47,19 @@ inline constexpr std::uint64_t schema_header_bytes = 32;
                   "shm stream '{}': hook {} \"{}\": expected a row of at most 255 dimensions and a name of at most "
                   "65535 bytes (the schema region's fields), got {} dimensions and {} bytes", stream, h.id.value,
                   h.name, h.row_shape.size(), h.name.size());
-    const std::string_view type = d2h::dtype_name(h.type);
+    // a reduced hook: its reducer and the rows it reduces (hook_schema::add makes the same hook of them)
+    const bool reduced = !h.reduce.empty();
+    const std::string_view type = reduced ? std::string_view{h.reduce} : d2h::dtype_name(h.type);
+    const std::vector<std::uint64_t> row = reduced ? std::vector<std::uint64_t>{h.reduce_width} : h.row_shape;
     const std::uint32_t id = h.id.value;
-    const auto dims = static_cast<std::uint8_t>(h.row_shape.size());
+    const auto dims = static_cast<std::uint8_t>(row.size());
     const auto type_bytes = static_cast<std::uint8_t>(type.size());
     const auto name_bytes = static_cast<std::uint16_t>(h.name.size());
     put(&id, 4);
     put(&dims, 1);
     put(&type_bytes, 1);
     put(&name_bytes, 2);
-    for (const std::uint64_t d : h.row_shape) { put(&d, 8); }
+    for (const std::uint64_t d : row) { put(&d, 8); }
     put(type.data(), type.size());
     put(h.name.data(), h.name.size());
     out.resize((out.size() + 7) / 8 * 8);  // zero padding
@@ -123,12 +127,13 @@ inline constexpr std::uint64_t schema_header_bytes = 32;
     take(name.data(), name_bytes, r, "hook name");
     take(nullptr, (8 - pos % 8) % 8, r, "padding");
     d2h::dtype t{};
-    if (!d2h::parse_dtype(type, t)) {
-      fail(::ferry::detail::format("record {} (hook {}): expected a dtype among {}, got a name of {} bytes", r, id,
-                                   d2h::dtype_names(), type.size()));
+    d2h::reducer red;
+    if (!d2h::parse_dtype(type, t) && !d2h::parse_reducer(type, red)) {
+      fail(::ferry::detail::format("record {} (hook {}): expected a dtype among {} (or a reducer), got a name of {} "
+                                   "bytes", r, id, d2h::dtype_names(), type.size()));
     }
     try {
-      s.add(d2h::hook_id{id}, std::move(name), t, std::move(shape));
+      s.add(d2h::hook_id{id}, std::move(name), std::string_view{type}, std::move(shape));
     } catch (const d2h::schema_error& e) {
       fail(::ferry::detail::format("record {}: expected a valid hook, got: {}", r, e.what()));
     }

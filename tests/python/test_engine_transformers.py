@@ -497,3 +497,50 @@ def test_a_damaged_sample_file_is_a_shard_error_naming_it(tmp_path):
     f.write_bytes(f.read_bytes()[:-3])
     with pytest.raises(ShardError, match="r0.safetensors: truncated"):
         list(open_samples(str(tmp_path)))
+
+
+@pytest.mark.parametrize("fmt", ["per-request", "arrow"])
+@pytest.mark.parametrize("spec", ["fp8_e4m3", "topk(4)"])
+def test_reduced_taps_hold_the_reducer_of_the_witness_rows(tmp_path, fmt, spec):
+    """Capture(reduce=...): every tap's rows reduced on the device (one record per token); ferry.engine.decode splits
+    a sample into the reducer's fields, equal to torch's reduction of the witness rows (fp8: torch's float8_e4m3fn
+    cast with the recorded scale, bit for bit; topk: a stable descending sort)."""
+    if fmt == "arrow":
+        pytest.importorskip("pyarrow")
+    from ferry.engine import decode
+    model = tiny_model()
+    cap = Capture(model, taps="eagle3", out=str(tmp_path / "out"), format=fmt, reduce=spec)
+    wit = Witness(model, cap.taps)
+    try:
+        cap.generate_batch(prompts([7, 12]), generation_config=gen_config(3), capture=[Spec("all"), Spec("prompt")],
+                           continuous_batching_config=cb_config())
+    finally:
+        wit.remove()
+        rep = cap.close()
+    assert rep["complete"] == 2 and rep["lost"] == [] and rep["dropped"] == [], rep
+    got = {m["request_id"]: (m, t) for m, t in open_samples(str(tmp_path / "out"))}
+    assert sorted(got) == ["req_0", "req_1"]
+    for rid, (meta, arrays) in got.items():
+        assert meta["reduce"] == spec and meta["reduce_width"] == "64"
+        f = decode(meta, arrays)
+        pos = arrays["positions"].tolist()
+        for k in range(len(cap.taps)):
+            w = wit.rows(rid, k)
+            x = torch.stack([w[p] for p in pos]).float().cpu()
+            if spec == "fp8_e4m3":
+                amax = x.abs().amax(dim=1)
+                scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+                np.testing.assert_array_equal(f["scale"][:, k], scale.numpy())
+                ref = (x / scale.unsqueeze(1)).to(torch.float8_e4m3fn).view(torch.uint8)
+                np.testing.assert_array_equal(f["codes"][:, k], ref.numpy())
+            else:
+                ref = torch.sort(x, dim=1, descending=True, stable=True)
+                np.testing.assert_array_equal(f["values"][:, k], ref.values[:, :4].numpy())
+                np.testing.assert_array_equal(f["indices"][:, k], ref.indices[:, :4].numpy())
+
+
+def test_reduce_with_one_record_per_item_or_entry_is_refused():
+    model = tiny_model()
+    for bad in ("mean", "stats", "topk", 3):
+        with pytest.raises(ferry.LogicError, match="expected reduce None or a reducer with one record per row"):
+            Capture(model, taps="eagle3", out="unused", reduce=bad)

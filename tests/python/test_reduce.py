@@ -107,3 +107,45 @@ def test_bad_reducers_are_typed_errors_at_the_call(make_channel):
     assert ch.close()["clean"]
     with pytest.raises(ValueError, match="expected a multiple of 20 bytes"):
         fr.decode(b"\0" * 21, fr.MEAN, 4)
+
+
+def test_a_reduced_hook_in_the_schema_is_written_and_decoded_by_the_safetensors_sink(tmp_path):
+    """The schema names a reduced hook by its reducer and the rows it reduces: the sink writes its records (U8) and
+    the reducer into index.json; ferry.shards.Run.records decodes them; Channel.schema gives the hook back as given."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(10, 50, generator=g)
+    rows = torch.tensor([9, 2, 2], dtype=torch.int32)
+    schema = {0: ("logits.top", fr.topk(4), (50,)), 1: ("resid.mean", fr.MEAN, (50,)), 2: ("resid", x)}
+    sink = ferry.sinks.safetensors(tmp_path / "run", schema)
+    s = ferry.Stream(backend="host")
+    with ferry.Channel(backend="host", ring_bytes=1 << 20, sink=sink, tuning={"size_slots": 16}) as ch:
+        for tag in range(2):
+            ch.begin_forward(s, tag=tag)
+            ch.capture_rows(0, x * (tag + 1), rows=rows, stream=s, reduce=fr.topk(4))
+            ch.capture_rows(1, x, rows=rows, stream=s, reduce=fr.MEAN)
+            ch.capture(2, x, s)
+            ch.end_forward(s)
+    assert sink.close()["first_error"] is None
+    run = ferry.shards.open(tmp_path / "run")
+    assert run.reduced == {"logits.top": ("topk(4)", 50), "resid.mean": ("mean", 50)}
+    for tag in range(2):
+        top = run.records(tag, "logits.top")
+        ref = torch.topk(x[rows.long()] * (tag + 1), 4, dim=1)
+        np.testing.assert_array_equal(top["values"], ref.values.numpy())
+        np.testing.assert_array_equal(top["indices"], ref.indices.numpy())
+        m = run.records(tag, "resid.mean")
+        np.testing.assert_array_equal(m["mean"], x[rows.long()].numpy())  # one row per item: the row itself
+        assert m["count"].tolist() == [1, 1, 1]
+    assert run.tensor(0, "logits.top").shape == (3, 32)  # the raw records: U8 [n, record_bytes]
+    with pytest.raises(KeyError, match="not a reduced hook"):
+        run.records(0, "resid")
+    with ferry.Channel(backend="host", ring_bytes=1 << 16, schema=schema) as ch:  # the schema as it was given
+        assert ch.schema[0] == ("logits.top", "topk(4)", (50,)) and ch.schema[1] == ("resid.mean", "mean", (50,))
+
+
+@pytest.mark.parametrize("bad, match", [(("a", "topk(0)", (8,)), "expected topk\\(0\\) of rows"),
+                                         (("a", "topk(9)", (8,)), "expected topk\\(9\\) of rows"),
+                                         (("a", "max", (8,)), "expected a dtype")])
+def test_bad_reduced_hooks_are_schema_errors(bad, match):
+    with pytest.raises(ferry.LogicError, match=match):
+        ferry.Channel(backend="host", ring_bytes=1 << 16, schema={0: bad})

@@ -148,7 +148,9 @@ def test_bad_schemas_are_refused_before_the_channel_exists(schema, err, msg):
 def test_the_raw_class_takes_hook_tuples_only():
     with pytest.raises(TypeError, match="expected schema a sequence of"):
         _ferry.host.Channel(ring_bytes=1 << 16, schema={0: ("a", "F32", [])})
-    ch = _ferry.host.Channel(ring_bytes=1 << 16, schema=[(0, "a", "F32", [2])])
+    with pytest.raises(TypeError, match="row_shape, shard or None"):
+        _ferry.host.Channel(ring_bytes=1 << 16, schema=[(0, "a", "F32", [2])])
+    ch = _ferry.host.Channel(ring_bytes=1 << 16, schema=[(0, "a", "F32", [2], None)])
     assert ch.schema == {0: ("a", "F32", (2,))}
     ch.close()
 

@@ -7,6 +7,7 @@
 #include "src/sink/json.hpp"
 #include "src/sink/run_index.hpp"
 #include "src/sink/shard_file.hpp"
+#include "src/sink/shm_schema.hpp"
 #include "src/sink/write_pipeline.hpp"
 
 #include <ferry/d2h/hook_schema.hpp>
@@ -15,6 +16,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -106,6 +110,85 @@ TEST(SinkUnits, SchemaShapesAndRefusals)
   refuse([&] { fd::hook_schema{s}.add(fd::hook_id{7}, "a\xff", fd::dtype::f32); }, "expected a UTF-8 name (it is written into JSON), got byte 0xff at 1");
   EXPECT_NO_THROW(fd::hook_schema{s}.add(fd::hook_id{7}, "couche.\xc3\xa9t\xc3\xa9", fd::dtype::f32));
   EXPECT_EQ(s.size(), 2U);
+}
+
+// A reduced hook (capture_reduced): named by its reducer and the rows it reduces, it holds the reducer's records
+// (U8 [record_bytes]); the shm schema region and the run index carry the reducer, and the region decodes to the
+// same hook. A reducer the rows cannot take is a schema_error.
+TEST(SinkUnits, AReducedHookIsRecordsAndTravelsWithItsReducer)
+{
+  fd::hook_schema s;
+  s.add(fd::hook_id{0}, "logits.top", "topk(64)", {151936}).add(fd::hook_id{2}, "resid", fd::dtype::bf16, {8});
+  s.add(fd::hook_id{1}, "resid.fp8", "fp8_e4m3", {2, 5});
+  const fd::hook_spec& top = *s.find(fd::hook_id{0});
+  EXPECT_EQ(top.type, fd::dtype::u8);
+  EXPECT_EQ(top.row_shape, std::vector<std::uint64_t>{512});
+  EXPECT_EQ(top.row_bytes, 512U);
+  EXPECT_EQ(top.reduce, "topk(64)");
+  EXPECT_EQ(top.reduce_width, 151936U);
+  EXPECT_EQ(s.find(fd::hook_id{1})->row_bytes, 4U + 12U);  // scale + 10 codes padded to 12
+  EXPECT_EQ(s.shape_of(fd::hook_id{0}, 3 * 512, 512), (std::vector<std::uint64_t>{3, 512}));
+  const auto region = fsd::shm::encode_schema(s, "t");
+  const fd::hook_schema back = fsd::shm::decode_schema(region, "t");
+  ASSERT_EQ(back.size(), 3U);
+  for (const auto& h : s.hooks()) {
+    const fd::hook_spec& b = *back.find(h.id);
+    EXPECT_EQ(b.name, h.name);
+    EXPECT_EQ(b.type, h.type);
+    EXPECT_EQ(b.row_shape, h.row_shape);
+    EXPECT_EQ(b.reduce, h.reduce);
+    EXPECT_EQ(b.reduce_width, h.reduce_width);
+  }
+  const auto dir = std::filesystem::temp_directory_path() / ("ferry_reduced_index_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  fsd::run_index idx{dir, s, false};
+  idx.write(true, "");
+  std::ifstream in{dir / "index.json"};
+  const std::string json{std::istreambuf_iterator<char>{in}, {}};
+  EXPECT_NE(json.find("\"name\":\"logits.top\",\"dtype\":\"U8\",\"row_shape\":[512],\"reduce\":\"topk(64)\","
+                      "\"width\":151936"), std::string::npos) << json;
+  EXPECT_EQ(json.find("\"name\":\"resid\",\"dtype\":\"BF16\",\"row_shape\":[8],\"reduce\""), std::string::npos);
+  std::filesystem::remove_all(dir);
+  const auto refuse = [](auto&& f, const char* want) {
+    const std::string m = message_of<fd::schema_error>(f);
+    EXPECT_NE(m.find(want), std::string::npos) << m;
+  };
+  refuse([&] { fd::hook_schema{}.add(fd::hook_id{0}, "x", "topk(9)", {8}); },
+         "expected topk(9) of rows of 1 to 2^31 - 1 elements (topk: k <= min(width, 1024)), got rows of [8]");
+  refuse([&] { fd::hook_schema{}.add(fd::hook_id{0}, "x", "topk(0)", {8}); }, "got rows of [8]");
+  refuse([&] { fd::hook_schema{}.add(fd::hook_id{0}, "x", "mean", {1ULL << 31}); }, "got rows of [2147483648]");
+  refuse([&] { fd::hook_schema{}.add(fd::hook_id{0}, "x", "median", {8}); }, "or a reducer (topk(K), fp8_e4m3");
+}
+
+// A tensor-parallel hook (hook_schema::shard): the slice is checked (a rank past the world, a dimension outside the
+// row, a slice past the whole extent, a reduced or unknown hook: schema_error) and written into the run index.
+TEST(SinkUnits, AShardedHookCarriesItsSliceIntoTheRunIndex)
+{
+  fd::hook_schema s;
+  s.add(fd::hook_id{0}, "mlp.act", fd::dtype::bf16, {4, 768}).add(fd::hook_id{1}, "resid", fd::dtype::bf16, {1024});
+  s.add(fd::hook_id{2}, "top", "topk(2)", {8});
+  s.shard(fd::hook_id{0}, {4, 1, 1, 768, 3072});
+  EXPECT_EQ(s.find(fd::hook_id{0})->shard, (fd::shard_layout{4, 1, 1, 768, 3072}));
+  EXPECT_EQ(s.find(fd::hook_id{1})->shard.world, 0U);
+  const auto dir = std::filesystem::temp_directory_path() / ("ferry_sharded_index_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  fsd::run_index{dir, s, false}.write(true, "");
+  std::ifstream in{dir / "index.json"};
+  const std::string json{std::istreambuf_iterator<char>{in}, {}};
+  EXPECT_NE(json.find("\"row_shape\":[4,768],\"shard\":{\"world\":4,\"rank\":1,\"dim\":1,\"offset\":768,"
+                      "\"full\":3072}"), std::string::npos) << json;
+  EXPECT_EQ(json.find("\"row_shape\":[1024],\"shard\""), std::string::npos) << json;
+  std::filesystem::remove_all(dir);
+  const auto refuse = [&](fd::hook_id h, fd::shard_layout l, const char* want) {
+    const std::string m = message_of<fd::schema_error>([&] { fd::hook_schema{s}.shard(h, l); });
+    EXPECT_NE(m.find(want), std::string::npos) << m;
+  };
+  refuse(fd::hook_id{0}, {4, 4, 1, 0, 3072}, "got rank 4 of 4, dim 1, offset 0, full 3072");
+  refuse(fd::hook_id{0}, {0, 0, 1, 0, 3072}, "got rank 0 of 0");
+  refuse(fd::hook_id{0}, {4, 0, 2, 0, 3072}, "expected rank < world, dim < 2 and offset + row_shape[dim] <= full");
+  refuse(fd::hook_id{0}, {4, 3, 1, 2400, 3072}, "(row_shape [4, 768]), got rank 3 of 4, dim 1, offset 2400");
+  refuse(fd::hook_id{2}, {2, 0, 0, 0, 64}, ", not a reduced hook");
+  refuse(fd::hook_id{9}, {2, 0, 0, 0, 64}, "expected a hook of the schema, got hook 9");
 }
 
 TEST(SinkUnits, JsonStringsAreEscaped)

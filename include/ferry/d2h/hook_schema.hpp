@@ -12,6 +12,7 @@
 
 #include <ferry/d2h/dtype.hpp>
 #include <ferry/d2h/entry_view.hpp>
+#include <ferry/d2h/reducer.hpp>
 #include <ferry/d2h/types.hpp>
 #include <ferry/error.hpp>
 
@@ -51,6 +52,17 @@ class entry_shape_error : public ferry::logic_error {
   std::uint64_t row_bytes_;
 };
 
+/// A tensor-parallel hook's slice (hook_schema::shard): rank `rank` of `world` holds [offset, offset + extent) of
+/// dimension `dim` of the row (extent: row_shape[dim]), whose whole extent there is `full`. world 0: not sharded.
+struct shard_layout {
+  std::uint32_t world{0};
+  std::uint32_t rank{0};
+  std::uint32_t dim{0};
+  std::uint64_t offset{0};
+  std::uint64_t full{0};
+  friend constexpr bool operator==(const shard_layout&, const shard_layout&) = default;
+};
+
 /// One hook of a schema.
 struct hook_spec {
   hook_id id{};
@@ -58,6 +70,9 @@ struct hook_spec {
   d2h::dtype type{d2h::dtype::u8};
   std::vector<std::uint64_t> row_shape;  ///< the dimensions of one row ({}: one element)
   std::uint64_t row_bytes{0};          ///< product(row_shape) * dtype_bytes(type)
+  std::string reduce;                  ///< a reduced hook (capture_reduced): its reducer's spec, "topk(64)", ...
+  std::uint64_t reduce_width{0};       ///< a reduced hook: the elements of the rows it reduces
+  shard_layout shard{};                ///< a tensor-parallel hook: the slice this rank holds (world 0: whole)
 };
 
 /// The hooks a consumer knows, by id. Value type; add() validates each hook as it comes.
@@ -102,18 +117,52 @@ class hook_schema {
                     id.value, name, shape_text(row_shape), dtype_name(type), dtype_bytes(type));
       bytes *= row_shape[d];
     }
-    hooks_.insert(it, hook_spec{id, std::move(name), type, std::move(row_shape), bytes});
+    hooks_.insert(it, hook_spec{id, std::move(name), type, std::move(row_shape), bytes, {}, 0, {}});
     return *this;
   }
 
-  /// As above with the dtype by its safetensors name ("F32", "BF16", ...); schema_error for another name.
+  /// As above with the dtype by its safetensors name ("F32", "BF16", ...), or a reduced hook: `type` a reducer
+  /// (reducer.hpp's spelling, "topk(64)", "fp8_e4m3", "mean", "stats") and `row_shape` the rows it reduces; its
+  /// entries are records (U8, row_shape {record_bytes}). schema_error for another name, or a k the rows do not have.
   hook_schema& add(hook_id id, std::string name, std::string_view type, std::vector<std::uint64_t> row_shape = {})
   {
     d2h::dtype t{};
-    FERRY_EXPECTS(parse_dtype(type, t), schema_error,
-                  "hook schema: hook {} \"{}\": expected a dtype among {}, got \"{}\"", id.value, printable(name),
-                  dtype_names(), printable(type));
-    return add(id, std::move(name), t, std::move(row_shape));
+    if (parse_dtype(type, t)) { return add(id, std::move(name), t, std::move(row_shape)); }
+    reducer r;
+    FERRY_EXPECTS(parse_reducer(type, r), schema_error,
+                  "hook schema: hook {} \"{}\": expected a dtype among {} or a reducer (topk(K), fp8_e4m3, mean, "
+                  "stats), got \"{}\"", id.value, printable(name), dtype_names(), printable(type));
+    std::uint64_t width = 1;
+    for (const auto d : row_shape) { width = d != 0 && width <= (std::uint64_t{1} << 31) / d ? width * d : 0; }
+    FERRY_EXPECTS(width > 0 && width < (std::uint64_t{1} << 31) &&
+                      (r.op != reduce_op::topk || (r.k >= 1 && r.k <= topk_max && r.k <= width)),
+                  schema_error,
+                  "hook schema: hook {} \"{}\": expected {} of rows of 1 to 2^31 - 1 elements (topk: k <= min(width, "
+                  "{})), got rows of {}", id.value, printable(name), printable(type), topk_max, shape_text(row_shape));
+    add(id, name, dtype::u8, {record_bytes(r, width)});
+    hook_spec& h = *std::find_if(hooks_.begin(), hooks_.end(), [&](const hook_spec& x) { return x.id == id; });
+    h.reduce = std::string{type};
+    h.reduce_width = width;
+    return *this;
+  }
+
+  /// Marks hook `id` as rank l.rank's slice of a tensor-parallel tensor (shard_layout); sinks write the layout
+  /// next to the data. schema_error naming the hook for one not in the schema, a reduced hook, world 0, rank >=
+  /// world, dim outside the row, or a slice past `full`.
+  hook_schema& shard(hook_id id, shard_layout l)
+  {
+    const auto it = std::find_if(hooks_.begin(), hooks_.end(), [&](const hook_spec& h) { return h.id == id; });
+    FERRY_EXPECTS(it != hooks_.end(), schema_error, "hook schema: shard: expected a hook of the schema, got hook {}",
+                  id.value);
+    FERRY_EXPECTS(it->reduce.empty() && l.world >= 1 && l.rank < l.world && l.dim < it->row_shape.size() &&
+                      l.offset <= l.full && it->row_shape[l.dim] <= l.full - l.offset,
+                  schema_error,
+                  "hook schema: hook {} \"{}\": expected rank < world, dim < {} and offset + row_shape[dim] <= full "
+                  "(row_shape {}{}), got rank {} of {}, dim {}, offset {}, full {}", id.value, it->name,
+                  it->row_shape.size(), shape_text(it->row_shape), it->reduce.empty() ? "" : ", not a reduced hook",
+                  l.rank, l.world, l.dim, l.offset, l.full);
+    it->shard = l;
+    return *this;
   }
 
   /// The hook `id`, or null.

@@ -7,11 +7,17 @@ is) are the C++ core's (ferry/d2h/hook_schema.hpp): this module only turns dtype
 
 A schema is ``{hook_id: spec}``, a spec being ``(name, dtype, row_shape)``, ``(name, dtype)`` (one element
 per row) or ``(name, example)``: a torch tensor or numpy array whose first dimension is its rows
-(``row_spec(name, example)``).
+(``row_spec(name, example)``). A reduced hook (``Channel.capture_rows(..., reduce=spec)``) is ``(name, spec,
+row_shape)``: the reducer's spec ("topk(64)", "fp8_e4m3", "mean", "stats") and the rows it reduces; its entries
+are the reducer's records (ferry.reduce.decode). A tensor-parallel hook adds its slice as a 4th element,
+``(name, dtype, row_shape, {"world", "rank", "dim", "offset", "full"})``: rank ``rank`` of ``world`` holds
+``[offset, offset + row_shape[dim])`` of row dimension ``dim``, whose whole extent is ``full``; the sinks write it
+next to the data and ``ferry.tp`` assembles the ranks' runs.
 """
 
 from __future__ import annotations
 
+from . import _ferry
 from ._ferry import LogicError
 
 __all__ = ["dtype_name", "row_spec"]
@@ -67,9 +73,23 @@ def _is_example(x) -> bool:
     return not isinstance(x, type) and hasattr(x, "shape") and hasattr(x, "dtype")
 
 
-def tuples(schema, who: str) -> list[tuple[int, str, str, list[int]]]:
-    """`schema` ({hook_id: spec}) as the binding's (hook, name, dtype name, row_shape) tuples; LogicError naming
-    `who` and the hook for a malformed one (the core checks the rest: names, dimensions)."""
+_SHARD_KEYS = ("world", "rank", "dim", "offset", "full")
+
+
+def _shard(spec, hook, who):
+    """A spec's 4th element, a tensor-parallel slice {"world", "rank", "dim", "offset", "full"} (ferry/d2h/
+    hook_schema.hpp's shard_layout: the core checks it), as the binding's (world, rank, dim, offset, full)."""
+    s = spec[3]
+    if not isinstance(s, dict) or set(s) != set(_SHARD_KEYS) or not all(
+            isinstance(s[k], int) and not isinstance(s[k], bool) and s[k] >= 0 for k in _SHARD_KEYS):
+        raise LogicError(f"{who}: hook {hook}: expected the shard a dict of non-negative ints {_SHARD_KEYS}, got "
+                         f"{s!r}")
+    return tuple(s[k] for k in _SHARD_KEYS)
+
+
+def tuples(schema, who: str) -> list[tuple[int, str, str, list[int], tuple | None]]:
+    """`schema` ({hook_id: spec}) as the binding's (hook, name, dtype name, row_shape, shard) tuples; LogicError
+    naming `who` and the hook for a malformed one (the core checks the rest: names, dimensions, the slice)."""
     if not isinstance(schema, dict) or not schema:
         raise LogicError(f"{who}: expected schema a non-empty dict {{hook_id: (name, dtype, row_shape)}}, got "
                          f"{type(schema).__name__}")
@@ -77,18 +97,21 @@ def tuples(schema, who: str) -> list[tuple[int, str, str, list[int]]]:
     for hook, spec in schema.items():
         if not isinstance(hook, int) or isinstance(hook, bool):
             raise LogicError(f"{who}: expected int hook ids, got {hook!r}")
-        if not isinstance(spec, (tuple, list)) or len(spec) not in (2, 3):
-            raise LogicError(f"{who}: hook {hook}: expected (name, dtype, row_shape), (name, dtype) or (name, "
-                             f"example tensor), got {spec!r}")
+        if not isinstance(spec, (tuple, list)) or len(spec) not in (2, 3, 4):
+            raise LogicError(f"{who}: hook {hook}: expected (name, dtype, row_shape[, shard]), (name, dtype) or "
+                             f"(name, example tensor), got {spec!r}")
         name = spec[0]
         if not isinstance(name, str):
             raise LogicError(f"{who}: hook {hook}: expected a str name, got {name!r}")
         if len(spec) == 2 and _is_example(spec[1]):
             spec = row_spec(name, spec[1])
         dtype = spec[1]
-        row = spec[2] if len(spec) == 3 else ()
+        shard = _shard(spec, hook, who) if len(spec) == 4 else None
+        row = spec[2] if len(spec) >= 3 else ()
         row = (row,) if isinstance(row, int) else tuple(row)
         if not all(isinstance(d, int) and not isinstance(d, bool) for d in row):
             raise LogicError(f"{who}: hook {hook} {name!r}: expected row_shape a tuple of ints, got {spec[2]!r}")
-        out.append((hook, name, dtype_name(dtype), list(row)))
+        # a reducer ("topk(64)", ...): a reduced hook, row_shape the rows it reduces (the core's hook_schema::add)
+        reduced = isinstance(dtype, str) and _ferry.is_reducer(dtype)
+        out.append((hook, name, dtype if reduced else dtype_name(dtype), list(row), shard))
     return out

@@ -171,6 +171,11 @@ class Run:
             listed = [(s["file"], [int(t) for t in s["tags"]], int(s["tensors"]), int(s["bytes"]))
                       for s in meta["shards"]]
             self.schema = {int(h): (v["name"], v["dtype"], tuple(v["row_shape"])) for h, v in meta["schema"].items()}
+            # reduced hooks (Channel.capture_rows(..., reduce=)): name -> (reducer spec, row width)
+            self.reduced = {v["name"]: (v["reduce"], int(v["width"])) for v in meta["schema"].values() if "reduce" in v}
+            # tensor-parallel slices: name -> {"world", "rank", "dim", "offset", "full"} (ferry.tp assembles ranks)
+            self.layout = {v["name"]: {k: int(x) for k, x in v["shard"].items()} for v in meta["schema"].values()
+                           if "shard" in v}
         except (KeyError, TypeError, ValueError) as err:
             raise ShardError(path, f"corrupted: {err!r} missing or malformed") from None
         self.metadata = meta
@@ -239,6 +244,15 @@ class Run:
         if key not in self.weight_map:
             raise KeyError(f"ferry.shards: no tensor {key!r} in {self.directory}")
         return self.forward(tag)[name]
+
+    def records(self, tag: int, name: str) -> dict:
+        """The records of reduced hook `name` in the forward tagged `tag`, decoded ({field: array},
+        ferry.reduce.decode); KeyError for a hook that is not reduced."""
+        if name not in self.reduced:
+            raise KeyError(f"ferry.shards: hook {name!r} of {self.directory} is not a reduced hook")
+        from . import reduce as _reduce
+        spec, width = self.reduced[name]
+        return _reduce.decode(self.tensor(tag, name), spec, width)
 
     def __repr__(self) -> str:
         return (f"ferry.shards.Run({self.directory!r}: {len(self._shards)} shards, {len(self.tags)} forwards, "

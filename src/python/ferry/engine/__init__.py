@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .samples import FORMAT, Sample, SampleWriter, open_samples, write_safetensors
+from .samples import FORMAT, Sample, SampleWriter, decode, open_samples, write_safetensors
 from .spec import TAP_PRESETS, TOKEN_FORMS, Spec, Tap, resolve_taps
 from .stream import open_reader, stream_rows
 
 __all__ = ["FORMAT", "TAP_PRESETS", "TOKEN_FORMS", "Capture", "Sample", "SampleWriter", "Spec", "Tap", "cb_config",
-           "open_reader", "open_samples", "resolve_taps", "stream_rows", "write_safetensors"]
+           "decode", "open_reader", "open_samples", "resolve_taps", "stream_rows", "write_safetensors"]
 
 
 def __getattr__(name: str) -> Any:

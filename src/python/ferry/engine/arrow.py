@@ -67,8 +67,10 @@ class ArrowSampleWriter:
         fields = [pa.field("request_id", pa.string()), pa.field("positions", pa.list_(pa.int64())),
                   pa.field("token_ids", pa.list_(pa.int64()))]
         for t in self._taps:
+            red = {"ferry.reduce": s.reduce, "ferry.reduce_width": str(s.reduce_width)} if s.reduce else {}
             fields.append(pa.field(t, pa.list_(pa.list_(arrow_t, self._width)),
-                                   metadata={"ferry.dtype": s.dtype, "ferry.row_shape": json.dumps(list(s.row_shape))}))
+                                   metadata={"ferry.dtype": s.dtype, "ferry.row_shape": json.dumps(list(s.row_shape)),
+                                             **red}))
         fields += [pa.field("complete", pa.bool_()), pa.field("missing", pa.string()),
                    pa.field("reason", pa.string()), pa.field("prompt_len", pa.int64())]
         meta = {"ferry.format": FORMAT, "ferry.version": str(VERSION), "ferry.run": json.dumps(self.run_meta)}
@@ -199,6 +201,10 @@ def open_arrow_samples(directory: str) -> Iterator[tuple[dict[str, str], dict[st
                             "taps": json.dumps(kept), "complete": "true" if row["complete"].as_py() else "false",
                             "missing": row["missing"].as_py(), "reason": row["reason"].as_py(),
                             "prompt_len": str(row["prompt_len"].as_py())}
+                    fm = schema.field(taps[0]).metadata if taps else {}
+                    if b"ferry.reduce" in fm:  # Capture(reduce=): the rows are records (ferry.engine.decode)
+                        meta["reduce"] = fm[b"ferry.reduce"].decode()
+                        meta["reduce_width"] = fm[b"ferry.reduce_width"].decode()
                     yield meta, {"hidden_states": hid, "positions": pos,
                                  "token_ids": np.asarray(row["token_ids"].values.to_numpy(zero_copy_only=False),
                                                          np.int64)}

@@ -58,7 +58,7 @@ class Assembler:
         self.taps, self.writer = list(taps), writer
         self.native = _ferry.SampleAssembler(len(self.taps), policy=policy, max_pending_bytes=int(max_queue_bytes),
                                              timeout=float(timeout))
-        self.tap_info: dict[int, tuple[str, tuple[int, ...]]] = {}  # hook -> (dtype name, row_shape)
+        self.tap_info: dict[int, tuple] = {}  # hook -> (dtype name, row_shape[, reducer, width])
         self._by_handle: dict[int, Request] = {}
         self.error: BaseException | None = None
         self.report: dict[str, Any] = {"samples": 0, "complete": 0, "incomplete": [], "dropped": [], "lost": [],
@@ -87,10 +87,11 @@ class Assembler:
     def _sample(self, got: tuple) -> Sample:
         handle, rid, keep, hidden, pos, tok, missing, reason, complete = got
         info = [self.tap_info.get(h) for h in keep]
-        dtype, row_shape = info[0] if info and info[0] else ("U8", ())
+        dtype, row_shape, *red = info[0] if info and info[0] else ("U8", ())
         r = self._by_handle.get(handle)
         return Sample(rid, hidden, pos, tok, [self.taps[h] for h in keep], dtype, row_shape, complete,
-                      [tuple(m) for m in missing], reason, len(r.prompt) if r is not None else 0)
+                      [tuple(m) for m in missing], reason, len(r.prompt) if r is not None else 0,
+                      *(red or ("", 0)))
 
     def _write_loop(self) -> None:
         rep = self.report

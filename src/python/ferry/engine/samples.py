@@ -23,7 +23,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ["FORMAT", "Sample", "SampleWriter", "open_samples", "write_safetensors"]
+__all__ = ["FORMAT", "Sample", "SampleWriter", "decode", "open_samples", "write_safetensors"]
 
 FORMAT = "ferry.samples"
 VERSION = 1
@@ -48,6 +48,8 @@ class Sample:
     missing: list[tuple[int, int]] = field(default_factory=list)
     reason: str = ""
     prompt_len: int = 0
+    reduce: str = ""  # Capture(reduce=): the rows are this reducer's records over rows of reduce_width elements
+    reduce_width: int = 0
 
     @property
     def nbytes(self) -> int:
@@ -63,7 +65,8 @@ class Sample:
         return {"format": FORMAT, "version": str(VERSION), "request_id": self.request_id,
                 "taps": json.dumps(self.taps), "complete": "true" if self.complete else "false",
                 "missing": json.dumps([list(m) for m in self.missing]), "reason": self.reason,
-                "prompt_len": str(self.prompt_len)}
+                "prompt_len": str(self.prompt_len),
+                **({"reduce": self.reduce, "reduce_width": str(self.reduce_width)} if self.reduce else {})}
 
 
 def write_safetensors(path: str, tensors: dict[str, tuple[str, tuple[int, ...], np.ndarray]],
@@ -259,3 +262,16 @@ def open_samples(directory: str) -> Iterator[tuple[dict[str, str], dict[str, np.
         path = os.path.join(directory, rec["file"])
         h = _read_header(path)
         yield h[0], {k: _load(path, h, k) for k in ("hidden_states", "token_ids", "positions")}
+
+
+def decode(meta: dict, arrays: dict) -> dict:
+    """A sample of ``Capture(reduce=...)`` (``open_samples``' pair) as ``{field: array [tokens, taps, ...]}``, the
+    reducer's records split by ``ferry.reduce.decode`` (``values`` / ``indices`` for topk, ``scale`` / ``codes``
+    for fp8_e4m3); a sample without a reducer: its ``hidden_states`` as they are."""
+    hid = arrays["hidden_states"]
+    if not meta.get("reduce"):
+        return {"hidden_states": hid}
+    from .. import reduce as fr
+    t, taps = hid.shape[0], hid.shape[1]
+    fields = fr.decode(np.ascontiguousarray(hid).reshape(t * taps, -1), meta["reduce"], int(meta["reduce_width"]))
+    return {k: v.reshape(t, taps, *v.shape[1:]) for k, v in fields.items()}

@@ -268,14 +268,15 @@ class StepCapture:
         a = self.assembler
         if a is not None and hook not in self._seen_taps:
             self._seen_taps.add(hook)
-            from ..schema import dtype_name
-            row_shape = tuple(int(x) for x in t.shape[2:]) if t.dim() >= 3 else (int(rows.shape[1]),)
-            a.tap_info[hook] = (dtype_name(t.dtype), row_shape)
+            a.tap_info[hook] = self._tap_info(t, rows)
         kw = {"stream": self._fstream} if self._fstream is not None else {}
+        # reduce=: a reducer's record per row, one reduce_rows launch per tap (no deferred gather)
+        cap = self.ch.capture_rows if self.reduce else self.ch.capture_rows_deferred
+        kw.update({"reduce": self.reduce} if self.reduce else {})
         if self._graph:
-            self.ch.capture_rows_deferred(hook, rows, rows=self._rows_t, count=self._count_t, max_count=self.cap, **kw)
+            cap(hook, rows, rows=self._rows_t, count=self._count_t, max_count=self.cap, **kw)
         else:
-            self.ch.capture_rows_deferred(hook, rows, rows=self._rows_t, count=self._cur.count, **kw)
+            cap(hook, rows, rows=self._rows_t, count=self._cur.count, **kw)
 
     def _disable(self, err: BaseException) -> None:
         self._disabled = f"{type(err).__name__}: {err}"

@@ -25,6 +25,7 @@ import itertools
 import weakref
 from typing import Any
 
+from .. import reduce as ferry_reduce
 from .assembler import Assembler, Request, dropped_report
 from .step import StepCapture, runner_patch
 from .samples import SampleWriter
@@ -49,12 +50,14 @@ class Capture(StepCapture):
     step's entries (one per tap, the step's rows with its attribution) go to it, and ``ferry.engine.stream_rows``
     reads them in the other process; ``backend``: ferry's (``"auto"``: CUDA for a CUDA model);
     ``on_error``: ``"raise"`` or ``"disable"`` (capture stops, generation goes on, the report says what was lost);
-    ``policy``: ``"block"`` or ``"drop"`` when the writer falls behind by ``max_queue_bytes``."""
+    ``policy``: ``"block"`` or ``"drop"`` when the writer falls behind by ``max_queue_bytes``; ``reduce``: a reducer
+    with one record per row (``"fp8_e4m3"``, ``"topk(K)"``: ``ferry.reduce``) computed on the device for every tap,
+    whose records the samples hold (``ferry.engine.decode`` splits them)."""
 
     def __init__(self, model: Any, taps: Any = "eagle3", out: str = "ferry-samples", *, format: str = "per-request",
                  backend: str = "auto", on_error: str = "raise", policy: str = "block", ring_bytes: int = 256 << 20,
                  shard_bytes: int = 1 << 30, max_queue_bytes: int = 1 << 30, overwrite: bool = False,
-                 fsync: bool = False, timeout: float = 30.0) -> None:
+                 fsync: bool = False, timeout: float = 30.0, reduce: str | None = None) -> None:
         import ferry
         from .. import hooks as fh
 
@@ -71,6 +74,11 @@ class Capture(StepCapture):
             raise _logic(f"ferry.engine.Capture: expected backend 'cuda' for a model on {dev} (or 'host' for a CPU "
                          f"model), got {self.backend!r}")
         self.device, self.on_error, self.timeout = dev, on_error, float(timeout)
+        if reduce is not None and (not isinstance(reduce, str) or not ferry._ferry.is_reducer(reduce)
+                                   or ferry._ferry.record_unit(reduce) != "row"):
+            raise _logic(f"ferry.engine.Capture: expected reduce None or a reducer with one record per row "
+                         f"('fp8_e4m3', 'topk(K)'), got {reduce!r}")
+        self.reduce = reduce
         self._ch_args = dict(device=dev.index or 0, ring_bytes=int(ring_bytes), publish_every=32,
                              backend=self.backend, fifo_capacity=1 << 14, timeout=float(timeout),
                              on_error=on_error)
@@ -88,7 +96,7 @@ class Capture(StepCapture):
             self.assembler.tap_info.update({i: default for i in range(len(self.taps))})
             self.assembler.start()
         else:  # a native sink: the taps' schema travels with the entries
-            schema = {i: (t.name, default[0], default[1]) for i, t in enumerate(self.taps)}
+            schema = {i: (t.name, reduce or default[0], default[1]) for i, t in enumerate(self.taps)}
             self.ch = ferry.Channel(**self._ch_args, sink=out, schema=schema)
             self._sink = out
         self._pub = None
@@ -108,6 +116,15 @@ class Capture(StepCapture):
         self._hooks = fh.install(model, points, self._tap)
         runner_patch()
         model.__dict__["_ferry_capture"] = self
+
+    def _tap_info(self, t: Any, rows: Any) -> tuple:
+        """A tap's (dtype name, row_shape[, reducer, width]) as its samples hold it (from its first capture)."""
+        from ..schema import dtype_name
+        row_shape = tuple(int(x) for x in t.shape[2:]) if t.dim() >= 3 else (int(rows.shape[1]),)
+        if not self.reduce:
+            return dtype_name(t.dtype), row_shape
+        rec, _ = ferry_reduce.record_layout(self.reduce, int(rows.shape[1]))
+        return "U8", (rec,), self.reduce, int(rows.shape[1])
 
     # ---- requests ----
     def register(self, request_id: str, input_ids: Any, max_new_tokens: int, spec: Spec | None) -> None:
