@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Runs every ```python block of docs/api/python.md and docs/api/sinks.md (and of README.md), in order and in one
 # namespace per document, on the host backend. Tagged blocks need more: ```python torch runs where torch and transformers
-# import (CI installs them), ```python gpu where the CUDA backend has a GPU (the H200 run); otherwise they are
+# import (CI installs them), ```python arrow where pyarrow and datasets do (CI installs them), ```python gpu where
+# the CUDA backend has a GPU (the H200 run); otherwise they are
 # skipped and the test says so. ```c blocks are compiled (syntax only) against src/python/ferry_capi.h.
 import gc
 import pathlib
@@ -58,11 +59,12 @@ def test_doc_snippets_run(monkeypatch):
     mod = types.ModuleType("python_md")
     sys.modules["python_md"] = mod
     ns = mod.__dict__
-    have = {"": True, "torch": _importable("torch", "transformers", "ferry.torch_ops"), "gpu": _have_gpu()}
+    have = {"": True, "torch": _importable("torch", "transformers", "ferry.torch_ops"), "gpu": _have_gpu(),
+            "arrow": _importable("pyarrow", "datasets")}
     skipped = []
     for i, (tag, code) in enumerate(tagged_blocks()):
         if tag not in have:
-            pytest.fail(f"docs/api/python.md python block {i}: unknown tag {tag!r} (none, torch or gpu)")
+            pytest.fail(f"docs/api/python.md python block {i}: unknown tag {tag!r} (none, torch, gpu or arrow)")
         if not have[tag]:
             skipped.append(f"{i} ({tag})")
             continue
@@ -74,7 +76,8 @@ def test_doc_snippets_run(monkeypatch):
     del sys.modules["python_md"]
     gc.collect()
     if skipped:
-        pytest.skip(f"ran the other blocks; skipped blocks {', '.join(skipped)}: torch/transformers or a GPU missing")
+        pytest.skip(f"ran the other blocks; skipped blocks {', '.join(skipped)}: torch/transformers, pyarrow/datasets "
+                    f"or a GPU missing")
 
 
 def test_sinks_doc_snippets_run(monkeypatch):

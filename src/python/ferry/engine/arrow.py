@@ -47,14 +47,15 @@ class ArrowSampleWriter:
         self.dir, self.shard_bytes, self.fsync = directory, int(shard_bytes), fsync
         self.run_meta = dict(run_meta or {})
         self.bytes_written = 0
-        self.files = 0
-        self._shards: list[str] = []
-        self._w = self._f = self._tmp = None
+        self._set = None  # ferry.arrow's shard set, made with the schema of the first sample
         self._schema = None
         self._taps: list[str] = []
         self._width = 0
         self._np_t = np.dtype("u1")
-        self._open_bytes = 0
+
+    @property
+    def files(self) -> int:
+        return len(self._set.names) if self._set is not None else 0
 
     def _schema_of(self, s: Sample) -> Any:
         """The run's schema, from its first sample: a column per tap of the run (a request whose spec keeps fewer
@@ -104,68 +105,18 @@ class ArrowSampleWriter:
         """Appends one sample as one row of the open shard; OSError (a full disk) propagates with the shard's
         temporary removed (the samples it held are lost, the dataset keeps the earlier shards)."""
         if self._schema is None:
+            from ..arrow import _Shards
             self._schema = self._schema_of(s)
-        b = self._batch(s)
-        if self._w is None:
-            self._tmp = os.path.join(self.dir, f".data-{len(self._shards):05d}.arrow.tmp-{os.getpid()}")
-            self._f = self.pa.OSFile(self._tmp, "wb")
-            self._w = self.pa.ipc.new_stream(self._f, self._schema)
-            self._open_bytes = 0
-        try:
-            self._w.write_batch(b)
-        except BaseException:
-            self._abandon()
-            raise
-        self._open_bytes += s.nbytes
+            info = {"description": f"{FORMAT} v{VERSION}: per-request samples written by ferry.engine",
+                    "citation": "", "homepage": "", "license": ""}
+            self._set = _Shards(self.dir, self._schema, info, self.shard_bytes, self.fsync)
+        self._set.write(self._batch(s), s.nbytes)
         self.bytes_written += s.nbytes  # the progress a reader sees (the file holds it once the shard closes)
-        if self._open_bytes >= self.shard_bytes:
-            self.flush()
-
-    def _abandon(self) -> None:
-        try:
-            self._w.close()
-            self._f.close()
-        except Exception:  # the disk is full: the temporary is removed below either way
-            pass
-        try:
-            os.unlink(self._tmp)
-        except OSError:
-            pass
-        self._w = self._f = None
 
     def flush(self) -> None:
         """Closes the open shard, renames it into the dataset and rewrites state.json."""
-        if self._w is None:
-            return
-        try:
-            self._w.close()
-            if self.fsync:
-                os.fsync(self._f.fileno())
-            self._f.close()
-            name = f"data-{len(self._shards):05d}.arrow"
-            os.replace(self._tmp, os.path.join(self.dir, name))
-        except BaseException:
-            self._abandon()
-            raise
-        self._w = self._f = None
-        self._shards.append(name)
-        self.files += 1
-        self._manifest()
-
-    def _manifest(self) -> None:
-        state = {"_data_files": [{"filename": n} for n in self._shards], "_fingerprint": f"ferry-{len(self._shards)}",
-                 "_format_columns": None, "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False,
-                 "_split": None}
-        info = {"description": f"{FORMAT} v{VERSION}: per-request samples written by ferry.engine",
-                "citation": "", "homepage": "", "license": ""}
-        for name, obj in (("dataset_info.json", info), ("state.json", state)):
-            tmp = os.path.join(self.dir, f".{name}.tmp-{os.getpid()}")
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(obj, f, indent=1)
-                if self.fsync:
-                    f.flush()
-                    os.fsync(f.fileno())
-            os.replace(tmp, os.path.join(self.dir, name))
+        if self._set is not None:
+            self._set.flush()
 
     def close(self) -> None:
         self.flush()

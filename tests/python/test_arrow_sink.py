@@ -1,0 +1,135 @@
+# SPDX-License-Identifier: Apache-2.0
+# ferry.arrow (SAELens's cache layout as a Hugging Face dataset) on the host backend: a channel's whole-context
+# forwards read back through datasets.load_from_disk equal to what was captured (BF16 widened exactly); a forward the
+# layout refuses is counted and the next ones are written; a writer SIGKILLed mid-run leaves a loadable dataset of
+# complete shards; a full disk (EFBIG through RLIMIT_FSIZE) ends the run with the earlier shards loadable.
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import ferry
+
+pa = pytest.importorskip("pyarrow")
+datasets = pytest.importorskip("datasets")
+torch = pytest.importorskip("torch")
+
+CTX, W = 8, 6
+
+
+def _forward(f, b=2):
+    g = torch.Generator().manual_seed(f)
+    return {0: torch.randn(b * CTX, W, generator=g).to(torch.bfloat16), 1: torch.randn(b * CTX, 3, generator=g),
+            2: torch.arange(b * CTX, dtype=torch.int64) + 1000 * f}
+
+
+SCHEMA = {0: ("blocks.3.hook_resid_post", torch.bfloat16, (W,)), 1: ("blocks.3.attn.hook_z", "F32", (3,)),
+          2: ("token_ids", "I64", ())}
+
+
+def _run(directory, forwards, shard_bytes=1 << 30, bad_at=None):
+    s = ferry.Stream(backend="host")
+    ch = ferry.Channel(backend="host", ring_bytes=1 << 20, schema=SCHEMA)
+    sink = ferry.arrow.ArrowSink(ch, str(directory), CTX, shard_bytes=shard_bytes)
+    for f in range(forwards):
+        ch.begin_forward(s, tag=f)
+        for h, t in _forward(f).items():
+            ch.capture(h, t[:-1] if f == bad_at and h == 0 else t, s)  # a forward of 15 tokens: refused
+        ch.end_forward(s)
+    return sink.close()
+
+
+def test_forwards_read_back_as_saelens_rows_through_load_from_disk(tmp_path):
+    st = _run(tmp_path / "ds", 5, shard_bytes=2000, bad_at=3)
+    assert st["forwards_written"] == 4 and st["forwards_refused"] == 1 and st["rows_written"] == 8, st
+    assert "expected 16 tokens (token_ids') of 6 values, got 90 values" in st["first_error"], st
+    assert st["shards"] > 1
+    d = datasets.load_from_disk(str(tmp_path / "ds"))
+    assert d.features["blocks.3.hook_resid_post"] == datasets.Array2D(shape=(CTX, W), dtype="float32")
+    assert d.num_rows == 8
+    rows = d.with_format("numpy")
+    k = 0
+    for f in (0, 1, 2, 4):
+        want = _forward(f)
+        for b in range(2):
+            r = rows[k]
+            np.testing.assert_array_equal(r["blocks.3.hook_resid_post"], want[0][b * CTX:(b + 1) * CTX].float().numpy())
+            np.testing.assert_array_equal(r["blocks.3.attn.hook_z"], want[1][b * CTX:(b + 1) * CTX].numpy())
+            np.testing.assert_array_equal(r["token_ids"], want[2][b * CTX:(b + 1) * CTX].numpy())
+            k += 1
+    first = sorted(p.name for p in (tmp_path / "ds").glob("data-*.arrow"))[0]
+    assert datasets.Dataset.from_file(str(tmp_path / "ds" / first)).num_rows >= 2
+
+
+def test_bad_layouts_are_logic_errors(tmp_path):
+    with pytest.raises(ferry.LogicError, match="expected context >= 1"):
+        ferry.arrow.ContextWriter(str(tmp_path), {"a": ("F32", (4,))}, 0)
+    with pytest.raises(ferry.LogicError, match="expected hooks of F32, F16 or BF16 rows"):
+        ferry.arrow.ContextWriter(str(tmp_path), {"a": ("I32", (4,))}, 4)
+    ch = ferry.Channel(backend="host", ring_bytes=1 << 16)
+    with pytest.raises(ferry.LogicError, match="expected a channel made with a schema"):
+        ferry.arrow.ArrowSink(ch, str(tmp_path), 4)
+    ch.close()
+
+
+_WRITER = textwrap.dedent("""
+    import sys, time, numpy as np, ferry
+    d, mode = sys.argv[1], sys.argv[2]
+    if mode == "fsize":
+        import resource
+        resource.setrlimit(resource.RLIMIT_FSIZE, (150000, 150000))
+        import signal
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    schema = {0: ("h", "F32", (64,)), 1: ("token_ids", "I64", ())}
+    s = ferry.Stream(backend="host")
+    ch = ferry.Channel(backend="host", ring_bytes=1 << 22, schema=schema)
+    sink = ferry.arrow.ArrowSink(ch, d, 16, shard_bytes=40000)
+    for f in range(10 ** 6 if mode == "kill" else 40):
+        n = 64 if f < 30 else 640  # fsize: from forward 30 a batch is larger than the file size limit
+        ch.begin_forward(s, tag=f)
+        ch.capture(0, np.full((n, 64), f, np.float32), s)
+        ch.capture(1, np.arange(n, dtype=np.int64), s)
+        ch.end_forward(s)
+        if f == 20:
+            print("written", flush=True)
+    st = sink.close()
+    print("error" if st["first_error"] else "clean", st["shards"], flush=True)
+""")
+
+
+def _loadable(d):
+    ds = datasets.load_from_disk(str(d))
+    a = ds.with_format("numpy")
+    for i in range(ds.num_rows):  # every row is whole: one forward's value in all its tokens
+        h = a[i]["h"]
+        assert h.shape == (16, 64) and (h == h[0, 0]).all()
+    return ds.num_rows
+
+
+def test_a_writer_killed_mid_run_leaves_a_loadable_dataset_of_complete_shards(tmp_path):
+    p = subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path / "ds"), "kill"], stdout=subprocess.PIPE,
+                         text=True, env=dict(os.environ))
+    assert p.stdout.readline().strip() == "written"
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "ds" / "state.json").exists() and time.monotonic() < deadline:  # a shard closed
+        time.sleep(0.05)
+    time.sleep(0.2)  # mid-run: more forwards and shards being written
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    n = _loadable(tmp_path / "ds")
+    assert n > 0 and n % 4 == 0  # whole forwards of 4 contexts, in complete shards only
+
+
+def test_a_full_disk_ends_the_run_with_the_earlier_shards_loadable(tmp_path):
+    r = subprocess.run([sys.executable, "-c", _WRITER, str(tmp_path / "ds"), "fsize"], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr[-2000:]
+    kind, shards = r.stdout.split()[-2:]
+    assert kind == "error" and int(shards) >= 1, r.stdout
+    assert _loadable(tmp_path / "ds") >= 2
+    assert not list((tmp_path / "ds").glob(".data-*"))  # the failed shard's temporary is gone
