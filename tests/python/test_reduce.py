@@ -149,3 +149,27 @@ def test_a_reduced_hook_in_the_schema_is_written_and_decoded_by_the_safetensors_
 def test_bad_reduced_hooks_are_schema_errors(bad, match):
     with pytest.raises(ferry.LogicError, match=match):
         ferry.Channel(backend="host", ring_bytes=1 << 16, schema={0: bad})
+
+
+def test_reduce_benchmark_smoke(tmp_path):
+    """bench/torch/reduce_bench.py on the host backend (tiny shapes): every contestant timed and every reduced entry
+    checked against torch, none bad (the GPU run writes docs/perf/h200/reduce.json)."""
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    root = pathlib.Path(__file__).resolve().parents[2]
+    out = tmp_path / "reduce.json"
+    env = dict(os.environ, FERRY_PYTHON_BACKEND="host")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(ferry.__file__)),
+                                         str(root / "bench" / "torch")] + [env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, str(root / "bench/torch/reduce_bench.py"), "--device", "cpu", "--tiny",
+                        "--reps", "1", "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    d = json.loads(out.read_text())
+    assert {"device", "commit", "date", "command", "t256_whole", "t256_topk64", "t256_fp8_topk64",
+            "prefill_mean"} <= set(d)
+    for k in ("t256_whole", "t256_topk64", "t256_fp8_topk64", "prefill_mean"):
+        assert d[k]["entries_checked"] > 0 and d[k]["entries_bad"] == 0, (k, d[k])
+        assert d[k]["no_capture_us"] > 0 and d[k]["ferry_us"] > 0

@@ -41,8 +41,8 @@ from ._ferry import (  # noqa: F401  (re-exported)
     TimeoutError,
 )
 from .h2d import h2d_producer  # noqa: F401  (re-exported)
-# ferry.reduce, ferry.sinks.safetensors, ferry.shards.open
-from . import reduce, schema as _schema, shards, sinks  # noqa: F401,E402
+# ferry.arrow, ferry.reduce, ferry.sinks.safetensors, ferry.shards.open, ferry.tp
+from . import arrow, reduce, schema as _schema, shards, sinks, tp  # noqa: F401,E402
 from .schema import dtype_name, row_spec  # noqa: F401,E402  (re-exported)
 
 __version__ = _ferry.version
@@ -51,8 +51,8 @@ __all__ = [
     "AttributionOverflowError", "BackendError", "Buffer", "Channel", "Entry", "EntryBatch", "Error", "Graph",
     "IOError", "InvalidatedError", "LayoutVersionError", "LogicError", "OutOfMemory", "Plan", "Producer",
     "ProducerGoneError", "Publisher", "ReaderDetachedError", "ShmEntry", "ShmReader", "ShutdownError",
-    "SizeOverflowError", "Slot", "Stream", "StreamBusyError", "TimeoutError", "available_backends",
-    "default_backend", "dtype_name", "h2d_producer", "row_spec", "shards", "sinks",
+    "SizeOverflowError", "Slot", "Stream", "StreamBusyError", "TimeoutError", "arrow", "available_backends",
+    "default_backend", "dtype_name", "h2d_producer", "reduce", "row_spec", "shards", "sinks", "tp",
 ]
 
 _BACKENDS = ("auto", "host", "cuda")
