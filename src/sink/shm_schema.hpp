@@ -10,7 +10,8 @@
 //   32   one record per hook, by increasing id, each 8-byte aligned:
 //          u32 hook id, u8 dimensions n, u8 dtype name bytes, u16 hook name bytes, u64 row_shape[n],
 //          the dtype's safetensors name ("BF16": not an enum value, so a reordered d2h::dtype changes nothing;
-//          a reduced hook: its reducer, "topk(64)", and row_shape the rows it reduces),
+//          a reduced hook: its reducer, "topk(64)", and row_shape the rows it reduces; a tensor-parallel slice
+//          follows as "@world,rank,dim,offset,full"),
 //          the hook's name (UTF-8), zero padding to a multiple of 8
 //
 // The region's length (32 + body bytes) is the header's schema word (w_schema), stored with release after these
@@ -20,6 +21,7 @@
 #include <ferry/d2h/hook_schema.hpp>
 #include "crc32.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -32,6 +34,25 @@ namespace ferry::sink::detail::shm {
 
 inline constexpr std::uint64_t schema_magic = 0x534b485952524546ULL;  // "FERRYHKS" in memory order
 inline constexpr std::uint64_t schema_header_bytes = 32;
+
+/// A slice "world,rank,dim,offset,full" (decimal, each at most 19 digits; world, rank, dim below 2^32), or false.
+[[nodiscard]] inline bool parse_shard(std::string_view s, d2h::shard_layout& out) noexcept
+{
+  std::uint64_t v[5]{};
+  for (int k = 0; k < 5; ++k) {
+    const std::size_t end = k < 4 ? s.find(',') : s.size();
+    if (end == std::string_view::npos || end == 0 || end > 19) { return false; }
+    for (const char c : s.substr(0, end)) {
+      if (c < '0' || c > '9') { return false; }
+      v[k] = v[k] * 10 + static_cast<std::uint64_t>(c - '0');
+    }
+    s.remove_prefix(k < 4 ? end + 1 : end);
+  }
+  if (v[0] > 0xffffffffULL || v[1] > 0xffffffffULL || v[2] > 0xffffffffULL || v[0] == 0) { return false; }
+  out = {static_cast<std::uint32_t>(v[0]), static_cast<std::uint32_t>(v[1]), static_cast<std::uint32_t>(v[2]), v[3],
+         v[4]};
+  return true;
+}
 
 /// The region holding `s` (its length: the schema word). logic_error naming the stream and the hook for a row
 /// of more than 255 dimensions or a name of more than 65535 bytes.
@@ -49,7 +70,11 @@ inline constexpr std::uint64_t schema_header_bytes = 32;
                   h.name, h.row_shape.size(), h.name.size());
     // a reduced hook: its reducer and the rows it reduces (hook_schema::add makes the same hook of them)
     const bool reduced = !h.reduce.empty();
-    const std::string_view type = reduced ? std::string_view{h.reduce} : d2h::dtype_name(h.type);
+    std::string type{reduced ? std::string_view{h.reduce} : d2h::dtype_name(h.type)};
+    if (h.shard.world != 0) {  // a tensor-parallel slice: "<type>@world,rank,dim,offset,full"
+      type += ::ferry::detail::format("@{},{},{},{},{}", h.shard.world, h.shard.rank, h.shard.dim, h.shard.offset,
+                                      h.shard.full);
+    }
     const std::vector<std::uint64_t> row = reduced ? std::vector<std::uint64_t>{h.reduce_width} : h.row_shape;
     const std::uint32_t id = h.id.value;
     const auto dims = static_cast<std::uint8_t>(row.size());
@@ -126,6 +151,13 @@ inline constexpr std::uint64_t schema_header_bytes = 32;
     take(type.data(), type_bytes, r, "dtype name");
     take(name.data(), name_bytes, r, "hook name");
     take(nullptr, (8 - pos % 8) % 8, r, "padding");
+    d2h::shard_layout slice;
+    const std::size_t at = type.find('@');
+    if (at != std::string::npos && !parse_shard(std::string_view{type}.substr(at + 1), slice)) {
+      fail(::ferry::detail::format("record {} (hook {}): expected a slice \"@world,rank,dim,offset,full\" after its "
+                                   "dtype, got {} bytes there", r, id, type.size() - at - 1));
+    }
+    type.resize(std::min(at, type.size()));
     d2h::dtype t{};
     d2h::reducer red;
     if (!d2h::parse_dtype(type, t) && !d2h::parse_reducer(type, red)) {
@@ -134,6 +166,7 @@ inline constexpr std::uint64_t schema_header_bytes = 32;
     }
     try {
       s.add(d2h::hook_id{id}, std::move(name), std::string_view{type}, std::move(shape));
+      if (slice.world != 0) { s.shard(d2h::hook_id{id}, slice); }
     } catch (const d2h::schema_error& e) {
       fail(::ferry::detail::format("record {}: expected a valid hook, got: {}", r, e.what()));
     }

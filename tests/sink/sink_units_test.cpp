@@ -179,6 +179,16 @@ TEST(SinkUnits, AShardedHookCarriesItsSliceIntoTheRunIndex)
                       "\"full\":3072}"), std::string::npos) << json;
   EXPECT_EQ(json.find("\"row_shape\":[1024],\"shard\""), std::string::npos) << json;
   std::filesystem::remove_all(dir);
+  const fd::hook_schema back = fsd::shm::decode_schema(fsd::shm::encode_schema(s, "t"), "t");  // the shm region
+  EXPECT_EQ(back.find(fd::hook_id{0})->shard, (fd::shard_layout{4, 1, 1, 768, 3072}));
+  EXPECT_EQ(back.find(fd::hook_id{1})->shard.world, 0U);
+  EXPECT_EQ(back.find(fd::hook_id{2})->reduce, "topk(2)");
+  fd::shard_layout l;
+  EXPECT_TRUE(fsd::shm::parse_shard("2,1,0,8,16", l));
+  EXPECT_EQ(l, (fd::shard_layout{2, 1, 0, 8, 16}));
+  for (const char* bad : {"", "2,1,0,8", "2,1,0,8,16,", "2,1,0,x,16", "0,0,0,0,1", "4294967296,0,0,0,1", ",1,0,8,16"}) {
+    EXPECT_FALSE(fsd::shm::parse_shard(bad, l)) << bad;
+  }
   const auto refuse = [&](fd::hook_id h, fd::shard_layout l, const char* want) {
     const std::string m = message_of<fd::schema_error>([&] { fd::hook_schema{s}.shard(h, l); });
     EXPECT_NE(m.find(want), std::string::npos) << m;
