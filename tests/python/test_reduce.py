@@ -173,3 +173,22 @@ def test_reduce_benchmark_smoke(tmp_path):
     for k in ("t256_whole", "t256_topk64", "t256_fp8_topk64", "prefill_mean"):
         assert d[k]["entries_checked"] > 0 and d[k]["entries_bad"] == 0, (k, d[k])
         assert d[k]["no_capture_us"] > 0 and d[k]["ferry_us"] > 0
+
+
+def test_decode_entry_reads_a_reduced_entry_by_its_schema(make_channel, drain):
+    x = torch.randn(6, 20)
+    schema = {4: ("top", fr.topk(3), (20,)), 5: ("plain", "F32", (20,))}
+    ch = make_channel(ring_bytes=1 << 20, tuning={"size_slots": 16}, schema=schema)
+    s = ferry.Stream(backend="host")
+    ch.begin_forward(s)
+    ch.capture_rows(4, x, rows=torch.tensor([5, 0], dtype=torch.int32), stream=s, reduce=fr.topk(3))
+    ch.capture(5, x, s)
+    ch.end_forward(s)
+    top, plain = drain(ch, 2)
+    assert top.numpy().shape == (2, 24)  # typed by the schema: U8 records
+    f = fr.decode_entry(top, ch.schema)
+    np.testing.assert_array_equal(f["values"], torch.topk(x[[5, 0]], 3).values.numpy())
+    with pytest.raises(ferry.LogicError, match="hook 5: expected a reduced hook of the schema"):
+        fr.decode_entry(plain, ch.schema)
+    top.release()
+    plain.release()

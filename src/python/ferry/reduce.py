@@ -50,6 +50,21 @@ def decode(records, spec, width):
     return out
 
 
+def decode_entry(entry, schema):
+    """The records of a delivered reduced entry (``Entry`` or ``ShmEntry``) of a hook the schema names by its
+    reducer (``{hook: (name, spec, (width,))}``: ``Channel.schema``, ``ShmReader.schema``); LogicError for a hook the
+    schema does not name as reduced."""
+    from . import LogicError
+    spec = (schema or {}).get(entry.hook)
+    if spec is None or not isinstance(spec[1], str) or not _ferry.is_reducer(spec[1]):
+        raise LogicError(f"ferry.reduce.decode_entry: hook {entry.hook}: expected a reduced hook of the schema "
+                         f"(name, 'topk(K)' | 'fp8_e4m3' | 'mean' | 'stats', (width,)), got {spec!r}")
+    width = 1
+    for d in spec[2]:
+        width *= int(d)
+    return decode(entry.numpy(), spec[1], width)
+
+
 def dequantize(fields):
     """fp8_e4m3 records (decode's dict) as float32 [n, width]: codes x scale (needs torch's float8_e4m3fn)."""
     import torch
