@@ -376,7 +376,7 @@ def test_api_doc_commands_run(tmp_path):
     doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "api" / "engine.md"
     lines = [ln for ln in re.findall(r"```sh\n(.*?)```", doc.read_text(), flags=re.S)[1].splitlines()
              if ln.startswith("ferry capture")]
-    assert len(lines) == 3
+    assert len(lines) == 4
     tiny_model().save_pretrained(tmp_path / "ckpt")
     (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"input_ids": p}) + "\n" for p in prompts([9, 21])))
     env = dict(os.environ, CKPT=str(tmp_path / "ckpt"))
@@ -388,6 +388,7 @@ def test_api_doc_commands_run(tmp_path):
     got = {m["request_id"]: t for m, t in open_samples(str(tmp_path / "sae"))}
     assert sorted(got) == ["req_0", "req_1"] and got["req_1"]["hidden_states"].shape == (21, 1, 64)
     assert (tmp_path / "ds" / "state.json").exists() and len(list(open_samples(str(tmp_path / "ds")))) == 3
+    assert all(m["reduce"] == "fp8_e4m3" for m, _ in open_samples(str(tmp_path / "fp8")))
 
 
 def test_ferry_capture_smoke(tmp_path):
@@ -401,6 +402,25 @@ def test_ferry_capture_smoke(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "4 samples (4 complete, 0 incomplete, 0 dropped, 0 lost)" in r.stdout, r.stdout
     assert len(list(open_samples(str(out)))) == 4
+
+
+def test_ferry_capture_reduce_writes_fp8_records(tmp_path):
+    """ferry capture --reduce fp8_e4m3: the samples hold fp8 records that ferry.engine.decode splits."""
+    import subprocess
+    import sys
+
+    from ferry.engine import decode
+    out = tmp_path / "ds"
+    r = subprocess.run([sys.executable, "-m", "ferry", "capture", "--out", str(out), "--requests", "2",
+                        "--max-new-tokens", "2", "--reduce", "fp8_e4m3", "--quiet"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = list(open_samples(str(out)))
+    assert len(got) == 2
+    for meta, arrays in got:
+        f = decode(meta, arrays)
+        assert meta["reduce"] == "fp8_e4m3" and f["codes"].dtype == np.uint8
+        assert f["scale"].shape == f["codes"].shape[:2] and (f["scale"] > 0).all()
 
 
 READER = """

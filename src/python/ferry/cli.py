@@ -40,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--format", choices=("per-request", "shards", "arrow"), default="per-request",
                    help="per-request safetensors files (default), shards + index.json, or arrow (a Hugging Face "
                    "dataset: datasets.load_from_disk(OUT); needs pyarrow)")
+    c.add_argument("--reduce", default=None, help="every tap's rows reduced on the device, one record per token: "
+                   "fp8_e4m3 (half the bytes of bf16) or topk(K) (ferry.engine.decode reads them)")
     c.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     c.add_argument("--no-graphs", action="store_true", help="run the engine eagerly on a GPU (no CUDA graphs)")
     c.add_argument("--overwrite", action="store_true", help="replace the samples of an earlier run in --out")
@@ -160,7 +162,8 @@ def capture(args: argparse.Namespace) -> int:
     gc = GenerationConfig(max_new_tokens=max_new, do_sample=False, eos_token_id=-1, pad_token_id=0)
     cbc = cb_config(use_cuda_graph=gpu and not args.no_graphs,
                     **(dict(max_memory_percent=0.5) if gpu else dict(num_blocks=64, max_batch_tokens=64, page_size=16)))
-    cap = Capture(model, taps=args.preset, out=args.out, format=args.format, overwrite=args.overwrite)
+    cap = Capture(model, taps=args.preset, out=args.out, format=args.format, overwrite=args.overwrite,
+                  reduce=args.reduce)
     prog = _Progress(len(prompts), lambda: cap.writer.bytes_written, args.quiet)
     print(f"ferry capture: {what} on {device}, {len(prompts)} requests, taps {cap.names}, tokens {args.tokens!r}, "
           f"-> {args.out} ({args.format})", file=sys.stderr)
