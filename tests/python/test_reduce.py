@@ -94,7 +94,8 @@ def test_bad_reducers_are_typed_errors_at_the_call(make_channel):
     ch.begin_forward(s)
     with pytest.raises(ferry.LogicError, match=r"expected topk's k in \[1, min\(row width 16, 1024\)\], got 17"):
         ch.capture_rows(0, x, rows=rows, stream=s, reduce=fr.topk(17))
-    with pytest.raises(ferry.LogicError, match="expected reduce= 'topk\\(K\\)', 'fp8_e4m3', 'mean' or 'stats', got 'max'"):
+    with pytest.raises(ferry.LogicError,
+                       match="expected reduce= 'topk\\(K\\)', 'fp8_e4m3', 'mean' or 'stats', got 'max'"):
         ch.capture_rows(0, x, rows=rows, stream=s, reduce="max")
     with pytest.raises(TypeError, match="of float32, float16 or bfloat16 rows, got torch.int64"):
         ch.capture_rows(0, torch.ones(8, 4, dtype=torch.int64), rows=rows, stream=s, reduce=fr.MEAN)
