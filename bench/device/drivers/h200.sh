@@ -2,14 +2,16 @@
 # Build, test and benchmark ferry on the lent H200 (device tool). Writes logs and JSON under $OUT.
 # Usage (from the repo root on the device machine):
 #   bash bench/device/drivers/h200.sh [steps...]   steps: tests memcheck synccheck initcheck bench stress python qwen3
-#                                          qwen3cb stepprobe select sinks eager
+#                                          qwen3cb stepprobe select sinks eager reduce
 #                                          (default: tests memcheck synccheck initcheck bench)
 # python: the Python package with the CUDA backend (+ the torch ops where torch imports), its pytest suite on
 # the GPU (pytest_gpu.log); qwen3: bench/torch/qwen3_capture.py, the Qwen3-0.6B-shaped decode benchmark
 # (torch_qwen3.json, bench_qwen3.log); qwen3cb: bench/torch/qwen3_cb.py, selective capture under continuous
 # batching at B=64 (qwen3_cb.json, bench_qwen3_cb.log; FERRY_QWEN3CB_ARGS, FERRY_QWEN3CB_TIMEOUT default 240 s);
 # sinks: bench/sink's ferry_bench_sinks, the native sinks of issue 28 (sinks_raw.json, bench_sinks.log; FERRY_SINKS_ARGS,
-# e.g. --volume-gib 16, FERRY_SINKS_TIMEOUT default 300 s; the build always includes ferry_bench_sinks).
+# e.g. --volume-gib 16, FERRY_SINKS_TIMEOUT default 300 s; the build always includes ferry_bench_sinks); reduce:
+# bench/torch/reduce_bench.py, reducers at t256 and the prefill mean (reduce.json, bench_reduce.log;
+# FERRY_REDUCE_ARGS, FERRY_REDUCE_TIMEOUT default 300 s).
 # Output names are the ones docs/perf/h200 keeps (bench_d2h.log, d2h.json, ..., ctest_gpu.log,
 # sanitizers.txt, gpu_stress.{json,log}); bench/device/drivers/publish.sh copies them there.
 # FERRY_BENCH (d2h, h2d or both), FERRY_BENCH_ARGS (e.g. --benchmark_filter=...), FERRY_BENCH_TIMEOUT
@@ -26,7 +28,7 @@ export FERRY_DATE=${FERRY_DATE:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 jobs=$(nproc)
 py_flags=()
-if has python || has qwen3 || has qwen3cb || has stepprobe || has eager; then
+if has python || has qwen3 || has qwen3cb || has stepprobe || has eager || has reduce; then
   py_flags=(-DFERRY_BUILD_PYTHON=ON -DFERRY_PYTHON_CUDA=ON "-DPython_EXECUTABLE=$(python3 -c 'import sys; print(sys.executable)')")
 fi
 cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
@@ -111,6 +113,15 @@ if has eager; then
   PYTHONPATH=$PWD/build-h200/src/python FERRY_COMMAND="$cmd" timeout "${FERRY_EAGER_TIMEOUT:-420}" $cmd \
     > "$OUT/bench_eager.log" 2>&1 || rc=1
   tail -20 "$OUT/bench_eager.log"
+fi
+if has reduce; then
+  # reducers against whole capture (issue 41): t256 whole / topk64 / fp8_topk64, a per-request prefill mean; every
+  # reduced entry checked against torch
+  cmd="python3 bench/torch/reduce_bench.py --out $OUT/reduce.json ${FERRY_REDUCE_ARGS:-}"
+  # shellcheck disable=SC2086
+  PYTHONPATH=$PWD/build-h200/src/python:$PWD/bench/torch FERRY_COMMAND="$cmd" timeout "${FERRY_REDUCE_TIMEOUT:-300}" \
+    $cmd > "$OUT/bench_reduce.log" 2>&1 || rc=1
+  tail -20 "$OUT/bench_reduce.log"
 fi
 if has stepprobe; then
   # where the capture cost of the graphed decode step goes (bench/torch/step_probe.py; step_probe.json)
