@@ -41,6 +41,12 @@ class D2hReduceRows : public d2h_fixture<B> {
         bytes.push_back(std::move(b));
       };
     }
+    /// Entries delivered so far (under the lock: the drain thread appends).
+    std::size_t size()
+    {
+      std::lock_guard lock{m};
+      return status.size();
+    }
   };
 
   template <class T>
@@ -341,7 +347,7 @@ TYPED_TEST_P(D2hReduceRows, GraphReplaysReduceTheRowsOfTheirStep)
     sources.push_back(std::move(f));
     selections.push_back(std::move(rows));
   }
-  EXPECT_TRUE(wait_until<B>([&] { return got.status.size() == 2 * replays; }, 10s));
+  EXPECT_TRUE(wait_until<B>([&] { return got.size() == 2 * replays; }, 10s));
   EXPECT_NO_THROW((void)ch.close(10s));
   ASSERT_EQ(got.status.size(), 2 * replays);
   for (std::uint64_t r = 0; r < replays; ++r) {
