@@ -113,6 +113,10 @@ class run_index {
     total_ += bytes;
   }
 
+  /// Records a forward refused for repeating tag `tag` (its entries not written): index.json lists it
+  /// ("refused_tags"), so a reader sees the repeat whatever the run's first error is (ferry.tp).
+  void refuse_tag(std::uint64_t tag) { refused_ += (refused_.empty() ? "" : ",") + std::to_string(tag); }
+
   /// Writes index.json (temporary name, rename; fsync with `durable`). `complete`: the run was closed;
   /// `error`: its first error (empty: none).
   void write(bool complete, std::string_view error) const
@@ -122,7 +126,8 @@ class run_index {
     s += ",\"format_version\":" + std::to_string(run_format_version) +
          ",\"ferry_version\":" + json::string(ferry::version) +
          ",\"tensor_name\":\"{tag}/{hook}\",\"complete\":" + (complete ? "true" : "false") +
-         ",\"total_size\":" + std::to_string(total_) + ",\"schema\":" + schema_ + ",\"shards\":[" + shards_ + "]";
+         ",\"total_size\":" + std::to_string(total_) + ",\"schema\":" + schema_ + ",\"shards\":[" + shards_ + "]" +
+         ",\"refused_tags\":[" + refused_ + "]";
     if (!error.empty()) { s += ",\"error\":" + json::string(error); }
     s += "},\"weight_map\":{" + weight_map_ + "}}\n";
     write_whole(dir_, index_name, s, durable_);
@@ -134,6 +139,7 @@ class run_index {
   std::string schema_;
   std::string shards_;
   std::string weight_map_;
+  std::string refused_;  // tags of forwards refused as repeats, comma-separated
   std::uint64_t total_{0};
 };
 

@@ -136,6 +136,7 @@ class shard_writer {
                   "safetensors sink {}: entry of forward {} (tag {}): expected a forward after {}, which flush() "
                   "completed, got one of it (call flush() between forwards only); the entry is not written",
                   o_.directory.string(), forward, tag, sealed_);
+    if (tags_.count(tag) != 0) { index_.refuse_tag(tag); }  // listed in index.json, then refused below
     FERRY_EXPECTS(tags_.insert(tag).second, ferry::logic_error,
                   "safetensors sink {}: forward {}: expected a tag no earlier forward had (tensor names are "
                   "\"{{tag}}/{{hook}}\"), got tag {} again; the forward is not written",

@@ -238,7 +238,8 @@ def test_a_rank_that_repeated_a_forward_names_the_run_and_the_tag(tmp_path, stre
     with pytest.raises(ferry.LogicError, match="got tag 1 again"):  # its sink refuses the repeat, and records it
         rank_run(tmp_path, stream, 1, 2, tags=(0, 1, 1, 2))
     d1 = str(tmp_path / "r1")
-    assert ferry.shards.open(d1).tags == [0, 1, 2]  # the same tags as rank 0: only the recorded error tells
+    assert ferry.shards.open(d1).tags == [0, 1, 2]  # the same tags as rank 0: the index's refused_tags tell
+    assert ferry.shards.open(d1).refused_tags == [1]
     _raises([d0, d1], d1, "repeated forward tag 1")
 
 

@@ -180,6 +180,8 @@ class Run:
             raise ShardError(path, f"corrupted: {err!r} missing or malformed") from None
         self.metadata = meta
         self.complete = bool(meta.get("complete", False))
+        # forwards the sink refused for repeating an earlier tag (their entries not written), in order
+        self.refused_tags = [int(t) for t in meta.get("refused_tags", [])]
         self.error = meta.get("error")
         self.weight_map = dict(weight_map)
         self._shards = []

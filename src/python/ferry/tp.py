@@ -25,7 +25,6 @@ in that forward. docs/api/python.md, "Tensor parallelism".
 from __future__ import annotations
 
 import os as _os
-import re as _re
 
 import numpy as _np
 
@@ -33,8 +32,6 @@ from . import shards as _shards
 from ._ferry import Error
 
 __all__ = ["LayoutError", "TPRun", "open", "shard", "spec"]
-
-_REPEATED = _re.compile(r"got tag (\d+) again")  # the safetensors sink's refusal of a repeated tag (shard_writer)
 
 
 def shard(world: int, rank: int, dim: int, extent: int, full: int | None = None, offset: int | None = None) -> dict:
@@ -158,10 +155,10 @@ class TPRun:
                 if t in seen:
                     raise LayoutError(r.directory, f"repeated forward tag {t}: expected each tag once, got it twice")
                 seen.add(t)
-            m = _REPEATED.search(r.error or "")
-            if m:
-                raise LayoutError(r.directory, f"repeated forward tag {m.group(1)}: expected each tag once, got it "
-                                               f"again (its sink refused the repeat: {r.error})")
+            if r.refused_tags:
+                raise LayoutError(r.directory, f"repeated forward tag {r.refused_tags[0]}: expected each tag once, "
+                                               f"got it again (its sink refused the repeat: index.json refused_tags "
+                                               f"{r.refused_tags})")
         ref = self.runs[0]
         want = set(ref.tags)
         for k, r in zip(self.ranks[1:], self.runs[1:]):
