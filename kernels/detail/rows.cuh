@@ -3,10 +3,13 @@
 //   select_items        the item count of a row_selection (CPU-known, or the GPU-resolved *device_count);
 //   select_source_row   the source row of an entry's row, validated (-1: the item is invalid, never read);
 //   note_select_error   a block's invalid item OR-ed into device_state::select_error, before its arrival;
+//   entry_arrive        a one-entry row kernel's step 3 (select_rows, reduce_rows): the arrival, and the last
+//                       block's commit of the entry's size (or selection_error_size);
 //   copy_row            one row (or chunk) by a whole block: 16-byte moves when aligned, else bytes (the host
 //                       backend runs a block as one thread: one memcpy).
 #pragma once
 
+#include "gather_chain.cuh"  // gather_join_arrive
 #include "vector_copy.cuh"
 
 #include <ferry/backend/system_atomic.hpp>  // FERRY_HD
@@ -58,6 +61,21 @@ FERRY_HD inline void note_select_error(ferry::d2h::device_state* st) noexcept
 #else
   std::atomic_ref<std::uint32_t>{st->select_error}.fetch_or(1U, std::memory_order_relaxed);
 #endif
+}
+
+/// Step 3 of a one-entry row kernel by thread 0 of a block after its barrier: the block's error note, its arrival
+/// at the join counter, and by the block that arrives last the commit of the entry placed at `dst`: `size` bytes,
+/// or selection_error_size when a block met an invalid item (its OR is ordered before its arrival) or the count was
+/// refused; the error flag is reset for the next launch.
+FERRY_HD inline void entry_arrive(const ferry::d2h::ring_ref& dst, std::uint32_t nblk, bool block_error,
+                                  bool count_ok, std::uint64_t size) noexcept
+{
+  ferry::d2h::device_state* st = dst.state;
+  if (block_error) { note_select_error(st); }
+  if (!gather_join_arrive(st, nblk)) { return; }
+  const bool bad = !count_ok || st->select_error != 0;
+  st->select_error = 0;
+  dst.commit(dst.load(), bad ? ferry::d2h::selection_error_size : size);
 }
 
 /// `bytes` from `from` to `to` by thread `t` of the block's `nt`: 16-byte moves when `vec` (both 16-byte aligned,

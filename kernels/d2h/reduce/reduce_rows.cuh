@@ -18,9 +18,8 @@
 // record does not depend on the items: it keeps its captured reservation (the producer does not set `planned`).
 #pragma once
 
-#include "../../detail/gather_chain.cuh"  // gather_join_arrive
 #include "../../detail/reduce_block.cuh"  // the records
-#include "../../detail/rows.cuh"          // select_items, select_source_row, note_select_error
+#include "../../detail/rows.cuh"          // select_items, select_source_row, entry_arrive
 
 #include <ferry/d2h/detail/kernel_args.hpp>
 
@@ -95,18 +94,6 @@ FERRY_HD void reduce_records(const Blk& b, reduce_shared& sh, const reduce_args&
   }
 }
 
-/// Step 3 by thread 0 after the block barrier: the arrival, and the commit by the last block.
-FERRY_HD inline void reduce_arrive(const reduce_start& s, std::uint32_t nblk, bool block_error) noexcept
-{
-  ferry::d2h::device_state* st = s.at.state;
-  if (block_error) { note_select_error(st); }
-  if (!gather_join_arrive(st, nblk)) { return; }
-  const bool bad = !s.count_ok || st->select_error != 0;  // every block's OR is ordered before its arrival
-  st->select_error = 0;
-  const ferry::d2h::cursor c = s.at.load();
-  s.at.commit(c, bad ? ferry::d2h::selection_error_size : s.records * s.rec);
-}
-
 #if defined(__CUDACC__) || defined(__HIPCC__)
 /// The GPU body of block `blk` of `nblk` (`nt` threads).
 __device__ __forceinline__ void reduce_rows_block(const reduce_args& a, std::uint32_t blk, std::uint32_t nblk,
@@ -120,7 +107,7 @@ __device__ __forceinline__ void reduce_rows_block(const reduce_args& a, std::uin
   __syncthreads();
   reduce_records(b, sh, a, s, blk, nblk, block_error);
   __syncthreads();  // every store and every error note of the block happen-before thread 0's arrival
-  if (t == 0) { reduce_arrive(s, nblk, block_error != 0); }
+  if (t == 0) { entry_arrive(s.at, nblk, block_error != 0, s.count_ok, s.records * s.rec); }
 }
 #endif
 
@@ -131,7 +118,7 @@ inline void reduce_rows_block_host(const reduce_args& a, std::uint32_t blk, std:
   static thread_local reduce_shared sh;
   bool block_error = false;
   reduce_records(host_block{}, sh, a, s, blk, nblk, block_error);
-  reduce_arrive(s, nblk, block_error);
+  entry_arrive(s.at, nblk, block_error, s.count_ok, s.records * s.rec);
 }
 
 }  // namespace ferry::kernels::d2h

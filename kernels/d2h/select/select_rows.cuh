@@ -19,8 +19,7 @@
 // written past the entry.
 #pragma once
 
-#include "../../detail/gather_chain.cuh"  // gather_join_arrive
-#include "../../detail/rows.cuh"          // select_items, select_source_row, note_select_error, copy_row
+#include "../../detail/rows.cuh"  // select_items, select_source_row, copy_row, entry_arrive
 
 #include <ferry/d2h/detail/kernel_args.hpp>
 
@@ -86,19 +85,6 @@ FERRY_HD inline void select_rows_copy(const select_args& a, const select_start& 
   }
 }
 
-/// Step 3 by thread 0 of block `blk` after the block barrier: the arrival, and the commit by the last block.
-FERRY_HD inline void select_arrive(const select_args& a, const ferry::d2h::ring_ref& dst, std::uint32_t nblk,
-                                   bool block_error, std::uint64_t rows, bool count_ok) noexcept
-{
-  ferry::d2h::device_state* st = dst.state;
-  if (block_error) { note_select_error(st); }
-  if (!gather_join_arrive(st, nblk)) { return; }
-  const bool bad = !count_ok || st->select_error != 0;  // every block's OR is ordered before its arrival
-  st->select_error = 0;
-  const ferry::d2h::cursor c = dst.load();
-  dst.commit(c, bad ? ferry::d2h::selection_error_size : rows * a.row_bytes);
-}
-
 #if defined(__CUDACC__) || defined(__HIPCC__)
 /// The GPU body of block `blk` of `nblk` (`nt` threads).
 __device__ __forceinline__ void select_rows_block(const select_args& a, std::uint32_t blk, std::uint32_t nblk,
@@ -110,7 +96,7 @@ __device__ __forceinline__ void select_rows_block(const select_args& a, std::uin
   __syncthreads();
   select_rows_copy(a, s, blk, nblk, t, nt, block_error);
   __syncthreads();  // every store and every error note of the block happen-before thread 0's arrival
-  if (t == 0) { select_arrive(a, s.at.dst, nblk, block_error != 0, s.rows, s.count_ok); }
+  if (t == 0) { entry_arrive(s.at.dst, nblk, block_error != 0, s.count_ok, s.rows * a.row_bytes); }
 }
 #endif
 
@@ -121,7 +107,7 @@ inline void select_rows_block_host(const select_args& a, std::uint32_t blk, std:
   const select_start s = select_start_of(a);
   bool block_error = false;
   select_rows_copy(a, s, blk, nblk, 0, 1, block_error);
-  select_arrive(a, s.at.dst, nblk, block_error, s.rows, s.count_ok);
+  entry_arrive(s.at.dst, nblk, block_error, s.count_ok, s.rows * a.row_bytes);
 }
 
 }  // namespace ferry::kernels::d2h
