@@ -5,7 +5,7 @@
 // decoded codes (torch's own cast is the Python tests' reference), mean and stats against double sums.
 #pragma once
 
-#include "d2h/fixture.hpp"
+#include "d2h/select_rows.hpp"  // its fixture: collected, upload, write, rows_config
 
 #include <algorithm>
 #include <functional>
@@ -18,53 +18,10 @@
 namespace ferry::test {
 
 template <class B>
-class D2hReduceRows : public d2h_fixture<B> {
+class D2hReduceRows : public D2hSelectRows<B> {
  protected:
-  static constexpr std::uint64_t n_rows = 24;
+  static constexpr std::uint64_t n_rows = 24;  // the sources here (D2hSelectRows' 64 are its own)
 
-  struct collected {
-    std::mutex m;
-    std::vector<fd::entry_status> status;
-    std::vector<std::vector<std::uint8_t>> bytes;
-    std::vector<std::uint64_t> row_bytes;
-    auto callback()
-    {
-      return [this](fd::entry_view&& v) {
-        std::lock_guard lock{m};
-        status.push_back(v.status());
-        row_bytes.push_back(v.row_bytes());
-        std::vector<std::uint8_t> b;
-        if (v.ok()) {
-          const auto s = v.bytes();
-          b.assign(reinterpret_cast<const std::uint8_t*>(s.data()), reinterpret_cast<const std::uint8_t*>(s.data()) + s.size());
-        }
-        bytes.push_back(std::move(b));
-      };
-    }
-    /// Entries delivered so far (under the lock: the drain thread appends).
-    std::size_t size()
-    {
-      std::lock_guard lock{m};
-      return status.size();
-    }
-  };
-
-  template <class T>
-  fb::device_buffer<B> upload(const std::vector<T>& v, fb::stream_view<B> s)
-  {
-    fb::device_buffer<B> d{std::max<std::size_t>(v.size(), 1) * sizeof(T), this->b};
-    fb::pinned_buffer<B> h{std::max<std::size_t>(v.size(), 1) * sizeof(T), this->b};
-    std::memcpy(h.data(), v.data(), v.size() * sizeof(T));
-    this->b.memcpy_async(d.data(), h.data(), v.size() * sizeof(T), fb::memcpy_kind::host_to_device, s.handle());
-    s.synchronize();
-    return d;
-  }
-  fd::config cfg()
-  {
-    auto c = this->small_config(1 << 20, 3);
-    c.tuning.size_slots = 64;
-    return c;
-  }
   static float f32_at(const std::vector<std::uint8_t>& b, std::size_t off)
   {
     float f;
@@ -111,7 +68,7 @@ TYPED_TEST_P(D2hReduceRows, TopkIsTheSortedPrefixWithTiesByLowerIndex)
   const std::vector<std::int32_t> rows{5, 0, 23, 5};
   auto idx = this->upload(rows, s.view());
   typename TestFixture::collected got;
-  fd::channel<B> ch{this->cfg(), this->b, got.callback()};
+  fd::channel<B> ch{this->rows_config(1 << 20), this->b, got.callback()};
   struct want_t {
     std::uint32_t k;
     bool bf16;
@@ -169,7 +126,7 @@ TYPED_TEST_P(D2hReduceRows, Fp8CodesDecodeWithinHalfAnUlpOfTheScaledRow)
   const std::vector<std::int32_t> rows{1, 2, 20};
   auto idx = this->upload(rows, s.view());
   typename TestFixture::collected got;
-  fd::channel<B> ch{this->cfg(), this->b, got.callback()};
+  fd::channel<B> ch{this->rows_config(1 << 20), this->b, got.callback()};
   ch.begin_forward(s);
   ch.capture_reduced(fd::hook_id{0}, dh.data(), TestFixture::n_rows, width, fd::reduce_input::bf16,
                      fd::row_selection::rows(static_cast<const std::int32_t*>(idx.data()), rows.size()),
@@ -213,7 +170,7 @@ TYPED_TEST_P(D2hReduceRows, MeanAndStatsMatchDoubleSums)
   const std::vector<std::int32_t> req{2, 0};
   auto dr = this->upload(req, s.view());
   typename TestFixture::collected got;
-  fd::channel<B> ch{this->cfg(), this->b, got.callback()};
+  fd::channel<B> ch{this->rows_config(1 << 20), this->b, got.callback()};
   const auto win = fd::row_selection::window(static_cast<const std::int32_t*>(dq.data()), 3,
                                              static_cast<const std::int32_t*>(dr.data()), req.size(), 1, 7);
   ch.begin_forward(s);
@@ -264,7 +221,7 @@ TYPED_TEST_P(D2hReduceRows, BadReducersAreRefusedAndBadItemsFlagged)
   auto dr = this->upload(std::vector<std::int32_t>{0}, s.view());
   const auto sel = fd::row_selection::rows(static_cast<const std::int32_t*>(idx.data()), 1);
   typename TestFixture::collected got;
-  fd::channel<B> ch{this->cfg(), this->b, got.callback()};
+  fd::channel<B> ch{this->rows_config(1 << 20), this->b, got.callback()};
   ch.begin_forward(s);
   auto expect_refused = [&](fd::reducer r, std::uint64_t width, const char* text) {
     try {
@@ -307,7 +264,7 @@ TYPED_TEST_P(D2hReduceRows, GraphReplaysReduceTheRowsOfTheirStep)
   fb::device_buffer<B> idx{TestFixture::n_rows * 4, this->b};
   fb::device_buffer<B> count{4, this->b};
   typename TestFixture::collected got;
-  fd::channel<B> ch{this->cfg(), this->b, got.callback()};
+  fd::channel<B> ch{this->rows_config(1 << 20), this->b, got.callback()};
   const auto sel = fd::row_selection::rows(static_cast<const std::int32_t*>(idx.data()), 0)
                      .counted_on_device(static_cast<const std::int32_t*>(count.data()), TestFixture::n_rows);
   fd::forward_plan plan;
@@ -328,17 +285,9 @@ TYPED_TEST_P(D2hReduceRows, GraphReplaysReduceTheRowsOfTheirStep)
     const std::uint64_t n = r == 0 ? 0 : 1 + rng() % TestFixture::n_rows;
     std::vector<std::int32_t> rows(n);
     for (auto& x : rows) { x = static_cast<std::int32_t>(rng() % TestFixture::n_rows); }
-    auto up = [&](fb::device_buffer<B>& d, const void* p, std::size_t bytes) {
-      if (bytes == 0) { return; }
-      fb::pinned_buffer<B> h{bytes, this->b};
-      std::memcpy(h.data(), p, bytes);
-      this->b.memcpy_async(d.data(), h.data(), bytes, fb::memcpy_kind::host_to_device, s.handle());
-      s.synchronize();
-    };
-    up(src, f.data(), f.size() * 4);
-    up(idx, rows.data(), rows.size() * 4);
-    const auto c = static_cast<std::int32_t>(n);
-    up(count, &c, 4);
+    this->write(src, f, s.view());
+    this->write(idx, rows, s.view());
+    this->write(count, std::vector<std::int32_t>{static_cast<std::int32_t>(n)}, s.view());
     fd::forward_meta meta;
     if (r % 2 == 1) { meta.selected = n; }  // every other replay planned with its item count
     ch.plan(plan, s.view(), std::move(meta));

@@ -28,11 +28,13 @@ class D2hSelectRows : public d2h_fixture<B> {
     std::mutex m;
     std::vector<fd::entry_status> status;
     std::vector<std::vector<std::uint8_t>> bytes;
+    std::vector<std::uint64_t> row_bytes;  ///< entry_view::row_bytes() (D2hReduceRows: the record's bytes)
     auto callback()
     {
       return [this](fd::entry_view&& v) {
         std::lock_guard lock{m};
         status.push_back(v.status());
+        row_bytes.push_back(v.row_bytes());
         std::vector<std::uint8_t> b;
         if (v.ok()) {
           const auto s = v.bytes();
