@@ -22,6 +22,17 @@ namespace ferry::python {
 
 namespace fd = ferry::d2h;
 
+namespace {
+/// The reducer `spec` names (the core's parse_reducer); logic_error for another spec.
+fd::reducer reducer_of(const std::string& spec)
+{
+  fd::reducer r;
+  FERRY_EXPECTS(fd::parse_reducer(spec, r), ferry::logic_error,
+                "ferry.reduce: expected a reducer 'topk(K)', 'fp8_e4m3', 'mean' or 'stats', got '{}'", spec);
+  return r;
+}
+}  // namespace
+
 void init_reduce(nb::module_& m)
 {
   m.def(
@@ -34,19 +45,14 @@ void init_reduce(nb::module_& m)
   m.def(
       "record_unit",
       [](const std::string& spec) {
-        fd::reducer r;
-        FERRY_EXPECTS(fd::parse_reducer(spec, r), ferry::logic_error,
-                      "ferry.reduce: expected a reducer 'topk(K)', 'fp8_e4m3', 'mean' or 'stats', got '{}'", spec);
-        const std::uint64_t per = fd::records_per_item(r, 2);
+        const std::uint64_t per = fd::records_per_item(reducer_of(spec), 2);
         return std::string{per == 2 ? "row" : per == 1 ? "item" : "entry"};
       },
       nb::arg("spec"), "What one record of reducer `spec` stands for: 'row', 'item' (a request's window) or 'entry'.");
   m.def(
       "record_layout",
       [](const std::string& spec, std::uint64_t width) {
-        fd::reducer r;
-        FERRY_EXPECTS(fd::parse_reducer(spec, r), ferry::logic_error,
-                      "ferry.reduce: expected a reducer 'topk(K)', 'fp8_e4m3', 'mean' or 'stats', got '{}'", spec);
+        const fd::reducer r = reducer_of(spec);
         FERRY_EXPECTS(width > 0, ferry::logic_error, "ferry.reduce: {}: expected a row width >= 1, got 0", spec);
         const fd::record_layout l = fd::record_fields(r, width);
         std::vector<std::tuple<std::string, std::string, std::uint64_t, std::uint64_t, bool>> fields;

@@ -140,9 +140,9 @@ class hook_schema {
                   "hook schema: hook {} \"{}\": expected {} of rows of 1 to 2^31 - 1 elements (topk: k <= min(width, "
                   "{})), got rows of {}", id.value, printable(name), printable(type), topk_max, shape_text(row_shape));
     add(id, name, dtype::u8, {record_bytes(r, width)});
-    hook_spec& h = *std::find_if(hooks_.begin(), hooks_.end(), [&](const hook_spec& x) { return x.id == id; });
-    h.reduce = std::string{type};
-    h.reduce_width = width;
+    hook_spec* h = amend(id);
+    h->reduce = std::string{type};
+    h->reduce_width = width;
     return *this;
   }
 
@@ -151,8 +151,8 @@ class hook_schema {
   /// world, dim outside the row, or a slice past `full`.
   hook_schema& shard(hook_id id, shard_layout l)
   {
-    const auto it = std::find_if(hooks_.begin(), hooks_.end(), [&](const hook_spec& h) { return h.id == id; });
-    FERRY_EXPECTS(it != hooks_.end(), schema_error, "hook schema: shard: expected a hook of the schema, got hook {}",
+    hook_spec* it = amend(id);
+    FERRY_EXPECTS(it != nullptr, schema_error, "hook schema: shard: expected a hook of the schema, got hook {}",
                   id.value);
     FERRY_EXPECTS(it->reduce.empty() && l.world >= 1 && l.rank < l.world && l.dim < it->row_shape.size() &&
                       l.offset <= l.full && it->row_shape[l.dim] <= l.full - l.offset,
@@ -237,6 +237,8 @@ class hook_schema {
   }
 
  private:
+  /// The hook `id` to amend (a reduced hook's reducer, a slice), or null: find()'s lookup.
+  hook_spec* amend(hook_id id) noexcept { return const_cast<hook_spec*>(std::as_const(*this).find(id)); }
   /// The offset of the first byte of `s` that is not valid UTF-8 (s.size(): none).
   static std::size_t utf8_error(std::string_view s) noexcept
   {
