@@ -4,19 +4,17 @@
 # unsharded model bit for bit; the layout checks (a missing rank, overlapping slices, a gap, a world size that
 # changed, a rank that skipped or repeated a forward, ...) each raise a LayoutError naming the run at fault, on runs
 # written in-process by several host channels standing in for the ranks.
-import datetime
 import json
 import os
 import pathlib
-import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
 import ferry
 from ferry.tp import LayoutError
+from ranks_support import run_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -88,26 +86,9 @@ def test_a_tensor_parallel_mlp_over_gloo_ranks_assembles_to_the_unsharded_model_
     for k, tag in enumerate(tags):
         m[f"x{tag}"] = rng.integers(-3, 4, (k + 2, hidden)).astype(np.float32)  # 2, 3, 4, 5 tokens
     np.savez(tmp_path / "model.npz", **m)
-    # the rendezvous store lives here, on a port the OS picks (no race for a "free" port with other tests)
-    store = torch.distributed.TCPStore("127.0.0.1", 0, None, True, timeout=datetime.timedelta(seconds=60),
-                                       wait_for_workers=False)
     dirs = [str(tmp_path / f"rank{r}") for r in range(world)]
-    procs = []
-    for r in range(world):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(store.port), GLOO_SOCKET_IFNAME="lo", NCCL_NVLS_ENABLE="0", OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "tp_worker.py"), str(tmp_path / "model.npz"),
-                                       dirs[r]], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-    deadline, outs = time.monotonic() + 150, []
-    for p in procs:
-        try:
-            outs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
-        except subprocess.TimeoutExpired:
-            p.kill()
-            outs.append(p.communicate()[0] + b"\n(killed: no exit in 150 s)")
-    if any(p.returncode != 0 for p in procs):  # every rank's output: one failing rank makes the others wait
-        pytest.fail("\n".join(f"rank {r} of {world} exited {p.returncode}:\n{o.decode(errors='replace')}"
-                              for r, (p, o) in enumerate(zip(procs, outs))))
+    run_ranks(torch, world, lambda r: [sys.executable, os.path.join(HERE, "tp_worker.py"), str(tmp_path / "model.npz"),
+                                       dirs[r]])
     for r in range(world):  # each rank's run records its slice
         part = ffn // world
         assert ferry.shards.open(dirs[r]).layout == {"mlp.act": ferry.tp.shard(world, r, 0, part)}

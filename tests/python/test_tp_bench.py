@@ -3,12 +3,9 @@
 # the CPU: 2 gloo ranks as processes (the rendezvous store held here, as torchrun's agent holds it), ferry's host
 # backend, the tiny model, eager steps. Every tensor ferry.tp.open assembles from the ranks' runs must match the
 # TP=1 model's, and the JSON must have the keys docs/perf/h200/tp.json takes.
-import datetime
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import ferry  # noqa: E402
+from ranks_support import run_ranks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = {"device", "commit", "date", "command", "tp", "no_capture_us", "ferry_us", "allgather_us", "tensors_checked",
@@ -26,31 +24,14 @@ def test_tp_bench_smoke_two_gloo_ranks_check_every_assembled_tensor(tmp_path):
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch.distributed with gloo")
     world, out = 2, tmp_path / "tp.json"
-    # the store lives here, on a port the OS picks (no race for a "free" port); the ranks are its clients, as
-    # under torchrun (TORCHELASTIC_USE_AGENT_STORE)
-    store = torch.distributed.TCPStore("127.0.0.1", 0, None, True, timeout=datetime.timedelta(seconds=60),
-                                       wait_for_workers=False)
     path = os.pathsep.join(p for p in (os.path.dirname(os.path.dirname(ferry.__file__)), str(ROOT / "bench/torch"),
                                        os.environ.get("PYTHONPATH")) if p)
     cmd = [sys.executable, str(ROOT / "bench/torch/tp_bench.py"), "--device", "cpu", "--tiny", "--reps", "2",
            "--out", str(out), "--dir", str(tmp_path / "runs"), "--timeout", "60"]
-    procs = []
-    for r in range(world):
-        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port), TORCHELASTIC_USE_AGENT_STORE="True",
-                   TORCHELASTIC_RESTART_COUNT="0", GLOO_SOCKET_IFNAME="lo", NCCL_NVLS_ENABLE="0",
-                   OMP_NUM_THREADS="1", PYTHONPATH=path, PYTHONUNBUFFERED="1")
-        procs.append(subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-    deadline, outs = time.monotonic() + 150, []
-    for p in procs:
-        try:
-            outs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
-        except subprocess.TimeoutExpired:
-            p.kill()
-            outs.append(p.communicate()[0] + b"\n(killed: no exit in 150 s)")
-    if any(p.returncode != 0 for p in procs) or not out.exists():  # every rank's output: one failing stalls all
-        pytest.fail("\n".join(f"rank {r} of {world} exited {p.returncode}:\n{o.decode(errors='replace')}"
-                              for r, (p, o) in enumerate(zip(procs, outs))))
+    # the ranks are clients of the test's store, as under torchrun (TORCHELASTIC_USE_AGENT_STORE)
+    run_ranks(torch, world, lambda r: cmd, cwd=ROOT, ok=out.exists,
+              env=lambda r: dict(LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(world), TORCHELASTIC_USE_AGENT_STORE="True",
+                                 TORCHELASTIC_RESTART_COUNT="0", PYTHONPATH=path, PYTHONUNBUFFERED="1"))
     d = json.loads(out.read_text())
     assert KEYS <= set(d), sorted(KEYS - set(d))
     assert d["tp"] == world
