@@ -2,8 +2,9 @@
 # Build, test and benchmark ferry on the lent H200 (device tool). Writes logs and JSON under $OUT.
 # Usage (from the repo root on the device machine):
 #   bash bench/device/drivers/h200.sh [steps...]   steps: tests memcheck synccheck initcheck bench stress python qwen3
-#                                          qwen3cb stepprobe select sinks eager reduce
+#                                          qwen3cb stepprobe select sinks eager reduce pybuild
 #                                          (default: tests memcheck synccheck initcheck bench)
+# pybuild: only build, the Python package included (engine.sh then reuses build-h200, see FERRY_ENGINE_PYTHONPATH);
 # python: the Python package with the CUDA backend (+ the torch ops where torch imports), its pytest suite on
 # the GPU (pytest_gpu.log); qwen3: bench/torch/qwen3_capture.py, the Qwen3-0.6B-shaped decode benchmark
 # (torch_qwen3.json, bench_qwen3.log); qwen3cb: bench/torch/qwen3_cb.py, selective capture under continuous
@@ -28,7 +29,7 @@ export FERRY_DATE=${FERRY_DATE:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 jobs=$(nproc)
 py_flags=()
-if has python || has qwen3 || has qwen3cb || has stepprobe || has eager || has reduce; then
+if has python || has qwen3 || has qwen3cb || has stepprobe || has eager || has reduce || has pybuild; then
   py_flags=(-DFERRY_BUILD_PYTHON=ON -DFERRY_PYTHON_CUDA=ON "-DPython_EXECUTABLE=$(python3 -c 'import sys; print(sys.executable)')")
 fi
 cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
