@@ -16,7 +16,11 @@ and CUDA graphs made once, before the rounds):
              (``--reader``: ferry.engine.stream_rows, every row's request and position checked, a few requests' rows
              kept for the verification).
 
-tokens/s = (prompt + generated tokens) / wall time from the first add_request to the last result. After the rounds
+tokens/s = (prompt + generated tokens) / wall time from the first add_request to the last result: the engine's
+serving rate. A round of a ferry contestant then waits until every sample is written; that tail (a round's last
+requests finish together, so their samples are written after the engine went idle, which a serving engine overlaps
+with its next requests) is reported apart: ``write_tail_s`` and ``ferry_tok_s_written`` (tokens over the time until
+the last sample is written). After the rounds
 every ferry sample of the last round is verified: its positions and token ids, and each row against the plain
 forward of its sequence (cosine >= 0.99 with its own row; a row closer to another position's reference counts as
 misattributed). The disk's sequential write rate is measured in the same run (dd-like, O_DIRECT off, fsync).
@@ -124,6 +128,7 @@ class Contestant:
             self.cap.attach(self.manager)
         self.naive = Naive(model, fe.resolve_taps(model, "eagle3")) if capture == "naive" else None
         self.tok_s, self.cpu_s, self.steps, self.round, self.expected = [], [], [], 0, 0
+        self.written_tok_s, self.tail_s = [], []  # tokens over the time until every sample is written; that tail
         t0 = time.perf_counter()
         if graphs:
             self.manager.warmup()
@@ -159,6 +164,7 @@ class Contestant:
                 raise RuntimeError(f"{self.name}: no result in 60 s ({len(outs)}/{len(ids)})")
             if o.is_finished():
                 outs[o.request_id] = o
+        t_res = time.perf_counter() - t0  # the last result: the engine's part of the round
         if self.naive is not None:
             self.naive.end(os.path.join(self.out, f"r{self.round}"), outs)
         rep = None
@@ -171,10 +177,12 @@ class Contestant:
         dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         self.steps.append(STEPS.get(id(self.model), [0, 0.0, 0.0]))
         toks = sum(len(o.prompt_ids) + len(o.generated_tokens) for o in outs.values())
-        self.tok_s.append(toks / dt)
+        self.tok_s.append(toks / t_res)
+        self.written_tok_s.append(toks / dt)
+        self.tail_s.append(dt - t_res)
         self.cpu_s.append(cpu)
         self.round += 1
-        return toks / dt, outs, rep, dt
+        return toks / t_res, outs, rep, dt
 
     def _prune(self):
         """The disk contestants keep one round's files (the last one is verified): a round of every layer's
@@ -346,6 +354,13 @@ def merge(paths, out):
     print(json.dumps(res, indent=1))
 
 
+def written_block(c, none_tok_s):
+    """A ferry contestant's rate until its last sample is written, and that tail past the last result (medians)."""
+    w = statistics.median(c.written_tok_s)
+    return {"ferry_tok_s_written": w, "ratio_written": w / none_tok_s if none_tok_s else None,
+            "write_tail_s": statistics.median(c.tail_s), "write_tail_s_rounds": c.tail_s}
+
+
 def reader_main(name, out):
     """The stream's reader process: every (step, tap, request, first position, rows) of the run; per request the
     positions seen (each once), and the rows of every 16th request of a round (for verification)."""
@@ -459,6 +474,8 @@ def main():
             tps, outs, rep, dt = c.run(prompts_all[r])
             if r == 0:
                 c.tok_s.clear()
+                c.written_tok_s.clear()
+                c.tail_s.clear()
                 c.cpu_s.clear()
                 c.steps.clear()
             last[c.name] = outs
@@ -470,7 +487,9 @@ def main():
                     written.setdefault(c.name, []).append(gb / dt)
                 extra = f" samples {rep['samples']} complete {rep['complete']} lost {len(rep['lost'])} dropped " \
                     f"{len(rep['dropped'])}, {gb:.2f} GB written ({gb / dt:.2f} GB/s)"
-            print(f"round {r}{' (warm-up)' if r == 0 else ''} {c.name:>10}: {tps:,.0f} tokens/s{extra}", flush=True)
+            tail = f", samples written {c.tail_s[-1]:.2f} s after the last result" if c.cap is not None and c.tail_s else ""
+            print(f"round {r}{' (warm-up)' if r == 0 else ''} {c.name:>10}: {tps:,.0f} tokens/s{extra}{tail}",
+                  flush=True)
     reports = {c.name: c.close() for c in cs}
     disk = disk_rate(os.path.join(args.out, "disk"))
     res = {"device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "commit": os.environ.get("FERRY_COMMIT", "unknown"),
@@ -483,7 +502,9 @@ def main():
               f"[{min(c.tok_s):,.0f} .. {max(c.tok_s):,.0f}], process CPU {statistics.median(c.cpu_s):.1f} s/round, "
               f"{statistics.median(x[0] for x in c.steps):,.0f} steps/round, compute_batch "
               f"{statistics.median(x[1] / max(x[0], 1) for x in c.steps) * 1e3:.2f} ms/step, of it ferry's host part "
-              f"{statistics.median(x[2] / max(x[0], 1) for x in c.steps) * 1e6:.0f} us/step")
+              f"{statistics.median(x[2] / max(x[0], 1) for x in c.steps) * 1e6:.0f} us/step"
+              + (f"; until every sample is written {statistics.median(c.written_tok_s):,.0f} tokens/s (tail "
+                 f"{statistics.median(c.tail_s):.2f} s)" if c.cap is not None else ""))
     mis_total = 0
     for name, taps_name in (("eagle3", "eagle3"), ("all-layers", "all-layers")):
         if name not in med:
@@ -495,7 +516,7 @@ def main():
         mis_total += mis
         block = {"no_capture_tok_s": med.get("none"), "ferry_tok_s": med[name], "ratio": med[name] / med["none"]
                  if "none" in med else None, "samples": s, "samples_bad": bad, "rows_checked": rows,
-                 "tok_s_rounds": tps[name]}
+                 "tok_s_rounds": tps[name], **written_block(c, med.get("none"))}
         if name == "eagle3":
             block["naive_tok_s"] = med.get("naive")
             res["eagle3"] = block
@@ -512,6 +533,7 @@ def main():
         res["sae_shm"] = {"no_capture_tok_s": med.get("none"), "ferry_tok_s": med["sae"],
                           "ratio": med["sae"] / med["none"] if "none" in med else None, "samples": s_,
                           "samples_bad": bad, "rows_checked": rows, "tok_s_rounds": tps["sae"],
+                          **written_block(c, med.get("none")),
                           "reader_rows": reports["sae"]["reader"]["rows"],
                           "reader_duplicates": reports["sae"]["reader"]["duplicates"]}
         print(f"sae (shm): {s_} requests seen by the reader, {bad} bad, {mis} misattributed rows, {rows} rows "
