@@ -162,14 +162,6 @@ def d2h_section(d, stress=None):
         pub = r.get("ferry_publication_over_copy_pct")
         out.append(f"| {h} | {num(r.get('no_capture_us'), 1)} us | " + " | ".join(cells)
                    + f" | {num(pub, 2)}% | {get(anchors, 'forward', h) or '-'} |")
-    cols = ("copy_only", "old_volatile", "per_entry_release", "ferry_k1", "ferry_k16", "ferry_k64", "ferry_k16_pinned",
-            "ferry_k16_inline")
-    out += ["", "| us per hook in a graph | " + " | ".join(cols) + " | anchor: copy only / per-entry / release "
-                "kernel every 16 |", "|---" * (len(cols) + 2) + "|"]
-    for size, r in (d.get("per_hook_graph_us") or {}).items():
-        label = f"{int(size) // 1024} KiB" if int(size) < 1 << 20 else f"{int(size) >> 20} MiB"
-        out.append(f"| {label} | " + " | ".join(num(r.get(c), 3) for c in cols)
-                   + f" | {get(anchors, 'per_hook_graph_us', size) or '-'} |")
     return "\n".join(out) + "\n"
 
 
@@ -511,6 +503,44 @@ def pooled_rows(t, pb):
     return rows
 
 
+# ---- engine (issue 40) -------------------------------------------------------------------------------------------
+def engine_section(d):
+    if not d:
+        return f"Engine: {NOT_YET} (no engine.json).\n"
+    t = d.get("targets") or {}
+    e, s, a, n = (d.get(k) or {} for k in ("eagle3", "sae_shm", "all_layers_disk", "naive"))
+    runs = d.get("runs") or [d]
+    run_of = lambda b: runs[b.get("run", 0)] if b.get("run", 0) < len(runs) else {}
+    ratio = lambda b: None if b.get("ratio") is None else b["ratio"] * 100
+    out = [f"{stamp(d, 'engine.json')}: transformers {d.get('transformers', '?')} continuous batching, CUDA graphs, a "
+           f"Qwen3-0.6B-shaped model (random bf16), {d.get('requests', '?')} requests (prompts 64..1024, 128 new "
+           "tokens, greedy), the contestants interleaved per round; tokens/s to the last result, medians; each row "
+           "beside the no-capture contestant of its own run (" + "; ".join(
+               f"run {i}: {r.get('commit')} {r.get('date')}, {r.get('rounds')} round{'s' * (r.get('rounds') != 1)}"
+               for i, r in enumerate(runs))
+           + ").", ""]
+
+    def share(b, label, key, extra=""):
+        v = ratio(b)
+        late = "" if "ferry_tok_s_written" in b else ", timed until the last sample was written"
+        value = "n/a" if v is None else (f"**{v:.1f}%** ({b['ferry_tok_s']:,.0f} vs {b['no_capture_tok_s']:,.0f} "
+                                         f"tokens/s, run {b.get('run', 0)}{late}){extra}")
+        return row(t, label, value, [(key, [v], "%", "")])
+    bad = sum(b.get("samples_bad", 0) for b in (e, s, a)) + (d.get("misattributed") or 0)
+    checked = sum(b.get("samples", 0) for b in (e, s, a))
+    tail = "" if a.get("write_tail_s") is None else f"; every sample written {a['write_tail_s']:.2f} s after the last result"
+    disk = a.get("disk_write_gbps")
+    rows = [share(e, "EAGLE-3 preset (4 taps, prompt + generated), per-request files", "eagle3_pct",
+                  f"; naive hooks {n.get('naive_tok_s', 0):,.0f} tokens/s ({(n.get('ratio') or 0) * 100:.1f}%)" if n else ""),
+            share(s, "SAE preset (one layer, every token), shm stream + a reader process", "sae_pct"),
+            share(a, "every layer's residual (29 taps), every token, per-request files on the disk", "all_layers_pct",
+                  f"; the sink wrote {num(a.get('sink_write_gbps'), 2)} GB/s, the disk {num(disk, 2)} GB/s{tail}"),
+            row(t, "samples bad, rows misattributed (every sample checked against the plain forward)",
+                f"{bad} of {checked:,} samples", [("bad", [bad_count(checked, bad)], " bad", "")])]
+    out += target_table(rows)
+    return "\n".join(out) + "\n"
+
+
 # ---- the page -------------------------------------------------------------------------------------------------
 SECTIONS = {  # name: (run files, renderer)
     "d2h": (("d2h.json", "gpu_stress.json"), d2h_section),
@@ -518,6 +548,7 @@ SECTIONS = {  # name: (run files, renderer)
     "torch": (("torch_qwen3.json", "capture_cost.json"), torch_section),
     "select": (("select.json",), select_section),
     "sinks": (("sinks.json",), sinks_section),
+    "engine": (("engine.json",), engine_section),
 }
 BLOCK = re.compile(r"(<!-- perf:(\w+) -->\n)(.*?)(<!-- /perf -->)", re.S)
 
