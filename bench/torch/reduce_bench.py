@@ -6,13 +6,17 @@ t256: DMI's vllm-full hook sizes per token (bench/d2h/forward.cpp's forward_size
 2..6 KiB, the logits [V] bf16) at T = 256 tokens per step. The step is a calibrated sleep of --step-us (default:
 the H200's t256 no-capture step, docs/perf/h200/select.json) then the captures, on a side stream; on CUDA it is
 captured once into a torch.cuda.CUDAGraph and each replay is ch.plan(plan) + replay (host backend: eager).
-Contestants, round-robin in one run, median of --reps (GPU time by CUDA events):
+Contestants, round-robin in one run, median of --reps rounds; a round is --steps back-to-back steps timed by CUDA
+events on the step's stream (per step: the round / steps), so a contestant whose D2H outlasts its step shows the
+sustained rate (the ring fills and the next plan() waits for the drain), not one step's GPU time:
   none            the step alone
   whole           every hook whole (capture_deferred: one gather per batch)
   topk64          the logits as capture_rows(reduce="topk(64)"), every other hook whole
   fp8_topk64      every bf16 hook as capture_rows(reduce="fp8_e4m3"), the logits as top-64, token ids whole
-prefill_mean: a prefill of 16 requests x 512 tokens, every layer's [8192, hidden] bf16 output reduced to each
-request's mean (capture_rows(query_start_loc=, requests=, window=(0, 512), reduce="mean")) against none.
+prefill_mean: a prefill of 16 requests x 512 tokens (--prefill-us, calibrated as the t256 step): each of its
+layers writes its [8192, hidden] bf16 output (a copy, in both contestants: the tap is read right after it was
+written, as in a forward), reduced to each request's mean (capture_rows(query_start_loc=, requests=,
+window=(0, 512), reduce="mean")) against none.
 After the timing, one checked step per contestant: every reduced entry against torch on the same tensors (topk:
 a stable descending sort; fp8: torch's float8_e4m3fn cast with the recorded scale, bit for bit; mean: within
 1e-2 relative of the float64 mean of bf16 values). Output (docs/perf/h200/reduce.json, the writers' blocks are
@@ -60,15 +64,10 @@ class Rig:
         self.stream = torch.cuda.Stream() if self.cuda else ferry.Stream(backend="host")
         self.step_us, self.keep, self.got = a.step_us, False, []
         self.expected = self.delivered = 0  # entries of the steps run, and delivered (the checked step waits)
-        self.cycles = self._calibrate() if self.cuda else 0
+        self.cycles = cycles_for(a.step_us) if self.cuda else 0
         self._stop = threading.Event()
         self._drain = threading.Thread(target=self._drain_loop, daemon=True)
         self._drain.start()
-
-    def _calibrate(self):
-        torch.cuda._sleep(1 << 20)
-        ms = timed_ms(lambda: torch.cuda._sleep(1 << 22))
-        return int((1 << 22) * self.step_us / (ms * 1e3))
 
     def _drain_loop(self):
         while not self._stop.is_set():
@@ -144,6 +143,18 @@ class Rig:
         self._drain.join()
 
 
+def cycles_for(us):
+    """torch.cuda._sleep's cycles for `us` microseconds on this GPU (measured: its clock is not 1 GHz)."""
+    torch.cuda._sleep(1 << 20)
+    ms = timed_ms(lambda: torch.cuda._sleep(1 << 22))
+    return int((1 << 22) * us / (ms * 1e3))
+
+
+def timed_round(fn, steps, host):
+    """Microseconds per step of `steps` back-to-back calls of `fn` (one event pair around them)."""
+    return timed_ms(lambda: [fn() for _ in range(steps)], host) * 1e3 / steps
+
+
 def check(raw, x, spec):
     """Whether an entry's bytes are `x` whole (spec None) or torch's reduction of its rows."""
     xc = x.cpu()
@@ -171,9 +182,9 @@ def t256(a, out):
     for rep in range(a.reps + 1):  # round 0 warms up
         for k in kinds:
             with torch.cuda.stream(rig.stream) if rig.cuda else _null():  # the events on the step's stream
-                ms = timed_ms(fns[k], host)
+                us = timed_round(fns[k], a.steps, host)
             if rep:
-                times[k].append(ms * 1e3)
+                times[k].append(us)
     med = {k: statistics.median(v) for k, v in times.items()}
     checks = {k: rig.checked(k, fns[k]) for k in kinds[1:]}
     rig.close()
@@ -189,23 +200,28 @@ def prefill_mean(a, out):
     cuda = a.device == "cuda"
     n_req, per, layers = a.requests, a.prompt, a.layers
     g = torch.Generator(device="cpu").manual_seed(2)
-    xs = [torch.randn(n_req * per, a.hidden, generator=g).to(torch.bfloat16).to(dev) for _ in range(layers)]
+    made = [torch.randn(n_req * per, a.hidden, generator=g).to(torch.bfloat16).to(dev) for _ in range(layers)]
+    xs = [torch.empty_like(x) for x in made]  # each layer's output, written by the step before its capture
     qsl = torch.arange(0, (n_req + 1) * per, per, dtype=torch.int32, device=dev)
     req = torch.arange(n_req, dtype=torch.int32, device=dev)
     ch = ferry.Channel(backend="cuda" if cuda else "host", ring_bytes=a.ring_mib << 20, publish_every=4096,
                        tuning={"size_slots": 1024})
     s = torch.cuda.Stream() if cuda else ferry.Stream(backend="host")
     got = []
+    layer_cycles = cycles_for(a.prefill_us / layers) if cuda else 0
 
     def step(capture):
         def run():
             ctx = torch.cuda.stream(s) if cuda else _null()
             with ctx:
                 ch.begin_forward(s)
-                if cuda:
-                    torch.cuda._sleep(int(a.prefill_us * 1000))  # ~1 ns a cycle: the prefill's own work
-                for h, x in enumerate(xs if capture else []):
-                    ch.capture_rows(h, x, query_start_loc=qsl, requests=req, window=(0, per), stream=s, reduce="mean")
+                for h, x in enumerate(xs):
+                    if cuda:
+                        torch.cuda._sleep(layer_cycles)  # the layer's own work
+                    x.copy_(made[h])  # its output
+                    if capture:
+                        ch.capture_rows(h, x, query_start_loc=qsl, requests=req, window=(0, per), stream=s,
+                                        reduce="mean")
                 ch.end_forward(s)
         return run
 
@@ -213,9 +229,9 @@ def prefill_mean(a, out):
     for rep in range(a.reps + 1):
         for k in times:
             with torch.cuda.stream(s) if cuda else _null():  # the events on the step's stream
-                ms = timed_ms(step(k == "mean"), None if cuda else s)
+                us = timed_round(step(k == "mean"), a.steps, None if cuda else s)
             if rep:
-                times[k].append(ms * 1e3)
+                times[k].append(us)
             while True:
                 es = ch.poll(4096, timeout=0.2)
                 if not es:
@@ -250,6 +266,7 @@ def main(argv=None):
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--tiny", action="store_true", help="small shapes (tests): 8 tokens, 12 hooks, vocab 512")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=20, help="back-to-back steps per timed round")
     ap.add_argument("--step-us", type=float, default=3016.81, help="the t256 step without capture")
     ap.add_argument("--prefill-us", type=float, default=25000.0, help="the prefill step without capture")
     ap.add_argument("--ring-mib", type=int, default=1024)
@@ -258,7 +275,7 @@ def main(argv=None):
     a.tokens, a.hooks, a.vocab = (8, 12, 512) if a.tiny else (256, 341, 151936)
     a.requests, a.prompt, a.layers, a.hidden = (2, 8, 3, 64) if a.tiny else (16, 512, 28, 1024)
     if a.tiny:
-        a.ring_mib = min(a.ring_mib, 64)
+        a.ring_mib, a.steps = min(a.ring_mib, 64), min(a.steps, 2)
     out = header(device_name(a.device == "cuda"), " ".join([sys.executable] + sys.argv))
     for part in a.parts.split(","):
         {"t256": t256, "prefill_mean": prefill_mean}[part](a, out)

@@ -5,13 +5,15 @@
 //                  ~index among those ties takes the lowest indices; the k winners are collected, then
 //                  bitonic-sorted in shared memory (value descending, index ascending);
 //   fp8_record     the row's amax (a block max), then every code of x / scale;
-//   mean_record    per column, the f32 sum of the item's rows in row order, divided by their count;
+//   mean_record    columns [c0, c1) of an item's record: a warp's lanes take columns, the block's warps take rows
+//                  (warp w the rows j = w mod warps), each an f32 sum in row order; the warps' sums are added in
+//                  warp order and divided by the count (the host's one-thread block: every row in order);
 //   stats_record   per column, Welford over every selected row in row order, and max |x|.
 // Every thread of the block calls each function with the same arguments (its branches are block-uniform, so
-// its barriers are met by all); a block's `blk` is gpu_block on the GPU, host_block on the host backend (one
-// thread: the barriers are no-ops, the atomics plain).
+// its barriers are met by all); `b` is a gpu_block or the host backend's host_block (block_ops.cuh).
 #pragma once
 
+#include "block_ops.cuh"  // host_block, gpu_block
 #include "float_bits.cuh"
 #include "rows.cuh"  // select_source_row
 
@@ -24,8 +26,11 @@
 
 namespace ferry::kernels::d2h {
 
-/// The block's shared scratch (about 9 KiB).
+inline constexpr std::uint32_t reduce_warps = 8;  ///< of a reduce_rows block (256 threads): mean_record's row groups
+
+/// The block's shared scratch (about 13 KiB).
 struct reduce_shared {
+  float part[reduce_warps * ferry::d2h::mean_chunk_cols];  ///< mean_record: each warp's column sums
   std::uint32_t hist[256];
   std::uint32_t key[ferry::d2h::topk_max];
   std::int32_t idx[ferry::d2h::topk_max];
@@ -34,50 +39,8 @@ struct reduce_shared {
   std::uint32_t n_eq;
   std::uint32_t n_taken;
   std::uint32_t amax;
+  std::uint32_t bad;
 };
-
-struct host_block {
-  std::uint32_t t{0};
-  std::uint32_t nt{1};
-  FERRY_HD void sync() const noexcept {}
-  FERRY_HD std::uint32_t add(std::uint32_t* p, std::uint32_t v) const noexcept
-  {
-    const std::uint32_t old = *p;
-    *p = old + v;
-    return old;
-  }
-  FERRY_HD void max(std::uint32_t* p, std::uint32_t v) const noexcept { *p = v > *p ? v : *p; }
-};
-
-#if defined(__CUDACC__) || defined(__HIPCC__)
-/// The GPU block (only its device pass calls these; the host pass of a FERRY_HD template sees the declarations).
-struct gpu_block {
-  std::uint32_t t;
-  std::uint32_t nt;
-  FERRY_HD void sync() const
-  {
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-    __syncthreads();
-#endif
-  }
-  FERRY_HD std::uint32_t add(std::uint32_t* p, std::uint32_t v) const
-  {
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-    return atomicAdd(p, v);
-#else
-    return *p += v, *p - v;
-#endif
-  }
-  FERRY_HD void max(std::uint32_t* p, std::uint32_t v) const
-  {
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-    atomicMax(p, v);
-#else
-    *p = v > *p ? v : *p;
-#endif
-  }
-};
-#endif
 
 /// Radix select over the elements of [0, width) that `key_of(c, key)` admits: afterwards sh.prefix is the
 /// `want`-th largest key (`bits` wide), sh.krem how many elements equal to it are among the `want` largest and
@@ -95,10 +58,10 @@ FERRY_HD void radix_select(const Blk& b, reduce_shared& sh, std::uint64_t width,
     for (std::uint32_t i = b.t; i < 256; i += b.nt) { sh.hist[i] = 0; }
     b.sync();
     const std::uint32_t prefix = sh.prefix;
-    for (std::uint64_t c = b.t; c < width; c += b.nt) {
+    b.histogram(sh.hist, width, [&](std::uint64_t c) {
       std::uint32_t key = 0;
-      if (key_of(c, key) && (key & mask) == prefix) { b.add(&sh.hist[(key >> shift) & 255U], 1); }
-    }
+      return key_of(c, key) && (key & mask) == prefix ? (key >> shift) & 255U : 256U;
+    });
     b.sync();
     if (b.t == 0) {  // the digit where the count from the top reaches what is left to take
       std::uint32_t above = 0;
@@ -209,30 +172,48 @@ FERRY_HD void fp8_record(const Blk& b, reduce_shared& sh, const std::byte* row, 
   b.sync();  // the next record resets amax
 }
 
-/// The mean record of item `item` (rows item x per .. + per - 1 of the selection): false when one of its rows is
-/// invalid (nothing read).
+/// Columns [c0, c1) (at most mean_chunk_cols) of the mean record of item `item` (rows item x per .. + per - 1 of
+/// the selection), into `out`; chunk 0 writes the count. False when one of its rows is invalid (nothing read).
 template <class Blk>
-FERRY_HD bool mean_record(const Blk& b, const ferry::d2h::row_selection& sel, const std::byte* src,
+FERRY_HD bool mean_record(const Blk& b, reduce_shared& sh, const ferry::d2h::row_selection& sel, const std::byte* src,
                           std::uint64_t n_rows, std::uint64_t width, ferry::d2h::reduce_input in, std::uint64_t item,
-                          std::uint64_t per, std::byte* out)
+                          std::uint64_t per, std::uint64_t c0, std::uint64_t c1, std::byte* out)
 {
   const std::uint64_t row_bytes = width * input_bytes(in);
-  for (std::uint64_t j = 0; j < per; ++j) {
-    if (select_source_row(sel, n_rows, item * per + j, per) < 0) { return false; }
+  if (b.t == 0) { sh.bad = 0; }
+  b.sync();
+  for (std::uint64_t j = b.t; j < per; j += b.nt) {
+    if (select_source_row(sel, n_rows, item * per + j, per) < 0) { b.max(&sh.bad, 1U); }
   }
-  for (std::uint64_t c = b.t; c < width; c += b.nt) {
-    float sum = 0.0F;
-    for (std::uint64_t j = 0; j < per; ++j) {
-      const auto r = static_cast<std::uint64_t>(select_source_row(sel, n_rows, item * per + j, per));
-      sum += load_element(src + r * row_bytes, c, in);
+  b.sync();
+  const bool bad = sh.bad != 0;
+  b.sync();  // every thread read the flag before a next unit resets it
+  if (bad) { return false; }
+  const std::uint32_t lanes = b.nt < 32 ? b.nt : 32;
+  const std::uint32_t warps = b.nt / lanes < reduce_warps ? b.nt / lanes : reduce_warps;
+  const std::uint32_t lane = b.t % lanes, w = b.t / lanes;  // a warp's lanes take columns, the warps rows
+  if (w < warps) {
+    for (std::uint64_t c = c0 + lane; c < c1; c += lanes) {
+      float sum = 0.0F;
+      for (std::uint64_t j = w; j < per; j += warps) {
+        const auto r = static_cast<std::uint64_t>(select_source_row(sel, n_rows, item * per + j, per));
+        sum += load_element(src + r * row_bytes, c, in);
+      }
+      sh.part[w * ferry::d2h::mean_chunk_cols + (c - c0)] = sum;
     }
+  }
+  b.sync();
+  for (std::uint64_t c = c0 + b.t; c < c1; c += b.nt) {
+    float sum = 0.0F;
+    for (std::uint32_t x = 0; x < warps; ++x) { sum += sh.part[x * ferry::d2h::mean_chunk_cols + (c - c0)]; }
     const float m = sum / static_cast<float>(per);
     std::memcpy(out + 4 * c, &m, 4);
   }
-  if (b.t == 0) {
+  if (b.t == 0 && c0 == 0) {
     const auto n = static_cast<std::uint32_t>(per);
     std::memcpy(out + 4 * width, &n, 4);
   }
+  b.sync();  // the next unit reuses the sums
   return true;
 }
 

@@ -154,11 +154,13 @@ TYPED_TEST_P(D2hReduceRows, Fp8CodesDecodeWithinHalfAnUlpOfTheScaledRow)
 }
 
 /// mean over a window of each request and stats over every selected row: within 1e-5 relative of double sums
-/// (f32 sums of at most 8 rows of N(0, 1)); the counts; max |x| exact.
+/// (f32 sums of at most 8 rows of N(0, 1)); the counts; max |x| exact. 300 columns: a mean record is three work
+/// units of mean_chunk_cols (the last one partial).
 TYPED_TEST_P(D2hReduceRows, MeanAndStatsMatchDoubleSums)
 {
   using B = TypeParam;
-  constexpr std::uint64_t width = 19;
+  constexpr std::uint64_t width = 300;
+  static_assert(width > 2 * fd::mean_chunk_cols && width % fd::mean_chunk_cols != 0);
   std::mt19937_64 rng{9};
   fb::stream<B> s{this->b};
   std::vector<float> f(TestFixture::n_rows * width);

@@ -67,11 +67,11 @@ def test_fp8_codes_equal_torch_cast_with_the_same_scale(make_channel, drain, dty
 
 def test_mean_of_each_request_window_and_stats_of_the_rows(make_channel, drain):
     g = torch.Generator().manual_seed(2)
-    x = torch.randn(100, 64, generator=g).to(torch.bfloat16)
+    x = torch.randn(100, 300, generator=g).to(torch.bfloat16)  # 300 columns: three work units of a mean record
     qsl = torch.tensor([0, 40, 41, 100], dtype=torch.int32)
     req = torch.tensor([2, 0], dtype=torch.int32)
     got, row_bytes = _capture(make_channel, drain, x, fr.MEAN, query_start_loc=qsl, requests=req, window=(0, 32))
-    assert row_bytes == 4 * 64 + 4
+    assert row_bytes == 4 * 300 + 4
     xd = x.double()
     for i, r in enumerate((2, 0)):
         ref = xd[qsl[r]:qsl[r] + 32].mean(0).numpy()

@@ -70,6 +70,21 @@ struct reducer {
   return r.op == reduce_op::stats ? 1 : items * records_per_item(r, per_item);
 }
 
+/// Columns of a mean record one block computes at a time: a record of `width` columns is mean_chunks(width) work
+/// units, so a few requests' means still spread over the device (kernels/detail/reduce_block.cuh).
+inline constexpr std::uint64_t mean_chunk_cols = 128;
+[[nodiscard]] constexpr std::uint64_t mean_chunks(std::uint64_t width) noexcept
+{
+  return width == 0 ? 1 : (width + mean_chunk_cols - 1) / mean_chunk_cols;
+}
+
+/// The work units of `records` records of rows of `width` elements (the reduce_rows grid's loop, and its size):
+/// a record each, a mean record mean_chunks(width) each.
+[[nodiscard]] constexpr std::uint64_t work_units(const reducer& r, std::uint64_t records, std::uint64_t width) noexcept
+{
+  return r.op == reduce_op::mean ? records * mean_chunks(width) : records;
+}
+
 /// One part of a record: its name, safetensors dtype name, byte offset in the record and element count, and whether
 /// it is one value per record whatever the width (a scale, a count: readers give it as a column, not a row).
 struct record_field {

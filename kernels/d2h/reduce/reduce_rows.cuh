@@ -5,9 +5,9 @@
 // time (kernels/detail/reduce_block.cuh). The order of every block is select_rows' (select_rows.cuh):
 //   1. the item count (CPU-known, or the GPU-resolved *device_count, refused above max_count), the entry's place
 //      and the cursor slot[parity] (one load; cursor_unplanned: a graph launch no plan() armed stores nothing);
-//   2. records blk, blk + nblk, ...: topk and fp8 one per selected row, mean one per item, stats one for the
-//      entry; a record whose rows name an invalid item reads nothing and writes nothing, and the block notes
-//      the error;
+//   2. work units blk, blk + nblk, ... (ferry::d2h::work_units): topk and fp8 a record per selected row, mean
+//      mean_chunk_cols columns of a record per item, stats one record for the entry; a unit whose rows name an
+//      invalid item reads nothing and writes nothing, and the block notes the error;
 //   3. block barrier, then thread 0 arrives at the join counter (acq_rel, device scope); the block that arrives
 //      last reads the error flag, resets it, and commits the entry: its size slot (records x record_bytes, or
 //      selection_error_size) and the next cursor, from the cursor value it read.
@@ -37,6 +37,7 @@ struct reduce_start {
   std::uint64_t items{0};
   std::uint64_t records{0};
   std::uint64_t limit{0};  ///< the records this launch writes: every one, or at most the planned ones
+  std::uint64_t chunks{1};  ///< work units per record (mean: column chunks)
   std::uint64_t rec{0};
   bool count_ok{true};
   std::byte* dst{nullptr};
@@ -48,6 +49,7 @@ FERRY_HD inline reduce_start reduce_start_of(const reduce_args& a) noexcept
   s.items = select_items(a.sel, s.count_ok);
   s.records = ferry::d2h::records_of(a.r, s.items, s.per_item);
   s.rec = ferry::d2h::record_bytes(a.r, a.width);
+  s.chunks = ferry::d2h::work_units(a.r, 1, a.width);
   s.at = a.dst;
   s.limit = s.records;
   const std::uint64_t planned = a.planned != 0 ? a.dst.state->planned_items : ferry::d2h::no_planned_items;
@@ -61,20 +63,25 @@ FERRY_HD inline reduce_start reduce_start_of(const reduce_args& a) noexcept
   return s;
 }
 
-/// Step 2 for block `blk` of `nblk`, by every thread of the block (`b`): its records; thread 0 sets `block_error`
-/// when one of them names an invalid item.
+/// Step 2 for block `blk` of `nblk`, by every thread of the block (`b`): its work units; thread 0 sets
+/// `block_error` when one of them names an invalid item.
 template <class Blk, class Flag>
 FERRY_HD void reduce_records(const Blk& b, reduce_shared& sh, const reduce_args& a, const reduce_start& s,
                              std::uint32_t blk, std::uint32_t nblk, Flag& block_error)
 {
   const std::uint64_t row_bytes = a.width * ferry::d2h::input_bytes(a.input);
-  for (std::uint64_t g = blk; g < s.limit && s.dst != nullptr; g += nblk) {
+  for (std::uint64_t u = blk; u < s.limit * s.chunks && s.dst != nullptr; u += nblk) {
+    const std::uint64_t g = u / s.chunks;  // the record
     std::byte* out = s.dst + g * s.rec;
     bool ok = true;
     switch (a.r.op) {
-      case ferry::d2h::reduce_op::mean:
-        ok = mean_record(b, a.sel, a.src, a.n_rows, a.width, a.input, g, s.per_item, out);
+      case ferry::d2h::reduce_op::mean: {
+        constexpr std::uint64_t cols = ferry::d2h::mean_chunk_cols;
+        const std::uint64_t c0 = (u % s.chunks) * cols;
+        const std::uint64_t c1 = c0 + cols < a.width ? c0 + cols : a.width;
+        ok = mean_record(b, sh, a.sel, a.src, a.n_rows, a.width, a.input, g, s.per_item, c0, c1, out);
         break;
+      }
       case ferry::d2h::reduce_op::stats:
         ok = stats_record(b, a.sel, a.src, a.n_rows, a.width, a.input, s.items * s.per_item, s.per_item, out);
         break;

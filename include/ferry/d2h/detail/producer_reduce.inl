@@ -49,7 +49,8 @@ bool producer<B>::capture_reduced(hook_id hook, const void* src, std::uint64_t n
   a.planned = capturing_ && !stats ? 1U : 0U;
   const std::uint64_t records = records_of(r, sel.item_bound(), sel.rows_per_item());
   namespace rules = ferry::detail::launch_rules;
-  const std::uint64_t blocks = std::clamp<std::uint64_t>(records, 1, rules::one_wave_blocks(st_.sm_count, 256));
+  const std::uint64_t blocks =
+    std::clamp<std::uint64_t>(work_units(r, records, width), 1, rules::one_wave_blocks(st_.sm_count, 256));
   st_.launch.own(reduce_rows_kernel(typename B::tag{}), static_cast<std::uint32_t>(blocks), 256U, s.handle(), a);
   retire(std::move(h), s.handle());
   for (auto& x : held.arrays) { st_.b.release_after(s.handle(), std::move(x.snapshot)); }

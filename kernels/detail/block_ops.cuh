@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+// A block of threads as the reduce bodies (reduce_block.cuh) see it, on each backend: its thread `t` of `nt`, a
+// barrier, shared-memory atomics, and the radix-select histogram pass.
+//   host_block   the host backend's block: one thread; the barrier is a no-op, the atomics plain;
+//   gpu_block    a CUDA / HIP block of nt threads, nt a multiple of 32 (reduce_rows launches 256).
+#pragma once
+
+#include <ferry/backend/system_atomic.hpp>  // FERRY_HD
+
+#include <cstdint>
+
+namespace ferry::kernels::d2h {
+
+struct host_block {
+  std::uint32_t t{0};
+  std::uint32_t nt{1};
+  FERRY_HD void sync() const noexcept {}
+  FERRY_HD std::uint32_t add(std::uint32_t* p, std::uint32_t v) const noexcept
+  {
+    const std::uint32_t old = *p;
+    *p = old + v;
+    return old;
+  }
+  FERRY_HD void max(std::uint32_t* p, std::uint32_t v) const noexcept { *p = v > *p ? v : *p; }
+  /// radix_select's histogram pass: hist[digit(c)] += 1 for every c in [0, width) that digit() admits (< 256).
+  template <class Digit>
+  FERRY_HD void histogram(std::uint32_t* hist, std::uint64_t width, Digit digit) const
+  {
+    for (std::uint64_t c = 0; c < width; ++c) {
+      const std::uint32_t d = digit(c);
+      if (d < 256) { ++hist[d]; }
+    }
+  }
+};
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+/// The GPU block (only its device pass calls these; the host pass of a FERRY_HD template sees the declarations).
+struct gpu_block {
+  std::uint32_t t;
+  std::uint32_t nt;
+  FERRY_HD void sync() const
+  {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+    __syncthreads();
+#endif
+  }
+  FERRY_HD std::uint32_t add(std::uint32_t* p, std::uint32_t v) const
+  {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+    return atomicAdd(p, v);
+#else
+    return *p += v, *p - v;
+#endif
+  }
+  FERRY_HD void max(std::uint32_t* p, std::uint32_t v) const
+  {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+    atomicMax(p, v);
+#else
+    *p = v > *p ? v : *p;
+#endif
+  }
+  /// The histogram pass by the whole block, warp-aligned (every lane of a warp runs the same iterations): on
+  /// CUDA the lanes of a warp with the same digit add once (__match_any_sync: the few top digits of a row's
+  /// first pass would otherwise serialise the block on a handful of shared atomics).
+  template <class Digit>
+  FERRY_HD void histogram(std::uint32_t* hist, std::uint64_t width, Digit digit) const
+  {
+#if defined(__CUDA_ARCH__)
+    const std::uint32_t lane = t & 31U;
+    for (std::uint64_t base = t - lane; base < width; base += nt) {
+      const std::uint64_t c = base + lane;
+      const std::uint32_t d = c < width ? digit(c) : 256U;
+      const std::uint32_t peers = __match_any_sync(0xffffffffU, d);
+      if (d < 256 && lane == static_cast<std::uint32_t>(__ffs(static_cast<int>(peers)) - 1)) {
+        atomicAdd(&hist[d], static_cast<std::uint32_t>(__popc(peers)));
+      }
+    }
+#elif defined(__HIP_DEVICE_COMPILE__)
+    for (std::uint64_t c = t; c < width; c += nt) {
+      const std::uint32_t d = digit(c);
+      if (d < 256) { atomicAdd(&hist[d], 1U); }
+    }
+#else
+    (void)hist, (void)width, (void)digit;
+#endif
+  }
+};
+#endif
+
+}  // namespace ferry::kernels::d2h
