@@ -12,6 +12,9 @@ and CUDA graphs made once, before the rounds):
              file per request at the end (EAGLE-3 taps);
 - eagle3:    ferry, EAGLE-3 taps (layers 2, N//2, N-3, final), prompt + generated tokens, per-request files on disk;
 - all-layers: ferry, every hidden state (N + 1 taps), every token, per-request files on disk;
+- eagle3@shm, all-layers@shm: the same, the files on /dev/shm (no disk); eagle3@null, all-layers@null: the same
+             samples assembled, none written (where a disk contestant's cost goes; printed and kept under
+             "variants", not verified against the plain forward);
 - sae:       ferry, one middle layer's residual, every token, to a shared-memory stream read by another process
              (``--reader``: ferry.engine.stream_rows, every row's request and position checked, a few requests' rows
              kept for the verification).
@@ -113,8 +116,16 @@ class Contestant:
         self.cap = None
         self.gc = GenerationConfig(max_new_tokens=args.new_tokens, do_sample=False, eos_token_id=-1, pad_token_id=0)
         self.reader = None
-        if capture in ("eagle3", "all-layers"):
-            self.cap = fe.Capture(model, taps=capture, out=out, overwrite=True, ring_bytes=args.ring_mib << 20)
+        kind, _, variant = (capture or "").partition("@")
+        if kind in ("eagle3", "all-layers"):
+            if variant == "shm":
+                out = os.path.join("/dev/shm", f"ferry-engine-bench-{os.getpid()}", name)
+                self.out = out
+            self.cap = fe.Capture(model, taps=kind, out=out, overwrite=True, ring_bytes=args.ring_mib << 20)
+            if variant == "null":  # assembled, not written
+                self.cap.assembler.writer.write = lambda sample: None
+            elif variant not in ("", "shm"):
+                raise SystemExit(f"cb_capture: expected a contestant variant '@shm' or '@null', got {capture!r}")
         elif capture == "sae":
             name = f"ferry-bench-{os.getpid()}"
             sink = ferry.sinks.shm_stream(name, staging_bytes=256 << 20, descriptors=1 << 14)
@@ -197,6 +208,8 @@ class Contestant:
     def close(self):
         self.manager.stop(block=True)
         rep = self.cap.close() if self.cap is not None else None
+        if self.name.endswith("@shm"):  # not verified: its files go with it
+            shutil.rmtree(os.path.dirname(self.out), ignore_errors=True)
         if self.reader is not None:
             self.reader.wait(timeout=120)
             with open(self.reader_out) as f:
@@ -526,6 +539,12 @@ def main():
             res["all_layers_disk"] = block
         print(f"{name}: {s} samples, {bad} bad, {mis} misattributed rows, {rows} rows checked against the plain "
               f"forward", flush=True)
+    variants = {c.name: {"ferry_tok_s": med[c.name], "ratio": med[c.name] / med["none"] if "none" in med else None,
+                         "tok_s_rounds": tps[c.name], "process_cpu_s": statistics.median(c.cpu_s),
+                         "samples": reports[c.name]["samples"], **written_block(c, med.get("none"))}
+                for c in cs if "@" in c.name}
+    if variants:
+        res["variants"] = variants
     if "sae" in med:
         c = next(x for x in cs if x.name == "sae")
         s_, bad, mis, rows = verify_stream(base, reports["sae"], all_outs["sae"], c.cap.names)
