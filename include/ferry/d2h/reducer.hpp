@@ -10,7 +10,8 @@
 //              float8_e4m3fn codes of x / scale (torch's cast: round to nearest even, |x / scale| >= 464 -> NaN),
 //              zero-padded to a 4-byte multiple.
 //   mean       one record per selected item (a window: its rows; last_token / rows: one row): the f32 mean per
-//              column (summed in row order in f32), then the rows it averaged (uint32). Records of one request
+//              column (f32 sums: on the GPU eight in row order over rows j mod 8, added in order; on the host one
+//              in row order), then the rows it averaged (uint32). Records of one request
 //              from several steps combine as sum(mean * count) / sum(count).
 //   stats      one record per entry, over every selected row: per column the mean, M2 (the sum of squared
 //              deviations: variance = M2 / count) and max |x| (f32, Welford in row order), then the count.
