@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -177,9 +178,24 @@ class sample_assembler_impl {
     std::int64_t last_step{-1};
     bool finished{false};
   };
+  /// Bytes that resize() leaves uninitialised: a step's rows are read only for hooks whose entry wrote them
+  /// (`filled`), so its buffer (a step of every layer is tens of MB) is not zeroed first.
+  template <class T>
+  struct uninit_allocator : std::allocator<T> {
+    uninit_allocator() noexcept = default;
+    template <class U>
+    uninit_allocator(const uninit_allocator<U>&) noexcept  // NOLINT(google-explicit-constructor): rebinding
+    {
+    }
+    template <class U>
+    void construct(U* p) noexcept
+    {
+      ::new (static_cast<void*>(p)) U;
+    }
+  };
   struct step {
     std::uint64_t rows{0}, row_bytes{0};
-    std::vector<std::byte> data;  // [rows, hooks, row_bytes]
+    std::vector<std::byte, uninit_allocator<std::byte>> data;  // [rows, hooks, row_bytes]
     std::vector<bool> filled;     // per hook
     std::uint64_t refs{0};        // requests with a segment in it, not yet built
   };
