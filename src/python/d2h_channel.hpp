@@ -191,8 +191,9 @@ class py_channel {
   nb::object sink_owner_;  // the sink (a native sink or a "ferry.sink" capsule), held until close()
   nb::object forward_stream_;  // the open forward's stream: alive until the forward ends (or the channel dies)
   std::shared_ptr<graph_tie> tie_;  // killed by close() and the destructor: graphs of this channel refuse to launch
-  mutable std::shared_mutex mu_;  // shared: every call; unique: close()
+  mutable std::shared_mutex mu_;  // shared: every call; unique: close()'s first and last step
   std::optional<fd::channel<B>> ch_;
+  bool closing_{false};  // under mu_: close() waits for the drain; producer calls refuse, consumer calls go on
   std::mutex leftover_mu_;
   std::deque<fd::entry_view> leftovers_;
   fd::counters final_stats_{};

@@ -90,23 +90,34 @@ nb::dict py_channel<B>::close(std::optional<double> timeout)
   std::exception_ptr err;  // raised after the teardown, so the channel is closed either way
   {
     gil_release g;
-    std::unique_lock lk{mu_};
-    FERRY_EXPECTS(ch_.has_value(), ferry::logic_error, "Channel.close: expected an open channel, got a closed one");
-    const double secs = timeout ? seconds_arg(*timeout, "Channel.close", "timeout") : 0.0;
-    tie_->kill("closed");  // graphs of this channel refuse to launch from now on (stream.hpp, graph_tie)
-    const auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(secs));
-    set_dev();
-    try {
-      rep = timeout ? ch_->close(limit) : ch_->close();
-    } catch (const ferry::error&) {
-      err = std::current_exception();
+    double secs = 0.0;
+    {  // 1. closing: producer calls refuse from now on, graphs of this channel refuse to launch (graph_tie)
+      std::unique_lock lk{mu_};
+      FERRY_EXPECTS(ch_.has_value() && !closing_, ferry::logic_error, "Channel.close: expected an open channel, got a "
+                    "{} one", ch_.has_value() ? "closing" : "closed");
+      secs = timeout ? seconds_arg(*timeout, "Channel.close", "timeout") : 0.0;
+      closing_ = true;
+      tie_->kill("closed");
     }
+    {  // 2. the core's close waits for the drain: consumer threads go on polling and releasing meanwhile (a unique
+       // lock here held a consumer's poll() until the timeout, so the entries it had yet to take were lost)
+      std::shared_lock lk{mu_};
+      const auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(secs));
+      set_dev();
+      try {
+        rep = timeout ? ch_->close(limit) : ch_->close();
+      } catch (const ferry::error&) {
+        err = std::current_exception();
+      }
+    }
+    std::unique_lock lk{mu_};  // 3. what was delivered and not taken stays pollable; the channel goes
     final_stats_ = ch_->stats();
     {
       std::lock_guard l2{leftover_mu_};
       while (auto v = ch_->try_pop()) { leftovers_.push_back(std::move(*v)); }
     }
     ch_.reset();
+    closing_ = false;
   }
   final_sink_stats_ = sink_stats(sink_owner_);  // the sink's counters as the channel closed (its last entry given)
   sink_owner_.reset();
@@ -120,7 +131,7 @@ void py_channel<B>::at_exit(void* self)
 {
   auto& c = *static_cast<py_channel*>(self);
   std::shared_lock lk{c.mu_, std::try_to_lock};  // a close() in flight on another thread ends the forward itself
-  if (!lk.owns_lock() || !c.ch_) { return; }
+  if (!lk.owns_lock() || !c.ch_ || c.closing_) { return; }
   const auto f = c.ch_->open_forward();
   if (!f) { return; }
   std::string what = std::string{"ferry: Channel("} + traits<B>::name + ", device " + std::to_string(c.dev_) +

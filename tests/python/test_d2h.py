@@ -277,6 +277,41 @@ def test_close_keeps_undelivered_entries_for_poll(make_channel, stream):
         ch.poll(1)
 
 
+def test_close_waits_for_a_consumer_thread_that_is_still_polling(make_channel, stream):
+    """close() waits for the drain while another thread polls and releases: the consumer is not held out of poll()
+    (close() once held the channel's lock for its whole wait, so a slow consumer's poll() blocked until close() timed
+    out with the entries not taken: ShutdownError, those entries lost). 24 entries of 16 KiB through 64 KiB of
+    staging, a consumer taking 40 ms per entry: close() returns once every entry is delivered (those not taken yet stay
+    pollable), and the consumer gets every one."""
+    import threading
+    ch = make_channel(ring_bytes=1 << 20, staging_bytes=1 << 16)
+    got = []
+
+    def consume():
+        while True:
+            try:
+                es = ch.poll(1, timeout=0.05)
+            except ferry.LogicError:  # closed, nothing left
+                return
+            for e in es:
+                time.sleep(0.04)
+                got.append((e.hook, int(e.numpy()[0])))
+                e.release()
+
+    t = threading.Thread(target=consume)
+    t.start()
+    ch.begin_forward(stream)
+    for h in range(24):
+        ch.capture(h, np.full(16 << 10, h, np.uint8), stream)
+    ch.end_forward(stream)
+    t0 = time.perf_counter()
+    report = ch.close(timeout=5.0)
+    waited = time.perf_counter() - t0
+    t.join(30)
+    assert report["delivered"] == 24 and sorted(got) == [(h, h) for h in range(24)], (report, got)
+    assert waited < 4.0, f"close() took {waited:.1f} s"
+
+
 def test_close_frees_the_device_and_with_closes(make_channel, stream, drain):
     ch = make_channel()
     ch.close()

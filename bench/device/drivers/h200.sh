@@ -2,7 +2,7 @@
 # Build, test and benchmark ferry on the lent H200 (device tool). Writes logs and JSON under $OUT.
 # Usage (from the repo root on the device machine):
 #   bash bench/device/drivers/h200.sh [steps...]   steps: tests memcheck synccheck initcheck bench stress python qwen3
-#                                          qwen3cb stepprobe select sinks eager reduce pybuild
+#                                          qwen3cb stepprobe select sinks eager reduce arrow pybuild
 #                                          (default: tests memcheck synccheck initcheck bench)
 # pybuild: only build, the Python package included (engine.sh then reuses build-h200, see FERRY_ENGINE_PYTHONPATH);
 # python: the Python package with the CUDA backend (+ the torch ops where torch imports), its pytest suite on
@@ -12,7 +12,8 @@
 # sinks: bench/sink's ferry_bench_sinks, the native sinks of issue 28 (sinks_raw.json, bench_sinks.log; FERRY_SINKS_ARGS,
 # e.g. --volume-gib 16, FERRY_SINKS_TIMEOUT default 300 s; the build always includes ferry_bench_sinks); reduce:
 # bench/torch/reduce_bench.py, reducers at t256 and the prefill mean (reduce.json, bench_reduce.log;
-# FERRY_REDUCE_ARGS, FERRY_REDUCE_TIMEOUT default 300 s).
+# FERRY_REDUCE_ARGS, FERRY_REDUCE_TIMEOUT default 300 s); arrow: bench/torch/arrow_bench.py, the Arrow sink's rate
+# against the disk (build-h200/arrow-run; arrow.json, bench_arrow.log; FERRY_ARROW_ARGS, FERRY_ARROW_TIMEOUT 300 s).
 # Output names are the ones docs/perf/h200 keeps (bench_d2h.log, d2h.json, ..., ctest_gpu.log,
 # sanitizers.txt, gpu_stress.{json,log}); bench/device/drivers/publish.sh copies them there.
 # FERRY_BENCH (d2h, h2d or both), FERRY_BENCH_ARGS (e.g. --benchmark_filter=...), FERRY_BENCH_TIMEOUT
@@ -29,7 +30,7 @@ export FERRY_DATE=${FERRY_DATE:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 jobs=$(nproc)
 py_flags=()
-if has python || has qwen3 || has qwen3cb || has stepprobe || has eager || has reduce || has pybuild; then
+if has python || has qwen3 || has qwen3cb || has stepprobe || has eager || has reduce || has arrow || has pybuild; then
   py_flags=(-DFERRY_BUILD_PYTHON=ON -DFERRY_PYTHON_CUDA=ON "-DPython_EXECUTABLE=$(python3 -c 'import sys; print(sys.executable)')")
 fi
 cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
@@ -123,6 +124,14 @@ if has reduce; then
   PYTHONPATH=$PWD/build-h200/src/python:$PWD/bench/torch FERRY_COMMAND="$cmd" timeout "${FERRY_REDUCE_TIMEOUT:-300}" \
     $cmd > "$OUT/bench_reduce.log" 2>&1 || rc=1
   tail -20 "$OUT/bench_reduce.log"
+fi
+if has arrow; then
+  # the Arrow sink (issue 41) against the disk it writes to, every row read back (arrow.json, bench_arrow.log)
+  cmd="python3 bench/torch/arrow_bench.py --dir $PWD/build-h200/arrow-run --out $OUT/arrow.json ${FERRY_ARROW_ARGS:-}"
+  # shellcheck disable=SC2086
+  PYTHONPATH=$PWD/build-h200/src/python:$PWD/bench/torch FERRY_COMMAND="$cmd" timeout "${FERRY_ARROW_TIMEOUT:-300}" \
+    $cmd > "$OUT/bench_arrow.log" 2>&1 || rc=1
+  tail -5 "$OUT/bench_arrow.log"
 fi
 if has stepprobe; then
   # where the capture cost of the graphed decode step goes (bench/torch/step_probe.py; step_probe.json)

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""The Arrow sink's write rate against its medium (issue 41: >= 90% of the disk's sequential rate, same run).
+
+A channel with SAELens's schema (--hooks residual hooks of [--width] bf16 and token_ids) captures forwards of
+--contexts contexts of --context tokens as fast as ferry.arrow.ArrowSink (policy block, shards of --shard-mib,
+fsync per shard) takes them, until --gib of Arrow data is written under --dir. The sink's rate is the bytes it wrote
+over the time from the first capture until close() returned (every shard on the medium); the medium's is the same
+bytes written by one thread in 64 MiB buffered writes then fsync, in the same directory, before and after the sink
+(the higher of the two is the bound). Every row of every shard is then read back with pyarrow and checked against
+the captured tensors (BF16 widened to float32, exactly). The captures come from --device (cuda: the GPU channel;
+cpu: the host backend, for the smoke test).
+
+  python bench/torch/arrow_bench.py --dir /path/on/the/disk --out arrow.json          # GPU
+  python bench/torch/arrow_bench.py --device cpu --tiny --dir /tmp/a --out /tmp/a.json  # smoke (host)
+
+Output: {"device","commit","date","command","arrow":{"disk_write_gbps","sink_write_gbps","share","rows_checked",
+"rows_bad","bytes_written","seconds","disk_before_gbps","disk_after_gbps"}}
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+import torch
+
+import ferry
+import ferry.arrow  # noqa: F401  (ferry.arrow.ArrowSink)
+from qwen3bench.meta import device_name, header, log, write_json
+
+
+def medium_rate(path: str, nbytes: int) -> float:
+    """GB/s of `nbytes` written in 64 MiB buffered writes of random bytes under `path`, then fsync."""
+    os.makedirs(path, exist_ok=True)
+    f = os.path.join(path, "ferry-medium-probe.bin")
+    buf = np.random.default_rng(1).integers(1, 255, 64 << 20, dtype=np.uint8).tobytes()
+    n = max(1, nbytes // len(buf))
+    t0 = time.perf_counter()
+    with open(f, "wb") as fh:
+        for _ in range(n):
+            fh.write(buf)
+        fh.flush()
+        os.fsync(fh.fileno())
+    dt = time.perf_counter() - t0
+    os.unlink(f)
+    return n * len(buf) / dt / 1e9
+
+
+def forward_tensors(a, dev, k):
+    """Forward variant k's tensors {hook: tensor}: residuals [contexts x context, width] bf16, then token_ids."""
+    g = torch.Generator(device="cpu").manual_seed(100 + k)
+    n = a.contexts * a.context
+    t = {h: torch.randn(n, a.width, generator=g).to(torch.bfloat16).to(dev) for h in range(a.hooks)}
+    t[a.hooks] = (torch.arange(n, dtype=torch.int64) + 7919 * k).to(dev)
+    return t
+
+
+def check(directory: str, a, variants) -> tuple[int, int]:
+    """(rows checked, rows bad): every row of every shard against forward variant (row // contexts) % variants."""
+    import pyarrow as pa
+    names = sorted(p for p in os.listdir(directory) if p.startswith("data-") and p.endswith(".arrow"))
+    want = [{h: v.cpu() for h, v in forward_tensors(a, "cpu", k).items()} for k in range(variants)]
+    row = bad = 0
+    for name in names:
+        with pa.OSFile(os.path.join(directory, name), "rb") as f:
+            for batch in pa.ipc.open_stream(f):
+                cols = {c: batch.column(c) for c in batch.schema.names}
+                for i in range(batch.num_rows):
+                    w = want[(row // a.contexts) % variants]
+                    c = row % a.contexts
+                    lo, hi = c * a.context, (c + 1) * a.context
+                    ok = np.array_equal(np.asarray(cols["token_ids"][i].values), w[a.hooks][lo:hi].numpy())
+                    for h in range(a.hooks):
+                        got = np.asarray(cols[f"blocks.{h}.hook_resid_post"][i].values.flatten())
+                        ok = ok and np.array_equal(got, w[h][lo:hi].float().numpy().reshape(-1))
+                    bad += not ok
+                    row += 1
+    return row, bad
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--dir", required=True, help="a directory on the medium under test (emptied)")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--tiny", action="store_true", help="small shapes (tests)")
+    ap.add_argument("--gib", type=float, default=8.0, help="Arrow bytes to write")
+    ap.add_argument("--hooks", type=int, default=4)
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--context", type=int, default=128)
+    ap.add_argument("--contexts", type=int, default=16, help="contexts per forward")
+    ap.add_argument("--shard-mib", type=int, default=512)
+    a = ap.parse_args(argv)
+    if a.tiny:
+        a.gib, a.hooks, a.width, a.context, a.contexts, a.shard_mib = 0.004, 2, 64, 16, 4, 1
+    cuda = a.device == "cuda"
+    dev = torch.device(a.device)
+    out = header(device_name(cuda), " ".join([sys.executable] + sys.argv))
+    shutil.rmtree(a.dir, ignore_errors=True)
+    os.makedirs(a.dir)
+    total = int(a.gib * (1 << 30))
+    probe = os.path.join(a.dir, "probe")
+    before = medium_rate(probe, total)
+    log(f"medium before: {before:.3f} GB/s ({total / 1e9:.2f} GB under {a.dir})")
+    schema = {h: (f"blocks.{h}.hook_resid_post", torch.bfloat16, (a.width,)) for h in range(a.hooks)}
+    schema[a.hooks] = ("token_ids", "I64", ())
+    variants = 4
+    fwds = [forward_tensors(a, dev, k) for k in range(variants)]
+    per_fwd = a.hooks * a.contexts * a.context * a.width * 4 + a.contexts * a.context * 8  # float32 on disk
+    n_fwd = max(1, total // per_fwd)
+    ds = os.path.join(a.dir, "ds")
+    ch = ferry.Channel(backend="cuda" if cuda else "host", ring_bytes=1 << 30 if cuda else 64 << 20, schema=schema,
+                       on_full="block", timeout=60.0)
+    s = torch.cuda.Stream() if cuda else ferry.Stream(backend="host")
+    sink = ferry.arrow.ArrowSink(ch, ds, a.context, shard_bytes=a.shard_mib << 20, fsync=True)
+    t0 = time.perf_counter()
+    for f in range(n_fwd):
+        ch.begin_forward(s, tag=f)
+        for h, t in fwds[f % variants].items():
+            ch.capture(h, t, s)
+        ch.end_forward(s)
+    st = sink.close()
+    dt = time.perf_counter() - t0
+    after = medium_rate(probe, total)
+    shutil.rmtree(probe, ignore_errors=True)
+    rate = st["bytes_written"] / dt / 1e9
+    log(f"sink: {st['bytes_written'] / 1e9:.2f} GB in {dt:.2f} s = {rate:.3f} GB/s ({st['forwards_written']} "
+        f"forwards, {st['shards']} shards, refused {st['forwards_refused']}); medium after: {after:.3f} GB/s")
+    rows, bad = check(ds, a, variants)
+    bad += (st["rows_written"] != n_fwd * a.contexts) + st["forwards_refused"]
+    disk = max(before, after)
+    out["arrow"] = {"disk_write_gbps": disk, "sink_write_gbps": rate, "share": rate / disk, "rows_checked": rows,
+                    "rows_bad": bad, "bytes_written": st["bytes_written"], "seconds": dt,
+                    "disk_before_gbps": before, "disk_after_gbps": after, "dir": a.dir}
+    log(f"arrow: {rate:.3f} GB/s of the medium's {disk:.3f} ({rate / disk:.1%}); rows checked {rows}, bad {bad}")
+    shutil.rmtree(ds, ignore_errors=True)
+    write_json(a.out, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
