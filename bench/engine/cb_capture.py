@@ -52,6 +52,9 @@ import ferry
 import ferry.engine as fe
 from ferry.cli import embedded_model  # the Qwen3-0.6B-shaped model with seeded random bf16 weights
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "torch"))
+from qwen3bench.timing import write_rate  # noqa: E402  (bench/torch's helpers: the medium's write rate)
+
 
 STEPS = {}  # id(model) -> [steps, seconds in compute_batch, seconds of it in ferry's part (outside the model's)]
 
@@ -267,23 +270,6 @@ class Naive:
                 parts = sorted(per_tap.get(i, []), key=lambda x: x[0])
                 hs.append(torch.cat([p for _, p in parts]))
             save_file({"hidden_states": torch.stack(hs, dim=1).contiguous()}, os.path.join(out_dir, f"{rid}.safetensors"))
-
-
-def disk_rate(path, gib=2.0):
-    """Sequential write rate of the medium under ``path`` (GB/s): 64 MiB writes of random bytes, then fsync."""
-    os.makedirs(path, exist_ok=True)
-    f = os.path.join(path, "ferry-disk-probe.bin")
-    buf = np.random.default_rng(1).integers(1, 255, 64 << 20, dtype=np.uint8).tobytes()
-    n = int(gib * (1 << 30)) // len(buf)
-    t0 = time.perf_counter()
-    with open(f, "wb") as fh:
-        for _ in range(n):
-            fh.write(buf)
-        fh.flush()
-        os.fsync(fh.fileno())
-    dt = time.perf_counter() - t0
-    os.unlink(f)
-    return n * len(buf) / dt / 1e9
 
 
 def verify(model, out_dir, outs, taps, sample_limit):
@@ -504,7 +490,7 @@ def main():
             print(f"round {r}{' (warm-up)' if r == 0 else ''} {c.name:>10}: {tps:,.0f} tokens/s{extra}{tail}",
                   flush=True)
     reports = {c.name: c.close() for c in cs}
-    disk = disk_rate(os.path.join(args.out, "disk"))
+    disk = write_rate(os.path.join(args.out, "disk"), 2 << 30)
     res = {"device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "commit": os.environ.get("FERRY_COMMIT", "unknown"),
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv),
            "requests": args.requests, "rounds": args.rounds, "transformers": transformers.__version__}

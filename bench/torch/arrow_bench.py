@@ -32,23 +32,7 @@ import torch
 import ferry
 import ferry.arrow  # noqa: F401  (ferry.arrow.ArrowSink)
 from qwen3bench.meta import device_name, header, log, write_json
-
-
-def medium_rate(path: str, nbytes: int) -> float:
-    """GB/s of `nbytes` written in 64 MiB buffered writes of random bytes under `path`, then fsync."""
-    os.makedirs(path, exist_ok=True)
-    f = os.path.join(path, "ferry-medium-probe.bin")
-    buf = np.random.default_rng(1).integers(1, 255, 64 << 20, dtype=np.uint8).tobytes()
-    n = max(1, nbytes // len(buf))
-    t0 = time.perf_counter()
-    with open(f, "wb") as fh:
-        for _ in range(n):
-            fh.write(buf)
-        fh.flush()
-        os.fsync(fh.fileno())
-    dt = time.perf_counter() - t0
-    os.unlink(f)
-    return n * len(buf) / dt / 1e9
+from qwen3bench.timing import write_rate
 
 
 def forward_tensors(a, dev, k):
@@ -105,7 +89,7 @@ def main(argv=None) -> int:
     os.makedirs(a.dir)
     total = int(a.gib * (1 << 30))
     probe = os.path.join(a.dir, "probe")
-    before = medium_rate(probe, total)
+    before = write_rate(probe, total)
     log(f"medium before: {before:.3f} GB/s ({total / 1e9:.2f} GB under {a.dir})")
     schema = {h: (f"blocks.{h}.hook_resid_post", torch.bfloat16, (a.width,)) for h in range(a.hooks)}
     schema[a.hooks] = ("token_ids", "I64", ())
@@ -126,7 +110,7 @@ def main(argv=None) -> int:
         ch.end_forward(s)
     st = sink.close()
     dt = time.perf_counter() - t0
-    after = medium_rate(probe, total)
+    after = write_rate(probe, total)
     shutil.rmtree(probe, ignore_errors=True)
     rate = st["bytes_written"] / dt / 1e9
     log(f"sink: {st['bytes_written'] / 1e9:.2f} GB in {dt:.2f} s = {rate:.3f} GB/s ({st['forwards_written']} "

@@ -66,6 +66,7 @@ import torch.nn.functional as F
 
 import ferry
 import ferry.tp
+from qwen3bench.drain import settle_sink
 from qwen3bench.meta import device_name, header, log, write_json
 
 QWEN3 = {"hidden": 1024, "heads": 16, "kv_heads": 8, "head_dim": 128, "ffn": 3072, "layers": 28}
@@ -308,16 +309,7 @@ class Rank:
         return tag
 
     def settle(self, timeout=120.0):
-        """Waits until every entry reserved so far reached the sink and the sink's queue is empty."""
-        end = time.monotonic() + timeout
-        while True:
-            c, q = self.ch.stats(), self.sink.stats()
-            if c["entries_drained"] == c["entries_reserved"] and q["queue_entries"] == 0:
-                return
-            if time.monotonic() > end:
-                raise RuntimeError(f"rank {self.rank}: sink {self.dir} not settled after {timeout} s: channel {c}, "
-                                   f"sink {q}")
-            time.sleep(0.001)
+        settle_sink(self.ch, self.sink, f"rank {self.rank}: sink {self.dir}", timeout)
 
     def close(self):
         """Closes the channel, then the sink: (channel report clean, the sink's first error or None)."""

@@ -510,7 +510,6 @@ def engine_section(d):
     t = d.get("targets") or {}
     e, s, a, n = (d.get(k) or {} for k in ("eagle3", "sae_shm", "all_layers_disk", "naive"))
     runs = d.get("runs") or [d]
-    run_of = lambda b: runs[b.get("run", 0)] if b.get("run", 0) < len(runs) else {}
     ratio = lambda b: None if b.get("ratio") is None else b["ratio"] * 100
     out = [f"{stamp(d, 'engine.json')}: transformers {d.get('transformers', '?')} continuous batching, CUDA graphs, a "
            f"Qwen3-0.6B-shaped model (random bf16), {d.get('requests', '?')} requests (prompts 64..1024, 128 new "

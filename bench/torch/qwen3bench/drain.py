@@ -62,3 +62,16 @@ class Drain(threading.Thread):
     def stop(self):
         self._halt.set()
         self.join()
+
+
+def settle_sink(ch, sink, who: str, timeout: float = 120.0, poll: float = 0.001) -> None:
+    """Waits until every entry `ch` reserved so far reached its native `sink` and the sink's queue is empty (the
+    next contestant must not share the CPU with this one's backlog); RuntimeError naming `who` after `timeout` s."""
+    end = time.monotonic() + timeout
+    while True:
+        c, q = ch.stats(), sink.stats()
+        if c["entries_drained"] == c["entries_reserved"] and q["queue_entries"] == 0:
+            return
+        if time.monotonic() > end:
+            raise RuntimeError(f"{who}: not settled after {timeout} s: channel {c}, sink {q}")
+        time.sleep(poll)

@@ -17,6 +17,7 @@ import torch
 import ferry
 import ferry.hooks as fh
 
+from .drain import settle_sink
 from .meta import use_ops
 
 
@@ -52,16 +53,7 @@ class Sinked:
         self.stream = stream
 
     def settle(self, timeout=120.0):
-        """Waits until every entry reserved so far reached the sink and the writer's queue is empty (the next
-        contestant must not share the CPU with this one's backlog)."""
-        end = time.monotonic() + timeout
-        while True:
-            c, q = self.ch.stats(), self.sink.stats()
-            if c["entries_drained"] == c["entries_reserved"] and q["queue_entries"] == 0:
-                return
-            if time.monotonic() > end:
-                raise RuntimeError(f"sink {self.dir}: not settled after {timeout} s: channel {c}, sink {q}")
-            time.sleep(0.002)
+        settle_sink(self.ch, self.sink, f"sink {self.dir}", timeout, poll=0.002)
 
     def capture_fn(self, deferred, use_ops):
         return fh.capture_fn(self.ch, self.stream, use_ops=use_ops, deferred=deferred)

@@ -4,6 +4,7 @@ the machine (clocks, temperature, other tenants) fall on all contestants alike."
 
 from __future__ import annotations
 
+import os
 import time
 
 from .meta import log
@@ -44,3 +45,22 @@ def round_robin(keys, reps, timed_one, what, after_round=None):
         if rep and after_round is not None:
             after_round(rep, times)
     return times
+
+
+def write_rate(path: str, nbytes: int) -> float:
+    """The sequential write rate of the medium under `path` (GB/s): `nbytes` in 64 MiB buffered writes of random
+    bytes, then fsync (the medium a sink's rate is compared with, measured in the same run)."""
+    import numpy as np
+    os.makedirs(path, exist_ok=True)
+    f = os.path.join(path, "ferry-medium-probe.bin")
+    buf = np.random.default_rng(1).integers(1, 255, 64 << 20, dtype=np.uint8).tobytes()
+    n = max(1, nbytes // len(buf))
+    t0 = time.perf_counter()
+    with open(f, "wb") as fh:
+        for _ in range(n):
+            fh.write(buf)
+        fh.flush()
+        os.fsync(fh.fileno())
+    dt = time.perf_counter() - t0
+    os.unlink(f)
+    return n * len(buf) / dt / 1e9
