@@ -68,8 +68,8 @@ py_channel<B>::~py_channel()
 template <class B>
 fd::channel<B>& py_channel<B>::live(const char* what)
 {
-  FERRY_EXPECTS(ch_.has_value() && !closing_, ferry::logic_error, "Channel.{}: expected an open channel, got a {} one",
-                what, ch_.has_value() ? "closing" : "closed");
+  FERRY_EXPECTS(open(), ferry::logic_error, "Channel.{}: expected an open channel, got a {} one", what,
+                ch_.has_value() ? "closing" : "closed");
   return *ch_;
 }
 
@@ -158,7 +158,7 @@ template <class B>
 std::size_t py_channel<B>::deferred_pending() const
 {
   std::shared_lock lk{mu_};
-  return ch_ && !closing_ ? ch_->deferred_pending() : 0;  // closing: producer state is close()'s
+  return open() ? ch_->deferred_pending() : 0;  // closing: producer state is close()'s
 }
 
 template <class B>
@@ -190,28 +190,28 @@ template <class B>
 bool py_channel<B>::programmatic_launch() const
 {
   std::shared_lock lk{mu_};
-  return ch_ && !closing_ && ch_->programmatic_launch();
+  return open() && ch_->programmatic_launch();
 }
 
 template <class B>
 bool py_channel<B>::invalidated() const
 {
   std::shared_lock lk{mu_};
-  return ch_ && !closing_ && ch_->invalidated();
+  return open() && ch_->invalidated();
 }
 
 template <class B>
 bool py_channel<B>::capture_disabled() const
 {
   std::shared_lock lk{mu_};
-  return ch_ && !closing_ && ch_->capture_disabled();
+  return open() && ch_->capture_disabled();
 }
 
 template <class B>
 std::optional<std::string> py_channel<B>::capture_error() const
 {
   std::shared_lock lk{mu_};
-  if (!ch_ || closing_) { return std::nullopt; }
+  if (!open()) { return std::nullopt; }
   std::string e = ch_->capture_error();
   return e.empty() ? std::nullopt : std::optional<std::string>{std::move(e)};
 }
@@ -273,7 +273,7 @@ std::uint32_t py_channel<B>::flags_raw(void* self)
 {
   auto& c = *static_cast<py_channel*>(self);
   std::shared_lock lk{c.mu_};
-  const auto f = c.ch_ && !c.closing_ ? c.ch_->open_forward() : std::nullopt;
+  const auto f = c.open() ? c.ch_->open_forward() : std::nullopt;
   if (!f) { return 0; }
   return FERRY_INFO_FORWARD_OPEN | (f->capturing ? FERRY_INFO_FORWARD_CAPTURING : 0U);
 }

@@ -194,6 +194,8 @@ class py_channel {
   mutable std::shared_mutex mu_;  // shared: every call; unique: close()'s first and last step
   std::optional<fd::channel<B>> ch_;
   bool closing_{false};  // under mu_: close() waits for the drain; producer calls refuse, consumer calls go on
+  /// Under mu_: the core channel takes producer calls and its producer state can be read (not closed or closing).
+  [[nodiscard]] bool open() const noexcept { return ch_.has_value() && !closing_; }
   std::mutex leftover_mu_;
   std::deque<fd::entry_view> leftovers_;
   fd::counters final_stats_{};

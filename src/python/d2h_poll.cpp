@@ -93,8 +93,7 @@ nb::dict py_channel<B>::close(std::optional<double> timeout)
     double secs = 0.0;
     {  // 1. closing: producer calls refuse from now on, graphs of this channel refuse to launch (graph_tie)
       std::unique_lock lk{mu_};
-      FERRY_EXPECTS(ch_.has_value() && !closing_, ferry::logic_error, "Channel.close: expected an open channel, got a "
-                    "{} one", ch_.has_value() ? "closing" : "closed");
+      (void)live("close");
       secs = timeout ? seconds_arg(*timeout, "Channel.close", "timeout") : 0.0;
       closing_ = true;
       tie_->kill("closed");
@@ -131,7 +130,7 @@ void py_channel<B>::at_exit(void* self)
 {
   auto& c = *static_cast<py_channel*>(self);
   std::shared_lock lk{c.mu_, std::try_to_lock};  // a close() in flight on another thread ends the forward itself
-  if (!lk.owns_lock() || !c.ch_ || c.closing_) { return; }
+  if (!lk.owns_lock() || !c.open()) { return; }
   const auto f = c.ch_->open_forward();
   if (!f) { return; }
   std::string what = std::string{"ferry: Channel("} + traits<B>::name + ", device " + std::to_string(c.dev_) +
