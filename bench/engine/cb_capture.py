@@ -33,6 +33,7 @@ Writes a JSON (engine.json's fields) to --json and a log to stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -92,9 +93,44 @@ def time_steps():
         finally:
             STEPS.setdefault(id(model), [0, 0.0, 0.0])[2] += time.perf_counter() - t0 - spent[0]
 
+    def part(k, fn):  # seconds of ferry's host part in one of its methods: STEPS[...][3 + k]
+        def timed_part(cap, *a, **kw):
+            t = time.perf_counter()
+            try:
+                return fn(cap, *a, **kw)
+            finally:
+                st = STEPS.setdefault(id(cap.model), [0, 0.0, 0.0])
+                st.extend([0.0] * (6 - len(st)))
+                st[3 + k] += time.perf_counter() - t
+        return timed_part
+
+    upload = fstep.StepCapture._upload.__wrapped__  # the generator under the contextmanager
+
+    def upload_gen(cap, step, stream):  # the upload before the step (enter) and the publisher's close after it
+        g = part(1, lambda c, *a: upload(c, *a))(cap, step, stream)
+        part(1, lambda c: next(g))(cap)
+        try:
+            yield
+        finally:
+            part(1, lambda c: next(g, None))(cap)
+
     compute_batch._ferry_orig = outer._ferry_orig
     mr.ModelRunner.compute_batch = compute_batch
     fstep.StepCapture._compute_batch = ferry_step
+    fstep.StepCapture._select = part(0, fstep.StepCapture._select)
+    fstep.StepCapture._upload = contextlib.contextmanager(upload_gen)
+    fstep.StepCapture._release = part(2, fstep.StepCapture._release)
+
+
+def host_parts(c):
+    """us per step of ferry's host part: select, upload (the publisher, both halves), release, and the rest (the
+    plan, the graph lookup)."""
+    out = {}
+    for k, name in enumerate(("select", "upload", "release")):
+        out[name] = statistics.median(x[3 + k] / max(x[0], 1) for x in c.steps if len(x) > 5) * 1e6 \
+            if any(len(x) > 5 for x in c.steps) else 0.0
+    out["plan_and_rest"] = max(statistics.median(x[2] / max(x[0], 1) for x in c.steps) * 1e6 - sum(out.values()), 0.0)
+    return out
 
 
 def tiny_cpu_model():
@@ -501,7 +537,8 @@ def main():
               f"[{min(c.tok_s):,.0f} .. {max(c.tok_s):,.0f}], process CPU {statistics.median(c.cpu_s):.1f} s/round, "
               f"{statistics.median(x[0] for x in c.steps):,.0f} steps/round, compute_batch "
               f"{statistics.median(x[1] / max(x[0], 1) for x in c.steps) * 1e3:.2f} ms/step, of it ferry's host part "
-              f"{statistics.median(x[2] / max(x[0], 1) for x in c.steps) * 1e6:.0f} us/step"
+              f"{statistics.median(x[2] / max(x[0], 1) for x in c.steps) * 1e6:.0f} us/step "
+              f"({', '.join(f'{k} {v:.0f}' for k, v in host_parts(c).items())})"
               + (f"; until every sample is written {statistics.median(c.written_tok_s):,.0f} tokens/s (tail "
                  f"{statistics.median(c.tail_s):.2f} s)" if c.cap is not None else ""))
     mis_total = 0
@@ -548,7 +585,8 @@ def main():
     res["disk_write_gbps"] = disk
     res["steps"] = {c.name: {"steps_per_round": statistics.median(x[0] for x in c.steps),
                              "compute_batch_ms": statistics.median(x[1] / max(x[0], 1) for x in c.steps) * 1e3,
-                             "ferry_host_us": statistics.median(x[2] / max(x[0], 1) for x in c.steps) * 1e6}
+                             "ferry_host_us": statistics.median(x[2] / max(x[0], 1) for x in c.steps) * 1e6,
+                             "ferry_host_parts_us": host_parts(c)}
                     for c in cs if c.steps}
     if "naive" in med:
         res["naive"] = {"naive_tok_s": med["naive"], "no_capture_tok_s": med.get("none"),

@@ -12,6 +12,7 @@
 namespace ferry::kernels::d2h {
 
 struct host_block {
+  static constexpr std::uint32_t lanes = 1;  ///< threads of a warp (mean_record's columns per row pass)
   std::uint32_t t{0};
   std::uint32_t nt{1};
   FERRY_HD void sync() const noexcept {}
@@ -36,6 +37,7 @@ struct host_block {
 #if defined(__CUDACC__) || defined(__HIPCC__)
 /// The GPU block (only its device pass calls these; the host pass of a FERRY_HD template sees the declarations).
 struct gpu_block {
+  static constexpr std::uint32_t lanes = 32;  ///< threads of a warp; nt is a multiple of it
   std::uint32_t t;
   std::uint32_t nt;
   FERRY_HD void sync() const

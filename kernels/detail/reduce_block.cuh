@@ -27,10 +27,12 @@
 namespace ferry::kernels::d2h {
 
 inline constexpr std::uint32_t reduce_warps = 8;  ///< of a reduce_rows block (256 threads): mean_record's row groups
+inline constexpr std::uint32_t mean_tile_rows = 256;  ///< mean_record's rows resolved at a time (a block's threads)
 
-/// The block's shared scratch (about 13 KiB).
+/// The block's shared scratch (about 15 KiB).
 struct reduce_shared {
   float part[reduce_warps * ferry::d2h::mean_chunk_cols];  ///< mean_record: each warp's column sums
+  std::int64_t rows[mean_tile_rows];                         ///< mean_record: the tile's source rows
   std::uint32_t hist[256];
   std::uint32_t key[ferry::d2h::topk_max];
   std::int32_t idx[ferry::d2h::topk_max];
@@ -173,33 +175,56 @@ FERRY_HD void fp8_record(const Blk& b, reduce_shared& sh, const std::byte* row, 
 }
 
 /// Columns [c0, c1) (at most mean_chunk_cols) of the mean record of item `item` (rows item x per .. + per - 1 of
-/// the selection), into `out`; chunk 0 writes the count. False when one of its rows is invalid (nothing read).
+/// the selection), into `out`; chunk 0 writes the count. False when one of its rows is invalid (nothing written, no
+/// invalid row read). The rows go by tiles of the block's threads: each thread resolves one row of the tile once
+/// (sh.rows), then a warp's lanes take columns (Blk::lanes apart, in registers) and the warps take the tile's rows
+/// w, w + warps, ..: each warp's sum of a column adds its rows in the same order whatever the tile size.
 template <class Blk>
 FERRY_HD bool mean_record(const Blk& b, reduce_shared& sh, const ferry::d2h::row_selection& sel, const std::byte* src,
                           std::uint64_t n_rows, std::uint64_t width, ferry::d2h::reduce_input in, std::uint64_t item,
                           std::uint64_t per, std::uint64_t c0, std::uint64_t c1, std::byte* out)
 {
+  constexpr std::uint32_t lanes = Blk::lanes;
+  constexpr std::uint32_t per_lane = static_cast<std::uint32_t>(ferry::d2h::mean_chunk_cols) / lanes;
   const std::uint64_t row_bytes = width * input_bytes(in);
+  const std::uint32_t warps = b.nt / lanes < reduce_warps ? b.nt / lanes : reduce_warps;
+  const std::uint32_t lane = b.t % lanes, w = b.t / lanes;
+  const std::uint32_t tile = b.nt < mean_tile_rows ? b.nt : mean_tile_rows;
+  float acc[per_lane];
+  for (std::uint32_t q = 0; q < per_lane; ++q) { acc[q] = 0.0F; }
   if (b.t == 0) { sh.bad = 0; }
   b.sync();
-  for (std::uint64_t j = b.t; j < per; j += b.nt) {
-    if (select_source_row(sel, n_rows, item * per + j, per) < 0) { b.max(&sh.bad, 1U); }
-  }
-  b.sync();
-  const bool bad = sh.bad != 0;
-  b.sync();  // every thread read the flag before a next unit resets it
-  if (bad) { return false; }
-  const std::uint32_t lanes = b.nt < 32 ? b.nt : 32;
-  const std::uint32_t warps = b.nt / lanes < reduce_warps ? b.nt / lanes : reduce_warps;
-  const std::uint32_t lane = b.t % lanes, w = b.t / lanes;  // a warp's lanes take columns, the warps rows
-  if (w < warps) {
-    for (std::uint64_t c = c0 + lane; c < c1; c += lanes) {
-      float sum = 0.0F;
-      for (std::uint64_t j = w; j < per; j += warps) {
-        const auto r = static_cast<std::uint64_t>(select_source_row(sel, n_rows, item * per + j, per));
-        sum += load_element(src + r * row_bytes, c, in);
+  for (std::uint64_t j0 = 0; j0 < per; j0 += tile) {
+    const std::uint64_t n = per - j0 < tile ? per - j0 : tile;
+    if (b.t < n) {
+      const std::int64_t r = select_source_row(sel, n_rows, item * per + j0 + b.t, per);
+      sh.rows[b.t] = r;
+      if (r < 0) { b.max(&sh.bad, 1U); }
+    }
+    b.sync();
+    if (sh.bad == 0 && w < warps) {  // no row of an item with an invalid one is read
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#pragma unroll 4
+#endif
+      for (std::uint64_t i = w; i < n; i += warps) {
+        const std::byte* row = src + static_cast<std::uint64_t>(sh.rows[i]) * row_bytes;
+        for (std::uint32_t q = 0; q < per_lane; ++q) {
+          const std::uint64_t c = c0 + lane + static_cast<std::uint64_t>(q) * lanes;
+          if (c < c1) { acc[q] += load_element(row, c, in); }
+        }
       }
-      sh.part[w * ferry::d2h::mean_chunk_cols + (c - c0)] = sum;
+    }
+    b.sync();  // every warp read the tile's rows (and the flag) before the next tile's
+  }
+  const bool bad = sh.bad != 0;
+  if (bad) {
+    b.sync();  // every thread read the flag before a next unit resets it
+    return false;
+  }
+  if (w < warps) {
+    for (std::uint32_t q = 0; q < per_lane; ++q) {
+      const std::uint64_t c = c0 + lane + static_cast<std::uint64_t>(q) * lanes;
+      if (c < c1) { sh.part[w * ferry::d2h::mean_chunk_cols + (c - c0)] = acc[q]; }
     }
   }
   b.sync();
@@ -213,7 +238,7 @@ FERRY_HD bool mean_record(const Blk& b, reduce_shared& sh, const ferry::d2h::row
     const auto n = static_cast<std::uint32_t>(per);
     std::memcpy(out + 4 * width, &n, 4);
   }
-  b.sync();  // the next unit reuses the sums
+  b.sync();  // the next unit reuses the sums, the rows and the flag
   return true;
 }
 

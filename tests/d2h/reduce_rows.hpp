@@ -319,8 +319,60 @@ TYPED_TEST_P(D2hReduceRows, GraphReplaysReduceTheRowsOfTheirStep)
   }
 }
 
+/// A mean over windows longer than a block's tile of rows (kernels/detail/reduce_block.cuh: mean_tile_rows = 256):
+/// two requests' windows of 600 rows (three tiles, the last one partial) within 1e-5 of double sums; then the same
+/// window over a request of 450 tokens, invalid only from its second tile on: a selection_error entry, nothing
+/// written for it, and the valid entry after it whole.
+TYPED_TEST_P(D2hReduceRows, MeanOverWindowsLongerThanATileTakesEveryTile)
+{
+  using B = TypeParam;
+  constexpr std::uint64_t width = 130, n = 1300;
+  std::mt19937_64 rng{21};
+  fb::stream<B> s{this->b};
+  std::vector<float> f(n * width);
+  std::normal_distribution<float> normal;
+  for (auto& x : f) { x = normal(rng); }
+  auto df = this->upload(f, s.view());
+  const std::vector<std::int32_t> qsl{0, 650, 1300}, short_qsl{0, 650, 1100};
+  auto dq = this->upload(qsl, s.view());
+  auto dq_short = this->upload(short_qsl, s.view());
+  auto dr = this->upload(std::vector<std::int32_t>{1, 0}, s.view());
+  typename TestFixture::collected got;
+  fd::channel<B> ch{this->rows_config(4 << 20), this->b, got.callback()};
+  auto window = [&](const void* q) {
+    return fd::row_selection::window(static_cast<const std::int32_t*>(q), 2, static_cast<const std::int32_t*>(dr.data()),
+                                     2, 10, 610);
+  };
+  ch.begin_forward(s);
+  ch.capture_reduced(fd::hook_id{0}, df.data(), n, width, fd::reduce_input::f32, window(dq.data()), fd::reducer::mean(), s);
+  ch.capture_reduced(fd::hook_id{1}, df.data(), n, width, fd::reduce_input::f32, window(dq_short.data()),
+                     fd::reducer::mean(), s);  // request 1 has 450 tokens: rows 440.. of its window are past it
+  ch.capture_reduced(fd::hook_id{2}, df.data(), n, width, fd::reduce_input::f32, window(dq.data()), fd::reducer::mean(), s);
+  (void)ch.end_forward(s);
+  s.synchronize();
+  EXPECT_NO_THROW((void)ch.close(10s));
+  ASSERT_EQ(got.status.size(), 3U);
+  EXPECT_EQ(got.status[1], fd::entry_status::selection_error);
+  EXPECT_EQ(ch.stats().selection_errors, 1U);
+  for (const std::size_t e : {0U, 2U}) {
+    ASSERT_EQ(got.status[e], fd::entry_status::ok) << "entry " << e;
+    ASSERT_EQ(got.bytes[e].size(), 2 * (4 * width + 4));
+    for (std::size_t i = 0; i < 2; ++i) {
+      const std::size_t base = i * (4 * width + 4), first = i == 0 ? 650 : 0;  // requests 1, then 0
+      for (std::uint64_t c = 0; c < width; ++c) {
+        double sum = 0;
+        for (std::size_t r = 10; r < 610; ++r) { sum += f[(first + r) * width + c]; }
+        EXPECT_NEAR(TestFixture::f32_at(got.bytes[e], base + 4 * c), sum / 600, 1e-5)
+          << "entry " << e << " item " << i << " column " << c;
+      }
+      EXPECT_EQ(TestFixture::u32_at(got.bytes[e], base + 4 * width), 600U);
+    }
+  }
+}
+
 REGISTER_TYPED_TEST_SUITE_P(D2hReduceRows, TopkIsTheSortedPrefixWithTiesByLowerIndex,
                             Fp8CodesDecodeWithinHalfAnUlpOfTheScaledRow, MeanAndStatsMatchDoubleSums,
-                            BadReducersAreRefusedAndBadItemsFlagged, GraphReplaysReduceTheRowsOfTheirStep);
+                            BadReducersAreRefusedAndBadItemsFlagged, GraphReplaysReduceTheRowsOfTheirStep,
+                            MeanOverWindowsLongerThanATileTakesEveryTile);
 
 }  // namespace ferry::test
