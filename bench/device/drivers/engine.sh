@@ -13,6 +13,7 @@ steps=" ${*:-tests bench} "
 has() { [[ $steps == *" $1 "* ]]; }
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
+export FERRY_COMMIT=${FERRY_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/device.txt"
 if [[ -n ${FERRY_ENGINE_PYTHONPATH:-} ]]; then
