@@ -150,6 +150,21 @@ def cycles_for(us):
     return int((1 << 22) * us / (ms * 1e3))
 
 
+def profile(label, fn, steps=2):
+    """The GPU kernels of `steps` steps of `fn` (torch.profiler): the 12 with the most device time, per step."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    dev = [(e.key, e.count, getattr(e, "device_time_total", 0.0)) for e in p.key_averages()]
+    dev = sorted((x for x in dev if x[2] > 0), key=lambda x: -x[2])[:12]
+    log(f"profile {label} (us per step over {steps} steps): "
+        + "; ".join(f"{k[:70]} x{n / steps:g} {t / steps:.1f}" for k, n, t in dev))
+
+
 def timed_round(fn, steps, host):
     """Microseconds per step of `steps` back-to-back calls of `fn` (one event pair around them)."""
     return timed_ms(lambda: [fn() for _ in range(steps)], host) * 1e3 / steps
@@ -186,6 +201,9 @@ def t256(a, out):
             if rep:
                 times[k].append(us)
     med = {k: statistics.median(v) for k, v in times.items()}
+    if a.profile and rig.cuda:
+        for k in kinds:
+            profile(f"t256 {k}", fns[k])
     checks = {k: rig.checked(k, fns[k]) for k in kinds[1:]}
     rig.close()
     log("t256 medians (us): " + ", ".join(f"{k} {v:.0f}" for k, v in med.items()) + f"; checks {checks}")
@@ -225,6 +243,15 @@ def prefill_mean(a, out):
                 ch.end_forward(s)
         return run
 
+    def drain():
+        while True:
+            es = ch.poll(4096, timeout=0.2)
+            if not es:
+                break
+            for e in es:
+                got.append((e.hook, e.ok, np.array(e.numpy()).view(np.uint8).reshape(-1).copy()))
+                e.release()
+
     times = {"none": [], "mean": []}
     for rep in range(a.reps + 1):
         for k in times:
@@ -232,13 +259,11 @@ def prefill_mean(a, out):
                 us = timed_round(step(k == "mean"), a.steps, None if cuda else s)
             if rep:
                 times[k].append(us)
-            while True:
-                es = ch.poll(4096, timeout=0.2)
-                if not es:
-                    break
-                for e in es:
-                    got.append((e.hook, e.ok, np.array(e.numpy()).view(np.uint8).reshape(-1).copy()))
-                    e.release()
+            drain()
+    if a.profile and cuda:
+        for k in times:
+            profile(f"prefill {k}", step(k == "mean"))
+            drain()
     ch.close()
     bad = 0
     for hook, ok, raw in got[-layers:]:
@@ -271,6 +296,7 @@ def main(argv=None):
     ap.add_argument("--prefill-us", type=float, default=25000.0, help="the prefill step without capture")
     ap.add_argument("--ring-mib", type=int, default=1024)
     ap.add_argument("--parts", default="t256,prefill_mean")
+    ap.add_argument("--profile", action="store_true", help="then each contestant's kernels (torch.profiler), logged")
     a = ap.parse_args(argv)
     a.tokens, a.hooks, a.vocab = (8, 12, 512) if a.tiny else (256, 341, 151936)
     a.requests, a.prompt, a.layers, a.hidden = (2, 8, 3, 64) if a.tiny else (16, 512, 28, 1024)
