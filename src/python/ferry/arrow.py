@@ -139,10 +139,27 @@ class ContextWriter:
         self.shards = _Shards(directory, schema, info, shard_bytes, fsync)
         self.rows = 0
         self.bytes = 0
+        self._buf: dict[str, np.ndarray] = {}  # widen's float32 buffer per hook
 
-    def write(self, arrays: dict, token_ids: Any) -> int:
+    def widen(self, name: str, a: Any) -> np.ndarray:
+        """Hook ``name``'s values as float32 (BF16 and F16 widened exactly) in this writer's buffer for the hook: one
+        pass, no temporaries, the buffer reused by the next forward (the array is valid until the next ``write``)."""
+        dtype = self.hooks[name][0]
+        a = np.asarray(a)
+        src = (np.ascontiguousarray(a).view(np.uint16) if dtype == "BF16" else a).reshape(-1)
+        buf = self._buf.get(name)
+        if buf is None or buf.size < src.size:
+            buf = self._buf[name] = np.empty(src.size, np.float32)
+        out = buf[:src.size]
+        if dtype == "BF16":  # the bits above 16 zero bits: float32 of the same value
+            np.left_shift(src, np.uint32(16), out=out.view(np.uint32), dtype=np.uint32)
+        else:
+            np.copyto(out, src, casting="same_kind")
+        return out
+
+    def write(self, arrays: dict, token_ids: Any, *, widened: bool = False) -> int:
         """Appends the contexts of one forward; LogicError (nothing written) for a hook missing or a token count
-        that is not a whole number of contexts."""
+        that is not a whole number of contexts. ``widened``: every array came from ``widen`` (ArrowSink's path)."""
         from . import LogicError
         pa, ctx = self.shards.pa, self.context
         tok = np.ascontiguousarray(token_ids, dtype=np.int64).reshape(-1)
@@ -152,7 +169,7 @@ class ContextWriter:
                              f"{ctx}-token contexts, got hooks {sorted(arrays)} and {n} tokens")
         cols = []
         for name in self.hooks:
-            a = _floats(arrays[name], self.hooks[name][0])
+            a = arrays[name] if widened else self.widen(name, arrays[name])
             if a.size != n * self.width[name]:
                 raise LogicError(f"ferry.arrow: hook {name!r}: expected {n} tokens (token_ids') of {self.width[name]} "
                                  f"values, got {a.size} values")
@@ -169,14 +186,6 @@ class ContextWriter:
 
     def close(self) -> None:
         self.shards.flush()
-
-
-def _floats(a: Any, dtype: str) -> np.ndarray:
-    """An entry's values as float32 (BF16 arrives as its uint16 bits, or ml_dtypes' bfloat16: widened exactly)."""
-    a = np.asarray(a)
-    if dtype == "BF16":
-        return (np.ascontiguousarray(a).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-    return a.astype(np.float32, copy=False)
 
 
 class ArrowSink:
@@ -209,7 +218,7 @@ class ArrowSink:
             if tok is None:
                 raise LogicError(f"ferry.arrow: expected a {self.writer.token_name!r} entry in every forward, got "
                                  f"hooks {sorted(fwd)}")
-            rows = self.writer.write(fwd, tok)
+            rows = self.writer.write(fwd, tok, widened=True)  # a name not among the hooks: refused before any use
         except LogicError as err:
             self._stats["forwards_refused"] += 1
             self._stats["first_error"] = self._stats["first_error"] or str(err)
@@ -242,8 +251,10 @@ class ArrowSink:
                             self._write(fwd)
                             fwd = {}
                         cur = e.forward
-                        if e.ok:
-                            fwd[self.names.get(e.hook, str(e.hook))] = np.array(e.numpy())
+                        if e.ok:  # a hook's values widened straight from the staging (one pass), others copied
+                            name = self.names.get(e.hook, str(e.hook))
+                            w = self.writer
+                            fwd[name] = w.widen(name, e.numpy()) if name in w.hooks else np.array(e.numpy())
                     finally:
                         e.release()
             if fwd:
