@@ -18,6 +18,7 @@ void init_shm_stream(nb::module_& m);   // shm_stream.cpp
 void init_shm_reader(nb::module_& m);   // shm_reader.cpp
 void init_sample_assembler(nb::module_& m);  // sample_assembler.cpp
 void init_reduce(nb::module_& m);       // reduce.cpp
+void init_sequential_file(nb::module_& m);  // sequential_file.cpp
 template <class B>
 void init_capture_fn(nb::module_& m);   // d2h_capture_fn.cpp
 }  // namespace ferry::python
@@ -78,6 +79,7 @@ NB_MODULE(_ferry, m)
   fp::init_shm_reader(m);
   fp::init_sample_assembler(m);
   fp::init_reduce(m);
+  fp::init_sequential_file(m);
 
   nb::module_ host = m.def_submodule("host", "The host-emulated backend (no GPU needed).");
   init_backend<ferry::backend::host_backend>(host);

@@ -11,6 +11,7 @@
 #include "src/sink/write_pipeline.hpp"
 
 #include <ferry/d2h/hook_schema.hpp>
+#include <ferry/sink/sequential_file.hpp>
 #include <ferry/version.hpp>
 
 #include <gtest/gtest.h>
@@ -408,6 +409,62 @@ TEST_F(ShardFile, AWriteErrorOnTheIoThreadReachesTheWriter)
   ::sigaction(SIGXFSZ, &prev, nullptr);
   EXPECT_EQ(code, EFBIG);
   EXPECT_TRUE(fs::is_empty(dir)) << "the temporary removed, nothing published";
+}
+
+/// sink::sequential_file (ferry.arrow's shards): pieces of every alignment, one longer than the pipeline's 16 MiB
+/// buffer, through O_DIRECT (durable) and buffered writes: the file is every byte in order, size() their sum; a write
+/// after close() is a logic_error, a second close() nothing.
+TEST_F(ShardFile, ASequentialFileHoldsEveryByteInOrder)
+{
+  for (const bool durable : {true, false}) {
+    SCOPED_TRACE(durable ? "durable" : "buffered");
+    const fs::path p = dir / (durable ? "d.bin" : "b.bin");
+    std::vector<std::uint8_t> want;
+    ferry::sink::sequential_file f{p, durable};
+    int seed = 0;
+    for (const std::size_t n : {std::size_t{1}, std::size_t{4095}, std::size_t{4096}, std::size_t{5000},
+                                (std::size_t{16} << 20) + 3, std::size_t{7}, std::size_t{100000}}) {
+      const auto b = bytes(n, seed++);
+      f.write(b);
+      const auto u = u8(b);
+      want.insert(want.end(), u.begin(), u.end());
+    }
+    EXPECT_EQ(f.size(), want.size());
+    f.close();
+    EXPECT_TRUE(f.closed());
+    EXPECT_NO_THROW(f.close());
+    EXPECT_THROW(f.write(bytes(1, 9)), ferry::logic_error);
+    std::ifstream in{p, std::ios::binary};
+    const std::vector<std::uint8_t> got{std::istreambuf_iterator<char>(in), {}};
+    EXPECT_EQ(got.size(), want.size());
+    EXPECT_TRUE(got == want) << "the file's bytes differ from the ones written";
+  }
+}
+
+/// A write of a sequential_file that fails on the I/O thread (the size limit: EFBIG) is an io_error naming the file
+/// at the next write() or at close().
+TEST_F(ShardFile, ASequentialFileWriteErrorReachesTheWriter)
+{
+  struct rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  struct sigaction ign{}, prev{};
+  ign.sa_handler = SIG_IGN;
+  ASSERT_EQ(::sigaction(SIGXFSZ, &ign, &prev), 0);
+  struct rlimit lim = old;
+  lim.rlim_cur = 1U << 20;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &lim), 0);
+  int code = 0;
+  try {
+    ferry::sink::sequential_file f{dir / "big.bin", true};
+    for (int i = 0; i < 64; ++i) { f.write(bytes(std::size_t{1} << 18, i)); }  // 16 MiB past a 1 MiB limit
+    f.close();
+  } catch (const ferry::sink::io_error& x) {
+    code = x.code();
+    EXPECT_NE(std::string{x.what()}.find("big.bin"), std::string::npos) << x.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  ::sigaction(SIGXFSZ, &prev, nullptr);
+  EXPECT_EQ(code, EFBIG);
 }
 
 TEST(SinkUnits, VersionIsTheProjectVersion) { EXPECT_EQ(ferry::version, FERRY_PROJECT_VERSION); }

@@ -10,9 +10,10 @@ The directory is what ``datasets.load_from_disk`` reads as it is (and each shard
 Arrow IPC stream shards ``data-NNNNN.arrow``, ``state.json``, ``dataset_info.json`` with the features.
 
 Crash consistency (``_Shards``, shared with ``ferry.engine``'s per-request Arrow samples): a shard is written under a
-temporary name and renamed whole, then ``state.json`` (the shards ``load_from_disk`` reads) is rewritten by rename;
-after a SIGKILL the dataset holds the complete shards. A write error (a full disk) ends the run: the open shard's
-temporary is removed, ``stats()["first_error"]`` says why, the earlier shards stay loadable.
+temporary name (through ferry's sink writer, ``_ferry.SequentialFile``: O_DIRECT with ``fsync``) and renamed whole,
+then ``state.json`` (the shards ``load_from_disk`` reads) is rewritten by rename; after a SIGKILL the dataset holds
+the complete shards. A write error (a full disk) ends the run: the open shard's temporary is removed,
+``stats()["first_error"]`` says why, the earlier shards stay loadable.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ class _Shards:
     def write(self, batch: Any, nbytes: int) -> None:
         if self._w is None:
             self._tmp = os.path.join(self.dir, f".data-{len(self.names):05d}.arrow.tmp-{os.getpid()}")
-            self._f = self.pa.OSFile(self._tmp, "wb")
+            from . import _ferry  # the safetensors sink's writer (O_DIRECT when durable), as pyarrow's file
+            self._f = self.pa.PythonFile(_ferry.SequentialFile(self._tmp, durable=self.fsync), mode="w")
             self._w = self.pa.ipc.new_stream(self._f, self.schema)
             self._open_bytes = 0
         try:
@@ -65,11 +67,11 @@ class _Shards:
 
     def abandon(self) -> None:
         """Drops the open shard (its temporary removed): a failed write ends the run with the earlier shards."""
-        try:
-            self._w.close()
-            self._f.close()
-        except Exception:  # the disk is full: the temporary is removed below either way
-            pass
+        for part in (self._w, self._f):  # each closed even when the other's close fails (a full disk)
+            try:
+                part.close()
+            except Exception:  # the temporary is removed below either way
+                pass
         try:
             os.unlink(self._tmp)
         except (OSError, TypeError):
@@ -81,9 +83,7 @@ class _Shards:
             return
         try:
             self._w.close()
-            if self.fsync:
-                os.fsync(self._f.fileno())
-            self._f.close()
+            self._f.close()  # every byte in the file, synced when durable
             name = f"data-{len(self.names):05d}.arrow"
             os.replace(self._tmp, os.path.join(self.dir, name))
         except BaseException:
