@@ -12,7 +12,8 @@ sustained rate (the ring fills and the next plan() waits for the drain), not one
   none            the step alone
   whole           every hook whole (capture_deferred: one gather per batch)
   topk64          the logits as capture_rows(reduce="topk(64)"), every other hook whole
-  fp8_topk64      every bf16 hook as capture_rows(reduce="fp8_e4m3"), the logits as top-64, token ids whole
+  fp8_topk64      every bf16 hook as capture_rows_deferred(reduce="fp8_e4m3") (one launch per batch), the logits
+                  as top-64, token ids whole
 prefill_mean: a prefill of 16 requests x 512 tokens (--prefill-us, calibrated as the t256 step): each of its
 layers writes its [8192, hidden] bf16 output (a copy, in both contestants: the tap is read right after it was
 written, as in a forward), reduced to each request's mean (capture_rows(query_start_loc=, requests=,
@@ -90,7 +91,9 @@ class Rig:
                 red = "topk(64)"
             elif kind == "fp8_topk64" and 0 < h < last:
                 red = fr.FP8_E4M3
-            if red:
+            if red == fr.FP8_E4M3:  # the bf16 hooks: one reduce_rows_publish per batch
+                ch.capture_rows_deferred(h, t, rows=self.rows, stream=s, reduce=red)
+            elif red:
                 ch.capture_rows(h, t, rows=self.rows, stream=s, reduce=red)
             elif kind != "none":
                 ch.capture_deferred(h, t, s)

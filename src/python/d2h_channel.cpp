@@ -136,7 +136,10 @@ void py_channel<B>::capture_rows_core(std::uint32_t hook, const void* src, std::
 {
   tie(s);
   call(deferred ? "capture_rows_deferred" : "capture_rows", [&](fd::channel<B>& ch) {
-    if (red != nullptr) {
+    if (red != nullptr && deferred) {
+      ch.capture_reduced_deferred(fd::hook_id{hook}, src, n_rows, red->width, red->in, sel, red->r, s,
+                                  std::move(owner));
+    } else if (red != nullptr) {
       ch.capture_reduced(fd::hook_id{hook}, src, n_rows, red->width, red->in, sel, red->r, s, std::move(owner));
     } else if (deferred) {
       ch.capture_rows_deferred(fd::hook_id{hook}, src, n_rows, row_bytes, sel, s, std::move(owner));

@@ -7,7 +7,8 @@
 //   ch.capture_rows(hook, tensor, query_start_loc=qsl, requests=req, window=(a, b))
 //   count=None (every element of rows / requests) | int (the first `count`) | a 1-element int32 device array
 //   (a GPU-resolved count, at most max_count, default the array's length); stream=None as capture.
-//   reduce="topk(K)" | "fp8_e4m3" | "mean" | "stats": the reducer's records instead of the rows (reducer.hpp).
+//   reduce="topk(K)" | "fp8_e4m3" | "mean" | "stats": the reducer's records instead of the rows (reducer.hpp);
+//   capture_rows_deferred takes the reducers with a record per row (one launch per batch; the core refuses others).
 #include "d2h_channel.hpp"
 
 #include <optional>
@@ -81,18 +82,13 @@ rows_arg index_array(nb::handle obj, int device, const char* name, bool wide)
 
 /// reduce="topk(K)" | "fp8_e4m3" | "mean" | "stats" (reducer.hpp's parse_reducer) of rows of `t`'s element type
 /// (float32, float16 or bfloat16, by torch's or DLPack's name); none: plain rows.
-std::optional<rows_reduce> reduce_of(nb::handle reduce, const rows_arg& t, std::uint64_t row_bytes, std::uint32_t hook,
-                                     bool deferred)
+std::optional<rows_reduce> reduce_of(nb::handle reduce, const rows_arg& t, std::uint64_t row_bytes, std::uint32_t hook)
 {
   if (reduce.is_none()) { return std::nullopt; }
   std::string spec;
   if (!nb::try_cast(reduce, spec)) {
     throw nb::type_error(("ferry: Channel.capture_rows: expected reduce= a str ('topk(K)', 'fp8_e4m3', 'mean' or "
                           "'stats'), got " + type_of(reduce)).c_str());
-  }
-  if (deferred) {
-    throw nb::type_error(("ferry: Channel.capture_rows_deferred: expected no reduce= (capture_rows takes it: one "
-                          "reduce_rows launch per entry), got reduce='" + spec + "'").c_str());
   }
   rows_reduce r;
   FERRY_EXPECTS(fd::parse_reducer(spec, r.r), ferry::logic_error,
@@ -208,7 +204,7 @@ void py_channel<B>::capture_rows(std::uint32_t hook, nb::handle tensor, const nb
                                 mc.is_none() ? items : m.get(what, "max_count"));
     keep.append(count);
   }
-  const std::optional<rows_reduce> red = reduce_of(kw(k, "reduce"), t, row_bytes, hook, deferred);
+  const std::optional<rows_reduce> red = reduce_of(kw(k, "reduce"), t, row_bytes, hook);
   fd::source_owner owner = py_source::make<B>(keep, array_bytes{}.dl, deferred);
   capture_rows_core(hook, t.data, n_rows, row_bytes, sel, s, std::move(owner), deferred, red ? &*red : nullptr);
 }

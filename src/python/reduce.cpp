@@ -45,8 +45,8 @@ void init_reduce(nb::module_& m)
   m.def(
       "record_unit",
       [](const std::string& spec) {
-        const std::uint64_t per = fd::records_per_item(reducer_of(spec), 2);
-        return std::string{per == 2 ? "row" : per == 1 ? "item" : "entry"};
+        const fd::reducer r = reducer_of(spec);
+        return std::string{fd::record_per_row(r) ? "row" : fd::records_per_item(r, 2) == 1 ? "item" : "entry"};
       },
       nb::arg("spec"), "What one record of reducer `spec` stands for: 'row', 'item' (a request's window) or 'entry'.");
   m.def(

@@ -370,9 +370,87 @@ TYPED_TEST_P(D2hReduceRows, MeanOverWindowsLongerThanATileTakesEveryTile)
   }
 }
 
+/// capture_reduced_deferred: in a graph, three hooks of different widths reduced as one batch (fp8, then top-3: one
+/// reduce_rows_publish each), each beside the same hooks through capture_reduced (one reduce_rows each); every
+/// replay's deferred entries hold the same bytes as their one-launch twins, planned or not (plan() without and
+/// with forward_meta::selected), and a reducer without a record per row is refused at the call.
+TYPED_TEST_P(D2hReduceRows, DeferredBatchesHoldWhatOneLaunchPerEntryHolds)
+{
+  using B = TypeParam;
+  constexpr std::uint64_t replays = 6, hooks = 3;
+  constexpr std::uint64_t widths[hooks] = {40, 300, 7};
+  std::mt19937_64 rng{17};
+  fb::stream<B> s{this->b};
+  std::vector<fb::device_buffer<B>> src;
+  for (const auto w : widths) { src.emplace_back(TestFixture::n_rows * w * 4, this->b); }
+  fb::device_buffer<B> idx{TestFixture::n_rows * 4, this->b};
+  fb::device_buffer<B> count{4, this->b};
+  typename TestFixture::collected got;
+  fd::channel<B> ch{this->rows_config(1 << 22), this->b, got.callback()};
+  const auto sel = fd::row_selection::rows(static_cast<const std::int32_t*>(idx.data()), 0)
+                     .counted_on_device(static_cast<const std::int32_t*>(count.data()), TestFixture::n_rows);
+  const fd::reducer reducers[2] = {fd::reducer::fp8_e4m3(), fd::reducer::topk(3)};
+  fd::forward_plan plan;
+  auto g = fb::graph_exec<B>::capture(s.view(), [&](fb::stream_view<B> cs) {
+    ch.begin_forward(cs);
+    std::uint32_t hook = 0;
+    for (const auto& r : reducers) {
+      for (std::uint64_t h = 0; h < hooks; ++h) {  // hooks 0-2 (fp8), 6-8 (top-3): one batch each
+        ch.capture_reduced_deferred(fd::hook_id{hook++}, src[h].data(), TestFixture::n_rows, widths[h],
+                                    fd::reduce_input::f32, sel, r, cs);
+      }
+      for (std::uint64_t h = 0; h < hooks; ++h) {  // hooks 3-5, 9-11: their twins, one launch each
+        ch.capture_reduced(fd::hook_id{hook++}, src[h].data(), TestFixture::n_rows, widths[h], fd::reduce_input::f32,
+                           sel, r, cs);
+      }
+    }
+    EXPECT_THROW(ch.capture_reduced_deferred(fd::hook_id{99}, src[0].data(), TestFixture::n_rows, widths[0],
+                                             fd::reduce_input::f32, sel, fd::reducer::mean(), cs),
+                 ferry::logic_error);
+    plan = ch.end_forward(cs);
+  });
+  std::normal_distribution<float> normal;
+  std::vector<std::uint64_t> counts;
+  for (std::uint64_t r = 0; r < replays; ++r) {
+    for (std::uint64_t h = 0; h < hooks; ++h) {
+      std::vector<float> f(TestFixture::n_rows * widths[h]);
+      for (auto& x : f) { x = normal(rng); }
+      this->write(src[h], f, s.view());
+    }
+    const std::uint64_t n = r == 0 ? 0 : 1 + rng() % TestFixture::n_rows;
+    std::vector<std::int32_t> rows(n);
+    for (auto& x : rows) { x = static_cast<std::int32_t>(rng() % TestFixture::n_rows); }
+    this->write(idx, rows, s.view());
+    this->write(count, std::vector<std::int32_t>{static_cast<std::int32_t>(n)}, s.view());
+    fd::forward_meta meta;
+    if (r % 2 == 1) { meta.selected = n; }
+    ch.plan(plan, s.view(), std::move(meta));
+    g.launch(s.view());
+    s.synchronize();  // the next replay rewrites the sources and the selection
+    counts.push_back(n);
+  }
+  constexpr std::uint64_t per = 4 * hooks;
+  EXPECT_TRUE(wait_until<B>([&] { return got.size() == per * replays; }, 10s));
+  EXPECT_NO_THROW((void)ch.close(10s));
+  ASSERT_EQ(got.status.size(), per * replays);
+  for (std::uint64_t r = 0; r < replays; ++r) {
+    for (std::uint64_t k = 0; k < 2; ++k) {
+      for (std::uint64_t h = 0; h < hooks; ++h) {
+        SCOPED_TRACE(::testing::Message() << "replay " << r << " reducer " << k << " hook " << h);
+        const std::size_t d = r * per + k * 2 * hooks + h, one = d + hooks;
+        ASSERT_EQ(got.status[d], fd::entry_status::ok);
+        ASSERT_EQ(got.status[one], fd::entry_status::ok);
+        EXPECT_EQ(got.bytes[d].size(), counts[r] * fd::record_bytes(reducers[k], widths[h]));
+        EXPECT_TRUE(got.bytes[d] == got.bytes[one]) << "the deferred records differ from capture_reduced's";
+      }
+    }
+  }
+}
+
 REGISTER_TYPED_TEST_SUITE_P(D2hReduceRows, TopkIsTheSortedPrefixWithTiesByLowerIndex,
                             Fp8CodesDecodeWithinHalfAnUlpOfTheScaledRow, MeanAndStatsMatchDoubleSums,
                             BadReducersAreRefusedAndBadItemsFlagged, GraphReplaysReduceTheRowsOfTheirStep,
-                            MeanOverWindowsLongerThanATileTakesEveryTile);
+                            MeanOverWindowsLongerThanATileTakesEveryTile,
+                            DeferredBatchesHoldWhatOneLaunchPerEntryHolds);
 
 }  // namespace ferry::test

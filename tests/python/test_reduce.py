@@ -86,6 +86,35 @@ def test_mean_of_each_request_window_and_stats_of_the_rows(make_channel, drain):
     assert st["count"].tolist() == [64]
 
 
+@pytest.mark.parametrize("spec", [fr.FP8_E4M3, fr.topk(8)])
+def test_deferred_reduced_rows_equal_capture_rows_one_batch_per_reducer(make_channel, drain, spec):
+    """capture_rows_deferred(reduce=) of a reducer with a record per row: hooks of different widths and dtypes in
+    one forward (a batch per input dtype: reduce_rows_publish), each entry's records byte-equal to capture_rows'
+    (reduce_rows) on the same rows, in entry order, with the record's row_bytes."""
+    g = torch.Generator().manual_seed(7)
+    xs = [torch.randn(12, w, generator=g).to(dt) for w, dt in
+          ((64, torch.bfloat16), (300, torch.bfloat16), (33, torch.float32), (1000, torch.float16))]
+    rows = torch.tensor([11, 0, 4, 4], dtype=torch.int32)
+    ch = make_channel(ring_bytes=1 << 22, tuning={"size_slots": 64})
+    s = ferry.Stream(backend="host")
+    for deferred in (True, False):
+        ch.begin_forward(s)
+        for h, x in enumerate(xs):
+            (ch.capture_rows_deferred if deferred else ch.capture_rows)(h, x, rows=rows, stream=s, reduce=spec)
+        ch.end_forward(s)
+    got = drain(ch, 2 * len(xs))
+    recs = [(e.hook, e.ok, e.row_bytes, e.numpy().tobytes()) for e in got]
+    for e in got:
+        e.release()
+    assert ch.close()["clean"]
+    n = len(xs)
+    assert [r[0] for r in recs] == list(range(n)) * 2
+    assert all(r[1] for r in recs)
+    for h in range(n):
+        assert recs[h][2:] == recs[n + h][2:], f"hook {h}: the deferred records differ from capture_rows'"
+        assert len(recs[h][3]) == rows.numel() * recs[h][2]
+
+
 def test_bad_reducers_are_typed_errors_at_the_call(make_channel):
     ch = make_channel(tuning={"size_slots": 16})
     s = ferry.Stream(backend="host")
@@ -101,7 +130,7 @@ def test_bad_reducers_are_typed_errors_at_the_call(make_channel):
         ch.capture_rows(0, torch.ones(8, 4, dtype=torch.int64), rows=rows, stream=s, reduce=fr.MEAN)
     with pytest.raises(TypeError, match="expected reduce= a str"):
         ch.capture_rows(0, x, rows=rows, stream=s, reduce=3)
-    with pytest.raises(TypeError, match="capture_rows_deferred: expected no reduce="):
+    with pytest.raises(ferry.LogicError, match="expected a reducer with one record per row .*, got mean"):
         ch.capture_rows_deferred(0, x, rows=rows, stream=s, reduce=fr.MEAN)
     ch.end_forward(s)
     assert ch.stats()["entries_reserved"] == 0

@@ -94,7 +94,6 @@ class channel {
       return forward_plan{};
     });
   }
-
   /// Drops the forward open on `s` (recovery after an exception, or a capture ended without end_forward). Eager:
   /// publishes every entry launched so far; captured: forgets the recording. Drops an open begin_write ticket.
   /// Call it after the capture ended (graph_exec::capture's on_failure does). Returns whether one was open.
@@ -105,7 +104,6 @@ class channel {
       return true;
     });
   }
-
   /// Copies `bytes` from device memory `src` into the ring (library copy kernel) as one entry of `hook`.
   /// `owner` (optional) is held until the copy no longer needs `src` (source_owner.hpp).
   void capture(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, source_owner owner = {})
@@ -132,7 +130,6 @@ class channel {
       (void)impl()->prod.capture(hook, src, reserved_bytes, actual_size, detail::entry_kind::dynamic, s, blocking());
     }, [] {});
   }
-
   /// Row-selected capture: the rows `sel` names (row_selection.hpp: an index list, the last token or a window
   /// of each selected request from query_start_loc; a CPU-known or GPU-resolved count) of the [n_rows,
   /// row_bytes] device tensor `src`, as one dynamic entry of `hook` (its size slot: tuning::size_slots), in selection
@@ -163,7 +160,16 @@ class channel {
     impl()->produce([&] { impl()->prod.capture_rows_deferred(hook, src, n_rows, row_bytes, sel, s, std::move(owner)); },
                     [] {});
   }
-
+  /// capture_reduced, deferred as capture_rows_deferred, for a reducer with a record per row (topk, fp8_e4m3): a
+  /// batch sharing one selection, n_rows, reducer and `in` is reduced by ONE launch at its flush point.
+  void capture_reduced_deferred(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t width,
+                                reduce_input in, const row_selection& sel, const reducer& r, stream_view s,
+                                source_owner owner = {})
+  {
+    auto& p = impl()->prod;
+    impl()->produce([&] { p.capture_reduced_deferred(hook, src, n_rows, width, in, sel, r, s, std::move(owner)); },
+                    [] {});
+  }
   /// Deferred capture: records (hook, `src`, `bytes`) on the CPU only; the copy happens in ONE gather
   /// launch for the batch at its flush point: the K-th deferred entry (config::publish_every, at most 128),
   /// end_forward, flush(), or the next capture / begin_write (entry order is kept). Contract: `src` stays
@@ -184,7 +190,6 @@ class channel {
   [[nodiscard]] std::uint32_t deferred_pending() const { return impl()->prod.deferred_pending(); }
   /// The producer's open forward (producer thread): none, or its stream and whether it is being captured.
   [[nodiscard]] std::optional<open_forward_state<B>> open_forward() const { return impl()->prod.open_forward(); }
-
   /// For a user kernel writing the entry itself: launch it with ticket.ref() (see ring_ref), then end_write().
   [[nodiscard]] write_ticket begin_write(hook_id hook, std::uint64_t reserved_bytes, stream_view s,
                                          bool dynamic = false)
@@ -198,7 +203,6 @@ class channel {
   {
     impl()->produce([&] { impl()->prod.end_write(std::move(t), s); }, [] {});
   }
-
   /// Plans one graph replay: reserves ring space for every entry of `p` (per config::on_full), fills the FIFO and
   /// enqueues the replay's token on `s`; launch the graph on `s` right after. A launch without a token writes and
   /// publishes nothing and is reported (invalidated_error; docs/design/d2h.md, "the replay token"). `meta`:
@@ -239,13 +243,11 @@ class channel {
   [[nodiscard]] std::optional<entry_view> try_pop() { return impl()->drain.try_pop(); }
   /// Moves up to `max` completed entries, in order, to the end of `out` (one lock); returns how many.
   std::size_t try_pop(std::vector<entry_view>& out, std::size_t max) { return impl()->drain.try_pop(out, max); }
-
   /// Drains every published entry (up to `timeout`), stops the drain, and reports: shutdown_error lists reserved
   /// entries never published; a user kernel that never committed (ring_ref::commit) gives invalidated_error.
   shutdown_report close(std::chrono::milliseconds timeout) { return impl()->close_checked(timeout); }
   /// close(config::timeout).
   shutdown_report close() { return close(impl()->st.cfg.timeout); }
-
   /// A snapshot of the channel's counters (any thread).
   [[nodiscard]] counters stats() const { return impl()->st.stats(); }
   /// The configuration the channel was created with.
@@ -275,7 +277,6 @@ class channel {
 
  private:
   friend struct ferry::testing::d2h_access;
-
   channel(config cfg, B b, sink_attachment a)
     : channel(cfg, b, std::move(a.callback), std::move(a.staging), std::move(a.schema)) {}
   [[nodiscard]] detail::when_full blocking() const { return detail::blocking_policy(impl()->st.cfg); }
@@ -293,7 +294,6 @@ class channel {
                   "channel object)");
     return impl_.get();
   }
-
   std::unique_ptr<detail::channel_impl<B>> impl_;
 };
 

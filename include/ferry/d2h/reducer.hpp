@@ -65,6 +65,13 @@ struct reducer {
   return r.op == reduce_op::stats ? 0 : r.op == reduce_op::mean ? 1 : per_item;
 }
 
+/// Whether `r` makes one record per selected row (topk, fp8): the reducers a deferred batch takes
+/// (capture_reduced_deferred: one reduce_rows_publish launch per batch).
+[[nodiscard]] constexpr bool record_per_row(const reducer& r) noexcept
+{
+  return r.op == reduce_op::topk || r.op == reduce_op::fp8_e4m3;
+}
+
 /// The records of an entry of `items` items of `per_item` rows.
 [[nodiscard]] constexpr std::uint64_t records_of(const reducer& r, std::uint64_t items, std::uint64_t per_item) noexcept
 {

@@ -11,6 +11,7 @@
 #include <ferry/backend/concepts.hpp>
 #include <ferry/backend/types.hpp>
 #include <ferry/d2h/detail/gather.hpp>
+#include <ferry/d2h/reducer.hpp>
 #include <ferry/d2h/row_selection.hpp>
 #include <ferry/d2h/source_owner.hpp>
 #include <ferry/d2h/types.hpp>
@@ -55,19 +56,33 @@ template <ferry::backend::backend B>
 
 /// A row batch's shared part (capture_rows_deferred): every entry of the batch reads `sel` over `n_rows` rows.
 /// `read` is what the gather reads (the selection, or the host backend's snapshot of its arrays: `arrays`).
+/// A reduced batch (capture_reduced_deferred) also shares its reducer `r` (one record per row) and input type `in`.
 struct row_batch {
   row_selection sel{};
   std::uint64_t n_rows{0};
   row_selection read{};
   std::array<held_source, 3> arrays{};
-  [[nodiscard]] bool same(const row_selection& s, std::uint64_t n) const noexcept { return sel == s && n_rows == n; }
+  std::optional<reducer> r{};
+  reduce_input in{reduce_input::f32};
 };
 
-/// What record_deferred needs of a row entry (capture_rows_deferred); `sel` null: a whole entry.
+/// What record_deferred needs of a row entry (capture_rows_deferred, capture_reduced_deferred); `sel` null: a whole
+/// entry. A reduced entry: `r` its reducer, `in` and `width` its rows' type and elements, `row_bytes` its records'.
 struct deferred_rows {
   const row_selection* sel{nullptr};
   std::uint64_t n_rows{0};
   std::uint64_t row_bytes{0};
+  const reducer* r{nullptr};
+  reduce_input in{reduce_input::f32};
+  std::uint64_t width{0};
+  /// Whether an entry of this part joins a batch of `b` (null: a batch of whole entries).
+  [[nodiscard]] bool joins(const row_batch* b) const noexcept
+  {
+    if ((sel != nullptr) != (b != nullptr)) { return false; }
+    if (b == nullptr) { return true; }
+    return b->sel == *sel && b->n_rows == n_rows && (r != nullptr) == b->r.has_value() &&
+           (r == nullptr || (*r == *b->r && in == b->in));
+  }
 };
 
 /// The deferred entries recorded since the last flush, in entry order: whole entries (capture_deferred, bounce
@@ -81,7 +96,8 @@ class deferred_batch {
     std::uint64_t reserved{0};
     bool bounced{false};  ///< a bounce capture (its source is a channel-owned bounce slot)
     held_source source;
-    std::uint64_t row_bytes{0};  ///< a row entry: bytes per row (the batch's rows())
+    std::uint64_t row_bytes{0};  ///< a row entry: bytes per row (the batch's rows()); reduced: per record
+    std::uint32_t width{0};      ///< a reduced entry: elements per source row
   };
 
   /// `limit` entries at most (deferred_limit), spanning at most `ring_bytes`.
@@ -96,30 +112,28 @@ class deferred_batch {
   /// Dynamic entries recorded (every entry of a row batch).
   [[nodiscard]] std::uint32_t dynamic_count() const noexcept { return rows_ ? n_ : 0; }
 
-  /// Whether an entry of `reserved` bytes (a row entry of `sel` over `n_rows` rows when `sel` is set) must go
-  /// into a new batch: the batch holds `limit` entries, is of the other kind or selection, or with it could span
-  /// more than the ring (its entries plus at most one wrap padding, shorter than the largest entry), which no
-  /// reservation could hold.
-  [[nodiscard]] bool needs_flush_before(std::uint64_t reserved, const row_selection* sel = nullptr,
-                                        std::uint64_t n_rows = 0) const noexcept
+  /// Whether an entry of `reserved` bytes (a row entry of `part`'s selection and reducer when it has them) must
+  /// go into a new batch: the batch holds `limit` entries, is of another kind, selection or reducer, or with it
+  /// could span more than the ring (its entries plus at most one wrap padding, shorter than the largest entry),
+  /// which no reservation could hold.
+  [[nodiscard]] bool needs_flush_before(std::uint64_t reserved, const deferred_rows& part = {}) const noexcept
   {
     if (n_ == 0) { return false; }
     if (n_ >= limit_) { return true; }
-    if ((sel != nullptr) != rows_.has_value() || (sel != nullptr && !rows_->same(*sel, n_rows))) { return true; }
+    if (!part.joins(rows())) { return true; }
     return sum_ + reserved + std::max(max_, reserved) > ring_bytes_;
   }
   /// Whether recording an entry of `reserved` bytes flushes the batch (before it, or after it: it fills the
   /// batch). The recorded sources are checked (check_sources) before such a call changes anything.
-  [[nodiscard]] bool record_flushes(std::uint64_t reserved, const row_selection* sel = nullptr,
-                                    std::uint64_t n_rows = 0) const noexcept
+  [[nodiscard]] bool record_flushes(std::uint64_t reserved, const deferred_rows& part = {}) const noexcept
   {
-    return needs_flush_before(reserved, sel, n_rows) || n_ + 1U >= limit_;
+    return needs_flush_before(reserved, part) || n_ + 1U >= limit_;
   }
 
   void push(hook_id hook, std::uint64_t bytes, std::uint64_t reserved, held_source src, bool bounced,
-            std::uint64_t row_bytes = 0)
+            std::uint64_t row_bytes = 0, std::uint32_t width = 0)
   {
-    e_[n_++] = entry{hook, bytes, reserved, bounced, std::move(src), row_bytes};
+    e_[n_++] = entry{hook, bytes, reserved, bounced, std::move(src), row_bytes, width};
     sum_ += reserved;
     max_ = std::max(max_, reserved);
   }

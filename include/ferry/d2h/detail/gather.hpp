@@ -96,20 +96,30 @@ constexpr void set_gather_rows(gather_rows_args& a, std::uint32_t n, Entry&& ent
 /// closed form where every row is a 16-byte multiple and the sums fit 32 bits; `vec`: every row and source
 /// 16-byte aligned). Blocks take (entry, row, chunk) work items over at most one wave (one_wave_blocks), each
 /// block as wide as the widest chunk's 16-byte vectors in whole warps (32 .. block_threads(copy_block_threads)).
-[[nodiscard]] inline gather_shape rows_shape(const config& cfg, gather_rows_args& a, int sm_count) noexcept
+/// The planned prefix sums' closed form of a row batch (`a.rpre16`, `a.rpre16_ok`: every row a 16-byte multiple and
+/// the sums within 32 bits), from `a.n` and `a.row_bytes`: both row batches' (rows_shape, reduce_rows_shape).
+constexpr void set_rows_plan(gather_rows_args& a) noexcept
 {
-  namespace rules = ferry::detail::launch_rules;
-  a.chunk_bytes = row_gather_chunk;
-  a.vec = 1;
   a.rpre16_ok = 1;
   a.rpre16[0] = 0;
-  a.cpre[0] = 0;
-  std::uint64_t widest = 0;
   for (std::uint32_t i = 0; i < a.n; ++i) {
     const std::uint64_t rb = a.row_bytes[i];
     const std::uint64_t r16 = std::uint64_t{a.rpre16[i]} + rb / 16;
     if (rb % 16 != 0 || r16 > 0xffffffffULL) { a.rpre16_ok = 0; }
     a.rpre16[i + 1] = static_cast<std::uint32_t>(r16);
+  }
+}
+
+[[nodiscard]] inline gather_shape rows_shape(const config& cfg, gather_rows_args& a, int sm_count) noexcept
+{
+  namespace rules = ferry::detail::launch_rules;
+  a.chunk_bytes = row_gather_chunk;
+  a.vec = 1;
+  set_rows_plan(a);
+  a.cpre[0] = 0;
+  std::uint64_t widest = 0;
+  for (std::uint32_t i = 0; i < a.n; ++i) {
+    const std::uint64_t rb = a.row_bytes[i];
     a.cpre[i + 1] = a.cpre[i] + static_cast<std::uint32_t>((rb + row_gather_chunk - 1) / row_gather_chunk);
     widest = std::max(widest, std::min<std::uint64_t>(rb, row_gather_chunk));
     if (rb % 16 != 0 || reinterpret_cast<std::uintptr_t>(a.src[i]) % 16 != 0) { a.vec = 0; }
@@ -120,6 +130,23 @@ constexpr void set_gather_rows(gather_rows_args& a, std::uint32_t n, Entry&& ent
   const std::uint64_t work = std::uint64_t{a.cpre[a.n]} * a.sel.item_bound() * a.sel.rows_per_item();
   s.blocks =
       static_cast<std::uint32_t>(std::clamp<std::uint64_t>(work, 1, rules::one_wave_blocks(sm_count, s.threads)));
+  return s;
+}
+
+/// The threads of a reduce_rows or reduce_rows_publish block (kernels/detail/reduce_block.cuh: 8 warps).
+inline constexpr std::uint32_t reduce_threads = 256;
+
+/// The reduce_rows_publish shape (a reduced row batch, capture_reduced_deferred: `a.width` set): the plan's closed
+/// form (set_rows_plan); blocks of `threads` (reduce_rows' 256) take (entry, row) work items, one record each, over at
+/// most one wave.
+[[nodiscard]] inline gather_shape reduce_rows_shape(gather_rows_args& a, std::uint32_t threads, int sm_count) noexcept
+{
+  namespace rules = ferry::detail::launch_rules;
+  set_rows_plan(a);
+  gather_shape s;
+  s.threads = threads;
+  const std::uint64_t work = std::uint64_t{a.n} * a.sel.item_bound() * a.sel.rows_per_item();
+  s.blocks = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(work, 1, rules::one_wave_blocks(sm_count, threads)));
   return s;
 }
 

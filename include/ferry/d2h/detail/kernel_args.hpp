@@ -178,8 +178,15 @@ struct gather_rows_args {
   const std::byte* src[gather_max_entries]{};
   std::uint32_t row_bytes[gather_max_entries]{};
   std::uint64_t pre[gather_max_entries + 1]{};
-  std::uint32_t cpre[gather_max_entries + 1]{};  ///< prefix sums of the chunks per row of each entry
+  union {
+    std::uint32_t cpre[gather_max_entries + 1]{};  ///< a copied batch: prefix sums of the chunks per row of each entry
+    std::uint32_t width[gather_max_entries + 1];    ///< a reduced batch: elements per source row of each entry
+  };
   std::uint32_t chunk_bytes{0};                  ///< a multiple of 16
+  /// A reduced batch (capture_reduced_deferred, the reduce_rows_publish kernel): each selected row of entry i is
+  /// one record of `r` (row_bytes[i]: the record's bytes) from a source row of width[i] elements of `in`.
+  reducer r{};
+  reduce_input in{reduce_input::f32};
   /// Captured into a graph: a replay's plan()'d items place the batch (row_reserved per entry; the
   /// kernel's rows_layout). `rpre16`: prefix sums of row_bytes / 16 when every row is a 16-byte multiple and
   /// they fit (`rpre16_ok`): the planned prefix sums in closed form; else each block sums them.

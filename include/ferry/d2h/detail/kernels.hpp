@@ -12,6 +12,8 @@
 //   gather_rows_publish_kernel select/gather_rows_publish: one launch per batch of row-selected deferred entries
 //                              (capture_rows_deferred; optional release in its last block)
 //   reduce_rows_kernel         reduce/reduce_rows: a reducer's records over the selected rows (capture_reduced)
+//   reduce_rows_publish_kernel reduce/reduce_rows_publish: one launch per batch of reduced row entries with a record
+//                              per row (capture_reduced_deferred; the row gather's order, optional release)
 //   arm_replay_kernel          replay/arm_replay: one thread: a plan()'s token for the next graph launch on the stream
 //   claim_replay_kernel        replay/claim_replay: one thread, a captured forward's first node: takes the token,
 //                              or marks the launch unplanned (it writes and publishes nothing) and reports it
@@ -64,6 +66,9 @@ hip_kernel<gather_rows_args> gather_rows_publish_kernel(hip_tag);
 host_kernel<reduce_args> reduce_rows_kernel(host_tag);
 cuda_kernel<reduce_args> reduce_rows_kernel(cuda_tag);
 hip_kernel<reduce_args> reduce_rows_kernel(hip_tag);
+host_kernel<gather_rows_args> reduce_rows_publish_kernel(host_tag);
+cuda_kernel<gather_rows_args> reduce_rows_publish_kernel(cuda_tag);
+hip_kernel<gather_rows_args> reduce_rows_publish_kernel(hip_tag);
 
 host_kernel<replay_token_args> arm_replay_kernel(host_tag);
 cuda_kernel<replay_token_args> arm_replay_kernel(cuda_tag);
@@ -91,6 +96,7 @@ void for_each_kernel(Tag t, Fn&& fn)
   fn(select_rows_kernel(t));
   fn(gather_rows_publish_kernel(t));
   fn(reduce_rows_kernel(t));
+  fn(reduce_rows_publish_kernel(t));
   for (const copy_form f : vector_forms) {
     fn(copy_entry_kernel(t, f));
     fn(copy_entry_publish_kernel(t, f));

@@ -96,6 +96,11 @@ class producer {
   bool capture_reduced(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t width, reduce_input in,
                        const row_selection& sel, const reducer& r, stream_view s, when_full full,
                        source_owner owner = {});
+  /// capture_reduced recorded in the deferred batch (a reducer with a record per row); one reduce_rows_publish per
+  /// batch sharing a selection and reducer (producer_reduce.inl).
+  void capture_reduced_deferred(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t width,
+                                reduce_input in, const row_selection& sel, const reducer& r, stream_view s,
+                                source_owner owner = {});
   void capture_deferred(hook_id hook, const void* src, std::uint64_t bytes, stream_view s, source_owner owner = {});
   /// capture_rows recorded in the deferred batch; one gather_rows_publish per batch sharing a selection.
   void capture_rows_deferred(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t row_bytes,
@@ -209,6 +214,7 @@ class producer {
                            const row_selection& sel, const char* what, const reducer* red = nullptr,
                            std::uint64_t width = 0);
   row_batch hold_selection(const row_selection& sel, std::uint64_t n_rows, bool snapshot);
+  void check_reducer(hook_id hook, std::uint64_t width, const reducer& r, const char* what) const;
   void row_gather_args(gather_rows_args& a, gather_shape& sh) const;
   /// Gives a held source back once the copy enqueued on `s` no longer needs it: the backend's release_after
   /// (eager), or with the channel's graph sources (a captured forward: every replay reads it again).

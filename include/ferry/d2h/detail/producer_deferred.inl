@@ -55,7 +55,7 @@ bool producer<B>::record_deferred(hook_id hook, std::uint64_t bytes, when_full f
 {
   const std::uint64_t reserved = align_up(bytes, entry_alignment);
   // A call that flushes checks the recorded sources first, before it changes anything.
-  if (deferred_.record_flushes(reserved, part.sel, part.n_rows)) { deferred_.check_sources(what); }
+  if (deferred_.record_flushes(reserved, part)) { deferred_.check_sources(what); }
   // Reserve (eager): ring space and FIFO slots for the recorded batch with this entry, placed as
   // flush_deferred will place them (the gather's chain is place()'s). Under fail_fast (or refuse) a full ring
   // refuses THIS entry before anything else happens: the batch recorded so far stays intact and nothing is
@@ -68,10 +68,10 @@ bool producer<B>::record_deferred(hook_id hook, std::uint64_t bytes, when_full f
                           deferred_.dynamic_count() + (part.sel != nullptr ? 1U : 0U), full, s, who);
   };
   if (full != when_full::wait && !reserve()) { return false; }  // refused before the flush below
-  if (deferred_.needs_flush_before(reserved, part.sel, part.n_rows)) { launch_deferred(s, false); }
+  if (deferred_.needs_flush_before(reserved, part)) { launch_deferred(s, false); }
   if (full == when_full::wait) { (void)reserve(); }
   // source() after the flush: a bounce slot is free, a row batch starts with its selection
-  deferred_.push(hook, bytes, reserved, source(), bounced, part.row_bytes);
+  deferred_.push(hook, bytes, reserved, source(), bounced, part.row_bytes, static_cast<std::uint32_t>(part.width));
   if (deferred_.size() >= deferred_.limit()) { launch_deferred(s, false); }
   return true;
 }
@@ -111,14 +111,15 @@ bool producer<B>::flush_deferred(stream_type s, bool boundary, const char* what)
 
 /// Places the batch (reservation::place_run from the head, the device's place_phys chain), reserves it
 /// (eager) or records it into the plan (graph), launches its gather (gather_publish; a row batch:
-/// gather_rows_publish), then gives the sources back. The gather publishes when the entries since the last
-/// release reach K.
+/// gather_rows_publish; a reduced row batch: reduce_rows_publish), then gives the sources back. The gather
+/// publishes when the entries since the last release reach K.
 template <ferry::backend::backend B>
 bool producer<B>::launch_deferred(stream_type s, bool boundary)
 {
   const std::uint32_t n = deferred_.size();
   if (n == 0) { return false; }
   const bool rows = deferred_.rows() != nullptr;  // every entry dynamic, its size slot after the cursor's
+  const bool reduced = rows && deferred_.rows()->r.has_value();  // a record per row: reduce_rows_publish
   std::array<placement, gather_max_entries> where{};
   const std::uint64_t pos = res_.place_run(
       res_.head(), n, [&](std::size_t i) { return deferred_[static_cast<std::uint32_t>(i)].reserved; }, where.data());
@@ -181,7 +182,9 @@ bool producer<B>::launch_deferred(stream_type s, bool boundary)
   std::uint32_t k = 0;
   deferred_.take_sources([&](held_source&& h) { sources[k++] = std::move(h); });
   if (rows) {
-    st_.launch.own(gather_rows_publish_kernel(typename B::tag{}), sh.blocks, sh.threads, s, ra);
+    const auto kernel =
+        reduced ? reduce_rows_publish_kernel(typename B::tag{}) : gather_rows_publish_kernel(typename B::tag{});
+    st_.launch.own(kernel, sh.blocks, sh.threads, s, ra);
   } else {
     st_.launch.own(gather_publish_kernel(typename B::tag{}, vec_form(sh.vecs_per_thread)), sh.blocks, sh.threads, s, a);
   }

@@ -16,15 +16,7 @@ bool producer<B>::capture_reduced(hook_id hook, const void* src, std::uint64_t n
 {
   constexpr const char* what = "capture_reduced";
   check_producer(s, what);
-  FERRY_EXPECTS(width > 0 && width < (std::uint64_t{1} << 31), ferry::logic_error,
-                "d2h channel capture_reduced: hook {} expected rows of 1 to 2^31 - 1 elements, got {}", hook.value,
-                width);
-  FERRY_EXPECTS(r.op != reduce_op::topk || (r.k >= 1 && r.k <= topk_max && r.k <= width), ferry::logic_error,
-                "d2h channel capture_reduced: hook {} expected topk's k in [1, min(row width {}, {})], got {}",
-                hook.value, width, topk_max, r.k);
-  FERRY_EXPECTS(r.op == reduce_op::topk || r.k == 0, ferry::logic_error,
-                "d2h channel capture_reduced: hook {} expected k = 0 for {}, got {}", hook.value,
-                reduce_op_name(r.op), r.k);
+  check_reducer(hook, width, r, what);
   const std::uint64_t row_bytes = width * input_bytes(in);
   const std::uint64_t bytes = check_rows(hook, src, n_rows, row_bytes, sel, what, &r, width);
   const std::uint64_t rec = record_bytes(r, width);
@@ -50,14 +42,63 @@ bool producer<B>::capture_reduced(hook_id hook, const void* src, std::uint64_t n
   const std::uint64_t records = records_of(r, sel.item_bound(), sel.rows_per_item());
   namespace rules = ferry::detail::launch_rules;
   const std::uint64_t blocks =
-    std::clamp<std::uint64_t>(work_units(r, records, width), 1, rules::one_wave_blocks(st_.sm_count, 256));
-  st_.launch.own(reduce_rows_kernel(typename B::tag{}), static_cast<std::uint32_t>(blocks), 256U, s.handle(), a);
+    std::clamp<std::uint64_t>(work_units(r, records, width), 1, rules::one_wave_blocks(st_.sm_count, reduce_threads));
+  st_.launch.own(reduce_rows_kernel(typename B::tag{}), static_cast<std::uint32_t>(blocks), reduce_threads, s.handle(),
+                 a);
   retire(std::move(h), s.handle());
   for (auto& x : held.arrays) { st_.b.release_after(s.handle(), std::move(x.snapshot)); }
   // a stats entry is one record whatever the items: no row plan (row_bytes 0 keeps its captured reservation)
   commit_entry(hook, got->where, got->reserved, bytes, entry_kind::dynamic, s.handle(), false, stats ? 0 : rec,
                records_per_item(r, sel.rows_per_item()), sel.item_bound());
   return true;
+}
+
+/// The checks of a reducer the CPU makes at the call (capture_reduced, capture_reduced_deferred).
+template <ferry::backend::backend B>
+void producer<B>::check_reducer(hook_id hook, std::uint64_t width, const reducer& r, const char* what) const
+{
+  FERRY_EXPECTS(width > 0 && width < (std::uint64_t{1} << 31), ferry::logic_error,
+                "d2h channel {}: hook {} expected rows of 1 to 2^31 - 1 elements, got {}", what, hook.value, width);
+  FERRY_EXPECTS(r.op != reduce_op::topk || (r.k >= 1 && r.k <= topk_max && r.k <= width), ferry::logic_error,
+                "d2h channel {}: hook {} expected topk's k in [1, min(row width {}, {})], got {}", what, hook.value,
+                width, topk_max, r.k);
+  FERRY_EXPECTS(r.op == reduce_op::topk || r.k == 0, ferry::logic_error,
+                "d2h channel {}: hook {} expected k = 0 for {}, got {}", what, hook.value, reduce_op_name(r.op), r.k);
+}
+
+/// capture_reduced recorded in the deferred batch: the checks and the reservation bound as capture_reduced's; the
+/// batch shares its selection, reducer and input type (another starts a new batch), and launch_deferred makes its
+/// records with ONE reduce_rows_publish (kernels/d2h/reduce/reduce_rows_publish.cuh).
+template <ferry::backend::backend B>
+void producer<B>::capture_reduced_deferred(hook_id hook, const void* src, std::uint64_t n_rows, std::uint64_t width,
+                                           reduce_input in, const row_selection& sel, const reducer& r, stream_view s,
+                                           source_owner owner)
+{
+  constexpr const char* what = "capture_reduced_deferred";
+  check_producer(s, what);
+  check_reducer(hook, width, r, what);
+  FERRY_EXPECTS(record_per_row(r), ferry::logic_error,
+                "d2h channel capture_reduced_deferred: hook {} expected a reducer with one record per row (topk, "
+                "fp8_e4m3), got {} (capture_reduced takes it)",
+                hook.value, reduce_op_name(r.op));
+  const std::uint64_t row_bytes = width * input_bytes(in);
+  const std::uint64_t bytes = check_rows(hook, src, n_rows, row_bytes, sel, what, &r, width);
+  auto who = [&] {
+    return ferry::detail::format("capture_reduced_deferred (hook {}, {} bytes, batch of {} recorded)", hook.value,
+                                 bytes, deferred_.size());
+  };
+  auto source = [&] {  // after any flush record_deferred does: an empty batch starts with this selection
+    held_source h = hold_source<B>(src, n_rows * row_bytes, std::move(owner), capturing_);
+    if (deferred_.empty()) {
+      row_batch b = hold_selection(sel, n_rows, h.snapshot != nullptr);
+      b.r = r;
+      b.in = in;
+      deferred_.start_rows(std::move(b));
+    }
+    return h;
+  };
+  const deferred_rows part{&sel, n_rows, record_bytes(r, width), &r, in, width};
+  (void)record_deferred(hook, bytes, blocking_policy(st_.cfg), s.handle(), who, source, false, what, part);
 }
 
 }  // namespace ferry::d2h::detail

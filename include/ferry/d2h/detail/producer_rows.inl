@@ -137,7 +137,8 @@ void producer<B>::capture_rows_deferred(hook_id hook, const void* src, std::uint
 }
 
 /// The arguments of a row batch's gather (deferred_batch::rows()) but its release part and test hook
-/// (launch_deferred), and its shape `sh` (gather.hpp: set_gather_rows, rows_shape).
+/// (launch_deferred), and its shape `sh` (gather.hpp: set_gather_rows, rows_shape; a reduced batch's:
+/// reduce_rows_shape).
 template <ferry::backend::backend B>
 void producer<B>::row_gather_args(gather_rows_args& a, gather_shape& sh) const
 {
@@ -150,7 +151,14 @@ void producer<B>::row_gather_args(gather_rows_args& a, gather_shape& sh) const
     const auto& e = deferred_[i];
     return gather_row_entry{static_cast<const std::byte*>(e.source.src), e.row_bytes, e.reserved};
   });
-  sh = rows_shape(st_.cfg, a, st_.sm_count);
+  if (!rb.r) {
+    sh = rows_shape(st_.cfg, a, st_.sm_count);
+    return;
+  }
+  a.r = *rb.r;  // a reduced batch: row_bytes are its records', width its source rows' elements
+  a.in = rb.in;
+  for (std::uint32_t i = 0; i < a.n; ++i) { a.width[i] = deferred_[i].width; }
+  sh = reduce_rows_shape(a, reduce_threads, st_.sm_count);
 }
 
 }  // namespace ferry::d2h::detail

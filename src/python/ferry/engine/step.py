@@ -270,8 +270,8 @@ class StepCapture:
             self._seen_taps.add(hook)
             a.tap_info[hook] = self._tap_info(t, rows)
         kw = {"stream": self._fstream} if self._fstream is not None else {}
-        # reduce=: a reducer's record per row, one reduce_rows launch per tap (no deferred gather)
-        cap = self.ch.capture_rows if self.reduce else self.ch.capture_rows_deferred
+        # reduce=: a reducer's record per row; the taps' records one reduce_rows_publish per batch, as rows a gather
+        cap = self.ch.capture_rows_deferred
         kw.update({"reduce": self.reduce} if self.reduce else {})
         if self._graph:
             cap(hook, rows, rows=self._rows_t, count=self._count_t, max_count=self.cap, **kw)

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: Apache-2.0
+// Body of the reduce_rows_publish kernel (channel::capture_reduced_deferred), shared by the GPU wrapper
+// (reduce_rows_publish.cu) and the host backend's (reduce_rows_publish_host.cpp). ONE launch per flushed batch of
+// reduced row entries sharing one selection and one reducer with a record per row (fp8_e4m3, topk): the row
+// gather's order (gather_rows_publish.cuh, whose steps 1 and 3 it shares) with a record in place of a copy:
+//   1. the item count, the layout (a replay's plan()'d items: rows_layout) and the cursor; block 0 writes the next
+//      cursor (gather_rows_start);
+//   2. work items blk, blk + nblk, ... over (entry i, row j), entry-major, each by the whole block (reduce_block.cuh:
+//      fp8_record, topk_record): the source row from the selection (an invalid item is not read, its record not
+//      written, the block notes the error), its record into entry i (gather_offset) at row j;
+//   3. block barrier, then thread 0's arrival; the block that arrives last writes every size slot (rows x the
+//      record's bytes, or selection_error_size for every entry) and, when rel.head_n > 0, releases
+//      (gather_rows_arrive).
+#pragma once
+
+#include "../../detail/reduce_block.cuh"  // reduce_shared, fp8_record, topk_record
+#include "../select/gather_rows_publish.cuh"  // rows_layout, gather_rows_layout, gather_rows_start, gather_rows_arrive
+
+#include <ferry/d2h/detail/kernel_args.hpp>
+
+#include <cstdint>
+
+namespace ferry::kernels::d2h {
+
+/// Step 2 for block `blk` of `nblk` (every thread of block `b`): its (entry, row) records; thread 0 sets
+/// `block_error` when one of them names an invalid item.
+template <class Blk, class Flag>
+FERRY_HD void reduce_rows_records(const Blk& b, reduce_shared& sh, const gather_rows_args& a, const rows_layout& l,
+                                  ferry::d2h::cursor c, std::uint32_t blk, std::uint32_t nblk, Flag& block_error)
+{
+  const std::uint64_t rows = l.limit;
+  const std::uint64_t total = ferry::d2h::cursor_live(c) ? rows * a.n : 0;
+  const std::uint64_t in_bytes = ferry::d2h::input_bytes(a.in);
+  for (std::uint64_t w = blk; w < total; w += nblk) {
+    const auto i = static_cast<std::uint32_t>(w / rows);
+    const std::uint64_t j = w - rows * i;
+    const std::int64_t r = select_source_row(a.sel, a.n_rows, j, a.sel.rows_per_item());
+    if (r < 0) {
+      if (b.t == 0) { block_error = 1; }
+      continue;
+    }
+    const std::uint64_t width = a.width[i];
+    const std::byte* row = a.src[i] + static_cast<std::uint64_t>(r) * width * in_bytes;
+    std::byte* out = a.dst.ring + gather_offset(rows_view_of(a, l), c.phys, i) + j * a.row_bytes[i];
+    if (a.r.op == ferry::d2h::reduce_op::topk) {
+      topk_record(b, sh, row, width, a.in, a.r.k, out);
+    } else {
+      fp8_record(b, sh, row, width, a.in, a.row_bytes[i], out);
+    }
+  }
+}
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+/// The GPU body of block `blk` of `nblk` (`nt` threads).
+__device__ __forceinline__ void reduce_rows_publish_block(const gather_rows_args& a, std::uint32_t blk,
+                                                          std::uint32_t nblk, std::uint32_t t, std::uint32_t nt)
+{
+  __shared__ int block_error;
+  __shared__ std::uint64_t sums[ferry::d2h::detail::gather_max_entries + 1];
+  __shared__ reduce_shared sh;
+  if (t == 0) { block_error = 0; }
+  bool count_ok = true;
+  const std::uint64_t rows = select_items(a.sel, count_ok) * a.sel.rows_per_item();
+  const rows_layout l = gather_rows_layout(a, rows, sums, t == 0);
+  const ferry::d2h::cursor c = gather_rows_start(a, l, blk, t);
+  __syncthreads();  // thread 0's sums before any placement
+  reduce_rows_records(gpu_block{t, nt}, sh, a, l, c, blk, nblk, block_error);
+  __syncthreads();  // every store and error note of the block happen-before thread 0's arrival
+  if (t == 0) { gather_rows_arrive(a, c, nblk, block_error != 0, rows, count_ok); }
+}
+#endif
+
+/// The host backend's block `blk` of `nblk` (one thread): the same records, then the arrival.
+inline void reduce_rows_publish_block_host(const gather_rows_args& a, std::uint32_t blk, std::uint32_t nblk)
+{
+  bool count_ok = true;
+  const std::uint64_t rows = select_items(a.sel, count_ok) * a.sel.rows_per_item();
+  std::uint64_t sums[ferry::d2h::detail::gather_max_entries + 1];
+  const rows_layout l = gather_rows_layout(a, rows, sums, true);
+  const ferry::d2h::cursor c = gather_rows_start(a, l, blk, 0);
+  static thread_local reduce_shared sh;
+  bool block_error = false;
+  reduce_rows_records(host_block{}, sh, a, l, c, blk, nblk, block_error);
+  gather_rows_arrive(a, c, nblk, block_error, rows, count_ok);
+}
+
+}  // namespace ferry::kernels::d2h

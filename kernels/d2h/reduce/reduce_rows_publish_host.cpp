@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host-backend wrapper of the reduce_rows_publish kernel: the GPU kernel's order (reduce_rows_publish.cuh), one
+// block at a time.
+#include "d2h/reduce/reduce_rows_publish.cuh"
+
+#include <ferry/backend/kernel.hpp>
+#include <ferry/d2h/detail/kernels.hpp>
+
+namespace ferry::d2h::detail {
+
+namespace {
+void reduce_rows_publish_host(const ferry::backend::host_launch_ctx& ctx, gather_rows_args a)
+{
+  kernels::d2h::reduce_rows_publish_block_host(a, ctx.block_idx.x, ctx.grid_dim.x);
+}
+}  // namespace
+
+host_kernel<gather_rows_args> reduce_rows_publish_kernel(host_tag)
+{
+  return {&reduce_rows_publish_host, "d2h_reduce_rows_publish"};
+}
+
+}  // namespace ferry::d2h::detail
