@@ -86,20 +86,23 @@ def test_mean_of_each_request_window_and_stats_of_the_rows(make_channel, drain):
     assert st["count"].tolist() == [64]
 
 
-@pytest.mark.parametrize("spec", [fr.FP8_E4M3, fr.topk(8)])
-def test_deferred_reduced_rows_equal_capture_rows_one_batch_per_reducer(make_channel, drain, spec):
-    """capture_rows_deferred(reduce=) of a reducer with a record per row: hooks of different widths and dtypes in
-    one forward (a batch per input dtype: reduce_rows_publish), each entry's records byte-equal to capture_rows'
-    (reduce_rows) on the same rows, in entry order, with the record's row_bytes."""
+@pytest.mark.parametrize("specs", [[fr.FP8_E4M3], [fr.topk(8)], [fr.FP8_E4M3, fr.topk(8)]])
+def test_deferred_reduced_rows_equal_capture_rows_one_batch_per_reducer(make_channel, drain, specs):
+    """capture_rows_deferred(reduce=) of reducers with a record per row: hooks of different widths and dtypes in
+    one forward (a batch per input dtype and reducer: reduce_rows_publish; hook h takes specs[h % len(specs)], so
+    the last case changes reducer at every hook), each entry's records byte-equal to capture_rows' (reduce_rows)
+    on the same rows, in entry order, with the record's row_bytes."""
     g = torch.Generator().manual_seed(7)
     xs = [torch.randn(12, w, generator=g).to(dt) for w, dt in
-          ((64, torch.bfloat16), (300, torch.bfloat16), (33, torch.float32), (1000, torch.float16))]
+          ((64, torch.bfloat16), (300, torch.bfloat16), (48, torch.bfloat16), (33, torch.float32),
+           (1000, torch.float16))]
     rows = torch.tensor([11, 0, 4, 4], dtype=torch.int32)
     ch = make_channel(ring_bytes=1 << 22, tuning={"size_slots": 64})
     s = ferry.Stream(backend="host")
     for deferred in (True, False):
         ch.begin_forward(s)
         for h, x in enumerate(xs):
+            spec = specs[h % len(specs)]
             (ch.capture_rows_deferred if deferred else ch.capture_rows)(h, x, rows=rows, stream=s, reduce=spec)
         ch.end_forward(s)
     got = drain(ch, 2 * len(xs))
