@@ -91,11 +91,6 @@ constexpr void set_gather_rows(gather_rows_args& a, std::uint32_t n, Entry&& ent
   }
 }
 
-/// The row gather's shape (gather_rows_publish) from `a.n`, `a.src`, `a.row_bytes` and `a.sel`: fills the work
-/// item tables (`cpre`: each row in chunks of row_gather_chunk; `rpre16`, `rpre16_ok`: the planned prefix sums'
-/// closed form where every row is a 16-byte multiple and the sums fit 32 bits; `vec`: every row and source
-/// 16-byte aligned). Blocks take (entry, row, chunk) work items over at most one wave (one_wave_blocks), each
-/// block as wide as the widest chunk's 16-byte vectors in whole warps (32 .. block_threads(copy_block_threads)).
 /// The planned prefix sums' closed form of a row batch (`a.rpre16`, `a.rpre16_ok`: every row a 16-byte multiple and
 /// the sums within 32 bits), from `a.n` and `a.row_bytes`: both row batches' (rows_shape, reduce_rows_shape).
 constexpr void set_rows_plan(gather_rows_args& a) noexcept
@@ -110,6 +105,11 @@ constexpr void set_rows_plan(gather_rows_args& a) noexcept
   }
 }
 
+/// The row gather's shape (gather_rows_publish) from `a.n`, `a.src`, `a.row_bytes` and `a.sel`: fills the work
+/// item tables (`cpre`: each row in chunks of row_gather_chunk; `rpre16`, `rpre16_ok`: the planned prefix sums'
+/// closed form where every row is a 16-byte multiple and the sums fit 32 bits; `vec`: every row and source
+/// 16-byte aligned). Blocks take (entry, row, chunk) work items over at most one wave (one_wave_blocks), each
+/// block as wide as the widest chunk's 16-byte vectors in whole warps (32 .. block_threads(copy_block_threads)).
 [[nodiscard]] inline gather_shape rows_shape(const config& cfg, gather_rows_args& a, int sm_count) noexcept
 {
   namespace rules = ferry::detail::launch_rules;
@@ -137,16 +137,17 @@ constexpr void set_rows_plan(gather_rows_args& a) noexcept
 inline constexpr std::uint32_t reduce_threads = 256;
 
 /// The reduce_rows_publish shape (a reduced row batch, capture_reduced_deferred: `a.width` set): the plan's closed
-/// form (set_rows_plan); blocks of `threads` (reduce_rows' 256) take (entry, row) work items, one record each, over at
-/// most one wave.
-[[nodiscard]] inline gather_shape reduce_rows_shape(gather_rows_args& a, std::uint32_t threads, int sm_count) noexcept
+/// form (set_rows_plan); blocks of reduce_threads take (entry, row) work items, one record each, over at most one
+/// wave.
+[[nodiscard]] inline gather_shape reduce_rows_shape(gather_rows_args& a, int sm_count) noexcept
 {
   namespace rules = ferry::detail::launch_rules;
   set_rows_plan(a);
   gather_shape s;
-  s.threads = threads;
+  s.threads = reduce_threads;
   const std::uint64_t work = std::uint64_t{a.n} * a.sel.item_bound() * a.sel.rows_per_item();
-  s.blocks = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(work, 1, rules::one_wave_blocks(sm_count, threads)));
+  s.blocks = static_cast<std::uint32_t>(
+      std::clamp<std::uint64_t>(work, 1, rules::one_wave_blocks(sm_count, reduce_threads)));
   return s;
 }
 

@@ -214,6 +214,8 @@ class producer {
                            const row_selection& sel, const char* what, const reducer* red = nullptr,
                            std::uint64_t width = 0);
   row_batch hold_selection(const row_selection& sel, std::uint64_t n_rows, bool snapshot);
+  void record_rows_deferred(hook_id hook, const void* src, std::uint64_t src_row_bytes, std::uint64_t bytes,
+                            const deferred_rows& part, stream_view s, source_owner owner, const char* what);
   void check_reducer(hook_id hook, std::uint64_t width, const reducer& r, const char* what) const;
   void row_gather_args(gather_rows_args& a, gather_shape& sh) const;
   /// Gives a held source back once the copy enqueued on `s` no longer needs it: the backend's release_after

@@ -83,22 +83,8 @@ void producer<B>::capture_reduced_deferred(hook_id hook, const void* src, std::u
                 hook.value, reduce_op_name(r.op));
   const std::uint64_t row_bytes = width * input_bytes(in);
   const std::uint64_t bytes = check_rows(hook, src, n_rows, row_bytes, sel, what, &r, width);
-  auto who = [&] {
-    return ferry::detail::format("capture_reduced_deferred (hook {}, {} bytes, batch of {} recorded)", hook.value,
-                                 bytes, deferred_.size());
-  };
-  auto source = [&] {  // after any flush record_deferred does: an empty batch starts with this selection
-    held_source h = hold_source<B>(src, n_rows * row_bytes, std::move(owner), capturing_);
-    if (deferred_.empty()) {
-      row_batch b = hold_selection(sel, n_rows, h.snapshot != nullptr);
-      b.r = r;
-      b.in = in;
-      deferred_.start_rows(std::move(b));
-    }
-    return h;
-  };
-  const deferred_rows part{&sel, n_rows, record_bytes(r, width), &r, in, width};
-  (void)record_deferred(hook, bytes, blocking_policy(st_.cfg), s.handle(), who, source, false, what, part);
+  record_rows_deferred(hook, src, row_bytes, bytes, deferred_rows{&sel, n_rows, record_bytes(r, width), &r, in, width},
+                       s, std::move(owner), what);
 }
 
 }  // namespace ferry::d2h::detail

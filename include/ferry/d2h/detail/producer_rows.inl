@@ -123,16 +123,30 @@ void producer<B>::capture_rows_deferred(hook_id hook, const void* src, std::uint
   FERRY_EXPECTS(row_bytes <= 0xffffffffULL, ferry::logic_error,
                 "d2h channel capture_rows_deferred: hook {} expected rows of at most 2^32 - 1 bytes, got {}",
                 hook.value, row_bytes);
+  record_rows_deferred(hook, src, row_bytes, bytes, deferred_rows{&sel, n_rows, row_bytes}, s, std::move(owner), what);
+}
+
+/// A row entry (capture_rows_deferred) or a reduced one (capture_reduced_deferred) into the deferred batch, after the
+/// caller's checks: `src` of [part.n_rows, src_row_bytes], `bytes` its reservation bound; an empty batch starts with
+/// the entry's selection (and reducer).
+template <ferry::backend::backend B>
+void producer<B>::record_rows_deferred(hook_id hook, const void* src, std::uint64_t src_row_bytes, std::uint64_t bytes,
+                                       const deferred_rows& part, stream_view s, source_owner owner, const char* what)
+{
   auto who = [&] {
-    return ferry::detail::format("capture_rows_deferred (hook {}, {} bytes, batch of {} recorded)", hook.value, bytes,
+    return ferry::detail::format("{} (hook {}, {} bytes, batch of {} recorded)", what, hook.value, bytes,
                                  deferred_.size());
   };
   auto source = [&] {  // after any flush record_deferred does: an empty batch starts with this selection
-    held_source h = hold_source<B>(src, n_rows * row_bytes, std::move(owner), capturing_);
-    if (deferred_.empty()) { deferred_.start_rows(hold_selection(sel, n_rows, h.snapshot != nullptr)); }
+    held_source h = hold_source<B>(src, part.n_rows * src_row_bytes, std::move(owner), capturing_);
+    if (deferred_.empty()) {
+      row_batch b = hold_selection(*part.sel, part.n_rows, h.snapshot != nullptr);
+      if (part.r != nullptr) { b.r = *part.r; }
+      b.in = part.in;
+      deferred_.start_rows(std::move(b));
+    }
     return h;
   };
-  const deferred_rows part{&sel, n_rows, row_bytes};
   (void)record_deferred(hook, bytes, blocking_policy(st_.cfg), s.handle(), who, source, false, what, part);
 }
 
@@ -158,7 +172,7 @@ void producer<B>::row_gather_args(gather_rows_args& a, gather_shape& sh) const
   a.r = *rb.r;  // a reduced batch: row_bytes are its records', width its source rows' elements
   a.in = rb.in;
   for (std::uint32_t i = 0; i < a.n; ++i) { a.width[i] = deferred_[i].width; }
-  sh = reduce_rows_shape(a, reduce_threads, st_.sm_count);
+  sh = reduce_rows_shape(a, st_.sm_count);
 }
 
 }  // namespace ferry::d2h::detail
