@@ -14,7 +14,7 @@
 #pragma once
 
 #include "../../detail/reduce_block.cuh"  // reduce_shared, fp8_record, topk_record
-#include "../select/gather_rows_publish.cuh"  // rows_layout, gather_rows_layout, gather_rows_start, gather_rows_arrive
+#include "../select/gather_rows_publish.cuh"  // rows_layout, rows_batch_block (steps 1 and 3), rows_view_of
 
 #include <ferry/d2h/detail/kernel_args.hpp>
 
@@ -51,37 +51,24 @@ FERRY_HD void reduce_rows_records(const Blk& b, reduce_shared& sh, const gather_
 }
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
-/// The GPU body of block `blk` of `nblk` (`nt` threads).
+/// The GPU body of block `blk` of `nblk` (`nt` threads): the row batch's steps (rows_batch_block), its records.
 __device__ __forceinline__ void reduce_rows_publish_block(const gather_rows_args& a, std::uint32_t blk,
                                                           std::uint32_t nblk, std::uint32_t t, std::uint32_t nt)
 {
-  __shared__ int block_error;
-  __shared__ std::uint64_t sums[ferry::d2h::detail::gather_max_entries + 1];
   __shared__ reduce_shared sh;
-  if (t == 0) { block_error = 0; }
-  bool count_ok = true;
-  const std::uint64_t rows = select_items(a.sel, count_ok) * a.sel.rows_per_item();
-  const rows_layout l = gather_rows_layout(a, rows, sums, t == 0);
-  const ferry::d2h::cursor c = gather_rows_start(a, l, blk, t);
-  __syncthreads();  // thread 0's sums before any placement
-  reduce_rows_records(gpu_block{t, nt}, sh, a, l, c, blk, nblk, block_error);
-  __syncthreads();  // every store and error note of the block happen-before thread 0's arrival
-  if (t == 0) { gather_rows_arrive(a, c, nblk, block_error != 0, rows, count_ok); }
+  rows_batch_block(a, blk, nblk, t, [&](const rows_layout& l, ferry::d2h::cursor c, int& block_error) {
+    reduce_rows_records(gpu_block{t, nt}, sh, a, l, c, blk, nblk, block_error);
+  });
 }
 #endif
 
 /// The host backend's block `blk` of `nblk` (one thread): the same records, then the arrival.
 inline void reduce_rows_publish_block_host(const gather_rows_args& a, std::uint32_t blk, std::uint32_t nblk)
 {
-  bool count_ok = true;
-  const std::uint64_t rows = select_items(a.sel, count_ok) * a.sel.rows_per_item();
-  std::uint64_t sums[ferry::d2h::detail::gather_max_entries + 1];
-  const rows_layout l = gather_rows_layout(a, rows, sums, true);
-  const ferry::d2h::cursor c = gather_rows_start(a, l, blk, 0);
   static thread_local reduce_shared sh;
-  bool block_error = false;
-  reduce_rows_records(host_block{}, sh, a, l, c, blk, nblk, block_error);
-  gather_rows_arrive(a, c, nblk, block_error, rows, count_ok);
+  rows_batch_block_host(a, blk, nblk, [&](const rows_layout& l, ferry::d2h::cursor c, bool& block_error) {
+    reduce_rows_records(host_block{}, sh, a, l, c, blk, nblk, block_error);
+  });
 }
 
 }  // namespace ferry::kernels::d2h

@@ -199,9 +199,11 @@ FERRY_HD inline void gather_rows_arrive(const gather_rows_args& a, ferry::d2h::c
 }
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
-/// The GPU body of block `blk` of `nblk` (`nt` threads).
-__device__ __forceinline__ void gather_rows_block(const gather_rows_args& a, std::uint32_t blk, std::uint32_t nblk,
-                                                  std::uint32_t t, std::uint32_t nt)
+/// The GPU body of block `blk` of `nblk` (`nt` threads) of a row batch's kernel: steps 1 and 3 here, step 2 by
+/// `work(layout, cursor, block_error)` (every thread; the copy here, a record per row in reduce_rows_publish.cuh).
+template <class Work>
+__device__ __forceinline__ void rows_batch_block(const gather_rows_args& a, std::uint32_t blk, std::uint32_t nblk,
+                                                 std::uint32_t t, Work&& work)
 {
   __shared__ int block_error;
   __shared__ std::uint64_t sums[ferry::d2h::detail::gather_max_entries + 1];
@@ -211,14 +213,25 @@ __device__ __forceinline__ void gather_rows_block(const gather_rows_args& a, std
   const rows_layout l = gather_rows_layout(a, rows, sums, t == 0);
   const ferry::d2h::cursor c = gather_rows_start(a, l, blk, t);
   __syncthreads();  // thread 0's sums before any placement
-  gather_rows_copy(a, l, c, blk, nblk, t, nt, block_error);
+  work(l, c, block_error);
   __syncthreads();  // every store and error note of the block happen-before thread 0's arrival
   if (t == 0) { gather_rows_arrive(a, c, nblk, block_error != 0, rows, count_ok); }
 }
+
+/// The GPU body of gather_rows_publish's block `blk` of `nblk` (`nt` threads).
+__device__ __forceinline__ void gather_rows_block(const gather_rows_args& a, std::uint32_t blk, std::uint32_t nblk,
+                                                  std::uint32_t t, std::uint32_t nt)
+{
+  rows_batch_block(a, blk, nblk, t, [&](const rows_layout& l, ferry::d2h::cursor c, int& block_error) {
+    gather_rows_copy(a, l, c, blk, nblk, t, nt, block_error);
+  });
+}
 #endif
 
-/// The host backend's block `blk` of `nblk` (one thread): the same rows, one memcpy each, then the arrival.
-inline void gather_rows_block_host(const gather_rows_args& a, std::uint32_t blk, std::uint32_t nblk)
+/// The host backend's block `blk` of `nblk` (one thread) of a row batch's kernel: rows_batch_block's steps, step 2
+/// by `work(layout, cursor, block_error)`.
+template <class Work>
+inline void rows_batch_block_host(const gather_rows_args& a, std::uint32_t blk, std::uint32_t nblk, Work&& work)
 {
   bool count_ok = true;
   const std::uint64_t rows = select_items(a.sel, count_ok) * a.sel.rows_per_item();
@@ -226,8 +239,16 @@ inline void gather_rows_block_host(const gather_rows_args& a, std::uint32_t blk,
   const rows_layout l = gather_rows_layout(a, rows, sums, true);
   const ferry::d2h::cursor c = gather_rows_start(a, l, blk, 0);
   bool block_error = false;
-  gather_rows_copy(a, l, c, blk, nblk, 0, 1, block_error);
+  work(l, c, block_error);
   gather_rows_arrive(a, c, nblk, block_error, rows, count_ok);
+}
+
+/// The host backend's gather_rows_publish block: the same rows, one memcpy each, then the arrival.
+inline void gather_rows_block_host(const gather_rows_args& a, std::uint32_t blk, std::uint32_t nblk)
+{
+  rows_batch_block_host(a, blk, nblk, [&](const rows_layout& l, ferry::d2h::cursor c, bool& block_error) {
+    gather_rows_copy(a, l, c, blk, nblk, 0, 1, block_error);
+  });
 }
 
 }  // namespace ferry::kernels::d2h
