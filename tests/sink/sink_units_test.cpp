@@ -248,6 +248,34 @@ TEST(SinkUnits, RunFilesAreRecognized)
   }
 }
 
+/// The process's file size limit lowered to `bytes` for the scope (SIGXFSZ ignored): a write past it fails with
+/// EFBIG, as a write to a full disk fails; both are restored at the scope's end. ok(): every step took.
+class file_size_limit {
+ public:
+  explicit file_size_limit(rlim_t bytes)
+  {
+    struct sigaction ign{};
+    ign.sa_handler = SIG_IGN;
+    ok_ = ::getrlimit(RLIMIT_FSIZE, &old_) == 0 && ::sigaction(SIGXFSZ, &ign, &prev_) == 0;
+    struct rlimit lim = old_;
+    lim.rlim_cur = bytes;
+    ok_ = ok_ && ::setrlimit(RLIMIT_FSIZE, &lim) == 0;
+  }
+  file_size_limit(const file_size_limit&) = delete;
+  file_size_limit& operator=(const file_size_limit&) = delete;
+  ~file_size_limit()
+  {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    ::sigaction(SIGXFSZ, &prev_, nullptr);
+  }
+  [[nodiscard]] bool ok() const noexcept { return ok_; }
+
+ private:
+  struct rlimit old_{};
+  struct sigaction prev_{};
+  bool ok_{false};
+};
+
 class ShardFile : public ::testing::Test {
  protected:
   void SetUp() override
@@ -383,16 +411,10 @@ TEST_F(ShardFile, ThePipelineWritesWhatTheSynchronousPathWrites)
 /// its next call, as an io_error naming the file; the shard is not published.
 TEST_F(ShardFile, AWriteErrorOnTheIoThreadReachesTheWriter)
 {
-  struct rlimit old{};
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
-  struct sigaction ign{}, prev{};
-  ign.sa_handler = SIG_IGN;
-  ASSERT_EQ(::sigaction(SIGXFSZ, &ign, &prev), 0);
-  struct rlimit lim = old;
-  lim.rlim_cur = 1U << 16;
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &lim), 0);
   int code = 0;
   {
+    const file_size_limit limit{1U << 16};
+    ASSERT_TRUE(limit.ok());
     fsd::write_pipeline pipe{8192, 2};
     try {
       fsd::shard_file s{dir, 0, 100, &pipe, true};
@@ -405,8 +427,6 @@ TEST_F(ShardFile, AWriteErrorOnTheIoThreadReachesTheWriter)
       EXPECT_NE(std::string{x.what()}.find(".shard-00000.safetensors.tmp"), std::string::npos) << x.what();
     }
   }
-  ::setrlimit(RLIMIT_FSIZE, &old);
-  ::sigaction(SIGXFSZ, &prev, nullptr);
   EXPECT_EQ(code, EFBIG);
   EXPECT_TRUE(fs::is_empty(dir)) << "the temporary removed, nothing published";
 }
@@ -445,25 +465,19 @@ TEST_F(ShardFile, ASequentialFileHoldsEveryByteInOrder)
 /// at the next write() or at close().
 TEST_F(ShardFile, ASequentialFileWriteErrorReachesTheWriter)
 {
-  struct rlimit old{};
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
-  struct sigaction ign{}, prev{};
-  ign.sa_handler = SIG_IGN;
-  ASSERT_EQ(::sigaction(SIGXFSZ, &ign, &prev), 0);
-  struct rlimit lim = old;
-  lim.rlim_cur = 1U << 20;
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &lim), 0);
   int code = 0;
-  try {
-    ferry::sink::sequential_file f{dir / "big.bin", true};
-    for (int i = 0; i < 64; ++i) { f.write(bytes(std::size_t{1} << 18, i)); }  // 16 MiB past a 1 MiB limit
-    f.close();
-  } catch (const ferry::sink::io_error& x) {
-    code = x.code();
-    EXPECT_NE(std::string{x.what()}.find("big.bin"), std::string::npos) << x.what();
+  {
+    const file_size_limit limit{1U << 20};
+    ASSERT_TRUE(limit.ok());
+    try {
+      ferry::sink::sequential_file f{dir / "big.bin", true};
+      for (int i = 0; i < 64; ++i) { f.write(bytes(std::size_t{1} << 18, i)); }  // 16 MiB past a 1 MiB limit
+      f.close();
+    } catch (const ferry::sink::io_error& x) {
+      code = x.code();
+      EXPECT_NE(std::string{x.what()}.find("big.bin"), std::string::npos) << x.what();
+    }
   }
-  ::setrlimit(RLIMIT_FSIZE, &old);
-  ::sigaction(SIGXFSZ, &prev, nullptr);
   EXPECT_EQ(code, EFBIG);
 }
 
