@@ -107,7 +107,7 @@ def time_steps():
     upload = fstep.StepCapture._upload.__wrapped__  # the generator under the contextmanager
 
     def upload_gen(cap, step, stream):  # the upload before the step (enter) and the publisher's close after it
-        g = part(1, lambda c, *a: upload(c, *a))(cap, step, stream)
+        g = upload(cap, step, stream)  # the generator: nothing runs until next()
         part(1, lambda c: next(g))(cap)
         try:
             yield
