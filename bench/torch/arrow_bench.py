@@ -6,8 +6,8 @@ A channel with SAELens's schema (--hooks residual hooks of [--width] bf16 and to
 --contexts contexts of --context tokens as fast as ferry.arrow.ArrowSink (policy block, shards of --shard-mib,
 fsync per shard) takes them, until --gib of Arrow data is written under --dir. The sink's rate is the bytes it wrote
 over the time from the first capture until close() returned (every shard on the medium); the medium's is the same
-bytes written by one thread in 64 MiB buffered writes then fsync, in the same directory, before and after the sink
-(the higher of the two is the bound). Every row of every shard is then read back with pyarrow and checked against
+bytes written by one thread in 64 MiB writes then fsync, in the same directory, before and after the sink, buffered
+and with O_DIRECT (as dd oflag=direct; the sink writes with O_DIRECT): the highest of the four is the bound. Every row of every shard is then read back with pyarrow and checked against
 the captured tensors (BF16 widened to float32, exactly). The captures come from --device (cuda: the GPU channel;
 cpu: the host backend, for the smoke test).
 
@@ -15,7 +15,8 @@ cpu: the host backend, for the smoke test).
   python bench/torch/arrow_bench.py --device cpu --tiny --dir /tmp/a --out /tmp/a.json  # smoke (host)
 
 Output: {"device","commit","date","command","arrow":{"disk_write_gbps","sink_write_gbps","share","rows_checked",
-"rows_bad","bytes_written","seconds","disk_before_gbps","disk_after_gbps"}}
+"rows_bad","bytes_written","seconds","disk_before_gbps","disk_after_gbps","disk_direct_before_gbps",
+"disk_direct_after_gbps"}}
 """
 
 from __future__ import annotations
@@ -89,8 +90,8 @@ def main(argv=None) -> int:
     os.makedirs(a.dir)
     total = int(a.gib * (1 << 30))
     probe = os.path.join(a.dir, "probe")
-    before = write_rate(probe, total)
-    log(f"medium before: {before:.3f} GB/s ({total / 1e9:.2f} GB under {a.dir})")
+    before, before_direct = write_rate(probe, total), write_rate(probe, total, direct=True)
+    log(f"medium before: {before:.3f} GB/s buffered, {before_direct:.3f} O_DIRECT ({total / 1e9:.2f} GB under {a.dir})")
     schema = {h: (f"blocks.{h}.hook_resid_post", torch.bfloat16, (a.width,)) for h in range(a.hooks)}
     schema[a.hooks] = ("token_ids", "I64", ())
     variants = 4
@@ -110,17 +111,19 @@ def main(argv=None) -> int:
         ch.end_forward(s)
     st = sink.close()
     dt = time.perf_counter() - t0
-    after = write_rate(probe, total)
+    after, after_direct = write_rate(probe, total), write_rate(probe, total, direct=True)
     shutil.rmtree(probe, ignore_errors=True)
     rate = st["bytes_written"] / dt / 1e9
     log(f"sink: {st['bytes_written'] / 1e9:.2f} GB in {dt:.2f} s = {rate:.3f} GB/s ({st['forwards_written']} "
-        f"forwards, {st['shards']} shards, refused {st['forwards_refused']}); medium after: {after:.3f} GB/s")
+        f"forwards, {st['shards']} shards, refused {st['forwards_refused']}); medium after: {after:.3f} GB/s buffered, "
+        f"{after_direct:.3f} O_DIRECT")
     rows, bad = check(ds, a, variants)
     bad += (st["rows_written"] != n_fwd * a.contexts) + st["forwards_refused"]
-    disk = max(before, after)
+    disk = max(before, after, before_direct, after_direct)
     out["arrow"] = {"disk_write_gbps": disk, "sink_write_gbps": rate, "share": rate / disk, "rows_checked": rows,
                     "rows_bad": bad, "bytes_written": st["bytes_written"], "seconds": dt,
-                    "disk_before_gbps": before, "disk_after_gbps": after, "dir": a.dir}
+                    "disk_before_gbps": before, "disk_after_gbps": after, "disk_direct_before_gbps": before_direct,
+                    "disk_direct_after_gbps": after_direct, "dir": a.dir}
     log(f"arrow: {rate:.3f} GB/s of the medium's {disk:.3f} ({rate / disk:.1%}); rows checked {rows}, bad {bad}")
     shutil.rmtree(ds, ignore_errors=True)
     write_json(a.out, out)
