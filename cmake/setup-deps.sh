@@ -88,8 +88,8 @@ ferry_install_fuzz_deps() {
   "$py" -c "import atheris" > /dev/null 2>&1
 }
 
-# The torch layer's test dependencies (PyPI): torch and transformers, and pyarrow + datasets for the engine's
-# Arrow format (its tests load the dataset with datasets.load_from_disk). Optional: the torch ops extension and
+# The torch layer's test dependencies (PyPI): torch and transformers, pyarrow + datasets for the engine's
+# Arrow format (its tests load the dataset with datasets.load_from_disk), accelerate for its tensor-parallel tests. Optional: the torch ops extension and
 # its tests are built/run only where torch imports. Skipped with FERRY_SKIP_TORCH=1 or when offline.
 # Returns non-zero when torch still cannot be imported.
 ferry_install_torch_deps() {
@@ -113,6 +113,11 @@ ferry_install_torch_deps() {
     echo "ferry: pip installing ${missing[*]} for the engine's Arrow format tests"
     "$py" -m pip install -q "${missing[@]}" > /dev/null 2>&1 ||
       echo "ferry: could not pip install ${missing[*]} (offline?): the Arrow format's tests are skipped" >&2
+  fi
+  if ! "$py" -c "import accelerate" > /dev/null 2>&1; then  # transformers' TP plan (from_pretrained(tp_plan=))
+    echo "ferry: pip installing accelerate for the engine's tensor-parallel tests (transformers' TP plan needs it)"
+    "$py" -m pip install -q accelerate > /dev/null 2>&1 ||
+      echo "ferry: could not pip install accelerate (offline?): the engine's tensor-parallel tests are skipped" >&2
   fi
   "$py" -c "import torch" > /dev/null 2>&1
 }

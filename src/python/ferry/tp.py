@@ -31,7 +31,7 @@ import numpy as _np
 from . import shards as _shards
 from ._ferry import Error
 
-__all__ = ["LayoutError", "TPRun", "open", "shard", "spec"]
+__all__ = ["LayoutError", "TPRun", "check_slices", "open", "shard", "spec"]
 
 
 def shard(world: int, rank: int, dim: int, extent: int, full: int | None = None, offset: int | None = None) -> dict:
@@ -74,6 +74,23 @@ def _rank_of(run) -> int | None:
 def _base(name: str) -> str:
     """A tensor's hook name: "h#1" (the hook's 2nd capture in its forward) is hook "h"."""
     return name.split("#", 1)[0]
+
+
+def check_slices(name: str, dim: int, full: int, slices) -> None:
+    """The tiling rule of a sharded tensor: `slices` ``[(offset, extent, where)]`` sorted by offset cover ``[0,
+    full)`` of row dimension `dim` with no gap or overlap; else LayoutError naming the `where` (a run directory or
+    file) at fault."""
+    at, prev = 0, None
+    for offset, extent, where in slices:
+        if offset != at:
+            kind = "overlap" if offset < at else "gap"
+            before = f"the slice of {prev} ends at {at}" if prev is not None else "the first slice starts at 0"
+            raise LayoutError(where, f"hook {name!r}: slices of dim {dim} ({kind}): expected offset {at} ({before}), "
+                                     f"got the slice [{offset}, {offset + extent}) of {where}")
+        at, prev = offset + extent, where
+    if at != full:
+        raise LayoutError(prev, f"hook {name!r}: slices of dim {dim} (gap): expected them to end at full {full}, got "
+                                f"the last one ending at {at}")
 
 
 class TPRun:
@@ -133,19 +150,7 @@ class TPRun:
                               f"({', '.join(self.runs[i].directory for i, _, _ in have)})")
         dim, full = l0["dim"], l0["full"]
         slices = sorted((l["offset"], self._dtype_row(r, name)[1][dim], i) for i, r, l in have)
-        at, prev = 0, None
-        for offset, extent, i in slices:
-            d = self.runs[i].directory
-            if offset != at:
-                kind = "overlap" if offset < at else "gap"
-                before = (f"the slice of {self.runs[prev].directory} ends at {at}" if prev is not None
-                          else "the first slice starts at 0")
-                raise LayoutError(d, f"hook {name!r}: slices of dim {dim} ({kind}): expected offset {at} ({before}), "
-                                     f"got the slice [{offset}, {offset + extent}) of {d}")
-            at, prev = offset + extent, i
-        if at != full:
-            raise LayoutError(self.runs[prev].directory, f"hook {name!r}: slices of dim {dim} (gap): expected them to "
-                                                         f"end at full {full}, got the last one ending at {at}")
+        check_slices(name, dim, full, [(o, e, self.runs[i].directory) for o, e, i in slices])
         return {"world": world, "dim": dim, "full": full, "slices": slices}
 
     def _check_tags(self) -> list[int]:

@@ -74,6 +74,7 @@ class ArrowSampleWriter:
                                              **red}))
         fields += [pa.field("complete", pa.bool_()), pa.field("missing", pa.string()),
                    pa.field("reason", pa.string()), pa.field("prompt_len", pa.int64())]
+        fields += [pa.field("tp", pa.string())] if "tp" in self.run_meta else []  # each row's slices (tp_samples.py)
         meta = {"ferry.format": FORMAT, "ferry.version": str(VERSION), "ferry.run": json.dumps(self.run_meta)}
         return pa.schema(fields, metadata=meta)
 
@@ -99,6 +100,7 @@ class ArrowSampleWriter:
             cols.append(pa.ListArray.from_arrays(offsets, rows))
         cols += [pa.array([bool(s.complete)]), pa.array([json.dumps([list(m) for m in s.missing])]),
                  pa.array([s.reason]), pa.array([int(s.prompt_len)], pa.int64())]
+        cols += [pa.array([json.dumps(s.tp)])] if "tp" in self.run_meta else []
         return pa.RecordBatch.from_arrays(cols, schema=self._schema)
 
     def write(self, s: Sample) -> None:
@@ -152,6 +154,8 @@ def open_arrow_samples(directory: str) -> Iterator[tuple[dict[str, str], dict[st
                             "taps": json.dumps(kept), "complete": "true" if row["complete"].as_py() else "false",
                             "missing": row["missing"].as_py(), "reason": row["reason"].as_py(),
                             "prompt_len": str(row["prompt_len"].as_py())}
+                    if "tp" in schema.names:
+                        meta["tp"] = b.column("tp")[i].as_py()
                     fm = schema.field(taps[0]).metadata if taps else {}
                     if b"ferry.reduce" in fm:  # Capture(reduce=): the rows are records (ferry.engine.decode)
                         meta["reduce"] = fm[b"ferry.reduce"].decode()

@@ -59,6 +59,8 @@ class Assembler:
         self.native = _ferry.SampleAssembler(len(self.taps), policy=policy, max_pending_bytes=int(max_queue_bytes),
                                              timeout=float(timeout))
         self.tap_info: dict[int, tuple] = {}  # hook -> (dtype name, row_shape[, reducer, width])
+        self.tp: Any = None  # tensor parallelism (engine/tp.py's TP) and each sharded tap's slice, by hook
+        self.tap_slices: dict[int, dict] = {}
         self._by_handle: dict[int, Request] = {}
         self.error: BaseException | None = None
         self.report: dict[str, Any] = {"samples": 0, "complete": 0, "incomplete": [], "dropped": [], "lost": [],
@@ -89,9 +91,13 @@ class Assembler:
         info = [self.tap_info.get(h) for h in keep]
         dtype, row_shape, *red = info[0] if info and info[0] else ("U8", ())
         r = self._by_handle.get(handle)
+        tp = None
+        if self.tp is not None:
+            tp = {"world": self.tp.world, "rank": self.tp.rank,
+                  "slices": {self.taps[h]: self.tap_slices[h] for h in keep if h in self.tap_slices}}
         return Sample(rid, hidden, pos, tok, [self.taps[h] for h in keep], dtype, row_shape, complete,
                       [tuple(m) for m in missing], reason, len(r.prompt) if r is not None else 0,
-                      *(red or ("", 0)))
+                      *(red or ("", 0)), tp)
 
     def _write_loop(self) -> None:
         rep = self.report

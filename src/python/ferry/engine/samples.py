@@ -50,6 +50,7 @@ class Sample:
     prompt_len: int = 0
     reduce: str = ""  # Capture(reduce=): the rows are this reducer's records over rows of reduce_width elements
     reduce_width: int = 0
+    tp: dict | None = None  # tensor parallelism: {"world", "rank", "slices": {sharded tap: ferry.tp.shard(...)}}
 
     @property
     def nbytes(self) -> int:
@@ -66,7 +67,8 @@ class Sample:
                 "taps": json.dumps(self.taps), "complete": "true" if self.complete else "false",
                 "missing": json.dumps([list(m) for m in self.missing]), "reason": self.reason,
                 "prompt_len": str(self.prompt_len),
-                **({"reduce": self.reduce, "reduce_width": str(self.reduce_width)} if self.reduce else {})}
+                **({"reduce": self.reduce, "reduce_width": str(self.reduce_width)} if self.reduce else {}),
+                **({"tp": json.dumps(self.tp)} if self.tp else {})}
 
 
 def write_safetensors(path: str, tensors: dict[str, tuple[str, tuple[int, ...], np.ndarray]],
@@ -235,7 +237,8 @@ def _load(path: str, header: tuple[dict, dict, int], name: str) -> np.ndarray:
 def open_samples(directory: str) -> Iterator[tuple[dict[str, str], dict[str, np.ndarray]]]:
     """Yields ``(metadata, {"hidden_states", "token_ids", "positions"})`` for every sample the manifest lists
     (samples.jsonl, index.json, or an Arrow dataset's state.json), in write order. BF16 arrays are their bits
-    (uint16: ``torch.from_numpy(a).view(torch.bfloat16)``)."""
+    (uint16: ``torch.from_numpy(a).view(torch.bfloat16)``). A run under tensor parallelism (``rank-NNNNN``
+    directories) yields whole samples, its ranks' joined (tp_samples.py)."""
     if os.path.exists(os.path.join(directory, "state.json")):
         from .arrow import open_arrow_samples
         yield from open_arrow_samples(directory)
@@ -253,7 +256,14 @@ def open_samples(directory: str) -> Iterator[tuple[dict[str, str], dict[str, np.
             meta = json.loads(h[0]["samples"])[rid]
             yield meta, {k: _load(path, h, f"{rid}/{k}") for k in ("hidden_states", "token_ids", "positions")}
         return
-    with open(os.path.join(directory, "samples.jsonl"), encoding="utf-8") as f:
+    manifest = os.path.join(directory, "samples.jsonl")
+    if not os.path.exists(manifest):  # a run under tensor parallelism: rank-NNNNN directories, assembled
+        from .tp_samples import open_tp_samples, rank_dirs
+        ranks = rank_dirs(directory) if os.path.isdir(directory) else None
+        if ranks is not None:
+            yield from open_tp_samples(directory, ranks)
+            return
+    with open(manifest, encoding="utf-8") as f:
         lines = f.read().split("\n")
     for line in lines[:-1]:  # the last line is complete only when it ends with a newline
         rec = json.loads(line)

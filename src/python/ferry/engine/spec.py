@@ -89,11 +89,19 @@ class Spec:
 @dataclass(frozen=True)
 class Tap:
     """One captured tensor per token: ``name``, the ``module`` (qualified, as in ``named_modules()``) and ``when``
-    (``"input"`` | ``"output"``), as ``ferry.hooks.HookPoint`` names a point."""
+    (``"input"`` | ``"output"``), as ``ferry.hooks.HookPoint`` names a point. ``tp``, under tensor parallelism
+    (engine/tp.py): ``"replicated"`` (captured on rank 0), a row dimension (each rank holds a slice of it), or None
+    (the model's TP plan tells; the presets' taps are the residual stream, replicated)."""
 
     name: str
     module: str
     when: str = "output"
+    tp: Any = None
+
+    def __post_init__(self) -> None:
+        if not (self.tp in (None, "replicated") or (isinstance(self.tp, int) and not isinstance(self.tp, bool))):
+            raise _logic(f"ferry.engine.Tap {self.name!r}: expected tp None, 'replicated' or a row dimension (int), "
+                         f"got {self.tp!r}")
 
 
 def _decoder(model: Any) -> tuple[str, int]:
@@ -121,9 +129,9 @@ def resolve_taps(model: Any, taps: Any = "eagle3") -> list[Tap]:
         if not -n <= i < n:
             raise _logic(f"ferry.engine: expected a layer index in [0, {n}) of this {n}-layer model, got {i}")
         i %= n
-        return Tap(f"layer.{i}", f"{pre}layers.{i}")
+        return Tap(f"layer.{i}", f"{pre}layers.{i}", tp="replicated")
 
-    final = Tap("final", f"{pre}norm")
+    final = Tap("final", f"{pre}norm", tp="replicated")
     if isinstance(taps, str):
         if taps == "eagle3":
             if n < 4:
@@ -131,7 +139,8 @@ def resolve_taps(model: Any, taps: Any = "eagle3") -> list[Tap]:
             idx = list(dict.fromkeys((2, n // 2, n - 3)))  # a small model repeats one: kept once, in order
             return [layer(i) for i in idx] + [final]
         if taps == "all-layers":
-            return [Tap("embeddings", f"{pre}embed_tokens")] + [layer(i) for i in range(n - 1)] + [final]
+            emb = Tap("embeddings", f"{pre}embed_tokens", tp="replicated")
+            return [emb] + [layer(i) for i in range(n - 1)] + [final]
         if taps == "sae" or taps.startswith("sae:"):
             idx = n // 2 if taps == "sae" else _int(taps[4:], taps)
             return [layer(idx)]

@@ -268,7 +268,7 @@ class StepCapture:
         a = self.assembler
         if a is not None and hook not in self._seen_taps:
             self._seen_taps.add(hook)
-            a.tap_info[hook] = self._tap_info(t, rows)
+            a.tap_info[hook] = self._tap_info(t, rows, hook)
         kw = {"stream": self._fstream} if self._fstream is not None else {}
         # reduce=: a reducer's record per row; the taps' records one reduce_rows_publish per batch, as rows a gather
         cap = self.ch.capture_rows_deferred

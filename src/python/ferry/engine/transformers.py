@@ -30,6 +30,7 @@ from .assembler import Assembler, Request, dropped_report
 from .step import StepCapture, runner_patch
 from .samples import SampleWriter
 from .spec import Spec, resolve_taps
+from .tp import relay as tp_relay, setup as tp_setup, slice_of, write_meta as write_tp_meta
 
 __all__ = ["Capture"]
 
@@ -63,10 +64,13 @@ class Capture(StepCapture):
 
         if on_error not in ("raise", "disable"):
             raise _logic(f"ferry.engine.Capture: expected on_error 'raise' or 'disable', got {on_error!r}")
-        if model.__dict__.get("_ferry_capture") is not None:
+        if model.__dict__.get("_ferry_capture") is not None or model.__dict__.get("_ferry_capture_tp") is not None:
             raise _logic("ferry.engine.Capture: this model already has a Capture attached (close() it first)")
-        self.model, self.taps = model, resolve_taps(model, taps)
+        self.tp, local, self._layout, out, tp_meta = tp_setup(model, resolve_taps(model, taps), out, reduce)
+        self.model, self.taps = model, local  # under TP: the taps this rank captures (engine/tp.py)
         self.names = [t.name for t in self.taps]
+        self._run_names = tp_meta.get("taps", self.names)
+        self._specs: dict[str, Spec] = {}  # under TP: what the driver relays with each request
         dev = next(model.parameters()).device
         self.cuda = dev.type == "cuda"
         self.backend = ("cuda" if self.cuda else "host") if backend == "auto" else backend
@@ -87,13 +91,22 @@ class Capture(StepCapture):
         default = (dtype_name(next(model.parameters()).dtype), (int(width or 0),))  # until a capture tells
         self.ch, self.assembler, self.writer, self._sink = None, None, None, None
         if isinstance(out, (str, bytes)) or hasattr(out, "__fspath__"):
-            run_meta = {"taps": self.names, "model": type(model).__name__, "ferry": ferry.__version__}
+            run_meta = {"taps": self.names, "model": type(model).__name__, "ferry": ferry.__version__,
+                        **({"tp": {"world": self.tp.world, "rank": self.tp.rank}} if self.tp else {})}
             self.writer = SampleWriter(str(out), format, shard_bytes=shard_bytes, fsync=fsync, overwrite=overwrite,
                                        run_meta=run_meta)
+            if self.tp is not None:
+                write_tp_meta(str(out), tp_meta)
+        if not self.taps:  # under TP, a rank with nothing to capture: no channel, no hook, every step untouched
+            self._pub, self._reqs, self._hooks, self.manager, self._batch_ids = None, {}, None, None, 0
+            model.__dict__["_ferry_capture_tp"] = self
+            return
+        if self.writer is not None:
             self.assembler = Assembler(self.names, self.writer, policy=policy, max_queue_bytes=max_queue_bytes,
                                        timeout=float(timeout))
             self.ch = ferry.Channel(**self._ch_args, sink=self.assembler.native)  # entries filed in C++
             self.assembler.tap_info.update({i: default for i in range(len(self.taps))})
+            self.assembler.tp = self.tp  # under TP: each sample records its sharded taps' slices
             self.assembler.start()
         else:  # a native sink: the taps' schema travels with the entries
             schema = {i: (t.name, reduce or default[0], default[1]) for i, t in enumerate(self.taps)}
@@ -117,20 +130,29 @@ class Capture(StepCapture):
         runner_patch()
         model.__dict__["_ferry_capture"] = self
 
-    def _tap_info(self, t: Any, rows: Any) -> tuple:
-        """A tap's (dtype name, row_shape[, reducer, width]) as its samples hold it (from its first capture)."""
+    def _tap_info(self, t: Any, rows: Any, hook: int = 0) -> tuple:
+        """A tap's (dtype name, row_shape[, reducer, width]) as its samples hold it (from its first capture), its
+        slice under TP; a sample holds one dtype and row shape: a tap that differs from one seen is a LogicError."""
         from ..schema import dtype_name
         row_shape = tuple(int(x) for x in t.shape[2:]) if t.dim() >= 3 else (int(rows.shape[1]),)
-        if not self.reduce:
-            return dtype_name(t.dtype), row_shape
-        rec, _ = ferry_reduce.record_layout(self.reduce, int(rows.shape[1]))
-        return "U8", (rec,), self.reduce, int(rows.shape[1])
+        if self.tp is not None and self._layout[hook] is not None:
+            self.assembler.tap_slices[hook] = slice_of(self.names[hook], self._layout[hook], self.tp, row_shape)
+        info: tuple = (dtype_name(t.dtype), row_shape)
+        if self.reduce:
+            rec, _ = ferry_reduce.record_layout(self.reduce, int(rows.shape[1]))
+            info = ("U8", (rec,), self.reduce, int(rows.shape[1]))
+        for h in self._seen_taps - {hook}:
+            if self.assembler.tap_info[h][:2] != info[:2]:
+                raise _logic(f"ferry.engine.Capture: a sample holds one dtype and row shape for all its taps: "
+                             f"expected tap {self.names[hook]!r} like tap {self.names[h]!r}, "
+                             f"{self.assembler.tap_info[h][:2]}, got {info[:2]}")
+        return info
 
     # ---- requests ----
     def register(self, request_id: str, input_ids: Any, max_new_tokens: int, spec: Spec | None) -> None:
         """Records what request ``request_id`` captures (before the engine schedules it); ``spec`` None: nothing.
         A second request with the same id, a window it cannot reach or an unknown tap is a ``ferry.LogicError``."""
-        if spec is None:
+        if spec is None or not self.taps:  # under TP, a rank with no tap of its own captures nothing
             return
         if not isinstance(spec, Spec):
             raise _logic(f"ferry.engine: request {request_id!r}: expected capture a ferry.engine.Spec or None, got "
@@ -140,10 +162,14 @@ class Capture(StepCapture):
         prompt = [int(x) for x in input_ids]
         lo, hi = spec.positions(len(prompt), int(max_new_tokens), request_id)
         names = list(spec.taps) if spec.taps is not None else self.names
-        unknown = [n for n in names if n not in self.names]
+        run = self._run_names
+        unknown = [n for n in names if n not in run]
         if unknown:
-            raise _logic(f"ferry.engine: request {request_id!r}: expected taps among the run's {self.names}, got "
-                         f"{unknown}")
+            raise _logic(f"ferry.engine: request {request_id!r}: expected taps among the run's {run}, got {unknown}")
+        names = [n for n in names if n in self.names]  # under TP: the ones this rank captures
+        if not names:
+            return
+        self._specs[request_id] = spec
         r = Request(request_id, next(self._handles), lo, hi, [self.names.index(n) for n in names], prompt,
                     strict=isinstance(spec.tokens, tuple))
         self._reqs[request_id] = r
@@ -172,6 +198,10 @@ class Capture(StepCapture):
         requests' samples, its ``cancel_request`` marks them cancelled. Returns the manager."""
         if getattr(manager, "_use_prefix_sharing", False):
             raise _logic(PREFIX_SHARING)
+        self.manager = manager
+        if not self.taps:  # under TP, a rank with nothing to capture
+            return manager
+        tp_relay(self, manager)  # under TP: the driver's requests and cancellations reach every rank's Capture
         router = manager.output_router
         for name in ("deliver", "deliver_batch"):
             orig = getattr(router, name)
@@ -199,6 +229,8 @@ class Capture(StepCapture):
         m = self.manager
         if max_new_tokens is None:
             max_new_tokens = m.generation_config.max_new_tokens
+        if self.tp is not None and self.tp.rank != 0:  # transformers' TP driver takes requests; it relays them
+            return m.add_request(input_ids, request_id=request_id, max_new_tokens=max_new_tokens, **kwargs)
         if request_id is None:
             request_id = f"req_ferry_{len(self._reqs)}_{next(self._handles)}"
         self.register(request_id, input_ids, max_new_tokens, capture)
@@ -218,6 +250,11 @@ class Capture(StepCapture):
         samples written, complete, incomplete (with what is missing), dropped, lost, and why capture was
         disabled."""
         self.model.__dict__.pop("_ferry_capture", None)
+        if self._hooks is None:  # under TP, a rank with nothing to capture
+            self.model.__dict__.pop("_ferry_capture_tp", None)
+            self.writer.close()
+            return {"samples": 0, "complete": 0, "incomplete": [], "dropped": [], "lost": [], "disabled": "",
+                    "requests": 0, "request_ids": {}, "tp": {"world": self.tp.world, "rank": self.tp.rank}}
         self._hooks.remove()
         got: dict = {}
         try:
@@ -246,6 +283,8 @@ class Capture(StepCapture):
             rep["dropped"] = dropped_report(self._sink, ids)
         rep["disabled"] = self._disabled
         rep["requests"] = len(self._reqs)
+        if self.tp is not None:
+            rep["tp"] = {"world": self.tp.world, "rank": self.tp.rank}
         rep["request_ids"] = ids
         return rep
 

@@ -60,8 +60,10 @@ def generate_batch(cap: Any, inputs: list, generation_config: Any, capture: Any,
     base = cap._batch_ids  # ids go on across calls: a Capture refuses an id twice
     ids = [f"req_{base + i}" for i in range(len(inputs))]
     cap._batch_ids = base + len(inputs)
+    driver = cap.tp is None or cap.tp.rank == 0  # under TP the other ranks get each spec with its request
     for rid, x, s in zip(ids, inputs, specs):
-        cap.register(rid, x, max_new, s)
+        if driver:
+            cap.register(rid, x, max_new, s)
     kwargs: dict[str, Any] = dict(generation_config=generation_config, block=True, timeout=5,
                                   continuous_batching_config=_cb_config(cap, cb_config), warmup=warmup)
     params = inspect.signature(model.continuous_batching_context_manager).parameters
