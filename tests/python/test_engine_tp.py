@@ -291,3 +291,21 @@ def test_capture_under_tp_refuses_a_stream_and_a_reducer_of_slices(model_dir, tm
     with pytest.raises(LogicError, match="expected reduce None with sharded taps"):
         fe.Capture(model, taps=[fe.Tap("up", "model.layers.1.mlp.up_proj")], out=str(tmp_path / "o"),
                    backend="host", reduce="fp8_e4m3")
+
+
+def test_the_api_docs_tp_block_runs_on_two_ranks(model_dir, tmp_path):
+    """docs/api/engine.md's ```python tp block, as written, in 2 processes (torchrun's environment: the test's
+    store stands in for torchrun's agent store); its samples read back whole."""
+    import pathlib
+    import re
+    doc = pathlib.Path(HERE).parents[1] / "docs" / "api" / "engine.md"
+    (code,) = re.findall(r"```python tp\n(.*?)```", doc.read_text(), flags=re.S)
+    script = tmp_path / "capture_tp.py"
+    script.write_text(code)
+    out = tmp_path / "out"
+    run_ranks(torch, 2, lambda r: [sys.executable, str(script)], cwd=HERE, timeout=240.0,
+              env=lambda r: {"MODEL": model_dir, "OUT": str(out), "TORCHELASTIC_USE_AGENT_STORE": "True",
+                             "LOCAL_RANK": str(r), "PYTHONPATH": os.pathsep.join(sys.path)})
+    got = list(fe.open_samples(str(out)))
+    assert [m["complete"] for m, _ in got] == ["true", "true"]
+    assert got[0][1]["hidden_states"].shape[1:] == (1, 64)  # z of 4 heads x 16, whole again
