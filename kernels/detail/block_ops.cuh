@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // A block of threads as the reduce bodies (reduce_block.cuh) see it, on each backend: its thread `t` of `nt`, a
-// barrier, shared-memory atomics, and the radix-select histogram pass.
+// barrier, shared-memory atomics, a warp's max, and the radix-select histogram pass.
 //   host_block   the host backend's block: one thread; the barrier is a no-op, the atomics plain;
 //   gpu_block    a CUDA / HIP block of nt threads, nt a multiple of 32 (reduce_rows launches 256).
 #pragma once
@@ -23,6 +23,8 @@ struct host_block {
     return old;
   }
   FERRY_HD void max(std::uint32_t* p, std::uint32_t v) const noexcept { *p = v > *p ? v : *p; }
+  /// The max of `v` over the lanes of the caller's warp (one lane: `v`).
+  FERRY_HD static std::uint32_t warp_max(std::uint32_t v) noexcept { return v; }
   /// radix_select's histogram pass: hist[digit(c)] += 1 for every c in [0, width) that digit() admits (< 256).
   template <class Digit>
   FERRY_HD void histogram(std::uint32_t* hist, std::uint64_t width, Digit digit) const
@@ -62,6 +64,23 @@ struct gpu_block {
     *p = v > *p ? v : *p;
 #endif
   }
+  /// The max of `v` over the 32 lanes of the caller's warp (every lane calls it; on a 64-wide HIP wavefront, over
+  /// its half).
+  FERRY_HD static std::uint32_t warp_max(std::uint32_t v)
+  {
+#if defined(__CUDA_ARCH__)
+    for (int d = 16; d > 0; d >>= 1) {
+      const std::uint32_t o = __shfl_xor_sync(0xffffffffU, v, d);
+      v = o > v ? o : v;
+    }
+#elif defined(__HIP_DEVICE_COMPILE__)
+    for (int d = 16; d > 0; d >>= 1) {
+      const std::uint32_t o = static_cast<std::uint32_t>(__shfl_xor(static_cast<int>(v), d, 32));
+      v = o > v ? o : v;
+    }
+#endif
+    return v;
+  }
   /// The histogram pass by the whole block, warp-aligned (every lane of a warp runs the same iterations): on
   /// CUDA the lanes of a warp with the same digit add once (__match_any_sync: the few top digits of a row's
   /// first pass would otherwise serialise the block on a handful of shared atomics).
@@ -69,13 +88,21 @@ struct gpu_block {
   FERRY_HD void histogram(std::uint32_t* hist, std::uint64_t width, Digit digit) const
   {
 #if defined(__CUDA_ARCH__)
+    constexpr std::uint32_t batch = 8;  // digits (their loads) a lane has in flight before it adds them
     const std::uint32_t lane = t & 31U;
-    for (std::uint64_t base = t - lane; base < width; base += nt) {
-      const std::uint64_t c = base + lane;
-      const std::uint32_t d = c < width ? digit(c) : 256U;
-      const std::uint32_t peers = __match_any_sync(0xffffffffU, d);
-      if (d < 256 && lane == static_cast<std::uint32_t>(__ffs(static_cast<int>(peers)) - 1)) {
-        atomicAdd(&hist[d], static_cast<std::uint32_t>(__popc(peers)));
+    for (std::uint64_t base = t - lane; base < width; base += batch * nt) {
+      std::uint32_t d[batch];
+#pragma unroll
+      for (std::uint32_t u = 0; u < batch; ++u) {
+        const std::uint64_t c = base + u * nt + lane;
+        d[u] = c < width ? digit(c) : 256U;
+      }
+#pragma unroll
+      for (std::uint32_t u = 0; u < batch; ++u) {
+        const std::uint32_t peers = __match_any_sync(0xffffffffU, d[u]);
+        if (d[u] < 256 && lane == static_cast<std::uint32_t>(__ffs(static_cast<int>(peers)) - 1)) {
+          atomicAdd(&hist[d[u]], static_cast<std::uint32_t>(__popc(peers)));
+        }
       }
     }
 #elif defined(__HIP_DEVICE_COMPILE__)

@@ -111,6 +111,54 @@ TYPED_TEST_P(D2hReduceRows, TopkIsTheSortedPrefixWithTiesByLowerIndex)
   }
 }
 
+/// topk over bf16 rows of 4096 elements that take 3 values, so the k-th value has about 1365 equal elements: more
+/// than the block keeps in shared memory (topk_tie_cap), so the lowest indices among them come from the second radix
+/// select; k = 1, 64 and 1024 (topk_max): the values of a stable descending sort and their indices.
+TYPED_TEST_P(D2hReduceRows, TopkTiesBeyondTheSharedBufferTakeTheLowestIndices)
+{
+  using B = TypeParam;
+  constexpr std::uint64_t width = 4096;
+  std::mt19937_64 rng{11};
+  fb::stream<B> s{this->b};
+  std::vector<std::uint16_t> h(TestFixture::n_rows * width);
+  for (auto& x : h) { x = TestFixture::bf16_of(static_cast<float>(static_cast<int>(rng() % 3) - 1)); }
+  auto dh = this->upload(h, s.view());
+  const std::vector<std::int32_t> rows{7, 1};
+  auto idx = this->upload(rows, s.view());
+  typename TestFixture::collected got;
+  fd::channel<B> ch{this->rows_config(1 << 20), this->b, got.callback()};
+  const std::vector<std::uint32_t> ks{1U, 64U, 1024U};
+  ch.begin_forward(s);
+  for (std::size_t e = 0; e < ks.size(); ++e) {
+    ch.capture_reduced(fd::hook_id{static_cast<std::uint32_t>(e)}, dh.data(), TestFixture::n_rows, width,
+                       fd::reduce_input::bf16,
+                       fd::row_selection::rows(static_cast<const std::int32_t*>(idx.data()), rows.size()),
+                       fd::reducer::topk(ks[e]), s);
+  }
+  (void)ch.end_forward(s);
+  s.synchronize();
+  EXPECT_NO_THROW((void)ch.close(10s));
+  ASSERT_EQ(got.status.size(), ks.size());
+  for (std::size_t e = 0; e < ks.size(); ++e) {
+    const std::uint32_t k = ks[e];
+    SCOPED_TRACE(::testing::Message() << "k " << k);
+    ASSERT_EQ(got.status[e], fd::entry_status::ok);
+    for (std::size_t j = 0; j < rows.size(); ++j) {
+      std::vector<std::pair<float, std::int32_t>> v(width);
+      for (std::uint64_t c = 0; c < width; ++c) {
+        v[c] = {TestFixture::of_bf16(h[rows[j] * width + c]), static_cast<std::int32_t>(c)};
+      }
+      std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first > b.first; });
+      const std::size_t base = j * 8ULL * k;
+      for (std::uint32_t i = 0; i < k; ++i) {
+        ASSERT_EQ(TestFixture::f32_at(got.bytes[e], base + 4ULL * i), v[i].first) << "row " << j << " rank " << i;
+        ASSERT_EQ(static_cast<std::int32_t>(TestFixture::u32_at(got.bytes[e], base + 4ULL * (k + i))), v[i].second)
+            << "row " << j << " rank " << i;
+      }
+    }
+  }
+}
+
 /// fp8_e4m3: the scale is amax / 448 (1 for a row of zeros), the codes decode to x / scale within e4m3's half ulp
 /// (2^-4 relative, or 2^-10 absolute below the normals), the row's largest |x| to +-448, and the padding is zero.
 TYPED_TEST_P(D2hReduceRows, Fp8CodesDecodeWithinHalfAnUlpOfTheScaledRow)
@@ -154,7 +202,7 @@ TYPED_TEST_P(D2hReduceRows, Fp8CodesDecodeWithinHalfAnUlpOfTheScaledRow)
 }
 
 /// mean over a window of each request and stats over every selected row: within 1e-5 relative of double sums
-/// (f32 sums of at most 8 rows of N(0, 1)); the counts; max |x| exact. 300 columns: a mean record is three work
+/// (f32 sums of at most 8 rows of N(0, 1)); the counts; max |x| exact. 300 columns: a mean record is several work
 /// units of mean_chunk_cols (the last one partial).
 TYPED_TEST_P(D2hReduceRows, MeanAndStatsMatchDoubleSums)
 {
@@ -448,6 +496,7 @@ TYPED_TEST_P(D2hReduceRows, DeferredBatchesHoldWhatOneLaunchPerEntryHolds)
 }
 
 REGISTER_TYPED_TEST_SUITE_P(D2hReduceRows, TopkIsTheSortedPrefixWithTiesByLowerIndex,
+                            TopkTiesBeyondTheSharedBufferTakeTheLowestIndices,
                             Fp8CodesDecodeWithinHalfAnUlpOfTheScaledRow, MeanAndStatsMatchDoubleSums,
                             BadReducersAreRefusedAndBadItemsFlagged, GraphReplaysReduceTheRowsOfTheirStep,
                             MeanOverWindowsLongerThanATileTakesEveryTile,

@@ -5,8 +5,9 @@
 // time (kernels/detail/reduce_block.cuh). The order of every block is select_rows' (select_rows.cuh):
 //   1. the item count (CPU-known, or the GPU-resolved *device_count, refused above max_count), the entry's place
 //      and the cursor slot[parity] (one load; cursor_unplanned: a graph launch no plan() armed stores nothing);
-//   2. work units blk, blk + nblk, ... (ferry::d2h::work_units): topk and fp8 a record per selected row, mean
-//      mean_chunk_cols columns of a record per item, stats one record for the entry; a unit whose rows name an
+//   2. work units blk, blk + nblk, ... (ferry::d2h::work_units): topk a record per selected row, mean
+//      mean_chunk_cols columns of a record per item, stats one record for the entry; fp8 a record per selected row
+//      by one warp (warp w of block blk the rows (blk x warps + w) + k x nblk x warps); a unit whose rows name an
 //      invalid item reads nothing and writes nothing, and the block notes the error;
 //   3. block barrier, then thread 0 arrives at the join counter (acq_rel, device scope); the block that arrives
 //      last reads the error flag, resets it, and commits the entry: its size slot (records x record_bytes, or
@@ -70,6 +71,19 @@ FERRY_HD void reduce_records(const Blk& b, reduce_shared& sh, const reduce_args&
                              std::uint32_t blk, std::uint32_t nblk, Flag& block_error)
 {
   const std::uint64_t row_bytes = a.width * ferry::d2h::input_bytes(a.input);
+  if (a.r.op == ferry::d2h::reduce_op::fp8_e4m3) {  // a record per warp: the block's warps take rows of their own
+    const std::uint32_t lane = b.t % Blk::lanes, warps = b.nt / Blk::lanes;
+    for (std::uint64_t g = blk * warps + b.t / Blk::lanes; g < s.limit && s.dst != nullptr; g += nblk * warps) {
+      const std::int64_t r = select_source_row(a.sel, a.n_rows, g, s.per_item);
+      if (r < 0) {
+        if (lane == 0) { block_error = 1; }
+        continue;
+      }
+      fp8_record(b, lane, a.src + static_cast<std::uint64_t>(r) * row_bytes, a.width, a.input, s.rec,
+                 s.dst + g * s.rec);
+    }
+    return;
+  }
   for (std::uint64_t u = blk; u < s.limit * s.chunks && s.dst != nullptr; u += nblk) {
     const std::uint64_t g = u / s.chunks;  // the record
     std::byte* out = s.dst + g * s.rec;
@@ -90,11 +104,7 @@ FERRY_HD void reduce_records(const Blk& b, reduce_shared& sh, const reduce_args&
         ok = r >= 0;
         if (!ok) { break; }
         const std::byte* row = a.src + static_cast<std::uint64_t>(r) * row_bytes;
-        if (a.r.op == ferry::d2h::reduce_op::topk) {
-          topk_record(b, sh, row, a.width, a.input, a.r.k, out);
-        } else {
-          fp8_record(b, sh, row, a.width, a.input, s.rec, out);
-        }
+        topk_record(b, sh, row, a.width, a.input, a.r.k, out);
       }
     }
     if (!ok && b.t == 0) { block_error = 1; }

@@ -5,9 +5,10 @@
 // gather's order (gather_rows_publish.cuh, whose steps 1 and 3 it shares) with a record in place of a copy:
 //   1. the item count, the layout (a replay's plan()'d items: rows_layout) and the cursor; block 0 writes the next
 //      cursor (gather_rows_start);
-//   2. work items blk, blk + nblk, ... over (entry i, row j), entry-major, each by the whole block (reduce_block.cuh:
-//      fp8_record, topk_record): the source row from the selection (an invalid item is not read, its record not
-//      written, the block notes the error), its record into entry i (gather_offset) at row j;
+//   2. work items blk, blk + nblk, ... over (entry i, row j), entry-major, each by the whole block (topk_record), or
+//      by one warp for fp8 (fp8_record: warp w of block blk the items (blk x warps + w) + k x nblk x warps): the
+//      source row from the selection (an invalid item is not read, its record not written, the block notes the
+//      error), its record into entry i (gather_offset) at row j;
 //   3. block barrier, then thread 0's arrival; the block that arrives last writes every size slot (rows x the
 //      record's bytes, or selection_error_size for every entry) and, when rel.head_n > 0, releases
 //      (gather_rows_arrive).
@@ -31,21 +32,23 @@ FERRY_HD void reduce_rows_records(const Blk& b, reduce_shared& sh, const gather_
   const std::uint64_t rows = l.limit;
   const std::uint64_t total = ferry::d2h::cursor_live(c) ? rows * a.n : 0;
   const std::uint64_t in_bytes = ferry::d2h::input_bytes(a.in);
-  for (std::uint64_t w = blk; w < total; w += nblk) {
+  const bool fp8 = a.r.op == ferry::d2h::reduce_op::fp8_e4m3;  // a record per warp, else per block
+  const std::uint32_t lane = fp8 ? b.t % Blk::lanes : b.t, per = fp8 ? b.nt / Blk::lanes : 1;
+  for (std::uint64_t w = blk * per + (fp8 ? b.t / Blk::lanes : 0); w < total; w += nblk * per) {
     const auto i = static_cast<std::uint32_t>(w / rows);
     const std::uint64_t j = w - rows * i;
     const std::int64_t r = select_source_row(a.sel, a.n_rows, j, a.sel.rows_per_item());
     if (r < 0) {
-      if (b.t == 0) { block_error = 1; }
+      if (lane == 0) { block_error = 1; }
       continue;
     }
     const std::uint64_t width = a.width[i];
     const std::byte* row = a.src[i] + static_cast<std::uint64_t>(r) * width * in_bytes;
     std::byte* out = a.dst.ring + gather_offset(rows_view_of(a, l), c.phys, i) + j * a.row_bytes[i];
-    if (a.r.op == ferry::d2h::reduce_op::topk) {
-      topk_record(b, sh, row, width, a.in, a.r.k, out);
+    if (fp8) {
+      fp8_record(b, lane, row, width, a.in, a.row_bytes[i], out);
     } else {
-      fp8_record(b, sh, row, width, a.in, a.row_bytes[i], out);
+      topk_record(b, sh, row, width, a.in, a.r.k, out);
     }
   }
 }
