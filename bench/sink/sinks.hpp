@@ -44,6 +44,9 @@ struct options {
   int steps{20};                     ///< back-to-back steps per contestant per round
   std::uint64_t shard_bytes{1ULL << 30};
   std::uint64_t queue_bytes{64ULL << 20};  ///< the sink's max_queue_bytes
+  std::uint64_t io_threads{2};      ///< safetensors_tuning (--io-threads, --write-mib, --write-buffers)
+  std::uint64_t write_bytes{16ULL << 20};
+  std::uint64_t write_buffers{6};
   bool fsync{true};
   std::uint64_t shm_entry{64ULL << 20};     ///< reader throughput: entry bytes
   std::uint64_t shm_entries{256};

@@ -15,6 +15,7 @@
 #include "block_ops.cuh"  // host_block, gpu_block
 #include "float_bits.cuh"
 #include "reduce_shared.cuh"  // reduce_shared, the tile and batch sizes
+#include "row_vec.cuh"        // vec16, vec_ok: fp8_record's rows read by vectors
 #include "rows.cuh"           // select_source_row
 #include "topk_block.cuh"     // topk_record
 
@@ -35,6 +36,48 @@ FERRY_HD void fp8_record(const Blk& b, std::uint32_t lane, const std::byte* row,
                          ferry::d2h::reduce_input in, std::uint64_t rec, std::byte* out)
 {
   constexpr std::uint32_t lanes = Blk::lanes;
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  // A row of at most fp8_vec_regs vectors a lane, 16-byte aligned and of whole vectors, with 4-byte aligned codes:
+  // read once into registers (one load per vector), its amax, then 4 codes per 4-byte store.
+  const std::uint32_t pv = per_vec(in);
+  const std::uint64_t nv = width / pv;
+  if (vec_ok(row, width, in) && nv <= std::uint64_t{fp8_vec_regs} * lanes &&
+      (reinterpret_cast<std::uintptr_t>(out) & 3U) == 0) {
+    vec16 v[fp8_vec_regs];
+    std::uint32_t local = 0;
+#pragma unroll
+    for (std::uint32_t r = 0; r < fp8_vec_regs; ++r) {
+      const std::uint64_t i = lane + static_cast<std::uint64_t>(r) * lanes;
+      if (i < nv) { v[r] = vec_at(row, i); }
+    }
+#pragma unroll
+    for (std::uint32_t r = 0; r < fp8_vec_regs; ++r) {
+      if (lane + static_cast<std::uint64_t>(r) * lanes < nv) {
+        for (std::uint32_t e = 0; e < pv; ++e) {
+          const std::uint32_t a = bits_of_float(float_of(vec_bits(v[r], e, in), in)) & 0x7fffffffU;
+          local = a > local ? a : local;
+        }
+      }
+    }
+    const float amax = float_of_bits(b.warp_max(local));
+    const float scale = amax > 0.0F && amax <= 3.4028234663852886e38F ? amax / ferry::d2h::fp8_e4m3_max : 1.0F;
+    if (lane == 0) { std::memcpy(out, &scale, 4); }
+#pragma unroll
+    for (std::uint32_t r = 0; r < fp8_vec_regs; ++r) {
+      const std::uint64_t i = lane + static_cast<std::uint64_t>(r) * lanes;
+      if (i >= nv) { continue; }
+      for (std::uint32_t q = 0; q < pv / 4; ++q) {
+        std::uint32_t word = 0;
+        for (std::uint32_t e = 0; e < 4; ++e) {
+          const float x = float_of(vec_bits(v[r], 4 * q + e, in), in);
+          word |= static_cast<std::uint32_t>(e4m3fn_of(x / scale)) << (8 * e);
+        }
+        *reinterpret_cast<std::uint32_t*>(out + 4 + i * pv + 4 * q) = word;
+      }
+    }
+    return;  // width a multiple of 4: no padding
+  }
+#endif
   std::uint32_t local = 0;  // |x| as bits: the unsigned order of non-negative floats (NaN above +inf)
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
 #pragma unroll 8

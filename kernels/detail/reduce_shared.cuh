@@ -12,6 +12,8 @@ inline constexpr std::uint32_t reduce_warps = 8;  ///< of a reduce_rows block (2
 inline constexpr std::uint32_t mean_tile_rows = 256;  ///< mean_record's rows resolved at a time (a block's threads)
 inline constexpr std::uint32_t topk_tie_cap = 1024;  ///< topk_record's ties kept in shared memory (else a 2nd select)
 inline constexpr std::uint32_t topk_batch = 8;  ///< topk_record's collection: elements a thread loads before using
+inline constexpr std::uint32_t topk_vec_batch = 4;  ///< topk_record on the GPU: 16-byte vectors a thread has in flight
+inline constexpr std::uint32_t fp8_vec_regs = 16;  ///< fp8_record: 16-byte vectors a lane holds (rows <= 4096 bf16)
 
 /// The block's shared scratch (about 19 KiB).
 struct reduce_shared {

@@ -7,22 +7,59 @@
 #include "block_ops.cuh"  // host_block, gpu_block
 #include "float_bits.cuh"
 #include "reduce_shared.cuh"
+#include "row_vec.cuh"  // vec16, vec_ok: rows read by vectors on the GPU
 
 #include <ferry/d2h/reducer.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace ferry::kernels::d2h {
 
 /// Radix select over the elements of [0, width) that `key_of(c, key)` admits: afterwards sh.prefix is the
 /// `want`-th largest key (`bits` wide), sh.krem how many elements equal to it are among the `want` largest and
 /// sh.n_eq how many equal it. Ends with a barrier.
+#if defined(__CUDA_ARCH__)
+/// radix_select's histogram pass over a row read by vectors (vec_ok): hist[digit(order_key)] += 1 for every element
+/// digit() admits (< 256), each lane `topk_vec_batch` vectors in flight, a warp's lanes with one digit adding once.
+template <class Digit>
+__device__ void histogram_vec(const gpu_block& b, std::uint32_t* hist, const std::byte* row, std::uint64_t width,
+                              ferry::d2h::reduce_input in, Digit digit)
+{
+  const std::uint32_t pv = per_vec(in), lane = b.t & 31U;
+  const std::uint64_t nv = width / pv;
+  for (std::uint64_t base = b.t - lane; base < nv; base += topk_vec_batch * b.nt) {
+    vec16 v[topk_vec_batch];
+#pragma unroll
+    for (std::uint32_t u = 0; u < topk_vec_batch; ++u) {
+      const std::uint64_t i = base + u * b.nt + lane;
+      if (i < nv) { v[u] = vec_at(row, i); }
+    }
+#pragma unroll
+    for (std::uint32_t u = 0; u < topk_vec_batch; ++u) {
+      const bool live = base + u * b.nt + lane < nv;
+      for (std::uint32_t e = 0; e < pv; ++e) {
+        const std::uint32_t d = live ? digit(order_key(vec_bits(v[u], e, in), in)) : 256U;
+        const std::uint32_t peers = __match_any_sync(0xffffffffU, d);
+        if (d < 256 && lane == static_cast<std::uint32_t>(__ffs(static_cast<int>(peers)) - 1)) {
+          atomicAdd(&hist[d], static_cast<std::uint32_t>(__popc(peers)));
+        }
+      }
+    }
+  }
+}
+#endif
+
+/// `vrow` (not null: a row that vec_ok reads by vectors, of `in`, whose every element key_of admits with its
+/// order_key) lets a GPU block read it by vectors.
 template <class Blk, class KeyOf>
 FERRY_HD void radix_select(const Blk& b, reduce_shared& sh, std::uint64_t width, std::uint32_t bits, std::uint32_t want,
-                           KeyOf key_of)
+                           KeyOf key_of, const std::byte* vrow = nullptr,
+                           ferry::d2h::reduce_input in = ferry::d2h::reduce_input::f32)
 {
+  (void)vrow, (void)in;  // read on the GPU only
   if (b.t == 0) {
     sh.prefix = 0;
     sh.krem = want;
@@ -32,10 +69,23 @@ FERRY_HD void radix_select(const Blk& b, reduce_shared& sh, std::uint64_t width,
     for (std::uint32_t i = b.t; i < 256; i += b.nt) { sh.hist[i] = 0; }
     b.sync();
     const std::uint32_t prefix = sh.prefix;
-    b.histogram(sh.hist, width, [&](std::uint64_t c) {
-      std::uint32_t key = 0;
-      return key_of(c, key) && (key & mask) == prefix ? (key >> shift) & 255U : 256U;
-    });
+    bool done = false;
+#if defined(__CUDA_ARCH__)
+    if constexpr (std::is_same_v<Blk, gpu_block>) {
+      if (vrow != nullptr) {
+        histogram_vec(b, sh.hist, vrow, width, in, [&](std::uint32_t key) {
+          return (key & mask) == prefix ? (key >> shift) & 255U : 256U;
+        });
+        done = true;
+      }
+    }
+#endif
+    if (!done) {
+      b.histogram(sh.hist, width, [&](std::uint64_t c) {
+        std::uint32_t key = 0;
+        return key_of(c, key) && (key & mask) == prefix ? (key >> shift) & 255U : 256U;
+      });
+    }
     b.sync();
     if (b.t == 0) {  // the digit where the count from the top reaches what is left to take
       std::uint32_t above = 0;
@@ -61,10 +111,14 @@ FERRY_HD void topk_record(const Blk& b, reduce_shared& sh, const std::byte* row,
 {
   auto key_at = [&](std::uint64_t c) { return order_key(element_bits(row, c, in), in); };
   const std::uint32_t bits = in == ferry::d2h::reduce_input::f32 ? 32U : 16U;
-  radix_select(b, sh, width, bits, k, [&](std::uint64_t c, std::uint32_t& key) {
-    key = key_at(c);
-    return true;
-  });
+  const bool by_vec = vec_ok(row, width, in);  // on the GPU: every pass over the row by 16-byte vectors
+  radix_select(
+      b, sh, width, bits, k,
+      [&](std::uint64_t c, std::uint32_t& key) {
+        key = key_at(c);
+        return true;
+      },
+      by_vec ? row : nullptr, in);
   const std::uint32_t kth = sh.prefix;
   const std::uint32_t need = sh.krem;
   const bool every_tie = need == sh.n_eq;
@@ -85,23 +139,45 @@ FERRY_HD void topk_record(const Blk& b, reduce_shared& sh, const std::byte* row,
     sh.n_ties = 0;
   }
   b.sync();
-  for (std::uint64_t c0 = b.t; c0 < width; c0 += topk_batch * b.nt) {  // the batch's loads, then their uses
+  auto consider = [&](std::uint64_t c, std::uint32_t key) {
+    if (key < kth) { return; }
+    if (key == kth && keep_ties) {
+      sh.ties[b.add(&sh.n_ties, 1)] = static_cast<std::uint32_t>(c);
+    } else if (key > kth || every_tie || ~static_cast<std::uint32_t>(c) >= last_index) {
+      const std::uint32_t slot = b.add(&sh.n_taken, 1);
+      sh.key[slot] = key;
+      sh.idx[slot] = static_cast<std::int32_t>(c);
+    }
+  };
+  bool collected = false;
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  if (by_vec) {  // each thread topk_vec_batch vectors in flight, then their elements
+    const std::uint32_t pv = per_vec(in);
+    const std::uint64_t nv = width / pv;
+    for (std::uint64_t i0 = b.t; i0 < nv; i0 += topk_vec_batch * b.nt) {
+      vec16 v[topk_vec_batch];
+#pragma unroll
+      for (std::uint32_t u = 0; u < topk_vec_batch; ++u) {
+        if (i0 + u * b.nt < nv) { v[u] = vec_at(row, i0 + u * b.nt); }
+      }
+#pragma unroll
+      for (std::uint32_t u = 0; u < topk_vec_batch; ++u) {
+        const std::uint64_t i = i0 + u * b.nt;
+        if (i >= nv) { continue; }
+        for (std::uint32_t e = 0; e < pv; ++e) { consider(i * pv + e, order_key(vec_bits(v[u], e, in), in)); }
+      }
+    }
+    collected = true;
+  }
+#endif
+  for (std::uint64_t c0 = b.t; c0 < width && !collected; c0 += topk_batch * b.nt) {  // loads, then their uses
     std::uint32_t keys[topk_batch];
     for (std::uint32_t u = 0; u < topk_batch; ++u) {
       const std::uint64_t c = c0 + u * b.nt;
       keys[u] = c < width ? key_at(c) : 0U;
     }
     for (std::uint32_t u = 0; u < topk_batch; ++u) {
-      const std::uint64_t c = c0 + u * b.nt;
-      const std::uint32_t key = keys[u];
-      if (c >= width || key < kth) { continue; }
-      if (key == kth && keep_ties) {
-        sh.ties[b.add(&sh.n_ties, 1)] = static_cast<std::uint32_t>(c);
-      } else if (key > kth || every_tie || ~static_cast<std::uint32_t>(c) >= last_index) {
-        const std::uint32_t slot = b.add(&sh.n_taken, 1);
-        sh.key[slot] = key;
-        sh.idx[slot] = static_cast<std::int32_t>(c);
-      }
+      if (c0 + u * b.nt < width) { consider(c0 + u * b.nt, keys[u]); }
     }
   }
   if (keep_ties) {  // the lowest `need` of the n_eq tie indices: sorted ascending, after the k - need larger keys

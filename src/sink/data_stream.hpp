@@ -11,6 +11,7 @@
 #include "write_pipeline.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -41,6 +42,9 @@ class data_stream {
       return;
     }
     constexpr std::size_t piece = std::size_t{64} << 10;  // copied, then its CRC-32 while in the cache
+    pipeline_counters& ct = p_->counters();
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::uint64_t waited = ct.wait_ns.load(std::memory_order_relaxed);  // take()'s waits are not copying
     while (n > 0) {
       if (buf_ == nullptr) { buf_ = p_->take(); }
       const std::size_t k = std::min({n, p_->chunk_bytes() - fill_, piece});
@@ -56,6 +60,10 @@ class data_stream {
         fill_ = 0;
       }
     }
+    const auto spent = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+    ct.copy_ns.fetch_add(spent - std::min(spent, ct.wait_ns.load(std::memory_order_relaxed) - waited),
+                         std::memory_order_relaxed);
   }
 
   /// Moves the position back to `pos` (<= position()): later appends overwrite from there.

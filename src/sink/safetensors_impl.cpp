@@ -108,7 +108,12 @@ void safetensors_impl::run()
 {
   std::unique_lock lk{mu_};
   for (;;) {
-    work_.wait(lk, [&] { return !q_.empty(); });
+    if (q_.empty()) {  // the writer keeps up: its idle time (writer_idle_seconds)
+      const auto t0 = clock::now();
+      work_.wait(lk, [&] { return !q_.empty(); });
+      c_.io.idle_ns += static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count());
+    }
     if (test_hold_writer.load(std::memory_order_relaxed)) {
       lk.unlock();
       std::this_thread::sleep_for(std::chrono::microseconds(200));

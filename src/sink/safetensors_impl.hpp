@@ -55,8 +55,16 @@ class safetensors_impl {
                   cfg_.shard_bytes, cfg_.max_queue_bytes);
     FERRY_EXPECTS(cfg_.block_timeout.count() >= 0, ferry::logic_error,
                   "safetensors sink {}: expected block_timeout >= 0 ms, got {} ms", dir, cfg_.block_timeout.count());
+    const safetensors_tuning& t = cfg_.tuning;
+    FERRY_EXPECTS(t.io_threads >= 1 && t.io_threads <= 64 && t.write_buffers > t.io_threads &&
+                      t.write_buffers <= 256 && t.write_bytes >= 4096 && t.write_bytes <= (std::size_t{1} << 30),
+                  ferry::logic_error,
+                  "safetensors sink {}: expected tuning io_threads in [1, 64], write_buffers in (io_threads, 256] and "
+                  "write_bytes in [4 KiB, 1 GiB], got {}, {} and {}", dir, t.io_threads, t.write_buffers,
+                  t.write_bytes);
     prepare_run_dir(cfg_.directory, cfg_.overwrite);
-    writer_.emplace(writer_options{cfg_.directory, cfg_.schema, cfg_.shard_bytes, cfg_.fsync, cfg_.direct_io}, c_);
+    writer_.emplace(
+        writer_options{cfg_.directory, cfg_.schema, cfg_.shard_bytes, cfg_.fsync, cfg_.direct_io, cfg_.tuning}, c_);
     thread_ = std::thread([this] { run(); });
     if (cfg_.policy == queue_policy::drop) { copier_ = std::thread([this] { copy_run(); }); }
   }
@@ -84,7 +92,8 @@ class safetensors_impl {
                   "close()), got it {}",
                   dir, stopping_ ? "after close()" : "after entries were delivered");
     cfg_.schema = channel_schema;
-    writer_.emplace(writer_options{cfg_.directory, cfg_.schema, cfg_.shard_bytes, cfg_.fsync, cfg_.direct_io}, c_);
+    writer_.emplace(
+        writer_options{cfg_.directory, cfg_.schema, cfg_.shard_bytes, cfg_.fsync, cfg_.direct_io, cfg_.tuning}, c_);
   }
 
   /// Completes the open forward and publishes the shard; returns once the writer did. Throws the error that
@@ -130,6 +139,9 @@ class safetensors_impl {
     s.refused_entries = c_.refused_entries;
     s.lost_forwards = c_.lost_forwards;
     s.relocations = c_.relocations;
+    s.writer_copy_seconds = static_cast<double>(c_.io.copy_ns.load()) * 1e-9;
+    s.writer_wait_seconds = static_cast<double>(c_.io.wait_ns.load()) * 1e-9;
+    s.writer_idle_seconds = static_cast<double>(c_.io.idle_ns.load()) * 1e-9;
     return s;
   }
 

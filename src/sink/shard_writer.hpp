@@ -7,6 +7,7 @@
 
 #include <ferry/d2h/entry_view.hpp>
 #include <ferry/d2h/hook_schema.hpp>
+#include <ferry/sink/safetensors.hpp>  // safetensors_tuning
 #include "run_index.hpp"
 #include "shard_file.hpp"
 
@@ -29,6 +30,7 @@ struct live_counters {
   std::atomic<std::uint64_t> stalls{0}, stall_timeouts{0};
   std::atomic<std::uint64_t> dropped_forwards{0}, dropped_entries{0}, dropped_bytes{0};
   std::atomic<std::uint64_t> failed_entries{0}, refused_entries{0}, lost_forwards{0}, relocations{0};
+  pipeline_counters io;  ///< the writer's time: copying, waiting for a buffer, waiting for an entry
 };
 
 /// What the writer needs of the sink's configuration.
@@ -38,6 +40,7 @@ struct writer_options {
   std::uint64_t shard_bytes{0};
   bool durable{false};
   bool direct_io{true};  ///< with durable: the data written with O_DIRECT where the filesystem allows
+  safetensors_tuning tuning{};  ///< the pipeline's writes: size, buffers, I/O threads
 };
 
 /// Headers above this start a new shard at a forward boundary (safetensors' readers refuse more than 100 MB).
@@ -248,7 +251,8 @@ class shard_writer {
   writer_options o_;
   live_counters& c_;
   run_index index_;
-  write_pipeline pipe_;  // before shard_: the shards' writes end before it stops
+  write_pipeline pipe_{o_.tuning.write_bytes, o_.tuning.write_buffers, o_.tuning.io_threads, &c_.io};  // before
+                                                                        // shard_: its writes end before it stops
   std::unique_ptr<shard_file> shard_;
   std::uint64_t next_{0};  // the next shard's number
   bool open_{false};       // a forward is open (its entries go to shard_ as pending)

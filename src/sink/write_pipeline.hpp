@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +30,15 @@
 
 namespace ferry::sink::detail {
 
+/// Where a pipeline's writer spends its time (safetensors_stats::writer_copy_seconds, writer_wait_seconds,
+/// writer_idle_seconds): copying entries into buffers with their CRC-32, waiting for a buffer the I/O threads have
+/// not given back (the medium is the limit), waiting for an entry (the writer keeps up).
+struct pipeline_counters {
+  std::atomic<std::uint64_t> copy_ns{0};
+  std::atomic<std::uint64_t> wait_ns{0};
+  std::atomic<std::uint64_t> idle_ns{0};
+};
+
 class write_pipeline {
  public:
   /// The alignment of buffers, of direct writes' offsets and of their lengths (a multiple of every logical
@@ -36,8 +46,9 @@ class write_pipeline {
   static constexpr std::size_t align = 4096;
 
   explicit write_pipeline(std::size_t chunk_bytes = std::size_t{16} << 20, std::size_t chunks = 6,
-                          std::size_t threads = 2)
-      : chunk_{static_cast<std::size_t>(ferry::detail::align_up(chunk_bytes, align))}, bufs_(chunks < 2 ? 2 : chunks)
+                          std::size_t threads = 2, pipeline_counters* counters = nullptr)
+      : chunk_{static_cast<std::size_t>(ferry::detail::align_up(chunk_bytes, align))}, bufs_(chunks < 2 ? 2 : chunks),
+        counters_{counters != nullptr ? counters : &own_}
   {
     for (std::size_t i = 0; i < (threads < 1 ? 1 : threads); ++i) { threads_.emplace_back([this] { run(); }); }
   }
@@ -57,6 +68,7 @@ class write_pipeline {
   }
 
   [[nodiscard]] std::size_t chunk_bytes() const noexcept { return chunk_; }
+  [[nodiscard]] pipeline_counters& counters() noexcept { return *counters_; }
 
   /// A buffer of chunk_bytes() that no write uses (waits for one). Throws the kept error.
   [[nodiscard]] std::byte* take()
@@ -71,7 +83,11 @@ class write_pipeline {
           return b.mem.get();
         }
       }
+      const auto t0 = std::chrono::steady_clock::now();
       idle_.wait(lk);
+      counters_->wait_ns.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now() - t0).count()),
+                                   std::memory_order_relaxed);
     }
   }
   /// Returns a buffer from take() unwritten.
@@ -182,6 +198,8 @@ class write_pipeline {
 
   std::size_t chunk_;
   std::vector<buffer> bufs_;
+  pipeline_counters own_;
+  pipeline_counters* counters_;
   std::mutex mu_;
   std::condition_variable work_;  // the I/O thread: a job or stop
   std::condition_variable idle_;  // the writer: a buffer free, the queue empty, or an error

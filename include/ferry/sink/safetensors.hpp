@@ -47,6 +47,7 @@
 #include <ferry/sink/policy.hpp>  // queue_policy: what the drain thread does when the writer queue is full
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -54,6 +55,17 @@
 #include <string>
 
 namespace ferry::sink {
+
+/// Tuning of a safetensors sink's writes (safetensors_config::tuning): every value is equally correct. The writer
+/// copies entries (and their CRC-32) into `write_buffers` page-aligned buffers of `write_bytes`; `io_threads`
+/// write full buffers at once (a disk queue, or tmpfs's copies, serves several faster than one).
+/// safetensors_stats' writer_*_seconds tell which side is the limit; bench/sink (`--io-threads`, `--write-mib`,
+/// `--write-buffers`) measures the choices.
+struct safetensors_tuning {
+  std::size_t io_threads{2};
+  std::size_t write_buffers{6};
+  std::size_t write_bytes{std::size_t{16} << 20};
+};
 
 struct safetensors_config {
   std::filesystem::path directory;   ///< created if missing; another run's files refused unless overwrite
@@ -68,6 +80,7 @@ struct safetensors_config {
   /// the page cache left to the engine); buffered otherwise. Either way I/O threads write while the writer
   /// copies the next entries (and their CRC-32).
   bool direct_io{true};
+  safetensors_tuning tuning{};  ///< the writes' size, buffers and threads (never what is written)
 };
 
 /// A snapshot of the sink's counters (monotonic but for the queue's).
@@ -89,6 +102,9 @@ struct safetensors_stats {
   std::uint64_t refused_entries{0};       ///< entries not written because of an error (schema, tag, failure, closed)
   std::uint64_t lost_forwards{0};         ///< forwards accepted but never published (the shard a failure ended)
   std::uint64_t relocations{0};  ///< data copied inside the writer (a header guess, a forward moved to the next shard)
+  double writer_copy_seconds{0.0};  ///< the writer copying entries into write buffers (with their CRC-32)
+  double writer_wait_seconds{0.0};  ///< the writer waiting for a buffer the I/O threads still write (medium-bound)
+  double writer_idle_seconds{0.0};  ///< the writer waiting for an entry (it keeps up)
   bool failed{false};                     ///< a file operation failed: the run ended
   std::string first_error;                ///< the first error kept (empty: none)
 };
@@ -114,6 +130,9 @@ void for_each_stat(const safetensors_stats& s, F&& f)
   f("refused_entries", s.refused_entries);
   f("lost_forwards", s.lost_forwards);
   f("relocations", s.relocations);
+  f("writer_copy_seconds", s.writer_copy_seconds);
+  f("writer_wait_seconds", s.writer_wait_seconds);
+  f("writer_idle_seconds", s.writer_idle_seconds);
   f("failed", s.failed);
   f("first_error", s.first_error);
 }
