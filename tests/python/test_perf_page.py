@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # docs/perf/README.md is one command's output: `perf_page.py --write` renders every section from its run file in
 # docs/perf/h200, each target read from that file's "targets" block and decided by the one decide(); the committed
-# page must be what the committed run files give, and stay at most 120 lines. Stdlib and the scripts only: no ferry,
+# page must be what the committed run files give, and stay at most 140 lines. Stdlib and the scripts only: no ferry,
 # no GPU.
 import json
 import shutil
@@ -25,11 +25,11 @@ def page(*args):
                           text=True, timeout=120, cwd=ROOT)
 
 
-def test_the_committed_page_is_what_the_run_files_give_and_at_most_120_lines():
+def test_the_committed_page_is_what_the_run_files_give_and_at_most_140_lines():
     r = page("--check", README)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = README.read_text().count("\n")
-    assert lines <= 120, f"docs/perf/README.md: expected at most 120 lines, got {lines}"
+    assert lines <= 140, f"docs/perf/README.md: expected at most 140 lines, got {lines}"
 
 
 def test_check_names_a_stale_block_and_write_repairs_it(tmp_path):

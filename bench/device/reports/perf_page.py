@@ -540,6 +540,43 @@ def engine_section(d):
     return "\n".join(out) + "\n"
 
 
+# ---- reducers and writers (issue 41) -----------------------------------------------------------------------------
+def reduce_section(d):
+    if not d:
+        return f"Reducers: {NOT_YET} (no reduce.json).\n"
+    t = d.get("targets") or {}
+    out = [f"{stamp(d, 'reduce.json')}: `bench/torch/reduce_bench.py`, DMI vllm-full shapes at 256 tokens a step (graph "
+           "replay, 20 rounds of 20 back-to-back steps, medians) and a 16-request 512-token prefill; every reduced entry "
+           "checked against torch. Writers: rate against the medium measured in the same run (" + "; ".join(
+               f"{k}: {d[k].get('commit')}" for k in ("arrow", "safetensors_tmpfs", "safetensors_disk")
+               if isinstance(d.get(k), dict)) + ").", ""]
+
+    def ovr(key, label, tkey):
+        b = d.get(key) or {}
+        v = b.get("overhead_pct")
+        text = "n/a" if v is None else (f"**+{v:.1f}%** ({b['ferry_us']:,.0f} vs {b['no_capture_us']:,.0f} us; "
+                                         f"{b.get('entries_checked', 0)} entries, {b.get('entries_bad', 0)} bad)")
+        return row(t, label, text, [(tkey, [v], "%", "")])
+
+    def share(key, label, tkey, rate="sink_write_gbps", medium="medium_gbps"):
+        b = d.get(key) or {}
+        m = b.get(medium, b.get("disk_write_gbps"))
+        v = None if not m or b.get(rate) is None else 100 * b[rate] / m
+        text = "n/a" if v is None else f"**{v:.1f}%** ({b[rate]:.3f} of {m:.3f} GB/s)"
+        return row(t, label, text, [(tkey, [v], "%", "")])
+    bad = sum((d.get(k) or {}).get("entries_bad", 0) for k in ("t256_topk64", "t256_fp8_topk64", "prefill_mean"))
+    bad += (d.get("arrow") or {}).get("rows_bad", 0)
+    rows = [ovr("t256_topk64", "t256: logits as top-64, every other tap whole", "topk64_pct"),
+            ovr("t256_fp8_topk64", "t256: every bf16 tap fp8, logits top-64", "fp8_topk64_pct"),
+            ovr("prefill_mean", "per-request mean, 16 x 512-token prefill, every layer", "prefill_mean_pct"),
+            share("arrow", "Arrow sink vs the disk (buffered or O_DIRECT, the higher)", "arrow_share_pct"),
+            share("safetensors_tmpfs", "safetensors sink vs tmpfs (O_DIRECT dd)", "safetensors_tmpfs_pct"),
+            share("safetensors_disk", "safetensors sink vs the disk (O_DIRECT dd)", "safetensors_disk_pct"),
+            row(t, "reduced entries and Arrow rows bad", f"{bad} bad", [("bad", [bad], " bad", "")])]
+    out += target_table(rows)
+    return "\n".join(out) + "\n"
+
+
 # ---- the page -------------------------------------------------------------------------------------------------
 SECTIONS = {  # name: (run files, renderer)
     "d2h": (("d2h.json", "gpu_stress.json"), d2h_section),
@@ -548,6 +585,7 @@ SECTIONS = {  # name: (run files, renderer)
     "select": (("select.json",), select_section),
     "sinks": (("sinks.json",), sinks_section),
     "engine": (("engine.json",), engine_section),
+    "reduce": (("reduce.json",), reduce_section),
 }
 BLOCK = re.compile(r"(<!-- perf:(\w+) -->\n)(.*?)(<!-- /perf -->)", re.S)
 
