@@ -51,6 +51,50 @@ TEST_F(SafetensorsSink, EveryForwardIsWrittenByteExactWithItsTag)
   EXPECT_NO_THROW((void)sink.close()) << "idempotent";
 }
 
+/// safetensors_tuning changes how the bytes are written, never which: one I/O thread, two buffers of one page
+/// (every forward spans several writes) still write every forward byte-exact, and the writer's time is reported.
+/// Out-of-range tuning is refused at construction, naming the sink.
+TEST_F(SafetensorsSink, TuningChangesHowNotWhatIsWrittenAndOutOfRangeIsRefused)
+{
+  auto sc = sink_config();
+  sc.fsync = true;
+  sc.tuning = {.io_threads = 1, .write_buffers = 2, .write_bytes = 4096};
+  {
+    fk::safetensors sink{sc};
+    fb::stream<B> s{b};
+    fd::channel<B> ch{channel_config(), b, sink.callback()};
+    std::vector<want> w;
+    for (std::uint64_t f = 0; f < 4; ++f) {
+      forward(ch, s, f, 2000 + f);
+      w.push_back({f, 2000 + f});
+    }
+    (void)ch.close();
+    const auto st = sink.close();
+    EXPECT_EQ(st.forwards_written, 4U);
+    EXPECT_GT(st.writer_copy_seconds, 0.0);
+    EXPECT_GE(st.writer_wait_seconds + st.writer_idle_seconds, 0.0);
+    (void)expect_run(w);
+  }
+  for (const fk::safetensors_tuning bad : {fk::safetensors_tuning{.io_threads = 0},
+                                           fk::safetensors_tuning{.io_threads = 4, .write_buffers = 4},
+                                           fk::safetensors_tuning{.write_bytes = 1024}}) {
+    auto c = sink_config();
+    c.overwrite = true;
+    c.tuning = bad;
+    EXPECT_THROW(
+        {
+          try {
+            fk::safetensors sink{c};
+          } catch (const ferry::logic_error& e) {
+            EXPECT_NE(std::string{e.what()}.find("expected tuning io_threads in [1, 64]"), std::string::npos)
+                << e.what();
+            throw;
+          }
+        },
+        ferry::logic_error);
+  }
+}
+
 TEST_F(SafetensorsSink, UntaggedForwardsAreNamedByIndexAndRepeatsAreNumbered)
 {
   fk::safetensors sink{sink_config()};
