@@ -309,3 +309,16 @@ def test_the_api_docs_tp_block_runs_on_two_ranks(model_dir, tmp_path):
     got = list(fe.open_samples(str(out)))
     assert [m["complete"] for m, _ in got] == ["true", "true"]
     assert got[0][1]["hidden_states"].shape[1:] == (1, 64)  # z of 4 heads x 16, whole again
+
+
+def test_taps_of_two_row_shapes_in_one_sample_are_refused(model_dir, tmp_path):
+    """Without TP too: a sample holds one dtype and row shape, so the residual (64) beside up_proj's output (128)
+    stops capture at the first step that holds both with a LogicError naming them (on_error="disable": the report
+    says why; up_proj runs inside layer 1, so it is seen first)."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    cap = fe.Capture(model, taps=worker.TAPS["mixed"](), out=str(tmp_path / "o"), backend="host", on_error="disable")
+    cap.generate_batch(prompts((6, 4), seed=1), generation_config=gen_config(3), capture=fe.Spec("all"),
+                       continuous_batching_config=cb_config())
+    rep = cap.close()
+    assert "a sample holds one dtype and row shape for all its taps: expected tap 'layer.1' like tap 'up.1'" \
+        in rep["disabled"], rep["disabled"]
