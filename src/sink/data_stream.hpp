@@ -33,11 +33,26 @@ class data_stream {
   [[nodiscard]] std::uint64_t position() const noexcept { return off_ + fill_; }
 
   /// Appends `n` bytes; `crc` continues over them.
-  void append(const std::byte* src, std::size_t n, std::uint32_t& crc)
+  void append(const std::byte* src, std::size_t n, std::uint32_t& crc) { append_impl(src, n, &crc); }
+  /// Appends `n` bytes without a CRC (a format that keeps its own checks: sequential_file).
+  void append(const std::byte* src, std::size_t n) { append_impl(src, n, nullptr); }
+
+  /// Moves the position back to `pos` (<= position()): later appends overwrite from there.
+  void seek(std::uint64_t pos)
+  {
+    if (pos >= off_) {
+      fill_ = static_cast<std::size_t>(pos - off_);
+      return;
+    }
+    reposition(pos);
+  }
+
+ private:
+  void append_impl(const std::byte* src, std::size_t n, std::uint32_t* crc)
   {
     if (p_ == nullptr) {
       f_.write_at(src, n, base_ + off_);
-      crc = crc32(src, n, crc);
+      if (crc != nullptr) { *crc = crc32(src, n, *crc); }
       off_ += n;
       return;
     }
@@ -49,7 +64,7 @@ class data_stream {
       if (buf_ == nullptr) { buf_ = p_->take(); }
       const std::size_t k = std::min({n, p_->chunk_bytes() - fill_, piece});
       std::memcpy(buf_ + fill_, src, k);
-      crc = crc32(buf_ + fill_, k, crc);
+      if (crc != nullptr) { *crc = crc32(buf_ + fill_, k, *crc); }
       fill_ += k;
       src += k;
       n -= k;
@@ -66,15 +81,7 @@ class data_stream {
                          std::memory_order_relaxed);
   }
 
-  /// Moves the position back to `pos` (<= position()): later appends overwrite from there.
-  void seek(std::uint64_t pos)
-  {
-    if (pos >= off_) {
-      fill_ = static_cast<std::size_t>(pos - off_);
-      return;
-    }
-    reposition(pos);
-  }
+ public:
 
   /// The position becomes `pos`, whose bytes before it are already in the file (written before a drain, or
   /// copied there): the partial block before `pos` is read back so that aligned writes rewrite it whole.

@@ -28,7 +28,6 @@ struct sequential_file_impl {
   file d;
   write_pipeline pipe;
   data_stream s;
-  std::uint32_t crc{0};  // data_stream's running CRC-32 (not recorded: the format above keeps its own checks)
   std::uint64_t size{0};
   bool closed{false};
   std::mutex mu;  // one write or close at a time (the Python binding releases the GIL around them)
@@ -51,7 +50,7 @@ void sequential_file::write(std::span<const std::byte> bytes)
   FERRY_EXPECTS(!m.closed, ferry::logic_error,
                 "sequential_file {}: write of {} bytes expected an open file, got a closed one", m.path.string(),
                 bytes.size());
-  m.s.append(bytes.data(), bytes.size(), m.crc);
+  m.s.append(bytes.data(), bytes.size());  // no CRC: the format written keeps its own checks
   m.size += bytes.size();
 }
 
