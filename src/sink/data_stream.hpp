@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The data section of a shard being written (shard_file): bytes appended at a position that moves forward, or
-// back to an earlier point (a forward rolled back), each byte taken into the CRC-32 as it is copied. With a
+// back to an earlier point (a forward rolled back), each byte taken into the CRC-32 as it is copied (unless the
+// caller keeps none: sequential_file's formats carry their own checks). With a
 // write_pipeline the bytes are copied into the pipeline's buffer and a full buffer goes to its I/O threads (O_DIRECT
 // where the file has such a descriptor: `base` and every write then aligned); without one each append is a
 // pwrite on the calling thread. flush() puts every byte before the position into the file and waits for it;
