@@ -81,9 +81,24 @@ struct gpu_block {
 #endif
     return v;
   }
-  /// The histogram pass by the whole block, warp-aligned (every lane of a warp runs the same iterations): on
-  /// CUDA the lanes of a warp with the same digit add once (__match_any_sync: the few top digits of a row's
-  /// first pass would otherwise serialise the block on a handful of shared atomics).
+  /// hist[d] += 1 for the caller's digit `d` (< 256; 256: none), by every lane of the warp at once: on CUDA the
+  /// lanes with one digit add once (__match_any_sync: the few top digits of a row's first pass would otherwise
+  /// serialise the block on a handful of shared atomics).
+  FERRY_HD void warp_count(std::uint32_t* hist, std::uint32_t d) const
+  {
+#if defined(__CUDA_ARCH__)
+    const std::uint32_t peers = __match_any_sync(0xffffffffU, d);
+    if (d < 256 && (t & 31U) == static_cast<std::uint32_t>(__ffs(static_cast<int>(peers)) - 1)) {
+      atomicAdd(&hist[d], static_cast<std::uint32_t>(__popc(peers)));
+    }
+#elif defined(__HIP_DEVICE_COMPILE__)
+    if (d < 256) { atomicAdd(&hist[d], 1U); }
+#else
+    (void)hist, (void)d;
+#endif
+  }
+  /// The histogram pass by the whole block, warp-aligned (every lane of a warp runs the same iterations, each
+  /// digit counted by warp_count).
   template <class Digit>
   FERRY_HD void histogram(std::uint32_t* hist, std::uint64_t width, Digit digit) const
   {
@@ -98,18 +113,10 @@ struct gpu_block {
         d[u] = c < width ? digit(c) : 256U;
       }
 #pragma unroll
-      for (std::uint32_t u = 0; u < batch; ++u) {
-        const std::uint32_t peers = __match_any_sync(0xffffffffU, d[u]);
-        if (d[u] < 256 && lane == static_cast<std::uint32_t>(__ffs(static_cast<int>(peers)) - 1)) {
-          atomicAdd(&hist[d[u]], static_cast<std::uint32_t>(__popc(peers)));
-        }
-      }
+      for (std::uint32_t u = 0; u < batch; ++u) { warp_count(hist, d[u]); }
     }
 #elif defined(__HIP_DEVICE_COMPILE__)
-    for (std::uint64_t c = t; c < width; c += nt) {
-      const std::uint32_t d = digit(c);
-      if (d < 256) { atomicAdd(&hist[d], 1U); }
-    }
+    for (std::uint64_t c = t; c < width; c += nt) { warp_count(hist, digit(c)); }
 #else
     (void)hist, (void)width, (void)digit;
 #endif

@@ -36,15 +36,17 @@ FERRY_HD void fp8_record(const Blk& b, std::uint32_t lane, const std::byte* row,
                          ferry::d2h::reduce_input in, std::uint64_t rec, std::byte* out)
 {
   constexpr std::uint32_t lanes = Blk::lanes;
+  std::uint32_t local = 0;  // |x| as bits: the unsigned order of non-negative floats (NaN above +inf)
+  bool by_vec = false;
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
   // A row of at most fp8_vec_regs vectors a lane, 16-byte aligned and of whole vectors, with 4-byte aligned codes:
-  // read once into registers (one load per vector), its amax, then 4 codes per 4-byte store.
+  // read once into registers (one load per vector), then 4 codes per 4-byte store.
   const std::uint32_t pv = per_vec(in);
   const std::uint64_t nv = width / pv;
-  if (vec_ok(row, width, in) && nv <= std::uint64_t{fp8_vec_regs} * lanes &&
-      (reinterpret_cast<std::uintptr_t>(out) & 3U) == 0) {
-    vec16 v[fp8_vec_regs];
-    std::uint32_t local = 0;
+  by_vec = vec_ok(row, width, in) && nv <= std::uint64_t{fp8_vec_regs} * lanes &&
+           (reinterpret_cast<std::uintptr_t>(out) & 3U) == 0;
+  vec16 v[fp8_vec_regs];
+  if (by_vec) {
 #pragma unroll
     for (std::uint32_t r = 0; r < fp8_vec_regs; ++r) {
       const std::uint64_t i = lane + static_cast<std::uint64_t>(r) * lanes;
@@ -59,9 +61,18 @@ FERRY_HD void fp8_record(const Blk& b, std::uint32_t lane, const std::byte* row,
         }
       }
     }
-    const float amax = float_of_bits(b.warp_max(local));
-    const float scale = amax > 0.0F && amax <= 3.4028234663852886e38F ? amax / ferry::d2h::fp8_e4m3_max : 1.0F;
-    if (lane == 0) { std::memcpy(out, &scale, 4); }
+  }
+#pragma unroll 8
+#endif
+  for (std::uint64_t c = lane; c < width && !by_vec; c += lanes) {
+    const std::uint32_t a = bits_of_float(load_element(row, c, in)) & 0x7fffffffU;
+    local = a > local ? a : local;
+  }
+  const float amax = float_of_bits(b.warp_max(local));
+  const float scale = amax > 0.0F && amax <= 3.4028234663852886e38F ? amax / ferry::d2h::fp8_e4m3_max : 1.0F;
+  if (lane == 0) { std::memcpy(out, &scale, 4); }
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  if (by_vec) {
 #pragma unroll
     for (std::uint32_t r = 0; r < fp8_vec_regs; ++r) {
       const std::uint64_t i = lane + static_cast<std::uint64_t>(r) * lanes;
@@ -77,19 +88,6 @@ FERRY_HD void fp8_record(const Blk& b, std::uint32_t lane, const std::byte* row,
     }
     return;  // width a multiple of 4: no padding
   }
-#endif
-  std::uint32_t local = 0;  // |x| as bits: the unsigned order of non-negative floats (NaN above +inf)
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-#pragma unroll 8
-#endif
-  for (std::uint64_t c = lane; c < width; c += lanes) {
-    const std::uint32_t a = bits_of_float(load_element(row, c, in)) & 0x7fffffffU;
-    local = a > local ? a : local;
-  }
-  const float amax = float_of_bits(b.warp_max(local));
-  const float scale = amax > 0.0F && amax <= 3.4028234663852886e38F ? amax / ferry::d2h::fp8_e4m3_max : 1.0F;
-  if (lane == 0) { std::memcpy(out, &scale, 4); }
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
 #pragma unroll 8
 #endif
   for (std::uint64_t c = lane; c < width; c += lanes) {

@@ -18,9 +18,6 @@
 
 namespace ferry::kernels::d2h {
 
-/// Radix select over the elements of [0, width) that `key_of(c, key)` admits: afterwards sh.prefix is the
-/// `want`-th largest key (`bits` wide), sh.krem how many elements equal to it are among the `want` largest and
-/// sh.n_eq how many equal it. Ends with a barrier.
 #if defined(__CUDA_ARCH__)
 /// radix_select's histogram pass over a row read by vectors (vec_ok): hist[digit(order_key)] += 1 for every element
 /// digit() admits (< 256), each lane `topk_vec_batch` vectors in flight, a warp's lanes with one digit adding once.
@@ -41,19 +38,17 @@ __device__ void histogram_vec(const gpu_block& b, std::uint32_t* hist, const std
     for (std::uint32_t u = 0; u < topk_vec_batch; ++u) {
       const bool live = base + u * b.nt + lane < nv;
       for (std::uint32_t e = 0; e < pv; ++e) {
-        const std::uint32_t d = live ? digit(order_key(vec_bits(v[u], e, in), in)) : 256U;
-        const std::uint32_t peers = __match_any_sync(0xffffffffU, d);
-        if (d < 256 && lane == static_cast<std::uint32_t>(__ffs(static_cast<int>(peers)) - 1)) {
-          atomicAdd(&hist[d], static_cast<std::uint32_t>(__popc(peers)));
-        }
+        b.warp_count(hist, live ? digit(order_key(vec_bits(v[u], e, in), in)) : 256U);
       }
     }
   }
 }
 #endif
 
-/// `vrow` (not null: a row that vec_ok reads by vectors, of `in`, whose every element key_of admits with its
-/// order_key) lets a GPU block read it by vectors.
+/// Radix select over the elements of [0, width) that `key_of(c, key)` admits: afterwards sh.prefix is the
+/// `want`-th largest key (`bits` wide), sh.krem how many elements equal to it are among the `want` largest and
+/// sh.n_eq how many equal it. Ends with a barrier. `vrow` (not null: a row that vec_ok reads by vectors, of `in`,
+/// whose every element key_of admits with its order_key) lets a CUDA block read it by vectors.
 template <class Blk, class KeyOf>
 FERRY_HD void radix_select(const Blk& b, reduce_shared& sh, std::uint64_t width, std::uint32_t bits, std::uint32_t want,
                            KeyOf key_of, const std::byte* vrow = nullptr,
@@ -69,13 +64,12 @@ FERRY_HD void radix_select(const Blk& b, reduce_shared& sh, std::uint64_t width,
     for (std::uint32_t i = b.t; i < 256; i += b.nt) { sh.hist[i] = 0; }
     b.sync();
     const std::uint32_t prefix = sh.prefix;
+    auto digit = [&](std::uint32_t key) { return (key & mask) == prefix ? (key >> shift) & 255U : 256U; };
     bool done = false;
 #if defined(__CUDA_ARCH__)
     if constexpr (std::is_same_v<Blk, gpu_block>) {
       if (vrow != nullptr) {
-        histogram_vec(b, sh.hist, vrow, width, in, [&](std::uint32_t key) {
-          return (key & mask) == prefix ? (key >> shift) & 255U : 256U;
-        });
+        histogram_vec(b, sh.hist, vrow, width, in, digit);
         done = true;
       }
     }
@@ -83,7 +77,7 @@ FERRY_HD void radix_select(const Blk& b, reduce_shared& sh, std::uint64_t width,
     if (!done) {
       b.histogram(sh.hist, width, [&](std::uint64_t c) {
         std::uint32_t key = 0;
-        return key_of(c, key) && (key & mask) == prefix ? (key >> shift) & 255U : 256U;
+        return key_of(c, key) ? digit(key) : 256U;
       });
     }
     b.sync();
