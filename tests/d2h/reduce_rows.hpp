@@ -37,6 +37,22 @@ class D2hReduceRows : public D2hSelectRows<B> {
   /// bf16 bits of `f` (truncation: every value the test uses is exact in bf16 or only needs to be some bf16).
   static std::uint16_t bf16_of(float f) { return static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(f) >> 16); }
   static float of_bf16(std::uint16_t h) { return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16); }
+  /// Row `j`'s top-k record in `got` (k values, then k indices) against a stable descending sort of `value(c)`,
+  /// c < width: equal values, the lower index first.
+  template <class Value>
+  static void expect_topk(const std::vector<std::uint8_t>& got, std::size_t j, std::uint32_t k, std::uint64_t width,
+                          Value value)
+  {
+    std::vector<std::pair<float, std::int32_t>> v(width);
+    for (std::uint64_t c = 0; c < width; ++c) { v[c] = {value(c), static_cast<std::int32_t>(c)}; }
+    std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    const std::size_t base = j * 8ULL * k;
+    for (std::uint32_t i = 0; i < k; ++i) {
+      ASSERT_EQ(f32_at(got, base + 4ULL * i), v[i].first) << "row " << j << " rank " << i;
+      ASSERT_EQ(static_cast<std::int32_t>(u32_at(got, base + 4ULL * (k + i))), v[i].second)
+          << "row " << j << " rank " << i;
+    }
+  }
   /// float8_e4m3fn bits as float (finite codes).
   static float of_e4m3(std::uint8_t c)
   {
@@ -95,18 +111,10 @@ TYPED_TEST_P(D2hReduceRows, TopkIsTheSortedPrefixWithTiesByLowerIndex)
     ASSERT_EQ(got.row_bytes[e], 8ULL * k);
     ASSERT_EQ(got.bytes[e].size(), rows.size() * 8ULL * k);
     for (std::size_t j = 0; j < rows.size(); ++j) {
-      std::vector<std::pair<float, std::int32_t>> v(width);
-      for (std::uint64_t c = 0; c < width; ++c) {
+      ASSERT_NO_FATAL_FAILURE(TestFixture::expect_topk(got.bytes[e], j, k, width, [&](std::uint64_t c) {
         const std::size_t at = rows[j] * width + c;
-        v[c] = {bf16 ? TestFixture::of_bf16(h[at]) : f[at], static_cast<std::int32_t>(c)};
-      }
-      std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first > b.first; });
-      const std::size_t base = j * 8ULL * k;
-      for (std::uint32_t i = 0; i < k; ++i) {
-        ASSERT_EQ(TestFixture::f32_at(got.bytes[e], base + 4ULL * i), v[i].first) << "row " << j << " rank " << i;
-        ASSERT_EQ(static_cast<std::int32_t>(TestFixture::u32_at(got.bytes[e], base + 4ULL * (k + i))), v[i].second)
-            << "row " << j << " rank " << i;
-      }
+        return bf16 ? TestFixture::of_bf16(h[at]) : f[at];
+      }));
     }
   }
 }
@@ -144,17 +152,8 @@ TYPED_TEST_P(D2hReduceRows, TopkTiesBeyondTheSharedBufferTakeTheLowestIndices)
     SCOPED_TRACE(::testing::Message() << "k " << k);
     ASSERT_EQ(got.status[e], fd::entry_status::ok);
     for (std::size_t j = 0; j < rows.size(); ++j) {
-      std::vector<std::pair<float, std::int32_t>> v(width);
-      for (std::uint64_t c = 0; c < width; ++c) {
-        v[c] = {TestFixture::of_bf16(h[rows[j] * width + c]), static_cast<std::int32_t>(c)};
-      }
-      std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first > b.first; });
-      const std::size_t base = j * 8ULL * k;
-      for (std::uint32_t i = 0; i < k; ++i) {
-        ASSERT_EQ(TestFixture::f32_at(got.bytes[e], base + 4ULL * i), v[i].first) << "row " << j << " rank " << i;
-        ASSERT_EQ(static_cast<std::int32_t>(TestFixture::u32_at(got.bytes[e], base + 4ULL * (k + i))), v[i].second)
-            << "row " << j << " rank " << i;
-      }
+      ASSERT_NO_FATAL_FAILURE(TestFixture::expect_topk(
+          got.bytes[e], j, k, width, [&](std::uint64_t c) { return TestFixture::of_bf16(h[rows[j] * width + c]); }));
     }
   }
 }
