@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from ._files import replace_json
+
 __all__ = ["ArrowSink", "ContextWriter"]
 
 
@@ -95,13 +97,7 @@ class _Shards:
                  "_format_columns": None, "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False,
                  "_split": None}
         for fname, obj in (("dataset_info.json", self.info), ("state.json", state)):
-            tmp = os.path.join(self.dir, f".{fname}.tmp-{os.getpid()}")
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(obj, f, indent=1)
-                if self.fsync:
-                    f.flush()
-                    os.fsync(f.fileno())
-            os.replace(tmp, os.path.join(self.dir, fname))
+            replace_json(os.path.join(self.dir, fname), obj, fsync=self.fsync, indent=1)
 
 
 _FLOAT = {"F32", "F16", "BF16"}

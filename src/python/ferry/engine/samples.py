@@ -23,6 +23,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .._files import replace_json
+
 __all__ = ["FORMAT", "Sample", "SampleWriter", "decode", "open_samples", "write_safetensors"]
 
 FORMAT = "ferry.samples"
@@ -197,13 +199,7 @@ class SampleWriter:
                                                     "complete": s.complete, "missing": s.missing}
             for t in s.tensors(s.request_id + "/"):
                 self._index["weight_map"][t] = name
-        tmp = os.path.join(self.dir, f".index.json.tmp-{os.getpid()}")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(self._index, f)
-            if self.fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(self.dir, "index.json"))
+        replace_json(os.path.join(self.dir, "index.json"), self._index, fsync=self.fsync)
 
     def close(self) -> None:
         try:

@@ -18,10 +18,11 @@ the forward. ``open_samples(out)`` assembles the ranks' samples (tp_samples.py).
 from __future__ import annotations
 
 import fnmatch
-import json
 import os
 from dataclasses import dataclass
 from typing import Any
+
+from .._files import replace_json
 
 __all__ = ["RANK_DIR", "TP_META", "TP", "layouts", "relay", "setup", "slice_of", "tp_of", "write_meta"]
 
@@ -117,10 +118,7 @@ def slice_of(tap: str, layout: tuple[int, int | None], tp: TP, row_shape: tuple[
 def write_meta(directory: str, meta: dict) -> None:
     """``tp.json`` of this rank's directory (``setup``'s meta), written whole: a temporary file renamed."""
     os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{TP_META}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(meta, f)
-    os.replace(tmp, os.path.join(directory, TP_META))
+    replace_json(os.path.join(directory, TP_META), meta)
 
 
 def relay(cap: Any, manager: Any) -> None:
