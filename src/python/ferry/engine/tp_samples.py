@@ -119,20 +119,26 @@ class _Join:
                 at = int(common[np.flatnonzero(t != toks)[0]])
                 raise LayoutError(self.ranks[r][0], f"request {rid!r}: expected the token ids of "
                                                     f"{self.ranks[r0][0]} at every position, got another at {at}")
+        kept = {r: json.loads(m["taps"]) for r, (m, _) in parts.items()}  # each rank's taps and slices, parsed once
+        slices = {r: json.loads(m["tp"])["slices"] if "tp" in m else {} for r, (m, _) in parts.items()}
+
+        def tap_rows(r: int, tap: str) -> np.ndarray:
+            return parts[r][1]["hidden_states"][rows[r], kept[r].index(tap)]
+
         taps, arrays = [], []
         for tap in self.taps:
-            have = [r for r, (m, _) in sorted(parts.items()) if tap in json.loads(m["taps"])]
+            have = [r for r in sorted(parts) if tap in kept[r]]
             if not have:
                 continue
             if self.kinds[tap] == "replicated":
                 taps.append(tap)
-                arrays.append(self._rows(parts, 0 if 0 in have else have[0], tap, rows))
+                arrays.append(tap_rows(0 if 0 in have else have[0], tap))
                 continue
             if len(have) < self.world:
                 lack = next(r for r in range(self.world) if r not in have)
                 reasons.append(f"tap {tap!r} left out: rank {lack}'s slice is missing")
                 continue
-            sl = {r: json.loads(parts[r][0]["tp"])["slices"].get(tap) for r in have}
+            sl = {r: slices[r].get(tap) for r in have}
             s0 = sl[have[0]]
             for r in have:
                 s = sl[r]
@@ -140,14 +146,14 @@ class _Join:
                     raise LayoutError(self.ranks[r][0], f"request {rid!r}: tap {tap!r}: expected a slice of world "
                                                         f"{s0['world']}, dim {s0['dim']}, full {s0['full']} (as "
                                                         f"in {self.ranks[have[0]][0]}), got {s}")
-            parts_t = sorted((sl[r]["offset"], r, self._rows(parts, r, tap, rows)) for r in have)
+            parts_t = sorted((sl[r]["offset"], r, tap_rows(r, tap)) for r in have)
             check_slices(tap, s0["dim"], s0["full"],
                          [(o, a.shape[1 + s0["dim"]], self.ranks[r][0]) for o, r, a in parts_t])
             taps.append(tap)
             arrays.append(np.concatenate([a for _, _, a in parts_t], axis=1 + s0["dim"]))
         m0 = parts[r0][0]
         complete = not absent and not missing and all(m.get("complete") == "true" for m, _ in parts.values()) \
-            and len(taps) == len(json.loads(m0["taps"]))
+            and len(taps) == len(kept[r0])
         meta = {"format": m0.get("format", ""), "version": m0.get("version", ""), "request_id": rid,
                 "taps": json.dumps(taps), "complete": "true" if complete else "false",
                 "missing": json.dumps(sorted(list(x) for x in missing)), "reason": "; ".join(reasons),
@@ -159,11 +165,6 @@ class _Join:
         else:  # taps of different whole shapes (e.g. the residual stream beside the MLP intermediate)
             out.update({f"hidden_states.{t}": a for t, a in zip(taps, arrays)})
         return meta, out
-
-    @staticmethod
-    def _rows(parts: dict, r: int, tap: str, rows: dict) -> np.ndarray:
-        m, a = parts[r]
-        return a["hidden_states"][rows[r], json.loads(m["taps"]).index(tap)]
 
 
 def open_tp_samples(directory: str, ranks: list[tuple[str, dict]] | None = None) -> Iterator[tuple[dict, dict]]:
