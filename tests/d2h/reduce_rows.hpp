@@ -111,9 +111,9 @@ TYPED_TEST_P(D2hReduceRows, TopkIsTheSortedPrefixWithTiesByLowerIndex)
     ASSERT_EQ(got.row_bytes[e], 8ULL * k);
     ASSERT_EQ(got.bytes[e].size(), rows.size() * 8ULL * k);
     for (std::size_t j = 0; j < rows.size(); ++j) {
-      ASSERT_NO_FATAL_FAILURE(TestFixture::expect_topk(got.bytes[e], j, k, width, [&](std::uint64_t c) {
-        const std::size_t at = rows[j] * width + c;
-        return bf16 ? TestFixture::of_bf16(h[at]) : f[at];
+      ASSERT_NO_FATAL_FAILURE(TestFixture::expect_topk(got.bytes[e], j, k, width, [&, b16 = bf16](std::uint64_t c) {
+        const std::size_t at = rows[j] * width + c;  // b16: clang before 16 captures no structured binding
+        return b16 ? TestFixture::of_bf16(h[at]) : f[at];
       }));
     }
   }
