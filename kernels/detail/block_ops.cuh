@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // A block of threads as the reduce bodies (reduce_block.cuh) see it, on each backend: its thread `t` of `nt`, a
-// barrier, shared-memory atomics, a warp's max, and the radix-select histogram pass.
+// barrier, shared-memory atomics (a warp's claim of slots), a warp's max, the radix-select histogram pass, and a
+// bitonic sort in shared memory (block_sort).
 //   host_block   the host backend's block: one thread; the barrier is a no-op, the atomics plain;
 //   gpu_block    a CUDA / HIP block of nt threads, nt a multiple of 32 (reduce_rows launches 256).
 #pragma once
@@ -23,6 +24,10 @@ struct host_block {
     return old;
   }
   FERRY_HD void max(std::uint32_t* p, std::uint32_t v) const noexcept { *p = v > *p ? v : *p; }
+  FERRY_HD std::uint32_t claim(std::uint32_t* count, bool want) const noexcept
+  {
+    return want ? add(count, 1) : 0xffffffffU;
+  }
   /// The max of `v` over the lanes of the caller's warp (one lane: `v`).
   FERRY_HD static std::uint32_t warp_max(std::uint32_t v) noexcept { return v; }
   /// radix_select's histogram pass: hist[digit(c)] += 1 for every c in [0, width) that digit() admits (< 256).
@@ -81,6 +86,25 @@ struct gpu_block {
 #endif
     return v;
   }
+  /// For a lane whose `want` holds: a slot of `*count` of its own (count += 1 per wanting lane, one atomic add per
+  /// warp on CUDA, its converged lanes ranked by lane); other lanes: 0xffffffff.
+  FERRY_HD std::uint32_t claim(std::uint32_t* count, bool want) const
+  {
+#if defined(__CUDA_ARCH__)
+    const std::uint32_t active = __activemask();
+    const std::uint32_t wanting = __ballot_sync(active, want);
+    if (wanting == 0) { return 0xffffffffU; }
+    const int leader = __ffs(static_cast<int>(wanting)) - 1;
+    std::uint32_t base = 0;
+    if ((t & 31U) == static_cast<std::uint32_t>(leader)) { base = atomicAdd(count, __popc(wanting)); }
+    base = __shfl_sync(active, base, leader);
+    return want ? base + __popc(wanting & ((1U << (t & 31U)) - 1U)) : 0xffffffffU;
+#elif defined(__HIP_DEVICE_COMPILE__)
+    return want ? atomicAdd(count, 1U) : 0xffffffffU;
+#else
+    return want ? (*count += 1, *count - 1) : 0xffffffffU;
+#endif
+  }
   /// hist[d] += 1 for the caller's digit `d` (< 256; 256: none), by every lane of the warp at once: on CUDA the
   /// lanes with one digit add once (__match_any_sync: the few top digits of a row's first pass would otherwise
   /// serialise the block on a handful of shared atomics).
@@ -123,5 +147,26 @@ struct gpu_block {
   }
 };
 #endif
+
+/// Bitonic sort of a[0, n2) in shared memory (n2 a power of two) by every thread of block `b`: descending when
+/// `desc`, else ascending. Ends with a barrier.
+template <class Blk, class T>
+FERRY_HD void block_sort(const Blk& b, T* a, std::uint32_t n2, bool desc)
+{
+  for (std::uint32_t size = 2; size <= n2; size <<= 1) {
+    for (std::uint32_t stride = size >> 1; stride > 0; stride >>= 1) {
+      for (std::uint32_t i = b.t; i < n2; i += b.nt) {
+        const std::uint32_t j = i ^ stride;
+        const bool up = ((i & size) == 0) != desc;  // this pair's run ascends
+        if (j > i && (up ? a[j] < a[i] : a[i] < a[j])) {
+          const T x = a[i];
+          a[i] = a[j];
+          a[j] = x;
+        }
+      }
+      b.sync();
+    }
+  }
+}
 
 }  // namespace ferry::kernels::d2h

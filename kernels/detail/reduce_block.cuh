@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // One record of a reducer (ferry/d2h/reducer.hpp) computed by a whole block (reduce_rows, kernels/d2h/reduce):
-//   topk_record    radix select of the k-th largest element, ties by the lowest indices (topk_block.cuh);
+//   topk_record    the k largest elements, ties by the lowest indices: a filter by group maxima, else a radix
+//                  select (topk_block.cuh);
 //   fp8_record     by one warp (the block's warps take rows of their own): the row's amax (a warp max), then
 //                  every code of x / scale;
-//   mean_record    columns [c0, c1) of an item's record: a warp's lanes take columns, the block's warps take rows
-//                  (warp w the rows j = w mod warps), each an f32 sum in row order; the warps' sums are added in
-//                  warp order and divided by the count (the host's one-thread block: every row in order);
+//   mean_record    columns [c0, c1) of an item's record: a lane takes a 16-byte vector's columns, the block's row
+//                  groups take rows (group g the rows j = g mod groups), each an f32 sum in row order; the groups'
+//                  sums are added in group order and divided by the count (the host's one thread: every row in order);
 //   stats_record   per column, Welford over every selected row in row order, and max |x|.
 // Every thread of the block calls each function but fp8_record with the same arguments (its branches are
 // block-uniform, so its barriers are met by all); every lane of a warp calls fp8_record with its row; `b` is a
@@ -55,10 +56,10 @@ FERRY_HD void fp8_record(const Blk& b, std::uint32_t lane, const std::byte* row,
 #pragma unroll
     for (std::uint32_t r = 0; r < fp8_vec_regs; ++r) {
       if (lane + static_cast<std::uint64_t>(r) * lanes < nv) {
-        for (std::uint32_t e = 0; e < pv; ++e) {
-          const std::uint32_t a = bits_of_float(float_of(vec_bits(v[r], e, in), in)) & 0x7fffffffU;
+        for_each_in_vec(v[r], in, [&](std::uint32_t, std::uint32_t bits) {
+          const std::uint32_t a = bits_of_float(float_of(bits, in)) & 0x7fffffffU;
           local = a > local ? a : local;
-        }
+        });
       }
     }
   }
@@ -77,13 +78,12 @@ FERRY_HD void fp8_record(const Blk& b, std::uint32_t lane, const std::byte* row,
     for (std::uint32_t r = 0; r < fp8_vec_regs; ++r) {
       const std::uint64_t i = lane + static_cast<std::uint64_t>(r) * lanes;
       if (i >= nv) { continue; }
+      std::uint32_t word[2] = {0, 0};  // the vector's codes, 4 a word
+      for_each_in_vec(v[r], in, [&](std::uint32_t e, std::uint32_t bits) {
+        word[e >> 2] |= static_cast<std::uint32_t>(e4m3fn_of(float_of(bits, in) / scale)) << (8 * (e & 3U));
+      });
       for (std::uint32_t q = 0; q < pv / 4; ++q) {
-        std::uint32_t word = 0;
-        for (std::uint32_t e = 0; e < 4; ++e) {
-          const float x = float_of(vec_bits(v[r], 4 * q + e, in), in);
-          word |= static_cast<std::uint32_t>(e4m3fn_of(x / scale)) << (8 * e);
-        }
-        *reinterpret_cast<std::uint32_t*>(out + 4 + i * pv + 4 * q) = word;
+        *reinterpret_cast<std::uint32_t*>(out + 4 + i * pv + 4 * q) = word[q];
       }
     }
     return;  // width a multiple of 4: no padding
@@ -98,63 +98,88 @@ FERRY_HD void fp8_record(const Blk& b, std::uint32_t lane, const std::byte* row,
 
 /// Columns [c0, c1) (at most mean_chunk_cols) of the mean record of item `item` (rows item x per .. + per - 1 of
 /// the selection), into `out`; chunk 0 writes the count. False when one of its rows is invalid (nothing written, no
-/// invalid row read). The rows go by tiles of the block's threads: each thread resolves one row of the tile once
-/// (sh.rows), then a warp's lanes take columns (Blk::lanes apart, in registers) and the warps take the tile's rows
-/// w, w + warps, ..: each warp's sum of a column adds its rows in the same order whatever the tile size.
+/// invalid row read). The host's one thread adds every row in order. A GPU block goes by tiles of mean_tile_rows
+/// rows: its threads resolve the tile's rows once (sh.rows), then a lane takes per_vec(in) columns (one 16-byte
+/// vector of a row when vec_ok, else elements) and the threads of one column range form `groups` row groups: group
+/// g adds the tile's rows g, g + groups, .. in order, mean_batch loads in flight; then the groups' sums are added in
+/// group order.
 template <class Blk>
 FERRY_HD bool mean_record(const Blk& b, reduce_shared& sh, const ferry::d2h::row_selection& sel, const std::byte* src,
                           std::uint64_t n_rows, std::uint64_t width, ferry::d2h::reduce_input in, std::uint64_t item,
                           std::uint64_t per, std::uint64_t c0, std::uint64_t c1, std::byte* out)
 {
-  constexpr std::uint32_t lanes = Blk::lanes;
-  constexpr std::uint32_t per_lane = static_cast<std::uint32_t>(ferry::d2h::mean_chunk_cols) / lanes;
-  const std::uint64_t row_bytes = width * input_bytes(in);
-  const std::uint32_t warps = b.nt / lanes < reduce_warps ? b.nt / lanes : reduce_warps;
-  const std::uint32_t lane = b.t % lanes, w = b.t / lanes;
-  const std::uint32_t tile = b.nt < mean_tile_rows ? b.nt : mean_tile_rows;
-  float acc[per_lane];
-  for (std::uint32_t q = 0; q < per_lane; ++q) { acc[q] = 0.0F; }
-  if (b.t == 0) { sh.bad = 0; }
-  b.sync();
-  for (std::uint64_t j0 = 0; j0 < per; j0 += tile) {
-    const std::uint64_t n = per - j0 < tile ? per - j0 : tile;
-    if (b.t < n) {
-      const std::int64_t r = select_source_row(sel, n_rows, item * per + j0 + b.t, per);
-      sh.rows[b.t] = r;
-      if (r < 0) { b.max(&sh.bad, 1U); }
+  constexpr std::uint64_t cols = ferry::d2h::mean_chunk_cols;
+  const std::uint64_t ib = ferry::d2h::input_bytes(in), row_bytes = width * ib;
+  if constexpr (Blk::lanes == 1) {  // the host's one thread: every row in order
+    float acc[cols] = {};
+    for (std::uint64_t j = 0; j < per; ++j) {
+      const std::int64_t r = select_source_row(sel, n_rows, item * per + j, per);
+      if (r < 0) { return false; }
+      for (std::uint64_t c = c0; c < c1; ++c) { acc[c - c0] += load_element(src + r * row_bytes, c, in); }
     }
+    for (std::uint64_t c = c0; c < c1; ++c) {
+      const float m = acc[c - c0] / static_cast<float>(per);
+      std::memcpy(out + 4 * c, &m, 4);
+    }
+  } else {
+    const std::uint32_t pv = per_vec(in), row_lanes = static_cast<std::uint32_t>(cols) / pv;
+    const std::uint32_t groups = b.nt / row_lanes < mean_groups ? b.nt / row_lanes : mean_groups;
+    const std::uint32_t g = b.t / row_lanes;
+    const std::uint64_t cl = c0 + (b.t % row_lanes) * pv;  // this thread's first column
+    const bool live = g < groups && cl < c1, vec = vec_ok(src, width, in);
+    float acc[8] = {};
+    if (b.t == 0) { sh.bad = 0; }
     b.sync();
-    if (sh.bad == 0 && w < warps) {  // no row of an item with an invalid one is read
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-#pragma unroll 8
-#endif
-      for (std::uint64_t i = w; i < n; i += warps) {
-        const std::byte* row = src + static_cast<std::uint64_t>(sh.rows[i]) * row_bytes;
-        for (std::uint32_t q = 0; q < per_lane; ++q) {
-          const std::uint64_t c = c0 + lane + static_cast<std::uint64_t>(q) * lanes;
-          if (c < c1) { acc[q] += load_element(row, c, in); }
+    for (std::uint64_t j0 = 0; j0 < per; j0 += mean_tile_rows) {
+      const std::uint64_t n = per - j0 < mean_tile_rows ? per - j0 : mean_tile_rows;
+      for (std::uint64_t i = b.t; i < n; i += b.nt) {
+        const std::int64_t r = select_source_row(sel, n_rows, item * per + j0 + i, per);
+        sh.rows[i] = r;
+        if (r < 0) { b.max(&sh.bad, 1U); }
+      }
+      b.sync();
+      if (sh.bad == 0 && live && vec) {  // no row of an item with an invalid one is read
+        for (std::uint64_t i0 = g; i0 < n; i0 += mean_batch * groups) {
+          vec16 v[mean_batch];
+FERRY_UNROLL
+          for (std::uint32_t u = 0; u < mean_batch; ++u) {
+            const std::uint64_t i = i0 + u * groups;
+            if (i < n) { v[u] = vec_at(src + static_cast<std::uint64_t>(sh.rows[i]) * row_bytes + cl * ib, 0); }
+          }
+FERRY_UNROLL
+          for (std::uint32_t u = 0; u < mean_batch; ++u) {
+            if (i0 + u * groups >= n) { continue; }
+            for_each_in_vec(v[u], in, [&](std::uint32_t e, std::uint32_t bits) { acc[e] += float_of(bits, in); });
+          }
+        }
+      } else if (sh.bad == 0 && live) {
+        for (std::uint64_t i = g; i < n; i += groups) {
+          const std::byte* row = src + static_cast<std::uint64_t>(sh.rows[i]) * row_bytes;
+FERRY_UNROLL
+          for (std::uint32_t e = 0; e < 8; ++e) {  // constant indices: acc stays in registers
+            if (e < pv && cl + e < c1) { acc[e] += load_element(row, cl + e, in); }
+          }
         }
       }
+      b.sync();  // every group read the tile's rows (and the flag) before the next tile's
     }
-    b.sync();  // every warp read the tile's rows (and the flag) before the next tile's
-  }
-  const bool bad = sh.bad != 0;
-  if (bad) {
-    b.sync();  // every thread read the flag before a next unit resets it
-    return false;
-  }
-  if (w < warps) {
-    for (std::uint32_t q = 0; q < per_lane; ++q) {
-      const std::uint64_t c = c0 + lane + static_cast<std::uint64_t>(q) * lanes;
-      if (c < c1) { sh.part[w * ferry::d2h::mean_chunk_cols + (c - c0)] = acc[q]; }
+    if (sh.bad != 0) {
+      b.sync();  // every thread read the flag before a next unit resets it
+      return false;
     }
-  }
-  b.sync();
-  for (std::uint64_t c = c0 + b.t; c < c1; c += b.nt) {
-    float sum = 0.0F;
-    for (std::uint32_t x = 0; x < warps; ++x) { sum += sh.part[x * ferry::d2h::mean_chunk_cols + (c - c0)]; }
-    const float m = sum / static_cast<float>(per);
-    std::memcpy(out + 4 * c, &m, 4);
+    if (live) {
+FERRY_UNROLL
+      for (std::uint32_t e = 0; e < 8; ++e) {
+        if (e < pv) { sh.part[g * cols + (cl - c0) + e] = acc[e]; }
+      }
+    }
+    b.sync();
+    for (std::uint64_t c = c0 + b.t; c < c1; c += b.nt) {
+      float sum = 0.0F;
+      for (std::uint32_t x = 0; x < groups; ++x) { sum += sh.part[x * cols + (c - c0)]; }
+      const float m = sum / static_cast<float>(per);
+      std::memcpy(out + 4 * c, &m, 4);
+    }
   }
   if (b.t == 0 && c0 == 0) {
     const auto n = static_cast<std::uint32_t>(per);

@@ -1,7 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The top-k record of a row by a whole block (reduce_block.cuh says how the reduce bodies call it): radix select of
-// the k-th largest order_key, the winners collected and bitonic-sorted in shared memory (value descending, index
-// ascending), ties at the k-th value broken by the lowest indices.
+// The top-k record of a row by a whole block (reduce_block.cuh says how the reduce bodies call it): the k largest
+// order_keys, value descending and, among equal values, index ascending (so ties at the k-th value take the lowest
+// indices). Each element is packed as key << 32 | ~index, so that this order is the packed values' descending order.
+//   topk_filtered   k <= topk_filter_k: two passes over the row. The first takes the max of each of topk_groups
+//                   disjoint groups of elements; the k-th largest of those maxima, tau, is at most the row's k-th
+//                   largest key (k distinct elements are >= it). The second keeps every element >= tau (at most
+//                   topk_cand_cap of them, else it gives up), and a sort of those gives the record.
+//   topk_radix      any k (and the rows topk_filtered gives up on): radix select of the k-th largest key, the
+//                   elements above it and the lowest-index ties collected, then sorted.
 #pragma once
 
 #include "block_ops.cuh"  // host_block, gpu_block
@@ -37,9 +43,9 @@ __device__ void histogram_vec(const gpu_block& b, std::uint32_t* hist, const std
 #pragma unroll
     for (std::uint32_t u = 0; u < topk_vec_batch; ++u) {
       const bool live = base + u * b.nt + lane < nv;
-      for (std::uint32_t e = 0; e < pv; ++e) {
-        b.warp_count(hist, live ? digit(order_key(vec_bits(v[u], e, in), in)) : 256U);
-      }
+      for_each_in_vec(v[u], in, [&](std::uint32_t, std::uint32_t bits) {
+        b.warp_count(hist, live ? digit(order_key(bits, in)) : 256U);
+      });
     }
   }
 }
@@ -98,21 +104,88 @@ FERRY_HD void radix_select(const Blk& b, reduce_shared& sh, std::uint64_t width,
   }
 }
 
-/// The top-k record of `row` (k values as f32, then k int32 indices) into `out` (4-byte aligned).
+inline constexpr std::uint32_t topk_filter_k = 256;  ///< topk_record: k above it goes to topk_radix at once
+
+FERRY_HD inline std::uint64_t topk_pack(std::uint32_t key, std::uint64_t c) noexcept
+{
+  return (std::uint64_t{key} << 32) | (0xffffffffU - static_cast<std::uint32_t>(c));
+}
+
+/// The record from sh.cand[0, n) (n >= k, every element of the record among them): sorted descending, the first k
+/// as k values (f32), then k int32 indices, into `out`. Ends with a barrier.
 template <class Blk>
-FERRY_HD void topk_record(const Blk& b, reduce_shared& sh, const std::byte* row, std::uint64_t width,
-                          ferry::d2h::reduce_input in, std::uint32_t k, std::byte* out)
+FERRY_HD void topk_emit(const Blk& b, reduce_shared& sh, std::uint32_t n, std::uint32_t k,
+                        ferry::d2h::reduce_input in, std::byte* out)
+{
+  std::uint32_t n2 = 1;
+  while (n2 < n) { n2 <<= 1; }
+  for (std::uint32_t i = n + b.t; i < n2; i += b.nt) { sh.cand[i] = 0; }  // below every element
+  b.sync();
+  block_sort(b, sh.cand, n2, true);
+  for (std::uint32_t i = b.t; i < k; i += b.nt) {
+    const std::uint64_t p = sh.cand[i];
+    const float v = float_of(bits_of_key(static_cast<std::uint32_t>(p >> 32), in), in);
+    const auto idx = static_cast<std::int32_t>(0xffffffffU - static_cast<std::uint32_t>(p));
+    std::memcpy(out + 4ULL * i, &v, 4);
+    std::memcpy(out + 4ULL * (k + i), &idx, 4);
+  }
+  b.sync();  // the next record reuses the scratch
+}
+
+/// topk_filtered (the file's comment): false, nothing written, when more than topk_cand_cap elements are >= tau.
+template <class Blk>
+FERRY_HD bool topk_filtered(const Blk& b, reduce_shared& sh, const std::byte* row, std::uint64_t width,
+                            ferry::d2h::reduce_input in, std::uint32_t k, std::byte* out)
+{
+  for (std::uint32_t i = b.t; i < topk_groups; i += b.nt) { sh.gmax[i] = 0; }  // an empty group's max: the least
+  if (b.t == 0) { sh.n_cand = 0; }
+  b.sync();
+  std::uint32_t m[topk_batch] = {};  // GPU: the thread's max per load slot u (group u x nt + t, mod topk_groups)
+  for_each_element<topk_vec_batch, topk_batch>(b, row, width, in, [&](std::uint64_t c, std::uint32_t bits,
+                                                                      std::uint32_t u) {
+    const std::uint32_t key = order_key(bits, in);
+    if constexpr (Blk::lanes == 1) {  // the host's one thread: group c mod topk_groups
+      b.max(&sh.gmax[c % topk_groups], key);
+    } else {
+      m[u] = key > m[u] ? key : m[u];
+    }
+  });
+  if constexpr (Blk::lanes != 1) {
+    for (std::uint32_t u = 0; u < topk_batch; ++u) { b.max(&sh.gmax[(u * b.nt + b.t) % topk_groups], m[u]); }
+  }
+  b.sync();
+  block_sort(b, sh.gmax, topk_groups, true);
+  const std::uint32_t tau = sh.gmax[k - 1];
+  for_each_element<topk_vec_batch, topk_batch>(b, row, width, in, [&](std::uint64_t c, std::uint32_t bits,
+                                                                      std::uint32_t) {
+    const std::uint32_t key = order_key(bits, in);
+    const std::uint32_t slot = b.claim(&sh.n_cand, key >= tau);
+    if (slot < topk_cand_cap) { sh.cand[slot] = topk_pack(key, c); }
+  });
+  b.sync();
+  const std::uint32_t n = sh.n_cand;
+  if (n > topk_cand_cap) {
+    b.sync();  // every thread read the count before the next use of the scratch
+    return false;
+  }
+  topk_emit(b, sh, n, k, in, out);
+  return true;
+}
+
+/// topk_radix (the file's comment).
+template <class Blk>
+FERRY_HD void topk_radix(const Blk& b, reduce_shared& sh, const std::byte* row, std::uint64_t width,
+                         ferry::d2h::reduce_input in, std::uint32_t k, std::byte* out)
 {
   auto key_at = [&](std::uint64_t c) { return order_key(element_bits(row, c, in), in); };
   const std::uint32_t bits = in == ferry::d2h::reduce_input::f32 ? 32U : 16U;
-  const bool by_vec = vec_ok(row, width, in);  // on the GPU: every pass over the row by 16-byte vectors
   radix_select(
       b, sh, width, bits, k,
       [&](std::uint64_t c, std::uint32_t& key) {
         key = key_at(c);
         return true;
       },
-      by_vec ? row : nullptr, in);
+      vec_ok(row, width, in) ? row : nullptr, in);  // on the GPU: every pass over such a row by 16-byte vectors
   const std::uint32_t kth = sh.prefix;
   const std::uint32_t need = sh.krem;
   const bool every_tie = need == sh.n_eq;
@@ -129,107 +202,40 @@ FERRY_HD void topk_record(const Blk& b, reduce_shared& sh, const std::byte* row,
     b.sync();
   }
   if (b.t == 0) {
-    sh.n_taken = 0;
+    sh.n_cand = 0;
     sh.n_ties = 0;
   }
   b.sync();
-  auto consider = [&](std::uint64_t c, std::uint32_t key) {
+  for_each_element<topk_vec_batch, topk_batch>(b, row, width, in, [&](std::uint64_t c, std::uint32_t bits,
+                                                                      std::uint32_t) {
+    const std::uint32_t key = order_key(bits, in);
     if (key < kth) { return; }
     if (key == kth && keep_ties) {
       sh.ties[b.add(&sh.n_ties, 1)] = static_cast<std::uint32_t>(c);
     } else if (key > kth || every_tie || ~static_cast<std::uint32_t>(c) >= last_index) {
-      const std::uint32_t slot = b.add(&sh.n_taken, 1);
-      sh.key[slot] = key;
-      sh.idx[slot] = static_cast<std::int32_t>(c);
+      sh.cand[b.add(&sh.n_cand, 1)] = topk_pack(key, c);
     }
-  };
-  bool collected = false;
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-  if (by_vec) {  // each thread topk_vec_batch vectors in flight, then their elements
-    const std::uint32_t pv = per_vec(in);
-    const std::uint64_t nv = width / pv;
-    for (std::uint64_t i0 = b.t; i0 < nv; i0 += topk_vec_batch * b.nt) {
-      vec16 v[topk_vec_batch];
-#pragma unroll
-      for (std::uint32_t u = 0; u < topk_vec_batch; ++u) {
-        if (i0 + u * b.nt < nv) { v[u] = vec_at(row, i0 + u * b.nt); }
-      }
-#pragma unroll
-      for (std::uint32_t u = 0; u < topk_vec_batch; ++u) {
-        const std::uint64_t i = i0 + u * b.nt;
-        if (i >= nv) { continue; }
-        for (std::uint32_t e = 0; e < pv; ++e) { consider(i * pv + e, order_key(vec_bits(v[u], e, in), in)); }
-      }
-    }
-    collected = true;
-  }
-#endif
-  for (std::uint64_t c0 = b.t; c0 < width && !collected; c0 += topk_batch * b.nt) {  // loads, then their uses
-    std::uint32_t keys[topk_batch];
-    for (std::uint32_t u = 0; u < topk_batch; ++u) {
-      const std::uint64_t c = c0 + u * b.nt;
-      keys[u] = c < width ? key_at(c) : 0U;
-    }
-    for (std::uint32_t u = 0; u < topk_batch; ++u) {
-      if (c0 + u * b.nt < width) { consider(c0 + u * b.nt, keys[u]); }
-    }
-  }
+  });
   if (keep_ties) {  // the lowest `need` of the n_eq tie indices: sorted ascending, after the k - need larger keys
     std::uint32_t nt2 = 1;
     while (nt2 < n_eq) { nt2 <<= 1; }
     b.sync();
     for (std::uint32_t i = n_eq + b.t; i < nt2; i += b.nt) { sh.ties[i] = 0xffffffffU; }
     b.sync();
-    for (std::uint32_t size = 2; size <= nt2; size <<= 1) {
-      for (std::uint32_t stride = size >> 1; stride > 0; stride >>= 1) {
-        for (std::uint32_t i = b.t; i < nt2; i += b.nt) {
-          const std::uint32_t j = i ^ stride;
-          if (j > i && ((i & size) == 0 ? sh.ties[j] < sh.ties[i] : sh.ties[i] < sh.ties[j])) {
-            const std::uint32_t x = sh.ties[i];
-            sh.ties[i] = sh.ties[j];
-            sh.ties[j] = x;
-          }
-        }
-        b.sync();
-      }
-    }
-    for (std::uint32_t i = b.t; i < need; i += b.nt) {
-      sh.key[k - need + i] = kth;
-      sh.idx[k - need + i] = static_cast<std::int32_t>(sh.ties[i]);
-    }
-  }
-  std::uint32_t n2 = 1;
-  while (n2 < k) { n2 <<= 1; }
-  for (std::uint32_t i = k + b.t; i < n2; i += b.nt) {  // padding: after every element
-    sh.key[i] = 0;
-    sh.idx[i] = 0x7fffffff;
+    block_sort(b, sh.ties, nt2, false);
+    for (std::uint32_t i = b.t; i < need; i += b.nt) { sh.cand[k - need + i] = topk_pack(kth, sh.ties[i]); }
   }
   b.sync();
-  auto before = [&](std::uint32_t x, std::uint32_t y) {  // x goes first: larger value, or equal and lower index
-    return sh.key[x] > sh.key[y] || (sh.key[x] == sh.key[y] && sh.idx[x] < sh.idx[y]);
-  };
-  for (std::uint32_t size = 2; size <= n2; size <<= 1) {  // bitonic sort into `before` order
-    for (std::uint32_t stride = size >> 1; stride > 0; stride >>= 1) {
-      for (std::uint32_t i = b.t; i < n2; i += b.nt) {
-        const std::uint32_t j = i ^ stride;
-        if (j > i && ((i & size) == 0 ? before(j, i) : before(i, j))) {
-          const std::uint32_t kk = sh.key[i];
-          const std::int32_t ii = sh.idx[i];
-          sh.key[i] = sh.key[j];
-          sh.idx[i] = sh.idx[j];
-          sh.key[j] = kk;
-          sh.idx[j] = ii;
-        }
-      }
-      b.sync();
-    }
-  }
-  for (std::uint32_t i = b.t; i < k; i += b.nt) {
-    const float v = float_of(bits_of_key(sh.key[i], in), in);
-    std::memcpy(out + 4ULL * i, &v, 4);
-    std::memcpy(out + 4ULL * (k + i), &sh.idx[i], 4);
-  }
-  b.sync();  // the next record reuses the scratch
+  topk_emit(b, sh, k, k, in, out);
+}
+
+/// The top-k record of `row` (k values as f32, then k int32 indices) into `out` (4-byte aligned).
+template <class Blk>
+FERRY_HD void topk_record(const Blk& b, reduce_shared& sh, const std::byte* row, std::uint64_t width,
+                          ferry::d2h::reduce_input in, std::uint32_t k, std::byte* out)
+{
+  if (k <= topk_filter_k && topk_filtered(b, sh, row, width, in, k, out)) { return; }
+  topk_radix(b, sh, row, width, in, k, out);
 }
 
 }  // namespace ferry::kernels::d2h

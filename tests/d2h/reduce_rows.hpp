@@ -119,9 +119,10 @@ TYPED_TEST_P(D2hReduceRows, TopkIsTheSortedPrefixWithTiesByLowerIndex)
   }
 }
 
-/// topk over bf16 rows of 4096 elements that take 3 values, so the k-th value has about 1365 equal elements: more
-/// than the block keeps in shared memory (topk_tie_cap), so the lowest indices among them come from the second radix
-/// select; k = 1, 64 and 1024 (topk_max): the values of a stable descending sort and their indices.
+/// topk over bf16 rows of 4096 elements that take 3 values, so the k-th value has about 1365 equal elements. k = 1
+/// and 64: all of them pass topk_filtered's filter and fit its candidates. k = 1024 (topk_max), topk_radix's: more
+/// ties than it keeps in shared memory (topk_tie_cap), so the lowest indices among them come from the second radix
+/// select. Each: the values of a stable descending sort and their indices.
 TYPED_TEST_P(D2hReduceRows, TopkTiesBeyondTheSharedBufferTakeTheLowestIndices)
 {
   using B = TypeParam;
@@ -154,6 +155,55 @@ TYPED_TEST_P(D2hReduceRows, TopkTiesBeyondTheSharedBufferTakeTheLowestIndices)
     for (std::size_t j = 0; j < rows.size(); ++j) {
       ASSERT_NO_FATAL_FAILURE(TestFixture::expect_topk(
           got.bytes[e], j, k, width, [&](std::uint64_t c) { return TestFixture::of_bf16(h[rows[j] * width + c]); }));
+    }
+  }
+}
+
+/// topk over wide bf16 rows, as logits are: normal values (bf16 rounding makes ties near the top) in a row whose
+/// width is whole 16-byte vectors and in one that is not (the GPU's vector and scalar passes), and a constant row.
+/// k = 64 and 256 take the group-maxima filter (topk_filtered) on the normal rows; on the constant row every element
+/// passes the filter, more than it keeps, so topk_radix gives the record (its ties beyond the shared buffer: the
+/// second select); k = 257 is topk_radix's at once. Each: the values of a stable descending sort and their indices.
+TYPED_TEST_P(D2hReduceRows, TopkOfWideRowsFiltersByGroupMaximaElseSelects)
+{
+  using B = TypeParam;
+  std::mt19937_64 rng{17};
+  fb::stream<B> s{this->b};
+  const std::vector<std::int32_t> rows{3, 9, 17};  // row 9: constant
+  auto idx = this->upload(rows, s.view());
+  typename TestFixture::collected got;
+  fd::channel<B> ch{this->rows_config(8 << 20), this->b, got.callback()};
+  const std::uint64_t widths[2] = {32768, 32771};
+  const std::uint32_t ks[3] = {64, 256, 257};
+  std::vector<std::vector<std::uint16_t>> h(2);
+  std::vector<fb::device_buffer<B>> dh;
+  std::normal_distribution<float> normal{0.0F, 2.0F};
+  for (std::size_t w = 0; w < 2; ++w) {
+    h[w].resize(TestFixture::n_rows * widths[w]);
+    for (std::size_t i = 0; i < h[w].size(); ++i) {
+      h[w][i] = TestFixture::bf16_of(i / widths[w] == 9 ? 0.5F : normal(rng));
+    }
+    dh.push_back(this->upload(h[w], s.view()));
+  }
+  ch.begin_forward(s);
+  for (std::size_t e = 0; e < 6; ++e) {
+    ch.capture_reduced(fd::hook_id{static_cast<std::uint32_t>(e)}, dh[e / 3].data(), TestFixture::n_rows,
+                       widths[e / 3], fd::reduce_input::bf16,
+                       fd::row_selection::rows(static_cast<const std::int32_t*>(idx.data()), rows.size()),
+                       fd::reducer::topk(ks[e % 3]), s);
+  }
+  (void)ch.end_forward(s);
+  s.synchronize();
+  EXPECT_NO_THROW((void)ch.close(10s));
+  ASSERT_EQ(got.status.size(), 6U);
+  for (std::size_t e = 0; e < 6; ++e) {
+    const std::size_t w = e / 3;
+    SCOPED_TRACE(::testing::Message() << "width " << widths[w] << " k " << ks[e % 3]);
+    ASSERT_EQ(got.status[e], fd::entry_status::ok);
+    for (std::size_t j = 0; j < rows.size(); ++j) {
+      ASSERT_NO_FATAL_FAILURE(TestFixture::expect_topk(got.bytes[e], j, ks[e % 3], widths[w], [&](std::uint64_t c) {
+        return TestFixture::of_bf16(h[w][rows[j] * widths[w] + c]);
+      }));
     }
   }
 }
@@ -366,10 +416,11 @@ TYPED_TEST_P(D2hReduceRows, GraphReplaysReduceTheRowsOfTheirStep)
   }
 }
 
-/// A mean over windows longer than a block's tile of rows (kernels/detail/reduce_block.cuh: mean_tile_rows = 256):
-/// two requests' windows of 600 rows (three tiles, the last one partial) within 1e-5 of double sums; then the same
-/// window over a request of 450 tokens, invalid only from its second tile on: a selection_error entry, nothing
-/// written for it, and the valid entry after it whole.
+/// A mean over windows longer than a block's tile of rows (kernels/detail/reduce_shared.cuh: mean_tile_rows = 512):
+/// two requests' windows of 600 rows (two tiles, the second partial) within 1e-5 of double sums; 130 f32 columns,
+/// so that every other row is not 16-byte aligned (the GPU's element loads). Then the same window over a request of
+/// 450 tokens, which it does not fit: a selection_error entry, nothing written for it, and the valid entry after it
+/// whole.
 TYPED_TEST_P(D2hReduceRows, MeanOverWindowsLongerThanATileTakesEveryTile)
 {
   using B = TypeParam;
@@ -496,6 +547,7 @@ TYPED_TEST_P(D2hReduceRows, DeferredBatchesHoldWhatOneLaunchPerEntryHolds)
 
 REGISTER_TYPED_TEST_SUITE_P(D2hReduceRows, TopkIsTheSortedPrefixWithTiesByLowerIndex,
                             TopkTiesBeyondTheSharedBufferTakeTheLowestIndices,
+                            TopkOfWideRowsFiltersByGroupMaximaElseSelects,
                             Fp8CodesDecodeWithinHalfAnUlpOfTheScaledRow, MeanAndStatsMatchDoubleSums,
                             BadReducersAreRefusedAndBadItemsFlagged, GraphReplaysReduceTheRowsOfTheirStep,
                             MeanOverWindowsLongerThanATileTakesEveryTile,

@@ -15,7 +15,7 @@ set(publishing_kernels
     "ferry::kernels::d2h::copy_entry_publish=5"    # kernels/d2h/copy: bytes, v1, v2, v4, v8 (fused release)
     "ferry::kernels::d2h::gather_publish=4"        # kernels/d2h/gather: v1, v2, v4, v8
     "ferry::kernels::d2h::gather_rows_publish=1"   # kernels/d2h/select: the row gather (optional release)
-    "ferry::kernels::d2h::reduce_rows_publish=1"   # kernels/d2h/reduce: the reduced row batch (optional release)
+    "ferry::kernels::d2h::reduce_rows_publish=2"   # kernels/d2h/reduce: the reduced row batch (topk, fp8)
     "ferry::kernels::d2h::publish_head=1"          # kernels/d2h/publish: the batch release
     "ferry::kernels::d2h::commit_check=1"          # kernels/d2h/publish: the commit flag's release
     "ferry::kernels::d2h::claim_replay=1"          # kernels/d2h/replay: the unplanned-launch report's release
@@ -30,8 +30,8 @@ set(d2h_kernels
     "ferry::kernels::d2h::commit_check=1"
     "ferry::kernels::d2h::arm_replay=1"
     "ferry::kernels::d2h::select_rows=1"
-    "ferry::kernels::d2h::reduce_rows=1"
-    "ferry::kernels::d2h::reduce_rows_publish=1"
+    "ferry::kernels::d2h::reduce_rows=4"           # topk, fp8_e4m3, mean, stats
+    "ferry::kernels::d2h::reduce_rows_publish=2"
     "ferry::kernels::d2h::claim_replay=1")
 set(other_kernels
     "ferry::kernels::h2d::scatter=1")              # kernels/h2d/scatter: no publication (stream order)

@@ -78,10 +78,10 @@ struct reducer {
   return r.op == reduce_op::stats ? 1 : items * records_per_item(r, per_item);
 }
 
-/// Columns of a mean record one block computes at a time (a warp's lanes, one column each): a record of `width`
-/// columns is mean_chunks(width) work units, so a few requests' means still spread over the device (16 requests of
-/// 1024 columns: 512 blocks; kernels/detail/reduce_block.cuh).
-inline constexpr std::uint64_t mean_chunk_cols = 32;
+/// Columns of a mean record one block computes at a time (8 lanes of 16-byte bf16 vectors, 16 of f32): a record of
+/// `width` columns is mean_chunks(width) work units, so a few requests' means still spread over the device (16
+/// requests of 1024 columns: 256 blocks; kernels/detail/reduce_block.cuh).
+inline constexpr std::uint64_t mean_chunk_cols = 64;
 [[nodiscard]] constexpr std::uint64_t mean_chunks(std::uint64_t width) noexcept
 {
   return width == 0 ? 1 : (width + mean_chunk_cols - 1) / mean_chunk_cols;

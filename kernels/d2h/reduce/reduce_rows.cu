@@ -10,20 +10,27 @@
 
 namespace ferry::kernels::d2h {
 
-__global__ void reduce_rows(reduce_args a)
+/// One instantiation per reducer (a.r.op is Op).
+template <ferry::d2h::reduce_op Op>
+__global__ void __launch_bounds__(ferry::d2h::detail::reduce_threads, ferry::d2h::detail::reduce_min_blocks)
+    reduce_rows(reduce_args a)
 {
   ferry::backend::grid_dependency_launch_dependents();
   ferry::backend::grid_dependency_wait();  // the cursor, the selection and the source after the kernel ahead
-  reduce_rows_block(a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
+  reduce_rows_block<Op>(a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
 }
 
 }  // namespace ferry::kernels::d2h
 
 namespace ferry::d2h::detail {
 
-FERRY_KERNEL_HANDLE<reduce_args> reduce_rows_kernel(FERRY_KERNEL_TAG)
+FERRY_KERNEL_HANDLE<reduce_args> reduce_rows_kernel(FERRY_KERNEL_TAG, reduce_op op)
 {
-  return {reinterpret_cast<const void*>(&ferry::kernels::d2h::reduce_rows), "d2h_reduce_rows"};
+  using ferry::kernels::d2h::reduce_rows;
+  const void* fn =
+    ferry::kernels::form_instance<reduce_op::topk, reduce_op::fp8_e4m3, reduce_op::mean, reduce_op::stats>(
+      op, [](auto Op) { return reinterpret_cast<const void*>(&reduce_rows<decltype(Op)::value>); });
+  return {fn, "d2h_reduce_rows"};
 }
 
 }  // namespace ferry::d2h::detail

@@ -25,6 +25,7 @@
 #include <ferry/d2h/detail/kernel_args.hpp>
 
 #include <cstdint>
+#include <type_traits>  // integral_constant: the GPU body's reducer
 
 namespace ferry::kernels::d2h {
 
@@ -65,13 +66,14 @@ FERRY_HD inline reduce_start reduce_start_of(const reduce_args& a) noexcept
 }
 
 /// Step 2 for block `blk` of `nblk`, by every thread of the block (`b`): its work units; thread 0 sets
-/// `block_error` when one of them names an invalid item.
-template <class Blk, class Flag>
+/// `block_error` when one of them names an invalid item. `op` is a.r.op: on the GPU a compile-time constant (an
+/// integral_constant), so that a kernel holds its own reducer's body only.
+template <class Blk, class Flag, class Op>
 FERRY_HD void reduce_records(const Blk& b, reduce_shared& sh, const reduce_args& a, const reduce_start& s,
-                             std::uint32_t blk, std::uint32_t nblk, Flag& block_error)
+                             std::uint32_t blk, std::uint32_t nblk, Flag& block_error, Op op)
 {
   const std::uint64_t row_bytes = a.width * ferry::d2h::input_bytes(a.input);
-  if (a.r.op == ferry::d2h::reduce_op::fp8_e4m3) {  // a record per warp: the block's warps take rows of their own
+  if (op == ferry::d2h::reduce_op::fp8_e4m3) {  // a record per warp: the block's warps take rows of their own
     const std::uint32_t lane = b.t % Blk::lanes, warps = b.nt / Blk::lanes;
     for (std::uint64_t g = blk * warps + b.t / Blk::lanes; g < s.limit && s.dst != nullptr; g += nblk * warps) {
       const std::int64_t r = select_source_row(a.sel, a.n_rows, g, s.per_item);
@@ -82,37 +84,38 @@ FERRY_HD void reduce_records(const Blk& b, reduce_shared& sh, const reduce_args&
       fp8_record(b, lane, a.src + static_cast<std::uint64_t>(r) * row_bytes, a.width, a.input, s.rec,
                  s.dst + g * s.rec);
     }
-    return;
-  }
-  for (std::uint64_t u = blk; u < s.limit * s.chunks && s.dst != nullptr; u += nblk) {
-    const std::uint64_t g = u / s.chunks;  // the record
-    std::byte* out = s.dst + g * s.rec;
-    bool ok = true;
-    switch (a.r.op) {
-      case ferry::d2h::reduce_op::mean: {
-        constexpr std::uint64_t cols = ferry::d2h::mean_chunk_cols;
-        const std::uint64_t c0 = (u % s.chunks) * cols;
-        const std::uint64_t c1 = c0 + cols < a.width ? c0 + cols : a.width;
-        ok = mean_record(b, sh, a.sel, a.src, a.n_rows, a.width, a.input, g, s.per_item, c0, c1, out);
-        break;
+  } else {  // a record (a mean: a column chunk of one) per block
+    for (std::uint64_t u = blk; u < s.limit * s.chunks && s.dst != nullptr; u += nblk) {
+      const std::uint64_t g = u / s.chunks;  // the record
+      std::byte* out = s.dst + g * s.rec;
+      bool ok = true;
+      switch (static_cast<ferry::d2h::reduce_op>(op)) {
+        case ferry::d2h::reduce_op::mean: {
+          constexpr std::uint64_t cols = ferry::d2h::mean_chunk_cols;
+          const std::uint64_t c0 = (u % s.chunks) * cols;
+          const std::uint64_t c1 = c0 + cols < a.width ? c0 + cols : a.width;
+          ok = mean_record(b, sh, a.sel, a.src, a.n_rows, a.width, a.input, g, s.per_item, c0, c1, out);
+          break;
+        }
+        case ferry::d2h::reduce_op::stats:
+          ok = stats_record(b, a.sel, a.src, a.n_rows, a.width, a.input, s.items * s.per_item, s.per_item, out);
+          break;
+        default: {
+          const std::int64_t r = select_source_row(a.sel, a.n_rows, g, s.per_item);
+          ok = r >= 0;
+          if (!ok) { break; }
+          const std::byte* row = a.src + static_cast<std::uint64_t>(r) * row_bytes;
+          topk_record(b, sh, row, a.width, a.input, a.r.k, out);
+        }
       }
-      case ferry::d2h::reduce_op::stats:
-        ok = stats_record(b, a.sel, a.src, a.n_rows, a.width, a.input, s.items * s.per_item, s.per_item, out);
-        break;
-      default: {
-        const std::int64_t r = select_source_row(a.sel, a.n_rows, g, s.per_item);
-        ok = r >= 0;
-        if (!ok) { break; }
-        const std::byte* row = a.src + static_cast<std::uint64_t>(r) * row_bytes;
-        topk_record(b, sh, row, a.width, a.input, a.r.k, out);
-      }
+      if (!ok && b.t == 0) { block_error = 1; }
     }
-    if (!ok && b.t == 0) { block_error = 1; }
   }
 }
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
-/// The GPU body of block `blk` of `nblk` (`nt` threads).
+/// The GPU body of block `blk` of `nblk` (`nt` threads), reducer Op.
+template <ferry::d2h::reduce_op Op>
 __device__ __forceinline__ void reduce_rows_block(const reduce_args& a, std::uint32_t blk, std::uint32_t nblk,
                                                   std::uint32_t t, std::uint32_t nt)
 {
@@ -122,7 +125,7 @@ __device__ __forceinline__ void reduce_rows_block(const reduce_args& a, std::uin
   const reduce_start s = reduce_start_of(a);
   const gpu_block b{t, nt};
   __syncthreads();
-  reduce_records(b, sh, a, s, blk, nblk, block_error);
+  reduce_records(b, sh, a, s, blk, nblk, block_error, std::integral_constant<ferry::d2h::reduce_op, Op>{});
   __syncthreads();  // every store and every error note of the block happen-before thread 0's arrival
   if (t == 0) { entry_arrive(s.at, nblk, block_error != 0, s.count_ok, s.records * s.rec); }
 }
@@ -134,7 +137,7 @@ inline void reduce_rows_block_host(const reduce_args& a, std::uint32_t blk, std:
   const reduce_start s = reduce_start_of(a);
   static thread_local reduce_shared sh;
   bool block_error = false;
-  reduce_records(host_block{}, sh, a, s, blk, nblk, block_error);
+  reduce_records(host_block{}, sh, a, s, blk, nblk, block_error, a.r.op);
   entry_arrive(s.at, nblk, block_error, s.count_ok, s.records * s.rec);
 }
 

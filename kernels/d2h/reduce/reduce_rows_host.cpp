@@ -14,6 +14,6 @@ void reduce_rows_host(const ferry::backend::host_launch_ctx& ctx, reduce_args a)
 }
 }  // namespace
 
-host_kernel<reduce_args> reduce_rows_kernel(host_tag) { return {&reduce_rows_host, "d2h_reduce_rows"}; }
+host_kernel<reduce_args> reduce_rows_kernel(host_tag, reduce_op) { return {&reduce_rows_host, "d2h_reduce_rows"}; }
 
 }  // namespace ferry::d2h::detail

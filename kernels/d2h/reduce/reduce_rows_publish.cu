@@ -10,20 +10,26 @@
 
 namespace ferry::kernels::d2h {
 
-__global__ void reduce_rows_publish(gather_rows_args a)
+/// One instantiation per reducer with a record per row (a.r.op is Op: topk, fp8_e4m3).
+template <ferry::d2h::reduce_op Op>
+__global__ void __launch_bounds__(ferry::d2h::detail::reduce_threads, ferry::d2h::detail::reduce_min_blocks)
+    reduce_rows_publish(gather_rows_args a)
 {
   ferry::backend::grid_dependency_launch_dependents();
   if (a.test_skip_wait == 0) { ferry::backend::grid_dependency_wait(); }  // the cursor, selection and sources
-  reduce_rows_publish_block(a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
+  reduce_rows_publish_block<Op>(a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
 }
 
 }  // namespace ferry::kernels::d2h
 
 namespace ferry::d2h::detail {
 
-FERRY_KERNEL_HANDLE<gather_rows_args> reduce_rows_publish_kernel(FERRY_KERNEL_TAG)
+FERRY_KERNEL_HANDLE<gather_rows_args> reduce_rows_publish_kernel(FERRY_KERNEL_TAG, reduce_op op)
 {
-  return {reinterpret_cast<const void*>(&ferry::kernels::d2h::reduce_rows_publish), "d2h_reduce_rows_publish"};
+  using ferry::kernels::d2h::reduce_rows_publish;
+  const void* fn = ferry::kernels::form_instance<reduce_op::topk, reduce_op::fp8_e4m3>(
+    op, [](auto Op) { return reinterpret_cast<const void*>(&reduce_rows_publish<decltype(Op)::value>); });
+  return {fn, "d2h_reduce_rows_publish"};
 }
 
 }  // namespace ferry::d2h::detail

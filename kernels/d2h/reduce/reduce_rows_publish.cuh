@@ -20,19 +20,21 @@
 #include <ferry/d2h/detail/kernel_args.hpp>
 
 #include <cstdint>
+#include <type_traits>  // integral_constant: the GPU body's reducer
 
 namespace ferry::kernels::d2h {
 
 /// Step 2 for block `blk` of `nblk` (every thread of block `b`): its (entry, row) records; thread 0 sets
-/// `block_error` when one of them names an invalid item.
-template <class Blk, class Flag>
+/// `block_error` when one of them names an invalid item. `op` is a.r.op (on the GPU a compile-time constant).
+template <class Blk, class Flag, class Op>
 FERRY_HD void reduce_rows_records(const Blk& b, reduce_shared& sh, const gather_rows_args& a, const rows_layout& l,
-                                  ferry::d2h::cursor c, std::uint32_t blk, std::uint32_t nblk, Flag& block_error)
+                                  ferry::d2h::cursor c, std::uint32_t blk, std::uint32_t nblk, Flag& block_error,
+                                  Op op)
 {
   const std::uint64_t rows = l.limit;
   const std::uint64_t total = ferry::d2h::cursor_live(c) ? rows * a.n : 0;
   const std::uint64_t in_bytes = ferry::d2h::input_bytes(a.in);
-  const bool fp8 = a.r.op == ferry::d2h::reduce_op::fp8_e4m3;  // a record per warp, else per block
+  const bool fp8 = op == ferry::d2h::reduce_op::fp8_e4m3;  // a record per warp, else per block
   const std::uint32_t lane = fp8 ? b.t % Blk::lanes : b.t, per = fp8 ? b.nt / Blk::lanes : 1;
   for (std::uint64_t w = blk * per + (fp8 ? b.t / Blk::lanes : 0); w < total; w += nblk * per) {
     const auto i = static_cast<std::uint32_t>(w / rows);
@@ -55,12 +57,14 @@ FERRY_HD void reduce_rows_records(const Blk& b, reduce_shared& sh, const gather_
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 /// The GPU body of block `blk` of `nblk` (`nt` threads): the row batch's steps (rows_batch_block), its records.
+template <ferry::d2h::reduce_op Op>
 __device__ __forceinline__ void reduce_rows_publish_block(const gather_rows_args& a, std::uint32_t blk,
                                                           std::uint32_t nblk, std::uint32_t t, std::uint32_t nt)
 {
   __shared__ reduce_shared sh;
   rows_batch_block(a, blk, nblk, t, [&](const rows_layout& l, ferry::d2h::cursor c, int& block_error) {
-    reduce_rows_records(gpu_block{t, nt}, sh, a, l, c, blk, nblk, block_error);
+    reduce_rows_records(gpu_block{t, nt}, sh, a, l, c, blk, nblk, block_error,
+                        std::integral_constant<ferry::d2h::reduce_op, Op>{});
   });
 }
 #endif
@@ -70,7 +74,7 @@ inline void reduce_rows_publish_block_host(const gather_rows_args& a, std::uint3
 {
   static thread_local reduce_shared sh;
   rows_batch_block_host(a, blk, nblk, [&](const rows_layout& l, ferry::d2h::cursor c, bool& block_error) {
-    reduce_rows_records(host_block{}, sh, a, l, c, blk, nblk, block_error);
+    reduce_rows_records(host_block{}, sh, a, l, c, blk, nblk, block_error, a.r.op);
   });
 }
 

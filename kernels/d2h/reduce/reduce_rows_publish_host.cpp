@@ -15,7 +15,7 @@ void reduce_rows_publish_host(const ferry::backend::host_launch_ctx& ctx, gather
 }
 }  // namespace
 
-host_kernel<gather_rows_args> reduce_rows_publish_kernel(host_tag)
+host_kernel<gather_rows_args> reduce_rows_publish_kernel(host_tag, reduce_op)
 {
   return {&reduce_rows_publish_host, "d2h_reduce_rows_publish"};
 }

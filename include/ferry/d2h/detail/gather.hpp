@@ -133,9 +133,6 @@ constexpr void set_rows_plan(gather_rows_args& a) noexcept
   return s;
 }
 
-/// The threads of a reduce_rows or reduce_rows_publish block (kernels/detail/reduce_block.cuh: 8 warps).
-inline constexpr std::uint32_t reduce_threads = 256;
-
 /// The reduce_rows_publish shape (a reduced row batch, capture_reduced_deferred: `a.width` set): the plan's closed
 /// form (set_rows_plan); blocks of reduce_threads take (entry, row) work items, one record each, over at most one
 /// wave.

@@ -56,6 +56,11 @@ struct select_args {
   std::uint32_t planned{0};  ///< captured into a graph: a replay's plan()'d items place it (row_reserved)
 };
 
+/// The threads of a reduce_rows or reduce_rows_publish block (kernels/detail/reduce_block.cuh: 8 warps), and the
+/// blocks of it an SM must hold at once (__launch_bounds__: its registers are capped to fit them).
+inline constexpr std::uint32_t reduce_threads = 256;
+inline constexpr std::uint32_t reduce_min_blocks = 2;
+
 /// The reduce kernel (kernels/d2h/reduce, channel::capture_reduced): the records of reducer `r` (reducer.hpp) over
 /// the rows `sel` names of the [n_rows, width] source `src` of `input` elements, into the dynamic entry `dst`; its
 /// size: records x record_bytes, or selection_error_size when an item is invalid.

@@ -14,6 +14,8 @@
 //   reduce_rows_kernel         reduce/reduce_rows: a reducer's records over the selected rows (capture_reduced)
 //   reduce_rows_publish_kernel reduce/reduce_rows_publish: one launch per batch of reduced row entries with a record
 //                              per row (capture_reduced_deferred; the row gather's order, optional release)
+//   (both per reduce_op: one kernel per reducer, so that each gets the registers of its own body, not the most any
+//   reducer needs; the host backend has one body for every reducer)
 //   arm_replay_kernel          replay/arm_replay: one thread: a plan()'s token for the next graph launch on the stream
 //   claim_replay_kernel        replay/claim_replay: one thread, a captured forward's first node: takes the token,
 //                              or marks the launch unplanned (it writes and publishes nothing) and reports it
@@ -63,12 +65,12 @@ host_kernel<gather_rows_args> gather_rows_publish_kernel(host_tag);
 cuda_kernel<gather_rows_args> gather_rows_publish_kernel(cuda_tag);
 hip_kernel<gather_rows_args> gather_rows_publish_kernel(hip_tag);
 
-host_kernel<reduce_args> reduce_rows_kernel(host_tag);
-cuda_kernel<reduce_args> reduce_rows_kernel(cuda_tag);
-hip_kernel<reduce_args> reduce_rows_kernel(hip_tag);
-host_kernel<gather_rows_args> reduce_rows_publish_kernel(host_tag);
-cuda_kernel<gather_rows_args> reduce_rows_publish_kernel(cuda_tag);
-hip_kernel<gather_rows_args> reduce_rows_publish_kernel(hip_tag);
+host_kernel<reduce_args> reduce_rows_kernel(host_tag, reduce_op op);
+cuda_kernel<reduce_args> reduce_rows_kernel(cuda_tag, reduce_op op);
+hip_kernel<reduce_args> reduce_rows_kernel(hip_tag, reduce_op op);
+host_kernel<gather_rows_args> reduce_rows_publish_kernel(host_tag, reduce_op op);
+cuda_kernel<gather_rows_args> reduce_rows_publish_kernel(cuda_tag, reduce_op op);
+hip_kernel<gather_rows_args> reduce_rows_publish_kernel(hip_tag, reduce_op op);
 
 host_kernel<replay_token_args> arm_replay_kernel(host_tag);
 cuda_kernel<replay_token_args> arm_replay_kernel(cuda_tag);
@@ -95,8 +97,11 @@ void for_each_kernel(Tag t, Fn&& fn)
   fn(claim_replay_kernel(t));
   fn(select_rows_kernel(t));
   fn(gather_rows_publish_kernel(t));
-  fn(reduce_rows_kernel(t));
-  fn(reduce_rows_publish_kernel(t));
+  for (const reduce_op op : {reduce_op::topk, reduce_op::fp8_e4m3, reduce_op::mean, reduce_op::stats}) {
+    fn(reduce_rows_kernel(t, op));
+  }
+  fn(reduce_rows_publish_kernel(t, reduce_op::topk));
+  fn(reduce_rows_publish_kernel(t, reduce_op::fp8_e4m3));
   for (const copy_form f : vector_forms) {
     fn(copy_entry_kernel(t, f));
     fn(copy_entry_publish_kernel(t, f));

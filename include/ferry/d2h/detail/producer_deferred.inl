@@ -182,8 +182,8 @@ bool producer<B>::launch_deferred(stream_type s, bool boundary)
   std::uint32_t k = 0;
   deferred_.take_sources([&](held_source&& h) { sources[k++] = std::move(h); });
   if (rows) {
-    const auto kernel =
-        reduced ? reduce_rows_publish_kernel(typename B::tag{}) : gather_rows_publish_kernel(typename B::tag{});
+    const auto kernel = reduced ? reduce_rows_publish_kernel(typename B::tag{}, ra.r.op)
+                                : gather_rows_publish_kernel(typename B::tag{});
     st_.launch.own(kernel, sh.blocks, sh.threads, s, ra);
   } else {
     st_.launch.own(gather_publish_kernel(typename B::tag{}, vec_form(sh.vecs_per_thread)), sh.blocks, sh.threads, s, a);

@@ -43,8 +43,8 @@ bool producer<B>::capture_reduced(hook_id hook, const void* src, std::uint64_t n
   namespace rules = ferry::detail::launch_rules;
   const std::uint64_t blocks =
     std::clamp<std::uint64_t>(work_units(r, records, width), 1, rules::one_wave_blocks(st_.sm_count, reduce_threads));
-  st_.launch.own(reduce_rows_kernel(typename B::tag{}), static_cast<std::uint32_t>(blocks), reduce_threads, s.handle(),
-                 a);
+  st_.launch.own(reduce_rows_kernel(typename B::tag{}, r.op), static_cast<std::uint32_t>(blocks), reduce_threads,
+                 s.handle(), a);
   retire(std::move(h), s.handle());
   for (auto& x : held.arrays) { st_.b.release_after(s.handle(), std::move(x.snapshot)); }
   // a stats entry is one record whatever the items: no row plan (row_bytes 0 keeps its captured reservation)
