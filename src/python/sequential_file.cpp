@@ -2,10 +2,12 @@
 // _ferry.SequentialFile: a thin handle on ferry::sink::sequential_file (sink/sequential_file.hpp), a Python file
 // object that pyarrow's IPC writer writes through (pyarrow.PythonFile): ferry.arrow's shards and ferry.engine's Arrow
 // samples go to the medium through the safetensors sink's writer. Conversion only: write() takes any contiguous
-// buffer (bytes, pyarrow.Buffer, numpy) and copies it with the GIL released.
+// buffer (bytes, pyarrow.Buffer, numpy) and copies it with the GIL released. And _ferry.widen_to_f32, the
+// Arrow layouts' float32 from BF16 / F16 captures (sink/widen.hpp), with the GIL released.
 #include "errors.hpp"
 
 #include <ferry/sink/sequential_file.hpp>
+#include <ferry/sink/widen.hpp>
 
 #include <nanobind/stl/string.h>
 
@@ -15,6 +17,26 @@
 namespace ferry::python {
 
 namespace fk = ferry::sink;
+
+namespace {
+/// A buffer of `obj` held for a scope (PyObject_GetBuffer with `flags`; a TypeError names `what` when it has none).
+struct held_buffer {
+  Py_buffer view{};
+  held_buffer(nb::handle obj, int flags, const char* what)
+  {
+    if (PyObject_GetBuffer(obj.ptr(), &view, flags) != 0) {
+      PyErr_Clear();
+      throw nb::type_error((std::string{what} + ": expected a C-contiguous" +
+                            ((flags & PyBUF_WRITABLE) != 0 ? " writable" : "") + " buffer, got " +
+                            nb::cast<std::string>(nb::str(obj.type().attr("__name__"))))
+                             .c_str());
+    }
+  }
+  ~held_buffer() { PyBuffer_Release(&view); }
+  held_buffer(const held_buffer&) = delete;
+  held_buffer& operator=(const held_buffer&) = delete;
+};
+}  // namespace
 
 void init_sequential_file(nb::module_& m)
 {
@@ -31,17 +53,10 @@ void init_sequential_file(nb::module_& m)
     .def(
       "write",
       [](fk::sequential_file& f, nb::handle data) {
-        Py_buffer view;
-        if (PyObject_GetBuffer(data.ptr(), &view, PyBUF_SIMPLE) != 0) { throw nb::python_error(); }
-        const auto n = static_cast<std::size_t>(view.len);
-        try {
-          nb::gil_scoped_release unlocked;
-          f.write(std::span<const std::byte>{static_cast<const std::byte*>(view.buf), n});
-        } catch (...) {
-          PyBuffer_Release(&view);
-          throw;
-        }
-        PyBuffer_Release(&view);
+        const held_buffer in{data, PyBUF_SIMPLE, "SequentialFile.write: data"};
+        const auto n = static_cast<std::size_t>(in.view.len);
+        nb::gil_scoped_release unlocked;
+        f.write(std::span<const std::byte>{static_cast<const std::byte*>(in.view.buf), n});
         return n;
       },
       nb::arg("data"), "Appends a contiguous buffer; returns its length. OSError: a write of this file failed.")
@@ -59,6 +74,21 @@ void init_sequential_file(nb::module_& m)
     .def("seekable", [](fk::sequential_file&) { return false; })
     .def_prop_ro("closed", &fk::sequential_file::closed)
     .def_prop_ro("name", [](fk::sequential_file& f) { return f.path().string(); });
+  m.def(
+    "widen_to_f32",
+    [](nb::handle src, const std::string& dtype, nb::handle out) {
+      FERRY_EXPECTS(dtype == "BF16" || dtype == "F16", ferry::logic_error,
+                    "ferry.widen_to_f32: expected dtype 'BF16' or 'F16', got '{}'", dtype);
+      const held_buffer in{src, PyBUF_C_CONTIGUOUS, "ferry.widen_to_f32: src"};
+      const held_buffer to{out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE, "ferry.widen_to_f32: out"};
+      nb::gil_scoped_release unlocked;
+      fk::widen_to_f32({static_cast<const std::uint16_t*>(in.view.buf), static_cast<std::size_t>(in.view.len) / 2},
+                       dtype == "BF16" ? fk::widen_from::bf16 : fk::widen_from::f16,
+                       {static_cast<float*>(to.view.buf), static_cast<std::size_t>(to.view.len) / 4});
+    },
+    nb::arg("src"), nb::arg("dtype"), nb::arg("out"),
+    "out (float32, C-contiguous) = src's BF16 or F16 values (C-contiguous 16-bit) widened exactly; LogicError "
+    "when out does not hold one float per value.");
 }
 
 }  // namespace ferry::python

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # ferry.arrow (SAELens's cache layout as a Hugging Face dataset) on the host backend: a channel's whole-context
 # forwards read back through datasets.load_from_disk equal to what was captured (BF16 widened exactly); a forward the
-# layout refuses is counted and the next ones are written; a writer SIGKILLed mid-run leaves a loadable dataset of
+# layout refuses is counted and the next ones are written; a forward widened while the one before it is written (a
+# slowed writer) reads back whole; every BF16 and F16 value widens exactly; a writer SIGKILLed mid-run leaves a loadable dataset of
 # complete shards; a full disk (EFBIG through RLIMIT_FSIZE) ends the run with the earlier shards loadable.
 import os
 import signal
@@ -64,6 +65,43 @@ def test_forwards_read_back_as_saelens_rows_through_load_from_disk(tmp_path):
             k += 1
     first = sorted(p.name for p in (tmp_path / "ds").glob("data-*.arrow"))[0]
     assert datasets.Dataset.from_file(str(tmp_path / "ds" / first)).num_rows >= 2
+
+
+def test_a_forward_is_widened_while_the_one_before_is_written_and_each_reads_back_whole(tmp_path, monkeypatch):
+    # The writer thread is slowed (each write sleeps) so that the poll thread widens the next forwards meanwhile: a
+    # slot reused before its forward was written would show as another forward's values in the dataset.
+    from ferry import arrow
+    write = arrow.ContextWriter.write
+
+    def slow(self, *args, **kw):
+        time.sleep(0.01)
+        return write(self, *args, **kw)
+
+    monkeypatch.setattr(arrow.ContextWriter, "write", slow)
+    st = _run(tmp_path / "ds", 24, shard_bytes=4000)
+    assert st["forwards_written"] == 24 and st["forwards_refused"] == 0 and st["first_error"] is None, st
+    rows = datasets.load_from_disk(str(tmp_path / "ds")).with_format("numpy")
+    for f in range(24):
+        want = _forward(f)
+        for b in range(2):
+            r = rows[2 * f + b]
+            np.testing.assert_array_equal(r["blocks.3.hook_resid_post"], want[0][b * CTX:(b + 1) * CTX].float().numpy())
+            np.testing.assert_array_equal(r["token_ids"], want[2][b * CTX:(b + 1) * CTX].numpy())
+
+
+def test_widen_to_f32_is_exact_for_every_16_bit_value():
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    out = np.empty(bits.size, np.float32)
+    ferry._ferry.widen_to_f32(bits, "BF16", out)
+    np.testing.assert_array_equal(out.view(np.uint32), bits.astype(np.uint32) << 16)
+    ferry._ferry.widen_to_f32(bits, "F16", out)  # numpy's float16 -> float32 keeps NaN payloads, as ferry does
+    np.testing.assert_array_equal(out.view(np.uint32), bits.view(np.float16).astype(np.float32).view(np.uint32))
+    with pytest.raises(ferry.LogicError, match="expected an output of 65536 floats .* got 65535"):
+        ferry._ferry.widen_to_f32(bits, "BF16", out[:-1])
+    with pytest.raises(ferry.LogicError, match="expected dtype 'BF16' or 'F16', got 'F32'"):
+        ferry._ferry.widen_to_f32(bits, "F32", out)
+    with pytest.raises(TypeError, match="out: expected a C-contiguous writable buffer, got bytes"):
+        ferry._ferry.widen_to_f32(bits, "BF16", bytes(4 << 16))
 
 
 def test_bad_layouts_are_logic_errors(tmp_path):

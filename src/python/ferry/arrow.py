@@ -1,15 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
 """Activations as a Hugging Face dataset, written with pyarrow (``pip install ./src/python[arrow]``).
 
-``ferry.arrow.ArrowSink(channel, directory, context)`` drains a channel on its own thread (off the engine's path:
-``Channel.poll_batch``) and writes every forward's whole-context rows in SAELens's cache layout: one row per
-context of ``context`` tokens, one ``Array2D(context, width)`` column per hook of the channel's schema (float32;
-BF16 and F16 are widened, exactly) and ``token_ids`` (``Sequence(int, length=context)``) from the hook named
+``ferry.arrow.ArrowSink(channel, directory, context)`` drains a channel on threads of its own (off the engine's
+path: one widens a forward while another writes the one before) and writes every forward's whole-context rows in
+SAELens's cache layout: one row per context of ``context`` tokens, one ``Array2D(context, width)`` column per hook of
+the channel's schema (float32; BF16 and F16 are widened, exactly) and ``token_ids`` (``Sequence(int, length=context)``) from the hook named
 ``token_ids``. A forward's ``[tokens, width]`` entries (or ``[B, T, width]``) must hold a whole number of contexts.
 The directory is what ``datasets.load_from_disk`` reads as it is (and each shard ``datasets.Dataset.from_file``):
 Arrow IPC stream shards ``data-NNNNN.arrow``, ``state.json``, ``dataset_info.json`` with the features.
 
-Crash consistency (``_Shards``, shared with ``ferry.engine``'s per-request Arrow samples): a shard is written under a
+Crash consistency (``_arrow_shards.Shards``, shared with ``ferry.engine``'s per-request Arrow samples): a shard is written under a
 temporary name (through ferry's sink writer, ``_ferry.SequentialFile``: O_DIRECT with ``fsync``) and renamed whole,
 then ``state.json`` (the shards ``load_from_disk`` reads) is rewritten by rename; after a SIGKILL the dataset holds
 the complete shards. A write error (a full disk) ends the run: the open shard's temporary is removed,
@@ -20,84 +20,15 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import threading
 from typing import Any
 
 import numpy as np
 
-from ._files import replace_json
+from ._arrow_shards import Shards as _Shards, pyarrow
 
 __all__ = ["ArrowSink", "ContextWriter"]
-
-
-def pyarrow() -> Any:
-    try:
-        import pyarrow as pa
-    except ImportError as err:
-        from . import LogicError
-        raise LogicError(f"ferry.arrow: expected pyarrow to import (pip install pyarrow), got {err}") from None
-    return pa
-
-
-class _Shards:
-    """A dataset's shards: ``write(batch, nbytes)`` appends to the open shard (closed once it holds ``shard_bytes``),
-    ``flush()`` renames it into the dataset and rewrites ``state.json`` and ``dataset_info.json`` by rename."""
-
-    def __init__(self, directory: str, schema: Any, info: dict, shard_bytes: int, fsync: bool) -> None:
-        self.pa = pyarrow()
-        self.dir, self.schema, self.info = directory, schema, info
-        self.shard_bytes, self.fsync = int(shard_bytes), fsync
-        self.names: list[str] = []
-        self._w = self._f = self._tmp = None
-        self._open_bytes = 0
-
-    def write(self, batch: Any, nbytes: int) -> None:
-        if self._w is None:
-            self._tmp = os.path.join(self.dir, f".data-{len(self.names):05d}.arrow.tmp-{os.getpid()}")
-            from . import _ferry  # the safetensors sink's writer (O_DIRECT when durable), as pyarrow's file
-            self._f = self.pa.PythonFile(_ferry.SequentialFile(self._tmp, durable=self.fsync), mode="w")
-            self._w = self.pa.ipc.new_stream(self._f, self.schema)
-            self._open_bytes = 0
-        try:
-            self._w.write_batch(batch)
-        except BaseException:
-            self.abandon()
-            raise
-        self._open_bytes += nbytes
-        if self._open_bytes >= self.shard_bytes:
-            self.flush()
-
-    def abandon(self) -> None:
-        """Drops the open shard (its temporary removed): a failed write ends the run with the earlier shards."""
-        for part in (self._w, self._f):  # each closed even when the other's close fails (a full disk)
-            try:
-                part.close()
-            except Exception:  # the temporary is removed below either way
-                pass
-        try:
-            os.unlink(self._tmp)
-        except (OSError, TypeError):
-            pass
-        self._w = self._f = None
-
-    def flush(self) -> None:
-        if self._w is None:
-            return
-        try:
-            self._w.close()
-            self._f.close()  # every byte in the file, synced when durable
-            name = f"data-{len(self.names):05d}.arrow"
-            os.replace(self._tmp, os.path.join(self.dir, name))
-        except BaseException:
-            self.abandon()
-            raise
-        self._w = self._f = None
-        self.names.append(name)
-        state = {"_data_files": [{"filename": n} for n in self.names], "_fingerprint": f"ferry-{len(self.names)}",
-                 "_format_columns": None, "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False,
-                 "_split": None}
-        for fname, obj in (("dataset_info.json", self.info), ("state.json", state)):
-            replace_json(os.path.join(self.dir, fname), obj, fsync=self.fsync, indent=1)
 
 
 _FLOAT = {"F32", "F16", "BF16"}
@@ -135,22 +66,24 @@ class ContextWriter:
         self.shards = _Shards(directory, schema, info, shard_bytes, fsync)
         self.rows = 0
         self.bytes = 0
-        self._buf: dict[str, np.ndarray] = {}  # widen's float32 buffer per hook
+        self._buf: dict[tuple, np.ndarray] = {}  # widen's float32 buffer per (slot, hook)
 
-    def widen(self, name: str, a: Any) -> np.ndarray:
-        """Hook ``name``'s values as float32 (BF16 and F16 widened exactly) in this writer's buffer for the hook: one
-        pass, no temporaries, the buffer reused by the next forward (the array is valid until the next ``write``)."""
+    def widen(self, name: str, a: Any, slot: int = 0) -> np.ndarray:
+        """Hook ``name``'s values as float32 (BF16 and F16 widened exactly, ``_ferry.widen_to_f32``: one pass, the GIL
+        released) in this writer's buffer ``slot`` for the hook, reused by the next forward of the slot (the array is
+        valid until then; ArrowSink widens one forward while the one before it is written)."""
         dtype = self.hooks[name][0]
-        a = np.asarray(a)
-        src = (np.ascontiguousarray(a).view(np.uint16) if dtype == "BF16" else a).reshape(-1)
-        buf = self._buf.get(name)
-        if buf is None or buf.size < src.size:
-            buf = self._buf[name] = np.empty(src.size, np.float32)
-        out = buf[:src.size]
-        if dtype == "BF16":  # the bits above 16 zero bits: float32 of the same value
-            np.left_shift(src, np.uint32(16), out=out.view(np.uint32), dtype=np.uint32)
+        a = np.ascontiguousarray(a)
+        n = a.size if dtype == "F32" or a.dtype.itemsize == 2 else a.nbytes // 2
+        buf = self._buf.get((slot, name))
+        if buf is None or buf.size < n:
+            buf = self._buf[(slot, name)] = np.empty(n, np.float32)
+        out = buf[:n]
+        if dtype == "F32":
+            np.copyto(out, a.reshape(-1), casting="same_kind")
         else:
-            np.copyto(out, src, casting="same_kind")
+            from . import _ferry
+            _ferry.widen_to_f32(a.reshape(-1).view(np.uint16), dtype, out)
         return out
 
     def write(self, arrays: dict, token_ids: Any, *, widened: bool = False) -> int:
@@ -185,11 +118,15 @@ class ContextWriter:
 
 
 class ArrowSink:
-    """Drains ``channel`` (made with a schema, no sink) on its own thread into a ``ContextWriter`` at ``directory``:
-    a forward's entries are one write (the next forward's first entry, or ``close()``, ends it). ``stats()``:
+    """Drains ``channel`` (made with a schema, no sink) into a ``ContextWriter`` at ``directory``, off the engine's
+    path and in two stages: its poll thread widens a forward's entries (the next forward's first entry, or
+    ``close()``, ends it) into one of two buffer slots, and its writer thread writes the forward before it, so the
+    widening of one forward and the write of the last take turns with neither waiting. ``stats()``:
     ``forwards_written``, ``rows_written``, ``bytes_written``, ``shards``, ``forwards_refused`` (a forward the layout
     refuses: its error is ``first_error``, the next forwards go on) and ``first_error``; a write error (a full disk)
     stops the sink with the earlier shards loadable. ``close()`` closes the channel, then the dataset."""
+
+    _SLOTS = 2  # forwards widened and not yet written, at most
 
     def __init__(self, channel: Any, directory: str, context: int, *, token_ids: str = "token_ids",
                  shard_bytes: int = 1 << 30, fsync: bool = False) -> None:
@@ -204,8 +141,16 @@ class ArrowSink:
         self._stats = {"forwards_written": 0, "rows_written": 0, "bytes_written": 0, "shards": 0,
                        "forwards_refused": 0, "first_error": None}
         self._stop = threading.Event()
+        self._failed = threading.Event()  # the writer ended the run (a write error)
+        self._free = threading.Semaphore(self._SLOTS)  # slots no forward in the queue or in the write holds
+        self._q: queue.Queue = queue.Queue()  # (forward, slot), then None: the writer's work
+        self._writer = threading.Thread(target=self._write_loop, name="ferry-arrow-writer", daemon=True)
         self._thread = threading.Thread(target=self._run, name="ferry-arrow-sink", daemon=True)
+        self._writer.start()
         self._thread.start()
+
+    def _note(self, err: str) -> None:
+        self._stats["first_error"] = self._stats["first_error"] or err
 
     def _write(self, fwd: dict) -> None:
         from . import LogicError
@@ -217,12 +162,33 @@ class ArrowSink:
             rows = self.writer.write(fwd, tok, widened=True)  # a name not among the hooks: refused before any use
         except LogicError as err:
             self._stats["forwards_refused"] += 1
-            self._stats["first_error"] = self._stats["first_error"] or str(err)
+            self._note(str(err))
             return
         self._stats["forwards_written"] += 1
         self._stats["rows_written"] += rows
         self._stats["bytes_written"] = self.writer.bytes
         self._stats["shards"] = len(self.writer.shards.names)
+
+    def _write_loop(self) -> None:
+        """The writer thread: each queued forward in order (its slot free again after it), then the dataset's files."""
+        while True:
+            item = self._q.get()
+            if item is None:
+                break
+            try:
+                if not self._failed.is_set():
+                    self._write(item[0])
+            except Exception as err:  # a write error (a full disk): the run ends with the earlier shards
+                self._note(f"{type(err).__name__}: {err}")
+                self._failed.set()
+            finally:
+                self._free.release()
+        if not self._failed.is_set():
+            try:
+                self.writer.close()
+                self._stats["shards"] = len(self.writer.shards.names)
+            except Exception as err:
+                self._note(f"{type(err).__name__}: {err}")
 
     def _poll(self) -> Any:
         """The next entries; None once the channel closed and every entry was taken."""
@@ -235,38 +201,45 @@ class ArrowSink:
             raise
 
     def _run(self) -> None:
-        cur, fwd = None, {}
+        """The poll thread: entries widened into the current forward's slot; a whole forward to the writer."""
+        cur, fwd, slot = None, {}, -1
         try:
-            while True:
+            while not self._failed.is_set():
                 got = self._poll()
                 if got is None or (not got and self._stop.is_set()):
                     break
                 for e in got:
                     try:
                         if cur is not None and e.forward != cur:
-                            self._write(fwd)
-                            fwd = {}
+                            self._q.put((fwd, slot))
+                            fwd, cur = {}, None
+                        if cur is None:  # a forward starts: a slot the writer is done with
+                            while not self._free.acquire(timeout=0.05):
+                                if self._failed.is_set():
+                                    return
+                            slot = (slot + 1) % self._SLOTS
                         cur = e.forward
                         if e.ok:  # a hook's values widened straight from the staging (one pass), others copied
                             name = self.names.get(e.hook, str(e.hook))
                             w = self.writer
-                            fwd[name] = w.widen(name, e.numpy()) if name in w.hooks else np.array(e.numpy())
+                            fwd[name] = w.widen(name, e.numpy(), slot) if name in w.hooks else np.array(e.numpy())
                     finally:
                         e.release()
-            if fwd:
-                self._write(fwd)
-            self.writer.close()
-            self._stats["shards"] = len(self.writer.shards.names)
-        except Exception as err:  # a write error (a full disk): the run ends with the earlier shards
-            self._stats["first_error"] = self._stats["first_error"] or f"{type(err).__name__}: {err}"
+            if cur is not None:
+                self._q.put((fwd, slot))
+        except Exception as err:  # the channel failed: the forwards queued are still written
+            self._note(f"{type(err).__name__}: {err}")
+        finally:
+            self._q.put(None)
 
     def stats(self) -> dict:
         return dict(self._stats)
 
     def close(self) -> dict:
-        """Closes the channel (every entry delivered), lets the thread write the last forward and the dataset's
+        """Closes the channel (every entry delivered), lets the threads write the last forward and the dataset's
         files, and returns stats()."""
         self.ch.close()
         self._stop.set()
         self._thread.join()
+        self._writer.join()
         return self.stats()

@@ -107,7 +107,7 @@ class ArrowSampleWriter:
         """Appends one sample as one row of the open shard; OSError (a full disk) propagates with the shard's
         temporary removed (the samples it held are lost, the dataset keeps the earlier shards)."""
         if self._schema is None:
-            from ..arrow import _Shards
+            from .._arrow_shards import Shards as _Shards
             self._schema = self._schema_of(s)
             info = {"description": f"{FORMAT} v{VERSION}: per-request samples written by ferry.engine",
                     "citation": "", "homepage": "", "license": ""}
