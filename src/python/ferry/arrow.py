@@ -4,15 +4,16 @@
 ``ferry.arrow.ArrowSink(channel, directory, context)`` drains a channel on threads of its own (off the engine's
 path: one widens a forward while another writes the one before) and writes every forward's whole-context rows in
 SAELens's cache layout: one row per context of ``context`` tokens, one ``Array2D(context, width)`` column per hook of
-the channel's schema (float32; BF16 and F16 are widened, exactly) and ``token_ids`` (``Sequence(int, length=context)``) from the hook named
-``token_ids``. A forward's ``[tokens, width]`` entries (or ``[B, T, width]``) must hold a whole number of contexts.
-The directory is what ``datasets.load_from_disk`` reads as it is (and each shard ``datasets.Dataset.from_file``):
-Arrow IPC stream shards ``data-NNNNN.arrow``, ``state.json``, ``dataset_info.json`` with the features.
+the channel's schema (float32; BF16 and F16 are widened, exactly) and ``token_ids`` (``Sequence(int,
+length=context)``) from the hook named ``token_ids``. A forward's ``[tokens, width]`` entries (or ``[B, T, width]``)
+must hold a whole number of contexts. The directory is what ``datasets.load_from_disk`` reads as it is (and each
+shard ``datasets.Dataset.from_file``): Arrow IPC stream shards ``data-NNNNN.arrow``, ``state.json``,
+``dataset_info.json`` with the features.
 
-Crash consistency (``_arrow_shards.Shards``, shared with ``ferry.engine``'s per-request Arrow samples): a shard is written under a
-temporary name (through ferry's sink writer, ``_ferry.SequentialFile``: O_DIRECT with ``fsync``) and renamed whole,
-then ``state.json`` (the shards ``load_from_disk`` reads) is rewritten by rename; after a SIGKILL the dataset holds
-the complete shards. A write error (a full disk) ends the run: the open shard's temporary is removed,
+Crash consistency (``_arrow_shards.Shards``, shared with ``ferry.engine``'s per-request Arrow samples): a shard is
+written under a temporary name (through ferry's sink writer, ``_ferry.SequentialFile``: O_DIRECT with ``fsync``) and
+renamed whole, then ``state.json`` (the shards ``load_from_disk`` reads) is rewritten by rename; after a SIGKILL the
+dataset holds the complete shards. A write error (a full disk) ends the run: the open shard's temporary is removed,
 ``stats()["first_error"]`` says why, the earlier shards stay loadable.
 """
 
