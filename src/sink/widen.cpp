@@ -48,7 +48,8 @@ void widen_to_f32(std::span<const std::uint16_t> src, widen_from from, std::span
 #ifdef FERRY_WIDEN_X86
   if (from == widen_from::bf16) { i = bf16_vectors(src.data(), dst.data(), n); }
 #endif
-  for (; i < n; ++i) { dst[i] = from == widen_from::bf16 ? bf16_float(src[i]) : ferry::kernels::d2h::half_to_float(src[i]); }
+  using ferry::kernels::d2h::half_to_float;
+  for (; i < n; ++i) { dst[i] = from == widen_from::bf16 ? bf16_float(src[i]) : half_to_float(src[i]); }
 }
 
 }  // namespace ferry::sink
