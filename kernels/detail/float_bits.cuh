@@ -4,7 +4,7 @@
 //   load_element   element c of a row of f32, f16 or bf16 as float (exact);
 //   order_key      an unsigned key whose order is the value order (NaN above +inf), for top-k's radix select;
 //   e4m3fn_of      float -> float8_e4m3fn as torch casts it (c10::detail::fp8e4m3fn_from_fp32_value: round to
-//                  nearest even, subnormals kept, |x| >= 464 -> NaN 0x7f | sign).
+//                  nearest even, subnormals kept, |x| >= 464 -> NaN 0x7f | sign); sm_89+ by the hardware's cvt.
 #pragma once
 
 #include <ferry/backend/system_atomic.hpp>  // FERRY_HD
@@ -87,9 +87,18 @@ FERRY_HD inline std::uint32_t bits_of_key(std::uint32_t key, ferry::d2h::reduce_
   return ((key & sign) != 0 ? (key & ~sign) : ~key) & mask;
 }
 
-/// float -> float8_e4m3fn bits, torch's rounding (c10/util/Float8_e4m3fn.h, fp8e4m3fn_from_fp32_value).
+/// float -> float8_e4m3fn bits, torch's rounding (c10/util/Float8_e4m3fn.h, fp8e4m3fn_from_fp32_value). On sm_89+
+/// one cvt.rn.satfinite.e4m3x2.f32 (round to nearest even, subnormals kept, as torch) after the one case where the
+/// two differ: |x| >= 464 (and NaN), which torch makes NaN and satfinite would make 448.
 FERRY_HD inline std::uint8_t e4m3fn_of(float f) noexcept
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  const std::uint32_t u = bits_of_float(f);
+  if ((u & 0x7fffffffU) >= (UINT32_C(1087) << 20)) { return static_cast<std::uint8_t>(0x7fU | ((u >> 24) & 0x80U)); }
+  unsigned short pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0F), "f"(f));  // f: the low byte
+  return static_cast<std::uint8_t>(pair & 0xffU);
+#else
   constexpr std::uint32_t fp8_max = UINT32_C(1087) << 20;  // 464.0f: at or above it, NaN
   constexpr std::uint32_t denorm_mask = UINT32_C(141) << 23;
   std::uint32_t bits = bits_of_float(f);
@@ -108,6 +117,7 @@ FERRY_HD inline std::uint8_t e4m3fn_of(float f) noexcept
     result = static_cast<std::uint8_t>(bits >> 20);
   }
   return static_cast<std::uint8_t>(result | static_cast<std::uint8_t>(sign >> 24));
+#endif
 }
 
 }  // namespace ferry::kernels::d2h

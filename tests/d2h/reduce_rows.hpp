@@ -250,6 +250,63 @@ TYPED_TEST_P(D2hReduceRows, Fp8CodesDecodeWithinHalfAnUlpOfTheScaledRow)
   }
 }
 
+/// fp8_e4m3 against an oracle independent of the kernels' conversion (e4m3fn_of: torch's software rule on the host, the
+/// hardware's cvt on sm_89+): every bf16 value of magnitude <= 448, each sign, in rows that start with 448 (so the
+/// scale is exactly 1 and each code is the value's own rounding): the nearest finite e4m3 value, a tie to the even
+/// code, the sign kept (-0 and negative values that round to zero: 0x80). 24 rows of 4096 (16-byte vectors on the GPU).
+TYPED_TEST_P(D2hReduceRows, Fp8CodesRoundEveryBf16ValueToTheNearestEven)
+{
+  using B = TypeParam;
+  constexpr std::uint64_t width = 4096;
+  fb::stream<B> s{this->b};
+  std::vector<std::uint16_t> h(TestFixture::n_rows * width, 0);
+  std::vector<std::uint16_t> values;
+  for (std::uint32_t u = 0; u <= 0x43e0U; ++u) {  // 0x43e0: 448
+    values.push_back(static_cast<std::uint16_t>(u));
+    values.push_back(static_cast<std::uint16_t>(u | 0x8000U));
+  }
+  for (std::size_t r = 0, k = 0; r < TestFixture::n_rows; ++r) {
+    h[r * width] = TestFixture::bf16_of(448.0F);
+    for (std::uint64_t c = 1; c < width && k < values.size(); ++c) { h[r * width + c] = values[k++]; }
+  }
+  ASSERT_LE(values.size(), TestFixture::n_rows * (width - 1));
+  auto dh = this->upload(h, s.view());
+  std::vector<std::int32_t> rows(TestFixture::n_rows);
+  for (std::size_t r = 0; r < rows.size(); ++r) { rows[r] = static_cast<std::int32_t>(r); }
+  auto idx = this->upload(rows, s.view());
+  typename TestFixture::collected got;
+  fd::channel<B> ch{this->rows_config(4 << 20), this->b, got.callback()};
+  ch.begin_forward(s);
+  ch.capture_reduced(fd::hook_id{0}, dh.data(), TestFixture::n_rows, width, fd::reduce_input::bf16,
+                     fd::row_selection::rows(static_cast<const std::int32_t*>(idx.data()), rows.size()),
+                     fd::reducer::fp8_e4m3(), s);
+  (void)ch.end_forward(s);
+  s.synchronize();
+  EXPECT_NO_THROW((void)ch.close(10s));
+  ASSERT_EQ(got.status.size(), 1U);
+  ASSERT_EQ(got.status[0], fd::entry_status::ok);
+  const std::size_t rec = 4 + width;
+  std::vector<float> mag(0x7f);  // the finite e4m3 magnitudes, by code
+  for (int c = 0; c < 0x7f; ++c) { mag[c] = TestFixture::of_e4m3(static_cast<std::uint8_t>(c)); }
+  auto oracle = [&](float x) {  // the nearest finite e4m3 magnitude, ties to the even code, then the sign
+    int best = 0;
+    for (int c = 1; c < 0x7f; ++c) {
+      const float d = std::fabs(mag[c] - std::fabs(x)), e = std::fabs(mag[best] - std::fabs(x));
+      if (d < e || (d == e && (c & 1) == 0)) { best = c; }
+    }
+    return static_cast<std::uint8_t>(best | (std::signbit(x) ? 0x80 : 0));
+  };
+  std::size_t checked = 0;
+  for (std::size_t r = 0; r < TestFixture::n_rows; ++r) {
+    ASSERT_EQ(TestFixture::f32_at(got.bytes[0], r * rec), 1.0F) << "row " << r;
+    for (std::uint64_t c = 0; c < width; ++c, ++checked) {
+      const float x = TestFixture::of_bf16(h[r * width + c]);
+      ASSERT_EQ(got.bytes[0][r * rec + 4 + c], oracle(x)) << "row " << r << " column " << c << " x " << x;
+    }
+  }
+  EXPECT_EQ(checked, TestFixture::n_rows * width);
+}
+
 /// mean over a window of each request and stats over every selected row: within 1e-5 relative of double sums
 /// (f32 sums of at most 8 rows of N(0, 1)); the counts; max |x| exact. 300 columns: a mean record is several work
 /// units of mean_chunk_cols (the last one partial).
@@ -548,7 +605,8 @@ TYPED_TEST_P(D2hReduceRows, DeferredBatchesHoldWhatOneLaunchPerEntryHolds)
 REGISTER_TYPED_TEST_SUITE_P(D2hReduceRows, TopkIsTheSortedPrefixWithTiesByLowerIndex,
                             TopkTiesBeyondTheSharedBufferTakeTheLowestIndices,
                             TopkOfWideRowsFiltersByGroupMaximaElseSelects,
-                            Fp8CodesDecodeWithinHalfAnUlpOfTheScaledRow, MeanAndStatsMatchDoubleSums,
+                            Fp8CodesDecodeWithinHalfAnUlpOfTheScaledRow,
+                            Fp8CodesRoundEveryBf16ValueToTheNearestEven, MeanAndStatsMatchDoubleSums,
                             BadReducersAreRefusedAndBadItemsFlagged, GraphReplaysReduceTheRowsOfTheirStep,
                             MeanOverWindowsLongerThanATileTakesEveryTile,
                             DeferredBatchesHoldWhatOneLaunchPerEntryHolds);
