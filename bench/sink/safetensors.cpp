@@ -130,9 +130,9 @@ void run_safetensors(const options& o, forward_rig& rig, json_out& out, bool& ok
                static_cast<unsigned long long>(missing), static_cast<unsigned long long>(cb.forwards_torn),
                static_cast<unsigned long long>(cb.problems), cb.first_problem.empty() ? "" : ": ", cb.first_problem.c_str());
   std::fprintf(stderr, "  writer (io_threads %llu, writes of %.0f MiB, %llu buffers): copying %.2f s, waiting for a "
-               "buffer %.2f s, waiting for an entry %.2f s\n", static_cast<unsigned long long>(o.io_threads),
+               "buffer %.2f s, waiting for an entry %.2f s, rolling shards over %.2f s\n", static_cast<unsigned long long>(o.io_threads),
                static_cast<double>(o.write_bytes) / MiB, static_cast<unsigned long long>(o.write_buffers),
-               bs.writer_copy_seconds, bs.writer_wait_seconds, bs.writer_idle_seconds);
+               bs.writer_copy_seconds, bs.writer_wait_seconds, bs.writer_idle_seconds, bs.writer_publish_seconds);
   if (!o.keep) { fs::remove_all(block_dir); }
   const disk_result d2 = disk_write(o.dir, volume);
   std::fprintf(stderr, "  disk (after): %.3f GB/s %s\n", d2.gbps, d2.error.c_str());
@@ -185,7 +185,7 @@ void run_safetensors(const options& o, forward_rig& rig, json_out& out, bool& ok
     .u64("queue_high_watermark", bs.queue_high_watermark).u64("relocations", bs.relocations).u64("forwards_missing", missing)
     .u64("io_threads", o.io_threads).u64("write_bytes", o.write_bytes).u64("write_buffers", o.write_buffers)
     .num("writer_copy_seconds", bs.writer_copy_seconds, 3).num("writer_wait_seconds", bs.writer_wait_seconds, 3)
-    .num("writer_idle_seconds", bs.writer_idle_seconds, 3);
+    .num("writer_idle_seconds", bs.writer_idle_seconds, 3).num("writer_publish_seconds", bs.writer_publish_seconds, 3);
   put_check(out, cb);
   out.close().open("drop");
   put_spread(out, "no_capture", *none);

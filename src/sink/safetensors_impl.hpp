@@ -142,6 +142,7 @@ class safetensors_impl {
     s.writer_copy_seconds = static_cast<double>(c_.io.copy_ns.load()) * 1e-9;
     s.writer_wait_seconds = static_cast<double>(c_.io.wait_ns.load()) * 1e-9;
     s.writer_idle_seconds = static_cast<double>(c_.io.idle_ns.load()) * 1e-9;
+    s.writer_publish_seconds = static_cast<double>(c_.io.publish_ns.load()) * 1e-9;
     return s;
   }
 

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -181,6 +182,7 @@ class shard_writer {
     if (!over || shard_->forwards().empty()) { return; }
     auto next = new_shard(next_ + 1, bytes, record);
     if (shard_->pending_bytes() != 0 || shard_->tensors().size() > shard_->committed_tensors()) {
+      const publish_timer t{c_.io};
       shard_->move_pending(*next);
       ++c_.relocations;
     }
@@ -212,8 +214,21 @@ class shard_writer {
     return s.record_json_bytes() + 64 * s.forwards().size() + 512;
   }
 
+  /// Adds its scope's time to writer_publish_seconds (a shard rolled over: publish_shard, move_pending).
+  struct publish_timer {
+    pipeline_counters& c;
+    std::chrono::steady_clock::time_point t0{std::chrono::steady_clock::now()};
+    ~publish_timer()
+    {
+      c.publish_ns.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now() - t0).count()),
+                             std::memory_order_relaxed);
+    }
+  };
+
   void publish_shard()
   {
+    const publish_timer timer{c_.io};
     std::string fwd = "[";
     for (const auto& f : shard_->forwards()) {
       fwd += ferry::detail::format("{}[{},{},{},{},{}]", fwd.size() > 1 ? "," : "", f.tag, f.begin, f.end, f.crc,

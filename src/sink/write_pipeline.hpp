@@ -31,12 +31,14 @@
 namespace ferry::sink::detail {
 
 /// Where a pipeline's writer spends its time (safetensors_stats::writer_copy_seconds, writer_wait_seconds,
-/// writer_idle_seconds): copying entries into buffers with their CRC-32, waiting for a buffer the I/O threads have
-/// not given back (the medium is the limit), waiting for an entry (the writer keeps up).
+/// writer_idle_seconds, writer_publish_seconds): copying entries into buffers with their CRC-32, waiting for a buffer
+/// the I/O threads have not given back (the medium is the limit), waiting for an entry (the writer keeps up), and
+/// rolling a shard over (its last writes waited for, a forward moved on, its header, sync and rename).
 struct pipeline_counters {
   std::atomic<std::uint64_t> copy_ns{0};
   std::atomic<std::uint64_t> wait_ns{0};
   std::atomic<std::uint64_t> idle_ns{0};
+  std::atomic<std::uint64_t> publish_ns{0};
 };
 
 class write_pipeline {

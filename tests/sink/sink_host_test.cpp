@@ -73,6 +73,7 @@ TEST_F(SafetensorsSink, TuningChangesHowNotWhatIsWrittenAndOutOfRangeIsRefused)
     EXPECT_EQ(st.forwards_written, 4U);
     EXPECT_GT(st.writer_copy_seconds, 0.0);
     EXPECT_GE(st.writer_wait_seconds + st.writer_idle_seconds, 0.0);
+    EXPECT_GT(st.writer_publish_seconds, 0.0);  // close() published the shard
     (void)expect_run(w);
   }
   for (const fk::safetensors_tuning bad : {fk::safetensors_tuning{.io_threads = 0},
