@@ -53,6 +53,22 @@ class D2hReduceRows : public D2hSelectRows<B> {
           << "row " << j << " rank " << i;
     }
   }
+  /// One forward holding one capture_reduced of `r` over the source rows `rows` of the [n_rows, width] bf16 rows `h`,
+  /// delivered into `got` (the channel closed: every entry delivered).
+  void reduce_bf16_once(const std::vector<std::uint16_t>& h, std::uint64_t width, const std::vector<std::int32_t>& rows,
+                        const fd::reducer& r, std::size_t ring_bytes, typename D2hReduceRows::collected& got)
+  {
+    fb::stream<B> s{this->b};
+    auto dh = this->upload(h, s.view());
+    auto idx = this->upload(rows, s.view());
+    fd::channel<B> ch{this->rows_config(ring_bytes), this->b, got.callback()};
+    ch.begin_forward(s);
+    ch.capture_reduced(fd::hook_id{0}, dh.data(), n_rows, width, fd::reduce_input::bf16,
+                       fd::row_selection::rows(static_cast<const std::int32_t*>(idx.data()), rows.size()), r, s);
+    (void)ch.end_forward(s);
+    s.synchronize();
+    EXPECT_NO_THROW((void)ch.close(10s));
+  }
   /// float8_e4m3fn bits as float (finite codes).
   static float of_e4m3(std::uint8_t c)
   {
@@ -215,22 +231,12 @@ TYPED_TEST_P(D2hReduceRows, Fp8CodesDecodeWithinHalfAnUlpOfTheScaledRow)
   using B = TypeParam;
   constexpr std::uint64_t width = 37;  // not a multiple of 4: 3 padding bytes
   std::mt19937_64 rng{5};
-  fb::stream<B> s{this->b};
   std::vector<std::uint16_t> h(TestFixture::n_rows * width);
   std::normal_distribution<float> normal{0.0F, 3.0F};
   for (std::size_t i = 0; i < h.size(); ++i) { h[i] = TestFixture::bf16_of(i / width == 2 ? 0.0F : normal(rng)); }
-  auto dh = this->upload(h, s.view());
   const std::vector<std::int32_t> rows{1, 2, 20};
-  auto idx = this->upload(rows, s.view());
   typename TestFixture::collected got;
-  fd::channel<B> ch{this->rows_config(1 << 20), this->b, got.callback()};
-  ch.begin_forward(s);
-  ch.capture_reduced(fd::hook_id{0}, dh.data(), TestFixture::n_rows, width, fd::reduce_input::bf16,
-                     fd::row_selection::rows(static_cast<const std::int32_t*>(idx.data()), rows.size()),
-                     fd::reducer::fp8_e4m3(), s);
-  (void)ch.end_forward(s);
-  s.synchronize();
-  EXPECT_NO_THROW((void)ch.close(10s));
+  this->reduce_bf16_once(h, width, rows, fd::reducer::fp8_e4m3(), 1 << 20, got);
   ASSERT_EQ(got.status.size(), 1U);
   ASSERT_EQ(got.row_bytes[0], 4 + 40U);
   ASSERT_EQ(got.bytes[0].size(), rows.size() * 44U);
@@ -258,7 +264,6 @@ TYPED_TEST_P(D2hReduceRows, Fp8CodesRoundEveryBf16ValueToTheNearestEven)
 {
   using B = TypeParam;
   constexpr std::uint64_t width = 4096;
-  fb::stream<B> s{this->b};
   std::vector<std::uint16_t> h(TestFixture::n_rows * width, 0);
   std::vector<std::uint16_t> values;
   for (std::uint32_t u = 0; u <= 0x43e0U; ++u) {  // 0x43e0: 448
@@ -270,19 +275,10 @@ TYPED_TEST_P(D2hReduceRows, Fp8CodesRoundEveryBf16ValueToTheNearestEven)
     for (std::uint64_t c = 1; c < width && k < values.size(); ++c) { h[r * width + c] = values[k++]; }
   }
   ASSERT_LE(values.size(), TestFixture::n_rows * (width - 1));
-  auto dh = this->upload(h, s.view());
   std::vector<std::int32_t> rows(TestFixture::n_rows);
   for (std::size_t r = 0; r < rows.size(); ++r) { rows[r] = static_cast<std::int32_t>(r); }
-  auto idx = this->upload(rows, s.view());
   typename TestFixture::collected got;
-  fd::channel<B> ch{this->rows_config(4 << 20), this->b, got.callback()};
-  ch.begin_forward(s);
-  ch.capture_reduced(fd::hook_id{0}, dh.data(), TestFixture::n_rows, width, fd::reduce_input::bf16,
-                     fd::row_selection::rows(static_cast<const std::int32_t*>(idx.data()), rows.size()),
-                     fd::reducer::fp8_e4m3(), s);
-  (void)ch.end_forward(s);
-  s.synchronize();
-  EXPECT_NO_THROW((void)ch.close(10s));
+  this->reduce_bf16_once(h, width, rows, fd::reducer::fp8_e4m3(), 4 << 20, got);
   ASSERT_EQ(got.status.size(), 1U);
   ASSERT_EQ(got.status[0], fd::entry_status::ok);
   const std::size_t rec = 4 + width;
