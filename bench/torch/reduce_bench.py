@@ -33,6 +33,7 @@ import argparse
 import statistics
 import sys
 import threading
+import time
 
 import numpy as np
 import torch
@@ -64,6 +65,7 @@ class Rig:
                                 publish_every=4096, fifo_capacity=1 << 14, tuning={"size_slots": 1 << 14})
         self.stream = torch.cuda.Stream() if self.cuda else ferry.Stream(backend="host")
         self.step_us, self.keep, self.got = a.step_us, False, []
+        self.drain_cpu_s = 0.0
         self.expected = self.delivered = 0  # entries of the steps run, and delivered (the checked step waits)
         self.cycles = cycles_for(a.step_us) if self.cuda else 0
         self._stop = threading.Event()
@@ -72,6 +74,7 @@ class Rig:
 
     def _drain_loop(self):
         while not self._stop.is_set():
+            self.drain_cpu_s = time.thread_time()  # the consumer's CPU time so far (per-kind deltas: t256)
             try:
                 es = self.ch.poll(1024, timeout=0.05)
             except ferry.LogicError:  # closed, nothing left
@@ -168,6 +171,22 @@ def profile(label, fn, steps=2):
         + "; ".join(f"{k[:70]} x{n / steps:g} {t / steps:.1f}" for k, n, t in dev))
 
 
+def trace(path, fn, warm=6, steps=6):
+    """A chrome trace (torch.profiler) of `steps` steps of `fn` after `warm` untraced ones, so that the ring and the
+    drain are in their steady state: bench/device/probes/trace_timeline.py prints its copies and kernels."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    for _ in range(warm):
+        fn()
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    p.export_chrome_trace(path)
+    log(f"trace: {path}")
+
+
 def timed_round(fn, steps, host):
     """Microseconds per step of `steps` back-to-back calls of `fn` (one event pair around them)."""
     return timed_ms(lambda: [fn() for _ in range(steps)], host) * 1e3 / steps
@@ -197,16 +216,23 @@ def t256(a, out):
     fns = {k: rig.step_fn(k) for k in kinds}
     host = None if rig.cuda else rig.stream
     times = {k: [] for k in kinds}
+    drain_us = {k: 0.0 for k in kinds}  # the Python consumer's CPU time per step (poll + release of each entry)
     for rep in range(a.reps + 1):  # round 0 warms up
         for k in kinds:
+            c0 = rig.drain_cpu_s
             with torch.cuda.stream(rig.stream) if rig.cuda else _null():  # the events on the step's stream
                 us = timed_round(fns[k], a.steps, host)
             if rep:
                 times[k].append(us)
+                drain_us[k] += (rig.drain_cpu_s - c0) * 1e6 / (a.reps * a.steps)
     med = {k: statistics.median(v) for k, v in times.items()}
+    log("t256 consumer CPU per step (us): " + ", ".join(f"{k} {v:.0f}" for k, v in drain_us.items()))
     if a.profile and rig.cuda:
         for k in kinds:
             profile(f"t256 {k}", fns[k])
+    if a.trace and rig.cuda:
+        for k in ("whole", "topk64"):
+            trace(f"{a.trace}_{k}.json", fns[k])
     checks = {k: rig.checked(k, fns[k]) for k in kinds[1:]}
     rig.close()
     log("t256 medians (us): " + ", ".join(f"{k} {v:.0f}" for k, v in med.items()) + f"; checks {checks}")
@@ -300,6 +326,7 @@ def main(argv=None):
     ap.add_argument("--ring-mib", type=int, default=1024)
     ap.add_argument("--parts", default="t256,prefill_mean")
     ap.add_argument("--profile", action="store_true", help="then each contestant's kernels (torch.profiler), logged")
+    ap.add_argument("--trace", help="then chrome traces of whole and topk64 (PREFIX_whole.json, PREFIX_topk64.json)")
     a = ap.parse_args(argv)
     a.tokens, a.hooks, a.vocab = (8, 12, 512) if a.tiny else (256, 341, 151936)
     a.requests, a.prompt, a.layers, a.hidden = (2, 8, 3, 64) if a.tiny else (16, 512, 28, 1024)
