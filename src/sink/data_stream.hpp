@@ -16,6 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 namespace ferry::sink::detail {
 
@@ -71,7 +73,7 @@ class data_stream {
       n -= k;
       if (fill_ == p_->chunk_bytes()) {
         std::byte* full = std::exchange(buf_, nullptr);
-        p_->write(full, fill_, d_, f_, base_ + off_);
+        p_->write(full, fill_, d_, f_, base_ + off_, w_);
         off_ += fill_;
         fill_ = 0;
       }
@@ -92,11 +94,31 @@ class data_stream {
       off_ = pos;
       return;
     }
-    p_->drain();
+    p_->drain(w_);
     if (buf_ == nullptr) { buf_ = p_->take(); }
     off_ = pos / write_pipeline::align * write_pipeline::align;
     fill_ = static_cast<std::size_t>(pos - off_);
     if (fill_ != 0) { f_.read_at(buf_, fill_, base_ + off_); }
+  }
+
+  /// Sends every byte before position() on its way without waiting (no append follows: the shard is handed to
+  /// the thread that finishes it, whose flush() then waits): the aligned part of the buffer as a pipeline write,
+  /// the last partial block kept for flush().
+  void seal()
+  {
+    if (p_ == nullptr || buf_ == nullptr) { return; }
+    const std::size_t whole = fill_ / write_pipeline::align * write_pipeline::align;
+    tail_.assign(buf_ + whole, buf_ + fill_);
+    tail_at_ = off_ + whole;
+    std::byte* b = std::exchange(buf_, nullptr);
+    const std::uint64_t at = base_ + off_;
+    off_ = tail_at_;
+    fill_ = 0;  // position() is tail_at_ until flush() wrote the tail
+    if (whole == 0) {
+      p_->give_back(b);
+    } else {
+      p_->write(b, whole, d_, f_, at, w_);
+    }
   }
 
   /// Every byte before position() is in the file (the aligned part through the direct descriptor, the last
@@ -104,7 +126,12 @@ class data_stream {
   void flush()
   {
     if (p_ == nullptr) { return; }
-    p_->drain();
+    p_->drain(w_);
+    if (!tail_.empty()) {  // seal()'s partial block
+      f_.write_at(tail_.data(), tail_.size(), base_ + tail_at_);
+      off_ = tail_at_ + tail_.size();
+      tail_.clear();
+    }
     if (fill_ == 0) { return; }
     const std::size_t whole = fill_ / write_pipeline::align * write_pipeline::align;
     if (whole != 0) { p_->write_now(buf_, whole, d_, f_, base_ + off_); }
@@ -118,7 +145,7 @@ class data_stream {
   void release() noexcept
   {
     if (p_ == nullptr) { return; }
-    p_->drain_quietly();
+    p_->drain_quietly(w_);
     if (buf_ != nullptr) { p_->give_back(std::exchange(buf_, nullptr)); }
   }
 
@@ -130,6 +157,9 @@ class data_stream {
   std::byte* buf_{nullptr};
   std::uint64_t off_{0};   ///< data position of buf_[0] (aligned with a pipeline)
   std::size_t fill_{0};    ///< bytes of buf_ in use
+  write_pipeline::writes w_;  ///< this file's writes in the pipeline
+  std::vector<std::byte> tail_;  ///< seal()'s partial block, written by flush() at tail_at_
+  std::uint64_t tail_at_{0};
 };
 
 }  // namespace ferry::sink::detail

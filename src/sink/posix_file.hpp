@@ -115,6 +115,17 @@ class file {
       FERRY_FAIL_IO(io_error, path_, e, "sink: truncating {} to {} bytes", path_.string(), n);
     }
   }
+  /// Allocates the file's first `n` bytes on the medium now (fallocate), so that writes within them later do not
+  /// need room the disk may no longer have. False where the filesystem refuses it (full, or no fallocate).
+  [[nodiscard]] bool reserve(std::uint64_t n) const noexcept
+  {
+#if defined(__linux__)
+    return ::fallocate(fd_, 0, 0, static_cast<off_t>(n)) == 0;
+#else
+    (void)n;
+    return false;
+#endif
+  }
   void sync() const
   {
     if (::fsync(fd_) != 0) {

@@ -14,6 +14,7 @@
 #include <ferry/version.hpp>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -118,8 +119,10 @@ class run_index {
   void refuse_tag(std::uint64_t tag) { refused_ += (refused_.empty() ? "" : ",") + std::to_string(tag); }
 
   /// Writes index.json (temporary name, rename; fsync with `durable`). `complete`: the run was closed;
-  /// `error`: its first error (empty: none).
-  void write(bool complete, std::string_view error) const
+  /// `error`: its first error (empty: none). The temporary was reserved by the write before (twice that index's
+  /// size and a page), so that while the writer fills the disk with the next shard, the index that lists
+  /// the last one still finds its room; after an incomplete index the next one's room is reserved (best effort).
+  void write(bool complete, std::string_view error)
   {
     std::string s = "{\"metadata\":{\"format\":";
     json::append_string(s, run_format);
@@ -130,8 +133,42 @@ class run_index {
          ",\"refused_tags\":[" + refused_ + "]";
     if (!error.empty()) { s += ",\"error\":" + json::string(error); }
     s += "},\"weight_map\":{" + weight_map_ + "}}\n";
-    write_whole(dir_, index_name, s, durable_);
+    const fs::path tmp = dir_ / ("." + std::string{index_name} + ".tmp");
+    try {
+      if (!spare_.is_open() || room_ < s.size()) {
+        spare_ = file::create(tmp);
+        room_ = 0;
+      }
+      spare_.write_at(s.data(), s.size(), 0);
+      spare_.truncate(s.size());
+      if (durable_) { spare_.sync(); }
+      spare_.close();
+      rename_file(tmp, dir_ / index_name);
+    } catch (...) {
+      spare_ = file{};
+      remove_quietly(tmp);
+      throw;
+    }
+    if (durable_) { sync_dir(dir_); }
+    if (complete) { return; }
+    try {  // the next index's room
+      spare_ = file::create(tmp);
+      room_ = 2 * s.size() + 4096;
+      if (!spare_.reserve(room_)) { room_ = 0; }
+    } catch (const io_error&) {  // no room for the temporary itself: the next write tries again
+      room_ = 0;
+    }
   }
+
+  ~run_index()
+  {
+    if (spare_.is_open()) {  // a run that ended without its complete index: no temporary left behind
+      spare_ = file{};
+      remove_quietly(dir_ / ("." + std::string{index_name} + ".tmp"));
+    }
+  }
+  run_index(const run_index&) = delete;
+  run_index& operator=(const run_index&) = delete;
 
  private:
   fs::path dir_;
@@ -141,6 +178,8 @@ class run_index {
   std::string weight_map_;
   std::string refused_;  // tags of forwards refused as repeats, comma-separated
   std::uint64_t total_{0};
+  file spare_;             // .index.json.tmp, open between writes, with room_ bytes reserved
+  std::uint64_t room_{0};
 };
 
 }  // namespace ferry::sink::detail

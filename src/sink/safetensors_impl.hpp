@@ -64,7 +64,9 @@ class safetensors_impl {
                   t.write_bytes);
     prepare_run_dir(cfg_.directory, cfg_.overwrite);
     writer_.emplace(
-        writer_options{cfg_.directory, cfg_.schema, cfg_.shard_bytes, cfg_.fsync, cfg_.direct_io, cfg_.tuning}, c_);
+        writer_options{cfg_.directory, cfg_.schema, cfg_.shard_bytes, cfg_.fsync, cfg_.direct_io, cfg_.tuning,
+                       &test_hold_finisher},
+        c_);
     thread_ = std::thread([this] { run(); });
     if (cfg_.policy == queue_policy::drop) { copier_ = std::thread([this] { copy_run(); }); }
   }
@@ -93,7 +95,9 @@ class safetensors_impl {
                   dir, stopping_ ? "after close()" : "after entries were delivered");
     cfg_.schema = channel_schema;
     writer_.emplace(
-        writer_options{cfg_.directory, cfg_.schema, cfg_.shard_bytes, cfg_.fsync, cfg_.direct_io, cfg_.tuning}, c_);
+        writer_options{cfg_.directory, cfg_.schema, cfg_.shard_bytes, cfg_.fsync, cfg_.direct_io, cfg_.tuning,
+                       &test_hold_finisher},
+        c_);
   }
 
   /// Completes the open forward and publishes the shard; returns once the writer did. Throws the error that
@@ -204,6 +208,8 @@ class safetensors_impl {
   /// Test-only (reached through ferry::testing::sink_access, tests/support; never set outside tests): while
   /// true, the writer thread takes no item from its queue.
   std::atomic<bool> test_hold_writer{false};
+  /// Test-only, likewise: while true, the writer's finisher publishes no shard (the writer goes on).
+  std::atomic<bool> test_hold_finisher{false};
 
  private:
   void push_locked(queued&& q)

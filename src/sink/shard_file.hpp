@@ -90,6 +90,9 @@ class shard_file {
         d_{direct && pipe != nullptr ? file::open_direct(tmp_) : file{}},
         s_{f_, d_, data_start_, pipe}
   {
+    // The header's room taken now (best effort): a disk that the next shard fills while this one is finished on
+    // another thread still takes its header.
+    (void)f_.reserve(data_start_);
   }
   shard_file(const shard_file&) = delete;
   shard_file& operator=(const shard_file&) = delete;
@@ -112,6 +115,8 @@ class shard_file {
   [[nodiscard]] const std::vector<tensor_record>& tensors() const noexcept { return tensors_; }
   [[nodiscard]] const std::vector<forward_record>& forwards() const noexcept { return forwards_; }
   [[nodiscard]] std::uint64_t committed_tensors() const noexcept { return committed_tensors_; }
+  /// finish() renamed it: complete under its final name.
+  [[nodiscard]] bool published() const noexcept { return published_; }
 
   /// Writes one tensor of the open forward after everything written so far.
   void append(std::string name, d2h::dtype type, std::vector<std::uint64_t> shape, std::span<const std::byte> bytes)
@@ -162,13 +167,28 @@ class shard_file {
     crc_ = 0;
   }
 
-  /// Writes the header `{"__metadata__":<metadata>, <tensors>}` of the committed forwards (the open one, if
-  /// any, is dropped), then truncates, syncs (`durable`), renames and syncs the directory (`durable`). Adds 1 to
-  /// `relocations` when the data had to move (reservation too small, or more than max(64 KiB, data / 8) of
-  /// padding). Returns the data bytes.
+  /// seal() then finish(): the shard published on the calling thread.
   std::uint64_t publish(const std::string& metadata, bool durable, std::uint64_t& relocations)
   {
+    seal();
+    return finish(metadata, durable, relocations);
+  }
+
+  /// The committed forwards are the shard (the open one, if any, is dropped), and its last bytes are on their way
+  /// to the file; nothing is appended after it. The writer's part of publishing: it then hands the shard to the
+  /// thread that finishes it (shard_writer's finisher) and fills the next one meanwhile.
+  void seal()
+  {
     rollback();
+    s_.seal();
+  }
+
+  /// After seal(), on any one thread: waits for the shard's own writes, then writes the header
+  /// `{"__metadata__":<metadata>, <tensors>}`, truncates, syncs (`durable`), renames and syncs the directory
+  /// (`durable`). Adds 1 to `relocations` when the data had to move (reservation too small, or more than
+  /// max(64 KiB, data / 8) of padding). Returns the data bytes.
+  std::uint64_t finish(const std::string& metadata, bool durable, std::uint64_t& relocations)
+  {
     s_.flush();
     s_.release();
     d_ = file{};

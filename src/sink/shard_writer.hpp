@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The writer thread's state of the safetensors sink (sink/safetensors.hpp): forwards out of consecutive
-// entries, tensor names, shards out of whole forwards, the run's index. Single-threaded (the writer thread
-// only). Throws ferry::logic_error (an entry_shape_error, a repeated tag, an entry after flush() completed its
-// forward) for an entry it refuses, and anything else (io_error) for a failure that ends the run.
+// entries, tensor names, shards out of whole forwards, the run's index. Called by the writer thread only; a full
+// shard is sealed and handed to its finisher thread (shard_finisher.hpp: header, sync, rename, index.json, in
+// shard order) while the writer fills the next one, and flush() waits for it. Throws ferry::logic_error (an
+// entry_shape_error, a repeated tag, an entry after flush() completed its forward) for an entry it refuses, and
+// anything else (io_error) for a failure that ends the run.
 #pragma once
 
 #include <ferry/d2h/entry_view.hpp>
@@ -10,12 +12,15 @@
 #include <ferry/sink/safetensors.hpp>  // safetensors_tuning
 #include "run_index.hpp"
 #include "shard_file.hpp"
+#include "shard_finisher.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -42,7 +47,11 @@ struct writer_options {
   bool durable{false};
   bool direct_io{true};  ///< with durable: the data written with O_DIRECT where the filesystem allows
   safetensors_tuning tuning{};  ///< the pipeline's writes: size, buffers, I/O threads
+  const std::atomic<bool>* test_hold_finisher{nullptr};  ///< tests: while true, no shard is finished
 };
+
+/// Sealed shards that may wait for the finisher while the writer fills the next one.
+inline constexpr std::size_t max_sealed_shards = 2;
 
 /// Headers above this start a new shard at a forward boundary (safetensors' readers refuse more than 100 MB).
 inline constexpr std::uint64_t max_header_bytes = std::uint64_t{64} << 20;
@@ -60,6 +69,7 @@ class shard_writer {
   void entry(std::uint64_t forward, std::uint64_t tag, d2h::hook_id hook, std::uint64_t row_bytes,
              std::span<const std::byte> bytes)
   {
+    fin_.check();  // a shard the finisher failed to publish ends the run here
     if (!open_ || forward != cur_) { begin_forward(forward, tag); }
     if (refused_) {
       ++c_.refused_entries;  // the forward's first entry carried the error
@@ -100,12 +110,14 @@ class shard_writer {
     }
     if (shard_ && !shard_->forwards().empty()) { publish_shard(); }
     shard_.reset();
+    fin_.wait();  // every shard handed over is published (and listed in index.json)
   }
 
   /// close(): flush(), then index.json marked complete, with the run's first error (empty: none).
   void finish(std::string_view error)
   {
     flush();
+    const std::lock_guard lk{index_mu_};
     index_.write(true, error);
   }
 
@@ -116,12 +128,14 @@ class shard_writer {
     c_.lost_forwards += (shard_ ? shard_->forwards().size() : 0) + (open_ && !refused_ && tensors_ != 0 ? 1 : 0);
     shard_.reset();
     open_ = false;
+    fin_.give_up();  // shards handed over and not yet finished are lost too
   }
 
   /// index.json after a failure (complete, with the error), best effort.
   void finish_failed(std::string_view error) noexcept
   {
     try {
+      const std::lock_guard lk{index_mu_};
       index_.write(true, error);
     } catch (...) {  // the disk that failed the run may refuse this too; the last index written stays valid
     }
@@ -140,7 +154,10 @@ class shard_writer {
                   "safetensors sink {}: entry of forward {} (tag {}): expected a forward after {}, which flush() "
                   "completed, got one of it (call flush() between forwards only); the entry is not written",
                   o_.directory.string(), forward, tag, sealed_);
-    if (tags_.count(tag) != 0) { index_.refuse_tag(tag); }  // listed in index.json, then refused below
+    if (tags_.count(tag) != 0) {
+      const std::lock_guard lk{index_mu_};
+      index_.refuse_tag(tag);
+    }  // listed in index.json, then refused below
     FERRY_EXPECTS(tags_.insert(tag).second, ferry::logic_error,
                   "safetensors sink {}: forward {}: expected a tag no earlier forward had (tensor names are "
                   "\"{{tag}}/{{hook}}\"), got tag {} again; the forward is not written",
@@ -226,6 +243,8 @@ class shard_writer {
     }
   };
 
+  /// Seals the shard and hands it to the finisher (which waits for its last writes, writes its header, syncs,
+  /// renames and lists it in index.json); the writer goes on with the next shard.
   void publish_shard()
   {
     const publish_timer timer{c_.io};
@@ -247,20 +266,36 @@ class shard_writer {
     json::append_key(meta, "ferry.forwards");  // [[tag, begin, end, crc32, tensors], ...] of the data section
     json::append_string(meta, fwd);
     meta += '}';
-    std::uint64_t relocations = 0;
-    const std::uint64_t data = shard_->publish(meta, o_.durable, relocations);
-    c_.relocations += relocations;
-    const std::uint64_t tensors = shard_->committed_tensors();
+    shard_->seal();
     seen_header_ += meta.size() + shard_->record_json_bytes() + 32;
-    seen_data_ += data;
-    index_.add_shard(shard_->name(), shard_->tensors(), shard_->forwards(), data);
-    index_.write(false, {});
-    ++c_.shards_written;
-    c_.forwards_written += shard_->forwards().size();
-    c_.tensors_written += tensors;
-    c_.bytes_written += data;
+    seen_data_ += shard_->committed_bytes();
     next_ = shard_->number() + 1;
-    shard_.reset();
+    fin_.hand_over(std::move(shard_), std::move(meta));
+  }
+
+  /// The finisher's part of publishing a shard (its thread). A shard renamed is listed and counted as written,
+  /// even when what follows fails (its directory's fsync, index.json): finish_failed() writes index.json again,
+  /// with the run's error, and lists it too.
+  void finish_shard(shard_file& s, const std::string& meta)
+  {
+    std::uint64_t relocations = 0;
+    std::exception_ptr failed;
+    try {
+      (void)s.finish(meta, o_.durable, relocations);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    c_.relocations += relocations;
+    const std::lock_guard lk{index_mu_};
+    if (s.published()) {
+      index_.add_shard(s.name(), s.tensors(), s.forwards(), s.committed_bytes());
+      ++c_.shards_written;
+      c_.forwards_written += s.forwards().size();
+      c_.tensors_written += s.committed_tensors();
+      c_.bytes_written += s.committed_bytes();
+    }
+    if (failed) { std::rethrow_exception(failed); }
+    index_.write(false, {});
   }
 
   writer_options o_;
@@ -282,6 +317,12 @@ class shard_writer {
   std::uint64_t last_forward_{0};  // data bytes of the last forward committed (the next one's likely size)
   std::uint64_t seen_header_{0};
   std::uint64_t seen_data_{0};
+  std::mutex index_mu_;  // index_: the writer (refused tags, the last write) and the finisher (each shard)
+  shard_finisher fin_{[this](shard_file& f, const std::string& m) { finish_shard(f, m); },
+                      [this](const shard_file& f) {  // a published one is listed (finish_shard) and counted
+                        if (!f.published()) { c_.lost_forwards += f.forwards().size(); }
+                      },
+                      max_sealed_shards, o_.test_hold_finisher};  // last: stops first
 };
 
 }  // namespace ferry::sink::detail

@@ -6,7 +6,9 @@
 // there is one (the disk at its sequential rate, the page cache neither filled nor flushed), else the buffered
 // one; a filesystem that opens O_DIRECT but refuses its first write (EINVAL) gets buffered writes from then on.
 // The first error of a write (ENOSPC, EIO) is kept and thrown by the writer's next take(), write() or drain():
-// the run ends there, as a failed synchronous write would end it. Memory: chunks x chunk_bytes, allocated on
+// the run ends there, as a failed synchronous write would end it. Each write counts against its file's `writes`
+// (one per data_stream), so that drain(w) waits for that file's writes only: a shard is finished (header, sync,
+// rename) on another thread while the writer fills the next one. Memory: chunks x chunk_bytes, allocated on
 // first use.
 #pragma once
 
@@ -43,6 +45,12 @@ struct pipeline_counters {
 
 class write_pipeline {
  public:
+  /// The writes of one file queued or running (guarded by the pipeline's lock): what drain(w) waits for.
+  struct writes {
+    std::size_t outstanding{0};
+    bool failed{false};  ///< one of them failed, or was dropped after another file's failure
+  };
+
   /// The alignment of buffers, of direct writes' offsets and of their lengths (a multiple of every logical
   /// block size in use: 512 and 4096).
   static constexpr std::size_t align = 4096;
@@ -105,33 +113,36 @@ class write_pipeline {
   /// Queues the write of `n` bytes of buffer `p` (from take(); free again once written) at `off` of `direct`
   /// (an O_DIRECT descriptor: `p`, `n` and `off` aligned) or, where `direct` is not open, of `buffered`. Both
   /// stay open until drain() returns. Throws the kept error.
-  void write(std::byte* p, std::size_t n, const file& direct, const file& buffered, std::uint64_t off)
+  /// The write counts against `w` until it ended (or was dropped after an error).
+  void write(std::byte* p, std::size_t n, const file& direct, const file& buffered, std::uint64_t off, writes& w)
   {
     {
       std::lock_guard lk{mu_};
       if (error_) { std::rethrow_exception(error_); }
-      q_.push_back(job{p, n, &direct, &buffered, off});
+      q_.push_back(job{p, n, &direct, &buffered, off, &w});
+      ++w.outstanding;
     }
     work_.notify_one();
   }
   /// The same write, now, on the calling thread (the caller holds `p`).
   void write_now(const std::byte* p, std::size_t n, const file& direct, const file& buffered, std::uint64_t off)
   {
-    put(job{const_cast<std::byte*>(p), n, &direct, &buffered, off});
+    put(job{const_cast<std::byte*>(p), n, &direct, &buffered, off, nullptr});
   }
 
-  /// Waits until no write is queued or running. Throws the kept error.
-  void drain()
+  /// Waits until none of `w`'s writes is queued or running (another file's may be). Throws the kept error if
+  /// one of them did not reach the file; a file whose writes all did is complete whatever failed after them.
+  void drain(const writes& w)
   {
     std::unique_lock lk{mu_};
-    idle_.wait(lk, [&] { return q_.empty() && busy_ == 0; });
-    if (error_) { std::rethrow_exception(error_); }
+    idle_.wait(lk, [&] { return w.outstanding == 0; });
+    if (w.failed) { std::rethrow_exception(error_); }
   }
-  /// drain() that never throws (a shard given up).
-  void drain_quietly() noexcept
+  /// drain(w) that never throws (a shard given up).
+  void drain_quietly(const writes& w) noexcept
   {
     std::unique_lock lk{mu_};
-    idle_.wait(lk, [&] { return q_.empty() && busy_ == 0; });
+    idle_.wait(lk, [&] { return w.outstanding == 0; });
   }
 
  private:
@@ -148,6 +159,7 @@ class write_pipeline {
     const file* direct;
     const file* buffered;
     std::uint64_t off;
+    writes* w;  ///< null: write_now's, not counted
   };
 
   buffer& slot(const std::byte* p)
@@ -191,8 +203,18 @@ class write_pipeline {
       }
       lk.lock();
       --busy_;
-      if (e && !error_) { error_ = e; }
-      if (error_) { q_.clear(); }  // the run ends: what is queued after a failed write is not written
+      --j.w->outstanding;
+      if (e) {
+        j.w->failed = true;
+        if (!error_) { error_ = e; }
+      }
+      if (error_) {  // the run ends: what is queued after a failed write is not written
+        for (const job& d : q_) {
+          --d.w->outstanding;
+          d.w->failed = true;
+        }
+        q_.clear();
+      }
       slot(j.p).taken = false;
       idle_.notify_all();
     }

@@ -132,6 +132,8 @@ TEST_F(SafetensorsSink, ShardsHoldWholeForwardsAndTheIndexIsValidAfterEveryShard
     forward(ch, s, f);
     w.push_back({f, f});
     wait_written(ch, sink, (f + 1) * hooks.size());
+    // the finisher publishes a sealed shard after the writer moved on
+    wait_for([&] { return sink.stats().shards_written == f / 2; }, "the finisher");
     const auto r = sinkread::read_run(dir);  // throws if the index or a shard it names is not valid
     EXPECT_EQ(r.files.size(), f / 2) << "after forward " << f;
     EXPECT_FALSE(r.index["metadata"]["complete"].boolean());
@@ -162,6 +164,36 @@ TEST_F(SafetensorsSink, AForwardLargerThanAShardGetsAShardOfItsOwn)
   EXPECT_EQ(sink.close().shards_written, 4U);
   const auto r = expect_run({{0, 7}, {1, 6}, {2, 5}, {3, 4}});
   for (const auto& t : r.tags) { EXPECT_EQ(t.size(), 1U); }
+}
+
+/// The writer fills the next shard while the last one is published: with the finisher held, the writer takes
+/// every entry of six forwards (two sealed shards and an open one), none is published (index.json lists no shard,
+/// no shard file has its final name), and once released the finisher publishes them in order.
+TEST_F(SafetensorsSink, TheWriterFillsTheNextShardWhileTheLastIsPublished)
+{
+  auto sc = sink_config();
+  sc.shard_bytes = 2 * forward_bytes();  // two forwards a shard
+  fk::safetensors sink{sc};
+  ferry::testing::sink_access::hold_finisher(sink, true);
+  fb::stream<B> s{b};
+  fd::channel<B> ch{channel_config(), b, sink.callback()};
+  std::vector<want> w;
+  for (std::uint64_t f = 0; f < 6; ++f) {
+    forward(ch, s, f);
+    w.push_back({f, f});
+  }
+  wait_written(ch, sink, 6 * hooks.size());  // the writer took every entry, the finisher held
+  const auto st = sink.stats();
+  EXPECT_EQ(st.shards_written, 0U);
+  EXPECT_EQ(st.forwards_written, 0U);
+  EXPECT_TRUE(sinkread::read_run(dir).files.empty()) << "index.json lists no shard";
+  for (std::uint64_t k = 0; k < 3; ++k) { EXPECT_FALSE(fs::exists(dir / fk::detail::shard_name(k))) << k; }
+  ferry::testing::sink_access::hold_finisher(sink, false);
+  (void)ch.close();
+  EXPECT_EQ(sink.close().shards_written, 3U);
+  const auto r = expect_run(w);
+  ASSERT_EQ(r.files.size(), 3U);
+  for (std::size_t k = 0; k < 3; ++k) { EXPECT_EQ(r.files[k], fk::detail::shard_name(k)); }
 }
 
 /// Policy block: with the writer held, the drain thread waits block_timeout per entry, then queues it past
@@ -575,7 +607,9 @@ TEST_F(SafetensorsSink, NoSpaceMidShardPublishesNothingTornAndRefusesLaterForwar
   auto cc = channel_config();
   cc.ring_bytes = 1 << 20;
   fd::channel<B> ch{cc, b, sink.callback()};
-  for (std::uint64_t f = 0; f < 12; ++f) { forward(ch, s, f); }
+  // 40 forwards: the writer sees the failure at most three shards (six forwards) after the one that failed (two
+  // sealed shards wait for the finisher), long before the disk's 96 KiB would take them all
+  for (std::uint64_t f = 0; f < 40; ++f) { forward(ch, s, f); }
   (void)ch.close();
   try {
     (void)sink.close();
@@ -588,7 +622,7 @@ TEST_F(SafetensorsSink, NoSpaceMidShardPublishesNothingTornAndRefusesLaterForwar
   EXPECT_TRUE(st.failed);
   EXPECT_GE(st.lost_forwards, 1U);
   EXPECT_GE(st.refused_entries, 1U);
-  EXPECT_LT(st.forwards_written + st.lost_forwards, 12U) << "later forwards were refused";
+  EXPECT_LT(st.forwards_written + st.lost_forwards, 40U) << "later forwards were refused";
   EXPECT_FALSE(has_temporaries());
   std::vector<want> w;
   for (std::uint64_t f = 0; f < st.forwards_written; ++f) { w.push_back({f, f}); }

@@ -105,7 +105,7 @@ struct safetensors_stats {
   double writer_copy_seconds{0.0};  ///< the writer copying entries into write buffers (with their CRC-32)
   double writer_wait_seconds{0.0};  ///< the writer waiting for a buffer the I/O threads still write (medium-bound)
   double writer_idle_seconds{0.0};  ///< the writer waiting for an entry (it keeps up)
-  double writer_publish_seconds{0.0};  ///< the writer rolling shards over (last writes, header, sync, rename)
+  double writer_publish_seconds{0.0};  ///< the writer rolling shards over (sealing, hand-over; see sinks.md)
   bool failed{false};                     ///< a file operation failed: the run ended
   std::string first_error;                ///< the first error kept (empty: none)
 };

@@ -18,6 +18,12 @@ struct sink_access {
   {
     s.impl_->test_hold_writer.store(hold, std::memory_order_relaxed);
   }
+  /// While `hold`, the sink's finisher publishes no shard: sealed shards wait, the writer goes on (release it
+  /// before flush() or close()).
+  static void hold_finisher(ferry::sink::safetensors& s, bool hold) noexcept
+  {
+    s.impl_->test_hold_finisher.store(hold, std::memory_order_relaxed);
+  }
 };
 
 }  // namespace ferry::testing
