@@ -2,7 +2,8 @@
 # ferry.arrow (SAELens's cache layout as a Hugging Face dataset) on the host backend: a channel's whole-context
 # forwards read back through datasets.load_from_disk equal to what was captured (BF16 widened exactly); a forward the
 # layout refuses is counted and the next ones are written; a forward widened while the one before it is written (a
-# slowed writer) reads back whole; every BF16 and F16 value widens exactly; a writer SIGKILLed mid-run leaves a loadable dataset of
+# slowed writer) reads back whole; a full shard is finished by the finisher thread while the writer fills the next;
+# every BF16 and F16 value widens exactly; a writer SIGKILLed mid-run leaves a loadable dataset of
 # complete shards; a full disk (EFBIG through RLIMIT_FSIZE) ends the run with the earlier shards loadable.
 import os
 import signal
@@ -171,3 +172,35 @@ def test_a_full_disk_ends_the_run_with_the_earlier_shards_loadable(tmp_path):
     assert kind == "error" and int(shards) >= 1, r.stdout
     assert _loadable(tmp_path / "ds") >= 2
     assert not list((tmp_path / "ds").glob(".data-*"))  # the failed shard's temporary is gone
+
+
+def test_the_writer_fills_the_next_shard_while_the_last_is_finished(tmp_path, monkeypatch):
+    """A sealed shard is finished (fsync, rename, state.json) by the finisher thread while the writer fills the next:
+    with the finisher held, the writer seals two shards and none is in the dataset; released, flush() puts them in,
+    in order, each whole."""
+    import threading
+
+    from ferry import _arrow_shards
+    gate, finish = threading.Event(), _arrow_shards.Shards._finish
+
+    def held(self, *args):
+        gate.wait(30)
+        return finish(self, *args)
+
+    monkeypatch.setattr(_arrow_shards.Shards, "_finish", held)
+    schema = pa.schema([("x", pa.int64())])
+    sh = _arrow_shards.Shards(str(tmp_path), schema, {}, 800, False)
+    batches = [pa.record_batch([pa.array(np.arange(100) + 100 * i)], schema=schema) for i in range(3)]
+    sealed = threading.Event()
+    t = threading.Thread(target=lambda: [sh.write(b, 800) for b in batches[:2]] and sealed.set())
+    t.start()
+    assert sealed.wait(30), "the writer waited for the finisher"
+    assert sh.names == [] and not (tmp_path / "state.json").exists() and len(list(tmp_path.glob(".data-*"))) == 2
+    gate.set()
+    t.join()
+    sh.write(batches[2], 800)
+    sh.flush()
+    assert sh.names == [f"data-{i:05d}.arrow" for i in range(3)] and not list(tmp_path.glob(".data-*"))
+    for i, name in enumerate(sh.names):
+        got = pa.ipc.open_stream(pa.OSFile(str(tmp_path / name))).read_all()
+        assert got.column("x").to_pylist() == list(range(100 * i, 100 * i + 100))

@@ -2,11 +2,15 @@
 """The shards of an Arrow dataset being written (``ferry.arrow``'s SAELens layout, ``ferry.engine``'s per-request
 Arrow samples): each shard under a temporary name through ferry's sink writer (``_ferry.SequentialFile``: O_DIRECT
 with ``fsync``), renamed whole, then ``state.json`` and ``dataset_info.json`` rewritten by rename, so that a SIGKILL
-leaves a dataset of complete shards."""
+leaves a dataset of complete shards. A full shard is finished (its last writes and fsync, the rename, the JSON
+files) by a finisher thread, in shard order, while the writer fills the next one, as the safetensors sink does
+(src/sink/shard_finisher.hpp): at most two wait, and ``flush()`` returns once every one is in the dataset."""
 
 from __future__ import annotations
 
 import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ._files import replace_json
@@ -22,20 +26,30 @@ def pyarrow() -> Any:
 
 
 class Shards:
-    """A dataset's shards: ``write(batch, nbytes)`` appends to the open shard (closed once it holds ``shard_bytes``),
-    ``flush()`` renames it into the dataset and rewrites ``state.json`` and ``dataset_info.json`` by rename."""
+    """A dataset's shards: ``write(batch, nbytes)`` appends to the open shard (sealed once it holds ``shard_bytes``
+    and handed to the finisher), ``flush()`` seals the open one and waits until every sealed shard is renamed into
+    the dataset, with ``state.json`` and ``dataset_info.json`` rewritten by rename. The first error of a finish
+    (a full disk) is raised by the next ``write()`` or ``flush()``; the shards sealed after it are dropped."""
+
+    _MAX_SEALED = 2  # shards sealed and not yet in the dataset, at most (the writer waits for room)
 
     def __init__(self, directory: str, schema: Any, info: dict, shard_bytes: int, fsync: bool) -> None:
         self.pa = pyarrow()
         self.dir, self.schema, self.info = directory, schema, info
         self.shard_bytes, self.fsync = int(shard_bytes), fsync
-        self.names: list[str] = []
+        self.names: list[str] = []  # the shards in the dataset (the finisher appends)
         self._w = self._f = self._tmp = None
         self._open_bytes = 0
+        self._sealed = 0  # shards sealed so far (the next one's number)
+        self._pending: list[Future] = []
+        self._error: BaseException | None = None  # the first failed finish
+        self._lock = threading.Lock()
+        self._fin: ThreadPoolExecutor | None = None
 
     def write(self, batch: Any, nbytes: int) -> None:
+        self._raise_failed()
         if self._w is None:
-            self._tmp = os.path.join(self.dir, f".data-{len(self.names):05d}.arrow.tmp-{os.getpid()}")
+            self._tmp = os.path.join(self.dir, f".data-{self._sealed:05d}.arrow.tmp-{os.getpid()}")
             from . import _ferry  # the safetensors sink's writer (O_DIRECT when durable), as pyarrow's file
             self._f = self.pa.PythonFile(_ferry.SequentialFile(self._tmp, durable=self.fsync), mode="w")
             self._w = self.pa.ipc.new_stream(self._f, self.schema)
@@ -47,36 +61,82 @@ class Shards:
             raise
         self._open_bytes += nbytes
         if self._open_bytes >= self.shard_bytes:
-            self.flush()
+            self._seal()
 
     def abandon(self) -> None:
         """Drops the open shard (its temporary removed): a failed write ends the run with the earlier shards."""
-        for part in (self._w, self._f):  # each closed even when the other's close fails (a full disk)
-            try:
-                part.close()
-            except Exception:  # the temporary is removed below either way
-                pass
-        try:
-            os.unlink(self._tmp)
-        except (OSError, TypeError):
-            pass
+        _drop(self._w, self._f, self._tmp)
         self._w = self._f = None
 
     def flush(self) -> None:
+        """Seals the open shard; returns once every sealed shard is in the dataset (raises the first failure)."""
+        self._seal()
+        for f in list(self._pending):
+            f.exception()  # waits; the error is kept by _finish
+        self._pending.clear()
+        if self._fin is not None:  # idle: its thread ends (a later seal starts another)
+            self._fin.shutdown(wait=False)
+            self._fin = None
+        self._raise_failed()
+
+    def _raise_failed(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _seal(self) -> None:
+        """The open shard's stream ended (its last bytes on their way) and handed to the finisher."""
         if self._w is None:
             return
         try:
-            self._w.close()
-            self._f.close()  # every byte in the file, synced when durable
-            name = f"data-{len(self.names):05d}.arrow"
-            os.replace(self._tmp, os.path.join(self.dir, name))
+            self._w.close()  # the stream's end marker, through the file's buffers
         except BaseException:
             self.abandon()
             raise
+        shard = (self._f, self._tmp, f"data-{self._sealed:05d}.arrow")
         self._w = self._f = None
-        self.names.append(name)
-        state = {"_data_files": [{"filename": n} for n in self.names], "_fingerprint": f"ferry-{len(self.names)}",
+        self._sealed += 1
+        self._pending = [f for f in self._pending if not f.done()]
+        while len(self._pending) >= self._MAX_SEALED:  # room: the oldest finished
+            self._pending.pop(0).exception()
+        if self._fin is None:
+            self._fin = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-arrow-finisher")
+        self._pending.append(self._fin.submit(self._finish, *shard))
+
+    def _finish(self, f: Any, tmp: str, name: str) -> None:
+        """The finisher thread, one shard at a time in order: fsync, rename, the dataset's JSON files; after a
+        failure, the later shards are dropped (their temporaries removed)."""
+        if self._error is not None:
+            _drop(None, f, tmp)
+            return
+        try:
+            f.close()  # every byte in the file, synced when durable
+            os.replace(tmp, os.path.join(self.dir, name))
+        except BaseException as err:
+            _drop(None, f, tmp)
+            self._error = err
+            return
+        with self._lock:
+            self.names.append(name)
+            names = list(self.names)
+        state = {"_data_files": [{"filename": n} for n in names], "_fingerprint": f"ferry-{len(names)}",
                  "_format_columns": None, "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False,
                  "_split": None}
-        for fname, obj in (("dataset_info.json", self.info), ("state.json", state)):
-            replace_json(os.path.join(self.dir, fname), obj, fsync=self.fsync, indent=1)
+        try:
+            for fname, obj in (("dataset_info.json", self.info), ("state.json", state)):
+                replace_json(os.path.join(self.dir, fname), obj, fsync=self.fsync, indent=1)
+        except BaseException as err:
+            self._error = err
+
+
+def _drop(w: Any, f: Any, tmp: str | None) -> None:
+    """Closes a shard's stream and file (each even when the other's close fails: a full disk) and removes it."""
+    for part in (w, f):
+        try:
+            if part is not None:
+                part.close()
+        except Exception:  # the temporary is removed below either way
+            pass
+    try:
+        os.unlink(tmp)
+    except (OSError, TypeError):
+        pass
