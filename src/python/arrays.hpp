@@ -12,6 +12,23 @@
 
 namespace ferry::python {
 
+/// A buffer of `obj` held for a scope (PyObject_GetBuffer with `flags`): a TypeError "<expected>, got <type>" when
+/// it has none (`expected`: the call, the argument and what it takes).
+struct held_buffer {
+  Py_buffer view{};
+  held_buffer(nb::handle obj, int flags, const std::string& expected)
+  {
+    if (PyObject_GetBuffer(obj.ptr(), &view, flags) != 0) {
+      PyErr_Clear();
+      throw nb::type_error(
+        (expected + ", got " + nb::cast<std::string>(nb::str(obj.type().attr("__name__")))).c_str());
+    }
+  }
+  ~held_buffer() { PyBuffer_Release(&view); }
+  held_buffer(const held_buffer&) = delete;
+  held_buffer& operator=(const held_buffer&) = delete;
+};
+
 /// An unsigned integer argument (a count, a capacity, a slot): the binding accepts any Python int and get()
 /// range-checks it with a ferry LogicError naming the call, the argument and its range (nanobind's own
 /// unsigned conversion answers a negative or too-large int with "incompatible function arguments").

@@ -7,7 +7,6 @@
 //   meta      None | bytes-like                  opaque bytes, delivered as given (Entry.meta)
 #include "d2h_channel.hpp"
 
-#include <cstring>
 #include <string>
 
 namespace ferry::python {
@@ -50,15 +49,10 @@ fd::forward_meta forward_meta_of(nb::handle tag, nb::handle requests, nb::handle
     }
   }
   if (!meta.is_none()) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(meta.ptr(), &view, PyBUF_SIMPLE) != 0) {
-      PyErr_Clear();
-      throw nb::type_error(("ferry: " + std::string{who} + ": expected meta a bytes-like object or None, got " +
-                            type_of(meta)).c_str());
-    }
-    m.user.resize(static_cast<std::size_t>(view.len));
-    if (view.len > 0) { std::memcpy(m.user.data(), view.buf, static_cast<std::size_t>(view.len)); }
-    PyBuffer_Release(&view);
+    const std::string expected = "ferry: " + std::string{who} + ": expected meta a bytes-like object or None";
+    const held_buffer in{meta, PyBUF_SIMPLE, expected};
+    const auto* b = static_cast<const std::byte*>(in.view.buf);
+    m.user.assign(b, b + in.view.len);
   }
   return m;
 }

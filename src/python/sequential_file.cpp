@@ -4,6 +4,7 @@
 // samples go to the medium through the safetensors sink's writer. Conversion only: write() takes any contiguous
 // buffer (bytes, pyarrow.Buffer, numpy) and copies it with the GIL released. And _ferry.widen_to_f32, the
 // Arrow layouts' float32 from BF16 / F16 captures (sink/widen.hpp), with the GIL released.
+#include "arrays.hpp"  // held_buffer
 #include "errors.hpp"
 
 #include <ferry/sink/sequential_file.hpp>
@@ -19,23 +20,12 @@ namespace ferry::python {
 namespace fk = ferry::sink;
 
 namespace {
-/// A buffer of `obj` held for a scope (PyObject_GetBuffer with `flags`; a TypeError names `what` when it has none).
-struct held_buffer {
-  Py_buffer view{};
-  held_buffer(nb::handle obj, int flags, const char* what)
-  {
-    if (PyObject_GetBuffer(obj.ptr(), &view, flags) != 0) {
-      PyErr_Clear();
-      throw nb::type_error((std::string{what} + ": expected a C-contiguous" +
-                            ((flags & PyBUF_WRITABLE) != 0 ? " writable" : "") + " buffer, got " +
-                            nb::cast<std::string>(nb::str(obj.type().attr("__name__"))))
-                             .c_str());
-    }
-  }
-  ~held_buffer() { PyBuffer_Release(&view); }
-  held_buffer(const held_buffer&) = delete;
-  held_buffer& operator=(const held_buffer&) = delete;
-};
+/// "<what>: expected a C-contiguous[ writable] buffer": held_buffer's TypeError (with ", got <type>").
+std::string contiguous(const char* what, int flags)
+{
+  return std::string{what} + ": expected a C-contiguous" + ((flags & PyBUF_WRITABLE) != 0 ? " writable" : "") +
+         " buffer";
+}
 }  // namespace
 
 void init_sequential_file(nb::module_& m)
@@ -53,7 +43,7 @@ void init_sequential_file(nb::module_& m)
     .def(
       "write",
       [](fk::sequential_file& f, nb::handle data) {
-        const held_buffer in{data, PyBUF_SIMPLE, "SequentialFile.write: data"};
+        const held_buffer in{data, PyBUF_SIMPLE, contiguous("SequentialFile.write: data", PyBUF_SIMPLE)};
         const auto n = static_cast<std::size_t>(in.view.len);
         nb::gil_scoped_release unlocked;
         f.write(std::span<const std::byte>{static_cast<const std::byte*>(in.view.buf), n});
@@ -79,8 +69,9 @@ void init_sequential_file(nb::module_& m)
     [](nb::handle src, const std::string& dtype, nb::handle out) {
       FERRY_EXPECTS(dtype == "BF16" || dtype == "F16", ferry::logic_error,
                     "ferry.widen_to_f32: expected dtype 'BF16' or 'F16', got '{}'", dtype);
-      const held_buffer in{src, PyBUF_C_CONTIGUOUS, "ferry.widen_to_f32: src"};
-      const held_buffer to{out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE, "ferry.widen_to_f32: out"};
+      const held_buffer in{src, PyBUF_C_CONTIGUOUS, contiguous("ferry.widen_to_f32: src", PyBUF_C_CONTIGUOUS)};
+      constexpr int w = PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE;
+      const held_buffer to{out, w, contiguous("ferry.widen_to_f32: out", w)};
       nb::gil_scoped_release unlocked;
       fk::widen_to_f32({static_cast<const std::uint16_t*>(in.view.buf), static_cast<std::size_t>(in.view.len) / 2},
                        dtype == "BF16" ? fk::widen_from::bf16 : fk::widen_from::f16,
