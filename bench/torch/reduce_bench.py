@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Fewer bytes across the link (issue 41): GPU-side reducers against whole capture, and the writers' rates.
 
-t256: DMI's vllm-full hook sizes per token (bench/d2h/forward.cpp's forward_sizes: token ids, 339 layer hooks of
-2..6 KiB, the logits [V] bf16) at T = 256 tokens per step. The step is a calibrated sleep of --step-us (default:
+t256: DMI's vllm-full hooks on Qwen3-0.6B's shapes (hook_sizes: token ids, the embeddings, 12 points a layer of
+2..6 KiB a token, the final residual and norm, the logits [V] bf16; 314 MB a step whole) at T = 256 tokens per step.
+(Until session 30 it took bench/d2h's synthetic forward_sizes mix, 434 MB a step: 38% more than the issue's shapes.) The step is a calibrated sleep of --step-us (default:
 the H200's t256 no-capture step, docs/perf/h200/select.json) then the captures, on a side stream; on CUDA it is
 captured once into a torch.cuda.CUDAGraph and each replay is ch.plan(plan) + replay (host backend: eager).
 Contestants, round-robin in one run, median of --reps rounds; a round is --steps back-to-back steps timed by CUDA
@@ -46,10 +47,17 @@ from qwen3bench.timing import timed_ms
 KIB = 1024
 
 
-def hook_sizes(hooks, vocab):
-    """forward_sizes(H, vllm_mix) of bench/d2h/forward.cpp in elements per token: token ids (int32), then bf16 rows
-    of 2..6 KiB, then the logits."""
-    return [1] + [(2 + h % 5) * KIB // 2 for h in range(1, hooks - 1)] + [vocab]
+def hook_sizes(layers, hidden, vocab):
+    """Elements per token of DMI's vllm-full preset on Qwen3-0.6B's shapes (ferry.hooks: 12 points a layer plus 5;
+    hidden 1024, 16 query and 8 key/value heads of 128, intermediate 3072): token ids (int32), the embeddings, each
+    layer's points in LAYER_POINTS order, the final residual and norm (bf16), then the logits [vocab]. At 256 tokens
+    whole capture is 314 MB a step (1.17 MiB a token, the logits 26% of it), the issue's figures. `hidden` scales
+    every width (the --tiny shapes)."""
+    from ferry.hooks import LAYER_POINTS
+
+    per = {"q": 2 * hidden, "k": hidden, "v": hidden, "attn_out": 2 * hidden, "act_mul": 3 * hidden}
+    layer = [per.get(name, hidden) for name, _, _ in LAYER_POINTS]
+    return [1, hidden] + layer * layers + [hidden, hidden, vocab]
 
 
 class Rig:
@@ -57,7 +65,7 @@ class Rig:
         self.cuda = a.device == "cuda"
         dev = torch.device(a.device)
         g = torch.Generator(device="cpu").manual_seed(1)
-        sizes = hook_sizes(a.hooks, a.vocab)
+        sizes = hook_sizes(a.t_layers, a.t_hidden, a.vocab)
         self.t = [torch.randint(0, a.vocab, (a.tokens, 1), generator=g, dtype=torch.int32).to(dev)]
         self.t += [torch.randn(a.tokens, w, generator=g).to(torch.bfloat16).to(dev) for w in sizes[1:]]
         self.rows = torch.arange(a.tokens, dtype=torch.int32, device=dev)
@@ -318,7 +326,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--tiny", action="store_true", help="small shapes (tests): 8 tokens, 12 hooks, vocab 512")
+    ap.add_argument("--tiny", action="store_true", help="small shapes (tests): 8 tokens, 1 layer (17 hooks) of "
+                    "width 16, vocab 512")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--steps", type=int, default=20, help="back-to-back steps per timed round")
     ap.add_argument("--step-us", type=float, default=3016.81, help="the t256 step without capture")
@@ -328,7 +337,7 @@ def main(argv=None):
     ap.add_argument("--profile", action="store_true", help="then each contestant's kernels (torch.profiler), logged")
     ap.add_argument("--trace", help="then chrome traces of whole and topk64 (PREFIX_whole.json, PREFIX_topk64.json)")
     a = ap.parse_args(argv)
-    a.tokens, a.hooks, a.vocab = (8, 12, 512) if a.tiny else (256, 341, 151936)
+    a.tokens, a.t_layers, a.t_hidden, a.vocab = (8, 1, 16, 512) if a.tiny else (256, 28, 1024, 151936)
     a.requests, a.prompt, a.layers, a.hidden = (2, 8, 3, 64) if a.tiny else (16, 512, 28, 1024)
     if a.tiny:
         a.ring_mib, a.steps = min(a.ring_mib, 64), min(a.steps, 2)
