@@ -549,7 +549,7 @@ def reduce_section(d):
            "replay, 20 rounds of 20 back-to-back steps, medians) and a 16-request 512-token prefill; every reduced entry "
            "checked against torch. Writers: rate against the medium measured in the same run (" + "; ".join(
                f"{k}: {d[k].get('commit')}" for k in ("arrow", "safetensors_tmpfs", "safetensors_disk")
-               if isinstance(d.get(k), dict)) + ").", ""]
+               if isinstance(d.get(k), dict)) + ")." + (f" Note: {d['note']}" if d.get("note") else ""), ""]
 
     def ovr(key, label, tkey):
         b = d.get(key) or {}
