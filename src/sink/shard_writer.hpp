@@ -287,15 +287,22 @@ class shard_writer {
     }
     c_.relocations += relocations;
     const std::lock_guard lk{index_mu_};
-    if (s.published()) {
-      index_.add_shard(s.name(), s.tensors(), s.forwards(), s.committed_bytes());
-      ++c_.shards_written;
-      c_.forwards_written += s.forwards().size();
-      c_.tensors_written += s.committed_tensors();
-      c_.bytes_written += s.committed_bytes();
+    if (!s.published()) {  // finish() threw before the rename: the finisher counts it lost
+      if (failed) { std::rethrow_exception(failed); }
+      return;
     }
+    index_.add_shard(s.name(), s.tensors(), s.forwards(), s.committed_bytes());
+    try {
+      if (!failed) { index_.write(false, {}); }
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    // counted once index.json lists it (a reader of the counters finds it there), or would have
+    ++c_.shards_written;
+    c_.forwards_written += s.forwards().size();
+    c_.tensors_written += s.committed_tensors();
+    c_.bytes_written += s.committed_bytes();
     if (failed) { std::rethrow_exception(failed); }
-    index_.write(false, {});
   }
 
   writer_options o_;
