@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The file operations of the sinks (POSIX): positioned writes and reads, truncation, fsync of a file and of
-// its directory, rename, a range copy between files (copy_file_range, else read/write), and a small file
-// written whole through a temporary name and a rename. Every failure is an io_error naming the operation,
-// the file and the errno.
+// its directory, rename, a range copy between files (copy_file_range, else read/write), and the reservation of a
+// file's first bytes (fallocate). Every failure is an io_error naming the operation, the file and the errno.
 #pragma once
 
 #include <ferry/sink/errors.hpp>
@@ -11,7 +10,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -201,23 +199,5 @@ inline void rename_file(const fs::path& from, const fs::path& to)
 
 /// Removes `p` if it exists; never throws (a cleanup on an error path).
 inline void remove_quietly(const fs::path& p) noexcept { (void)::unlink(p.c_str()); }
-
-/// Writes `bytes` as `dir/name` through `dir/.name.tmp` and a rename, so a reader sees the old file or the
-/// new one, whole; with `durable`, fsync of the file before the rename and of the directory after it.
-inline void write_whole(const fs::path& dir, std::string_view name, std::string_view bytes, bool durable)
-{
-  const fs::path tmp = dir / ("." + std::string{name} + ".tmp");
-  try {
-    file f = file::create(tmp);
-    f.write_at(bytes.data(), bytes.size(), 0);
-    if (durable) { f.sync(); }
-    f.close();
-    rename_file(tmp, dir / name);
-  } catch (...) {
-    remove_quietly(tmp);
-    throw;
-  }
-  if (durable) { sync_dir(dir); }
-}
 
 }  // namespace ferry::sink::detail

@@ -13,8 +13,8 @@
 #include "shard_file.hpp"
 #include <ferry/version.hpp>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -133,7 +133,7 @@ class run_index {
          ",\"refused_tags\":[" + refused_ + "]";
     if (!error.empty()) { s += ",\"error\":" + json::string(error); }
     s += "},\"weight_map\":{" + weight_map_ + "}}\n";
-    const fs::path tmp = dir_ / ("." + std::string{index_name} + ".tmp");
+    const fs::path tmp = temporary();
     try {
       if (!spare_.is_open() || room_ < s.size()) {
         spare_ = file::create(tmp);
@@ -164,13 +164,16 @@ class run_index {
   {
     if (spare_.is_open()) {  // a run that ended without its complete index: no temporary left behind
       spare_ = file{};
-      remove_quietly(dir_ / ("." + std::string{index_name} + ".tmp"));
+      remove_quietly(temporary());
     }
   }
   run_index(const run_index&) = delete;
   run_index& operator=(const run_index&) = delete;
 
  private:
+  /// .index.json.tmp: each index is written there, then renamed (a reader sees the old index or the new one).
+  [[nodiscard]] fs::path temporary() const { return dir_ / ("." + std::string{index_name} + ".tmp"); }
+
   fs::path dir_;
   bool durable_;
   std::string schema_;
