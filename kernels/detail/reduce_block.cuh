@@ -97,12 +97,11 @@ FERRY_HD void fp8_record(const Blk& b, std::uint32_t lane, const std::byte* row,
 }
 
 /// Columns [c0, c1) (at most mean_chunk_cols) of the mean record of item `item` (rows item x per .. + per - 1 of
-/// the selection), into `out`; chunk 0 writes the count. False when one of its rows is invalid (nothing written, no
-/// invalid row read). The host's one thread adds every row in order. A GPU block goes by tiles of mean_tile_rows
-/// rows: its threads resolve the tile's rows once (sh.rows), then a lane takes per_vec(in) columns (one 16-byte
-/// vector of a row when vec_ok, else elements) and the threads of one column range form `groups` row groups: group
-/// g adds the tile's rows g, g + groups, .. in order, mean_batch loads in flight; then the groups' sums are added in
-/// group order.
+/// the selection), into `out`; chunk 0 writes the count. False when the item is invalid (nothing written, no row
+/// read). The host's one thread adds every row in order. On the GPU the item's rows follow its first
+/// (select_item_first); a lane takes per_vec(in) columns (one 16-byte vector of a row when vec_ok, else elements)
+/// and the threads of one column range form `groups` row groups: group g adds the rows g, g + groups, .. in order,
+/// mean_batch loads in flight; then the groups' sums are added in group order.
 template <class Blk>
 FERRY_HD bool mean_record(const Blk& b, reduce_shared& sh, const ferry::d2h::row_selection& sel, const std::byte* src,
                           std::uint64_t n_rows, std::uint64_t width, ferry::d2h::reduce_input in, std::uint64_t item,
@@ -122,50 +121,40 @@ FERRY_HD bool mean_record(const Blk& b, reduce_shared& sh, const ferry::d2h::row
       std::memcpy(out + 4 * c, &m, 4);
     }
   } else {
+    // Every thread reads the same first row: an invalid item returns false in the whole block, before any barrier
+    // or scratch (the unit before ended with a barrier).
+    const std::int64_t first = select_item_first(sel, n_rows, item, per);
+    if (first < 0) { return false; }
     const std::uint32_t pv = per_vec(in), row_lanes = static_cast<std::uint32_t>(cols) / pv;
     const std::uint32_t groups = b.nt / row_lanes < mean_groups ? b.nt / row_lanes : mean_groups;
     const std::uint32_t g = b.t / row_lanes;
     const std::uint64_t cl = c0 + (b.t % row_lanes) * pv;  // this thread's first column
-    const bool live = g < groups && cl < c1, vec = vec_ok(src, width, in);
+    const bool live = g < groups && cl < c1;
+    const std::byte* rows = src + static_cast<std::uint64_t>(first) * row_bytes;
     float acc[8] = {};
-    if (b.t == 0) { sh.bad = 0; }
-    b.sync();
-    for (std::uint64_t j0 = 0; j0 < per; j0 += mean_tile_rows) {
-      const std::uint64_t n = per - j0 < mean_tile_rows ? per - j0 : mean_tile_rows;
-      for (std::uint64_t i = b.t; i < n; i += b.nt) {
-        const std::int64_t r = select_source_row(sel, n_rows, item * per + j0 + i, per);
-        sh.rows[i] = r;
-        if (r < 0) { b.max(&sh.bad, 1U); }
-      }
-      b.sync();
-      if (sh.bad == 0 && live && vec) {  // no row of an item with an invalid one is read
-        for (std::uint64_t i0 = g; i0 < n; i0 += mean_batch * groups) {
-          vec16 v[mean_batch];
+    if (live && vec_ok(src, width, in)) {
+      const std::byte* col = rows + cl * ib;
+      for (std::uint64_t i0 = g; i0 < per; i0 += mean_batch * groups) {
+        vec16 v[mean_batch];
 FERRY_UNROLL
-          for (std::uint32_t u = 0; u < mean_batch; ++u) {
-            const std::uint64_t i = i0 + u * groups;
-            if (i < n) { v[u] = vec_at(src + static_cast<std::uint64_t>(sh.rows[i]) * row_bytes + cl * ib, 0); }
-          }
-FERRY_UNROLL
-          for (std::uint32_t u = 0; u < mean_batch; ++u) {
-            if (i0 + u * groups >= n) { continue; }
-            for_each_in_vec(v[u], in, [&](std::uint32_t e, std::uint32_t bits) { acc[e] += float_of(bits, in); });
-          }
+        for (std::uint32_t u = 0; u < mean_batch; ++u) {
+          const std::uint64_t i = i0 + u * groups;
+          if (i < per) { v[u] = vec_at(col + i * row_bytes, 0); }
         }
-      } else if (sh.bad == 0 && live) {
-        for (std::uint64_t i = g; i < n; i += groups) {
-          const std::byte* row = src + static_cast<std::uint64_t>(sh.rows[i]) * row_bytes;
 FERRY_UNROLL
-          for (std::uint32_t e = 0; e < 8; ++e) {  // constant indices: acc stays in registers
-            if (e < pv && cl + e < c1) { acc[e] += load_element(row, cl + e, in); }
-          }
+        for (std::uint32_t u = 0; u < mean_batch; ++u) {
+          if (i0 + u * groups >= per) { continue; }
+          for_each_in_vec(v[u], in, [&](std::uint32_t e, std::uint32_t bits) { acc[e] += float_of(bits, in); });
         }
       }
-      b.sync();  // every group read the tile's rows (and the flag) before the next tile's
-    }
-    if (sh.bad != 0) {
-      b.sync();  // every thread read the flag before a next unit resets it
-      return false;
+    } else if (live) {
+      for (std::uint64_t i = g; i < per; i += groups) {
+        const std::byte* row = rows + i * row_bytes;
+FERRY_UNROLL
+        for (std::uint32_t e = 0; e < 8; ++e) {  // constant indices: acc stays in registers
+          if (e < pv && cl + e < c1) { acc[e] += load_element(row, cl + e, in); }
+        }
+      }
     }
     if (live) {
 FERRY_UNROLL
@@ -185,7 +174,7 @@ FERRY_UNROLL
     const auto n = static_cast<std::uint32_t>(per);
     std::memcpy(out + 4 * width, &n, 4);
   }
-  b.sync();  // the next unit reuses the sums, the rows and the flag
+  b.sync();  // the next unit reuses the sums
   return true;
 }
 

@@ -9,8 +9,7 @@
 namespace ferry::kernels::d2h {
 
 inline constexpr std::uint32_t mean_groups = 32;  ///< mean_record's row groups at most (256 threads, 8 lanes a row)
-inline constexpr std::uint32_t mean_tile_rows = 512;  ///< mean_record's rows resolved at a time
-inline constexpr std::uint32_t mean_batch = 8;  ///< mean_record on the GPU: 16-byte vectors a thread has in flight
+inline constexpr std::uint32_t mean_batch = 16;  ///< mean_record on the GPU: 16-byte vectors a thread has in flight
 inline constexpr std::uint32_t topk_tie_cap = 1024;  ///< topk_radix's ties kept in shared memory (else a 2nd select)
 inline constexpr std::uint32_t topk_groups = 1024;  ///< topk_filtered's groups (their maxima bound the k-th key)
 inline constexpr std::uint32_t topk_cand_cap = 2048;  ///< topk_filtered's candidates kept (more: topk_radix)
@@ -18,10 +17,9 @@ inline constexpr std::uint32_t topk_batch = 8;  ///< topk passes on the GPU: ele
 inline constexpr std::uint32_t topk_vec_batch = 4;  ///< topk_record on the GPU: 16-byte vectors a thread has in flight
 inline constexpr std::uint32_t fp8_vec_regs = 16;  ///< fp8_record: 16-byte vectors a lane holds (rows <= 4096 bf16)
 
-/// The block's shared scratch (about 37 KiB).
+/// The block's shared scratch (about 33 KiB).
 struct reduce_shared {
   float part[mean_groups * ferry::d2h::mean_chunk_cols];  ///< mean_record: each row group's column sums
-  std::int64_t rows[mean_tile_rows];                         ///< mean_record: the tile's source rows
   std::uint32_t hist[256];
   std::uint64_t cand[topk_cand_cap];  ///< topk: elements packed as key << 32 | ~index (topk_pack), then sorted
   std::uint32_t gmax[topk_groups];    ///< topk_filtered: each group's max key
@@ -31,7 +29,6 @@ struct reduce_shared {
   std::uint32_t n_eq;
   std::uint32_t n_cand;
   std::uint32_t n_ties;
-  std::uint32_t bad;
 };
 
 }  // namespace ferry::kernels::d2h

@@ -2,6 +2,7 @@
 // The row kernels' device helpers (select_rows, gather_rows_publish; FERRY_HD, GPU and host backend):
 //   select_items        the item count of a row_selection (CPU-known, or the GPU-resolved *device_count);
 //   select_source_row   the source row of an entry's row, validated (-1: the item is invalid, never read);
+//   select_item_first   an item's first source row (its row j is that + j), or -1;
 //   note_select_error   a block's invalid item OR-ed into device_state::select_error, before its arrival;
 //   entry_arrive        a one-entry row kernel's step 3 (select_rows, reduce_rows): the arrival, and the last
 //                       block's commit of the entry's size (or selection_error_size);
@@ -50,6 +51,15 @@ FERRY_HD inline std::int64_t select_source_row(const ferry::d2h::row_selection& 
   if (lo < 0 || hi < lo || hi > n) { return -1; }
   if (s.form == ferry::d2h::selection_form::last_token) { return hi > lo ? hi - 1 : -1; }
   return lo + s.window_end <= hi ? lo + s.window_begin + static_cast<std::int64_t>(j % per_item) : -1;
+}
+
+/// The source row of item `item`'s first row, or -1 when the item is invalid. Its row j < per_item is that row + j:
+/// only the window form has per_item > 1, its rows are the request's consecutive tokens, and select_source_row's
+/// checks are of the item, not of j.
+FERRY_HD inline std::int64_t select_item_first(const ferry::d2h::row_selection& s, std::uint64_t n_rows,
+                                               std::uint64_t item, std::uint64_t per_item) noexcept
+{
+  return select_source_row(s, n_rows, item * per_item, per_item);
 }
 
 /// A block that met an invalid item notes it (relaxed OR; its acq_rel arrival at the join counter, which
