@@ -109,6 +109,7 @@ def main(argv=None) -> int:
         for h, t in fwds[f % variants].items():
             ch.capture(h, t, s)
         ch.end_forward(s)
+    t_loop = time.perf_counter() - t0
     st = sink.close()
     dt = time.perf_counter() - t0
     after, after_direct = write_rate(probe, total), write_rate(probe, total, direct=True)
@@ -117,13 +118,16 @@ def main(argv=None) -> int:
     log(f"sink: {st['bytes_written'] / 1e9:.2f} GB in {dt:.2f} s = {rate:.3f} GB/s ({st['forwards_written']} "
         f"forwards, {st['shards']} shards, refused {st['forwards_refused']}); medium after: {after:.3f} GB/s buffered, "
         f"{after_direct:.3f} O_DIRECT")
+    log(f"where the time went (s): captures enqueued in {t_loop:.2f}; sink threads "
+        + ", ".join(f"{k} {v:.2f}" for k, v in st["seconds"].items()))
     rows, bad = check(ds, a, variants)
     bad += (st["rows_written"] != n_fwd * a.contexts) + st["forwards_refused"]
     disk = max(before, after, before_direct, after_direct)
     out["arrow"] = {"disk_write_gbps": disk, "sink_write_gbps": rate, "share": rate / disk, "rows_checked": rows,
                     "rows_bad": bad, "bytes_written": st["bytes_written"], "seconds": dt,
                     "disk_before_gbps": before, "disk_after_gbps": after, "disk_direct_before_gbps": before_direct,
-                    "disk_direct_after_gbps": after_direct, "dir": a.dir}
+                    "disk_direct_after_gbps": after_direct, "dir": a.dir, "capture_loop_seconds": t_loop,
+                    "sink_seconds": st["seconds"]}
     log(f"arrow: {rate:.3f} GB/s of the medium's {disk:.3f} ({rate / disk:.1%}); rows checked {rows}, bad {bad}")
     shutil.rmtree(ds, ignore_errors=True)
     write_json(a.out, out)

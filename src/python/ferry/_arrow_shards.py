@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -45,6 +46,7 @@ class Shards:
         self._error: BaseException | None = None  # the first failed finish
         self._lock = threading.Lock()
         self._fin: ThreadPoolExecutor | None = None
+        self.seal_wait = 0.0  # seconds the writer waited for the finisher to take a sealed shard
 
     def write(self, batch: Any, nbytes: int) -> None:
         self._raise_failed()
@@ -96,8 +98,10 @@ class Shards:
         self._w = self._f = None
         self._sealed += 1
         self._pending = [f for f in self._pending if not f.done()]
+        t0 = time.perf_counter()
         while len(self._pending) >= self._MAX_SEALED:  # room: the oldest finished
             self._pending.pop(0).exception()
+        self.seal_wait += time.perf_counter() - t0
         if self._fin is None:
             self._fin = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-arrow-finisher")
         self._pending.append(self._fin.submit(self._finish, *shard))

@@ -23,6 +23,7 @@ import json
 import os
 import queue
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -125,7 +126,10 @@ class ArrowSink:
     widening of one forward and the write of the last take turns with neither waiting. ``stats()``:
     ``forwards_written``, ``rows_written``, ``bytes_written``, ``shards``, ``forwards_refused`` (a forward the layout
     refuses: its error is ``first_error``, the next forwards go on) and ``first_error``; a write error (a full disk)
-    stops the sink with the earlier shards loadable. ``close()`` closes the channel, then the dataset."""
+    stops the sink with the earlier shards loadable. ``stats()["seconds"]`` says where the threads' time went: the
+    poll thread polling, widening and waiting for a free slot, the writer writing (``write``; of it, waiting for the
+    finisher to take a sealed shard: ``seal_wait``) and waiting for a forward. ``close()`` closes the channel, then
+    the dataset."""
 
     _SLOTS = 2  # forwards widened and not yet written, at most
 
@@ -141,6 +145,7 @@ class ArrowSink:
                                     token_ids=token_ids, shard_bytes=shard_bytes, fsync=fsync)
         self._stats = {"forwards_written": 0, "rows_written": 0, "bytes_written": 0, "shards": 0,
                        "forwards_refused": 0, "first_error": None}
+        self._secs = dict.fromkeys(("poll", "widen", "slot_wait", "write", "seal_wait", "writer_wait"), 0.0)
         self._stop = threading.Event()
         self._failed = threading.Event()  # the writer ended the run (a write error)
         self._free = threading.Semaphore(self._SLOTS)  # slots no forward in the queue or in the write holds
@@ -173,12 +178,16 @@ class ArrowSink:
     def _write_loop(self) -> None:
         """The writer thread: each queued forward in order (its slot free again after it), then the dataset's files."""
         while True:
+            t0 = time.perf_counter()
             item = self._q.get()
+            t1 = time.perf_counter()
+            self._secs["writer_wait"] += t1 - t0
             if item is None:
                 break
             try:
                 if not self._failed.is_set():
                     self._write(item[0])
+                    self._secs["write"] += time.perf_counter() - t1
             except Exception as err:  # a write error (a full disk): the run ends with the earlier shards
                 self._note(f"{type(err).__name__}: {err}")
                 self._failed.set()
@@ -206,7 +215,9 @@ class ArrowSink:
         cur, fwd, slot = None, {}, -1
         try:
             while not self._failed.is_set():
+                t0 = time.perf_counter()
                 got = self._poll()
+                self._secs["poll"] += time.perf_counter() - t0
                 if got is None or (not got and self._stop.is_set()):
                     break
                 for e in got:
@@ -215,15 +226,18 @@ class ArrowSink:
                             self._q.put((fwd, slot))
                             fwd, cur = {}, None
                         if cur is None:  # a forward starts: a slot the writer is done with
+                            t0 = time.perf_counter()
                             while not self._free.acquire(timeout=0.05):
                                 if self._failed.is_set():
                                     return
+                            self._secs["slot_wait"] += time.perf_counter() - t0
                             slot = (slot + 1) % self._SLOTS
                         cur = e.forward
                         if e.ok:  # a hook's values widened straight from the staging (one pass), others copied
                             name = self.names.get(e.hook, str(e.hook))
-                            w = self.writer
+                            w, t0 = self.writer, time.perf_counter()
                             fwd[name] = w.widen(name, e.numpy(), slot) if name in w.hooks else np.array(e.numpy())
+                            self._secs["widen"] += time.perf_counter() - t0
                     finally:
                         e.release()
             if cur is not None:
@@ -234,7 +248,8 @@ class ArrowSink:
             self._q.put(None)
 
     def stats(self) -> dict:
-        return dict(self._stats)
+        self._secs["seal_wait"] = self.writer.shards.seal_wait
+        return dict(self._stats, seconds=dict(self._secs))
 
     def close(self) -> dict:
         """Closes the channel (every entry delivered), lets the threads write the last forward and the dataset's
