@@ -469,11 +469,11 @@ TYPED_TEST_P(D2hReduceRows, GraphReplaysReduceTheRowsOfTheirStep)
   }
 }
 
-/// A mean over windows longer than a block's pass of rows (kernels/detail/reduce_shared.cuh: mean_batch x 32 row
-/// groups = 512): two requests' windows of 600 rows (two passes, the second partial) within 1e-5 of double sums; 130 f32 columns,
-/// so that every other row is not 16-byte aligned (the GPU's element loads). Then the same window over a request of
-/// 450 tokens, which it does not fit: a selection_error entry, nothing written for it, and the valid entry after it
-/// whole.
+/// A mean over windows longer than a block's row groups take in one batch of loads (kernels/detail/reduce_shared.cuh:
+/// mean_batch rows a group, at most 32 groups): two requests' windows of 600 rows within 1e-5 of double sums;
+/// 130 f32 columns, so that every other row is not 16-byte aligned (the GPU's element loads). Then the same window
+/// over a request of 450 tokens, which it does not fit: a selection_error entry, nothing written for it, and the
+/// valid entry after it whole.
 TYPED_TEST_P(D2hReduceRows, MeanOverWindowsLongerThanATileTakesEveryTile)
 {
   using B = TypeParam;
