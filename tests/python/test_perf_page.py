@@ -108,3 +108,11 @@ def test_carry_keeps_the_targets_of_a_replaced_run_file_in_either_layout(tmp_pat
         assert d["targets"] == {"x_us": {"max": 1}} and d["anchors"] == {"cases": "y"} and d["commit"] == "b"
     assert list(json.loads(dumped.read_text())) == ["device", "commit", "targets", "anchors", "cases"]
     assert '"x_us": 2.000' in compact.read_text(), "a file not in json.dump's layout keeps its own"
+
+
+def test_the_reduce_section_names_the_rounds_and_steps_its_command_ran():
+    d = {"device": "GPU", "commit": "abc1234", "date": "2026-12-07T00:00:00Z",
+         "command": "python3 bench/torch/reduce_bench.py --out r.json --reps 7 --steps 3"}
+    assert "graph replay, 7 rounds of 3 back-to-back steps" in perf_page.reduce_section(d)
+    d["command"] = "python3 bench/torch/reduce_bench.py --out r.json"  # the bench's defaults
+    assert "graph replay, 20 rounds of 20 back-to-back steps" in perf_page.reduce_section(d)

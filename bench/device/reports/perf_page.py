@@ -545,8 +545,13 @@ def reduce_section(d):
     if not d:
         return f"Reducers: {NOT_YET} (no reduce.json).\n"
     t = d.get("targets") or {}
+    cmd = str(d.get("command", "")).split()
+
+    def arg(name, default):  # reduce_bench's option as the recorded command gave it, else its default
+        return cmd[cmd.index(name) + 1] if name in cmd[:-1] else default
     out = [f"{stamp(d, 'reduce.json')}: `bench/torch/reduce_bench.py`, DMI vllm-full shapes at 256 tokens a step (graph "
-           "replay, 20 rounds of 20 back-to-back steps, medians) and a 16-request 512-token prefill; every reduced entry "
+           f"replay, {arg('--reps', '20')} rounds of {arg('--steps', '20')} back-to-back steps, medians) and a "
+           "16-request 512-token prefill; every reduced entry "
            "checked against torch. Writers: rate against the medium measured in the same run (" + "; ".join(
                f"{k}: {d[k].get('commit')}" for k in ("arrow", "safetensors_tmpfs", "safetensors_disk")
                if isinstance(d.get(k), dict)) + ")." + (f" Note: {d['note']}" if d.get("note") else ""), ""]
