@@ -63,6 +63,14 @@ void init_sequential_file(nb::module_& m)
     .def("readable", [](fk::sequential_file&) { return false; })
     .def("seekable", [](fk::sequential_file&) { return false; })
     .def_prop_ro("closed", &fk::sequential_file::closed)
+    .def_prop_ro(
+      "times",
+      [](fk::sequential_file& f) {
+        const fk::sequential_file_times t = f.times();
+        return nb::make_tuple(t.copy_seconds, t.wait_seconds);
+      },
+      "(copy, wait): seconds write() spent copying into the writer's buffers, and waiting for one the I/O threads "
+      "had not given back (the medium the limit).")
     .def_prop_ro("name", [](fk::sequential_file& f) { return f.path().string(); });
   m.def(
     "widen_to_f32",

@@ -70,5 +70,11 @@ void sequential_file::close()
 std::uint64_t sequential_file::size() const noexcept { return impl_->size; }
 bool sequential_file::closed() const noexcept { return impl_->closed; }
 const std::filesystem::path& sequential_file::path() const noexcept { return impl_->path; }
+sequential_file_times sequential_file::times() const noexcept
+{
+  auto& ct = impl_->pipe.counters();
+  return {static_cast<double>(ct.copy_ns.load(std::memory_order_relaxed)) * 1e-9,
+          static_cast<double>(ct.wait_ns.load(std::memory_order_relaxed)) * 1e-9};
+}
 
 }  // namespace ferry::sink

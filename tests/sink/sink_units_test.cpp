@@ -432,8 +432,9 @@ TEST_F(ShardFile, AWriteErrorOnTheIoThreadReachesTheWriter)
 }
 
 /// sink::sequential_file (ferry.arrow's shards): pieces of every alignment, one longer than the pipeline's 16 MiB
-/// buffer, through O_DIRECT (durable) and buffered writes: the file is every byte in order, size() their sum; a write
-/// after close() is a logic_error, a second close() nothing.
+/// buffer, through O_DIRECT (durable) and buffered writes: the file is every byte in order, size() their sum, and
+/// times() counts the copies (more than 16 MiB of them: above zero); a write after close() is a logic_error, a second
+/// close() nothing.
 TEST_F(ShardFile, ASequentialFileHoldsEveryByteInOrder)
 {
   for (const bool durable : {true, false}) {
@@ -450,6 +451,8 @@ TEST_F(ShardFile, ASequentialFileHoldsEveryByteInOrder)
       want.insert(want.end(), u.begin(), u.end());
     }
     EXPECT_EQ(f.size(), want.size());
+    EXPECT_GT(f.times().copy_seconds, 0.0);
+    EXPECT_GE(f.times().wait_seconds, 0.0);
     f.close();
     EXPECT_TRUE(f.closed());
     EXPECT_NO_THROW(f.close());

@@ -8,6 +8,7 @@
 //   f.write(bytes);                     appends (copied before it returns); the first io_error of a write in flight
 //                                       is thrown by the next write() or close()
 //   f.close();                          every byte in the file (fsync when durable); the size is size()
+//   f.times();                          where write() spent its time: copying, waiting for a buffer
 // The destructor of a file not closed waits for its writes in flight and drops their errors: the caller removes a
 // file it gave up.
 #pragma once
@@ -25,6 +26,13 @@ namespace ferry::sink {
 namespace detail {
 struct sequential_file_impl;
 }
+
+/// Where a sequential_file's write() calls spent their time: copying into the writer's buffers, and waiting for a
+/// buffer the I/O threads had not given back yet (the medium is then the limit).
+struct sequential_file_times {
+  double copy_seconds{0};
+  double wait_seconds{0};
+};
 
 class sequential_file {
  public:
@@ -45,6 +53,7 @@ class sequential_file {
   [[nodiscard]] std::uint64_t size() const noexcept;  ///< bytes written so far
   [[nodiscard]] bool closed() const noexcept;
   [[nodiscard]] const std::filesystem::path& path() const noexcept;
+  [[nodiscard]] sequential_file_times times() const noexcept;
 
  private:
   std::unique_ptr<detail::sequential_file_impl> impl_;

@@ -39,7 +39,7 @@ class Shards:
         self.dir, self.schema, self.info = directory, schema, info
         self.shard_bytes, self.fsync = int(shard_bytes), fsync
         self.names: list[str] = []  # the shards in the dataset (the finisher appends)
-        self._w = self._f = self._tmp = None
+        self._w = self._f = self._raw = self._tmp = None
         self._open_bytes = 0
         self._sealed = 0  # shards sealed so far (the next one's number)
         self._pending: list[Future] = []
@@ -47,13 +47,15 @@ class Shards:
         self._lock = threading.Lock()
         self._fin: ThreadPoolExecutor | None = None
         self.seal_wait = 0.0  # seconds the writer waited for the finisher to take a sealed shard
+        self.copy = self.io_wait = 0.0  # the sealed shards' SequentialFile.times: copying, waiting for a buffer
 
     def write(self, batch: Any, nbytes: int) -> None:
         self._raise_failed()
         if self._w is None:
             self._tmp = os.path.join(self.dir, f".data-{self._sealed:05d}.arrow.tmp-{os.getpid()}")
             from . import _ferry  # the safetensors sink's writer (O_DIRECT when durable), as pyarrow's file
-            self._f = self.pa.PythonFile(_ferry.SequentialFile(self._tmp, durable=self.fsync), mode="w")
+            self._raw = _ferry.SequentialFile(self._tmp, durable=self.fsync)
+            self._f = self.pa.PythonFile(self._raw, mode="w")
             self._w = self.pa.ipc.new_stream(self._f, self.schema)
             self._open_bytes = 0
         try:
@@ -94,6 +96,9 @@ class Shards:
         except BaseException:
             self.abandon()
             raise
+        copy, wait = self._raw.times
+        self.copy += copy
+        self.io_wait += wait
         shard = (self._f, self._tmp, f"data-{self._sealed:05d}.arrow")
         self._w = self._f = None
         self._sealed += 1

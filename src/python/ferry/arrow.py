@@ -127,7 +127,8 @@ class ArrowSink:
     ``forwards_written``, ``rows_written``, ``bytes_written``, ``shards``, ``forwards_refused`` (a forward the layout
     refuses: its error is ``first_error``, the next forwards go on) and ``first_error``; a write error (a full disk)
     stops the sink with the earlier shards loadable. ``stats()["seconds"]`` says where the threads' time went: the
-    poll thread polling, widening and waiting for a free slot, the writer writing (``write``; of it, waiting for the
+    poll thread polling, widening and waiting for a free slot, the writer writing (``write``; of it, copying into
+    the file writer's buffers: ``copy``, waiting for one the medium had not taken yet: ``io_wait``, waiting for the
     finisher to take a sealed shard: ``seal_wait``) and waiting for a forward. ``close()`` closes the channel, then
     the dataset."""
 
@@ -145,7 +146,8 @@ class ArrowSink:
                                     token_ids=token_ids, shard_bytes=shard_bytes, fsync=fsync)
         self._stats = {"forwards_written": 0, "rows_written": 0, "bytes_written": 0, "shards": 0,
                        "forwards_refused": 0, "first_error": None}
-        self._secs = dict.fromkeys(("poll", "widen", "slot_wait", "write", "seal_wait", "writer_wait"), 0.0)
+        self._secs = dict.fromkeys(("poll", "widen", "slot_wait", "write", "copy", "io_wait", "seal_wait",
+                                    "writer_wait"), 0.0)
         self._stop = threading.Event()
         self._failed = threading.Event()  # the writer ended the run (a write error)
         self._free = threading.Semaphore(self._SLOTS)  # slots no forward in the queue or in the write holds
@@ -248,7 +250,8 @@ class ArrowSink:
             self._q.put(None)
 
     def stats(self) -> dict:
-        self._secs["seal_wait"] = self.writer.shards.seal_wait
+        sh = self.writer.shards
+        self._secs.update(seal_wait=sh.seal_wait, copy=sh.copy, io_wait=sh.io_wait)
         return dict(self._stats, seconds=dict(self._secs))
 
     def close(self) -> dict:
