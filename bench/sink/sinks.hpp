@@ -47,6 +47,7 @@ struct options {
   std::uint64_t io_threads{2};      ///< safetensors_tuning (--io-threads, --write-mib, --write-buffers)
   std::uint64_t write_bytes{16ULL << 20};
   std::uint64_t write_buffers{6};
+  std::uint64_t lend_min{256ULL << 10};  ///< safetensors_tuning::lend_min_bytes (--lend-kib; 0: every entry copied)
   bool fsync{true};
   std::uint64_t shm_entry{64ULL << 20};     ///< reader throughput: entry bytes
   std::uint64_t shm_entries{256};

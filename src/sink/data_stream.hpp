@@ -4,7 +4,9 @@
 // caller keeps none: sequential_file's formats carry their own checks). With a
 // write_pipeline the bytes are copied into the pipeline's buffer and a full buffer goes to its I/O threads (O_DIRECT
 // where the file has such a descriptor: `base` and every write then aligned); without one each append is a
-// pwrite on the calling thread. flush() puts every byte before the position into the file and waits for it;
+// pwrite on the calling thread. Where the file takes unaligned writes (no O_DIRECT descriptor: lends()) a large
+// piece may be lent instead (append_lent): the pipeline writes it from the caller's memory, which its owner keeps
+// alive until then, and no copy is made. flush() puts every byte before the position into the file and waits for it;
 // the file's bytes are read back only after it (a move, a relocation) or by reposition().
 #pragma once
 
@@ -16,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -39,6 +42,30 @@ class data_stream {
   void append(const std::byte* src, std::size_t n, std::uint32_t& crc) { append_impl(src, n, &crc); }
   /// Appends `n` bytes without a CRC (a format that keeps its own checks: sequential_file).
   void append(const std::byte* src, std::size_t n) { append_impl(src, n, nullptr); }
+
+  /// Whether append_lent() may be used: a pipeline, and no O_DIRECT descriptor (lent memory is neither aligned nor
+  /// a whole number of blocks).
+  [[nodiscard]] bool lends() const noexcept { return p_ != nullptr && !d_.is_open(); }
+
+  /// Appends `n` bytes at `src` without copying them (lends()): the bytes in the buffer before them go first, as a
+  /// write of their own, then `src` is lent to the pipeline until written (`owner` keeps it alive); `crc` continues
+  /// over them (its time counts as copying).
+  void append_lent(const std::byte* src, std::size_t n, std::uint32_t& crc, std::shared_ptr<void> owner)
+  {
+    pipeline_counters& ct = p_->counters();
+    const auto t0 = std::chrono::steady_clock::now();
+    crc = crc32(src, n, crc);
+    ct.copy_ns.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now() - t0).count()),
+                         std::memory_order_relaxed);
+    if (buf_ != nullptr && fill_ != 0) {
+      p_->write(std::exchange(buf_, nullptr), fill_, d_, f_, base_ + off_, w_);
+      off_ += fill_;
+      fill_ = 0;
+    }
+    p_->write_lent(src, n, f_, base_ + off_, w_, std::move(owner));
+    off_ += n;
+  }
 
   /// Moves the position back to `pos` (<= position()): later appends overwrite from there.
   void seek(std::uint64_t pos)
@@ -155,7 +182,7 @@ class data_stream {
   std::uint64_t base_;
   write_pipeline* p_;
   std::byte* buf_{nullptr};
-  std::uint64_t off_{0};   ///< data position of buf_[0] (aligned with a pipeline)
+  std::uint64_t off_{0};   ///< data position of buf_[0] (aligned with a pipeline, unless a lent append moved it)
   std::size_t fill_{0};    ///< bytes of buf_ in use
   write_pipeline::writes w_;  ///< this file's writes in the pipeline
   std::vector<std::byte> tail_;  ///< seal()'s partial block, written by flush() at tail_at_

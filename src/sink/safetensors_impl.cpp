@@ -132,6 +132,14 @@ void safetensors_impl::run()
       } else if (it.k == queued::kind::entry) {
         if (it.owned) {
           writer_->entry(it.forward, it.tag, it.hook, it.row_bytes, it.copy);
+        } else if (it.bytes >= cfg_.tuning.lend_min_bytes && cfg_.tuning.lend_min_bytes != 0) {
+          // A large entry may be written from its staging: the view goes with the write and is released by the
+          // I/O thread once written (shard_file::append), or here when it was copied after all.
+          auto view = std::make_shared<d2h::entry_view>(std::move(it.view));
+          const std::span<const std::byte> bytes = view->bytes();
+          const d2h::hook_id hook = view->hook();  // read before the view moves into the call (argument order)
+          const std::uint64_t row_bytes = view->row_bytes();
+          writer_->entry(it.forward, it.tag, hook, row_bytes, bytes, std::move(view));
         } else {
           writer_->entry(it.forward, it.tag, it.view.hook(), it.view.row_bytes(),
                          it.bytes != 0 ? it.view.bytes() : std::span<const std::byte>{});

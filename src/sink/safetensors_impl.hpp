@@ -143,6 +143,7 @@ class safetensors_impl {
     s.refused_entries = c_.refused_entries;
     s.lost_forwards = c_.lost_forwards;
     s.relocations = c_.relocations;
+    s.lent_entries = c_.lent_entries;
     s.writer_copy_seconds = static_cast<double>(c_.io.copy_ns.load()) * 1e-9;
     s.writer_wait_seconds = static_cast<double>(c_.io.wait_ns.load()) * 1e-9;
     s.writer_idle_seconds = static_cast<double>(c_.io.idle_ns.load()) * 1e-9;

@@ -22,6 +22,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -115,17 +116,28 @@ class shard_file {
   [[nodiscard]] const std::vector<tensor_record>& tensors() const noexcept { return tensors_; }
   [[nodiscard]] const std::vector<forward_record>& forwards() const noexcept { return forwards_; }
   [[nodiscard]] std::uint64_t committed_tensors() const noexcept { return committed_tensors_; }
+  /// Whether append() may lend large entries (a pipeline, no O_DIRECT: data_stream::lends).
+  [[nodiscard]] bool lends() const noexcept { return s_.lends(); }
   /// finish() renamed it: complete under its final name.
   [[nodiscard]] bool published() const noexcept { return published_; }
 
-  /// Writes one tensor of the open forward after everything written so far.
-  void append(std::string name, d2h::dtype type, std::vector<std::uint64_t> shape, std::span<const std::byte> bytes)
+  /// Writes one tensor of the open forward after everything written so far. `owner` (may be null) keeps `bytes`
+  /// alive: at least `lend_min` of them (not 0) go to the pipeline from there, uncopied, where the file takes
+  /// unaligned writes (data_stream::lends); otherwise they are copied before append() returns. True: lent.
+  bool append(std::string name, d2h::dtype type, std::vector<std::uint64_t> shape, std::span<const std::byte> bytes,
+              std::shared_ptr<void> owner = {}, std::size_t lend_min = 0)
   {
     const std::uint64_t off = committed_ + pending_;
-    s_.append(bytes.data(), bytes.size(), crc_);
+    const bool lend = owner != nullptr && lend_min != 0 && bytes.size() >= lend_min && s_.lends();
+    if (lend) {
+      s_.append_lent(bytes.data(), bytes.size(), crc_, std::move(owner));
+    } else {
+      s_.append(bytes.data(), bytes.size(), crc_);
+    }
     tensors_.push_back(tensor_record{std::move(name), type, std::move(shape), off, off + bytes.size()});
     records_ += record_bytes(tensors_.back());
     pending_ += bytes.size();
+    return lend;
   }
   /// The open forward is complete: it becomes part of the shard.
   void commit(std::uint64_t tag)

@@ -36,6 +36,7 @@ struct live_counters {
   std::atomic<std::uint64_t> stalls{0}, stall_timeouts{0};
   std::atomic<std::uint64_t> dropped_forwards{0}, dropped_entries{0}, dropped_bytes{0};
   std::atomic<std::uint64_t> failed_entries{0}, refused_entries{0}, lost_forwards{0}, relocations{0};
+  std::atomic<std::uint64_t> lent_entries{0};
   pipeline_counters io;  ///< the writer's time: copying, waiting for a buffer, waiting for an entry
 };
 
@@ -65,9 +66,10 @@ class shard_writer {
   }
 
   /// An ok entry of forward `forward` (tag `tag`): written as the tensor "{tag}/{hook name}" (a hook's k-th
-  /// repeat in its forward, k >= 1: "{tag}/{hook name}#{k}").
+  /// repeat in its forward, k >= 1: "{tag}/{hook name}#{k}"). `owner` (may be null) keeps `bytes` alive: a large
+  /// entry is then written from them (shard_file::append, tuning.lend_min_bytes) and released once written.
   void entry(std::uint64_t forward, std::uint64_t tag, d2h::hook_id hook, std::uint64_t row_bytes,
-             std::span<const std::byte> bytes)
+             std::span<const std::byte> bytes, std::shared_ptr<void> owner = {})
   {
     fin_.check();  // a shard the finisher failed to publish ends the run here
     if (!open_ || forward != cur_) { begin_forward(forward, tag); }
@@ -83,7 +85,9 @@ class shard_writer {
     shape.insert(shape.end(), h.row_shape.begin(), h.row_shape.end());
     const tensor_record probe{name, h.type, shape, 0, bytes.size()};
     make_room(bytes.size(), record_bytes(probe) + 24);
-    shard_->append(std::move(name), h.type, std::move(shape), bytes);
+    if (shard_->append(std::move(name), h.type, std::move(shape), bytes, std::move(owner), o_.tuning.lend_min_bytes)) {
+      ++c_.lent_entries;
+    }
     ++tensors_;
   }
 

@@ -9,7 +9,9 @@
 // the run ends there, as a failed synchronous write would end it. Each write counts against its file's `writes`
 // (one per data_stream), so that drain(w) waits for that file's writes only: a shard is finished (header, sync,
 // rename) on another thread while the writer fills the next one. Memory: chunks x chunk_bytes, allocated on
-// first use.
+// first use. A lent write (write_lent) goes from the caller's memory, kept alive by its owner until the write ended
+// (or was dropped after an error): the owner is released on the I/O thread, without the pipeline's lock; at most
+// `chunks` lent writes are in flight.
 #pragma once
 
 #include <ferry/detail/align.hpp>
@@ -124,6 +126,29 @@ class write_pipeline {
     }
     work_.notify_one();
   }
+  /// Queues the write of `n` bytes at `p`, memory the caller lends until the write ended: `owner` keeps it alive
+  /// and is released then (on an I/O thread, without the pipeline's lock), or when the write is dropped after an
+  /// error. Buffered files only (`buffered`; any offset and length). Waits while `chunks` lent writes are in
+  /// flight. Throws the kept error (the owner is then released by the caller's scope).
+  void write_lent(const std::byte* p, std::size_t n, const file& buffered, std::uint64_t off, writes& w,
+                  std::shared_ptr<void> owner)
+  {
+    {
+      std::unique_lock lk{mu_};
+      if (lent_ >= bufs_.size()) {
+        const auto t0 = std::chrono::steady_clock::now();
+        idle_.wait(lk, [&] { return error_ || lent_ < bufs_.size(); });
+        counters_->wait_ns.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                         std::chrono::steady_clock::now() - t0).count()),
+                                     std::memory_order_relaxed);
+      }
+      if (error_) { std::rethrow_exception(error_); }
+      q_.push_back(job{const_cast<std::byte*>(p), n, &buffered, &buffered, off, &w, std::move(owner), true});
+      ++w.outstanding;
+      ++lent_;
+    }
+    work_.notify_one();
+  }
   /// The same write, now, on the calling thread (the caller holds `p`).
   void write_now(const std::byte* p, std::size_t n, const file& direct, const file& buffered, std::uint64_t off)
   {
@@ -160,6 +185,8 @@ class write_pipeline {
     const file* buffered;
     std::uint64_t off;
     writes* w;  ///< null: write_now's, not counted
+    std::shared_ptr<void> owner{};  ///< a lent write's (write_lent) memory
+    bool lent{false};               ///< write_lent's: `p` is not one of the buffers
   };
 
   buffer& slot(const std::byte* p)
@@ -173,7 +200,7 @@ class write_pipeline {
   /// One write, through the direct descriptor unless there is none or it was refused.
   void put(const job& j)
   {
-    if (j.direct->is_open() && !direct_refused_.load(std::memory_order_relaxed)) {
+    if (j.direct != j.buffered && j.direct->is_open() && !direct_refused_.load(std::memory_order_relaxed)) {
       try {
         j.direct->write_at(j.p, j.n, j.off);
         return;
@@ -191,7 +218,7 @@ class write_pipeline {
     for (;;) {
       work_.wait(lk, [&] { return stop_ || !q_.empty(); });
       if (q_.empty()) { return; }
-      const job j = q_.front();
+      job j = std::move(q_.front());
       q_.pop_front();
       ++busy_;
       lk.unlock();
@@ -201,6 +228,9 @@ class write_pipeline {
       } catch (...) {
         e = std::current_exception();
       }
+      const bool lent = j.lent;
+      j.owner.reset();  // the lent memory goes back: written, or failed
+      std::vector<std::shared_ptr<void>> dropped;  // the owners of lent writes dropped after an error
       lk.lock();
       --busy_;
       --j.w->outstanding;
@@ -209,14 +239,27 @@ class write_pipeline {
         if (!error_) { error_ = e; }
       }
       if (error_) {  // the run ends: what is queued after a failed write is not written
-        for (const job& d : q_) {
+        for (job& d : q_) {
           --d.w->outstanding;
           d.w->failed = true;
+          if (d.lent) {
+            --lent_;
+            dropped.push_back(std::move(d.owner));
+          }
         }
         q_.clear();
       }
-      slot(j.p).taken = false;
+      if (lent) {
+        --lent_;
+      } else {
+        slot(j.p).taken = false;
+      }
       idle_.notify_all();
+      if (!dropped.empty()) {
+        lk.unlock();
+        dropped.clear();
+        lk.lock();
+      }
     }
   }
 
@@ -229,6 +272,7 @@ class write_pipeline {
   std::condition_variable idle_;  // the writer: a buffer free, the queue empty, or an error
   std::deque<job> q_;
   std::size_t busy_{0};  // writes running
+  std::size_t lent_{0};  // lent writes queued or running
   bool stop_{false};
   std::exception_ptr error_;
   std::atomic<bool> direct_refused_{false};

@@ -80,6 +80,51 @@ class SinkBackends : public ::testing::Test {
     }
   }
 
+  /// Every forward through a safetensors sink (shards of 16 KiB: the run spans several, forwards move to the next
+  /// shard) read back byte-exact. `lend_min`: safetensors_tuning::lend_min_bytes (the shards are buffered: entries
+  /// of at least that many bytes are written from the staging, which the channel's 64 KiB ring then reuses).
+  void safetensors_round_trip(std::size_t lend_min)
+  {
+    const auto dir = std::filesystem::temp_directory_path() / ("ferry_" + name);
+    std::filesystem::remove_all(dir);
+    fk::safetensors_config sc;
+    sc.directory = dir;
+    sc.shard_bytes = 16 << 10;  // about 3 forwards per shard: the run spans several
+    for (std::uint32_t k = 0; k < shm_hooks; ++k) {
+      sc.schema.add(fd::hook_id{k}, "hook" + std::to_string(k), fd::dtype::u8);
+    }
+    sc.tuning.lend_min_bytes = lend_min;
+    fk::safetensors sink{sc};
+    fb::stream<B> s{b};
+    device_sources src{b, s};
+    fd::config cfg;
+    cfg.ring_bytes = 64 << 10;  // wraps several times
+    cfg.publish_every = 2;
+    {
+      fd::channel<B> ch{cfg, b, sink};  // the one-call attach (d2h/sink.hpp)
+      capture_all(ch, s, src);
+      EXPECT_TRUE(ch.close().clean());
+    }
+    const fk::safetensors_stats st = sink.close();
+    EXPECT_EQ(st.forwards_written, forwards);
+    EXPECT_EQ(st.failed_entries + st.refused_entries + st.dropped_entries, 0u);
+    // hooks of 4000, 1000 and 48 bytes (shm_pattern.hpp): those at least lend_min long went from the staging
+    std::uint64_t lent = 0;
+    for (std::uint32_t k = 0; k < shm_hooks; ++k) { lent += shm_hook_bytes(k) >= lend_min ? forwards : 0; }
+    EXPECT_EQ(st.lent_entries, lent);
+    const sinkread::run r = sinkread::read_run(dir);
+    EXPECT_GT(r.files.size(), 1u);
+    ASSERT_EQ(r.tensors.size(), forwards * shm_hooks);
+    for (std::uint64_t f = 0; f < forwards; ++f) {
+      for (std::uint32_t k = 0; k < shm_hooks; ++k) {
+        const sinkread::tensor& t = r.tensors[f * shm_hooks + k];
+        EXPECT_EQ(t.name, std::to_string(100 + f) + "/hook" + std::to_string(k));
+        EXPECT_EQ(t.bytes, shm_entry_bytes(100 + f, k)) << t.name << ": bytes differ from the device source";
+      }
+    }
+    std::filesystem::remove_all(dir);
+  }
+
   B b{};
   std::string name;
 };
@@ -88,40 +133,14 @@ TYPED_TEST_SUITE_P(SinkBackends);
 
 TYPED_TEST_P(SinkBackends, SafetensorsShardsHoldEveryDeviceCaptureByteExact)
 {
-  using B = TypeParam;
-  const auto dir = std::filesystem::temp_directory_path() / ("ferry_" + this->name);
-  std::filesystem::remove_all(dir);
-  fk::safetensors_config sc;
-  sc.directory = dir;
-  sc.shard_bytes = 16 << 10;  // about 3 forwards per shard: the run spans several
-  for (std::uint32_t k = 0; k < shm_hooks; ++k) {
-    sc.schema.add(fd::hook_id{k}, "hook" + std::to_string(k), fd::dtype::u8);
-  }
-  fk::safetensors sink{sc};
-  fb::stream<B> s{this->b};
-  typename TestFixture::device_sources src{this->b, s};
-  fd::config cfg;
-  cfg.ring_bytes = 64 << 10;  // wraps several times
-  cfg.publish_every = 2;
-  {
-    fd::channel<B> ch{cfg, this->b, sink};  // the one-call attach (d2h/sink.hpp)
-    this->capture_all(ch, s, src);
-    EXPECT_TRUE(ch.close().clean());
-  }
-  const fk::safetensors_stats st = sink.close();
-  EXPECT_EQ(st.forwards_written, this->forwards);
-  EXPECT_EQ(st.failed_entries + st.refused_entries + st.dropped_entries, 0u);
-  const sinkread::run r = sinkread::read_run(dir);
-  EXPECT_GT(r.files.size(), 1u);
-  ASSERT_EQ(r.tensors.size(), this->forwards * shm_hooks);
-  for (std::uint64_t f = 0; f < this->forwards; ++f) {
-    for (std::uint32_t k = 0; k < shm_hooks; ++k) {
-      const sinkread::tensor& t = r.tensors[f * shm_hooks + k];
-      EXPECT_EQ(t.name, std::to_string(100 + f) + "/hook" + std::to_string(k));
-      EXPECT_EQ(t.bytes, shm_entry_bytes(100 + f, k)) << t.name << ": bytes differ from the device source";
-    }
-  }
-  std::filesystem::remove_all(dir);
+  this->safetensors_round_trip(std::size_t{256} << 10);  // the default: these entries (at most 4 KiB) are copied
+}
+
+/// The same run with entries of 1000 bytes and more written from the staging itself (shard_file::append's lent path):
+/// the staging ring wraps under writes still in flight, and every byte reads back as captured.
+TYPED_TEST_P(SinkBackends, SafetensorsEntriesLentFromTheStagingReadBackExact)
+{
+  this->safetensors_round_trip(1000);
 }
 
 TYPED_TEST_P(SinkBackends, ShmStreamHandsEveryDeviceCaptureToTheReaderByteExact)
@@ -168,6 +187,7 @@ TYPED_TEST_P(SinkBackends, ShmStreamHandsEveryDeviceCaptureToTheReaderByteExact)
 }
 
 REGISTER_TYPED_TEST_SUITE_P(SinkBackends, SafetensorsShardsHoldEveryDeviceCaptureByteExact,
+                            SafetensorsEntriesLentFromTheStagingReadBackExact,
                             ShmStreamHandsEveryDeviceCaptureToTheReaderByteExact);
 
 }  // namespace ferry::test

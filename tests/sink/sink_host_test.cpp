@@ -96,6 +96,32 @@ TEST_F(SafetensorsSink, TuningChangesHowNotWhatIsWrittenAndOutOfRangeIsRefused)
   }
 }
 
+/// Entries lent from the staging (tuning.lend_min_bytes: here every entry, on buffered shards with one page a write
+/// and two buffers, one I/O thread, so that at most two lent writes are in flight and the staging waits): every
+/// forward byte-exact, each entry counted in lent_entries, and the views released by the I/O threads (the channel
+/// closes with every staging region back). The sanitizer stage runs this suite (tests/reliability).
+TEST_F(SafetensorsSink, EntriesLentFromTheStagingAreWrittenByteExact)
+{
+  auto sc = sink_config();
+  sc.fsync = false;
+  sc.shard_bytes = 3 * forward_bytes();  // forwards move to the next shard with lent writes in flight
+  sc.tuning = {.io_threads = 1, .write_buffers = 2, .write_bytes = 4096, .lend_min_bytes = 1};
+  fk::safetensors sink{sc};
+  fb::stream<B> s{b};
+  fd::channel<B> ch{channel_config(), b, sink.callback()};
+  std::vector<want> w;
+  for (std::uint64_t f = 0; f < 12; ++f) {
+    forward(ch, s, f, 3000 + f);
+    w.push_back({f, 3000 + f});
+  }
+  EXPECT_TRUE(ch.close().clean());
+  const auto st = sink.close();
+  EXPECT_EQ(st.forwards_written, 12U);
+  EXPECT_EQ(st.lent_entries, st.tensors_written);
+  EXPECT_EQ(st.refused_entries + st.dropped_entries + st.failed_entries + st.lost_forwards, 0U);
+  (void)expect_run(w);
+}
+
 TEST_F(SafetensorsSink, UntaggedForwardsAreNamedByIndexAndRepeatsAreNumbered)
 {
   fk::safetensors sink{sink_config()};

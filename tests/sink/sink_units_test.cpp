@@ -16,11 +16,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <csignal>
@@ -407,28 +412,101 @@ TEST_F(ShardFile, ThePipelineWritesWhatTheSynchronousPathWrites)
   EXPECT_EQ(s1.tensors[1].bytes, u8(c));
 }
 
+/// Entries lent to the pipeline (shard_file::append with an owner, at least lend_min bytes, on a buffered file) are
+/// written from the caller's memory: the shard holds what copies would have written, through a rollback over lent
+/// bytes, a forward moved to the next shard and pieces of every alignment among copied ones, with the same CRC-32.
+/// Each lent entry's owner is released by an I/O thread (never the caller's: no copy was made), after its write;
+/// an entry below lend_min, or on a file with O_DIRECT, is copied and its owner released inside append().
+TEST_F(ShardFile, LentAppendsWriteWhatCopiesWrite)
+{
+  fsd::write_pipeline pipe{8192, 2};
+  const auto a = bytes(10000, 1), b = bytes(20000, 2), c = bytes(5000, 3), d = bytes(3, 4), e = bytes(9000, 5);
+  std::mutex mu;
+  std::vector<std::thread::id> released;  // the thread that released each owner
+  auto owner = [&] {
+    return std::shared_ptr<void>(static_cast<void*>(&mu), [&](void*) {  // points at something: an owner
+      const std::lock_guard lk{mu};
+      released.push_back(std::this_thread::get_id());
+    });
+  };
+  constexpr std::size_t lend_min = 4096;
+  {
+    fsd::shard_file s{dir, 0, 100, &pipe, false}, next{dir, 1, 5000, &pipe, false};
+    ASSERT_TRUE(s.lends() && next.lends());
+    s.append("0/a", fd::dtype::u8, {10000}, a, owner(), lend_min);
+    s.commit(0);
+    s.append("1/b", fd::dtype::u8, {20000}, b, owner(), lend_min);  // lent, then rolled back to 10000
+    s.rollback();
+    s.append("2/c", fd::dtype::u8, {5000}, c, owner(), lend_min);
+    s.append("2/d", fd::dtype::u8, {3}, d, owner(), lend_min);  // below lend_min: copied
+    s.commit(2);
+    EXPECT_EQ(s.forwards().at(1).crc, fsd::crc32(d.data(), d.size(), fsd::crc32(c.data(), c.size())));
+    s.append("3/e", fd::dtype::u8, {9000}, e, owner(), lend_min);
+    s.move_pending(next);
+    std::uint64_t rel = 0;
+    EXPECT_EQ(s.publish("{}", true, rel), 15003U);
+    next.append("3/c", fd::dtype::u8, {5000}, c, owner(), lend_min);
+    next.commit(3);
+    EXPECT_EQ(next.forwards().at(0).crc, fsd::crc32(c.data(), c.size(), fsd::crc32(e.data(), e.size())));
+    EXPECT_EQ(next.publish("{}", true, rel), 14000U);
+  }
+  const auto s0 = read_shard(dir / "shard-00000.safetensors");
+  ASSERT_EQ(s0.tensors.size(), 3U);
+  EXPECT_EQ(s0.tensors[0].bytes, u8(a));
+  EXPECT_EQ(s0.tensors[1].bytes, u8(c));
+  EXPECT_EQ(s0.tensors[2].bytes, u8(d));
+  const auto s1 = read_shard(dir / "shard-00001.safetensors");
+  ASSERT_EQ(s1.tensors.size(), 2U);
+  EXPECT_EQ(s1.tensors[0].bytes, u8(e));
+  EXPECT_EQ(s1.tensors[1].bytes, u8(c));
+  const auto me = std::this_thread::get_id();
+  ASSERT_EQ(released.size(), 6U);
+  EXPECT_EQ(std::count(released.begin(), released.end(), me), 1) << "only d (3 bytes) was copied";
+  {  // O_DIRECT where the filesystem takes it: nothing is lent
+    released.clear();
+    fsd::shard_file s{dir, 2, 100, &pipe, true};
+    s.append("4/a", fd::dtype::u8, {10000}, a, owner(), lend_min);
+    if (!s.lends()) { EXPECT_EQ(released, std::vector<std::thread::id>{me}); }
+  }
+}
+
 /// A write that fails on the I/O thread (here: the file's size limit, EFBIG) is thrown on the writer's thread by
-/// its next call, as an io_error naming the file; the shard is not published.
+/// its next call, as an io_error naming the file; the shard is not published. Lent pieces (write_lent) queued
+/// behind the failed write are dropped and their owners released: none is kept past the pipeline.
 TEST_F(ShardFile, AWriteErrorOnTheIoThreadReachesTheWriter)
 {
-  int code = 0;
-  {
-    const file_size_limit limit{1U << 16};
-    ASSERT_TRUE(limit.ok());
-    fsd::write_pipeline pipe{8192, 2};
-    try {
-      fsd::shard_file s{dir, 0, 100, &pipe, true};
-      for (int i = 0; i < 64; ++i) { s.append("0/t" + std::to_string(i), fd::dtype::u8, {4096}, bytes(4096, i)); }
-      s.commit(0);
-      std::uint64_t rel = 0;
-      (void)s.publish("{}", true, rel);
-    } catch (const ferry::sink::io_error& x) {
-      code = x.code();
-      EXPECT_NE(std::string{x.what()}.find(".shard-00000.safetensors.tmp"), std::string::npos) << x.what();
+  for (const bool lend : {false, true}) {  // copied into buffers (O_DIRECT where it opens), or lent (buffered)
+    SCOPED_TRACE(lend ? "lent" : "copied");
+    int code = 0;
+    int made = 0;
+    std::atomic<int> released{0};
+    {
+      const file_size_limit limit{1U << 16};
+      ASSERT_TRUE(limit.ok());
+      fsd::write_pipeline pipe{8192, 2};
+      try {
+        fsd::shard_file s{dir, 0, 100, &pipe, !lend};
+        for (int i = 0; i < 64; ++i) {
+          const std::shared_ptr<std::vector<std::byte>> data{new std::vector<std::byte>(bytes(4096, i)),
+                                                             [&](std::vector<std::byte>* p) {
+                                                               delete p;
+                                                               ++released;
+                                                             }};
+          ++made;
+          s.append("0/t" + std::to_string(i), fd::dtype::u8, {4096}, *data, data, lend ? 1 : 0);
+        }
+        s.commit(0);
+        std::uint64_t rel = 0;
+        (void)s.publish("{}", true, rel);
+      } catch (const ferry::sink::io_error& x) {
+        code = x.code();
+        EXPECT_NE(std::string{x.what()}.find(".shard-00000.safetensors.tmp"), std::string::npos) << x.what();
+      }
     }
+    EXPECT_EQ(code, EFBIG);
+    EXPECT_EQ(released.load(), made) << "every lent piece given back: written, failed or dropped after the error";
+    EXPECT_TRUE(fs::is_empty(dir)) << "the temporary removed, nothing published";
   }
-  EXPECT_EQ(code, EFBIG);
-  EXPECT_TRUE(fs::is_empty(dir)) << "the temporary removed, nothing published";
 }
 
 /// sink::sequential_file (ferry.arrow's shards): pieces of every alignment, one longer than the pipeline's 16 MiB

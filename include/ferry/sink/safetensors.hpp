@@ -65,6 +65,10 @@ struct safetensors_tuning {
   std::size_t io_threads{2};
   std::size_t write_buffers{6};
   std::size_t write_bytes{std::size_t{16} << 20};
+  /// Entries of at least this many bytes are written from their staging (kept until written, not copied into the
+  /// write buffers) where the shard takes unaligned writes: buffered files (no fsync, direct_io off, or a
+  /// filesystem without O_DIRECT, such as tmpfs). 0: every entry is copied.
+  std::size_t lend_min_bytes{std::size_t{256} << 10};
 };
 
 struct safetensors_config {
@@ -102,6 +106,7 @@ struct safetensors_stats {
   std::uint64_t refused_entries{0};       ///< entries not written because of an error (schema, tag, failure, closed)
   std::uint64_t lost_forwards{0};         ///< forwards accepted but never published (the shard a failure ended)
   std::uint64_t relocations{0};  ///< data copied inside the writer (a header guess, a forward moved to the next shard)
+  std::uint64_t lent_entries{0};  ///< entries written from their staging, not copied (tuning.lend_min_bytes)
   double writer_copy_seconds{0.0};  ///< the writer copying entries into write buffers (with their CRC-32)
   double writer_wait_seconds{0.0};  ///< the writer waiting for a buffer the I/O threads still write (medium-bound)
   double writer_idle_seconds{0.0};  ///< the writer waiting for an entry (it keeps up)
@@ -131,6 +136,7 @@ void for_each_stat(const safetensors_stats& s, F&& f)
   f("refused_entries", s.refused_entries);
   f("lost_forwards", s.lost_forwards);
   f("relocations", s.relocations);
+  f("lent_entries", s.lent_entries);
   f("writer_copy_seconds", s.writer_copy_seconds);
   f("writer_wait_seconds", s.writer_wait_seconds);
   f("writer_idle_seconds", s.writer_idle_seconds);
