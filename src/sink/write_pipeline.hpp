@@ -97,9 +97,7 @@ class write_pipeline {
       }
       const auto t0 = std::chrono::steady_clock::now();
       idle_.wait(lk);
-      counters_->wait_ns.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                       std::chrono::steady_clock::now() - t0).count()),
-                                   std::memory_order_relaxed);
+      count_wait(t0);
     }
   }
   /// Returns a buffer from take() unwritten.
@@ -138,9 +136,7 @@ class write_pipeline {
       if (lent_ >= bufs_.size()) {
         const auto t0 = std::chrono::steady_clock::now();
         idle_.wait(lk, [&] { return error_ || lent_ < bufs_.size(); });
-        counters_->wait_ns.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                         std::chrono::steady_clock::now() - t0).count()),
-                                     std::memory_order_relaxed);
+        count_wait(t0);
       }
       if (error_) { std::rethrow_exception(error_); }
       q_.push_back(job{const_cast<std::byte*>(p), n, &buffered, &buffered, off, &w, std::move(owner), true});
@@ -188,6 +184,14 @@ class write_pipeline {
     std::shared_ptr<void> owner{};  ///< a lent write's (write_lent) memory
     bool lent{false};               ///< write_lent's: `p` is not one of the buffers
   };
+
+  /// The writer's wait since `t0` (for a buffer, or for room for a lent write): writer_wait_seconds.
+  void count_wait(std::chrono::steady_clock::time_point t0) noexcept
+  {
+    counters_->wait_ns.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now() - t0).count()),
+                                 std::memory_order_relaxed);
+  }
 
   buffer& slot(const std::byte* p)
   {

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <mutex>
@@ -301,6 +302,44 @@ class ShardFile : public ::testing::Test {
   {
     return {reinterpret_cast<const std::uint8_t*>(b.data()), reinterpret_cast<const std::uint8_t*>(b.data()) + b.size()};
   }
+  /// The pipeline tests' script on two shards through `pipe` (`direct`: O_DIRECT asked for; `lend_min` not 0: both
+  /// files must lend): a forward, one rolled back, one of two tensors (the second, 3 bytes, below any lend_min), an
+  /// open one moved to the next shard, which takes one more; each append's owner from `owner()` (null: copied). The
+  /// data sizes, CRC-32s and every byte read back from the published shards are checked.
+  void pipeline_script(fsd::write_pipeline& pipe, bool direct, const std::function<std::shared_ptr<void>()>& owner,
+                       std::size_t lend_min)
+  {
+    const auto a = bytes(10000, 1), b = bytes(20000, 2), c = bytes(5000, 3), d = bytes(3, 4), e = bytes(9000, 5);
+    {
+      fsd::shard_file s{dir, 0, 100, &pipe, direct}, next{dir, 1, 5000, &pipe, direct};
+      if (lend_min != 0) { ASSERT_TRUE(s.lends() && next.lends()); }
+      s.append("0/a", fd::dtype::u8, {10000}, a, owner(), lend_min);
+      s.commit(0);
+      s.append("1/b", fd::dtype::u8, {20000}, b, owner(), lend_min);  // written to the file, rolled back to 10000
+      s.rollback();
+      s.append("2/c", fd::dtype::u8, {5000}, c, owner(), lend_min);
+      s.append("2/d", fd::dtype::u8, {3}, d, owner(), lend_min);
+      s.commit(2);
+      EXPECT_EQ(s.forwards().at(1).crc, fsd::crc32(d.data(), d.size(), fsd::crc32(c.data(), c.size())));
+      s.append("3/e", fd::dtype::u8, {9000}, e, owner(), lend_min);
+      s.move_pending(next);
+      std::uint64_t rel = 0;
+      EXPECT_EQ(s.publish("{}", true, rel), 15003U);
+      next.append("3/c", fd::dtype::u8, {5000}, c, owner(), lend_min);
+      next.commit(3);
+      EXPECT_EQ(next.forwards().at(0).crc, fsd::crc32(c.data(), c.size(), fsd::crc32(e.data(), e.size())));
+      EXPECT_EQ(next.publish("{}", true, rel), 14000U);
+    }
+    const auto s0 = read_shard(dir / "shard-00000.safetensors");
+    ASSERT_EQ(s0.tensors.size(), 3U);
+    EXPECT_EQ(s0.tensors[0].bytes, u8(a));
+    EXPECT_EQ(s0.tensors[1].bytes, u8(c));
+    EXPECT_EQ(s0.tensors[2].bytes, u8(d));
+    const auto s1 = read_shard(dir / "shard-00001.safetensors");
+    ASSERT_EQ(s1.tensors.size(), 2U);
+    EXPECT_EQ(s1.tensors[0].bytes, u8(e));
+    EXPECT_EQ(s1.tensors[1].bytes, u8(c));
+  }
   fs::path dir;
 };
 
@@ -382,34 +421,7 @@ TEST_F(ShardFile, AnUnpublishedShardLeavesNothing)
 TEST_F(ShardFile, ThePipelineWritesWhatTheSynchronousPathWrites)
 {
   fsd::write_pipeline pipe{8192, 2};  // two 8 KiB buffers: every step below crosses them
-  const auto a = bytes(10000, 1), b = bytes(20000, 2), c = bytes(5000, 3), d = bytes(3, 4), e = bytes(9000, 5);
-  {
-    fsd::shard_file s{dir, 0, 100, &pipe, true}, next{dir, 1, 5000, &pipe, true};
-    s.append("0/a", fd::dtype::u8, {10000}, a);
-    s.commit(0);
-    s.append("1/b", fd::dtype::u8, {20000}, b);  // written to the file, then rolled back to 10000
-    s.rollback();
-    s.append("2/c", fd::dtype::u8, {5000}, c);
-    s.append("2/d", fd::dtype::u8, {3}, d);
-    s.commit(2);
-    s.append("3/e", fd::dtype::u8, {9000}, e);
-    s.move_pending(next);
-    std::uint64_t rel = 0;
-    EXPECT_EQ(s.publish("{}", true, rel), 15003U);
-    next.append("3/c", fd::dtype::u8, {5000}, c);
-    next.commit(3);
-    EXPECT_EQ(next.forwards().at(0).crc, fsd::crc32(c.data(), c.size(), fsd::crc32(e.data(), e.size())));
-    EXPECT_EQ(next.publish("{}", true, rel), 14000U);
-  }
-  const auto s0 = read_shard(dir / "shard-00000.safetensors");
-  ASSERT_EQ(s0.tensors.size(), 3U);
-  EXPECT_EQ(s0.tensors[0].bytes, u8(a));
-  EXPECT_EQ(s0.tensors[1].bytes, u8(c));
-  EXPECT_EQ(s0.tensors[2].bytes, u8(d));
-  const auto s1 = read_shard(dir / "shard-00001.safetensors");
-  ASSERT_EQ(s1.tensors.size(), 2U);
-  EXPECT_EQ(s1.tensors[0].bytes, u8(e));
-  EXPECT_EQ(s1.tensors[1].bytes, u8(c));
+  pipeline_script(pipe, true, [] { return std::shared_ptr<void>{}; }, 0);
 }
 
 /// Entries lent to the pipeline (shard_file::append with an owner, at least lend_min bytes, on a buffered file) are
@@ -420,7 +432,6 @@ TEST_F(ShardFile, ThePipelineWritesWhatTheSynchronousPathWrites)
 TEST_F(ShardFile, LentAppendsWriteWhatCopiesWrite)
 {
   fsd::write_pipeline pipe{8192, 2};
-  const auto a = bytes(10000, 1), b = bytes(20000, 2), c = bytes(5000, 3), d = bytes(3, 4), e = bytes(9000, 5);
   std::mutex mu;
   std::vector<std::thread::id> released;  // the thread that released each owner
   auto owner = [&] {
@@ -429,43 +440,15 @@ TEST_F(ShardFile, LentAppendsWriteWhatCopiesWrite)
       released.push_back(std::this_thread::get_id());
     });
   };
-  constexpr std::size_t lend_min = 4096;
-  {
-    fsd::shard_file s{dir, 0, 100, &pipe, false}, next{dir, 1, 5000, &pipe, false};
-    ASSERT_TRUE(s.lends() && next.lends());
-    s.append("0/a", fd::dtype::u8, {10000}, a, owner(), lend_min);
-    s.commit(0);
-    s.append("1/b", fd::dtype::u8, {20000}, b, owner(), lend_min);  // lent, then rolled back to 10000
-    s.rollback();
-    s.append("2/c", fd::dtype::u8, {5000}, c, owner(), lend_min);
-    s.append("2/d", fd::dtype::u8, {3}, d, owner(), lend_min);  // below lend_min: copied
-    s.commit(2);
-    EXPECT_EQ(s.forwards().at(1).crc, fsd::crc32(d.data(), d.size(), fsd::crc32(c.data(), c.size())));
-    s.append("3/e", fd::dtype::u8, {9000}, e, owner(), lend_min);
-    s.move_pending(next);
-    std::uint64_t rel = 0;
-    EXPECT_EQ(s.publish("{}", true, rel), 15003U);
-    next.append("3/c", fd::dtype::u8, {5000}, c, owner(), lend_min);
-    next.commit(3);
-    EXPECT_EQ(next.forwards().at(0).crc, fsd::crc32(c.data(), c.size(), fsd::crc32(e.data(), e.size())));
-    EXPECT_EQ(next.publish("{}", true, rel), 14000U);
-  }
-  const auto s0 = read_shard(dir / "shard-00000.safetensors");
-  ASSERT_EQ(s0.tensors.size(), 3U);
-  EXPECT_EQ(s0.tensors[0].bytes, u8(a));
-  EXPECT_EQ(s0.tensors[1].bytes, u8(c));
-  EXPECT_EQ(s0.tensors[2].bytes, u8(d));
-  const auto s1 = read_shard(dir / "shard-00001.safetensors");
-  ASSERT_EQ(s1.tensors.size(), 2U);
-  EXPECT_EQ(s1.tensors[0].bytes, u8(e));
-  EXPECT_EQ(s1.tensors[1].bytes, u8(c));
+  pipeline_script(pipe, false, owner, 4096);
   const auto me = std::this_thread::get_id();
   ASSERT_EQ(released.size(), 6U);
   EXPECT_EQ(std::count(released.begin(), released.end(), me), 1) << "only d (3 bytes) was copied";
+  const auto a = bytes(10000, 1);  // outlives the shard below (a lent write would read it until then)
   {  // O_DIRECT where the filesystem takes it: nothing is lent
     released.clear();
     fsd::shard_file s{dir, 2, 100, &pipe, true};
-    s.append("4/a", fd::dtype::u8, {10000}, a, owner(), lend_min);
+    s.append("4/a", fd::dtype::u8, {10000}, a, owner(), 4096);
     if (!s.lends()) { EXPECT_EQ(released, std::vector<std::thread::id>{me}); }
   }
 }

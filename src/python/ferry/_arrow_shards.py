@@ -100,7 +100,7 @@ class Shards:
         self.copy += copy
         self.io_wait += wait
         shard = (self._f, self._tmp, f"data-{self._sealed:05d}.arrow")
-        self._w = self._f = None
+        self._w = self._f = self._raw = None
         self._sealed += 1
         self._pending = [f for f in self._pending if not f.done()]
         t0 = time.perf_counter()
