@@ -351,6 +351,10 @@ TEST_F(ShmStream, KilledReaderUnderDropIsDiscardedAndTheNextStartsAtAWholeForwar
   fd::channel<B> ch{channel_config(), b, stream.callback(), stream.staging(b)};
   for (std::uint64_t f = 0; f < 20; ++f) { forward(ch, f); }
   (void)first.records_until("holding");
+  // The reader holds 30 entries as soon as 30 are published; the other 30 reach the stream on the channel's poll
+  // thread. All 60 are in the stream before the kill, so its death discards exactly 50 (not some dropped for want
+  // of a reader).
+  ASSERT_TRUE(eventually([&] { return stream.stats().entries_published == 60; }));
   first.kill();
   ASSERT_TRUE(eventually([&] { return stream.stats().readers_died == 1; }));
   EXPECT_EQ(stream.stats().discarded_entries, 50U);
