@@ -21,7 +21,9 @@ gpu=0
 if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1 && command -v nvcc > /dev/null; then gpu=1; fi
 cuda_flags=(-DFERRY_ENABLE_CUDA=OFF)
 ((gpu)) && cuda_flags=(-DFERRY_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
-build="$root/build/bench-run"  # not build/bench: a top-level build/ tree has its own bench/ subdirectory
+# not build/bench: a top-level build/ tree has its own bench/ subdirectory. FERRY_BENCH_BUILD: an already
+# configured tree to build the two binaries in instead (.ci/run passes tests/run.sh's, which has built them).
+build=${FERRY_BENCH_BUILD:-$root/build/bench-run}
 out=${FERRY_BENCH_RESULTS:-$root/build/bench-results}
 mkdir -p "$out"
 rm -f "$out"/*.json "$out"/*.log "$out"/*.svg
@@ -30,7 +32,8 @@ suffix=_host
 where=$( ((gpu)) && echo GPU || echo "host-emulated device")
 
 echo "ferry: building the benchmarks ($where; log: $out/build.log)"
-if ! { cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_BUILD_TESTS=OFF "${cuda_flags[@]}" &&
+if ! { { [[ -n ${FERRY_BENCH_BUILD:-} ]] ||
+    cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_BUILD_TESTS=OFF "${cuda_flags[@]}"; } &&
   cmake --build "$build" -j"$(nproc)" --target ferry_bench_d2h$suffix ferry_bench_h2d$suffix; } > "$out/build.log" 2>&1; then
   tail -30 "$out/build.log"
   echo "ferry: build failed (log: $out/build.log)" >&2

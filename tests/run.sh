@@ -2,7 +2,9 @@
 # ferry's test command (README): installs what it needs, builds, runs every test that this machine can run.
 #   * host-labelled tests always (backend contract on the host-emulated device, D2H/H2D protocols,
 #     consumer projects against the install and build trees, the PTX memory-ordering check);
-#   * gpu-labelled tests too when an NVIDIA GPU is present (FERRY_REQUIRE_GPU=1: a skip is a failure);
+#   * gpu-labelled tests too when an NVIDIA GPU is present (FERRY_REQUIRE_GPU=1: a skip is a failure); without
+#     one their binaries and the CUDA benchmarks are not built (FERRY_BUILD_GPU_BINARIES=OFF), the device code
+#     still is (ferry::cuda for sm_90, and sm_80 in CI);
 #   * the Python package's tests (pytest, tests/python, label host;python) when its build dependencies
 #     (nanobind, scikit-build-core, numpy, pytest: from PyPI) can be imported or pip-installed; with torch
 #     and transformers (PyPI, skipped with FERRY_SKIP_TORCH=1) also the torch ops, hooks and presets tests;
@@ -63,7 +65,7 @@ py_flags=(-DFERRY_BUILD_PYTHON=OFF)
 python_note="not built: its dependencies (nanobind, scikit-build-core, numpy, pytest) are missing"
 if ferry_install_python_deps; then
   py_flags=(-DFERRY_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$("${PYTHON:-python3}" -c 'import sys; print(sys.executable)')")
-  python_note="built, tested by ctest's python.pytest"
+  python_note="built, tested by ctest's python.pytest.{core,engine,tp,bench} and python.pip_install"
   if ! ferry_install_torch_deps; then
     python_note="$python_note; torch missing or FERRY_SKIP_TORCH=1: the torch layer's tests skip"
   fi
@@ -71,21 +73,29 @@ fi
 echo "ferry: Python package: $python_note"
 
 export PATH="/usr/local/cuda/bin:$PATH"
+gpu=0
+if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then gpu=1; fi
 cuda_flags=(-DFERRY_ENABLE_CUDA=OFF)
+gpu_note="no CUDA compiler: host only"
 if command -v nvcc > /dev/null; then
   archs=90
   [[ -n "${CI:-}" ]] && archs="80;90"
-  cuda_flags=(-DFERRY_ENABLE_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$archs")
+  # Without a GPU the gpu-only test and benchmark binaries are not built (nothing here could run them); ferry::cuda,
+  # the docs' nvcc check, the PTX check and the CUDA consumer still compile the device code for $archs.
+  cuda_flags=(-DFERRY_ENABLE_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$archs" "-DFERRY_BUILD_GPU_BINARIES=$((gpu))"
+              "-DCMAKE_CUDA_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG -Xcompiler=-g1")
+  gpu_note="CUDA for sm_${archs//;/, sm_}; gpu-only binaries $( ((gpu)) && echo "built and run" || echo "not built (no GPU)")"
 fi
 jobs=$(nproc)
 build="$root/build/test"
 ok=1
-stage "configure" configure cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cuda_flags[@]}" \
-  "${py_flags[@]}" || ok=0
+# -g1 (line tables: file:line in backtraces and sanitizer reports, no variable info) builds in two thirds of -g's time.
+stage "configure" configure cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "${cuda_flags[@]}" "${py_flags[@]}" || ok=0
 ((ok)) && { stage "build" build cmake --build "$build" -j"$jobs" || ok=0; }
 
 labels="host"
-if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
+if ((gpu)); then
   export FERRY_REQUIRE_GPU=1
   labels="host|gpu"
 fi
@@ -142,6 +152,7 @@ for i in "${!names[@]}"; do
   printf '%-44s %-8s %-14s %6ss  %s\n' "${names[$i]}" "${results[$i]}" "${counts[$i]}" "${times[$i]}" "${logfiles[$i]}"
 done
 echo "Python package: $python_note"
+echo "CUDA: $gpu_note"
 echo "============================================================================================================================"
 echo "$passed passed, $failed failed"
 ((failed == 0))

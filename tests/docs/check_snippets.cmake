@@ -98,7 +98,9 @@ foreach(doc IN LISTS DOCS)
     list(APPEND flags -I "${dir}")
   endforeach()
   if(is_nvcc)
-    list(APPEND flags -arch=sm_90 -c -o "${WORK_DIR}/${doc_name}.o" -Xcompiler=-Werror=narrowing)
+    # --cuda: the front end, the device compile and the host preprocessing, not the final host compile of the
+    # generated code (the cpp snippets' host code is checked by g++ and clang++): a third less time.
+    list(APPEND flags -arch=sm_90 --cuda -o "${WORK_DIR}/${doc_name}.cu.ii" -Xcompiler=-Werror=narrowing)
   else()
     list(APPEND flags -fsyntax-only -Werror=narrowing -Wno-unused-variable -Wno-unused-but-set-variable)
   endif()

@@ -27,31 +27,52 @@ mkdir -p "$root/build"
 tsan="$root/build/tsan"; asan="$root/build/asan"
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 export ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-}"
-step "configure+build tsan" bash -c "$(declare -f configure); root=$root; configure $tsan '-fsanitize=thread -g -O1' \
-  && ninja -C $tsan -j$jobs ferry_rel_stress d2h_host h2d_host backend_contract_host sink_host sink_assembler_host"
+# -O1 and line tables (-gline-tables-only: file:line in every report) over RelWithDebInfo's -O2 -g: a third less build.
+san_build_type=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG")
+step "configure+build tsan" bash -c "$(declare -f configure); root=$root; configure $tsan '-fsanitize=thread' \
+  $(printf '%q ' "${san_build_type[@]}") && ninja -C $tsan -j$jobs ferry_rel_stress d2h_host h2d_host \
+  backend_contract_host sink_host sink_assembler_host"
 step "configure+build asan+fuzz" bash -c "$(declare -f configure); root=$root; configure $asan \
-  '-fsanitize=address,fuzzer-no-link -fno-omit-frame-pointer -g -O1' -DFERRY_RELIABILITY_FUZZ=ON \
-  && ninja -C $asan -j$jobs ferry_rel_stress ferry_rel_sweep ferry_rel_fuzz_h2d ferry_rel_fuzz_d2h sink_host \
-  sink_assembler_host"
+  '-fsanitize=address,fuzzer-no-link -fno-omit-frame-pointer' $(printf '%q ' "${san_build_type[@]}") \
+  -DFERRY_RELIABILITY_FUZZ=ON && ninja -C $asan -j$jobs ferry_rel_stress ferry_rel_sweep ferry_rel_fuzz_h2d \
+  ferry_rel_fuzz_d2h sink_host sink_assembler_host"
 rel=tests/reliability
-step "stress (tsan)" "$tsan/$rel/ferry_rel_stress"
-step "d2h host suite (tsan)" "$tsan/tests/d2h/d2h_host" --gtest_brief=1
-step "h2d host suite (tsan)" "$tsan/tests/h2d/h2d_host" --gtest_brief=1
-step "sink host suite (tsan)" "$tsan/tests/sink/sink_host" --gtest_brief=1
-step "sample assembler (tsan)" "$tsan/tests/sink/sink_assembler_host" --gtest_brief=1
-# The contract's out-of-memory test asks the allocator for more than it can give: TSan must return null.
-step "backend contract host (tsan)" env TSAN_OPTIONS="$TSAN_OPTIONS allocator_may_return_null=1" \
-  "$tsan/tests/backend/backend_contract_host" --gtest_brief=1
-step "stress quick (asan)" "$asan/$rel/ferry_rel_stress" --quick
-step "sink host suite (asan/lsan)" "$asan/tests/sink/sink_host" --gtest_brief=1
-step "sample assembler (asan/lsan)" "$asan/tests/sink/sink_assembler_host" --gtest_brief=1
-step "fault sweep d2h (asan/lsan)" "$asan/$rel/ferry_rel_sweep" d2h
-step "fault sweep h2d sticky (asan/lsan)" "$asan/$rel/ferry_rel_sweep" h2d
-for f in h2d d2h; do
-  work=$(mktemp -d); cp "$root/$rel/fuzz/corpus_$f"/* "$work/"
-  step "fuzz $f ($fuzz_runs runs)" "$asan/$rel/ferry_rel_fuzz_$f" -runs="$fuzz_runs" -max_total_time=60 \
-    -artifact_prefix="$asan/fuzz-$f-" "$work"
-  rm -rf "$work"
-done
+tsan_lane() {
+  step "stress (tsan)" "$tsan/$rel/ferry_rel_stress"
+  step "d2h host suite (tsan)" "$tsan/tests/d2h/d2h_host" --gtest_brief=1
+  step "h2d host suite (tsan)" "$tsan/tests/h2d/h2d_host" --gtest_brief=1
+  step "sink host suite (tsan)" "$tsan/tests/sink/sink_host" --gtest_brief=1
+  step "sample assembler (tsan)" "$tsan/tests/sink/sink_assembler_host" --gtest_brief=1
+  # The contract's out-of-memory test asks the allocator for more than it can give: TSan must return null.
+  step "backend contract host (tsan)" env TSAN_OPTIONS="$TSAN_OPTIONS allocator_may_return_null=1" \
+    "$tsan/tests/backend/backend_contract_host" --gtest_brief=1
+}
+asan_lane() {
+  step "stress quick (asan)" "$asan/$rel/ferry_rel_stress" --quick
+  step "sink host suite (asan/lsan)" "$asan/tests/sink/sink_host" --gtest_brief=1
+  step "sample assembler (asan/lsan)" "$asan/tests/sink/sink_assembler_host" --gtest_brief=1
+  step "fault sweep d2h (asan/lsan)" "$asan/$rel/ferry_rel_sweep" d2h
+  step "fault sweep h2d sticky (asan/lsan)" "$asan/$rel/ferry_rel_sweep" h2d
+  for f in h2d d2h; do
+    work=$(mktemp -d); cp "$root/$rel/fuzz/corpus_$f"/* "$work/"
+    step "fuzz $f ($fuzz_runs runs)" "$asan/$rel/ferry_rel_fuzz_$f" -runs="$fuzz_runs" -max_total_time=60 \
+      -artifact_prefix="$asan/fuzz-$f-" "$work"
+    rm -rf "$work"
+  done
+}
+# The two trees' runs side by side (one core each on 2 cores), each lane into its own log, printed in order; the
+# counts come from the lanes' "-- <step>: passed|FAILED" lines.
+if ((failed == 0)); then
+  lanes="$root/build/sanitizer-lanes"; mkdir -p "$lanes"
+  tsan_lane > "$lanes/tsan.log" 2>&1 &
+  tsan_pid=$!
+  asan_lane > "$lanes/asan.log" 2>&1
+  wait "$tsan_pid"
+  for lane in tsan asan; do
+    cat "$lanes/$lane.log"
+    passed=$((passed + $(grep -cE '^-- .*: passed \(' "$lanes/$lane.log")))
+    failed=$((failed + $(grep -cE '^-- .*: FAILED \(' "$lanes/$lane.log")))
+  done
+fi
 echo "reliability: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
