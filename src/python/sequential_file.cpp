@@ -28,18 +28,35 @@ std::string contiguous(const char* what, int flags)
 }
 }  // namespace
 
+/// (copy, wait) seconds of a sequential_file_times.
+nb::tuple times_tuple(const fk::sequential_file_times& t) { return nb::make_tuple(t.copy_seconds, t.wait_seconds); }
+
 void init_sequential_file(nb::module_& m)
 {
+  nb::class_<fk::file_writer>(m, "FileWriter",
+                              "FileWriter(): the buffers and I/O threads that SequentialFiles given it share (a run's "
+                              "shards reuse them warm; one may close on another thread while the next is written). "
+                              "The first write error of any of its files ends it: their later writes and closes "
+                              "raise it.")
+    .def(nb::init<>())
+    .def_prop_ro(
+      "times", [](const fk::file_writer& w) { return times_tuple(w.times()); },
+      "(copy, wait): seconds its files' write() calls spent copying, and waiting for a buffer, over all of them.");
   nb::class_<fk::sequential_file> c(m, "SequentialFile",
-                                     "SequentialFile(path, *, durable=False): a file written front to back through "
-                                     "ferry's sink writer (O_DIRECT where the filesystem allows when durable; close() "
-                                     "syncs it then). A Python file object for pyarrow.PythonFile(f, mode='w').");
+                                     "SequentialFile(path, *, durable=False, writer=None): a file written front to "
+                                     "back through ferry's sink writer (O_DIRECT where the filesystem allows when "
+                                     "durable; close() syncs it then), its own or `writer`'s (a FileWriter). A Python "
+                                     "file object for pyarrow.PythonFile(f, mode='w').");
   c.def(
      "__init__",
-     [](fk::sequential_file* self, const std::string& path, bool durable) {
-       new (self) fk::sequential_file(path, durable);
+     [](fk::sequential_file* self, const std::string& path, bool durable, const fk::file_writer* writer) {
+       if (writer != nullptr) {
+         new (self) fk::sequential_file(path, durable, *writer);
+       } else {
+         new (self) fk::sequential_file(path, durable);
+       }
      },
-     nb::arg("path"), nb::kw_only(), nb::arg("durable") = false)
+     nb::arg("path"), nb::kw_only(), nb::arg("durable") = false, nb::arg("writer").none() = nb::none())
     .def(
       "write",
       [](fk::sequential_file& f, nb::handle data) {
@@ -64,13 +81,9 @@ void init_sequential_file(nb::module_& m)
     .def("seekable", [](fk::sequential_file&) { return false; })
     .def_prop_ro("closed", &fk::sequential_file::closed)
     .def_prop_ro(
-      "times",
-      [](fk::sequential_file& f) {
-        const fk::sequential_file_times t = f.times();
-        return nb::make_tuple(t.copy_seconds, t.wait_seconds);
-      },
+      "times", [](fk::sequential_file& f) { return times_tuple(f.times()); },
       "(copy, wait): seconds write() spent copying into the writer's buffers, and waiting for one the I/O threads "
-      "had not given back (the medium the limit).")
+      "had not given back (the medium the limit); with a shared FileWriter, over all of its files.")
     .def_prop_ro("name", [](fk::sequential_file& f) { return f.path().string(); });
   m.def(
     "widen_to_f32",

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// sink::sequential_file (sink/sequential_file.hpp): one data_stream over a file of its own write_pipeline, as a
-// shard's data section is written (shard_file.hpp), from offset 0.
+// sink::sequential_file (sink/sequential_file.hpp): one data_stream over a file, through its file_writer's
+// write_pipeline, as a shard's data section is written (shard_file.hpp), from offset 0; sink::file_writer: a shared
+// write_pipeline (the safetensors sink's shards share one the same way).
 #include <ferry/sink/sequential_file.hpp>
 
 #include "data_stream.hpp"
@@ -9,6 +10,7 @@
 
 #include <ferry/error.hpp>
 
+#include <memory>
 #include <mutex>
 #include <utility>
 
@@ -16,17 +18,58 @@ namespace ferry::sink {
 
 namespace detail {
 
+/// A file_writer: the pipeline its files write through, and how many of them are open. Each open file may hold one
+/// buffer it is filling; with at most chunks - 1 files open one buffer is always free or on its way back from an
+/// I/O thread, so a take() never waits for a buffer that only another file's close would give back (a hang).
+struct file_writer_state {
+  static constexpr std::size_t chunks = 6;
+  static constexpr std::size_t max_open = chunks - 1;
+  write_pipeline pipe{std::size_t{16} << 20, chunks};
+  std::mutex mu;
+  std::size_t open{0};
+};
+
+/// One open file of a writer, from before its file is created until it is closed or destroyed.
+class open_slot {
+ public:
+  open_slot(file_writer_state& w, const fs::path& p) : w_{w}
+  {
+    std::lock_guard lk{w.mu};
+    FERRY_EXPECTS(w.open < file_writer_state::max_open, ferry::logic_error,
+                  "sequential_file {}: expected at most {} open files of one file_writer, got {} open (close one "
+                  "first)", p.string(), file_writer_state::max_open, w.open);
+    ++w.open;
+  }
+  open_slot(const open_slot&) = delete;
+  open_slot& operator=(const open_slot&) = delete;
+  ~open_slot() { end(); }
+  void end() noexcept
+  {
+    if (ended_) { return; }
+    ended_ = true;
+    std::lock_guard lk{w_.mu};
+    --w_.open;
+  }
+
+ private:
+  file_writer_state& w_;
+  bool ended_{false};
+};
+
 struct sequential_file_impl {
-  sequential_file_impl(const fs::path& p, bool durable)
-      : path{p}, durable{durable}, f{file::create(p)}, d{durable ? file::open_direct(p) : file{}}, s{f, d, 0, &pipe}
+  sequential_file_impl(const fs::path& p, bool durable, std::shared_ptr<file_writer_state> writer)
+      : w{std::move(writer)}, slot{*w, p}, path{p}, durable{durable}, f{file::create(p)},
+        d{durable ? file::open_direct(p) : file{}}, s{f, d, 0, &w->pipe}
   {
   }
-  // Destroyed in reverse: the stream's writes end (release) before the pipeline stops, both before the files close.
+  // Destroyed in reverse: the stream's writes end (release: its own, not the other files') before the files close,
+  // then the writer's slot is given back and the writer let go.
+  std::shared_ptr<file_writer_state> w;
+  open_slot slot;
   fs::path path;
   bool durable;
   file f;
   file d;
-  write_pipeline pipe;
   data_stream s;
   std::uint64_t size{0};
   bool closed{false};
@@ -35,8 +78,24 @@ struct sequential_file_impl {
 
 }  // namespace detail
 
+namespace {
+sequential_file_times times_of(detail::file_writer_state& w) noexcept
+{
+  auto& ct = w.pipe.counters();
+  return {static_cast<double>(ct.copy_ns.load(std::memory_order_relaxed)) * 1e-9,
+          static_cast<double>(ct.wait_ns.load(std::memory_order_relaxed)) * 1e-9};
+}
+}  // namespace
+
+file_writer::file_writer() : w_{std::make_shared<detail::file_writer_state>()} {}
+sequential_file_times file_writer::times() const noexcept { return times_of(*w_); }
+
 sequential_file::sequential_file(const std::filesystem::path& path, bool durable)
-    : impl_{std::make_unique<detail::sequential_file_impl>(path, durable)}
+    : sequential_file(path, durable, file_writer{})
+{
+}
+sequential_file::sequential_file(const std::filesystem::path& path, bool durable, const file_writer& writer)
+    : impl_{std::make_unique<detail::sequential_file_impl>(path, durable, writer.w_)}
 {
 }
 sequential_file::~sequential_file() = default;
@@ -65,16 +124,12 @@ void sequential_file::close()
   if (m.durable) { m.f.sync(); }
   m.closed = true;
   m.f = detail::file{};
+  m.slot.end();  // its writer may open another file
 }
 
 std::uint64_t sequential_file::size() const noexcept { return impl_->size; }
 bool sequential_file::closed() const noexcept { return impl_->closed; }
 const std::filesystem::path& sequential_file::path() const noexcept { return impl_->path; }
-sequential_file_times sequential_file::times() const noexcept
-{
-  auto& ct = impl_->pipe.counters();
-  return {static_cast<double>(ct.copy_ns.load(std::memory_order_relaxed)) * 1e-9,
-          static_cast<double>(ct.wait_ns.load(std::memory_order_relaxed)) * 1e-9};
-}
+sequential_file_times sequential_file::times() const noexcept { return times_of(*impl_->w); }
 
 }  // namespace ferry::sink

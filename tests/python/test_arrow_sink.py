@@ -3,6 +3,7 @@
 # forwards read back through datasets.load_from_disk equal to what was captured (BF16 widened exactly); a forward the
 # layout refuses is counted and the next ones are written; a forward widened while the one before it is written (a
 # slowed writer) reads back whole; a full shard is finished by the finisher thread while the writer fills the next;
+# the shards of a run share one _ferry.FileWriter, and files of one writer hold their own bytes;
 # every BF16 and F16 value widens exactly; a writer SIGKILLed mid-run leaves a loadable dataset of
 # complete shards; a full disk (EFBIG through RLIMIT_FSIZE) ends the run with the earlier shards loadable.
 import os
@@ -191,6 +192,13 @@ def test_the_writer_fills_the_next_shard_while_the_last_is_finished(tmp_path, mo
         return finish(self, *args)
 
     monkeypatch.setattr(_arrow_shards.Shards, "_finish", held)
+    made, seq = [], ferry._ferry.SequentialFile  # every shard through the run's one FileWriter
+
+    def recorded(*args, **kw):
+        made.append(kw.get("writer"))
+        return seq(*args, **kw)
+
+    monkeypatch.setattr(ferry._ferry, "SequentialFile", recorded)
     schema = pa.schema([("x", pa.int64())])
     sh = _arrow_shards.Shards(str(tmp_path), schema, {}, 800, False)
     batches = [pa.record_batch([pa.array(np.arange(100) + 100 * i)], schema=schema) for i in range(3)]
@@ -207,3 +215,37 @@ def test_the_writer_fills_the_next_shard_while_the_last_is_finished(tmp_path, mo
     for i, name in enumerate(sh.names):
         got = pa.ipc.open_stream(pa.OSFile(str(tmp_path / name))).read_all()
         assert got.column("x").to_pylist() == list(range(100 * i, 100 * i + 100))
+    assert len(made) == 3 and made[0] is not None and all(w is made[0] for w in made), made
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_files_of_one_file_writer_each_hold_their_own_bytes(tmp_path, durable):
+    """_ferry.FileWriter: three SequentialFiles written in turns through one writer's buffers, each closed on a
+    thread of its own while the others are written, hold their own bytes in order; times are the writer's."""
+    import threading
+
+    w = ferry._ferry.FileWriter()
+    files = [ferry._ferry.SequentialFile(str(tmp_path / f"f{k}"), durable=durable, writer=w) for k in range(3)]
+    rng = np.random.default_rng(7)
+    want = [bytearray() for _ in files]
+    for n in (17 << 20, 5, 70000):
+        for k, f in enumerate(files):
+            b = rng.integers(1, 256, n + k, dtype=np.uint8)
+            assert f.write(b) == n + k
+            want[k] += b.tobytes()
+    closers = [threading.Thread(target=f.close) for f in files]
+    for t in closers:
+        t.start()
+    for t in closers:
+        t.join()
+    assert w.times[0] > 0 and all(f.times == w.times for f in files), (w.times, [f.times for f in files])
+    for k in range(3):
+        assert (tmp_path / f"f{k}").read_bytes() == bytes(want[k]), f"file {k}"
+    with pytest.raises(TypeError):
+        ferry._ferry.SequentialFile(str(tmp_path / "x"), writer=object())
+    five = [ferry._ferry.SequentialFile(str(tmp_path / f"o{k}"), writer=w) for k in range(5)]
+    with pytest.raises(ferry.LogicError, match="at most 5 open files of one file_writer"):
+        ferry._ferry.SequentialFile(str(tmp_path / "sixth"), writer=w)
+    assert not (tmp_path / "sixth").exists()
+    for f in five:
+        f.close()

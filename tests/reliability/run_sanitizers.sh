@@ -64,9 +64,9 @@ asan_lane() {
 # counts come from the lanes' "-- <step>: passed|FAILED" lines.
 if ((failed == 0)); then
   lanes="$root/build/sanitizer-lanes"; mkdir -p "$lanes"
-  tsan_lane > "$lanes/tsan.log" 2>&1 &
+  (tsan_lane) > "$lanes/tsan.log" 2>&1 &  # subshells: their counts are read from the logs below
   tsan_pid=$!
-  asan_lane > "$lanes/asan.log" 2>&1
+  (asan_lane) > "$lanes/asan.log" 2>&1
   wait "$tsan_pid"
   for lane in tsan asan; do
     cat "$lanes/$lane.log"

@@ -545,6 +545,100 @@ TEST_F(ShardFile, ASequentialFileWriteErrorReachesTheWriter)
   EXPECT_EQ(code, EFBIG);
 }
 
+/// Files of one file_writer (ferry.arrow's shards): while one file is closed on another thread (its last partial
+/// block, its sync), the next is written through the same buffers and I/O threads; each file holds its own bytes in
+/// order (a buffer of one file's write never carries another's bytes, a close drains its own writes only), and
+/// times() is the writer's, the same through each file.
+TEST_F(ShardFile, FilesOfOneWriterHoldTheirOwnBytesWhileOneClosesAndTheNextIsWritten)
+{
+  for (const bool durable : {true, false}) {
+    SCOPED_TRACE(durable ? "durable" : "buffered");
+    const ferry::sink::file_writer w;
+    std::vector<std::vector<std::uint8_t>> want(4);
+    std::vector<std::thread> closers;
+    std::vector<std::unique_ptr<ferry::sink::sequential_file>> files;
+    int seed = 100;
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      files.push_back(std::make_unique<ferry::sink::sequential_file>(dir / ("s" + std::to_string(k)), durable, w));
+      for (const std::size_t n : {(std::size_t{16} << 20) + 4097, std::size_t{3}, std::size_t{40000} * (k + 1)}) {
+        const auto b = bytes(n, seed++);
+        files.back()->write(b);
+        const auto u = u8(b);
+        want[k].insert(want[k].end(), u.begin(), u.end());
+      }
+      closers.emplace_back([f = files.back().get()] { f->close(); });  // while the next file is written
+    }
+    for (auto& t : closers) { t.join(); }
+    EXPECT_GT(w.times().copy_seconds, 0.0);
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      EXPECT_TRUE(files[k]->closed());
+      EXPECT_EQ(files[k]->times().copy_seconds, w.times().copy_seconds) << "a file's times are its writer's";
+      std::ifstream in{dir / ("s" + std::to_string(k)), std::ios::binary};
+      const std::vector<std::uint8_t> got{std::istreambuf_iterator<char>(in), {}};
+      EXPECT_EQ(got.size(), want[k].size()) << "file " << k;
+      EXPECT_TRUE(got == want[k]) << "file " << k << ": its bytes differ from the ones written";
+    }
+  }
+}
+
+/// A file_writer's open files each may hold a buffer they fill: with 5 open, a sixth would wait forever for a buffer
+/// that only a close frees, so it is a logic_error naming the file, and nothing is created; a closed (or destroyed)
+/// file frees its place.
+TEST_F(ShardFile, AWriterRefusesASixthOpenFile)
+{
+  const ferry::sink::file_writer w;
+  std::vector<std::unique_ptr<ferry::sink::sequential_file>> open;
+  for (int k = 0; k < 5; ++k) {
+    open.push_back(std::make_unique<ferry::sink::sequential_file>(dir / ("o" + std::to_string(k)), false, w));
+    open.back()->write(bytes(5000, k));  // each holds a buffer it fills
+  }
+  try {
+    ferry::sink::sequential_file sixth{dir / "sixth", false, w};
+    FAIL() << "a sixth open file was made";
+  } catch (const ferry::logic_error& e) {
+    EXPECT_NE(std::string{e.what()}.find("sixth"), std::string::npos) << e.what();
+    EXPECT_NE(std::string{e.what()}.find("at most 5 open files"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "sixth"));
+  open[0]->close();
+  ferry::sink::sequential_file after_close{dir / "after-close", false, w};
+  open[1].reset();
+  ferry::sink::sequential_file after_destroy{dir / "after-destroy", false, w};
+  after_destroy.write(bytes(100, 9));
+  after_destroy.close();
+  EXPECT_EQ(fs::file_size(dir / "after-destroy"), 100U);
+}
+
+/// The first write error of one file of a file_writer ends the writer: the next file's write throws it (EFBIG), as
+/// a run of shards ends at a full disk.
+TEST_F(ShardFile, AWriteErrorOfOneFileEndsItsWriter)
+{
+  int first = 0;
+  int next = 0;
+  {
+    const file_size_limit limit{1U << 20};
+    ASSERT_TRUE(limit.ok());
+    const ferry::sink::file_writer w;
+    try {
+      ferry::sink::sequential_file f{dir / "big.bin", true, w};
+      for (int i = 0; i < 64; ++i) { f.write(bytes(std::size_t{1} << 18, i)); }
+      f.close();
+    } catch (const ferry::sink::io_error& x) {
+      first = x.code();
+    }
+    try {
+      ferry::sink::sequential_file g{dir / "next.bin", true, w};
+      for (int i = 0; i < 64; ++i) { g.write(bytes(std::size_t{1} << 18, i)); }
+      g.close();
+    } catch (const ferry::sink::io_error& x) {
+      next = x.code();
+      EXPECT_NE(std::string{x.what()}.find("big.bin"), std::string::npos) << "the writer's first error: " << x.what();
+    }
+  }
+  EXPECT_EQ(first, EFBIG);
+  EXPECT_EQ(next, EFBIG) << "a writer whose file failed went on writing the next file";
+}
+
 TEST(SinkUnits, VersionIsTheProjectVersion) { EXPECT_EQ(ferry::version, FERRY_PROJECT_VERSION); }
 
 }  // namespace

@@ -9,6 +9,8 @@
 //                                       is thrown by the next write() or close()
 //   f.close();                          every byte in the file (fsync when durable); the size is size()
 //   f.times();                          where write() spent its time: copying, waiting for a buffer
+//   file_writer w;                      the buffers and I/O threads, shared by the files given it:
+//   sequential_file g{path, durable, w};  a run's files (ferry.arrow's shards) reuse warm buffers and threads
 // The destructor of a file not closed waits for its writes in flight and drops their errors: the caller removes a
 // file it gave up.
 #pragma once
@@ -25,7 +27,8 @@ namespace ferry::sink {
 
 namespace detail {
 struct sequential_file_impl;
-}
+struct file_writer_state;
+}  // namespace detail
 
 /// Where a sequential_file's write() calls spent their time: copying into the writer's buffers, and waiting for a
 /// buffer the I/O threads had not given back yet (the medium is then the limit).
@@ -34,11 +37,31 @@ struct sequential_file_times {
   double wait_seconds{0};
 };
 
+/// The page-aligned buffers (6 of 16 MiB, allocated on first use) and the 2 I/O threads that sequential_files write
+/// through. A file made without one has its own; the files of a run given one writer (ferry.arrow's shards) reuse
+/// its buffers and threads, already warm, and one file may be closed on another thread while the next is written.
+/// The first write error of any of its files ends the writer: every later write() or close() of its files throws
+/// it (a run of shards ends there). At most 5 of its files are open at once (each may hold a buffer it fills): a
+/// sixth is a logic_error, nothing created. Copies share its state: it lives while a copy or one of its files does.
+class file_writer {
+ public:
+  file_writer();
+  /// Where its files' write() calls spent their time, over all of them.
+  [[nodiscard]] sequential_file_times times() const noexcept;
+
+ private:
+  friend class sequential_file;
+  std::shared_ptr<detail::file_writer_state> w_;
+};
+
 class sequential_file {
  public:
   /// Creates (or truncates) `path` (io_error when it cannot); `durable`: O_DIRECT writes where the filesystem allows,
-  /// and close() syncs the file.
+  /// and close() syncs the file. Written through a file_writer of its own.
   explicit sequential_file(const std::filesystem::path& path, bool durable = false);
+  /// The same, written through `writer` (its buffers and threads, shared with its other files); logic_error when
+  /// 5 of its files are open (not closed, not destroyed).
+  sequential_file(const std::filesystem::path& path, bool durable, const file_writer& writer);
   ~sequential_file();
   sequential_file(sequential_file&&) noexcept;
   sequential_file& operator=(sequential_file&&) noexcept;
@@ -53,6 +76,7 @@ class sequential_file {
   [[nodiscard]] std::uint64_t size() const noexcept;  ///< bytes written so far
   [[nodiscard]] bool closed() const noexcept;
   [[nodiscard]] const std::filesystem::path& path() const noexcept;
+  /// Its writer's times(): with a shared file_writer, over every file of that writer.
   [[nodiscard]] sequential_file_times times() const noexcept;
 
  private:

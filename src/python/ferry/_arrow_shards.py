@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The shards of an Arrow dataset being written (``ferry.arrow``'s SAELens layout, ``ferry.engine``'s per-request
 Arrow samples): each shard under a temporary name through ferry's sink writer (``_ferry.SequentialFile``: O_DIRECT
-with ``fsync``), renamed whole, then ``state.json`` and ``dataset_info.json`` rewritten by rename, so that a SIGKILL
+with ``fsync``; every shard of the run through one ``_ferry.FileWriter``, whose buffers and I/O threads stay warm
+from one shard to the next), renamed whole, then ``state.json`` and ``dataset_info.json`` rewritten by rename, so that a SIGKILL
 leaves a dataset of complete shards. A full shard is finished (its last writes and fsync, the rename, the JSON
 files) by a finisher thread, in shard order, while the writer fills the next one, as the safetensors sink does
 (src/sink/shard_finisher.hpp): at most two wait, and ``flush()`` returns once every one is in the dataset."""
@@ -40,6 +41,7 @@ class Shards:
         self.shard_bytes, self.fsync = int(shard_bytes), fsync
         self.names: list[str] = []  # the shards in the dataset (the finisher appends)
         self._w = self._f = self._raw = self._tmp = None
+        self._writer: Any = None  # the run's _ferry.FileWriter (made with the first shard)
         self._open_bytes = 0
         self._sealed = 0  # shards sealed so far (the next one's number)
         self._pending: list[Future] = []
@@ -47,14 +49,16 @@ class Shards:
         self._lock = threading.Lock()
         self._fin: ThreadPoolExecutor | None = None
         self.seal_wait = 0.0  # seconds the writer waited for the finisher to take a sealed shard
-        self.copy = self.io_wait = 0.0  # the sealed shards' SequentialFile.times: copying, waiting for a buffer
+        self.copy = self.io_wait = 0.0  # the FileWriter's times at the last seal: copying, waiting for a buffer
 
     def write(self, batch: Any, nbytes: int) -> None:
         self._raise_failed()
         if self._w is None:
             self._tmp = os.path.join(self.dir, f".data-{self._sealed:05d}.arrow.tmp-{os.getpid()}")
             from . import _ferry  # the safetensors sink's writer (O_DIRECT when durable), as pyarrow's file
-            self._raw = _ferry.SequentialFile(self._tmp, durable=self.fsync)
+            if self._writer is None:
+                self._writer = _ferry.FileWriter()
+            self._raw = _ferry.SequentialFile(self._tmp, durable=self.fsync, writer=self._writer)
             self._f = self.pa.PythonFile(self._raw, mode="w")
             self._w = self.pa.ipc.new_stream(self._f, self.schema)
             self._open_bytes = 0
@@ -96,9 +100,7 @@ class Shards:
         except BaseException:
             self.abandon()
             raise
-        copy, wait = self._raw.times
-        self.copy += copy
-        self.io_wait += wait
+        self.copy, self.io_wait = self._writer.times  # over every shard so far
         shard = (self._f, self._tmp, f"data-{self._sealed:05d}.arrow")
         self._w = self._f = self._raw = None
         self._sealed += 1
