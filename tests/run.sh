@@ -105,24 +105,9 @@ else
   skip "ctest ($labels)" "(the build failed)"
 fi
 
-# The Python surface under atheris (tests/python/fuzz/run.sh: the corpus, then a bounded random run).
-if ((!ok)); then
-  skip "python fuzz (atheris)" "(the build failed)"
-elif [[ ${py_flags[0]} != -DFERRY_BUILD_PYTHON=ON ]]; then
-  skip "python fuzz (atheris)" "(the Python package was not built)"
-elif ferry_install_fuzz_deps; then
-  stage "python fuzz (atheris)" python-fuzz bash "$root/tests/python/fuzz/run.sh" --build "$build"
-else
-  skip "python fuzz (atheris)" "(atheris not importable: pip install atheris, CPython <= 3.11)"
-fi
-
-# Reliability under sanitizers (clang-14): TSan/ASan stress, fault sweeps with LSan, bounded libFuzzer runs.
-if command -v clang++-14 > /dev/null && [[ "${FERRY_SKIP_SANITIZERS:-0}" != 1 ]]; then
-  stage "sanitizers (tsan, asan, fuzz)" sanitizers bash "$root/tests/reliability/run_sanitizers.sh"
-else
-  skip "sanitizers (tsan, asan, fuzz)" "(clang-14 missing or FERRY_SKIP_SANITIZERS=1)"
-fi
-
+# The HIP compile check and its consumer (hipcc, gfx90a) run in the background beside the atheris stage (one
+# process: the other core), in a subshell whose summary rows are added after it ($logs/hip.rows).
+hip_pid=""
 if command -v hipcc > /dev/null && [[ "${FERRY_SKIP_HIP:-0}" != 1 ]]; then
   hip_check() {
     cmake -S "$root" -B "$root/build/test-hip" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_ENABLE_CUDA=OFF \
@@ -136,13 +121,57 @@ if command -v hipcc > /dev/null && [[ "${FERRY_SKIP_HIP:-0}" != 1 ]]; then
           -DWORK_DIR="$root/build/test-hip-consumer" -DMODE=install -DEXPECT_HIP=ON -DHIP_ARCHITECTURES=gfx90a \
           -DFERRY_CMAKE_DIR="$root/cmake" -P "$root/tests/consumer/run_consumer.cmake"
   }
-  if stage "HIP compile check (gfx90a)" hip hip_check; then
-    stage "HIP consumer (.hip, installed ferry::hip)" hip-consumer hip_consumer
-  else
-    skip "HIP consumer (.hip, installed ferry::hip)" "(the HIP build failed)"
+  rm -f "$logs/hip.rows"
+  (
+    names=() results=() counts=() times=() logfiles=() passed=0 failed=0
+    if stage "HIP compile check (gfx90a)" hip hip_check; then
+      stage "HIP consumer (.hip, installed ferry::hip)" hip-consumer hip_consumer
+    else
+      skip "HIP consumer (.hip, installed ferry::hip)" "(the HIP build failed)"
+    fi
+    hip_names=("${names[@]}") hip_results=("${results[@]}") hip_counts=("${counts[@]}") hip_times=("${times[@]}")
+    hip_logfiles=("${logfiles[@]}") hip_passed=$passed hip_failed=$failed
+    declare -p hip_names hip_results hip_counts hip_times hip_logfiles hip_passed hip_failed > "$logs/hip.rows"
+  ) &
+  hip_pid=$!
+fi
+# hip_rows: waits for the HIP stages and adds their rows and counts (a subshell that left none: one failure).
+hip_rows() {
+  if [[ -z $hip_pid ]]; then
+    skip "HIP compile check (gfx90a)" "(hipcc missing or FERRY_SKIP_HIP=1)"
+    return
   fi
+  wait "$hip_pid"
+  if [[ ! -s $logs/hip.rows ]]; then
+    record "HIP compile check (gfx90a)" FAILED "" 0 "build/test-logs/hip.log"
+    failed=$((failed + 1))
+    return
+  fi
+  source "$logs/hip.rows"
+  for i in "${!hip_names[@]}"; do
+    record "${hip_names[$i]}" "${hip_results[$i]}" "${hip_counts[$i]}" "${hip_times[$i]}" "${hip_logfiles[$i]}"
+  done
+  passed=$((passed + hip_passed)) failed=$((failed + hip_failed))
+}
+
+# The Python surface under atheris (tests/python/fuzz/run.sh: the corpus, then a bounded random run).
+if ((!ok)); then
+  skip "python fuzz (atheris)" "(the build failed)"
+elif [[ ${py_flags[0]} != -DFERRY_BUILD_PYTHON=ON ]]; then
+  skip "python fuzz (atheris)" "(the Python package was not built)"
+elif ferry_install_fuzz_deps; then
+  stage "python fuzz (atheris)" python-fuzz bash "$root/tests/python/fuzz/run.sh" --build "$build"
 else
-  skip "HIP compile check (gfx90a)" "(hipcc missing or FERRY_SKIP_HIP=1)"
+  skip "python fuzz (atheris)" "(atheris not importable: pip install atheris, CPython <= 3.11)"
+fi
+
+hip_rows
+
+# Reliability under sanitizers (clang-14): TSan/ASan stress, fault sweeps with LSan, bounded libFuzzer runs.
+if command -v clang++-14 > /dev/null && [[ "${FERRY_SKIP_SANITIZERS:-0}" != 1 ]]; then
+  stage "sanitizers (tsan, asan, fuzz)" sanitizers bash "$root/tests/reliability/run_sanitizers.sh"
+else
+  skip "sanitizers (tsan, asan, fuzz)" "(clang-14 missing or FERRY_SKIP_SANITIZERS=1)"
 fi
 
 echo

@@ -363,15 +363,18 @@ def test_api_doc_snippets_run(tmp_path):
             exec(compile(code, f"{doc.name}[torch block {i}]", "exec"), ns)
 
 
-def test_api_doc_commands_run(tmp_path):
-    """The `ferry capture` lines of docs/api/engine.md's second sh block, as written, with `ferry` as this
-    Python's `-m ferry`, a saved tiny checkpoint as $CKPT and a prompts.jsonl of token ids."""
+def test_api_doc_commands_run(tmp_path, monkeypatch):
+    """The `ferry capture` lines of docs/api/engine.md's second sh block, as written (split as the shell splits
+    them: quotes, $CKPT, comments), each run by `ferry.cli.main` in this process (the `ferry` entry point as a
+    command: test_ferry_capture_smoke and python.pip_install), a saved tiny checkpoint as $CKPT and a prompts.jsonl
+    of token ids."""
     import json
     import os
     import pathlib
     import re
-    import subprocess
-    import sys
+    import shlex
+
+    from ferry import cli
 
     doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "api" / "engine.md"
     lines = [ln for ln in re.findall(r"```sh\n(.*?)```", doc.read_text(), flags=re.S)[1].splitlines()
@@ -379,11 +382,12 @@ def test_api_doc_commands_run(tmp_path):
     assert len(lines) == 4
     tiny_model().save_pretrained(tmp_path / "ckpt")
     (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"input_ids": p}) + "\n" for p in prompts([9, 21])))
-    env = dict(os.environ, CKPT=str(tmp_path / "ckpt"))
+    monkeypatch.setenv("CKPT", str(tmp_path / "ckpt"))
+    monkeypatch.chdir(tmp_path)
     for ln in lines:
-        cmd = ln.replace("ferry capture", f"{sys.executable} -m ferry capture --quiet --requests 3 --max-new-tokens 3", 1)
-        r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, (cmd, r.stdout, r.stderr)
+        words = [os.path.expandvars(w) for w in shlex.split(ln, comments=True)]
+        assert words[:2] == ["ferry", "capture"], words
+        assert cli.main(["capture", "--quiet", "--requests", "3", "--max-new-tokens", "3", *words[2:]]) == 0, ln
     assert (tmp_path / "run" / "index.json").exists()
     got = {m["request_id"]: t for m, t in open_samples(str(tmp_path / "sae"))}
     assert sorted(got) == ["req_0", "req_1"] and got["req_1"]["hidden_states"].shape == (21, 1, 64)
