@@ -29,3 +29,32 @@ def test_arrow_benchmark_smoke(tmp_path):
     assert a["rows_bad"] == 0 and a["rows_checked"] > 0, a
     assert a["sink_write_gbps"] > 0 and a["disk_write_gbps"] > 0 and a["bytes_written"] > 0, a
     assert not (tmp_path / "medium" / "ds").exists(), "the bench removes what it wrote"
+
+
+def test_arrow_writer_ab_smoke(tmp_path, monkeypatch, capsys):
+    """bench/torch/arrow_writer_ab.py in this process, tiny: both contestants run each round, in alternating order,
+    the per-shard one really without the run's writer, and every run's directory is removed."""
+    monkeypatch.setenv("FERRY_PYTHON_BACKEND", "host")
+    monkeypatch.syspath_prepend(str(ROOT / "bench" / "torch"))
+    import arrow_writer_ab as ab
+    import ferry
+
+    writers = []
+    seq = ferry._ferry.SequentialFile
+
+    def recorded(*args, **kw):
+        writers.append(kw.get("writer"))
+        return seq(*args, **kw)
+
+    monkeypatch.setattr(ferry._ferry, "SequentialFile", recorded)
+    out = tmp_path / "ab.json"
+    assert ab.main(["--device", "cpu", "--dir", str(tmp_path / "m"), "--gib", "0.004", "--shard-mib", "1",
+                    "--rounds", "2", "--hooks", "2", "--width", "64", "--context", "16", "--contexts", "4",
+                    "--out", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert len(d["rates_gbps"]["shared"]) == 2 and len(d["rates_gbps"]["per_shard"]) == 2, d
+    assert all(v > 0 for v in d["median_gbps"].values()), d
+    order = [ln.split()[2].rstrip(":") for ln in capsys.readouterr().out.splitlines() if ln.startswith("round")]
+    assert order == ["shared", "per_shard", "per_shard", "shared"], order
+    assert None in writers and any(w is not None for w in writers), writers  # per-shard files had no writer
+    assert not list((tmp_path / "m").glob("ab-*"))

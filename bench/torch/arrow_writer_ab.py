@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""ferry.arrow's shards through one _ferry.FileWriter a run (shared, the sink's way since session 32) against one
+writer a shard (per-shard: SequentialFile without a writer, as before), in alternating rounds on the same forwards.
+
+Each round runs ferry.arrow.ArrowSink (fsync, shards of --shard-mib) over --gib of Arrow data under --dir, once per
+contestant (the order alternates), and takes its rate as arrow_bench.py does: bytes written over the time from the
+first capture until close() returned. Prints every round and the medians; --out writes them as JSON.
+
+  python bench/torch/arrow_writer_ab.py --dir /path/on/the/disk --gib 4 --rounds 3 --out ab.json   # GPU
+  python bench/torch/arrow_writer_ab.py --device cpu --dir /tmp/ab --gib 1 --shard-mib 128          # host backend
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+
+import torch
+
+import ferry
+import ferry.arrow  # noqa: F401  (ferry.arrow.ArrowSink)
+from arrow_bench import forward_tensors
+
+
+def run(a, fwds, n_fwd: int, directory: str, per_shard: bool) -> tuple[float, dict]:
+    """One sink run: (GB/s, stats()["seconds"]); per_shard: every shard's SequentialFile without the run's writer."""
+    seq = ferry._ferry.SequentialFile
+    if per_shard:
+        ferry._ferry.SequentialFile = lambda p, durable=False, writer=None: seq(p, durable=durable)
+    try:
+        cuda = a.device == "cuda"
+        schema = {h: (f"blocks.{h}.hook_resid_post", torch.bfloat16, (a.width,)) for h in range(a.hooks)}
+        schema[a.hooks] = ("token_ids", "I64", ())
+        ch = ferry.Channel(backend="cuda" if cuda else "host", ring_bytes=(1 << 30) if cuda else (256 << 20),
+                           schema=schema, on_full="block", timeout=60.0)
+        s = torch.cuda.Stream() if cuda else ferry.Stream(backend="host")
+        sink = ferry.arrow.ArrowSink(ch, directory, a.context, shard_bytes=a.shard_mib << 20, fsync=True)
+        t0 = time.perf_counter()
+        for f in range(n_fwd):
+            ch.begin_forward(s, tag=f)
+            for h, t in fwds[f % len(fwds)].items():
+                ch.capture(h, t, s)
+            ch.end_forward(s)
+        st = sink.close()
+        dt = time.perf_counter() - t0
+        assert st["forwards_written"] == n_fwd and st["first_error"] is None, st
+        return st["bytes_written"] / dt / 1e9, st["seconds"]
+    finally:
+        ferry._ferry.SequentialFile = seq
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", required=True, help="a directory on the medium under test (its runs are removed)")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--gib", type=float, default=4.0)
+    ap.add_argument("--shard-mib", type=int, default=512)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--hooks", type=int, default=4)
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--context", type=int, default=128)
+    ap.add_argument("--contexts", type=int, default=16, help="contexts per forward")
+    ap.add_argument("--out")
+    a = ap.parse_args(argv)
+    dev = torch.device(a.device)
+    fwds = [forward_tensors(a, dev, k) for k in range(2)]
+    per_fwd = a.hooks * a.contexts * a.context * a.width * 4 + a.contexts * a.context * 8
+    n_fwd = max(1, int(a.gib * (1 << 30)) // per_fwd)
+    rates: dict[str, list[float]] = {"shared": [], "per_shard": []}
+    for r in range(a.rounds):
+        for name in (("shared", "per_shard") if r % 2 == 0 else ("per_shard", "shared")):
+            g, sec = run(a, fwds, n_fwd, os.path.join(a.dir, f"ab-{name}"), name == "per_shard")
+            rates[name].append(g)
+            print(f"round {r} {name}: {g:.3f} GB/s; " + ", ".join(f"{k} {v:.2f}" for k, v in sec.items()), flush=True)
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    for k, v in rates.items():
+        print(f"{k}: median {med[k]:.3f} GB/s, min {min(v):.3f}, max {max(v):.3f} over {len(v)} rounds")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"command": " ".join([sys.executable] + sys.argv), "rates_gbps": rates, "median_gbps": med,
+                       "gib": a.gib, "shard_mib": a.shard_mib, "device": a.device}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
