@@ -26,10 +26,9 @@ std::string contiguous(const char* what, int flags)
   return std::string{what} + ": expected a C-contiguous" + ((flags & PyBUF_WRITABLE) != 0 ? " writable" : "") +
          " buffer";
 }
-}  // namespace
-
 /// (copy, wait) seconds of a sequential_file_times.
 nb::tuple times_tuple(const fk::sequential_file_times& t) { return nb::make_tuple(t.copy_seconds, t.wait_seconds); }
+}  // namespace
 
 void init_sequential_file(nb::module_& m)
 {
