@@ -42,8 +42,6 @@ lane_a() {  # the TSan runs, then the ASan fault sweeps
   step "d2h host suite (tsan)" "$tsan/tests/d2h/d2h_host" --gtest_brief=1
   step "h2d host suite (tsan)" "$tsan/tests/h2d/h2d_host" --gtest_brief=1
   step "sink host suite (tsan)" "$tsan/tests/sink/sink_host" --gtest_brief=1
-  # the write pipeline's threads: shared file_writers, lent writes, errors on the I/O threads
-  step "sink units (tsan)" "$tsan/tests/sink/sink_units" --gtest_brief=1
   step "sample assembler (tsan)" "$tsan/tests/sink/sink_assembler_host" --gtest_brief=1
   # The contract's out-of-memory test asks the allocator for more than it can give: TSan must return null.
   step "backend contract host (tsan)" env TSAN_OPTIONS="$TSAN_OPTIONS allocator_may_return_null=1" \
@@ -51,7 +49,9 @@ lane_a() {  # the TSan runs, then the ASan fault sweeps
   step "fault sweep d2h (asan/lsan)" "$asan/$rel/ferry_rel_sweep" d2h
   step "fault sweep h2d sticky (asan/lsan)" "$asan/$rel/ferry_rel_sweep" h2d
 }
-lane_b() {  # the other ASan runs and the fuzzers (up to 60 s each)
+lane_b() {  # the write pipeline under TSan, the other ASan runs and the fuzzers (up to 60 s each)
+  # the write pipeline's threads: shared file_writers, lent writes, errors on the I/O threads
+  step "sink units (tsan)" "$tsan/tests/sink/sink_units" --gtest_brief=1
   step "stress quick (asan)" "$asan/$rel/ferry_rel_stress" --quick
   step "sink host suite (asan/lsan)" "$asan/tests/sink/sink_host" --gtest_brief=1
   step "sample assembler (asan/lsan)" "$asan/tests/sink/sink_assembler_host" --gtest_brief=1
@@ -62,8 +62,8 @@ lane_b() {  # the other ASan runs and the fuzzers (up to 60 s each)
     rm -rf "$work"
   done
 }
-# Two lanes side by side (one core each on 2 cores): the TSan runs then the ASan sweeps, and the other ASan runs
-# with the fuzzers; each lane into its own log, printed in order; the counts come from the lanes'
+# Two lanes side by side (one core each on 2 cores), about 100 s each: the TSan runs then the ASan sweeps, and the
+# write pipeline under TSan, the other ASan runs and the fuzzers; each lane into its own log, printed in order; the counts come from the lanes'
 # "-- <step>: passed|FAILED" lines.
 if ((failed == 0)); then
   lanes="$root/build/sanitizer-lanes"; mkdir -p "$lanes"
