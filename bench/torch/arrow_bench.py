@@ -45,6 +45,33 @@ def forward_tensors(a, dev, k):
     return t
 
 
+def forwards_for(a, total_bytes: int) -> int:
+    """How many forwards make `total_bytes` of Arrow data (float32 values and int64 token ids on disk), at least one."""
+    per_fwd = a.hooks * a.contexts * a.context * a.width * 4 + a.contexts * a.context * 8
+    return max(1, total_bytes // per_fwd)
+
+
+def sink_run(a, fwds, n_fwd: int, directory: str) -> tuple[dict, float, float]:
+    """ArrowSink (fsync, shards of --shard-mib) over `n_fwd` forwards, taking turns among `fwds`, into `directory`:
+    (its close()'s stats, seconds from the first capture until close() returned, seconds of the capture loop)."""
+    cuda = a.device == "cuda"
+    schema = {h: (f"blocks.{h}.hook_resid_post", torch.bfloat16, (a.width,)) for h in range(a.hooks)}
+    schema[a.hooks] = ("token_ids", "I64", ())
+    ch = ferry.Channel(backend="cuda" if cuda else "host", ring_bytes=1 << 30 if cuda else 64 << 20, schema=schema,
+                       on_full="block", timeout=60.0)
+    s = torch.cuda.Stream() if cuda else ferry.Stream(backend="host")
+    sink = ferry.arrow.ArrowSink(ch, directory, a.context, shard_bytes=a.shard_mib << 20, fsync=True)
+    t0 = time.perf_counter()
+    for f in range(n_fwd):
+        ch.begin_forward(s, tag=f)
+        for h, t in fwds[f % len(fwds)].items():
+            ch.capture(h, t, s)
+        ch.end_forward(s)
+    t_loop = time.perf_counter() - t0
+    st = sink.close()
+    return st, time.perf_counter() - t0, t_loop
+
+
 def check(directory: str, a, variants) -> tuple[int, int]:
     """(rows checked, rows bad): every row of every shard against forward variant (row // contexts) % variants."""
     import pyarrow as pa
@@ -92,26 +119,11 @@ def main(argv=None) -> int:
     probe = os.path.join(a.dir, "probe")
     before, before_direct = write_rate(probe, total), write_rate(probe, total, direct=True)
     log(f"medium before: {before:.3f} GB/s buffered, {before_direct:.3f} O_DIRECT ({total / 1e9:.2f} GB under {a.dir})")
-    schema = {h: (f"blocks.{h}.hook_resid_post", torch.bfloat16, (a.width,)) for h in range(a.hooks)}
-    schema[a.hooks] = ("token_ids", "I64", ())
     variants = 4
     fwds = [forward_tensors(a, dev, k) for k in range(variants)]
-    per_fwd = a.hooks * a.contexts * a.context * a.width * 4 + a.contexts * a.context * 8  # float32 on disk
-    n_fwd = max(1, total // per_fwd)
+    n_fwd = forwards_for(a, total)
     ds = os.path.join(a.dir, "ds")
-    ch = ferry.Channel(backend="cuda" if cuda else "host", ring_bytes=1 << 30 if cuda else 64 << 20, schema=schema,
-                       on_full="block", timeout=60.0)
-    s = torch.cuda.Stream() if cuda else ferry.Stream(backend="host")
-    sink = ferry.arrow.ArrowSink(ch, ds, a.context, shard_bytes=a.shard_mib << 20, fsync=True)
-    t0 = time.perf_counter()
-    for f in range(n_fwd):
-        ch.begin_forward(s, tag=f)
-        for h, t in fwds[f % variants].items():
-            ch.capture(h, t, s)
-        ch.end_forward(s)
-    t_loop = time.perf_counter() - t0
-    st = sink.close()
-    dt = time.perf_counter() - t0
+    st, dt, t_loop = sink_run(a, fwds, n_fwd, ds)
     after, after_direct = write_rate(probe, total), write_rate(probe, total, direct=True)
     shutil.rmtree(probe, ignore_errors=True)
     rate = st["bytes_written"] / dt / 1e9

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""ferry.arrow's shards through one _ferry.FileWriter a run (shared, the sink's way since session 32) against one
+"""ferry.arrow's shards through one _ferry.FileWriter a run (shared, ferry.arrow's way) against one
 writer a shard (per-shard: SequentialFile without a writer, as before), in alternating rounds on the same forwards.
 
 Each round runs ferry.arrow.ArrowSink (fsync, shards of --shard-mib) over --gib of Arrow data under --dir, once per
@@ -19,36 +19,21 @@ import os
 import shutil
 import statistics
 import sys
-import time
 
 import torch
 
 import ferry
-import ferry.arrow  # noqa: F401  (ferry.arrow.ArrowSink)
-from arrow_bench import forward_tensors
+from arrow_bench import forward_tensors, forwards_for, sink_run
 
 
 def run(a, fwds, n_fwd: int, directory: str, per_shard: bool) -> tuple[float, dict]:
-    """One sink run: (GB/s, stats()["seconds"]); per_shard: every shard's SequentialFile without the run's writer."""
+    """One sink run (arrow_bench.sink_run): (GB/s, stats()["seconds"]); per_shard: every shard's SequentialFile
+    without the run's writer."""
     seq = ferry._ferry.SequentialFile
     if per_shard:
         ferry._ferry.SequentialFile = lambda p, durable=False, writer=None: seq(p, durable=durable)
     try:
-        cuda = a.device == "cuda"
-        schema = {h: (f"blocks.{h}.hook_resid_post", torch.bfloat16, (a.width,)) for h in range(a.hooks)}
-        schema[a.hooks] = ("token_ids", "I64", ())
-        ch = ferry.Channel(backend="cuda" if cuda else "host", ring_bytes=(1 << 30) if cuda else (256 << 20),
-                           schema=schema, on_full="block", timeout=60.0)
-        s = torch.cuda.Stream() if cuda else ferry.Stream(backend="host")
-        sink = ferry.arrow.ArrowSink(ch, directory, a.context, shard_bytes=a.shard_mib << 20, fsync=True)
-        t0 = time.perf_counter()
-        for f in range(n_fwd):
-            ch.begin_forward(s, tag=f)
-            for h, t in fwds[f % len(fwds)].items():
-                ch.capture(h, t, s)
-            ch.end_forward(s)
-        st = sink.close()
-        dt = time.perf_counter() - t0
+        st, dt, _ = sink_run(a, fwds, n_fwd, directory)
         assert st["forwards_written"] == n_fwd and st["first_error"] is None, st
         return st["bytes_written"] / dt / 1e9, st["seconds"]
     finally:
@@ -71,8 +56,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     dev = torch.device(a.device)
     fwds = [forward_tensors(a, dev, k) for k in range(2)]
-    per_fwd = a.hooks * a.contexts * a.context * a.width * 4 + a.contexts * a.context * 8
-    n_fwd = max(1, int(a.gib * (1 << 30)) // per_fwd)
+    n_fwd = forwards_for(a, int(a.gib * (1 << 30)))
     rates: dict[str, list[float]] = {"shared": [], "per_shard": []}
     for r in range(a.rounds):
         for name in (("shared", "per_shard") if r % 2 == 0 else ("per_shard", "shared")):

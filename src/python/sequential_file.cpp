@@ -49,11 +49,7 @@ void init_sequential_file(nb::module_& m)
   c.def(
      "__init__",
      [](fk::sequential_file* self, const std::string& path, bool durable, const fk::file_writer* writer) {
-       if (writer != nullptr) {
-         new (self) fk::sequential_file(path, durable, *writer);
-       } else {
-         new (self) fk::sequential_file(path, durable);
-       }
+       new (self) fk::sequential_file(path, durable, writer != nullptr ? *writer : fk::file_writer{});
      },
      nb::arg("path"), nb::kw_only(), nb::arg("durable") = false, nb::arg("writer").none() = nb::none())
     .def(

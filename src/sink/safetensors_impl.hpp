@@ -144,10 +144,10 @@ class safetensors_impl {
     s.lost_forwards = c_.lost_forwards;
     s.relocations = c_.relocations;
     s.lent_entries = c_.lent_entries;
-    s.writer_copy_seconds = static_cast<double>(c_.io.copy_ns.load()) * 1e-9;
-    s.writer_wait_seconds = static_cast<double>(c_.io.wait_ns.load()) * 1e-9;
-    s.writer_idle_seconds = static_cast<double>(c_.io.idle_ns.load()) * 1e-9;
-    s.writer_publish_seconds = static_cast<double>(c_.io.publish_ns.load()) * 1e-9;
+    s.writer_copy_seconds = pipeline_counters::seconds(c_.io.copy_ns);
+    s.writer_wait_seconds = pipeline_counters::seconds(c_.io.wait_ns);
+    s.writer_idle_seconds = pipeline_counters::seconds(c_.io.idle_ns);
+    s.writer_publish_seconds = pipeline_counters::seconds(c_.io.publish_ns);
     return s;
   }
 

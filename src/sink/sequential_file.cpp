@@ -22,11 +22,10 @@ namespace detail {
 /// buffer it is filling; with at most chunks - 1 files open one buffer is always free or on its way back from an
 /// I/O thread, so a take() never waits for a buffer that only another file's close would give back (a hang).
 struct file_writer_state {
-  static constexpr std::size_t chunks = 6;
-  static constexpr std::size_t max_open = chunks - 1;
-  write_pipeline pipe{std::size_t{16} << 20, chunks};
+  write_pipeline pipe;
   std::mutex mu;
   std::size_t open{0};
+  [[nodiscard]] std::size_t max_open() const noexcept { return pipe.chunks() - 1; }
 };
 
 /// One open file of a writer, from before its file is created until it is closed or destroyed.
@@ -35,9 +34,9 @@ class open_slot {
   open_slot(file_writer_state& w, const fs::path& p) : w_{w}
   {
     std::lock_guard lk{w.mu};
-    FERRY_EXPECTS(w.open < file_writer_state::max_open, ferry::logic_error,
+    FERRY_EXPECTS(w.open < w.max_open(), ferry::logic_error,
                   "sequential_file {}: expected at most {} open files of one file_writer, got {} open (close one "
-                  "first)", p.string(), file_writer_state::max_open, w.open);
+                  "first)", p.string(), w.max_open(), w.open);
     ++w.open;
   }
   open_slot(const open_slot&) = delete;
@@ -82,8 +81,7 @@ namespace {
 sequential_file_times times_of(detail::file_writer_state& w) noexcept
 {
   auto& ct = w.pipe.counters();
-  return {static_cast<double>(ct.copy_ns.load(std::memory_order_relaxed)) * 1e-9,
-          static_cast<double>(ct.wait_ns.load(std::memory_order_relaxed)) * 1e-9};
+  return {detail::pipeline_counters::seconds(ct.copy_ns), detail::pipeline_counters::seconds(ct.wait_ns)};
 }
 }  // namespace
 

@@ -43,6 +43,11 @@ struct pipeline_counters {
   std::atomic<std::uint64_t> wait_ns{0};
   std::atomic<std::uint64_t> idle_ns{0};
   std::atomic<std::uint64_t> publish_ns{0};
+  /// One of them in seconds (the stats' *_seconds).
+  [[nodiscard]] static double seconds(const std::atomic<std::uint64_t>& ns) noexcept
+  {
+    return static_cast<double>(ns.load(std::memory_order_relaxed)) * 1e-9;
+  }
 };
 
 class write_pipeline {
@@ -80,6 +85,7 @@ class write_pipeline {
   }
 
   [[nodiscard]] std::size_t chunk_bytes() const noexcept { return chunk_; }
+  [[nodiscard]] std::size_t chunks() const noexcept { return bufs_.size(); }
   [[nodiscard]] pipeline_counters& counters() noexcept { return *counters_; }
 
   /// A buffer of chunk_bytes() that no write uses (waits for one). Throws the kept error.

@@ -27,6 +27,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <csignal>
@@ -302,6 +303,19 @@ class ShardFile : public ::testing::Test {
   {
     return {reinterpret_cast<const std::uint8_t*>(b.data()), reinterpret_cast<const std::uint8_t*>(b.data()) + b.size()};
   }
+  /// The io_error that writing 16 MiB (64 pieces of 256 KiB) into a durable sequential_file at `p` (through `w`
+  /// when given), then closing it, throws: its errno and message (0 and "": none).
+  static std::pair<int, std::string> write_16_mib(const fs::path& p, const ferry::sink::file_writer* w = nullptr)
+  {
+    try {
+      auto f = w != nullptr ? ferry::sink::sequential_file{p, true, *w} : ferry::sink::sequential_file{p, true};
+      for (int i = 0; i < 64; ++i) { f.write(bytes(std::size_t{1} << 18, i)); }
+      f.close();
+    } catch (const ferry::sink::io_error& x) {
+      return {x.code(), x.what()};
+    }
+    return {0, ""};
+  }
   /// The pipeline tests' script on two shards through `pipe` (`direct`: O_DIRECT asked for; `lend_min` not 0: both
   /// files must lend): a forward, one rolled back, one of two tensors (the second, 3 bytes, below any lend_min), an
   /// open one moved to the next shard, which takes one more; each append's owner from `owner()` (null: copied). The
@@ -529,20 +543,14 @@ TEST_F(ShardFile, ASequentialFileHoldsEveryByteInOrder)
 /// at the next write() or at close().
 TEST_F(ShardFile, ASequentialFileWriteErrorReachesTheWriter)
 {
-  int code = 0;
+  std::pair<int, std::string> e;
   {
     const file_size_limit limit{1U << 20};
     ASSERT_TRUE(limit.ok());
-    try {
-      ferry::sink::sequential_file f{dir / "big.bin", true};
-      for (int i = 0; i < 64; ++i) { f.write(bytes(std::size_t{1} << 18, i)); }  // 16 MiB past a 1 MiB limit
-      f.close();
-    } catch (const ferry::sink::io_error& x) {
-      code = x.code();
-      EXPECT_NE(std::string{x.what()}.find("big.bin"), std::string::npos) << x.what();
-    }
+    e = write_16_mib(dir / "big.bin");  // 16 MiB past a 1 MiB limit
   }
-  EXPECT_EQ(code, EFBIG);
+  EXPECT_EQ(e.first, EFBIG);
+  EXPECT_NE(e.second.find("big.bin"), std::string::npos) << e.second;
 }
 
 /// Files of one file_writer (ferry.arrow's shards): while one file is closed on another thread (its last partial
@@ -613,30 +621,18 @@ TEST_F(ShardFile, AWriterRefusesASixthOpenFile)
 /// a run of shards ends at a full disk.
 TEST_F(ShardFile, AWriteErrorOfOneFileEndsItsWriter)
 {
-  int first = 0;
-  int next = 0;
+  std::pair<int, std::string> first;
+  std::pair<int, std::string> next;
   {
     const file_size_limit limit{1U << 20};
     ASSERT_TRUE(limit.ok());
     const ferry::sink::file_writer w;
-    try {
-      ferry::sink::sequential_file f{dir / "big.bin", true, w};
-      for (int i = 0; i < 64; ++i) { f.write(bytes(std::size_t{1} << 18, i)); }
-      f.close();
-    } catch (const ferry::sink::io_error& x) {
-      first = x.code();
-    }
-    try {
-      ferry::sink::sequential_file g{dir / "next.bin", true, w};
-      for (int i = 0; i < 64; ++i) { g.write(bytes(std::size_t{1} << 18, i)); }
-      g.close();
-    } catch (const ferry::sink::io_error& x) {
-      next = x.code();
-      EXPECT_NE(std::string{x.what()}.find("big.bin"), std::string::npos) << "the writer's first error: " << x.what();
-    }
+    first = write_16_mib(dir / "big.bin", &w);
+    next = write_16_mib(dir / "next.bin", &w);
   }
-  EXPECT_EQ(first, EFBIG);
-  EXPECT_EQ(next, EFBIG) << "a writer whose file failed went on writing the next file";
+  EXPECT_EQ(first.first, EFBIG);
+  EXPECT_EQ(next.first, EFBIG) << "a writer whose file failed went on writing the next file";
+  EXPECT_NE(next.second.find("big.bin"), std::string::npos) << "the writer's first error: " << next.second;
 }
 
 TEST(SinkUnits, VersionIsTheProjectVersion) { EXPECT_EQ(ferry::version, FERRY_PROJECT_VERSION); }
