@@ -18,7 +18,9 @@ sustained rate (the ring fills and the next plan() waits for the drain), not one
 prefill_mean: a prefill of 16 requests x 512 tokens (--prefill-us, calibrated as the t256 step): each of its
 layers writes its [8192, hidden] bf16 output (a copy, in both contestants: the tap is read right after it was
 written, as in a forward), reduced to each request's mean (capture_rows(query_start_loc=, requests=,
-window=(0, 512), reduce="mean")) against none.
+window=(0, 512), reduce="mean")) against none, and beside them torch's own reduction of the same rows left on the
+GPU (x.view(16, 512, hidden).sum(1, dtype=float32) a layer: torch_us, what a reduction kernel of the same bytes
+costs in that step, not a capture).
 After the timing, one checked step per contestant: every reduced entry against torch on the same tensors (topk:
 a stable descending sort; fp8: torch's float8_e4m3fn cast with the recorded scale, bit for bit; mean: within
 1e-2 relative of the float64 mean of bf16 values). Output (docs/perf/h200/reduce.json, the writers' blocks are
@@ -265,7 +267,7 @@ def prefill_mean(a, out):
     got = []
     layer_cycles = cycles_for(a.prefill_us / layers) if cuda else 0
 
-    def step(capture):
+    def step(kind):
         def run():
             ctx = torch.cuda.stream(s) if cuda else _null()
             with ctx:
@@ -274,7 +276,9 @@ def prefill_mean(a, out):
                     if cuda:
                         torch.cuda._sleep(layer_cycles)  # the layer's own work
                     x.copy_(made[h])  # its output
-                    if capture:
+                    if kind == "torch":
+                        x.view(n_req, per, -1).sum(1, dtype=torch.float32)
+                    elif kind == "mean":
                         ch.capture_rows(h, x, query_start_loc=qsl, requests=req, window=(0, per), stream=s,
                                         reduce="mean")
                 ch.end_forward(s)
@@ -289,17 +293,17 @@ def prefill_mean(a, out):
                 got.append((e.hook, e.ok, np.array(e.numpy()).view(np.uint8).reshape(-1).copy()))
                 e.release()
 
-    times = {"none": [], "mean": []}
+    times = {"none": [], "mean": [], "torch": []}
     for rep in range(a.reps + 1):
         for k in times:
             with torch.cuda.stream(s) if cuda else _null():  # the events on the step's stream
-                us = timed_round(step(k == "mean"), a.steps, None if cuda else s)
+                us = timed_round(step(k), a.steps, None if cuda else s)
             if rep:
                 times[k].append(us)
             drain()
     if a.profile and cuda:
         for k in times:
-            profile(f"prefill {k}", step(k == "mean"))
+            profile(f"prefill {k}", step(k))
             drain()
     ch.close()
     bad = 0
@@ -310,7 +314,8 @@ def prefill_mean(a, out):
     med = {k: statistics.median(v) for k, v in times.items()}
     out["prefill_mean"] = {"no_capture_us": med["none"], "ferry_us": med["mean"],
                            "overhead_pct": (med["mean"] / med["none"] - 1) * 100, "entries_checked": layers,
-                           "entries_bad": bad, "spread_us": [min(times["mean"]), max(times["mean"])]}
+                           "entries_bad": bad, "spread_us": [min(times["mean"]), max(times["mean"])],
+                           "torch_us": med["torch"], "torch_pct": (med["torch"] / med["none"] - 1) * 100}
     log(f"prefill_mean: {out['prefill_mean']}")
 
 

@@ -96,6 +96,30 @@ FERRY_HD void fp8_record(const Blk& b, std::uint32_t lane, const std::byte* row,
   for (std::uint64_t c = width + lane; c + 4 < rec; c += lanes) { out[4 + c] = std::byte{0}; }
 }
 
+/// mean_record's rows on the GPU: one 16-byte vector of each of the `n` rows at p, p + stride, .. added into `acc`
+/// in row order, mean_batch loads in flight (a pointer bumped a load: few registers); `In` a constant, so that an
+/// element is one conversion. The host never calls it (its one thread adds every row in mean_record).
+template <ferry::d2h::reduce_input In>
+FERRY_HD void mean_vec_rows(const std::byte* p, std::uint64_t stride, std::uint64_t n, float (&acc)[8])
+{
+  for (std::uint64_t k = 0; k < n; k += mean_batch) {
+    vec16 v[mean_batch];
+FERRY_UNROLL
+    for (std::uint32_t u = 0; u < mean_batch; ++u) {
+      if (k + u < n) {
+        v[u] = vec_at(p, 0);
+        p += stride;
+      }
+    }
+FERRY_UNROLL
+    for (std::uint32_t u = 0; u < mean_batch; ++u) {
+      if (k + u < n) {
+        for_each_in_vec(v[u], In, [&](std::uint32_t e, std::uint32_t bits) { acc[e] += float_of(bits, In); });
+      }
+    }
+  }
+}
+
 /// Columns [c0, c1) (at most mean_chunk_cols) of the mean record of item `item` (rows item x per .. + per - 1 of
 /// the selection), into `out`; chunk 0 writes the count. False when the item is invalid (nothing written, no row
 /// read). The host's one thread adds every row in order. On the GPU the item's rows follow its first
@@ -133,19 +157,14 @@ FERRY_HD bool mean_record(const Blk& b, reduce_shared& sh, const ferry::d2h::row
     const std::byte* rows = src + static_cast<std::uint64_t>(first) * row_bytes;
     float acc[8] = {};
     if (live && vec_ok(src, width, in)) {
-      const std::byte* col = rows + cl * ib;
-      for (std::uint64_t i0 = g; i0 < per; i0 += mean_batch * groups) {
-        vec16 v[mean_batch];
-FERRY_UNROLL
-        for (std::uint32_t u = 0; u < mean_batch; ++u) {
-          const std::uint64_t i = i0 + u * groups;
-          if (i < per) { v[u] = vec_at(col + i * row_bytes, 0); }
-        }
-FERRY_UNROLL
-        for (std::uint32_t u = 0; u < mean_batch; ++u) {
-          if (i0 + u * groups >= per) { continue; }
-          for_each_in_vec(v[u], in, [&](std::uint32_t e, std::uint32_t bits) { acc[e] += float_of(bits, in); });
-        }
+      using ferry::d2h::reduce_input;
+      const std::byte* p = rows + static_cast<std::uint64_t>(g) * row_bytes + cl * ib;  // row g's vector
+      const std::uint64_t n = g < per ? (per - g + groups - 1) / groups : 0;  // rows g, g + groups, ..
+      const std::uint64_t stride = groups * row_bytes;
+      switch (in) {  // the element type out of the loop: one conversion an element
+        case reduce_input::f32: mean_vec_rows<reduce_input::f32>(p, stride, n, acc); break;
+        case reduce_input::f16: mean_vec_rows<reduce_input::f16>(p, stride, n, acc); break;
+        default: mean_vec_rows<reduce_input::bf16>(p, stride, n, acc);
       }
     } else if (live) {
       for (std::uint64_t i = g; i < per; i += groups) {
