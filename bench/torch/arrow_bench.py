@@ -4,19 +4,22 @@
 
 A channel with SAELens's schema (--hooks residual hooks of [--width] bf16 and token_ids) captures forwards of
 --contexts contexts of --context tokens as fast as ferry.arrow.ArrowSink (policy block, shards of --shard-mib,
-fsync per shard) takes them, until --gib of Arrow data is written under --dir. The sink's rate is the bytes it wrote
-over the time from the first capture until close() returned (every shard on the medium); the medium's is the same
-bytes written by one thread in 64 MiB writes then fsync, in the same directory, before and after the sink, buffered
-and with O_DIRECT (as dd oflag=direct; the sink writes with O_DIRECT): the highest of the four is the bound. Every row of every shard is then read back with pyarrow and checked against
-the captured tensors (BF16 widened to float32, exactly). The captures come from --device (cuda: the GPU channel;
-cpu: the host backend, for the smoke test).
+fsync per shard) takes them, until --gib of Arrow data is written under --dir. After one untimed warm-up run (two
+shards: the channel's pinned ring, the writer's buffers and the first files' extents), --rounds rounds alternate
+the medium and the sink, as METHOD.md asks: each round measures the medium (the same bytes written by one thread in
+64 MiB writes then fsync, in the same directory, buffered and with O_DIRECT as dd oflag=direct; the sink writes with
+O_DIRECT), then one sink run, whose rate is the bytes it wrote over the time from the first capture until close()
+returned (every shard on the medium). The bound is the higher of the medium's two medians; the sink's rate is its
+median, with the spread. Every row of every run's shards is read back with pyarrow and checked against the captured
+tensors (BF16 widened to float32, exactly). The captures come from --device (cuda: the GPU channel; cpu: the host
+backend, for the smoke test).
 
   python bench/torch/arrow_bench.py --dir /path/on/the/disk --out arrow.json          # GPU
   python bench/torch/arrow_bench.py --device cpu --tiny --dir /tmp/a --out /tmp/a.json  # smoke (host)
 
 Output: {"device","commit","date","command","arrow":{"disk_write_gbps","sink_write_gbps","share","rows_checked",
-"rows_bad","bytes_written","seconds","disk_before_gbps","disk_after_gbps","disk_direct_before_gbps",
-"disk_direct_after_gbps"}}
+"rows_bad","bytes_written","seconds","rounds","sink_gbps_rounds","disk_buffered_gbps_rounds","disk_direct_gbps_rounds",
+"capture_loop_seconds","sink_seconds"}} (seconds, capture_loop_seconds and sink_seconds: the median round's)
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import time
 
@@ -107,9 +111,10 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=128)
     ap.add_argument("--contexts", type=int, default=16, help="contexts per forward")
     ap.add_argument("--shard-mib", type=int, default=512)
+    ap.add_argument("--rounds", type=int, default=3, help="medium-then-sink rounds (medians)")
     a = ap.parse_args(argv)
     if a.tiny:
-        a.gib, a.hooks, a.width, a.context, a.contexts, a.shard_mib = 0.004, 2, 64, 16, 4, 1
+        a.gib, a.hooks, a.width, a.context, a.contexts, a.shard_mib, a.rounds = 0.004, 2, 64, 16, 4, 1, 2
     cuda = a.device == "cuda"
     dev = torch.device(a.device)
     out = header(device_name(cuda), " ".join([sys.executable] + sys.argv))
@@ -117,31 +122,39 @@ def main(argv=None) -> int:
     os.makedirs(a.dir)
     total = int(a.gib * (1 << 30))
     probe = os.path.join(a.dir, "probe")
-    before, before_direct = write_rate(probe, total), write_rate(probe, total, direct=True)
-    log(f"medium before: {before:.3f} GB/s buffered, {before_direct:.3f} O_DIRECT ({total / 1e9:.2f} GB under {a.dir})")
     variants = 4
     fwds = [forward_tensors(a, dev, k) for k in range(variants)]
     n_fwd = forwards_for(a, total)
     ds = os.path.join(a.dir, "ds")
-    st, dt, t_loop = sink_run(a, fwds, n_fwd, ds)
-    after, after_direct = write_rate(probe, total), write_rate(probe, total, direct=True)
-    shutil.rmtree(probe, ignore_errors=True)
-    rate = st["bytes_written"] / dt / 1e9
-    log(f"sink: {st['bytes_written'] / 1e9:.2f} GB in {dt:.2f} s = {rate:.3f} GB/s ({st['forwards_written']} "
-        f"forwards, {st['shards']} shards, refused {st['forwards_refused']}); medium after: {after:.3f} GB/s buffered, "
-        f"{after_direct:.3f} O_DIRECT")
-    log(f"where the time went (s): captures enqueued in {t_loop:.2f}; sink threads "
-        + ", ".join(f"{k} {v:.2f}" for k, v in st["seconds"].items()))
-    rows, bad = check(ds, a, variants)
-    bad += (st["rows_written"] != n_fwd * a.contexts) + st["forwards_refused"]
-    disk = max(before, after, before_direct, after_direct)
-    out["arrow"] = {"disk_write_gbps": disk, "sink_write_gbps": rate, "share": rate / disk, "rows_checked": rows,
-                    "rows_bad": bad, "bytes_written": st["bytes_written"], "seconds": dt,
-                    "disk_before_gbps": before, "disk_after_gbps": after, "disk_direct_before_gbps": before_direct,
-                    "disk_direct_after_gbps": after_direct, "dir": a.dir, "capture_loop_seconds": t_loop,
-                    "sink_seconds": st["seconds"]}
-    log(f"arrow: {rate:.3f} GB/s of the medium's {disk:.3f} ({rate / disk:.1%}); rows checked {rows}, bad {bad}")
+    warm = max(1, forwards_for(a, min(total, 2 * (a.shard_mib << 20))))
+    sink_run(a, fwds, warm, ds)  # untimed
     shutil.rmtree(ds, ignore_errors=True)
+    runs, buffered, direct, rows, bad = [], [], [], 0, 0
+    for r in range(a.rounds):
+        buffered.append(write_rate(probe, total))
+        direct.append(write_rate(probe, total, direct=True))
+        shutil.rmtree(probe, ignore_errors=True)
+        st, dt, t_loop = sink_run(a, fwds, n_fwd, ds)
+        rate = st["bytes_written"] / dt / 1e9
+        runs.append((rate, dt, t_loop, st))
+        log(f"round {r}: medium {buffered[-1]:.3f} GB/s buffered, {direct[-1]:.3f} O_DIRECT; sink "
+            f"{st['bytes_written'] / 1e9:.2f} GB in {dt:.2f} s = {rate:.3f} GB/s ({st['forwards_written']} forwards, "
+            f"{st['shards']} shards, refused {st['forwards_refused']}); sink threads (s): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in st["seconds"].items()) + f"; captures enqueued in {t_loop:.2f}")
+        n, b = check(ds, a, variants)
+        rows += n
+        bad += b + (st["rows_written"] != n_fwd * a.contexts) + st["forwards_refused"]
+        shutil.rmtree(ds, ignore_errors=True)
+    rate = statistics.median(x[0] for x in runs)
+    mid = min(runs, key=lambda x: abs(x[0] - rate))  # the median round (the lower middle of an even count)
+    disk = max(statistics.median(buffered), statistics.median(direct))
+    out["arrow"] = {"disk_write_gbps": disk, "sink_write_gbps": rate, "share": rate / disk, "rows_checked": rows,
+                    "rows_bad": bad, "bytes_written": mid[3]["bytes_written"], "seconds": mid[1],
+                    "rounds": a.rounds, "sink_gbps_rounds": [x[0] for x in runs],
+                    "disk_buffered_gbps_rounds": buffered, "disk_direct_gbps_rounds": direct, "dir": a.dir,
+                    "capture_loop_seconds": mid[2], "sink_seconds": mid[3]["seconds"]}
+    log(f"arrow: median {rate:.3f} GB/s (rounds {min(x[0] for x in runs):.3f}-{max(x[0] for x in runs):.3f}) of the "
+        f"medium's {disk:.3f} ({rate / disk:.1%}); rows checked {rows}, bad {bad}")
     write_json(a.out, out)
     return 0
 
