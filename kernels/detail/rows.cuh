@@ -3,9 +3,10 @@
 //   select_items        the item count of a row_selection (CPU-known, or the GPU-resolved *device_count);
 //   select_source_row   the source row of an entry's row, validated (-1: the item is invalid, never read);
 //   select_item_first   an item's first source row (its row j is that + j), or -1;
-//   note_select_error   a block's invalid item OR-ed into device_state::select_error, before its arrival;
-//   entry_arrive        a one-entry row kernel's step 3 (select_rows, reduce_rows): the arrival, and the last
-//                       block's commit of the entry's size (or selection_error_size);
+//   note_select_error   a block's invalid item OR-ed into device_state::select_error, before its arrival (the
+//                       publishing row gather);
+//   entry_arrive        a one-entry row kernel's step 3 (select_rows, reduce_rows): the arrival, its error in
+//                       the count, and the last block's commit of the entry's size (or selection_error_size);
 //   copy_row            one row (or chunk) by a whole block: 16-byte moves when aligned, else bytes (the host
 //                       backend runs a block as one thread: one memcpy).
 #pragma once
@@ -73,19 +74,43 @@ FERRY_HD inline void note_select_error(ferry::d2h::device_state* st) noexcept
 #endif
 }
 
-/// Step 3 of a one-entry row kernel by thread 0 of a block after its barrier: the block's error note, its arrival
-/// at the join counter, and by the block that arrives last the commit of the entry placed at `dst`: `size` bytes,
-/// or selection_error_size when a block met an invalid item (its OR is ordered before its arrival) or the count was
-/// refused; the error flag is reset for the next launch.
-FERRY_HD inline void entry_arrive(const ferry::d2h::ring_ref& dst, std::uint32_t nblk, bool block_error,
-                                  bool count_ok, std::uint64_t size) noexcept
+/// entry_arrive's join counter (device_state::gather_join): a block adds 1, and entry_join_error more when it
+/// met an invalid item; the low 16 bits count the arrivals (launch_rules::max_wave_blocks), the high 16 the errors.
+inline constexpr std::uint32_t entry_join_error = 1U << 16;
+
+/// Step 3 of a one-entry row kernel by thread 0 of a block after its barrier: one relaxed fetch_add (device scope)
+/// on the join counter carries both its arrival and its error, so the block whose add counts `nblk` arrivals read
+/// every other block's error in the value it read (one modification order of one counter); it resets the
+/// counter and commits the entry placed at `dst` from cursor `c`, the value of dst.load() the block read at its
+/// start (slot[parity] is written by no kernel between that load and this commit, which writes slot[parity ^ 1]):
+/// `size` bytes, or selection_error_size when a block met an invalid item or the count was refused. No fence:
+/// the commit needs no other block's stores (its size and cursor are every block's same values; the entry's
+/// bytes reach the drain through the release, a later kernel after the kernel boundary).
+FERRY_HD inline void entry_arrive(const ferry::d2h::ring_ref& dst, ferry::d2h::cursor c, std::uint32_t nblk,
+                                  bool block_error, bool count_ok, std::uint64_t size) noexcept
 {
-  ferry::d2h::device_state* st = dst.state;
-  if (block_error) { note_select_error(st); }
-  if (!gather_join_arrive(st, nblk)) { return; }
-  const bool bad = !count_ok || st->select_error != 0;
-  st->select_error = 0;
-  dst.commit(dst.load(), bad ? ferry::d2h::selection_error_size : size);
+  std::uint32_t& j = dst.state->gather_join;
+  const std::uint32_t add = 1U + (block_error ? entry_join_error : 0U);
+  std::uint32_t old;
+  // every block arrived once the count reaches nblk: the reset races with none (the next launch on the stream
+  // starts after this kernel), atomic only so that the host backend's blocks on their threads are race-free
+#if defined(__CUDA_ARCH__) && !defined(__HIP_PLATFORM_AMD__)
+  cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> r{j};
+  old = r.fetch_add(add, cuda::std::memory_order_relaxed);
+  if ((old & (entry_join_error - 1U)) + 1U != nblk) { return; }
+  r.store(0U, cuda::std::memory_order_relaxed);
+#elif defined(__HIP_DEVICE_COMPILE__)
+  old = __hip_atomic_fetch_add(&j, add, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+  if ((old & (entry_join_error - 1U)) + 1U != nblk) { return; }
+  __hip_atomic_store(&j, 0U, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  std::atomic_ref<std::uint32_t> r{j};
+  old = r.fetch_add(add, std::memory_order_relaxed);
+  if ((old & (entry_join_error - 1U)) + 1U != nblk) { return; }
+  r.store(0U, std::memory_order_relaxed);
+#endif
+  const bool bad = !count_ok || block_error || old >= entry_join_error;
+  dst.commit(c, bad ? ferry::d2h::selection_error_size : size);
 }
 
 /// `bytes` from `from` to `to` by thread `t` of the block's `nt`: 16-byte moves when `vec` (both 16-byte aligned,

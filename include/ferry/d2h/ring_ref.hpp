@@ -91,7 +91,8 @@ inline constexpr std::uint32_t planned_queue = 16;
 
 /// Device memory, one per channel. `produced` is the GPU-local produced-entry counter; only the
 /// publishing thread (one thread, stream-ordered) touches it. `gather_join` is the cross-block join counter
-/// of a publishing gather kernel (acq_rel arrivals; the last block resets it before it publishes).
+/// of a publishing gather kernel (acq_rel arrivals; the last block resets it before it publishes) and of a
+/// one-entry row kernel (relaxed arrivals that carry the blocks' errors: kernels/detail/rows.cuh, entry_arrive).
 /// The replay token (kernels/d2h/replay): `armed` counts plan()s whose replay has not started (+1 by the
 /// arm kernel plan() enqueues on the replay's stream, -1 by the claim kernel, a captured forward's first
 /// node); `launches` counts the graph launches the claim kernel saw; `skip` is set by a claim that found no
@@ -108,7 +109,7 @@ struct alignas(128) device_state {
   std::uint32_t skip{0};
   std::uint64_t armed{0};
   std::uint64_t launches{0};
-  std::uint32_t select_error{0};  ///< a block of the selection kernel found an invalid item (reset by its last block)
+  std::uint32_t select_error{0};  ///< a block of the publishing row gather met an invalid item (reset by its last)
   std::uint32_t plan_overflow{0};  ///< an arm found planned_queue tokens armed: every later replay writes nothing
   std::uint64_t quiet{0};  ///< quiet tokens (a channel with capture disabled): the launch writes nothing, unreported
   std::uint64_t planned_items{no_planned_items};  ///< this replay's plan()'d items per row entry (its claim sets it)

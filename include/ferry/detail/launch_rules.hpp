@@ -30,12 +30,16 @@ inline constexpr std::uint64_t threads_per_sm = 2048;
   return std::clamp<std::uint64_t>(align_up(wanted, 32), 32, 1024);
 }
 
+/// The most blocks a one-wave launch takes: the one-entry row kernels count their blocks' arrivals in 16 bits
+/// (kernels/detail/rows.cuh, entry_arrive). A GPU with that many resident blocks runs the rest as a second wave.
+inline constexpr std::uint64_t max_wave_blocks = 0xffff;
+
 /// The most blocks of `threads` threads that are resident at once on `sm_count` SMs (one wave; at least
-/// one block per SM, and one SM when the count is unknown, i.e. <= 0).
+/// one block per SM, and one SM when the count is unknown, i.e. <= 0), at most max_wave_blocks.
 [[nodiscard]] constexpr std::uint64_t one_wave_blocks(int sm_count, std::uint64_t threads) noexcept
 {
   const std::uint64_t sms = sm_count > 0 ? static_cast<std::uint64_t>(sm_count) : 1;
-  return sms * std::max<std::uint64_t>(1, threads_per_sm / threads);
+  return std::min(max_wave_blocks, sms * std::max<std::uint64_t>(1, threads_per_sm / threads));
 }
 
 }  // namespace ferry::detail::launch_rules

@@ -9,9 +9,9 @@
 //      mean_chunk_cols columns of a record per item, stats one record for the entry; fp8 a record per selected row
 //      by one warp (warp w of block blk the rows (blk x warps + w) + k x nblk x warps); a unit whose rows name an
 //      invalid item reads nothing and writes nothing, and the block notes the error;
-//   3. block barrier, then thread 0 arrives at the join counter (acq_rel, device scope); the block that arrives
-//      last reads the error flag, resets it, and commits the entry: its size slot (records x record_bytes, or
-//      selection_error_size) and the next cursor, from the cursor value it read.
+//   3. block barrier, then thread 0 arrives at the join counter (entry_arrive, as select_rows: its error in the
+//      count); the block that arrives last resets it and commits the entry: its size slot (records x
+//      record_bytes, or selection_error_size) and the next cursor, from the cursor value it read.
 // The entry's release is a later kernel (the release chain): the kernel boundary joins every block's stores.
 // Captured into a graph (reduce_args::planned), a replay whose plan() gave forward_meta::selected places the entry
 // with exactly that many items (row_reserved of records_per_item x record_bytes, as plan() placed it), writes at
@@ -42,6 +42,7 @@ struct reduce_start {
   std::uint64_t chunks{1};  ///< work units per record (mean: column chunks)
   std::uint64_t rec{0};
   bool count_ok{true};
+  ferry::d2h::cursor c{};  ///< the cursor slot's value, read once (the commit's too)
   std::byte* dst{nullptr};
 };
 FERRY_HD inline reduce_start reduce_start_of(const reduce_args& a) noexcept
@@ -60,8 +61,8 @@ FERRY_HD inline reduce_start reduce_start_of(const reduce_args& a) noexcept
     s.at.reserved = ferry::d2h::detail::row_reserved(planned, per_rec, s.rec);
     s.limit = s.records < planned * per_rec ? s.records : planned * per_rec;
   }
-  const ferry::d2h::cursor c = s.at.load();
-  s.dst = ferry::d2h::cursor_live(c) ? s.at.ring + s.at.offset(c) : nullptr;
+  s.c = s.at.load();
+  s.dst = ferry::d2h::cursor_live(s.c) ? s.at.ring + s.at.offset(s.c) : nullptr;
   return s;
 }
 
@@ -127,7 +128,7 @@ __device__ __forceinline__ void reduce_rows_block(const reduce_args& a, std::uin
   __syncthreads();
   reduce_records(b, sh, a, s, blk, nblk, block_error, std::integral_constant<ferry::d2h::reduce_op, Op>{});
   __syncthreads();  // every store and every error note of the block happen-before thread 0's arrival
-  if (t == 0) { entry_arrive(s.at, nblk, block_error != 0, s.count_ok, s.records * s.rec); }
+  if (t == 0) { entry_arrive(s.at, s.c, nblk, block_error != 0, s.count_ok, s.records * s.rec); }
 }
 #endif
 
@@ -138,7 +139,7 @@ inline void reduce_rows_block_host(const reduce_args& a, std::uint32_t blk, std:
   static thread_local reduce_shared sh;
   bool block_error = false;
   reduce_records(host_block{}, sh, a, s, blk, nblk, block_error, a.r.op);
-  entry_arrive(s.at, nblk, block_error, s.count_ok, s.records * s.rec);
+  entry_arrive(s.at, s.c, nblk, block_error, s.count_ok, s.records * s.rec);
 }
 
 }  // namespace ferry::kernels::d2h

@@ -7,10 +7,10 @@
 //      slot[parity] (one load; cursor_unplanned: a graph launch no plan() armed stores nothing);
 //   2. rows blk, blk + nblk, ...: item = row / rows_per_item; its source row from the selection (validated:
 //      an invalid item is not read, its row not written, and the block notes the error); the row's bytes;
-//   3. block barrier, then thread 0 arrives at the join counter (acq_rel, device scope, as gather_publish),
-//      first OR-ing a block error into device_state::select_error; the block that arrives last reads the
-//      error flag (acquired by the arrival), resets flag and counter, and commits the entry: its size slot
-//      (rows x row_bytes, or selection_error_size) and the next cursor, from the cursor value it read.
+//   3. block barrier, then thread 0 arrives at the join counter (entry_arrive: one relaxed fetch_add that carries
+//      the block's error in the count); the block that arrives last has every block's error in the value it read,
+//      resets the counter, and commits the entry: its size slot (rows x row_bytes, or selection_error_size) and
+//      the next cursor, from the cursor value it read.
 // The entry's release is a later kernel (the release chain): the kernel boundary joins every block's stores.
 // Captured into a graph (select_args::planned), a replay whose plan() gave forward_meta::selected places the entry
 // with exactly that many items (device_state::planned_items, set by the replay's claim: row_reserved), as
@@ -54,6 +54,7 @@ struct select_start {
   std::uint64_t per_item{1};
   std::uint64_t rows{0};
   bool count_ok{true};
+  ferry::d2h::cursor c{};  ///< the cursor slot's value, read once (the commit's too)
   std::byte* dst{nullptr};
 };
 FERRY_HD inline select_start select_start_of(const select_args& a) noexcept
@@ -62,8 +63,8 @@ FERRY_HD inline select_start select_start_of(const select_args& a) noexcept
   s.per_item = a.sel.rows_per_item();
   s.rows = select_items(a.sel, s.count_ok) * s.per_item;
   s.at = select_place_of(a, s.rows, s.per_item);
-  const ferry::d2h::cursor c = s.at.dst.load();
-  s.dst = ferry::d2h::cursor_live(c) ? s.at.dst.ring + s.at.dst.offset(c) : nullptr;
+  s.c = s.at.dst.load();
+  s.dst = ferry::d2h::cursor_live(s.c) ? s.at.dst.ring + s.at.dst.offset(s.c) : nullptr;
   return s;
 }
 
@@ -96,7 +97,7 @@ __device__ __forceinline__ void select_rows_block(const select_args& a, std::uin
   __syncthreads();
   select_rows_copy(a, s, blk, nblk, t, nt, block_error);
   __syncthreads();  // every store and every error note of the block happen-before thread 0's arrival
-  if (t == 0) { entry_arrive(s.at.dst, nblk, block_error != 0, s.count_ok, s.rows * a.row_bytes); }
+  if (t == 0) { entry_arrive(s.at.dst, s.c, nblk, block_error != 0, s.count_ok, s.rows * a.row_bytes); }
 }
 #endif
 
@@ -107,7 +108,7 @@ inline void select_rows_block_host(const select_args& a, std::uint32_t blk, std:
   const select_start s = select_start_of(a);
   bool block_error = false;
   select_rows_copy(a, s, blk, nblk, 0, 1, block_error);
-  entry_arrive(s.at.dst, nblk, block_error, s.count_ok, s.rows * a.row_bytes);
+  entry_arrive(s.at.dst, s.c, nblk, block_error, s.count_ok, s.rows * a.row_bytes);
 }
 
 }  // namespace ferry::kernels::d2h
