@@ -9,7 +9,7 @@
 namespace ferry::kernels::d2h {
 
 inline constexpr std::uint32_t mean_groups = 32;  ///< mean_record's row groups at most (256 threads, 8 lanes a row)
-inline constexpr std::uint32_t mean_batch = 16;  ///< mean_record on the GPU: 16-byte vectors a thread has in flight
+inline constexpr std::uint32_t mean_batch = 8;  ///< mean_record on the GPU: 16-byte vectors a thread has in flight
 inline constexpr std::uint32_t topk_tie_cap = 1024;  ///< topk_radix's ties kept in shared memory (else a 2nd select)
 inline constexpr std::uint32_t topk_groups = 1024;  ///< topk_filtered's groups (their maxima bound the k-th key)
 inline constexpr std::uint32_t topk_cand_cap = 2048;  ///< topk_filtered's candidates kept (more: topk_radix)
