@@ -11,9 +11,7 @@
 // rename) on another thread while the writer fills the next one. Memory: chunks x chunk_bytes, allocated on
 // first use. A lent write (write_lent) goes from the caller's memory, kept alive by its owner until the write ended
 // (or was dropped after an error): the owner is released on the I/O thread, without the pipeline's lock; at most
-// `chunks` lent writes are in flight. A lent piece that continues the last queued lent write, in memory and in the
-// same file, joins it (up to chunk_bytes in all): a forward's entries, adjacent in their staging, go out as one
-// pwrite, as a buffer would, without the copy.
+// `chunks` lent writes are in flight.
 #pragma once
 
 #include <ferry/detail/align.hpp>
@@ -45,7 +43,6 @@ struct pipeline_counters {
   std::atomic<std::uint64_t> wait_ns{0};
   std::atomic<std::uint64_t> idle_ns{0};
   std::atomic<std::uint64_t> publish_ns{0};
-  std::atomic<std::uint64_t> lent_writes{0};  ///< writes made from lent memory (joined pieces are one)
   /// One of them in seconds (the stats' *_seconds).
   [[nodiscard]] static double seconds(const std::atomic<std::uint64_t>& ns) noexcept
   {
@@ -135,45 +132,24 @@ class write_pipeline {
   }
   /// Queues the write of `n` bytes at `p`, memory the caller lends until the write ended: `owner` keeps it alive
   /// and is released then (on an I/O thread, without the pipeline's lock), or when the write is dropped after an
-  /// error. Buffered files only (`buffered`; any offset and length). A piece that starts where the last queued
-  /// write (lent, of the same file, not yet taken by an I/O thread) ends, in memory and in the file, joins it while
-  /// the two stay within chunk_bytes(); otherwise it waits while `chunks` lent writes are in flight. Throws the
-  /// kept error (the owner is then released by the caller's scope).
+  /// error. Buffered files only (`buffered`; any offset and length). Waits while `chunks` lent writes are in
+  /// flight. Throws the kept error (the owner is then released by the caller's scope).
   void write_lent(const std::byte* p, std::size_t n, const file& buffered, std::uint64_t off, writes& w,
                   std::shared_ptr<void> owner)
   {
     {
       std::unique_lock lk{mu_};
-      if (error_) { std::rethrow_exception(error_); }
-      if (!q_.empty()) {
-        job& last = q_.back();
-        if (last.lent && last.buffered == &buffered && last.w == &w && last.p + last.n == p &&
-            last.off + last.n == off && last.n + n <= chunk_) {
-          last.n += n;
-          last.more.push_back(std::move(owner));
-          return;
-        }
-      }
       if (lent_ >= bufs_.size()) {
         const auto t0 = std::chrono::steady_clock::now();
         idle_.wait(lk, [&] { return error_ || lent_ < bufs_.size(); });
         count_wait(t0);
       }
       if (error_) { std::rethrow_exception(error_); }
-      q_.push_back(job{const_cast<std::byte*>(p), n, &buffered, &buffered, off, &w, std::move(owner), {}, true});
+      q_.push_back(job{const_cast<std::byte*>(p), n, &buffered, &buffered, off, &w, std::move(owner), true});
       ++w.outstanding;
       ++lent_;
     }
     work_.notify_one();
-  }
-  /// Tests only: while held, the I/O threads take no write (queued writes wait, and lent pieces join them).
-  void hold(bool on)
-  {
-    {
-      std::lock_guard lk{mu_};
-      held_ = on;
-    }
-    work_.notify_all();
   }
   /// The same write, now, on the calling thread (the caller holds `p`).
   void write_now(const std::byte* p, std::size_t n, const file& direct, const file& buffered, std::uint64_t off)
@@ -212,7 +188,6 @@ class write_pipeline {
     std::uint64_t off;
     writes* w;  ///< null: write_now's, not counted
     std::shared_ptr<void> owner{};  ///< a lent write's (write_lent) memory
-    std::vector<std::shared_ptr<void>> more{};  ///< the owners of the lent pieces that joined it
     bool lent{false};               ///< write_lent's: `p` is not one of the buffers
   };
 
@@ -251,7 +226,7 @@ class write_pipeline {
   {
     std::unique_lock lk{mu_};
     for (;;) {
-      work_.wait(lk, [&] { return stop_ || (!held_ && !q_.empty()); });
+      work_.wait(lk, [&] { return stop_ || !q_.empty(); });
       if (q_.empty()) { return; }
       job j = std::move(q_.front());
       q_.pop_front();
@@ -264,9 +239,7 @@ class write_pipeline {
         e = std::current_exception();
       }
       const bool lent = j.lent;
-      if (lent) { counters_->lent_writes.fetch_add(1, std::memory_order_relaxed); }
       j.owner.reset();  // the lent memory goes back: written, or failed
-      j.more.clear();
       std::vector<std::shared_ptr<void>> dropped;  // the owners of lent writes dropped after an error
       lk.lock();
       --busy_;
@@ -282,7 +255,6 @@ class write_pipeline {
           if (d.lent) {
             --lent_;
             dropped.push_back(std::move(d.owner));
-            for (auto& o : d.more) { dropped.push_back(std::move(o)); }
           }
         }
         q_.clear();
@@ -312,7 +284,6 @@ class write_pipeline {
   std::size_t busy_{0};  // writes running
   std::size_t lent_{0};  // lent writes queued or running
   bool stop_{false};
-  bool held_{false};  // hold(): tests only
   std::exception_ptr error_;
   std::atomic<bool> direct_refused_{false};
   std::vector<std::thread> threads_;

@@ -467,41 +467,6 @@ TEST_F(ShardFile, LentAppendsWriteWhatCopiesWrite)
   }
 }
 
-/// Lent pieces that continue the last queued lent write, in memory and in the file, join it: with the I/O threads
-/// held, eight adjacent pieces of one buffer go out as one write and a piece that is not adjacent as another; a piece
-/// past chunk_bytes() starts a write of its own. The file holds every byte where it belongs, and every piece's
-/// owner is released once its write ended.
-TEST_F(ShardFile, AdjacentLentPiecesJoinOneWrite)
-{
-  fsd::write_pipeline pipe{8192, 16};  // writes of at most 8 KiB; room for every piece unjoined while held
-  const auto a = bytes(8192 + 100, 3);
-  const auto c = bytes(300, 4);
-  std::atomic<int> released{0};
-  auto owner = [&] { return std::shared_ptr<void>(static_cast<void*>(&released), [&](void*) { ++released; }); };
-  const fs::path p = dir / "joined.bin";
-  {
-    const fsd::file f = fsd::file::create(p);
-    fsd::write_pipeline::writes w;
-    pipe.hold(true);
-    for (std::size_t k = 0; k < 8; ++k) {  // a[0, 8192) in pieces of 1024 at offsets [0, 8192)
-      pipe.write_lent(a.data() + k * 1024, 1024, f, k * 1024, w, owner());
-    }
-    pipe.write_lent(a.data() + 8192, 100, f, 8192, w, owner());  // adjacent, but past chunk_bytes(): a new write
-    pipe.write_lent(c.data(), 300, f, 8292, w, owner());         // the file's next bytes, from other memory
-    EXPECT_EQ(released.load(), 0);
-    pipe.hold(false);
-    pipe.drain(w);
-  }
-  EXPECT_EQ(released.load(), 10);
-  EXPECT_EQ(pipe.counters().lent_writes.load(), 3U) << "8 pieces as one write, then the one past it, then c";
-  std::ifstream in{p, std::ios::binary};
-  const std::vector<std::uint8_t> got{std::istreambuf_iterator<char>(in), {}};
-  auto want = u8(a);
-  const auto uc = u8(c);
-  want.insert(want.end(), uc.begin(), uc.end());
-  EXPECT_TRUE(got == want) << "the file's bytes differ from the pieces lent";
-}
-
 /// A write that fails on the I/O thread (here: the file's size limit, EFBIG) is thrown on the writer's thread by
 /// its next call, as an io_error naming the file; the shard is not published. Lent pieces (write_lent) queued
 /// behind the failed write are dropped and their owners released: none is kept past the pipeline.
