@@ -11,7 +11,6 @@
 //                       backend runs a block as one thread: one memcpy).
 #pragma once
 
-#include "gather_chain.cuh"  // gather_join_arrive
 #include "vector_copy.cuh"
 
 #include <ferry/backend/system_atomic.hpp>  // FERRY_HD
