@@ -97,8 +97,9 @@ FERRY_HD void fp8_record(const Blk& b, std::uint32_t lane, const std::byte* row,
 }
 
 /// mean_record's rows on the GPU: one 16-byte vector of each of the `n` rows at p, p + stride, .. added into `acc`
-/// in row order, mean_batch loads in flight (a pointer bumped a load: few registers); `In` a constant, so that an
-/// element is one conversion. The host never calls it (its one thread adds every row in mean_record).
+/// in row order, mean_batch loads in flight (one pointer bumped a load, no 64-bit address kept per load); `In` a
+/// constant, so that an element is one conversion. The host never calls it (its one thread adds every row in
+/// mean_record).
 template <ferry::d2h::reduce_input In>
 FERRY_HD void mean_vec_rows(const std::byte* p, std::uint64_t stride, std::uint64_t n, float (&acc)[8])
 {
