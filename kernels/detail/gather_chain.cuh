@@ -2,6 +2,7 @@
 // The gathers' shared chain (gather_publish, gather_rows_publish; select_rows joins its blocks the same way),
 // FERRY_HD for the GPU and the host backend:
 //   gather_offset, gather_end  a batch's place_phys chain in closed form (the CPU's place() mirrors it);
+//   join_arrive                a block's arrival at a kernel's join counter (device scope, Order), the last's reset;
 //   gather_join_arrive         the acq_rel cross-block join (device scope) before the last block's commit;
 //   gather_release             a publishing gather's release (gather_release_args), by the last block to arrive.
 // Never a relaxed counter without a fence: the last block's release would then not cover the stores of
@@ -45,25 +46,42 @@ FERRY_HD constexpr std::uint64_t gather_end(const Args& a, std::uint64_t phys) n
   return end == a.dst.ring_bytes ? 0 : end;
 }
 
-/// Step 4, by one thread per block after the block barrier: the acq_rel arrival. Returns true for the
-/// block that arrived last (it then resets the counter: every block has arrived, and the next gather on
-/// the stream starts after this kernel completed).
+/// A block's arrival at the join counter `j` (device_state::gather_join), by one thread after the block barrier:
+/// fetch_add(add) at device scope with Order (std::memory_order_acq_rel or std::memory_order_relaxed), spelled as
+/// each side spells it. The block whose add makes the count (the bits of `count_mask`) reach `nblocks` resets the
+/// counter: every block has arrived, and the next launch on the stream starts after this kernel completed (the
+/// reset is atomic only so that the host backend's blocks on their threads are race-free). Returns whether this
+/// block was that one; `old` is the value its add read.
+template <std::memory_order Order>
+FERRY_HD inline bool join_arrive(std::uint32_t& j, std::uint32_t add, std::uint32_t nblocks, std::uint32_t count_mask,
+                                 std::uint32_t& old) noexcept
+{
+  constexpr bool acq_rel = Order == std::memory_order_acq_rel;
+  static_assert(acq_rel || Order == std::memory_order_relaxed);
+#if defined(__CUDA_ARCH__) && !defined(__HIP_PLATFORM_AMD__)
+  cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> r{j};
+  old = r.fetch_add(add, acq_rel ? cuda::std::memory_order_acq_rel : cuda::std::memory_order_relaxed);
+  if ((old & count_mask) + 1U != nblocks) { return false; }
+  r.store(0U, cuda::std::memory_order_relaxed);
+#elif defined(__HIP_DEVICE_COMPILE__)
+  old = __hip_atomic_fetch_add(&j, add, acq_rel ? __ATOMIC_ACQ_REL : __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+  if ((old & count_mask) + 1U != nblocks) { return false; }
+  __hip_atomic_store(&j, 0U, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  std::atomic_ref<std::uint32_t> r{j};
+  old = r.fetch_add(add, Order);
+  if ((old & count_mask) + 1U != nblocks) { return false; }
+  r.store(0U, std::memory_order_relaxed);
+#endif
+  return true;
+}
+
+/// Step 4, by one thread per block after the block barrier: the acq_rel arrival (join_arrive). Returns true for
+/// the block that arrived last.
 FERRY_HD inline bool gather_join_arrive(ferry::d2h::device_state* st, std::uint32_t nblocks) noexcept
 {
   std::uint32_t old;
-#if defined(__CUDA_ARCH__) && !defined(__HIP_PLATFORM_AMD__)
-  cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> j{st->gather_join};
-  old = j.fetch_add(1U, cuda::std::memory_order_acq_rel);
-  if (old + 1 == nblocks) { j.store(0U, cuda::std::memory_order_relaxed); }
-#elif defined(__HIP_DEVICE_COMPILE__)
-  old = __hip_atomic_fetch_add(&st->gather_join, 1U, __ATOMIC_ACQ_REL, __HIP_MEMORY_SCOPE_AGENT);
-  if (old + 1 == nblocks) { __hip_atomic_store(&st->gather_join, 0U, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT); }
-#else
-  std::atomic_ref<std::uint32_t> j{st->gather_join};
-  old = j.fetch_add(1U, std::memory_order_acq_rel);
-  if (old + 1 == nblocks) { j.store(0U, std::memory_order_relaxed); }
-#endif
-  return old + 1 == nblocks;
+  return join_arrive<std::memory_order_acq_rel>(st->gather_join, 1U, nblocks, ~0U, old);
 }
 
 /// The release of a publishing gather, by the thread of the block that arrived last (it acquired every

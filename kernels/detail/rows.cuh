@@ -11,6 +11,7 @@
 //                       backend runs a block as one thread: one memcpy).
 #pragma once
 
+#include "gather_chain.cuh"  // join_arrive
 #include "vector_copy.cuh"
 
 #include <ferry/backend/system_atomic.hpp>  // FERRY_HD
@@ -88,26 +89,11 @@ inline constexpr std::uint32_t entry_join_error = 1U << 16;
 FERRY_HD inline void entry_arrive(const ferry::d2h::ring_ref& dst, ferry::d2h::cursor c, std::uint32_t nblk,
                                   bool block_error, bool count_ok, std::uint64_t size) noexcept
 {
-  std::uint32_t& j = dst.state->gather_join;
   const std::uint32_t add = 1U + (block_error ? entry_join_error : 0U);
   std::uint32_t old;
-  // every block arrived once the count reaches nblk: the reset races with none (the next launch on the stream
-  // starts after this kernel), atomic only so that the host backend's blocks on their threads are race-free
-#if defined(__CUDA_ARCH__) && !defined(__HIP_PLATFORM_AMD__)
-  cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> r{j};
-  old = r.fetch_add(add, cuda::std::memory_order_relaxed);
-  if ((old & (entry_join_error - 1U)) + 1U != nblk) { return; }
-  r.store(0U, cuda::std::memory_order_relaxed);
-#elif defined(__HIP_DEVICE_COMPILE__)
-  old = __hip_atomic_fetch_add(&j, add, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
-  if ((old & (entry_join_error - 1U)) + 1U != nblk) { return; }
-  __hip_atomic_store(&j, 0U, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
-#else
-  std::atomic_ref<std::uint32_t> r{j};
-  old = r.fetch_add(add, std::memory_order_relaxed);
-  if ((old & (entry_join_error - 1U)) + 1U != nblk) { return; }
-  r.store(0U, std::memory_order_relaxed);
-#endif
+  if (!join_arrive<std::memory_order_relaxed>(dst.state->gather_join, add, nblk, entry_join_error - 1U, old)) {
+    return;
+  }
   const bool bad = !count_ok || block_error || old >= entry_join_error;
   dst.commit(c, bad ? ferry::d2h::selection_error_size : size);
 }
