@@ -49,6 +49,16 @@ def forward_tensors(a, dev, k):
     return t
 
 
+def add_shape_args(ap) -> None:
+    """The forwards' shape and the shards' size (forward_tensors, forwards_for, sink_run read them): this bench's
+    and arrow_writer_ab.py's."""
+    ap.add_argument("--hooks", type=int, default=4)
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--context", type=int, default=128)
+    ap.add_argument("--contexts", type=int, default=16, help="contexts per forward")
+    ap.add_argument("--shard-mib", type=int, default=512)
+
+
 def forwards_for(a, total_bytes: int) -> int:
     """How many forwards make `total_bytes` of Arrow data (float32 values and int64 token ids on disk), at least one."""
     per_fwd = a.hooks * a.contexts * a.context * a.width * 4 + a.contexts * a.context * 8
@@ -106,11 +116,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--tiny", action="store_true", help="small shapes (tests)")
     ap.add_argument("--gib", type=float, default=8.0, help="Arrow bytes to write")
-    ap.add_argument("--hooks", type=int, default=4)
-    ap.add_argument("--width", type=int, default=1024)
-    ap.add_argument("--context", type=int, default=128)
-    ap.add_argument("--contexts", type=int, default=16, help="contexts per forward")
-    ap.add_argument("--shard-mib", type=int, default=512)
+    add_shape_args(ap)
     ap.add_argument("--rounds", type=int, default=3, help="medium-then-sink rounds (medians)")
     a = ap.parse_args(argv)
     if a.tiny:

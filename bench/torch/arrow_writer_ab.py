@@ -23,7 +23,7 @@ import sys
 import torch
 
 import ferry
-from arrow_bench import forward_tensors, forwards_for, sink_run
+from arrow_bench import add_shape_args, forward_tensors, forwards_for, sink_run
 
 
 def run(a, fwds, n_fwd: int, directory: str, per_shard: bool) -> tuple[float, dict]:
@@ -46,12 +46,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", required=True, help="a directory on the medium under test (its runs are removed)")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--gib", type=float, default=4.0)
-    ap.add_argument("--shard-mib", type=int, default=512)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--hooks", type=int, default=4)
-    ap.add_argument("--width", type=int, default=1024)
-    ap.add_argument("--context", type=int, default=128)
-    ap.add_argument("--contexts", type=int, default=16, help="contexts per forward")
+    add_shape_args(ap)
     ap.add_argument("--out")
     a = ap.parse_args(argv)
     dev = torch.device(a.device)
