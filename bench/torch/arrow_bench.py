@@ -57,6 +57,15 @@ def add_shape_args(ap) -> None:
     ap.add_argument("--context", type=int, default=128)
     ap.add_argument("--contexts", type=int, default=16, help="contexts per forward")
     ap.add_argument("--shard-mib", type=int, default=512)
+    ap.add_argument("--tuning", type=tuning_arg, default=None,
+                    help="the shards' writer, IOxMIBxBUFS: io_threads x write MiB x write_buffers (default: "
+                         "ferry's, 2x16x6)")
+
+
+def tuning_arg(text: str) -> dict:
+    """'IOxMIBxBUFS' as ArrowSink's tuning dict."""
+    io, mib, bufs = (int(x) for x in text.lower().split("x"))
+    return {"io_threads": io, "write_bytes": mib << 20, "write_buffers": bufs}
 
 
 def forwards_for(a, total_bytes: int) -> int:
@@ -65,16 +74,18 @@ def forwards_for(a, total_bytes: int) -> int:
     return max(1, total_bytes // per_fwd)
 
 
-def sink_run(a, fwds, n_fwd: int, directory: str) -> tuple[dict, float, float]:
-    """ArrowSink (fsync, shards of --shard-mib) over `n_fwd` forwards, taking turns among `fwds`, into `directory`:
-    (its close()'s stats, seconds from the first capture until close() returned, seconds of the capture loop)."""
+def sink_run(a, fwds, n_fwd: int, directory: str, tuning: dict | None = None) -> tuple[dict, float, float]:
+    """ArrowSink (fsync, shards of --shard-mib, `tuning` or --tuning) over `n_fwd` forwards, taking turns among
+    `fwds`, into `directory`: (its close()'s stats, seconds from the first capture until close() returned, seconds
+    of the capture loop)."""
     cuda = a.device == "cuda"
     schema = {h: (f"blocks.{h}.hook_resid_post", torch.bfloat16, (a.width,)) for h in range(a.hooks)}
     schema[a.hooks] = ("token_ids", "I64", ())
     ch = ferry.Channel(backend="cuda" if cuda else "host", ring_bytes=1 << 30 if cuda else 64 << 20, schema=schema,
                        on_full="block", timeout=60.0)
     s = torch.cuda.Stream() if cuda else ferry.Stream(backend="host")
-    sink = ferry.arrow.ArrowSink(ch, directory, a.context, shard_bytes=a.shard_mib << 20, fsync=True)
+    sink = ferry.arrow.ArrowSink(ch, directory, a.context, shard_bytes=a.shard_mib << 20, fsync=True,
+                                 tuning=tuning if tuning is not None else a.tuning)
     t0 = time.perf_counter()
     for f in range(n_fwd):
         ch.begin_forward(s, tag=f)
@@ -158,7 +169,7 @@ def main(argv=None) -> int:
                     "rows_bad": bad, "bytes_written": mid[3]["bytes_written"], "seconds": mid[1],
                     "rounds": a.rounds, "sink_gbps_rounds": [x[0] for x in runs],
                     "disk_buffered_gbps_rounds": buffered, "disk_direct_gbps_rounds": direct, "dir": a.dir,
-                    "capture_loop_seconds": mid[2], "sink_seconds": mid[3]["seconds"]}
+                    "capture_loop_seconds": mid[2], "sink_seconds": mid[3]["seconds"], "tuning": a.tuning}
     log(f"arrow: median {rate:.3f} GB/s (rounds {min(x[0] for x in runs):.3f}-{max(x[0] for x in runs):.3f}) of the "
         f"medium's {disk:.3f} ({rate / disk:.1%}); rows checked {rows}, bad {bad}")
     write_json(a.out, out)

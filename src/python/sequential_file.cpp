@@ -32,15 +32,26 @@ nb::tuple times_tuple(const fk::sequential_file_times& t) { return nb::make_tupl
 
 void init_sequential_file(nb::module_& m)
 {
+  const fk::write_tuning dflt{};
   nb::class_<fk::file_writer>(m, "FileWriter",
-                              "FileWriter(): the buffers and I/O threads that SequentialFiles given it share (a run's "
-                              "shards reuse them warm; one may close on another thread while the next is written). "
-                              "The first write error of any of its files ends it: their later writes and closes "
-                              "raise it.")
-    .def(nb::init<>())
+                              "FileWriter(*, io_threads, write_buffers, write_bytes): the buffers and I/O threads "
+                              "that SequentialFiles given it share (a run's shards reuse them warm; one may close on "
+                              "another thread while the next is written): write_buffers page-aligned buffers of "
+                              "write_bytes, io_threads writing full ones at once (sink::write_tuning; every value "
+                              "equally correct, LogicError out of range). The first write error of any of its files "
+                              "ends it: their later writes and closes raise it.")
+    .def(
+      "__init__",
+      [](fk::file_writer* self, std::size_t io_threads, std::size_t write_buffers, std::size_t write_bytes) {
+        new (self) fk::file_writer(fk::write_tuning{io_threads, write_buffers, write_bytes});
+      },
+      nb::kw_only(), nb::arg("io_threads") = dflt.io_threads, nb::arg("write_buffers") = dflt.write_buffers,
+      nb::arg("write_bytes") = dflt.write_bytes)
     .def_prop_ro(
       "times", [](const fk::file_writer& w) { return times_tuple(w.times()); },
-      "(copy, wait): seconds its files' write() calls spent copying, and waiting for a buffer, over all of them.");
+      "(copy, wait): seconds its files' write() calls spent copying, and waiting for a buffer, over all of them.")
+    .def_prop_ro("max_open", &fk::file_writer::max_open,
+                 "How many of its files may be open at once (write_buffers - 1; one more is a LogicError).");
   nb::class_<fk::sequential_file> c(m, "SequentialFile",
                                      "SequentialFile(path, *, durable=False, writer=None): a file written front to "
                                      "back through ferry's sink writer (O_DIRECT where the filesystem allows when "

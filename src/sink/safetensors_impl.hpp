@@ -56,12 +56,7 @@ class safetensors_impl {
     FERRY_EXPECTS(cfg_.block_timeout.count() >= 0, ferry::logic_error,
                   "safetensors sink {}: expected block_timeout >= 0 ms, got {} ms", dir, cfg_.block_timeout.count());
     const safetensors_tuning& t = cfg_.tuning;
-    FERRY_EXPECTS(t.io_threads >= 1 && t.io_threads <= 64 && t.write_buffers > t.io_threads &&
-                      t.write_buffers <= 256 && t.write_bytes >= 4096 && t.write_bytes <= (std::size_t{1} << 30),
-                  ferry::logic_error,
-                  "safetensors sink {}: expected tuning io_threads in [1, 64], write_buffers in (io_threads, 256] and "
-                  "write_bytes in [4 KiB, 1 GiB], got {}, {} and {}", dir, t.io_threads, t.write_buffers,
-                  t.write_bytes);
+    write_pipeline::check_shape("safetensors sink " + dir, t.io_threads, t.write_buffers, t.write_bytes);
     prepare_run_dir(cfg_.directory, cfg_.overwrite);
     writer_.emplace(
         writer_options{cfg_.directory, cfg_.schema, cfg_.shard_bytes, cfg_.fsync, cfg_.direct_io, cfg_.tuning,

@@ -22,6 +22,12 @@ namespace detail {
 /// buffer it is filling; with at most chunks - 1 files open one buffer is always free or on its way back from an
 /// I/O thread, so a take() never waits for a buffer that only another file's close would give back (a hang).
 struct file_writer_state {
+  explicit file_writer_state(const write_tuning& t) : pipe{checked(t).write_bytes, t.write_buffers, t.io_threads} {}
+  static const write_tuning& checked(const write_tuning& t)
+  {
+    write_pipeline::check_shape("file_writer", t.io_threads, t.write_buffers, t.write_bytes);
+    return t;
+  }
   write_pipeline pipe;
   std::mutex mu;
   std::size_t open{0};
@@ -85,8 +91,9 @@ sequential_file_times times_of(detail::file_writer_state& w) noexcept
 }
 }  // namespace
 
-file_writer::file_writer() : w_{std::make_shared<detail::file_writer_state>()} {}
+file_writer::file_writer(const write_tuning& tuning) : w_{std::make_shared<detail::file_writer_state>(tuning)} {}
 sequential_file_times file_writer::times() const noexcept { return times_of(*w_); }
+std::size_t file_writer::max_open() const noexcept { return w_->max_open(); }
 
 sequential_file::sequential_file(const std::filesystem::path& path, bool durable)
     : sequential_file(path, durable, file_writer{})

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <ferry/detail/align.hpp>
+#include <ferry/error.hpp>
 #include "posix_file.hpp"
 
 #include <atomic>
@@ -29,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -61,6 +63,17 @@ class write_pipeline {
   /// The alignment of buffers, of direct writes' offsets and of their lengths (a multiple of every logical
   /// block size in use: 512 and 4096).
   static constexpr std::size_t align = 4096;
+
+  /// The one rule of a pipeline's shape (safetensors_tuning, write_tuning): `threads` in [1, 64], `chunks` in
+  /// (threads, 256] and `chunk_bytes` in [4 KiB, 1 GiB]; logic_error naming `who` otherwise.
+  static void check_shape(std::string_view who, std::size_t threads, std::size_t chunks, std::size_t chunk_bytes)
+  {
+    FERRY_EXPECTS(threads >= 1 && threads <= 64 && chunks > threads && chunks <= 256 && chunk_bytes >= align &&
+                      chunk_bytes <= (std::size_t{1} << 30),
+                  ferry::logic_error,
+                  "{}: expected tuning io_threads in [1, 64], write_buffers in (io_threads, 256] and write_bytes in "
+                  "[4 KiB, 1 GiB], got {}, {} and {}", who, threads, chunks, chunk_bytes);
+  }
 
   explicit write_pipeline(std::size_t chunk_bytes = std::size_t{16} << 20, std::size_t chunks = 6,
                           std::size_t threads = 2, pipeline_counters* counters = nullptr)

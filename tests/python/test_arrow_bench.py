@@ -32,29 +32,30 @@ def test_arrow_benchmark_smoke(tmp_path):
 
 
 def test_arrow_writer_ab_smoke(tmp_path, monkeypatch, capsys):
-    """bench/torch/arrow_writer_ab.py in this process, tiny: both contestants run each round, in alternating order,
-    the per-shard one really without the run's writer, and every run's directory is removed."""
+    """bench/torch/arrow_writer_ab.py in this process, tiny: the medium and every tuning run each round, the tunings
+    in rotating order, each run's writer made with its own tuning, and every run's directory is removed."""
     monkeypatch.setenv("FERRY_PYTHON_BACKEND", "host")
     monkeypatch.syspath_prepend(str(ROOT / "bench" / "torch"))
     import arrow_writer_ab as ab
     import ferry
 
-    writers = []
-    seq = ferry._ferry.SequentialFile
+    made = []
+    fw = ferry._ferry.FileWriter
 
-    def recorded(*args, **kw):
-        writers.append(kw.get("writer"))
-        return seq(*args, **kw)
+    def recorded(**kw):
+        made.append(kw)
+        return fw(**kw)
 
-    monkeypatch.setattr(ferry._ferry, "SequentialFile", recorded)
+    monkeypatch.setattr(ferry._ferry, "FileWriter", recorded)
     out = tmp_path / "ab.json"
     assert ab.main(["--device", "cpu", "--dir", str(tmp_path / "m"), "--gib", "0.004", "--shard-mib", "1",
                     "--rounds", "2", "--hooks", "2", "--width", "64", "--context", "16", "--contexts", "4",
-                    "--out", str(out)]) == 0
+                    "--variants", "2x16x6", "1x1x4", "--out", str(out)]) == 0
     d = json.loads(out.read_text())
-    assert len(d["rates_gbps"]["shared"]) == 2 and len(d["rates_gbps"]["per_shard"]) == 2, d
-    assert all(v > 0 for v in d["median_gbps"].values()), d
+    assert len(d["rates_gbps"]["2x16x6"]) == 2 and len(d["rates_gbps"]["1x1x4"]) == 2, d
+    assert all(v > 0 for v in d["median_gbps"].values()) and len(d["medium_gbps"]) == 2, d
     order = [ln.split()[2].rstrip(":") for ln in capsys.readouterr().out.splitlines() if ln.startswith("round")]
-    assert order == ["shared", "per_shard", "per_shard", "shared"], order
-    assert None in writers and any(w is not None for w in writers), writers  # per-shard files had no writer
+    assert order == ["medium", "2x16x6", "1x1x4", "medium", "1x1x4", "2x16x6"], order
+    one = {"io_threads": 1, "write_bytes": 1 << 20, "write_buffers": 4}
+    assert made[1:] == [d["tunings"][v] for v in ("2x16x6", "1x1x4", "1x1x4", "2x16x6")] and made[2] == one, made
     assert not list((tmp_path / "m").glob("ab-*"))

@@ -3,7 +3,8 @@
 # forwards read back through datasets.load_from_disk equal to what was captured (BF16 widened exactly); a forward the
 # layout refuses is counted and the next ones are written; a forward widened while the one before it is written (a
 # slowed writer) reads back whole; a full shard is finished by the finisher thread while the writer fills the next;
-# the shards of a run share one _ferry.FileWriter, and files of one writer hold their own bytes;
+# the shards of a run share one _ferry.FileWriter (tuned: the same rows), and files of one writer hold their own
+# bytes; a tuning key FileWriter does not take, or a value out of range, is a LogicError;
 # every BF16 and F16 value widens exactly; a writer SIGKILLed mid-run leaves a loadable dataset of
 # complete shards; a full disk (EFBIG through RLIMIT_FSIZE) ends the run with the earlier shards loadable.
 import os
@@ -35,10 +36,11 @@ SCHEMA = {0: ("blocks.3.hook_resid_post", torch.bfloat16, (W,)), 1: ("blocks.3.a
           2: ("token_ids", "I64", ())}
 
 
-def _run(directory, forwards, shard_bytes=1 << 30, bad_at=None):
+def _run(directory, forwards, shard_bytes=1 << 30, bad_at=None, tuning=None):
     s = ferry.Stream(backend="host")
     ch = ferry.Channel(backend="host", ring_bytes=1 << 20, schema=SCHEMA)
-    sink = ferry.arrow.ArrowSink(ch, str(directory), CTX, shard_bytes=shard_bytes)
+    sink = ferry.arrow.ArrowSink(ch, str(directory), CTX, shard_bytes=shard_bytes, fsync=tuning is not None,
+                                 tuning=tuning)
     for f in range(forwards):
         ch.begin_forward(s, tag=f)
         for h, t in _forward(f).items():
@@ -47,8 +49,11 @@ def _run(directory, forwards, shard_bytes=1 << 30, bad_at=None):
     return sink.close()
 
 
-def test_forwards_read_back_as_saelens_rows_through_load_from_disk(tmp_path):
-    st = _run(tmp_path / "ds", 5, shard_bytes=2000, bad_at=3)
+# tuned: the shards written durably through a writer of one I/O thread and four 4 KiB buffers (every shard many
+# writes, cut at page boundaries), read back the same
+@pytest.mark.parametrize("tuning", [None, {"io_threads": 1, "write_buffers": 4, "write_bytes": 4096}])
+def test_forwards_read_back_as_saelens_rows_through_load_from_disk(tmp_path, tuning):
+    st = _run(tmp_path / "ds", 5, shard_bytes=2000, bad_at=3, tuning=tuning)
     assert st["forwards_written"] == 4 and st["forwards_refused"] == 1 and st["rows_written"] == 8, st
     assert "expected 16 tokens (token_ids') of 6 values, got 90 values" in st["first_error"], st
     assert st["shards"] > 1
@@ -114,6 +119,12 @@ def test_bad_layouts_are_logic_errors(tmp_path):
         ferry.arrow.ContextWriter(str(tmp_path), {"a": ("F32", (4,))}, 0)
     with pytest.raises(ferry.LogicError, match="expected hooks of F32, F16 or BF16 rows"):
         ferry.arrow.ContextWriter(str(tmp_path), {"a": ("I32", (4,))}, 4)
+    with pytest.raises(ferry.LogicError, match=r"expected tuning keys of _ferry.FileWriter, got \['threads'\]"):
+        ferry.arrow.ContextWriter(str(tmp_path), {"a": ("F32", (4,))}, 4, tuning={"threads": 4})
+    with pytest.raises(ferry.LogicError, match=r"file_writer: expected tuning io_threads in \[1, 64\].*got 4, 4 and"):
+        ferry.arrow.ContextWriter(str(tmp_path), {"a": ("F32", (4,))}, 4, tuning={"io_threads": 4, "write_buffers": 4})
+    with pytest.raises(ferry.LogicError, match=r"expected a writer that holds 3 open files .*, got tuning .* with 2"):
+        ferry.arrow.ContextWriter(str(tmp_path), {"a": ("F32", (4,))}, 4, tuning={"write_buffers": 3})
     ch = ferry.Channel(backend="host", ring_bytes=1 << 16)
     with pytest.raises(ferry.LogicError, match="expected a channel made with a schema"):
         ferry.arrow.ArrowSink(ch, str(tmp_path), 4)

@@ -557,11 +557,13 @@ TEST_F(ShardFile, ASequentialFileWriteErrorReachesTheWriter)
 /// block, its sync), the next is written through the same buffers and I/O threads; each file holds its own bytes in
 /// order (a buffer of one file's write never carries another's bytes, a close drains its own writes only), and
 /// times() is the writer's, the same through each file.
+/// Also through a tuned writer (3 I/O threads, 5 buffers of 3 pages: writes that cut every piece at odd places).
 TEST_F(ShardFile, FilesOfOneWriterHoldTheirOwnBytesWhileOneClosesAndTheNextIsWritten)
 {
-  for (const bool durable : {true, false}) {
-    SCOPED_TRACE(durable ? "durable" : "buffered");
-    const ferry::sink::file_writer w;
+  for (const auto& [durable, tuning] : {std::pair{true, ferry::sink::write_tuning{}}, std::pair{false, ferry::sink::write_tuning{}},
+                                        std::pair{true, ferry::sink::write_tuning{3, 5, 3 * 4096}}}) {
+    SCOPED_TRACE(std::string{durable ? "durable" : "buffered"} + ", write_bytes " + std::to_string(tuning.write_bytes));
+    const ferry::sink::file_writer w{tuning};
     std::vector<std::vector<std::uint8_t>> want(4);
     std::vector<std::thread> closers;
     std::vector<std::unique_ptr<ferry::sink::sequential_file>> files;
@@ -615,6 +617,38 @@ TEST_F(ShardFile, AWriterRefusesASixthOpenFile)
   after_destroy.write(bytes(100, 9));
   after_destroy.close();
   EXPECT_EQ(fs::file_size(dir / "after-destroy"), 100U);
+}
+
+/// A file_writer's tuning out of range is a logic_error saying which value (write_pipeline::check_shape, the
+/// safetensors sink's rule); a writer of 3 buffers takes 2 open files, not a third.
+TEST_F(ShardFile, AWriterChecksItsTuning)
+{
+  for (const ferry::sink::write_tuning bad :
+       {ferry::sink::write_tuning{.io_threads = 0}, ferry::sink::write_tuning{.io_threads = 6, .write_buffers = 6},
+        ferry::sink::write_tuning{.write_bytes = 1024}, ferry::sink::write_tuning{.write_buffers = 257}}) {
+    try {
+      const ferry::sink::file_writer w{bad};
+      FAIL() << "tuning " << bad.io_threads << ", " << bad.write_buffers << ", " << bad.write_bytes << " taken";
+    } catch (const ferry::logic_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("file_writer: expected tuning io_threads in [1, 64], write_buffers in (io_threads, 256]"),
+                std::string::npos) << what;
+      EXPECT_NE(what.find("got " + std::to_string(bad.io_threads) + ", " + std::to_string(bad.write_buffers)),
+                std::string::npos) << what;
+    }
+  }
+  const ferry::sink::file_writer w{{.io_threads = 1, .write_buffers = 3, .write_bytes = 4096}};
+  ferry::sink::sequential_file a{dir / "a", false, w}, b{dir / "b", false, w};
+  try {
+    ferry::sink::sequential_file c{dir / "c", false, w};
+    FAIL() << "a third open file of a writer of 3 buffers was made";
+  } catch (const ferry::logic_error& e) {
+    EXPECT_NE(std::string{e.what()}.find("at most 2 open files"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "c"));
+  a.write(bytes(10000, 1));
+  a.close();
+  EXPECT_EQ(fs::file_size(dir / "a"), 10000U);
 }
 
 /// The first write error of one file of a file_writer ends the writer: the next file's write throws it (EFBIG), as

@@ -9,8 +9,9 @@
 //                                       is thrown by the next write() or close()
 //   f.close();                          every byte in the file (fsync when durable); the size is size()
 //   f.times();                          where write() spent its time: copying, waiting for a buffer
-//   file_writer w;                      the buffers and I/O threads, shared by the files given it:
-//   sequential_file g{path, durable, w};  a run's files (ferry.arrow's shards) reuse warm buffers and threads
+//   file_writer w{tuning};              the buffers and I/O threads (write_tuning: every value equally correct),
+//   sequential_file g{path, durable, w};  shared by the files given it: a run's files (ferry.arrow's shards) reuse
+//                                       warm buffers and threads
 // The destructor of a file not closed waits for its writes in flight and drops their errors: the caller removes a
 // file it gave up.
 #pragma once
@@ -37,17 +38,31 @@ struct sequential_file_times {
   double wait_seconds{0};
 };
 
-/// The page-aligned buffers (6 of 16 MiB, allocated on first use) and the 2 I/O threads that sequential_files write
-/// through. A file made without one has its own; the files of a run given one writer (ferry.arrow's shards) reuse
-/// its buffers and threads, already warm, and one file may be closed on another thread while the next is written.
-/// The first write error of any of its files ends the writer: every later write() or close() of its files throws
-/// it (a run of shards ends there). At most 5 of its files are open at once (each may hold a buffer it fills): a
-/// sixth is a logic_error, nothing created. Copies share its state: it lives while a copy or one of its files does.
+/// Tuning of a file_writer (never what is written): `write_buffers` page-aligned buffers of `write_bytes`, filled on
+/// the caller's thread, and `io_threads` writing full ones at once (a disk queue serves several writes in flight
+/// faster than one). The defaults are the safetensors sink's (safetensors_tuning); sequential_file_times tells
+/// which side is the limit, and bench/torch/arrow_writer_ab.py measures the choices against the medium.
+struct write_tuning {
+  std::size_t io_threads{2};      ///< [1, 64]
+  std::size_t write_buffers{6};   ///< (io_threads, 256]
+  std::size_t write_bytes{std::size_t{16} << 20};  ///< [4 KiB, 1 GiB], rounded up to 4 KiB
+};
+
+/// The page-aligned buffers (allocated on first use) and the I/O threads that sequential_files write through
+/// (write_tuning). A file made without one has its own, of the default tuning; the files of a run given one writer
+/// (ferry.arrow's shards) reuse its buffers and threads, already warm, and one file may be closed on another thread
+/// while the next is written. The first write error of any of its files ends the writer: every later write() or
+/// close() of its files throws it (a run of shards ends there). At most write_buffers - 1 of its files are open at
+/// once (each may hold a buffer it fills): one more is a logic_error, nothing created. Copies share its state: it
+/// lives while a copy or one of its files does.
 class file_writer {
  public:
-  file_writer();
+  /// logic_error when a tuning value is out of its range (write_tuning), nothing started.
+  explicit file_writer(const write_tuning& tuning = {});
   /// Where its files' write() calls spent their time, over all of them.
   [[nodiscard]] sequential_file_times times() const noexcept;
+  /// How many of its files may be open at once: write_buffers - 1.
+  [[nodiscard]] std::size_t max_open() const noexcept;
 
  private:
   friend class sequential_file;
@@ -60,7 +75,7 @@ class sequential_file {
   /// and close() syncs the file. Written through a file_writer of its own.
   explicit sequential_file(const std::filesystem::path& path, bool durable = false);
   /// The same, written through `writer` (its buffers and threads, shared with its other files); logic_error when
-  /// 5 of its files are open (not closed, not destroyed).
+  /// write_buffers - 1 of its files are open (not closed, not destroyed).
   sequential_file(const std::filesystem::path& path, bool durable, const file_writer& writer);
   ~sequential_file();
   sequential_file(sequential_file&&) noexcept;

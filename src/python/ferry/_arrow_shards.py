@@ -3,7 +3,8 @@
 Arrow samples): each shard under a temporary name through ferry's sink writer (``_ferry.SequentialFile``: O_DIRECT
 with ``fsync``; every shard of the run through one ``_ferry.FileWriter``, whose buffers and I/O threads stay warm
 from one shard to the next), renamed whole, then ``state.json`` and ``dataset_info.json`` rewritten by rename, so
-that a SIGKILL leaves a dataset of complete shards. A full shard is finished (its last writes and fsync, the rename,
+that a SIGKILL leaves a dataset of complete shards. ``tuning``: the writer's buffers and I/O threads (``_ferry.FileWriter``'s
+keywords, ``sink::write_tuning``: ``io_threads``, ``write_buffers``, ``write_bytes``; never what is written). A full shard is finished (its last writes and fsync, the rename,
 the JSON files) by a finisher thread, in shard order, while the writer fills the next one, as the safetensors sink does
 (src/sink/shard_finisher.hpp): at most two wait, and ``flush()`` returns once every one is in the dataset."""
 
@@ -35,13 +36,23 @@ class Shards:
 
     _MAX_SEALED = 2  # shards sealed and not yet in the dataset, at most (the writer waits for room)
 
-    def __init__(self, directory: str, schema: Any, info: dict, shard_bytes: int, fsync: bool) -> None:
+    def __init__(self, directory: str, schema: Any, info: dict, shard_bytes: int, fsync: bool,
+                 tuning: dict | None = None) -> None:
         self.pa = pyarrow()
+        from . import LogicError, _ferry  # the safetensors sink's writer (O_DIRECT when durable), as pyarrow's file
+        try:  # the run's buffers and I/O threads (sink::write_tuning), checked here, at the call
+            self._writer = _ferry.FileWriter(**(tuning or {}))
+        except TypeError as err:
+            raise LogicError(f"ferry.arrow: expected tuning keys of _ferry.FileWriter, got {sorted(tuning or {})}: "
+                             f"{err}") from None
+        if self._writer.max_open < self._MAX_SEALED + 1:  # the open shard and the sealed ones each hold a file
+            raise LogicError(f"ferry.arrow: expected a writer that holds {self._MAX_SEALED + 1} open files (a shard "
+                             f"written while {self._MAX_SEALED} finish), got tuning {tuning} with "
+                             f"{self._writer.max_open}")
         self.dir, self.schema, self.info = directory, schema, info
         self.shard_bytes, self.fsync = int(shard_bytes), fsync
         self.names: list[str] = []  # the shards in the dataset (the finisher appends)
         self._w = self._f = self._raw = self._tmp = None
-        self._writer: Any = None  # the run's _ferry.FileWriter (made with the first shard)
         self._open_bytes = 0
         self._sealed = 0  # shards sealed so far (the next one's number)
         self._pending: list[Future] = []
@@ -55,9 +66,7 @@ class Shards:
         self._raise_failed()
         if self._w is None:
             self._tmp = os.path.join(self.dir, f".data-{self._sealed:05d}.arrow.tmp-{os.getpid()}")
-            from . import _ferry  # the safetensors sink's writer (O_DIRECT when durable), as pyarrow's file
-            if self._writer is None:
-                self._writer = _ferry.FileWriter()
+            from . import _ferry
             self._raw = _ferry.SequentialFile(self._tmp, durable=self.fsync, writer=self._writer)
             self._f = self.pa.PythonFile(self._raw, mode="w")
             self._w = self.pa.ipc.new_stream(self._f, self.schema)

@@ -38,10 +38,12 @@ _FLOAT = {"F32", "F16", "BF16"}
 
 class ContextWriter:
     """SAELens's layout from arrays: ``write({hook name: [tokens, width] array}, token_ids)`` appends
-    ``tokens / context`` rows. ``hooks``: ``{name: (dtype name, row_shape)}`` (a channel's schema values)."""
+    ``tokens / context`` rows. ``hooks``: ``{name: (dtype name, row_shape)}`` (a channel's schema values).
+    ``tuning``: the shards' writer (``_ferry.FileWriter``'s keywords: ``io_threads``, ``write_buffers``,
+    ``write_bytes``; never what is written; LogicError for a key it does not take or a value out of range)."""
 
     def __init__(self, directory: str, hooks: dict, context: int, *, token_ids: str = "token_ids",
-                 shard_bytes: int = 1 << 30, fsync: bool = False) -> None:
+                 shard_bytes: int = 1 << 30, fsync: bool = False, tuning: dict | None = None) -> None:
         from . import LogicError
         pa = pyarrow()
         self.context, self.token_name = int(context), token_ids
@@ -65,7 +67,7 @@ class ContextWriter:
         info = {"description": "activations written by ferry.arrow (SAELens's cache layout)", "citation": "",
                 "homepage": "", "license": "", "features": feats}
         os.makedirs(directory, exist_ok=True)
-        self.shards = _Shards(directory, schema, info, shard_bytes, fsync)
+        self.shards = _Shards(directory, schema, info, shard_bytes, fsync, tuning)
         self.rows = 0
         self.bytes = 0
         self._buf: dict[tuple, np.ndarray] = {}  # widen's float32 buffer per (slot, hook)
@@ -129,13 +131,13 @@ class ArrowSink:
     stops the sink with the earlier shards loadable. ``stats()["seconds"]`` says where the threads' time went: the
     poll thread polling, widening and waiting for a free slot, the writer writing (``write``; of it, copying into
     the file writer's buffers: ``copy``, waiting for one the medium had not taken yet: ``io_wait``, waiting for the
-    finisher to take a sealed shard: ``seal_wait``) and waiting for a forward. ``close()`` closes the channel, then
-    the dataset."""
+    finisher to take a sealed shard: ``seal_wait``) and waiting for a forward; ``tuning`` sizes the file writer
+    (``ContextWriter``'s). ``close()`` closes the channel, then the dataset."""
 
     _SLOTS = 2  # forwards widened and not yet written, at most
 
     def __init__(self, channel: Any, directory: str, context: int, *, token_ids: str = "token_ids",
-                 shard_bytes: int = 1 << 30, fsync: bool = False) -> None:
+                 shard_bytes: int = 1 << 30, fsync: bool = False, tuning: dict | None = None) -> None:
         from . import LogicError
         schema = dict(channel.schema)
         if not schema:
@@ -143,7 +145,7 @@ class ArrowSink:
                              "columns), got none")
         self.ch, self.names = channel, {h: v[0] for h, v in schema.items()}
         self.writer = ContextWriter(directory, {v[0]: (v[1], v[2]) for v in schema.values()}, context,
-                                    token_ids=token_ids, shard_bytes=shard_bytes, fsync=fsync)
+                                    token_ids=token_ids, shard_bytes=shard_bytes, fsync=fsync, tuning=tuning)
         self._stats = {"forwards_written": 0, "rows_written": 0, "bytes_written": 0, "shards": 0,
                        "forwards_refused": 0, "first_error": None}
         self._secs = dict.fromkeys(("poll", "widen", "slot_wait", "write", "copy", "io_wait", "seal_wait",
