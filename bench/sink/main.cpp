@@ -11,7 +11,7 @@
 // check failed (a bad, missing or torn entry, an error), 2 for bad options.
 //
 // Usage: ferry_bench_sinks [--quick] [--dir DIR] [--volume-gib X] [--tokens N] [--rounds R] [--steps S] [--k K]
-//          [--shard-mib N] [--queue-mib N] [--io-threads N] [--write-mib N] [--write-buffers N] [--lend-kib N] [--no-fsync] [--shm-entry-mib N] [--shm-entries N] [--shm-staging-mib N]
+//          [--shard-mib N] [--queue-mib N] [--io-threads N] [--write-mib N] [--write-buffers N] [--lend-kib N] [--no-fsync] [--no-direct-io] [--shm-entry-mib N] [--shm-entries N] [--shm-staging-mib N]
 //          [--full-every N] [--checkers N] [--check-threads N] [--only safetensors|shm] [--keep] [--inject-fault]
 //   --dir: where the disk test and the shards go (default: <this binary's folder>/sinks-run; a disk, not /dev/shm)
 //   --quick: the host smoke sizes (1 token, 24 MiB, 2 rounds of 2 steps, 24 entries of 1 MiB)
@@ -136,6 +136,7 @@ options parse(int argc, char** argv)
     const std::string& k = a[i];
     if (k == "--quick" || k == "--inject-fault") { continue; }
     if (k == "--no-fsync") { o.fsync = false; continue; }
+    if (k == "--no-direct-io") { o.direct_io = false; continue; }
     if (k == "--keep") { o.keep = true; continue; }
     if (i + 1 >= a.size()) { usage("option " + k + " without a value, or unknown"); }
     const std::string v = a[++i];

@@ -32,6 +32,7 @@ fk::safetensors_config sink_config(const options& o, const forward_shape& sh, co
   sc.policy = p;
   sc.block_timeout = std::chrono::seconds(60);
   sc.fsync = o.fsync;
+  sc.direct_io = o.direct_io;
   sc.overwrite = true;
   return sc;
 }
@@ -130,11 +131,13 @@ void run_safetensors(const options& o, forward_rig& rig, json_out& out, bool& ok
                static_cast<unsigned long long>(cb.entries_checked), static_cast<unsigned long long>(cb.entries_bad),
                static_cast<unsigned long long>(missing), static_cast<unsigned long long>(cb.forwards_torn),
                static_cast<unsigned long long>(cb.problems), cb.first_problem.empty() ? "" : ": ", cb.first_problem.c_str());
-  std::fprintf(stderr, "  writer (io_threads %llu, writes of %.0f MiB, %llu buffers, entries of %llu KiB and more lent): "
-               "copying %.2f s, waiting for a "
+  std::fprintf(stderr, "  writer (io_threads %llu, writes of %.0f MiB, %llu buffers, direct_io %s, entries of %llu KiB and "
+               "more lent where buffered: %llu lent): copying %.2f s, waiting for a "
                "buffer %.2f s, waiting for an entry %.2f s, rolling shards over %.2f s\n", static_cast<unsigned long long>(o.io_threads),
                static_cast<double>(o.write_bytes) / MiB, static_cast<unsigned long long>(o.write_buffers),
-               static_cast<unsigned long long>(o.lend_min >> 10), bs.writer_copy_seconds, bs.writer_wait_seconds, bs.writer_idle_seconds, bs.writer_publish_seconds);
+               o.direct_io ? "on" : "off", static_cast<unsigned long long>(o.lend_min >> 10),
+               static_cast<unsigned long long>(bs.lent_entries), bs.writer_copy_seconds, bs.writer_wait_seconds,
+               bs.writer_idle_seconds, bs.writer_publish_seconds);
   if (!o.keep) { fs::remove_all(block_dir); }
   const disk_result d2 = disk_write(o.dir, volume);
   std::fprintf(stderr, "  disk (after): %.3f GB/s %s\n", d2.gbps, d2.error.c_str());
@@ -186,7 +189,8 @@ void run_safetensors(const options& o, forward_rig& rig, json_out& out, bool& ok
     .u64("stall_timeouts", bs.stall_timeouts).u64("channel_stalls", bc.stalls).u64("dropped_forwards", bs.dropped_forwards)
     .u64("queue_high_watermark", bs.queue_high_watermark).u64("relocations", bs.relocations).u64("forwards_missing", missing)
     .u64("io_threads", o.io_threads).u64("write_bytes", o.write_bytes).u64("write_buffers", o.write_buffers)
-    .u64("lend_min_bytes", o.lend_min).num("writer_copy_seconds", bs.writer_copy_seconds, 3).num("writer_wait_seconds", bs.writer_wait_seconds, 3)
+    .u64("lend_min_bytes", o.lend_min).u64("lent_entries", bs.lent_entries).u64("direct_io", o.direct_io ? 1 : 0)
+    .num("writer_copy_seconds", bs.writer_copy_seconds, 3).num("writer_wait_seconds", bs.writer_wait_seconds, 3)
     .num("writer_idle_seconds", bs.writer_idle_seconds, 3).num("writer_publish_seconds", bs.writer_publish_seconds, 3);
   put_check(out, cb);
   out.close().open("drop");

@@ -49,6 +49,7 @@ struct options {
   std::uint64_t write_buffers{6};
   std::uint64_t lend_min{256ULL << 10};  ///< safetensors_tuning::lend_min_bytes (--lend-kib; 0: every entry copied)
   bool fsync{true};
+  bool direct_io{true};  ///< safetensors_config::direct_io (--no-direct-io: buffered shards, entries lent)
   std::uint64_t shm_entry{64ULL << 20};     ///< reader throughput: entry bytes
   std::uint64_t shm_entries{256};
   std::uint64_t shm_staging{1ULL << 30};    ///< throughput run's staging (capped by /dev/shm's free space)
