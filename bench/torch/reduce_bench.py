@@ -262,7 +262,7 @@ def prefill_mean(a, out):
     qsl = torch.arange(0, (n_req + 1) * per, per, dtype=torch.int32, device=dev)
     req = torch.arange(n_req, dtype=torch.int32, device=dev)
     ch = ferry.Channel(backend="cuda" if cuda else "host", ring_bytes=a.ring_mib << 20, publish_every=4096,
-                       tuning={"size_slots": 1024})
+                       tuning={"size_slots": 1024, "programmatic_launch": not a.plain_launch})
     s = torch.cuda.Stream() if cuda else ferry.Stream(backend="host")
     got = []
     layer_cycles = cycles_for(a.prefill_us / layers) if cuda else 0
@@ -339,6 +339,8 @@ def main(argv=None):
     ap.add_argument("--prefill-us", type=float, default=25000.0, help="the prefill step without capture")
     ap.add_argument("--ring-mib", type=int, default=1024)
     ap.add_argument("--parts", default="t256,prefill_mean")
+    ap.add_argument("--plain-launch", action="store_true",
+                    help="prefill_mean's channel with tuning programmatic_launch off (its kernels launched plainly)")
     ap.add_argument("--profile", action="store_true", help="then each contestant's kernels (torch.profiler), logged")
     ap.add_argument("--trace", help="then chrome traces of whole and topk64 (PREFIX_whole.json, PREFIX_topk64.json)")
     a = ap.parse_args(argv)
