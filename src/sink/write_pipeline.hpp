@@ -164,10 +164,21 @@ class write_pipeline {
     }
     work_.notify_one();
   }
-  /// The same write, now, on the calling thread (the caller holds `p`).
+  /// The same write, now, on the calling thread (the caller holds `p`). Its error is thrown and kept, as an I/O
+  /// thread's is: the run ends there for every file of the pipeline (a file's tail written at its close fails as
+  /// its full buffers would).
   void write_now(const std::byte* p, std::size_t n, const file& direct, const file& buffered, std::uint64_t off)
   {
-    put(job{const_cast<std::byte*>(p), n, &direct, &buffered, off, nullptr});
+    try {
+      put(job{const_cast<std::byte*>(p), n, &direct, &buffered, off, nullptr});
+    } catch (...) {
+      {
+        std::lock_guard lk{mu_};
+        if (!error_) { error_ = std::current_exception(); }
+      }
+      idle_.notify_all();
+      throw;
+    }
   }
 
   /// Waits until none of `w`'s writes is queued or running (another file's may be). Throws the kept error if

@@ -235,7 +235,8 @@ def test_files_of_one_file_writer_each_hold_their_own_bytes(tmp_path, durable):
     thread of its own while the others are written, hold their own bytes in order; times are the writer's."""
     import threading
 
-    w = ferry._ferry.FileWriter()
+    w = ferry._ferry.FileWriter(write_buffers=6, write_bytes=16 << 20)
+    assert w.max_open == 5 and ferry._ferry.FileWriter().max_open == 3
     files = [ferry._ferry.SequentialFile(str(tmp_path / f"f{k}"), durable=durable, writer=w) for k in range(3)]
     rng = np.random.default_rng(7)
     want = [bytearray() for _ in files]

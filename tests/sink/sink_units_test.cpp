@@ -560,7 +560,8 @@ TEST_F(ShardFile, ASequentialFileWriteErrorReachesTheWriter)
 /// Also through a tuned writer (3 I/O threads, 5 buffers of 3 pages: writes that cut every piece at odd places).
 TEST_F(ShardFile, FilesOfOneWriterHoldTheirOwnBytesWhileOneClosesAndTheNextIsWritten)
 {
-  for (const auto& [durable, tuning] : {std::pair{true, ferry::sink::write_tuning{}}, std::pair{false, ferry::sink::write_tuning{}},
+  const ferry::sink::write_tuning five{2, 6, std::size_t{16} << 20};  // 5 open files at once
+  for (const auto& [durable, tuning] : {std::pair{true, five}, std::pair{false, five},
                                         std::pair{true, ferry::sink::write_tuning{3, 5, 3 * 4096}}}) {
     SCOPED_TRACE(std::string{durable ? "durable" : "buffered"} + ", write_bytes " + std::to_string(tuning.write_bytes));
     const ferry::sink::file_writer w{tuning};
@@ -596,7 +597,7 @@ TEST_F(ShardFile, FilesOfOneWriterHoldTheirOwnBytesWhileOneClosesAndTheNextIsWri
 /// file frees its place.
 TEST_F(ShardFile, AWriterRefusesASixthOpenFile)
 {
-  const ferry::sink::file_writer w;
+  const ferry::sink::file_writer w{{.io_threads = 2, .write_buffers = 6}};
   std::vector<std::unique_ptr<ferry::sink::sequential_file>> open;
   for (int k = 0; k < 5; ++k) {
     open.push_back(std::make_unique<ferry::sink::sequential_file>(dir / ("o" + std::to_string(k)), false, w));
@@ -637,7 +638,9 @@ TEST_F(ShardFile, AWriterChecksItsTuning)
                 std::string::npos) << what;
     }
   }
+  EXPECT_EQ(ferry::sink::file_writer{}.max_open(), 3U) << "the default: an Arrow shard written while two finish";
   const ferry::sink::file_writer w{{.io_threads = 1, .write_buffers = 3, .write_bytes = 4096}};
+  EXPECT_EQ(w.max_open(), 2U);
   ferry::sink::sequential_file a{dir / "a", false, w}, b{dir / "b", false, w};
   try {
     ferry::sink::sequential_file c{dir / "c", false, w};
@@ -652,21 +655,25 @@ TEST_F(ShardFile, AWriterChecksItsTuning)
 }
 
 /// The first write error of one file of a file_writer ends the writer: the next file's write throws it (EFBIG), as
-/// a run of shards ends at a full disk.
+/// a run of shards ends at a full disk. Whether the failed write was a full buffer's on an I/O thread (16 MiB
+/// buffers) or the file's tail written at its close (the default's 64 MiB: the 16 MiB file never fills one).
 TEST_F(ShardFile, AWriteErrorOfOneFileEndsItsWriter)
 {
-  std::pair<int, std::string> first;
-  std::pair<int, std::string> next;
-  {
-    const file_size_limit limit{1U << 20};
-    ASSERT_TRUE(limit.ok());
-    const ferry::sink::file_writer w;
-    first = write_16_mib(dir / "big.bin", &w);
-    next = write_16_mib(dir / "next.bin", &w);
+  for (const std::size_t buffer : {std::size_t{16} << 20, ferry::sink::write_tuning{}.write_bytes}) {
+    SCOPED_TRACE("buffers of " + std::to_string(buffer >> 20) + " MiB");
+    std::pair<int, std::string> first;
+    std::pair<int, std::string> next;
+    {
+      const file_size_limit limit{1U << 20};
+      ASSERT_TRUE(limit.ok());
+      const ferry::sink::file_writer w{{.write_bytes = buffer}};
+      first = write_16_mib(dir / "big.bin", &w);
+      next = write_16_mib(dir / "next.bin", &w);
+    }
+    EXPECT_EQ(first.first, EFBIG);
+    EXPECT_EQ(next.first, EFBIG) << "a writer whose file failed went on writing the next file";
+    EXPECT_NE(next.second.find("big.bin"), std::string::npos) << "the writer's first error: " << next.second;
   }
-  EXPECT_EQ(first.first, EFBIG);
-  EXPECT_EQ(next.first, EFBIG) << "a writer whose file failed went on writing the next file";
-  EXPECT_NE(next.second.find("big.bin"), std::string::npos) << "the writer's first error: " << next.second;
 }
 
 TEST(SinkUnits, VersionIsTheProjectVersion) { EXPECT_EQ(ferry::version, FERRY_PROJECT_VERSION); }

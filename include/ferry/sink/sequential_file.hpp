@@ -38,14 +38,17 @@ struct sequential_file_times {
   double wait_seconds{0};
 };
 
-/// Tuning of a file_writer (never what is written): `write_buffers` page-aligned buffers of `write_bytes`, filled on
-/// the caller's thread, and `io_threads` writing full ones at once (a disk queue serves several writes in flight
-/// faster than one). The defaults are the safetensors sink's (safetensors_tuning); sequential_file_times tells
-/// which side is the limit, and bench/torch/arrow_writer_ab.py measures the choices against the medium.
+/// Tuning of a file_writer (never what is written): `write_buffers` page-aligned buffers of `write_bytes` (256 MiB
+/// by default, allocated on first use), filled on the caller's thread, and `io_threads` writing full ones at once:
+/// the more bytes in flight, the closer a disk queue comes to its sequential rate. Two 64 MiB writes at a time
+/// wrote ferry.arrow's shards at 103.5% of an H100 machine's disk where the safetensors sink's 16 MiB (two at a
+/// time, 6 buffers) gave 89.3% (docs/perf/journal.md, session 34). The ranges are the safetensors sink's
+/// (write_pipeline::check_shape); sequential_file_times tells which side is the limit, and
+/// bench/torch/arrow_writer_ab.py measures the choices against the medium.
 struct write_tuning {
-  std::size_t io_threads{2};      ///< [1, 64]
-  std::size_t write_buffers{6};   ///< (io_threads, 256]
-  std::size_t write_bytes{std::size_t{16} << 20};  ///< [4 KiB, 1 GiB], rounded up to 4 KiB
+  std::size_t io_threads{2};                       ///< [1, 64]
+  std::size_t write_buffers{4};                    ///< (io_threads, 256]
+  std::size_t write_bytes{std::size_t{64} << 20};  ///< [4 KiB, 1 GiB], rounded up to 4 KiB
 };
 
 /// The page-aligned buffers (allocated on first use) and the I/O threads that sequential_files write through
