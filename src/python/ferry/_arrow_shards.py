@@ -3,9 +3,10 @@
 Arrow samples): each shard under a temporary name through ferry's sink writer (``_ferry.SequentialFile``: O_DIRECT
 with ``fsync``; every shard of the run through one ``_ferry.FileWriter``, whose buffers and I/O threads stay warm
 from one shard to the next), renamed whole, then ``state.json`` and ``dataset_info.json`` rewritten by rename, so
-that a SIGKILL leaves a dataset of complete shards. ``tuning``: the writer's buffers and I/O threads (``_ferry.FileWriter``'s
-keywords, ``sink::write_tuning``: ``io_threads``, ``write_buffers``, ``write_bytes``; never what is written). A full shard is finished (its last writes and fsync, the rename,
-the JSON files) by a finisher thread, in shard order, while the writer fills the next one, as the safetensors sink does
+that a SIGKILL leaves a dataset of complete shards. ``tuning``: the writer's buffers and I/O threads
+(``_ferry.FileWriter``'s keywords, ``sink::write_tuning``: ``io_threads``, ``write_buffers``, ``write_bytes``; never
+what is written). A full shard is finished (its last writes and fsync, the rename, the JSON files) by a finisher
+thread, in shard order, while the writer fills the next one, as the safetensors sink does
 (src/sink/shard_finisher.hpp): at most two wait, and ``flush()`` returns once every one is in the dataset."""
 
 from __future__ import annotations
