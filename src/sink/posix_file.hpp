@@ -16,6 +16,10 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <linux/magic.h>  // TMPFS_MAGIC
+#include <sys/vfs.h>      // fstatfs
+#endif
 
 namespace ferry::sink::detail {
 
@@ -38,7 +42,11 @@ class file {
     return f;
   }
   /// `p`, an existing file, opened again for writing with O_DIRECT (write_pipeline's aligned writes); a file
-  /// that is not open where the filesystem or the platform has no O_DIRECT (EINVAL, EOPNOTSUPP).
+  /// that is not open where the filesystem or the platform has no O_DIRECT (EINVAL, EOPNOTSUPP), and on tmpfs, which
+  /// takes O_DIRECT since Linux 6.6 but copies into its page cache either way: buffered there, a large entry is
+  /// written from its staging (shard_file::append's lending) rather than copied into a write buffer first (the
+  /// safetensors sink on an H100 machine's /dev/shm: 85.0% and 93.1% of dd's rate against 81.5% and 84.3% with
+  /// O_DIRECT, perf journal session 34).
   static file open_direct(const fs::path& p)
   {
     file f;
@@ -49,6 +57,10 @@ class file {
       if (e == EINVAL || e == EOPNOTSUPP) { return file{}; }
       FERRY_FAIL_IO(io_error, p, e, "sink: opening {} for direct writes: expected a writable file", p.string());
     }
+#if defined(__linux__)
+    struct statfs st {};
+    if (::fstatfs(f.fd_, &st) == 0 && st.f_type == TMPFS_MAGIC) { return file{}; }  // closed by f's destructor
+#endif
     f.path_ = p;
 #else
     (void)p;

@@ -31,7 +31,9 @@
 #include <vector>
 
 #include <csignal>
+#include <linux/magic.h>  // TMPFS_MAGIC
 #include <sys/resource.h>
+#include <sys/vfs.h>      // statfs
 #include <unistd.h>
 
 namespace {
@@ -674,6 +676,26 @@ TEST_F(ShardFile, AWriteErrorOfOneFileEndsItsWriter)
     EXPECT_EQ(next.first, EFBIG) << "a writer whose file failed went on writing the next file";
     EXPECT_NE(next.second.find("big.bin"), std::string::npos) << "the writer's first error: " << next.second;
   }
+}
+
+/// tmpfs takes O_DIRECT (Linux 6.6 and later) but copies into its page cache either way: a shard there is written
+/// buffered, so that its large entries are lent from their staging (shard_file::lends) rather than copied into a
+/// write buffer first (perf journal session 34). Skipped where /dev/shm is not tmpfs.
+TEST(SinkUnits, ShardsOnTmpfsAreWrittenBufferedAndLend)
+{
+  struct statfs st {};
+  const fs::path shm = "/dev/shm";
+  if (::statfs(shm.c_str(), &st) != 0 || st.f_type != TMPFS_MAGIC) { GTEST_SKIP() << "/dev/shm is not tmpfs"; }
+  const fs::path d = shm / ("ferry_tmpfs_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  {
+    { auto f = fsd::file::create(d / "probe"); }
+    EXPECT_FALSE(fsd::file::open_direct(d / "probe").is_open()) << "O_DIRECT kept on tmpfs";
+    fsd::write_pipeline pipe{4096, 2, 1};
+    const fsd::shard_file s{d, 0, 100, &pipe, true};
+    EXPECT_TRUE(s.lends()) << "a shard on tmpfs with direct writes asked for does not lend";
+  }
+  fs::remove_all(d);
 }
 
 TEST(SinkUnits, VersionIsTheProjectVersion) { EXPECT_EQ(ferry::version, FERRY_PROJECT_VERSION); }
