@@ -39,6 +39,7 @@ class file {
       const int e = errno;
       FERRY_FAIL_IO(io_error, p, e, "sink: creating {}: expected a writable file", p.string());
     }
+    f.serial_ = on_tmpfs(f.fd_);
     return f;
   }
   /// `p`, an existing file, opened again for writing with O_DIRECT (write_pipeline's aligned writes); a file
@@ -57,23 +58,24 @@ class file {
       if (e == EINVAL || e == EOPNOTSUPP) { return file{}; }
       FERRY_FAIL_IO(io_error, p, e, "sink: opening {} for direct writes: expected a writable file", p.string());
     }
-#if defined(__linux__)
-    struct statfs st {};
-    if (::fstatfs(f.fd_, &st) == 0 && st.f_type == TMPFS_MAGIC) { return file{}; }  // closed by f's destructor
-#endif
+    if (on_tmpfs(f.fd_)) { return file{}; }  // f's destructor closes it
     f.path_ = p;
 #else
     (void)p;
 #endif
     return f;
   }
-  file(file&& o) noexcept : fd_{std::exchange(o.fd_, -1)}, path_{std::move(o.path_)} {}
+  file(file&& o) noexcept
+      : fd_{std::exchange(o.fd_, -1)}, path_{std::move(o.path_)}, serial_{std::exchange(o.serial_, false)}
+  {
+  }
   file& operator=(file&& o) noexcept
   {
     if (this != &o) {
       reset();
       fd_ = std::exchange(o.fd_, -1);
       path_ = std::move(o.path_);
+      serial_ = std::exchange(o.serial_, false);
     }
     return *this;
   }
@@ -82,6 +84,9 @@ class file {
   ~file() { reset(); }
 
   [[nodiscard]] bool is_open() const noexcept { return fd_ >= 0; }
+  /// Whether its writes go best one at a time (create()'s file on tmpfs, where one file's writes serialize on its
+  /// inode's lock: write_pipeline then keeps one of them in flight).
+  [[nodiscard]] bool serial_writes() const noexcept { return serial_; }
   [[nodiscard]] const fs::path& path() const noexcept { return path_; }
   /// The file was renamed to `p` (the descriptor stays valid; messages name the new path).
   void renamed(fs::path p) { path_ = std::move(p); }
@@ -184,8 +189,20 @@ class file {
     if (fd_ >= 0) { (void)::close(fd_); }
     fd_ = -1;
   }
+  /// Whether descriptor `fd` is of a file on tmpfs (Linux; elsewhere false).
+  static bool on_tmpfs([[maybe_unused]] int fd) noexcept
+  {
+#if defined(__linux__)
+    struct statfs st {};
+    return ::fstatfs(fd, &st) == 0 && st.f_type == TMPFS_MAGIC;
+#else
+    return false;
+#endif
+  }
+
   int fd_{-1};
   fs::path path_;
+  bool serial_{false};
 };
 
 /// fsync of directory `dir` (makes a rename in it durable).

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The safetensors sink's write path off its writer thread: a fixed set of page-aligned buffers and I/O threads
 // that write full buffers to their files (taken in the order given; `threads` writes in flight at once, which a
-// disk queue serves faster than one), so the writer copies the next entries (and their CRC-32) while the disk takes
+// disk queue serves faster than one; but one at a time to a file whose writes serialize anyway, tmpfs's:
+// file::serial_writes), so the writer copies the next entries (and their CRC-32) while the disk takes
 // the last ones. A write goes through the O_DIRECT descriptor of its file where
 // there is one (the disk at its sequential rate, the page cache neither filled nor flushed), else the buffered
 // one; a filesystem that opens O_DIRECT but refuses its first write (EINVAL) gets buffered writes from then on.
@@ -18,6 +19,7 @@
 #include <ferry/error.hpp>
 #include "posix_file.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -58,6 +60,8 @@ class write_pipeline {
   struct writes {
     std::size_t outstanding{0};
     bool failed{false};  ///< one of them failed, or was dropped after another file's failure
+    std::size_t running{0};       ///< on an I/O thread now
+    std::size_t peak_running{0};  ///< the most at once so far
   };
 
   /// The alignment of buffers, of direct writes' offsets and of their lengths (a multiple of every logical
@@ -246,15 +250,34 @@ class write_pipeline {
     j.buffered->write_at(j.p, j.n, j.off);
   }
 
+  /// Whether `j` goes to a file whose writes are serial (file::serial_writes: tmpfs) through its buffered descriptor.
+  [[nodiscard]] bool serial(const job& j) const noexcept
+  {
+    const bool direct =
+      j.direct != j.buffered && j.direct->is_open() && !direct_refused_.load(std::memory_order_relaxed);
+    return !direct && j.buffered->serial_writes();
+  }
+  /// The first queued job an I/O thread may take: any, but a serial file's while another of its writes runs.
+  [[nodiscard]] std::deque<job>::iterator runnable()
+  {
+    return std::find_if(q_.begin(), q_.end(), [&](const job& j) { return j.w->running == 0 || !serial(j); });
+  }
+
   void run()
   {
     std::unique_lock lk{mu_};
     for (;;) {
-      work_.wait(lk, [&] { return stop_ || !q_.empty(); });
-      if (q_.empty()) { return; }
-      job j = std::move(q_.front());
-      q_.pop_front();
+      auto next = q_.end();
+      work_.wait(lk, [&] {
+        next = runnable();
+        return stop_ || next != q_.end();
+      });
+      if (next == q_.end()) { return; }  // stop_: the destructor waited for an empty queue
+      job j = std::move(*next);
+      q_.erase(next);
       ++busy_;
+      ++j.w->running;
+      j.w->peak_running = std::max(j.w->peak_running, j.w->running);
       lk.unlock();
       std::exception_ptr e;
       try {
@@ -267,6 +290,7 @@ class write_pipeline {
       std::vector<std::shared_ptr<void>> dropped;  // the owners of lent writes dropped after an error
       lk.lock();
       --busy_;
+      --j.w->running;
       --j.w->outstanding;
       if (e) {
         j.w->failed = true;
@@ -289,6 +313,7 @@ class write_pipeline {
         slot(j.p).taken = false;
       }
       idle_.notify_all();
+      if (!q_.empty()) { work_.notify_all(); }  // a serial file's next write may run now
       if (!dropped.empty()) {
         lk.unlock();
         dropped.clear();

@@ -681,7 +681,7 @@ TEST_F(ShardFile, AWriteErrorOfOneFileEndsItsWriter)
 /// tmpfs takes O_DIRECT (Linux 6.6 and later) but copies into its page cache either way: a shard there is written
 /// buffered, so that its large entries are lent from their staging (shard_file::lends) rather than copied into a
 /// write buffer first (perf journal session 34). Skipped where /dev/shm is not tmpfs.
-TEST(SinkUnits, ShardsOnTmpfsAreWrittenBufferedAndLend)
+TEST(SinkUnits, ShardsOnTmpfsAreWrittenBufferedAndLendAndOneWriteAtATime)
 {
   struct statfs st {};
   const fs::path shm = "/dev/shm";
@@ -694,6 +694,28 @@ TEST(SinkUnits, ShardsOnTmpfsAreWrittenBufferedAndLend)
     fsd::write_pipeline pipe{4096, 2, 1};
     const fsd::shard_file s{d, 0, 100, &pipe, true};
     EXPECT_TRUE(s.lends()) << "a shard on tmpfs with direct writes asked for does not lend";
+  }
+  // One file's writes there serialize on its inode's lock: the pipeline keeps one in flight (four I/O threads, 12
+  // writes of 2 MiB queued at once), and every byte lands where it was written.
+  {
+    const auto f = fsd::file::create(d / "serial");
+    ASSERT_TRUE(f.serial_writes());
+    constexpr std::size_t n = 12, mib2 = std::size_t{2} << 20;
+    fsd::write_pipeline pipe{mib2, n, 4};
+    fsd::write_pipeline::writes w;
+    std::vector<std::uint8_t> want;
+    std::vector<std::byte*> bufs;
+    for (std::size_t k = 0; k < n; ++k) {
+      bufs.push_back(pipe.take());
+      std::memset(bufs.back(), static_cast<int>(k + 1), mib2);
+      want.insert(want.end(), mib2, static_cast<std::uint8_t>(k + 1));
+    }
+    for (std::size_t k = 0; k < n; ++k) { pipe.write(bufs[k], mib2, f, f, k * mib2, w); }
+    pipe.drain(w);
+    EXPECT_EQ(w.peak_running, 1U) << "writes of one tmpfs file ran at once";
+    std::ifstream in{d / "serial", std::ios::binary};
+    const std::vector<std::uint8_t> got{std::istreambuf_iterator<char>(in), {}};
+    EXPECT_TRUE(got == want) << "the file's bytes differ from the ones written";
   }
   fs::remove_all(d);
 }

@@ -568,6 +568,8 @@ def reduce_section(d):
         m = b.get(medium, b.get("disk_write_gbps"))
         v = None if not m or b.get(rate) is None else 100 * b[rate] / m
         text = "n/a" if v is None else f"**{v:.1f}%** ({b[rate]:.3f} of {m:.3f} GB/s)"
+        if v is not None and b.get("setting"):  # measured with options other than the default: say which
+            text += f"; {b['setting'].split(':')[0]}"
         return row(t, label, text, [(tkey, [v], "%", "")])
     bad = sum((d.get(k) or {}).get("entries_bad", 0) for k in ("t256_topk64", "t256_fp8_topk64", "prefill_mean"))
     bad += (d.get("arrow") or {}).get("rows_bad", 0)
