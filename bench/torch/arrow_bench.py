@@ -59,7 +59,7 @@ def add_shape_args(ap) -> None:
     ap.add_argument("--shard-mib", type=int, default=512)
     ap.add_argument("--tuning", type=tuning_arg, default=None,
                     help="the shards' writer, IOxMIBxBUFS: io_threads x write MiB x write_buffers (default: "
-                         "ferry's, 2x16x6)")
+                         "ferry's, sink::write_tuning)")
 
 
 def tuning_arg(text: str) -> dict:

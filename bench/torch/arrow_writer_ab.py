@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--gib", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--variants", nargs="+", default=["2x16x6", "4x16x8", "2x64x4", "4x64x6"],
+    ap.add_argument("--variants", nargs="+", default=["2x64x4", "2x16x6", "4x16x8", "4x64x6"],
                     help="tunings IOxMIBxBUFS (the first: ferry's default)")
     add_shape_args(ap)
     ap.add_argument("--out")

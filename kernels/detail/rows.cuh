@@ -9,6 +9,9 @@
 //                       the count, and the last block's commit of the entry's size (or selection_error_size);
 //   copy_row            one row (or chunk) by a whole block: 16-byte moves when aligned, else bytes (the host
 //                       backend runs a block as one thread: one memcpy).
+// A selection's arrays (indices, query_start_loc, device_count) are read with load_evict_last (ring_ref.hpp), the
+// cursor's L2 hint: each layer between two hooks streams tens of MB through L2, and a plain load would go to DRAM
+// for each of the two dependent steps (a request id, then its offsets) before the first row's load.
 #pragma once
 
 #include "gather_chain.cuh"  // join_arrive
@@ -25,36 +28,13 @@
 
 namespace ferry::kernels::d2h {
 
-/// An element of a selection's arrays (indices, query_start_loc, device_count). On the GPU (CUDA, sm_80+) with the
-/// cursor's L2 evict_last hint (ring_ref.hpp): the few lines a selection spans are read once a hook, and each
-/// layer between two hooks streams tens of MB through L2, so a plain load would go to DRAM for each of its two
-/// dependent steps (a request id, then its offsets) before the first row's load. Volatile, as the cursor's: it
-/// stays after the kernel's griddepcontrol.wait. Elsewhere a plain load.
-template <class T>
-FERRY_HD inline T select_load(const T* p) noexcept
-{
-  static_assert(sizeof(T) == 4 || sizeof(T) == 8);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP_DEVICE_COMPILE__)
-  const std::uint64_t pol = ferry::d2h::cursor_cache_policy();
-  if constexpr (sizeof(T) == 4) {
-    std::uint32_t v;
-    asm volatile("ld.global.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(pol) : "memory");
-    return static_cast<T>(v);
-  } else {
-    std::uint64_t v;
-    asm volatile("ld.global.L2::cache_hint.u64 %0, [%1], %2;" : "=l"(v) : "l"(p), "l"(pol) : "memory");
-    return static_cast<T>(v);
-  }
-#else
-  return *p;
-#endif
-}
+using ferry::d2h::load_evict_last;
 
 /// The number of items the entry holds; `ok` false when a GPU-resolved count is negative or above max_count.
 FERRY_HD inline std::uint64_t select_items(const ferry::d2h::row_selection& s, bool& ok) noexcept
 {
   if (s.device_count == nullptr) { return s.count; }
-  const std::int32_t c = select_load(s.device_count);
+  const std::int32_t c = load_evict_last(s.device_count);
   ok = c >= 0 && static_cast<std::uint64_t>(c) <= s.max_count;
   return ok ? static_cast<std::uint64_t>(c) : 0;
 }
@@ -66,14 +46,14 @@ FERRY_HD inline std::int64_t select_source_row(const ferry::d2h::row_selection& 
   const std::uint64_t i = j / per_item;
   const auto n = static_cast<std::int64_t>(n_rows);
   if (s.form == ferry::d2h::selection_form::rows) {
-    const std::int64_t r = s.index_bytes == 8 ? select_load(static_cast<const std::int64_t*>(s.indices) + i)
-                                              : select_load(static_cast<const std::int32_t*>(s.indices) + i);
+    const std::int64_t r = s.index_bytes == 8 ? load_evict_last(static_cast<const std::int64_t*>(s.indices) + i)
+                                              : load_evict_last(static_cast<const std::int32_t*>(s.indices) + i);
     return r >= 0 && r < n ? r : -1;
   }
-  const std::int32_t q = select_load(static_cast<const std::int32_t*>(s.indices) + i);
+  const std::int32_t q = load_evict_last(static_cast<const std::int32_t*>(s.indices) + i);
   if (q < 0 || static_cast<std::uint32_t>(q) >= s.n_requests) { return -1; }
-  const std::int64_t lo = select_load(s.query_start_loc + q);
-  const std::int64_t hi = select_load(s.query_start_loc + q + 1);
+  const std::int64_t lo = load_evict_last(s.query_start_loc + q);
+  const std::int64_t hi = load_evict_last(s.query_start_loc + q + 1);
   if (lo < 0 || hi < lo || hi > n) { return -1; }
   if (s.form == ferry::d2h::selection_form::last_token) { return hi > lo ? hi - 1 : -1; }
   return lo + s.window_end <= hi ? lo + s.window_begin + static_cast<std::int64_t>(j % per_item) : -1;

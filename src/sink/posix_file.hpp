@@ -46,8 +46,7 @@ class file {
   /// that is not open where the filesystem or the platform has no O_DIRECT (EINVAL, EOPNOTSUPP), and on tmpfs, which
   /// takes O_DIRECT since Linux 6.6 but copies into its page cache either way: buffered there, a large entry is
   /// written from its staging (shard_file::append's lending) rather than copied into a write buffer first (the
-  /// safetensors sink on an H100 machine's /dev/shm: 85.0% and 93.1% of dd's rate against 81.5% and 84.3% with
-  /// O_DIRECT, perf journal session 34).
+  /// measurements: docs/perf/journal.md).
   static file open_direct(const fs::path& p)
   {
     file f;

@@ -155,6 +155,28 @@ FERRY_HD inline void store_cursor(cursor* p, cursor c) noexcept
   *p = c;
 #endif
 }
+/// A 4- or 8-byte element read with the cursor's hint where the cursor's accesses carry it (the row kernels'
+/// selection arrays, kernels/detail/rows.cuh: a few lines read once a hook, as the cursor's); a plain load
+/// elsewhere. Volatile, as load_cursor: it stays after the kernel's griddepcontrol.wait.
+template <class T>
+FERRY_HD inline T load_evict_last(const T* p) noexcept
+{
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8);
+#if defined(FERRY_CURSOR_EVICT_LAST)
+  const std::uint64_t pol = cursor_cache_policy();
+  if constexpr (sizeof(T) == 4) {
+    std::uint32_t v;
+    asm volatile("ld.global.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(pol) : "memory");
+    return static_cast<T>(v);
+  } else {
+    std::uint64_t v;
+    asm volatile("ld.global.L2::cache_hint.u64 %0, [%1], %2;" : "=l"(v) : "l"(p), "l"(pol) : "memory");
+    return static_cast<T>(v);
+  }
+#else
+  return *p;
+#endif
+}
 #undef FERRY_CURSOR_EVICT_LAST
 /// The forward boundary's normalization (a release after an odd number of entries): slot 1's cursor copied
 /// into slot 0, where the next forward's first writer reads it.

@@ -40,10 +40,9 @@ struct sequential_file_times {
 
 /// Tuning of a file_writer (never what is written): `write_buffers` page-aligned buffers of `write_bytes` (256 MiB
 /// by default, allocated on first use), filled on the caller's thread, and `io_threads` writing full ones at once:
-/// the more bytes in flight, the closer a disk queue comes to its sequential rate. Two 64 MiB writes at a time
-/// wrote ferry.arrow's shards at 103.5% of an H100 machine's disk where the safetensors sink's 16 MiB (two at a
-/// time, 6 buffers) gave 89.3% (docs/perf/journal.md, session 34). The ranges are the safetensors sink's
-/// (write_pipeline::check_shape); sequential_file_times tells which side is the limit, and
+/// the more bytes in flight, the closer a disk queue comes to its sequential rate (more than the safetensors
+/// sink's 2 x 16 MiB of 6 buffers: the Arrow shards' measurements are in docs/perf/journal.md). The ranges are the
+/// safetensors sink's (write_pipeline::check_shape); sequential_file_times tells which side is the limit, and
 /// bench/torch/arrow_writer_ab.py measures the choices against the medium.
 struct write_tuning {
   std::size_t io_threads{2};                       ///< [1, 64]
