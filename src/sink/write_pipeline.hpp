@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The safetensors sink's write path off its writer thread: a fixed set of page-aligned buffers and I/O threads
 // that write full buffers to their files (taken in the order given; `threads` writes in flight at once, which a
-// disk queue serves faster than one; but one at a time to a file whose writes serialize anyway, tmpfs's:
+// disk queue serves faster than one; but one at a time to the files whose writes are memory copies, tmpfs's:
 // file::serial_writes), so the writer copies the next entries (and their CRC-32) while the disk takes
 // the last ones. A write goes through the O_DIRECT descriptor of its file where
 // there is one (the disk at its sequential rate, the page cache neither filled nor flushed), else the buffered
@@ -103,6 +103,12 @@ class write_pipeline {
 
   [[nodiscard]] std::size_t chunk_bytes() const noexcept { return chunk_; }
   [[nodiscard]] std::size_t chunks() const noexcept { return bufs_.size(); }
+  /// The most writes to serial files (tmpfs) that ran at once so far: 1 once one ran.
+  [[nodiscard]] std::size_t peak_serial_running()
+  {
+    const std::lock_guard lk{mu_};
+    return serial_peak_;
+  }
   [[nodiscard]] pipeline_counters& counters() noexcept { return *counters_; }
 
   /// A buffer of chunk_bytes() that no write uses (waits for one). Throws the kept error.
@@ -257,10 +263,10 @@ class write_pipeline {
       j.direct != j.buffered && j.direct->is_open() && !direct_refused_.load(std::memory_order_relaxed);
     return !direct && j.buffered->serial_writes();
   }
-  /// The first queued job an I/O thread may take: any, but a serial file's while another of its writes runs.
+  /// The first queued job an I/O thread may take: any, but a serial file's while a serial write (of any file) runs.
   [[nodiscard]] std::deque<job>::iterator runnable()
   {
-    return std::find_if(q_.begin(), q_.end(), [&](const job& j) { return j.w->running == 0 || !serial(j); });
+    return std::find_if(q_.begin(), q_.end(), [&](const job& j) { return serial_running_ == 0 || !serial(j); });
   }
 
   void run()
@@ -275,6 +281,9 @@ class write_pipeline {
       if (next == q_.end()) { return; }  // stop_: the destructor waited for an empty queue
       job j = std::move(*next);
       q_.erase(next);
+      const bool serial_write = serial(j);
+      serial_running_ += serial_write ? 1 : 0;
+      serial_peak_ = std::max(serial_peak_, serial_running_);
       ++busy_;
       ++j.w->running;
       j.w->peak_running = std::max(j.w->peak_running, j.w->running);
@@ -289,6 +298,7 @@ class write_pipeline {
       j.owner.reset();  // the lent memory goes back: written, or failed
       std::vector<std::shared_ptr<void>> dropped;  // the owners of lent writes dropped after an error
       lk.lock();
+      serial_running_ -= serial_write ? 1 : 0;
       --busy_;
       --j.w->running;
       --j.w->outstanding;
@@ -331,6 +341,8 @@ class write_pipeline {
   std::condition_variable idle_;  // the writer: a buffer free, the queue empty, or an error
   std::deque<job> q_;
   std::size_t busy_{0};  // writes running
+  std::size_t serial_running_{0};  // of them, to serial files (at most one)
+  std::size_t serial_peak_{0};
   std::size_t lent_{0};  // lent writes queued or running
   bool stop_{false};
   std::exception_ptr error_;

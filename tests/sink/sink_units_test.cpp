@@ -695,27 +695,39 @@ TEST(SinkUnits, ShardsOnTmpfsAreWrittenBufferedAndLendAndOneWriteAtATime)
     const fsd::shard_file s{d, 0, 100, &pipe, true};
     EXPECT_TRUE(s.lends()) << "a shard on tmpfs with direct writes asked for does not lend";
   }
-  // One file's writes there serialize on its inode's lock: the pipeline keeps one in flight (four I/O threads, 12
-  // writes of 2 MiB queued at once), and every byte lands where it was written.
+  // Writes there are memory copies: the pipeline keeps one in flight over all its tmpfs files (four I/O threads, 12
+  // writes of 2 MiB to each of two files queued at once, interleaved), and every byte lands where it was written.
   {
-    const auto f = fsd::file::create(d / "serial");
-    ASSERT_TRUE(f.serial_writes());
+    const auto f = fsd::file::create(d / "serial0");
+    const auto g = fsd::file::create(d / "serial1");
+    ASSERT_TRUE(f.serial_writes() && g.serial_writes());
     constexpr std::size_t n = 12, mib2 = std::size_t{2} << 20;
-    fsd::write_pipeline pipe{mib2, n, 4};
-    fsd::write_pipeline::writes w;
-    std::vector<std::uint8_t> want;
+    fsd::write_pipeline pipe{mib2, 2 * n, 4};
+    fsd::write_pipeline::writes wf, wg;
+    std::vector<std::uint8_t> want_f, want_g;
     std::vector<std::byte*> bufs;
-    for (std::size_t k = 0; k < n; ++k) {
+    for (std::size_t k = 0; k < 2 * n; ++k) {
       bufs.push_back(pipe.take());
       std::memset(bufs.back(), static_cast<int>(k + 1), mib2);
+      auto& want = k % 2 == 0 ? want_f : want_g;
       want.insert(want.end(), mib2, static_cast<std::uint8_t>(k + 1));
     }
-    for (std::size_t k = 0; k < n; ++k) { pipe.write(bufs[k], mib2, f, f, k * mib2, w); }
-    pipe.drain(w);
-    EXPECT_EQ(w.peak_running, 1U) << "writes of one tmpfs file ran at once";
-    std::ifstream in{d / "serial", std::ios::binary};
-    const std::vector<std::uint8_t> got{std::istreambuf_iterator<char>(in), {}};
-    EXPECT_TRUE(got == want) << "the file's bytes differ from the ones written";
+    for (std::size_t k = 0; k < 2 * n; ++k) {
+      if (k % 2 == 0) {
+        pipe.write(bufs[k], mib2, f, f, k / 2 * mib2, wf);
+      } else {
+        pipe.write(bufs[k], mib2, g, g, k / 2 * mib2, wg);
+      }
+    }
+    pipe.drain(wf);
+    pipe.drain(wg);
+    EXPECT_EQ(wf.peak_running, 1U) << "writes of one tmpfs file ran at once";
+    EXPECT_EQ(pipe.peak_serial_running(), 1U) << "writes of two tmpfs files ran at once";
+    for (const auto& [name, want] : {std::pair{"serial0", &want_f}, std::pair{"serial1", &want_g}}) {
+      std::ifstream in{d / name, std::ios::binary};
+      const std::vector<std::uint8_t> got{std::istreambuf_iterator<char>(in), {}};
+      EXPECT_TRUE(got == *want) << name << ": the file's bytes differ from the ones written";
+    }
   }
   fs::remove_all(d);
 }
