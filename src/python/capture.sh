@@ -11,6 +11,7 @@
 #      <repo>/build/ferry-samples (or --out), GPU if present, else CPU and ferry's host backend.
 # Usage: bash src/python/capture.sh [ferry capture arguments, e.g. --preset all-layers --format shards]
 #   (--format arrow: a Hugging Face dataset; the install adds the [arrow] extra, pyarrow)
+#   FERRY_PIP_ARGS: more arguments for that pip install (word-split; tests/python/pip_install.sh builds at -O0)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$root/cmake/setup-deps.sh"
@@ -27,7 +28,8 @@ echo "ferry: a fresh venv in $venv; pip install ./src/python[$extras] with build
   "(CUDA backend: ${FERRY_PYTHON_CUDA:-OFF}; log: $venv.log)"
 rm -rf "$venv"
 "$py" -m venv --system-site-packages "$venv"
-if ! "$venv/bin/python" -m pip install -q --config-settings=build-dir="$root/build/venv-build" \
+# shellcheck disable=SC2086
+if ! "$venv/bin/python" -m pip install -q --config-settings=build-dir="$root/build/venv-build" ${FERRY_PIP_ARGS:-} \
   "$root/src/python[$extras]" > "$venv.log" 2>&1; then
   tail -30 "$venv.log"
   echo "ferry: pip install ./src/python failed (log: $venv.log)" >&2

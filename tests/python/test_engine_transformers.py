@@ -366,7 +366,7 @@ def test_api_doc_snippets_run(tmp_path):
 def test_api_doc_commands_run(tmp_path, monkeypatch):
     """The `ferry capture` lines of docs/api/engine.md's second sh block, as written (split as the shell splits
     them: quotes, $CKPT, comments), each run by `ferry.cli.main` in this process (the `ferry` entry point as a
-    command: test_ferry_capture_smoke and python.pip_install), a saved tiny checkpoint as $CKPT and a prompts.jsonl
+    command: python.pip_install), a saved tiny checkpoint as $CKPT and a prompts.jsonl
     of token ids."""
     import json
     import os
@@ -395,30 +395,26 @@ def test_api_doc_commands_run(tmp_path, monkeypatch):
     assert all(m["reduce"] == "fp8_e4m3" for m, _ in open_samples(str(tmp_path / "fp8")))
 
 
-def test_ferry_capture_smoke(tmp_path):
-    """The main command on CPU: the embedded default, its summary and the samples it names."""
-    import subprocess
-    import sys
+def test_ferry_capture_smoke(tmp_path, capsys):
+    """The main command on CPU (`ferry.cli.main`, in this process: python.pip_install runs the `ferry` command from a
+    fresh venv): the embedded default, its summary and the samples it names."""
+    from ferry import cli
 
     out = tmp_path / "ds"
-    r = subprocess.run([sys.executable, "-m", "ferry", "capture", "--out", str(out), "--requests", "4",
-                        "--max-new-tokens", "3", "--quiet"], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "4 samples (4 complete, 0 incomplete, 0 dropped, 0 lost)" in r.stdout, r.stdout
+    assert cli.main(["capture", "--out", str(out), "--requests", "4", "--max-new-tokens", "3", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "4 samples (4 complete, 0 incomplete, 0 dropped, 0 lost)" in printed, printed
     assert len(list(open_samples(str(out)))) == 4
 
 
 def test_ferry_capture_reduce_writes_fp8_records(tmp_path):
     """ferry capture --reduce fp8_e4m3: the samples hold fp8 records that ferry.engine.decode splits."""
-    import subprocess
-    import sys
-
+    from ferry import cli
     from ferry.engine import decode
+
     out = tmp_path / "ds"
-    r = subprocess.run([sys.executable, "-m", "ferry", "capture", "--out", str(out), "--requests", "2",
-                        "--max-new-tokens", "2", "--reduce", "fp8_e4m3", "--quiet"], capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert cli.main(["capture", "--out", str(out), "--requests", "2", "--max-new-tokens", "2", "--reduce", "fp8_e4m3",
+                     "--quiet"]) == 0
     got = list(open_samples(str(out)))
     assert len(got) == 2
     for meta, arrays in got:
