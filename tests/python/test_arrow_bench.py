@@ -3,11 +3,11 @@
 # shapes: every written row read back with pyarrow and equal to what was captured, the JSON's fields present.
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ranks_support import run_script
 
 pytest.importorskip("pyarrow")
 pytest.importorskip("torch")
@@ -21,9 +21,8 @@ def test_arrow_benchmark_smoke(tmp_path):
     env = dict(os.environ, FERRY_PYTHON_BACKEND="host")
     pkg = os.path.dirname(os.path.dirname(ferry.__file__))
     env["PYTHONPATH"] = os.pathsep.join([pkg, str(ROOT / "bench" / "torch"), env.get("PYTHONPATH", "")])
-    r = subprocess.run([sys.executable, str(ROOT / "bench/torch/arrow_bench.py"), "--device", "cpu", "--tiny",
-                        "--dir", str(tmp_path / "medium"), "--out", str(out)], capture_output=True, text=True,
-                       timeout=300, env=env)
+    r = run_script([sys.executable, str(ROOT / "bench/torch/arrow_bench.py"), "--device", "cpu", "--tiny",
+                    "--dir", str(tmp_path / "medium"), "--out", str(out)], timeout=300, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     a = json.loads(out.read_text())["arrow"]
     assert a["rows_bad"] == 0 and a["rows_checked"] > 0, a

@@ -4,7 +4,6 @@
 # fault the check must catch (the requests rotated by one). Skipped where torch or transformers is missing.
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import ferry  # noqa: E402
+from ranks_support import run_script  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench/torch/qwen3_cb.py"
@@ -26,7 +26,7 @@ def _run(out, *extra):
                                                     env.get("PYTHONPATH")) if p)
     cmd = [sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--layers", str(LAYERS), "--out", str(out),
            *extra]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    return run_script(cmd, env=env, timeout=300)
 
 
 def test_qwen3_cb_smoke_rows_exact_and_attributed(tmp_path):

@@ -6,7 +6,6 @@
 # Skipped where torch or transformers is missing.
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import ferry  # noqa: E402
+from ranks_support import run_script  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ def eager(tmp_path, *args):
                                                     env.get("PYTHONPATH")) if p)
     cmd = [sys.executable, str(ROOT / "bench/torch/qwen3_eager.py"), "--device", "cpu", "--tiny", "--layers", "2",
            "--sink-dir", str(tmp_path), *map(str, args)]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    return run_script(cmd, env=env, timeout=300)
 
 
 def test_qwen3_eager_smoke_checks_every_entry_and_writes_the_schema(tmp_path):

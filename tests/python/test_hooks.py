@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 import ferry  # noqa: E402
 import ferry.hooks as fh  # noqa: E402
+from ranks_support import run_script  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = 2
@@ -215,7 +216,7 @@ def test_benchmark_smoke(tmp_path):
     cmd = [sys.executable, str(ROOT / "bench/torch/qwen3_capture.py"), "--layers", "2", "--tokens", "4", "--device",
            "cpu", "--tiny", "--eager-reps", "1", "--h2d-iters", "4", "--h2d-reps", "1", "--capture", "core",
            "--drain-during", "off", "--out", str(out)]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    r = run_script(cmd, env=env, timeout=300)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     d = json.loads(out.read_text())
     assert set(d) == {"device", "commit", "date", "command", "decode", "entries_checked", "entries_bad", "h2d_step",

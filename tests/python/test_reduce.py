@@ -197,8 +197,9 @@ def test_reduce_benchmark_smoke(tmp_path):
     env = dict(os.environ, FERRY_PYTHON_BACKEND="host")
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(ferry.__file__)),
                                          str(root / "bench" / "torch")] + [env.get("PYTHONPATH", "")])
-    r = subprocess.run([sys.executable, str(root / "bench/torch/reduce_bench.py"), "--device", "cpu", "--tiny",
-                        "--reps", "1", "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    from ranks_support import run_script
+    r = run_script([sys.executable, str(root / "bench/torch/reduce_bench.py"), "--device", "cpu", "--tiny",
+                    "--reps", "1", "--out", str(out)], env=env, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     d = json.loads(out.read_text())
     assert {"device", "commit", "date", "command", "t256_whole", "t256_topk64", "t256_fp8_topk64",
