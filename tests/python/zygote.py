@@ -14,13 +14,16 @@ import os
 import signal
 import sys
 
-import numpy  # noqa: F401
-import torch  # noqa: F401
-import torch.distributed  # noqa: F401
-import transformers  # noqa: F401
-from transformers.models.qwen3 import modeling_qwen3  # noqa: F401
+try:  # what a job lacks it imports itself (and fails on) as a fresh interpreter would
+    import numpy  # noqa: F401
+    import torch  # noqa: F401
+    import torch.distributed  # noqa: F401
+    import transformers  # noqa: F401
+    from transformers.models.qwen3 import modeling_qwen3  # noqa: F401
 
-import ferry.engine  # noqa: F401
+    import ferry.engine  # noqa: F401
+except ImportError:
+    pass
 
 
 def child(job: dict) -> None:
