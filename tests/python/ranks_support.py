@@ -6,7 +6,8 @@ wait). run_script: subprocess.run for the benchmark scripts' smoke tests.
 
 A process of ``[sys.executable, script, args...]`` is forked from a zygote (zygote.py) that imported torch,
 transformers and ferry.engine once for the pytest process, instead of a fresh interpreter that imports them again
-(about 10 CPU-seconds each on the 2-core CI machine). FERRY_TEST_RANKS_SPAWN=1 starts fresh interpreters."""
+(about 10 CPU-seconds each on the 2-core CI machine). FERRY_TEST_RANKS_SPAWN=1, or a GPU, starts fresh
+interpreters."""
 import atexit
 import datetime
 import json
@@ -37,9 +38,12 @@ def _the_zygote():
 
 
 def forkable(argv):
-    """Whether ``argv`` is ``[sys.executable, script, args...]`` and forking is not turned off."""
-    return (os.environ.get("FERRY_TEST_RANKS_SPAWN") != "1" and len(argv) > 1 and os.fspath(argv[0]) == sys.executable
-            and not os.fspath(argv[1]).startswith("-"))
+    """Whether ``argv`` is ``[sys.executable, script, args...]``, forking is not turned off, and the machine has no GPU
+    (a process forked after its parent initialized CUDA cannot use CUDA, and the zygote's imports may initialize it:
+    test_engine_tp.py's forked ranks failed on the H100 machine, so GPU machines spawn fresh interpreters)."""
+    gpu = any(os.path.exists(d) for d in ("/dev/nvidiactl", "/dev/kfd"))
+    return (os.environ.get("FERRY_TEST_RANKS_SPAWN") != "1" and not gpu and len(argv) > 1
+            and os.fspath(argv[0]) == sys.executable and not os.fspath(argv[1]).startswith("-"))
 
 
 def _forked(argv, env, cwd, log, err=None):
