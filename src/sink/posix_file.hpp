@@ -83,8 +83,8 @@ class file {
   ~file() { reset(); }
 
   [[nodiscard]] bool is_open() const noexcept { return fd_ >= 0; }
-  /// Whether its writes go best one at a time (create()'s file on tmpfs, where one file's writes serialize on its
-  /// inode's lock: write_pipeline then keeps one of them in flight).
+  /// Whether its writes go best one at a time (create()'s file on tmpfs, where a write is a memory copy: write_pipeline
+  /// keeps one write to such files in flight, over all of them; two at once were never faster on the device).
   [[nodiscard]] bool serial_writes() const noexcept { return serial_; }
   [[nodiscard]] const fs::path& path() const noexcept { return path_; }
   /// The file was renamed to `p` (the descriptor stays valid; messages name the new path).
