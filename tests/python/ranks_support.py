@@ -63,11 +63,29 @@ def _alive(pid):
         return False
 
 
-def _status(pid, rc):
-    """The exit status in ``rc`` once it is there, a string once the process is gone without one, else None."""
-    if os.path.exists(rc) or not _alive(pid):  # gone without a status (a signal ended it) unless it is there now
-        return int(open(rc).read()) if os.path.exists(rc) else "died without an exit status"
-    return None
+def _wait(pids, rcs, deadline):
+    """Each process's exit status from its ``rcs`` file (a string where it is gone without one: a signal ended it),
+    or None for those still running at `deadline`, which are killed."""
+    codes = [None] * len(pids)
+    while True:
+        for i, (pid, rc) in enumerate(zip(pids, rcs)):
+            if codes[i] is None and (os.path.exists(rc) or not _alive(pid)):  # its status, unless it died without one
+                codes[i] = int(open(rc).read()) if os.path.exists(rc) else "died without an exit status"
+        if None not in codes or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for pid, code in zip(pids, codes):
+        if code is None:
+            os.kill(pid, signal.SIGKILL)
+    return codes
+
+
+def _read(path):
+    """The bytes of a log, empty where it was never created."""
+    if not os.path.exists(path):
+        return b""
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def run_script(argv, env=None, cwd=None, timeout=300.0):
@@ -80,15 +98,11 @@ def run_script(argv, env=None, cwd=None, timeout=300.0):
     out, err = os.path.join(logs, "out"), os.path.join(logs, "err")
     try:
         pid = _forked(argv, dict(env if env is not None else os.environ), cwd, out, err)
-        deadline, code = time.monotonic() + timeout, None
-        while code is None:
-            code = _status(pid, out + ".rc")
-            if code is None and time.monotonic() > deadline:
-                os.kill(pid, signal.SIGKILL)
-                raise subprocess.TimeoutExpired(argv, timeout)
-            time.sleep(0.05)
-        return subprocess.CompletedProcess(argv, code, open(out, errors="replace").read(),
-                                           open(err, errors="replace").read())
+        (code,) = _wait([pid], [out + ".rc"], time.monotonic() + timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(argv, timeout)
+        return subprocess.CompletedProcess(argv, code, _read(out).decode(errors="replace"),
+                                           _read(err).decode(errors="replace"))
     finally:
         shutil.rmtree(logs, ignore_errors=True)
 
@@ -107,18 +121,11 @@ def run_ranks(torch, world, argv_of, env=None, cwd=None, timeout=150.0, ok=None)
     deadline, codes, outs = time.monotonic() + timeout, [], []
     if fork:
         logs = tempfile.mkdtemp(prefix="ferry-ranks-")
-        pids = [_forked(argvs[r], envs[r], cwd, os.path.join(logs, f"rank{r}")) for r in range(world)]
-        codes = [None] * world
-        while None in codes and time.monotonic() < deadline:
-            for r, pid in enumerate(pids):
-                codes[r] = codes[r] if codes[r] is not None else _status(pid, os.path.join(logs, f"rank{r}.rc"))
-            time.sleep(0.05)
-        for r, pid in enumerate(pids):
-            if codes[r] is None:
-                os.kill(pid, signal.SIGKILL)
-            out = open(os.path.join(logs, f"rank{r}"), "rb").read() if os.path.exists(os.path.join(logs, f"rank{r}")) \
-                else b""
-            outs.append(out + (f"\n(killed: no exit in {timeout:g} s)".encode() if codes[r] is None else b""))
+        paths = [os.path.join(logs, f"rank{r}") for r in range(world)]
+        pids = [_forked(argvs[r], envs[r], cwd, paths[r]) for r in range(world)]
+        codes = _wait(pids, [p + ".rc" for p in paths], deadline)
+        outs = [_read(p) + (f"\n(killed: no exit in {timeout:g} s)".encode() if c is None else b"")
+                for p, c in zip(paths, codes)]
         shutil.rmtree(logs, ignore_errors=True)
     else:
         procs = [subprocess.Popen(argvs[r], env=envs[r], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

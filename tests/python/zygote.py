@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The rank processes' zygote (ranks_support.run_ranks, run_script): imports torch, transformers' Qwen3 and ferry.engine once, runs
-no torch op (so no OpenMP thread pool exists to be lost across fork), then forks one child per job read from stdin
-and prints its pid. A child runs its script as ``python script args...`` would: ``sys.argv``, the job's environment
-(its PYTHONPATH entries put before sys.path), cwd, stdout and stderr to the job's log file, ``__main__``; its exit
-status goes to ``<log>.rc`` after its atexit functions ran, as it exits. Children are not reaped here (SIGCHLD ignored): they never linger.
+"""The test processes' zygote (ranks_support.run_ranks, run_script): imports torch, transformers' Qwen3 and
+ferry.engine once, runs no torch op (so no OpenMP thread pool exists to be lost across fork), then forks one child
+per job read from stdin and prints its pid. A child runs its script as ``python script args...`` would:
+``sys.argv``, the job's environment (its PYTHONPATH entries put before sys.path), cwd, stdout and stderr to the
+job's log file, ``__main__``; its exit status goes to ``<log>.rc`` after its atexit functions ran, as it exits.
+Children are not reaped here (SIGCHLD ignored): they never linger.
 
     stdin:  one JSON object a line, {"argv": [python, script, args...], "env": {...}, "cwd": dir, "log": path}
             (and "err": path, for stderr apart from stdout)
