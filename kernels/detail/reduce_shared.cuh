@@ -4,6 +4,7 @@
 
 #include <ferry/d2h/reducer.hpp>
 
+#include <cstddef>  // offsetof
 #include <cstdint>
 
 namespace ferry::kernels::d2h {
@@ -30,5 +31,14 @@ struct reduce_shared {
   std::uint32_t n_cand;
   std::uint32_t n_ties;
 };
+static_assert(offsetof(reduce_shared, part) == 0, "the mean's scratch is reduce_shared's first bytes");
+
+/// The bytes of reduce_shared a reduce block of reducer `op` declares (the GPU's scratch, reduce_rows.cuh): a mean
+/// touches `part` only, so that its blocks reserve 8 KiB of shared memory and not the top-k's 33 KiB (fp8 and stats
+/// touch none: their kernels declare nothing).
+[[nodiscard]] constexpr std::size_t reduce_shared_bytes(ferry::d2h::reduce_op op) noexcept
+{
+  return op == ferry::d2h::reduce_op::mean ? sizeof(reduce_shared::part) : sizeof(reduce_shared);
+}
 
 }  // namespace ferry::kernels::d2h

@@ -403,6 +403,72 @@ TYPED_TEST_P(D2hReduceRows, BadReducersAreRefusedAndBadItemsFlagged)
   EXPECT_EQ(ch.stats().selection_errors, 1U);
 }
 
+/// An invalid item fails its entry whichever block reads it, and only its entry: a launch of at most reduce_threads
+/// items is committed by block 0 after it checked every item (no join), so the bad item is put where another block
+/// reads it (the 6th of 8 top-k rows, a mean's 2nd request); a larger launch (300 rows) joins its blocks at the
+/// counter, the bad row its last. Each is beside its valid twin.
+TYPED_TEST_P(D2hReduceRows, BadItemsFailTheirEntryWhicheverBlockReadsThem)
+{
+  using B = TypeParam;
+  constexpr std::uint64_t width = 8, n = TestFixture::n_rows;
+  fb::stream<B> s{this->b};
+  std::vector<float> f(n * width);
+  for (std::size_t i = 0; i < f.size(); ++i) { f[i] = static_cast<float>((i * 7919) % 1009); }
+  auto src = this->upload(f, s.view());
+  std::vector<std::int32_t> few(8), many(300);
+  for (std::size_t j = 0; j < many.size(); ++j) { many[j] = static_cast<std::int32_t>((j * 5) % n); }
+  std::copy_n(many.begin(), few.size(), few.begin());
+  auto few_bad = few;
+  few_bad[5] = static_cast<std::int32_t>(n);  // past the source
+  auto many_bad = many;
+  many_bad.back() = -1;
+  auto d_few = this->upload(few, s.view()), d_few_bad = this->upload(few_bad, s.view());
+  auto d_many = this->upload(many, s.view()), d_many_bad = this->upload(many_bad, s.view());
+  auto dq = this->upload(std::vector<std::int32_t>{0, 10, 14}, s.view());  // request 1 has 4 tokens
+  auto dr = this->upload(std::vector<std::int32_t>{0, 1}, s.view());
+  typename TestFixture::collected got;
+  fd::channel<B> ch{this->rows_config(1 << 20), this->b, got.callback()};
+  auto rows = [](const auto& d, std::size_t count) {
+    return fd::row_selection::rows(static_cast<const std::int32_t*>(d.data()), count);
+  };
+  ch.begin_forward(s);
+  for (const auto* d : {&d_few, &d_few_bad}) {
+    ch.capture_reduced(fd::hook_id{0}, src.data(), n, width, fd::reduce_input::f32, rows(*d, few.size()),
+                       fd::reducer::topk(1), s);
+  }
+  for (const auto* d : {&d_many, &d_many_bad}) {
+    ch.capture_reduced(fd::hook_id{1}, src.data(), n, width, fd::reduce_input::f32, rows(*d, many.size()),
+                       fd::reducer::topk(1), s);
+  }
+  for (const std::int32_t end : {4, 6}) {  // the window [0, 6) is past request 1
+    ch.capture_reduced(fd::hook_id{2}, src.data(), n, width, fd::reduce_input::f32,
+                       fd::row_selection::window(static_cast<const std::int32_t*>(dq.data()), 2,
+                                                 static_cast<const std::int32_t*>(dr.data()), 2, 0, end),
+                       fd::reducer::mean(), s);
+  }
+  (void)ch.end_forward(s);
+  s.synchronize();
+  EXPECT_NO_THROW((void)ch.close(10s));
+  ASSERT_EQ(got.status.size(), 6U);
+  for (std::size_t e = 0; e < 6; e += 2) {
+    EXPECT_EQ(got.status[e], fd::entry_status::ok) << "entry " << e;
+    EXPECT_EQ(got.status[e + 1], fd::entry_status::selection_error) << "entry " << e + 1;
+  }
+  EXPECT_EQ(ch.stats().selection_errors, 3U);
+  ASSERT_EQ(got.bytes[2].size(), many.size() * 8);
+  for (std::size_t j = 0; j < many.size(); ++j) {
+    TestFixture::expect_topk(got.bytes[2], j, 1, width, [&](std::uint64_t c) { return f[many[j] * width + c]; });
+  }
+  ASSERT_EQ(got.bytes[4].size(), 2 * (4 * width + 4));
+  for (std::size_t i = 0; i < 2; ++i) {
+    for (std::uint64_t c = 0; c < width; ++c) {
+      double sum = 0;
+      for (std::size_t r = 0; r < 4; ++r) { sum += f[(10 * i + r) * width + c]; }
+      EXPECT_NEAR(TestFixture::f32_at(got.bytes[4], i * (4 * width + 4) + 4 * c), sum / 4, 1e-3) << i << " " << c;
+    }
+  }
+}
+
 /// In a graph: the selection (rows and a device count) at fixed device addresses, rewritten before every replay;
 /// the source rewritten too. Every replay's top-k entry holds that replay's rows' top-k, and its stats entry the
 /// count of that replay's rows (planned or not: plan() without and with forward_meta::selected).
@@ -603,7 +669,8 @@ REGISTER_TYPED_TEST_SUITE_P(D2hReduceRows, TopkIsTheSortedPrefixWithTiesByLowerI
                             TopkOfWideRowsFiltersByGroupMaximaElseSelects,
                             Fp8CodesDecodeWithinHalfAnUlpOfTheScaledRow,
                             Fp8CodesRoundEveryBf16ValueToTheNearestEven, MeanAndStatsMatchDoubleSums,
-                            BadReducersAreRefusedAndBadItemsFlagged, GraphReplaysReduceTheRowsOfTheirStep,
+                            BadReducersAreRefusedAndBadItemsFlagged, BadItemsFailTheirEntryWhicheverBlockReadsThem,
+                            GraphReplaysReduceTheRowsOfTheirStep,
                             MeanOverWindowsLongerThanATileTakesEveryTile,
                             DeferredBatchesHoldWhatOneLaunchPerEntryHolds);
 

@@ -9,9 +9,12 @@
 //      mean_chunk_cols columns of a record per item, stats one record for the entry; fp8 a record per selected row
 //      by one warp (warp w of block blk the rows (blk x warps + w) + k x nblk x warps); a unit whose rows name an
 //      invalid item reads nothing and writes nothing, and the block notes the error;
-//   3. block barrier, then thread 0 arrives at the join counter (entry_arrive, as select_rows: its error in the
-//      count); the block that arrives last resets it and commits the entry: its size slot (records x
-//      record_bytes, or selection_error_size) and the next cursor, from the cursor value it read.
+//   3. the commit: the entry's size slot (records x record_bytes, or selection_error_size) and the next cursor, from
+//      the cursor value read in step 1. A launch that reads at most reduce_threads items (first_block_commits: a
+//      step's requests, a few hundred rows) has no join: block 0's threads check every item the launch reads
+//      (items_valid, the check the reading blocks make), AND it in one barrier and its thread 0 commits; the
+//      other blocks only write their records. A larger launch joins: block barrier, then thread 0 arrives at the
+//      join counter (entry_arrive, as select_rows: its error in the count), and the last block commits.
 // The entry's release is a later kernel (the release chain): the kernel boundary joins every block's stores.
 // Captured into a graph (reduce_args::planned), a replay whose plan() gave forward_meta::selected places the entry
 // with exactly that many items (row_reserved of records_per_item x record_bytes, as plan() placed it), writes at
@@ -24,6 +27,7 @@
 
 #include <ferry/d2h/detail/kernel_args.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>  // integral_constant: the GPU body's reducer
 
@@ -64,6 +68,37 @@ FERRY_HD inline reduce_start reduce_start_of(const reduce_args& a) noexcept
   s.c = s.at.load();
   s.dst = ferry::d2h::cursor_live(s.c) ? s.at.ring + s.at.offset(s.c) : nullptr;
   return s;
+}
+
+/// The items the launch reads (none when it writes nothing): a mean's record is an item, stats' one record reads
+/// every item, a top-k or fp8 record is a row (an item's rows are consecutive records).
+FERRY_HD inline std::uint64_t items_read(const reduce_args& a, const reduce_start& s) noexcept
+{
+  if (s.dst == nullptr) { return 0; }
+  switch (a.r.op) {
+    case ferry::d2h::reduce_op::mean: return s.limit;
+    case ferry::d2h::reduce_op::stats: return s.items;
+    default: return (s.limit + s.per_item - 1) / s.per_item;
+  }
+}
+
+/// Step 3's rule: block 0 commits without a join when the launch reads at most reduce_threads items (its threads
+/// check them in one pass on the GPU).
+FERRY_HD inline bool first_block_commits(const reduce_args& a, const reduce_start& s) noexcept
+{
+  return items_read(a, s) <= ferry::d2h::detail::reduce_threads;
+}
+
+/// Whether the items `from`, `from + step`, .. of those the launch reads are valid (select_item_first: the checks
+/// are of the item), and a GPU-resolved count was taken. Every load is issued before any result is used.
+FERRY_HD inline bool items_valid(const reduce_args& a, const reduce_start& s, std::uint64_t from,
+                                 std::uint64_t step) noexcept
+{
+  bool ok = s.count_ok;
+  for (std::uint64_t i = from, n = items_read(a, s); i < n; i += step) {
+    ok &= select_item_first(a.sel, a.n_rows, i, s.per_item) >= 0;
+  }
+  return ok;
 }
 
 /// Step 2 for block `blk` of `nblk`, by every thread of the block (`b`): its work units; thread 0 sets
@@ -121,24 +156,35 @@ __device__ __forceinline__ void reduce_rows_block(const reduce_args& a, std::uin
                                                   std::uint32_t t, std::uint32_t nt)
 {
   __shared__ int block_error;
-  __shared__ reduce_shared sh;
+  __shared__ alignas(reduce_shared) std::byte scratch[reduce_shared_bytes(Op)];  // what Op's records touch
+  auto& sh = *reinterpret_cast<reduce_shared*>(scratch);
   if (t == 0) { block_error = 0; }
   const reduce_start s = reduce_start_of(a);
   const gpu_block b{t, nt};
   __syncthreads();
   reduce_records(b, sh, a, s, blk, nblk, block_error, std::integral_constant<ferry::d2h::reduce_op, Op>{});
+  if (first_block_commits(a, s)) {  // block-uniform
+    if (blk != 0) { return; }
+    const bool ok = __syncthreads_and(items_valid(a, s, t, nt) ? 1 : 0) != 0;
+    if (t == 0) { s.at.commit(s.c, ok ? s.records * s.rec : ferry::d2h::selection_error_size); }
+    return;
+  }
   __syncthreads();  // every store and every error note of the block happen-before thread 0's arrival
   if (t == 0) { entry_arrive(s.at, s.c, nblk, block_error != 0, s.count_ok, s.records * s.rec); }
 }
 #endif
 
-/// The host backend's block `blk` of `nblk` (one thread): the same records, then the arrival.
+/// The host backend's block `blk` of `nblk` (one thread): the same records, then the same commit.
 inline void reduce_rows_block_host(const reduce_args& a, std::uint32_t blk, std::uint32_t nblk)
 {
   const reduce_start s = reduce_start_of(a);
   static thread_local reduce_shared sh;
   bool block_error = false;
   reduce_records(host_block{}, sh, a, s, blk, nblk, block_error, a.r.op);
+  if (first_block_commits(a, s)) {
+    if (blk == 0) { s.at.commit(s.c, items_valid(a, s, 0, 1) ? s.records * s.rec : ferry::d2h::selection_error_size); }
+    return;
+  }
   entry_arrive(s.at, s.c, nblk, block_error, s.count_ok, s.records * s.rec);
 }
 
