@@ -41,4 +41,11 @@ static_assert(offsetof(reduce_shared, part) == 0, "the mean's scratch is reduce_
   return op == ferry::d2h::reduce_op::mean ? sizeof(reduce_shared::part) : sizeof(reduce_shared);
 }
 
+/// The GPU's scratch of a block of reducer `Op` (a __shared__ variable): reduce_shared_bytes(Op) bytes, aligned as
+/// reduce_shared, read through a reduce_shared reference.
+template <ferry::d2h::reduce_op Op>
+struct alignas(reduce_shared) reduce_scratch {
+  std::byte bytes[reduce_shared_bytes(Op)];
+};
+
 }  // namespace ferry::kernels::d2h

@@ -3,9 +3,10 @@
 # ctest python.pip_install: the README's first command, `bash src/python/capture.sh`, from this checkout: a fresh
 # venv, `pip install ./src/python[engine]` WITH build isolation (pip fetches scikit-build-core, nanobind and numpy
 # from PyPI: the build generates the stubs by importing the module, which imports numpy), then `ferry capture` from
-# the venv on the embedded default (CPU, host backend); then the installed package runs one D2H forward and one
-# H2D publish on the host backend, outside the build tree. The module is built at -O0 here (FERRY_PIP_ARGS: a
-# third less compile time in CI, where ctest's other tests share the cores; the install path is the same).
+# the venv on the embedded default (CPU, host backend); then `python -m ferry capture --help` (the same command),
+# and the installed package runs one D2H forward and one H2D publish on the host backend, outside the build tree.
+# The module is built at -O0 here (FERRY_PIP_ARGS: a third less compile time in CI, where ctest's other tests
+# share the cores; the install path is the same).
 # Usage: tests/python/pip_install.sh <python> <scratch-dir>
 set -euo pipefail
 py=${1:?python}
@@ -19,6 +20,8 @@ PYTHON="$py" FERRY_VENV="$work/venv" bash "$root/src/python/capture.sh" --out "$
 grep -q "4 samples (4 complete, 0 incomplete, 0 dropped, 0 lost)" "$work/capture.log"
 ls "$work/samples"/req_0.safetensors > /dev/null
 cd "$work"
+"$work/venv/bin/python" -m ferry capture --help > "$work/help.txt"  # python -m ferry: the same command
+grep -q -- "--preset" "$work/help.txt"
 "$work/venv/bin/python" - <<'PY'
 import os
 import numpy as np

@@ -156,8 +156,8 @@ __device__ __forceinline__ void reduce_rows_block(const reduce_args& a, std::uin
                                                   std::uint32_t t, std::uint32_t nt)
 {
   __shared__ int block_error;
-  __shared__ alignas(reduce_shared) std::byte scratch[reduce_shared_bytes(Op)];  // what Op's records touch
-  auto& sh = *reinterpret_cast<reduce_shared*>(scratch);
+  __shared__ reduce_scratch<Op> scratch;  // what Op's records touch
+  auto& sh = *reinterpret_cast<reduce_shared*>(scratch.bytes);
   if (t == 0) { block_error = 0; }
   const reduce_start s = reduce_start_of(a);
   const gpu_block b{t, nt};
