@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # ferry.arrow (SAELens's cache layout as a Hugging Face dataset) on the host backend: a channel's whole-context
 # forwards read back through datasets.load_from_disk equal to what was captured (BF16 widened exactly); a forward the
-# layout refuses is counted and the next ones are written; a forward widened while the one before it is written (a
+# layout refuses is counted and the next ones are written, while an error of a shard's write (of any type) ends the
+# run; a forward widened while the one before it is written (a
 # slowed writer) reads back whole; a full shard is finished by the finisher thread while the writer fills the next;
 # the shards of a run share one _ferry.FileWriter (tuned: the same rows), and files of one writer hold their own
 # bytes; a tuning key FileWriter does not take, or a value out of range, is a LogicError;
@@ -78,13 +79,13 @@ def test_a_forward_is_widened_while_the_one_before_is_written_and_each_reads_bac
     # The writer thread is slowed (each write sleeps) so that the poll thread widens the next forwards meanwhile: a
     # slot reused before its forward was written would show as another forward's values in the dataset.
     from ferry import arrow
-    write = arrow.ContextWriter.write
+    append = arrow.ContextWriter.append
 
     def slow(self, *args, **kw):
         time.sleep(0.01)
-        return write(self, *args, **kw)
+        return append(self, *args, **kw)
 
-    monkeypatch.setattr(arrow.ContextWriter, "write", slow)
+    monkeypatch.setattr(arrow.ContextWriter, "append", slow)
     st = _run(tmp_path / "ds", 24, shard_bytes=4000)
     assert st["forwards_written"] == 24 and st["forwards_refused"] == 0 and st["first_error"] is None, st
     sec = st["seconds"]  # where the threads' time went: the writer's includes the 24 sleeps
@@ -97,6 +98,25 @@ def test_a_forward_is_widened_while_the_one_before_is_written_and_each_reads_bac
             r = rows[2 * f + b]
             np.testing.assert_array_equal(r["blocks.3.hook_resid_post"], want[0][b * CTX:(b + 1) * CTX].float().numpy())
             np.testing.assert_array_equal(r["token_ids"], want[2][b * CTX:(b + 1) * CTX].numpy())
+
+
+def test_an_error_of_the_shards_write_ends_the_run_whatever_its_type(tmp_path, monkeypatch):
+    # Only the layout's refusals (ContextWriter.batch: nothing written) count as refused forwards and let the next
+    # ones go on. An error of the shard's write, even a LogicError, ends the run with the earlier shards loadable.
+    from ferry import arrow
+    append, calls = arrow.ContextWriter.append, []
+
+    def failing(self, *args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise ferry.LogicError("injected: the shard's file refused the write")
+        return append(self, *args)
+
+    monkeypatch.setattr(arrow.ContextWriter, "append", failing)
+    st = _run(tmp_path / "ds", 5, shard_bytes=1)  # every forward a shard of its own
+    assert st["forwards_written"] == 2 and st["forwards_refused"] == 0, st
+    assert "injected" in st["first_error"], st
+    assert datasets.load_from_disk(str(tmp_path / "ds")).num_rows == 4
 
 
 def test_widen_to_f32_is_exact_for_every_16_bit_value():

@@ -90,9 +90,9 @@ class ContextWriter:
             _ferry.widen_to_f32(a.reshape(-1).view(np.uint16), dtype, out)
         return out
 
-    def write(self, arrays: dict, token_ids: Any, *, widened: bool = False) -> int:
-        """Appends the contexts of one forward; LogicError (nothing written) for a hook missing or a token count
-        that is not a whole number of contexts. ``widened``: every array came from ``widen`` (ArrowSink's path)."""
+    def batch(self, arrays: dict, token_ids: Any, *, widened: bool = False) -> tuple[Any, int]:
+        """The contexts of one forward as a record batch and its bytes, nothing written; LogicError for a hook missing
+        or a token count that is not a whole number of contexts. ``widened``: every array came from ``widen``."""
         from . import LogicError
         pa, ctx = self.shards.pa, self.context
         tok = np.ascontiguousarray(token_ids, dtype=np.int64).reshape(-1)
@@ -111,11 +111,19 @@ class ContextWriter:
                                              pa.array(a.reshape(-1)))
             cols.append(pa.ListArray.from_arrays(pa.array(np.arange(0, n + 1, ctx, dtype=np.int32)), inner))
         cols.append(pa.FixedSizeListArray.from_arrays(pa.array(tok), ctx))
-        nbytes = sum(int(c.nbytes) for c in cols)
-        self.shards.write(pa.RecordBatch.from_arrays(cols, schema=self.shards.schema), nbytes)
-        self.rows += n // ctx
+        return pa.RecordBatch.from_arrays(cols, schema=self.shards.schema), sum(int(c.nbytes) for c in cols)
+
+    def append(self, batch: Any, nbytes: int) -> int:
+        """Appends a ``batch()`` to the open shard; returns its rows. A write error (a full disk) propagates with
+        the open shard dropped."""
+        self.shards.write(batch, nbytes)
+        self.rows += batch.num_rows
         self.bytes += nbytes
-        return n // ctx
+        return batch.num_rows
+
+    def write(self, arrays: dict, token_ids: Any, *, widened: bool = False) -> int:
+        """Appends the contexts of one forward (``batch``, then ``append``); returns the rows written."""
+        return self.append(*self.batch(arrays, token_ids, widened=widened))
 
     def close(self) -> None:
         self.shards.flush()
@@ -169,11 +177,12 @@ class ArrowSink:
             if tok is None:
                 raise LogicError(f"ferry.arrow: expected a {self.writer.token_name!r} entry in every forward, got "
                                  f"hooks {sorted(fwd)}")
-            rows = self.writer.write(fwd, tok, widened=True)  # a name not among the hooks: refused before any use
-        except LogicError as err:
+            batch = self.writer.batch(fwd, tok, widened=True)  # a name not among the hooks: refused before any use
+        except LogicError as err:  # the layout's refusal: nothing written, the next forwards are
             self._stats["forwards_refused"] += 1
             self._note(str(err))
             return
+        rows = self.writer.append(*batch)  # any error here is the shard's: it ends the run (_write_loop)
         self._stats["forwards_written"] += 1
         self._stats["rows_written"] += rows
         self._stats["bytes_written"] = self.writer.bytes
