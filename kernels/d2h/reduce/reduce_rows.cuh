@@ -90,7 +90,7 @@ FERRY_HD inline bool first_block_commits(const reduce_args& a, const reduce_star
 }
 
 /// Whether the items `from`, `from + step`, .. of those the launch reads are valid (select_item_first: the checks
-/// are of the item), and a GPU-resolved count was taken. Every load is issued before any result is used.
+/// are of the item), and a GPU-resolved count was taken (on the GPU, one item a thread of block 0).
 FERRY_HD inline bool items_valid(const reduce_args& a, const reduce_start& s, std::uint64_t from,
                                  std::uint64_t step) noexcept
 {
