@@ -102,9 +102,16 @@ def test_a_forward_is_widened_while_the_one_before_is_written_and_each_reads_bac
 
 def test_an_error_of_the_shards_write_ends_the_run_whatever_its_type(tmp_path, monkeypatch):
     # Only the layout's refusals (ContextWriter.batch: nothing written) count as refused forwards and let the next
-    # ones go on. An error of the shard's write, even a LogicError, ends the run with the earlier shards loadable.
-    from ferry import arrow
-    append, calls = arrow.ContextWriter.append, []
+    # ones go on. An error of the shard's write, even a LogicError, ends the run with the earlier shards loadable
+    # once close() returns (the finisher slowed: close() waits for the shards sealed before the failure).
+    from ferry import _arrow_shards, arrow
+    append, calls, finish = arrow.ContextWriter.append, [], _arrow_shards.Shards._finish
+
+    def slow_finish(self, *args):
+        time.sleep(0.2)
+        return finish(self, *args)
+
+    monkeypatch.setattr(_arrow_shards.Shards, "_finish", slow_finish)
 
     def failing(self, *args):
         calls.append(1)

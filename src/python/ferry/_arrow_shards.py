@@ -89,13 +89,18 @@ class Shards:
     def flush(self) -> None:
         """Seals the open shard; returns once every sealed shard is in the dataset (raises the first failure)."""
         self._seal()
+        self.settle()
+        self._raise_failed()
+
+    def settle(self) -> None:
+        """Returns once every sealed shard is in the dataset, or dropped after a failure (kept, not raised); the open
+        shard is left as it is (a failed run's was abandoned)."""
         for f in list(self._pending):
             f.exception()  # waits; the error is kept by _finish
         self._pending.clear()
         if self._fin is not None:  # idle: its thread ends (a later seal starts another)
             self._fin.shutdown(wait=False)
             self._fin = None
-        self._raise_failed()
 
     def _raise_failed(self) -> None:
         if self._error is not None:
