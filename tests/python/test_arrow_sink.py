@@ -2,8 +2,8 @@
 # ferry.arrow (SAELens's cache layout as a Hugging Face dataset) on the host backend: a channel's whole-context
 # forwards read back through datasets.load_from_disk equal to what was captured (BF16 widened exactly); a forward the
 # layout refuses is counted and the next ones are written, while an error of a shard's write (of any type) ends the
-# run; a forward widened while the one before it is written (a
-# slowed writer) reads back whole; a full shard is finished by the finisher thread while the writer fills the next;
+# run; a forward widened while the one before it is written (a slowed writer) reads back whole; a full shard is
+# finished by the finisher thread while the writer fills the next;
 # the shards of a run share one _ferry.FileWriter (tuned: the same rows), and files of one writer hold their own
 # bytes; a tuning key FileWriter does not take, or a value out of range, is a LogicError;
 # every BF16 and F16 value widens exactly; a writer SIGKILLed mid-run leaves a loadable dataset of

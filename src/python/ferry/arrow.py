@@ -178,7 +178,7 @@ class ArrowSink:
                 raise LogicError(f"ferry.arrow: expected a {self.writer.token_name!r} entry in every forward, got "
                                  f"hooks {sorted(fwd)}")
             batch = self.writer.batch(fwd, tok, widened=True)  # a name not among the hooks: refused before any use
-        except LogicError as err:  # the layout's refusal: nothing written, the next forwards are
+        except LogicError as err:  # the layout's refusal: nothing written; the next forwards go on
             self._stats["forwards_refused"] += 1
             self._note(str(err))
             return
