@@ -28,6 +28,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import engine_tp_worker as worker  # noqa: E402
 
+# The ranks run the model on the CPU (gloo), as in CI, on a GPU machine too: transformers' TP plan takes a visible
+# GPU as the rank's device (LOCAL_RANK), and one GPU cannot hold two ranks.
+CPU_RANKS = {"CUDA_VISIBLE_DEVICES": ""}
 TOL = dict(rtol=1e-5, atol=1e-5)  # fp32: the all-reduce's order of summation against one matmul's
 
 
@@ -46,7 +49,7 @@ def model_dir(tmp_path_factory):
 def run_tp(model_dir, out, world, fmt, taps, manager=False):
     argv = [sys.executable, os.path.join(HERE, "engine_tp_worker.py"), model_dir, str(out), fmt, taps,
             str(out) + ".witness"] + (["manager"] if manager else [])
-    run_ranks(torch, world, lambda r: argv, cwd=HERE, timeout=240.0)
+    run_ranks(torch, world, lambda r: argv, cwd=HERE, timeout=240.0, env=lambda r: CPU_RANKS)
     return str(out)
 
 
@@ -305,7 +308,7 @@ def test_the_api_docs_tp_block_runs_on_two_ranks(model_dir, tmp_path):
     out = tmp_path / "out"
     run_ranks(torch, 2, lambda r: [sys.executable, str(script)], cwd=HERE, timeout=240.0,
               env=lambda r: {"MODEL": model_dir, "OUT": str(out), "TORCHELASTIC_USE_AGENT_STORE": "True",
-                             "LOCAL_RANK": str(r), "PYTHONPATH": os.pathsep.join(sys.path)})
+                             "LOCAL_RANK": str(r), "PYTHONPATH": os.pathsep.join(sys.path), **CPU_RANKS})
     got = list(fe.open_samples(str(out)))
     assert [m["complete"] for m, _ in got] == ["true", "true"]
     assert got[0][1]["hidden_states"].shape[1:] == (1, 64)  # z of 4 heads x 16, whole again
