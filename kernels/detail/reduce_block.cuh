@@ -7,6 +7,7 @@
 //   mean_record    columns [c0, c1) of an item's record: a lane takes a 16-byte vector's columns, the block's row
 //                  groups take rows (group g the rows j = g mod groups), each an f32 sum in row order; the groups'
 //                  sums are added in group order and divided by the count (the host's one thread: every row in order);
+//                  the request offsets of a last_token or window selection are staged in shared memory first;
 //   stats_record   per column, Welford over every selected row in row order, and max |x|.
 // Every thread of the block calls each function but fp8_record with the same arguments (its branches are
 // block-uniform, so its barriers are met by all); every lane of a warp calls fp8_record with its row; `b` is a
@@ -146,10 +147,25 @@ FERRY_HD bool mean_record(const Blk& b, reduce_shared& sh, const ferry::d2h::row
       std::memcpy(out + 4 * c, &m, 4);
     }
   } else {
-    // Every thread reads the same first row: an invalid item returns false in the whole block, before any barrier
-    // or scratch (the unit before ended with a barrier).
-    const std::int64_t first = select_item_first(sel, n_rows, item, per);
-    if (first < 0) { return false; }
+    // Every thread reads the same first row: an invalid item returns false in the whole block, after one barrier
+    // and before any scratch but the offsets (the unit before ended with a barrier). A selection of requests whose
+    // offsets fit the block has them staged in `hist`, loaded beside the item's request id: the first row waits for
+    // one global load, not a request id and then its offsets.
+    std::int64_t first;
+    if (sel.form != ferry::d2h::selection_form::rows && sel.n_requests < b.nt) {
+      if (b.t <= sel.n_requests) { sh.hist[b.t] = static_cast<std::uint32_t>(load_evict_last(sel.query_start_loc + b.t)); }
+      const std::int32_t q = select_request(sel, item);
+      b.sync();
+      first = select_request_row(sel, n_rows, item * per, per, q, [&](std::uint32_t r) {
+        return static_cast<std::int64_t>(static_cast<std::int32_t>(sh.hist[r]));
+      });
+    } else {
+      first = select_item_first(sel, n_rows, item, per);
+    }
+    if (first < 0) {
+      b.sync();  // the next unit's offsets are stored after every thread read these
+      return false;
+    }
     const std::uint32_t pv = per_vec(in), row_lanes = static_cast<std::uint32_t>(cols) / pv;
     const std::uint32_t groups = b.nt / row_lanes < mean_groups ? b.nt / row_lanes : mean_groups;
     const std::uint32_t g = b.t / row_lanes;

@@ -2,6 +2,7 @@
 // The shared scratch of a reduce block (reduce_block.cuh, topk_block.cuh) and the sizes it is made of.
 #pragma once
 
+#include <ferry/d2h/detail/kernel_args.hpp>  // reduce_threads
 #include <ferry/d2h/reducer.hpp>
 
 #include <cstddef>  // offsetof
@@ -21,7 +22,7 @@ inline constexpr std::uint32_t fp8_vec_regs = 16;  ///< fp8_record: 16-byte vect
 /// The block's shared scratch (about 33 KiB).
 struct reduce_shared {
   float part[mean_groups * ferry::d2h::mean_chunk_cols];  ///< mean_record: each row group's column sums
-  std::uint32_t hist[256];
+  std::uint32_t hist[256];  ///< topk_radix: a digit's histogram; mean_record: its request offsets (query_start_loc)
   std::uint64_t cand[topk_cand_cap];  ///< topk: elements packed as key << 32 | ~index (topk_pack), then sorted
   std::uint32_t gmax[topk_groups];    ///< topk_filtered: each group's max key
   std::uint32_t ties[topk_tie_cap];   ///< topk_radix: the indices of the elements equal to the k-th
@@ -33,12 +34,16 @@ struct reduce_shared {
 };
 static_assert(offsetof(reduce_shared, part) == 0, "the mean's scratch is reduce_shared's first bytes");
 
+static_assert(sizeof(reduce_shared::hist) / 4 >= ferry::d2h::detail::reduce_threads,
+              "mean_record stages up to reduce_threads request offsets in hist");
+
 /// The bytes of reduce_shared a reduce block of reducer `op` declares (the GPU's scratch, reduce_rows.cuh): a mean
-/// touches `part` only, so that its blocks reserve 8 KiB of shared memory and not the top-k's 33 KiB (fp8 and stats
-/// touch none: their kernels declare nothing).
+/// touches `part` and `hist` only, so that its blocks reserve 9 KiB of shared memory and not the top-k's 33 KiB (fp8
+/// and stats touch none: their kernels declare nothing).
 [[nodiscard]] constexpr std::size_t reduce_shared_bytes(ferry::d2h::reduce_op op) noexcept
 {
-  return op == ferry::d2h::reduce_op::mean ? sizeof(reduce_shared::part) : sizeof(reduce_shared);
+  return op == ferry::d2h::reduce_op::mean ? offsetof(reduce_shared, hist) + sizeof(reduce_shared::hist)
+                                           : sizeof(reduce_shared);
 }
 
 /// The GPU's scratch of a block of reducer `Op` (a __shared__ variable): reduce_shared_bytes(Op) bytes, aligned as

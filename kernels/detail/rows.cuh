@@ -2,6 +2,8 @@
 // The row kernels' device helpers (select_rows, gather_rows_publish; FERRY_HD, GPU and host backend):
 //   select_items        the item count of a row_selection (CPU-known, or the GPU-resolved *device_count);
 //   select_source_row   the source row of an entry's row, validated (-1: the item is invalid, never read);
+//   select_request_row  its checks of a last_token or window item, given the request id (select_request) and
+//                       wherever the caller holds the request's offsets (mean_record: staged in shared memory);
 //   select_item_first   an item's first source row (its row j is that + j), or -1;
 //   note_select_error   a block's invalid item OR-ed into device_state::select_error, before its arrival (the
 //                       publishing row gather);
@@ -39,24 +41,48 @@ FERRY_HD inline std::uint64_t select_items(const ferry::d2h::row_selection& s, b
   return ok ? static_cast<std::uint64_t>(c) : 0;
 }
 
+/// The request id of item `i` of a last_token or window selection (indices[i]; select_request_row checks it).
+FERRY_HD inline std::int32_t select_request(const ferry::d2h::row_selection& s, std::uint64_t i) noexcept
+{
+  return load_evict_last(static_cast<const std::int32_t*>(s.indices) + i);
+}
+
+/// query_start_loc[q] read from global memory (select_source_row's reads).
+struct global_offsets {
+  const std::int32_t* qsl;
+  FERRY_HD std::int64_t operator()(std::uint32_t q) const noexcept { return load_evict_last(qsl + q); }
+};
+
+/// The checks of the last_token and window forms: the source row of row `j` (of `per_item` a item) of request `q`,
+/// whose offsets `off(q)`, `off(q + 1)` gives (query_start_loc's entries, from wherever the caller holds them), or -1
+/// when the item is invalid (a request outside [0, n_requests), offsets outside [0, n_rows] or decreasing, a
+/// window past the request's span, a last token of an empty request).
+template <class Offsets>
+FERRY_HD inline std::int64_t select_request_row(const ferry::d2h::row_selection& s, std::uint64_t n_rows,
+                                                std::uint64_t j, std::uint64_t per_item, std::int32_t q,
+                                                const Offsets& off) noexcept
+{
+  const auto n = static_cast<std::int64_t>(n_rows);
+  if (q < 0 || static_cast<std::uint32_t>(q) >= s.n_requests) { return -1; }
+  const std::int64_t lo = off(static_cast<std::uint32_t>(q));
+  const std::int64_t hi = off(static_cast<std::uint32_t>(q) + 1U);
+  if (lo < 0 || hi < lo || hi > n) { return -1; }
+  if (s.form == ferry::d2h::selection_form::last_token) { return hi > lo ? hi - 1 : -1; }
+  return lo + s.window_end <= hi ? lo + s.window_begin + static_cast<std::int64_t>(j % per_item) : -1;
+}
+
 /// The source row of the entry's row `j` (item j / rows_per_item), or -1 when its item is invalid.
 FERRY_HD inline std::int64_t select_source_row(const ferry::d2h::row_selection& s, std::uint64_t n_rows,
                                                std::uint64_t j, std::uint64_t per_item) noexcept
 {
   const std::uint64_t i = j / per_item;
-  const auto n = static_cast<std::int64_t>(n_rows);
   if (s.form == ferry::d2h::selection_form::rows) {
+    const auto n = static_cast<std::int64_t>(n_rows);
     const std::int64_t r = s.index_bytes == 8 ? load_evict_last(static_cast<const std::int64_t*>(s.indices) + i)
                                               : load_evict_last(static_cast<const std::int32_t*>(s.indices) + i);
     return r >= 0 && r < n ? r : -1;
   }
-  const std::int32_t q = load_evict_last(static_cast<const std::int32_t*>(s.indices) + i);
-  if (q < 0 || static_cast<std::uint32_t>(q) >= s.n_requests) { return -1; }
-  const std::int64_t lo = load_evict_last(s.query_start_loc + q);
-  const std::int64_t hi = load_evict_last(s.query_start_loc + q + 1);
-  if (lo < 0 || hi < lo || hi > n) { return -1; }
-  if (s.form == ferry::d2h::selection_form::last_token) { return hi > lo ? hi - 1 : -1; }
-  return lo + s.window_end <= hi ? lo + s.window_begin + static_cast<std::int64_t>(j % per_item) : -1;
+  return select_request_row(s, n_rows, j, per_item, select_request(s, i), global_offsets{s.query_start_loc});
 }
 
 /// The source row of item `item`'s first row, or -1 when the item is invalid. Its row j < per_item is that row + j:
