@@ -153,7 +153,9 @@ FERRY_HD bool mean_record(const Blk& b, reduce_shared& sh, const ferry::d2h::row
     // one global load, not a request id and then its offsets.
     std::int64_t first;
     if (sel.form != ferry::d2h::selection_form::rows && sel.n_requests < b.nt) {
-      if (b.t <= sel.n_requests) { sh.hist[b.t] = static_cast<std::uint32_t>(load_evict_last(sel.query_start_loc + b.t)); }
+      if (b.t <= sel.n_requests) {
+        sh.hist[b.t] = static_cast<std::uint32_t>(load_evict_last(sel.query_start_loc + b.t));
+      }
       const std::int32_t q = select_request(sel, item);
       b.sync();
       first = select_request_row(sel, n_rows, item * per, per, q, [&](std::uint32_t r) {
