@@ -53,7 +53,7 @@ struct global_offsets {
   FERRY_HD std::int64_t operator()(std::uint32_t q) const noexcept { return load_evict_last(qsl + q); }
 };
 
-/// The checks of the last_token and window forms: the source row of row `j` (of `per_item` a item) of request `q`,
+/// The checks of the last_token and window forms: the source row of row `j` (`per_item` rows an item) of request `q`,
 /// whose offsets `off(q)`, `off(q + 1)` gives (query_start_loc's entries, from wherever the caller holds them), or -1
 /// when the item is invalid (a request outside [0, n_requests), offsets outside [0, n_rows] or decreasing, a
 /// window past the request's span, a last token of an empty request).
