@@ -206,15 +206,14 @@ class ArrowSink:
                 self._failed.set()
             finally:
                 self._free.release()
-        if self._failed.is_set():  # the shards sealed before the failure are in the dataset once close() returns
-            self.writer.shards.settle()
-            self._stats["shards"] = len(self.writer.shards.names)
-            return
         try:
-            self.writer.close()
-            self._stats["shards"] = len(self.writer.shards.names)
+            if self._failed.is_set():  # the shards sealed before the failure are in the dataset once close() returns
+                self.writer.shards.settle()
+            else:
+                self.writer.close()
         except Exception as err:
             self._note(f"{type(err).__name__}: {err}")
+        self._stats["shards"] = len(self.writer.shards.names)
 
     def _poll(self) -> Any:
         """The next entries; None once the channel closed and every entry was taken."""
