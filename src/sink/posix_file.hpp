@@ -83,8 +83,10 @@ class file {
   ~file() { reset(); }
 
   [[nodiscard]] bool is_open() const noexcept { return fd_ >= 0; }
-  /// Whether its writes go best one at a time (create()'s file on tmpfs, where a write is a memory copy: write_pipeline
-  /// keeps one write to such files in flight, over all of them; two at once were never faster on the device).
+  /// Whether its writes go best one at a time (create()'s file on tmpfs, where a write is a memory copy under the
+  /// file's inode lock: write_pipeline keeps one write to such files in flight, over all of them; the sink's two
+  /// files at once, at a shard's rollover, were never faster on the device, though files written at once all along
+  /// scale: bench/device/probes/tmpfs_probe.py).
   [[nodiscard]] bool serial_writes() const noexcept { return serial_; }
   [[nodiscard]] const fs::path& path() const noexcept { return path_; }
   /// The file was renamed to `p` (the descriptor stays valid; messages name the new path).

@@ -58,7 +58,7 @@ namespace ferry::sink {
 
 /// Tuning of a safetensors sink's writes (safetensors_config::tuning): every value is equally correct. The writer
 /// copies entries (and their CRC-32) into `write_buffers` page-aligned buffers of `write_bytes`; `io_threads`
-/// write full buffers at once (a disk queue, or tmpfs's copies, serves several faster than one).
+/// write full buffers at once (a disk queue serves several faster than one; a file on tmpfs takes one at a time).
 /// safetensors_stats' writer_*_seconds tell which side is the limit; bench/sink (`--io-threads`, `--write-mib`,
 /// `--write-buffers`) measures the choices.
 struct safetensors_tuning {
