@@ -11,7 +11,7 @@
 // check failed (a bad, missing or torn entry, an error), 2 for bad options.
 //
 // Usage: ferry_bench_sinks [--quick] [--dir DIR] [--volume-gib X] [--tokens N] [--rounds R] [--steps S] [--k K]
-//          [--shard-mib N] [--queue-mib N] [--io-threads N] [--write-mib N] [--write-buffers N] [--lend-kib N] [--no-fsync] [--no-direct-io] [--shm-entry-mib N] [--shm-entries N] [--shm-staging-mib N]
+//          [--shard-mib N] [--queue-mib N] [--io-threads N] [--write-mib N] [--write-buffers N] [--lend-kib N] [--open-shards N] [--no-fsync] [--no-direct-io] [--shm-entry-mib N] [--shm-entries N] [--shm-staging-mib N]
 //          [--full-every N] [--checkers N] [--check-threads N] [--only safetensors|shm] [--keep] [--inject-fault]
 //   --dir: where the disk test and the shards go (default: <this binary's folder>/sinks-run; a disk, not /dev/shm)
 //   --quick: the host smoke sizes (1 token, 24 MiB, 2 rounds of 2 steps, 24 entries of 1 MiB)
@@ -153,6 +153,7 @@ options parse(int argc, char** argv)
       else if (k == "--write-mib") { o.write_bytes = mib(v); }
       else if (k == "--write-buffers") { o.write_buffers = std::stoull(v); }
       else if (k == "--lend-kib") { o.lend_min = std::stoull(v) << 10; }
+      else if (k == "--open-shards") { o.open_shards = std::stoull(v); }
       else if (k == "--shm-entry-mib") { o.shm_entry = mib(v); }
       else if (k == "--shm-entries") { o.shm_entries = std::stoull(v); }
       else if (k == "--shm-staging-mib") { o.shm_staging = mib(v); }

@@ -28,7 +28,7 @@ fk::safetensors_config sink_config(const options& o, const forward_shape& sh, co
   sc.shard_bytes = o.shard_bytes;
   sc.max_queue_bytes = o.queue_bytes;
   sc.tuning = {.io_threads = o.io_threads, .write_buffers = o.write_buffers, .write_bytes = o.write_bytes,
-               .lend_min_bytes = o.lend_min};
+               .lend_min_bytes = o.lend_min, .open_shards = o.open_shards};
   sc.policy = p;
   sc.block_timeout = std::chrono::seconds(60);
   sc.fsync = o.fsync;
@@ -131,9 +131,10 @@ void run_safetensors(const options& o, forward_rig& rig, json_out& out, bool& ok
                static_cast<unsigned long long>(cb.entries_checked), static_cast<unsigned long long>(cb.entries_bad),
                static_cast<unsigned long long>(missing), static_cast<unsigned long long>(cb.forwards_torn),
                static_cast<unsigned long long>(cb.problems), cb.first_problem.empty() ? "" : ": ", cb.first_problem.c_str());
-  std::fprintf(stderr, "  writer (io_threads %llu, writes of %.0f MiB, %llu buffers, direct_io %s, entries of %llu KiB and "
+  std::fprintf(stderr, "  writer (io_threads %llu, open shards %llu (0: two on tmpfs, else one), writes of %.0f MiB, %llu buffers, direct_io %s, entries of %llu KiB and "
                "more lent where buffered: %llu lent): copying %.2f s, waiting for a "
                "buffer %.2f s, waiting for an entry %.2f s, rolling shards over %.2f s\n", static_cast<unsigned long long>(o.io_threads),
+               static_cast<unsigned long long>(o.open_shards),
                static_cast<double>(o.write_bytes) / MiB, static_cast<unsigned long long>(o.write_buffers),
                o.direct_io ? "on" : "off", static_cast<unsigned long long>(o.lend_min >> 10),
                static_cast<unsigned long long>(bs.lent_entries), bs.writer_copy_seconds, bs.writer_wait_seconds,
@@ -189,7 +190,7 @@ void run_safetensors(const options& o, forward_rig& rig, json_out& out, bool& ok
     .u64("stall_timeouts", bs.stall_timeouts).u64("channel_stalls", bc.stalls).u64("dropped_forwards", bs.dropped_forwards)
     .u64("queue_high_watermark", bs.queue_high_watermark).u64("relocations", bs.relocations).u64("forwards_missing", missing)
     .u64("io_threads", o.io_threads).u64("write_bytes", o.write_bytes).u64("write_buffers", o.write_buffers)
-    .u64("lend_min_bytes", o.lend_min).u64("lent_entries", bs.lent_entries).u64("direct_io", o.direct_io ? 1 : 0)
+    .u64("lend_min_bytes", o.lend_min).u64("open_shards", o.open_shards).u64("lent_entries", bs.lent_entries).u64("direct_io", o.direct_io ? 1 : 0)
     .num("writer_copy_seconds", bs.writer_copy_seconds, 3).num("writer_wait_seconds", bs.writer_wait_seconds, 3)
     .num("writer_idle_seconds", bs.writer_idle_seconds, 3).num("writer_publish_seconds", bs.writer_publish_seconds, 3);
   put_check(out, cb);

@@ -48,6 +48,7 @@ struct options {
   std::uint64_t write_bytes{16ULL << 20};
   std::uint64_t write_buffers{6};
   std::uint64_t lend_min{256ULL << 10};  ///< safetensors_tuning::lend_min_bytes (--lend-kib; 0: every entry copied)
+  std::uint64_t open_shards{0};  ///< safetensors_tuning::open_shards (--open-shards; 0: two on tmpfs, else one)
   bool fsync{true};
   bool direct_io{true};  ///< safetensors_config::direct_io (--no-direct-io: buffered shards, entries lent)
   std::uint64_t shm_entry{64ULL << 20};     ///< reader throughput: entry bytes

@@ -24,7 +24,8 @@ using py_safetensors = py_native_sink<fk::safetensors>;
 
 fk::safetensors_config config_of(const std::string& directory, const std::vector<hook_tuple>& schema,
                                  uint_arg shard_bytes, uint_arg max_queue_bytes, const std::string& policy,
-                                 double block_timeout, bool fsync, bool overwrite, bool direct_io)
+                                 double block_timeout, bool fsync, bool overwrite, bool direct_io,
+                                 uint_arg open_shards)
 {
   const char* who = "ferry.sinks.safetensors";
   fk::safetensors_config c;
@@ -36,6 +37,7 @@ fk::safetensors_config config_of(const std::string& directory, const std::vector
   c.fsync = fsync;
   c.overwrite = overwrite;
   c.direct_io = direct_io;
+  c.tuning.open_shards = open_shards.get(who, "open_shards");
   return c;
 }
 
@@ -56,14 +58,15 @@ void init_sink(nb::module_& m)
      "__init__",
      [](py_safetensors* self, const std::string& directory, const std::vector<hook_tuple>& schema, uint_arg shard_bytes,
         uint_arg max_queue_bytes, const std::string& policy, double block_timeout, bool fsync, bool overwrite,
-        bool direct_io) {
+        bool direct_io, uint_arg open_shards) {
        auto cfg = config_of(directory, schema, shard_bytes, max_queue_bytes, policy, block_timeout, fsync, overwrite,
-                            direct_io);
+                            direct_io, open_shards);
        gil_release g;  // prepares the directory, writes the first index
        new (self) py_safetensors(std::move(cfg));
      },
      nb::arg("directory"), nb::arg("schema"), nb::kw_only(), nb::arg("shard_bytes"), nb::arg("max_queue_bytes"),
-     nb::arg("policy"), nb::arg("block_timeout"), nb::arg("fsync"), nb::arg("overwrite"), nb::arg("direct_io") = true)
+     nb::arg("policy"), nb::arg("block_timeout"), nb::arg("fsync"), nb::arg("overwrite"), nb::arg("direct_io") = true,
+     nb::arg("open_shards") = 0)
     .def(
       "flush",
       [](py_safetensors& p) {

@@ -184,6 +184,17 @@ class file {
     }
   }
 
+  /// Whether directory `dir` is on tmpfs, whose files take one write at a time (Linux; elsewhere false).
+  [[nodiscard]] static bool dir_on_tmpfs([[maybe_unused]] const fs::path& dir) noexcept
+  {
+#if defined(__linux__)
+    struct statfs st {};
+    return ::statfs(dir.c_str(), &st) == 0 && st.f_type == TMPFS_MAGIC;
+#else
+    return false;
+#endif
+  }
+
  private:
   void reset() noexcept
   {

@@ -4,7 +4,8 @@
 // checkpoints (model.safetensors.index.json): {"metadata": {...}, "weight_map": {tensor: file}}, rewritten
 // whole (temporary name, rename) after every published shard, so the index on disk always names complete
 // shards only. The metadata holds the format, ferry's version, the tensor naming rule, the schema, per shard
-// its file, bytes, tensor count and tags, and whether the run was closed (with its first error, if any).
+// its file, bytes, tensor count, tags and their forwards' ordinals in the run ("order": several shards written at
+// once hold interleaved forwards), and whether the run was closed (with its first error, if any).
 #pragma once
 
 #include <ferry/d2h/hook_schema.hpp>
@@ -104,6 +105,10 @@ class run_index {
                ",\"tensors\":" + std::to_string(tensors.size()) + ",\"tags\":[";
     for (std::size_t i = 0; i < forwards.size(); ++i) {
       shards_ += (i != 0 ? "," : "") + std::to_string(forwards[i].tag);
+    }
+    shards_ += "],\"order\":[";  // each forward's ordinal in the run: shards written at once hold every other one
+    for (std::size_t i = 0; i < forwards.size(); ++i) {
+      shards_ += (i != 0 ? "," : "") + std::to_string(forwards[i].seq);
     }
     shards_ += "]}";
     const std::string quoted = json::string(file);

@@ -57,6 +57,9 @@ class safetensors_impl {
                   "safetensors sink {}: expected block_timeout >= 0 ms, got {} ms", dir, cfg_.block_timeout.count());
     const safetensors_tuning& t = cfg_.tuning;
     write_pipeline::check_shape("safetensors sink " + dir, t.io_threads, t.write_buffers, t.write_bytes);
+    FERRY_EXPECTS(t.open_shards <= max_open_shards, ferry::logic_error,
+                  "safetensors sink {}: expected tuning open_shards in [0, {}] (0: two on tmpfs, else one), got {}",
+                  dir, max_open_shards, t.open_shards);
     prepare_run_dir(cfg_.directory, cfg_.overwrite);
     writer_.emplace(
         writer_options{cfg_.directory, cfg_.schema, cfg_.shard_bytes, cfg_.fsync, cfg_.direct_io, cfg_.tuning,

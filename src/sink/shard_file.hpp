@@ -39,13 +39,15 @@ struct tensor_record {
   std::uint64_t end{0};
 };
 
-/// A forward of a shard: its tag, its data range, the CRC-32 of those bytes and its tensor count.
+/// A forward of a shard: its tag, its data range, the CRC-32 of those bytes, its tensor count and its ordinal in the
+/// run (index.json's "order": readers merge the shards written at once in forward order).
 struct forward_record {
   std::uint64_t tag{0};
   std::uint64_t begin{0};
   std::uint64_t end{0};
   std::uint32_t crc{0};
   std::uint64_t tensors{0};
+  std::uint64_t seq{0};
 };
 
 /// `,"name":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}` (the leading comma included).
@@ -139,10 +141,10 @@ class shard_file {
     pending_ += bytes.size();
     return lend;
   }
-  /// The open forward is complete: it becomes part of the shard.
-  void commit(std::uint64_t tag)
+  /// The open forward (the run's forward `seq`) is complete: it becomes part of the shard.
+  void commit(std::uint64_t tag, std::uint64_t seq = 0)
   {
-    forwards_.push_back({tag, committed_, committed_ + pending_, crc_, tensors_.size() - committed_tensors_});
+    forwards_.push_back({tag, committed_, committed_ + pending_, crc_, tensors_.size() - committed_tensors_, seq});
     committed_ += pending_;
     committed_tensors_ = tensors_.size();
     pending_ = 0;

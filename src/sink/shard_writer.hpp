@@ -2,9 +2,11 @@
 // The writer thread's state of the safetensors sink (sink/safetensors.hpp): forwards out of consecutive
 // entries, tensor names, shards out of whole forwards, the run's index. Called by the writer thread only; a full
 // shard is sealed and handed to its finisher thread (shard_finisher.hpp: header, sync, rename, index.json, in
-// shard order) while the writer fills the next one, and flush() waits for it. Throws ferry::logic_error (an
-// entry_shape_error, a repeated tag, an entry after flush() completed its forward) for an entry it refuses, and
-// anything else (io_error) for a failure that ends the run.
+// the order handed over) while the writer fills the next one, and flush() waits for it. With open_shards > 1 the
+// forwards are dealt to that many open shards in turn (lanes), whose files the pipeline writes at once; each
+// forward's ordinal goes into index.json ("order") so that readers merge the shards back in forward order.
+// Throws ferry::logic_error (an entry_shape_error, a repeated tag, an entry after flush() completed its forward)
+// for an entry it refuses, and anything else (io_error) for a failure that ends the run.
 #pragma once
 
 #include <ferry/d2h/entry_view.hpp>
@@ -51,8 +53,18 @@ struct writer_options {
   const std::atomic<bool>* test_hold_finisher{nullptr};  ///< tests: while true, no shard is finished
 };
 
-/// Sealed shards that may wait for the finisher while the writer fills the next one.
+/// Sealed shards that may wait for the finisher while the writer fills the next one, beyond one a lane.
 inline constexpr std::size_t max_sealed_shards = 2;
+
+/// The most shard files a writer keeps open (safetensors_tuning::open_shards).
+inline constexpr std::size_t max_open_shards = 64;
+
+/// The shard files a writer keeps open (safetensors_tuning::open_shards; 0: two on tmpfs, else one).
+[[nodiscard]] inline std::size_t open_shards_of(const safetensors_tuning& t, const fs::path& dir)
+{
+  if (t.open_shards != 0) { return t.open_shards; }
+  return file::dir_on_tmpfs(dir) ? 2 : 1;
+}
 
 /// Headers above this start a new shard at a forward boundary (safetensors' readers refuse more than 100 MB).
 inline constexpr std::uint64_t max_header_bytes = std::uint64_t{64} << 20;
@@ -60,7 +72,8 @@ inline constexpr std::uint64_t max_header_bytes = std::uint64_t{64} << 20;
 class shard_writer {
  public:
   shard_writer(writer_options o, live_counters& c)
-      : o_{std::move(o)}, c_{c}, index_{o_.directory, o_.schema, o_.durable}
+      : o_{std::move(o)}, c_{c}, index_{o_.directory, o_.schema, o_.durable},
+        lanes_(open_shards_of(o_.tuning, o_.directory))
   {
     index_.write(false, {});  // the run is valid (and ours) from the start: an index of no shard
   }
@@ -85,7 +98,7 @@ class shard_writer {
     shape.insert(shape.end(), h.row_shape.begin(), h.row_shape.end());
     const tensor_record probe{name, h.type, shape, 0, bytes.size()};
     make_room(bytes.size(), record_bytes(probe) + 24);
-    if (shard_->append(std::move(name), h.type, std::move(shape), bytes, std::move(owner), o_.tuning.lend_min_bytes)) {
+    if (shard()->append(std::move(name), h.type, std::move(shape), bytes, std::move(owner), o_.tuning.lend_min_bytes)) {
       ++c_.lent_entries;
     }
     ++tensors_;
@@ -95,10 +108,10 @@ class shard_writer {
   void drop(std::uint64_t forward)
   {
     if (!open_ || cur_ != forward) { return; }
-    if (shard_) {
+    if (shard()) {
       c_.dropped_entries += tensors_;
-      c_.dropped_bytes += shard_->pending_bytes();
-      shard_->rollback();
+      c_.dropped_bytes += shard()->pending_bytes();
+      shard()->rollback();
     }
     open_ = false;
   }
@@ -112,8 +125,11 @@ class shard_writer {
       sealed_ = cur_;
       have_sealed_ = true;
     }
-    if (shard_ && !shard_->forwards().empty()) { publish_shard(); }
-    shard_.reset();
+    const auto open = lanes_by_number();
+    for (auto* s : open) {  // in shard order
+      if (!(*s)->forwards().empty()) { publish_shard(*s); }
+    }
+    for (auto it = open.rbegin(); it != open.rend(); ++it) { discard(**it); }
     fin_.wait();  // every shard handed over is published (and listed in index.json)
   }
 
@@ -129,8 +145,11 @@ class shard_writer {
   /// forwards and the open one are counted as lost.
   void abandon() noexcept
   {
-    c_.lost_forwards += (shard_ ? shard_->forwards().size() : 0) + (open_ && !refused_ && tensors_ != 0 ? 1 : 0);
-    shard_.reset();
+    c_.lost_forwards += open_ && !refused_ && tensors_ != 0 ? 1 : 0;
+    for (auto& s : lanes_) {
+      c_.lost_forwards += s ? s->forwards().size() : 0;
+      s.reset();
+    }
     open_ = false;
     fin_.give_up();  // shards handed over and not yet finished are lost too
   }
@@ -151,6 +170,7 @@ class shard_writer {
     if (open_) { commit_open(); }
     open_ = true;
     cur_ = forward;
+    lane_ = dealt_++ % lanes_.size();  // the forwards dealt to the open shards in turn
     repeats_.clear();
     tensors_ = 0;
     refused_ = true;  // until the checks below pass
@@ -173,11 +193,12 @@ class shard_writer {
   void commit_open()
   {
     open_ = false;
-    if (refused_ || tensors_ == 0 || !shard_) { return; }
-    last_forward_ = shard_->pending_bytes();
-    shard_->commit(tag_);
-    if (shard_->committed_bytes() >= o_.shard_bytes || header_estimate(*shard_) >= max_header_bytes) {
-      publish_shard();
+    auto& s = shard();
+    if (refused_ || tensors_ == 0 || !s) { return; }
+    last_forward_ = s->pending_bytes();
+    s->commit(tag_, cur_);
+    if (s->committed_bytes() >= o_.shard_bytes || header_estimate(*s) >= max_header_bytes) {
+      publish_shard(s);
     }
   }
 
@@ -187,35 +208,59 @@ class shard_writer {
   /// a new shard once it overflows (a copy of what it wrote so far: relocations).
   void make_room(std::uint64_t bytes, std::uint64_t record)
   {
-    if (!shard_) {
-      shard_ = new_shard(next_, bytes, record);
+    auto& s = shard();
+    if (!s) {
+      s = new_shard(bytes, record);
       return;
     }
-    const bool first = shard_->pending_bytes() == 0 && shard_->tensors().size() == shard_->committed_tensors();
-    if (first && !shard_->forwards().empty() &&
-        shard_->committed_bytes() + std::max(bytes, last_forward_) > o_.shard_bytes) {
-      publish_shard();  // the forward, as large as the last one, would not fit: a new shard now, nothing to move
-      shard_ = new_shard(next_, bytes, record);
+    const bool first = s->pending_bytes() == 0 && s->tensors().size() == s->committed_tensors();
+    if (first && !s->forwards().empty() && s->committed_bytes() + std::max(bytes, last_forward_) > o_.shard_bytes) {
+      publish_shard(s);  // the forward, as large as the last one, would not fit: a new shard now, nothing to move
+      s = new_shard(bytes, record);
       return;
     }
-    const bool over = shard_->committed_bytes() + shard_->pending_bytes() + bytes > o_.shard_bytes ||
-                      header_estimate(*shard_) + record > max_header_bytes;
-    if (!over || shard_->forwards().empty()) { return; }
-    auto next = new_shard(next_ + 1, bytes, record);
-    if (shard_->pending_bytes() != 0 || shard_->tensors().size() > shard_->committed_tensors()) {
+    const bool over = s->committed_bytes() + s->pending_bytes() + bytes > o_.shard_bytes ||
+                      header_estimate(*s) + record > max_header_bytes;
+    if (!over || s->forwards().empty()) { return; }
+    auto next = new_shard(bytes, record);
+    if (s->pending_bytes() != 0 || s->tensors().size() > s->committed_tensors()) {
       const publish_timer t{c_.io};
-      shard_->move_pending(*next);
+      s->move_pending(*next);
       ++c_.relocations;
     }
-    publish_shard();
-    shard_ = std::move(next);
+    publish_shard(s);
+    s = std::move(next);
   }
 
-  /// A new shard: its data through the pipeline (O_DIRECT with durable and direct_io).
-  [[nodiscard]] std::unique_ptr<shard_file> new_shard(std::uint64_t number, std::uint64_t bytes, std::uint64_t record)
+  /// The open forward's shard (its lane's; null until the lane's first entry).
+  [[nodiscard]] std::unique_ptr<shard_file>& shard() noexcept { return lanes_[lane_]; }
+
+  /// The lanes' open shards, by number.
+  [[nodiscard]] std::vector<std::unique_ptr<shard_file>*> lanes_by_number()
   {
-    return std::make_unique<shard_file>(o_.directory, number, reservation(bytes, record), &pipe_,
-                                        o_.durable && o_.direct_io);
+    std::vector<std::unique_ptr<shard_file>*> v;
+    for (auto& s : lanes_) {
+      if (s) { v.push_back(&s); }
+    }
+    std::sort(v.begin(), v.end(), [](auto* a, auto* b) { return (*a)->number() < (*b)->number(); });
+    return v;
+  }
+
+  /// A new shard, numbered next: its data through the pipeline (O_DIRECT with durable and direct_io).
+  [[nodiscard]] std::unique_ptr<shard_file> new_shard(std::uint64_t bytes, std::uint64_t record)
+  {
+    auto s = std::make_unique<shard_file>(o_.directory, next_, reservation(bytes, record), &pipe_,
+                                          o_.durable && o_.direct_io);
+    ++next_;
+    return s;
+  }
+
+  /// Drops an open shard that holds no forward (its temporary removed; null: handed over already); its number is
+  /// given again when no later one was given (a run of one lane numbers its shards without gaps).
+  void discard(std::unique_ptr<shard_file>& s) noexcept
+  {
+    if (s && s->number() + 1 == next_) { --next_; }
+    s.reset();
   }
 
   /// The data offset of a new shard: the header the shard will likely need (the header bytes per data byte
@@ -247,13 +292,13 @@ class shard_writer {
     }
   };
 
-  /// Seals the shard and hands it to the finisher (which waits for its last writes, writes its header, syncs,
-  /// renames and lists it in index.json); the writer goes on with the next shard.
-  void publish_shard()
+  /// Seals shard `s` and hands it to the finisher (which waits for its last writes, writes its header, syncs,
+  /// renames and lists it in index.json); the writer goes on with the next shard. `s` is null after it.
+  void publish_shard(std::unique_ptr<shard_file>& s)
   {
     const publish_timer timer{c_.io};
     std::string fwd = "[";
-    for (const auto& f : shard_->forwards()) {
+    for (const auto& f : s->forwards()) {
       fwd += ferry::detail::format("{}[{},{},{},{},{}]", fwd.size() > 1 ? "," : "", f.tag, f.begin, f.end, f.crc,
                                    f.tensors);
     }
@@ -266,15 +311,14 @@ class shard_writer {
     json::append_key(meta, "ferry.version");
     json::append_string(meta, ferry::version);
     json::append_key(meta, "ferry.shard");
-    json::append_string(meta, std::to_string(shard_->number()));
+    json::append_string(meta, std::to_string(s->number()));
     json::append_key(meta, "ferry.forwards");  // [[tag, begin, end, crc32, tensors], ...] of the data section
     json::append_string(meta, fwd);
     meta += '}';
-    shard_->seal();
-    seen_header_ += meta.size() + shard_->record_json_bytes() + 32;
-    seen_data_ += shard_->committed_bytes();
-    next_ = shard_->number() + 1;
-    fin_.hand_over(std::move(shard_), std::move(meta));
+    s->seal();
+    seen_header_ += meta.size() + s->record_json_bytes() + 32;
+    seen_data_ += s->committed_bytes();
+    fin_.hand_over(std::move(s), std::move(meta));
   }
 
   /// The finisher's part of publishing a shard (its thread). A shard renamed is listed and counted as written,
@@ -314,7 +358,9 @@ class shard_writer {
   run_index index_;
   write_pipeline pipe_{o_.tuning.write_bytes, o_.tuning.write_buffers, o_.tuning.io_threads, &c_.io};  // before
                                                                         // shard_: its writes end before it stops
-  std::unique_ptr<shard_file> shard_;
+  std::vector<std::unique_ptr<shard_file>> lanes_;  // the open shards (null: none yet)
+  std::size_t lane_{0};     // the open forward's lane
+  std::uint64_t dealt_{0};  // forwards dealt to the lanes
   std::uint64_t next_{0};  // the next shard's number
   bool open_{false};       // a forward is open (its entries go to shard_ as pending)
   bool refused_{false};    // the open forward is refused (a repeated tag, or after flush())
@@ -333,7 +379,7 @@ class shard_writer {
                       [this](const shard_file& f) {  // a published one is listed (finish_shard) and counted
                         if (!f.published()) { c_.lost_forwards += f.forwards().size(); }
                       },
-                      max_sealed_shards, o_.test_hold_finisher};  // last: stops first
+                      max_sealed_shards + lanes_.size() - 1, o_.test_hold_finisher};  // last: stops first
 };
 
 }  // namespace ferry::sink::detail

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The safetensors sink's write path off its writer thread: a fixed set of page-aligned buffers and I/O threads
 // that write full buffers to their files (taken in the order given; `threads` writes in flight at once, which a
-// disk queue serves faster than one; but one at a time to the files whose writes are memory copies, tmpfs's:
-// file::serial_writes), so the writer copies the next entries (and their CRC-32) while the disk takes
+// disk queue serves faster than one; but one at a time to each file whose writes are memory copies under its inode's
+// lock, tmpfs's: file::serial_writes; two such files take two at once), so the writer copies the next entries (and
+// their CRC-32) while the disk takes
 // the last ones. A write goes through the O_DIRECT descriptor of its file where
 // there is one (the disk at its sequential rate, the page cache neither filled nor flushed), else the buffered
 // one; a filesystem that opens O_DIRECT but refuses its first write (EINVAL) gets buffered writes from then on.
@@ -103,7 +104,7 @@ class write_pipeline {
 
   [[nodiscard]] std::size_t chunk_bytes() const noexcept { return chunk_; }
   [[nodiscard]] std::size_t chunks() const noexcept { return bufs_.size(); }
-  /// The most writes to serial files (tmpfs) that ran at once so far: 1 once one ran.
+  /// The most writes to serial files (tmpfs) that ran at once so far, over all of them (at most one a file).
   [[nodiscard]] std::size_t peak_serial_running()
   {
     const std::lock_guard lk{mu_};
@@ -263,10 +264,10 @@ class write_pipeline {
       j.direct != j.buffered && j.direct->is_open() && !direct_refused_.load(std::memory_order_relaxed);
     return !direct && j.buffered->serial_writes();
   }
-  /// The first queued job an I/O thread may take: any, but a serial file's while a serial write (of any file) runs.
+  /// The first queued job an I/O thread may take: any, but a serial file's while a write of that file runs.
   [[nodiscard]] std::deque<job>::iterator runnable()
   {
-    return std::find_if(q_.begin(), q_.end(), [&](const job& j) { return serial_running_ == 0 || !serial(j); });
+    return std::find_if(q_.begin(), q_.end(), [&](const job& j) { return j.w->running == 0 || !serial(j); });
   }
 
   void run()
@@ -341,7 +342,7 @@ class write_pipeline {
   std::condition_variable idle_;  // the writer: a buffer free, the queue empty, or an error
   std::deque<job> q_;
   std::size_t busy_{0};  // writes running
-  std::size_t serial_running_{0};  // of them, to serial files (at most one)
+  std::size_t serial_running_{0};  // of them, to serial files (at most one a file)
   std::size_t serial_peak_{0};
   std::size_t lent_{0};  // lent writes queued or running
   bool stop_{false};

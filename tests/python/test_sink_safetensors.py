@@ -7,9 +7,11 @@ import errno
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -64,7 +66,42 @@ def test_captures_read_back_exact_through_ferry_shards(tmp_path, stream):
         run.tensor(99, "embed")
     index = json.loads((tmp_path / "run" / "index.json").read_text())
     assert index["metadata"]["ferry_version"] == ferry.__version__
-    assert index["weight_map"]["5/embed"] == run.shards[-1]
+    (listed,) = [s for s in index["metadata"]["shards"] if s["file"] == index["weight_map"]["5/embed"]]
+    assert 5 in listed["tags"]
+
+
+@pytest.mark.parametrize("where", ["disk", "tmpfs"])
+def test_shards_written_at_once_read_back_in_forward_order(tmp_path, stream, where):
+    """open_shards deals the forwards to that many shards written at once (tmpfs's default: two); each shard holds
+    whole forwards, and ferry.shards merges them back by index.json's "order"."""
+    if where == "tmpfs":
+        if not os.path.isdir("/dev/shm"):
+            pytest.skip("no /dev/shm")
+        d, kw, lanes = tempfile.mkdtemp(prefix="ferry-lanes-", dir="/dev/shm"), {}, 2
+    else:
+        d, kw, lanes = str(tmp_path / "run"), {"open_shards": 3}, 3
+    try:
+        want = capture(d, stream, forwards=12, shard_bytes=300, **kw)
+        run = ferry.shards.open(d)
+        listed = json.loads(pathlib.Path(d, "index.json").read_text())["metadata"]["shards"]
+        if where == "tmpfs" and all(s["order"] == list(range(s["order"][0], s["order"][0] + len(s["order"])))
+                                    for s in listed):
+            pytest.skip("/dev/shm is not tmpfs here: one shard at a time")
+        assert run.tags == list(range(12)) and len(run.shards) > lanes
+        assert {s["order"][0] % lanes for s in listed[:lanes]} == set(range(lanes))  # forward f in shard lane f % n
+        for s in listed:
+            assert s["tags"] == s["order"] and all(b - a == lanes for a, b in zip(s["order"], s["order"][1:]))
+        got = list(run)
+        assert [(t, n) for t, n, _ in got] == [(t, n) for t, n, _ in want]
+        for (_, _, a), (_, _, b) in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_open_shards_out_of_range_is_refused(tmp_path):
+    with pytest.raises(ferry.LogicError, match=r"expected tuning open_shards in \[0, 64\] .*got 65"):
+        ferry.sinks.safetensors(tmp_path / "r", SCHEMA, open_shards=65)
 
 
 @pytest.mark.parametrize("direct_io", [True, False])
@@ -256,7 +293,7 @@ def test_a_damaged_index_is_a_shard_error(written):
 WRITER = textwrap.dedent("""
     import sys, numpy as np, ferry
     sink = ferry.sinks.safetensors(sys.argv[1], {0: ("x", np.float32, (1024,)), 1: ("y", np.int64, ())},
-                                   shard_bytes=64 << 10)
+                                   shard_bytes=64 << 10, open_shards=int(sys.argv[2]))
     ch = ferry.Channel(backend="host", ring_bytes=1 << 20, sink=sink)
     s = ferry.Stream(backend="host")
     f = 0
@@ -269,9 +306,13 @@ WRITER = textwrap.dedent("""
 """)
 
 
-def test_a_writer_killed_mid_shard_leaves_a_valid_run_of_complete_shards(tmp_path):
+@pytest.mark.parametrize("open_shards", [1, 2])
+def test_a_writer_killed_mid_shard_leaves_a_valid_run_of_complete_shards(tmp_path, open_shards):
+    """One shard at a time leaves a prefix of the forwards; two open shards leave whole forwards in forward order,
+    where the shard killed in one lane may leave a gap before the other lane's published ones."""
     d = tmp_path / "run"
-    p = subprocess.Popen([sys.executable, "-c", WRITER, str(d)], env=dict(os.environ, FERRY_PYTHON_BACKEND="host"))
+    p = subprocess.Popen([sys.executable, "-c", WRITER, str(d), str(open_shards)],
+                         env=dict(os.environ, FERRY_PYTHON_BACKEND="host"))
     try:
         end = time.monotonic() + 60
         while time.monotonic() < end:
@@ -292,9 +333,12 @@ def test_a_writer_killed_mid_shard_leaves_a_valid_run_of_complete_shards(tmp_pat
     run = ferry.shards.open(d)
     assert not run.complete and len(run.shards) >= 4
     got = list(run)  # every forward's bytes against its CRC-32
-    assert run.tags == list(range(len(run.tags)))
+    if open_shards == 1:
+        assert run.tags == list(range(len(run.tags)))
+    else:
+        assert run.tags == sorted(set(run.tags)) and len(run.tags) >= 3 * 4
     for i in range(0, len(got), 2):
-        f = i // 2
+        f = run.tags[i // 2]
         (t0, n0, x), (t1, n1, y) = got[i], got[i + 1]
         assert (t0, n0, t1, n1) == (f, "x", f, "y")
         assert (x == f).all() and x.shape == (1, 1024)
@@ -312,7 +356,8 @@ FAILING_WRITER = textwrap.dedent("""
     import json, resource, signal, sys, numpy as np, ferry
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past RLIMIT_FSIZE fails with EFBIG instead
     resource.setrlimit(resource.RLIMIT_FSIZE, (32 << 10, 32 << 10))
-    sink = ferry.sinks.safetensors(sys.argv[1], {0: ("x", np.float32, (1024,))}, shard_bytes=8 << 10)
+    sink = ferry.sinks.safetensors(sys.argv[1], {0: ("x", np.float32, (1024,))}, shard_bytes=8 << 10,
+                                   open_shards=1)
     ch = ferry.Channel(backend="host", ring_bytes=1 << 20, sink=sink)
     s = ferry.Stream(backend="host")
     for f in range(16):  # forwards of one 4 KiB row, but forward 4 has 16 rows: a shard of its own, past the limit

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -116,7 +117,8 @@ struct run {
   json index;
   std::vector<std::string> files;
   std::vector<std::vector<std::uint64_t>> tags;  // per shard
-  std::vector<tensor> tensors;                   // in shard order, then data order
+  std::vector<tensor> tensors;                   // in forward order (index.json's "order"), then data order
+  std::vector<std::uint64_t> forward_tags;       // every shard's tags, in forward order
 };
 
 inline run read_run(const fs::path& dir)
@@ -131,6 +133,7 @@ inline run read_run(const fs::path& dir)
   }
   std::uint64_t total = 0;
   std::size_t named = 0;
+  std::map<std::uint64_t, std::uint64_t> seq;  // tag -> the forward's ordinal
   for (const auto& sh : meta["shards"].arr()) {
     const std::string f = sh["file"].str();
     shard s = read_shard(dir / f);
@@ -147,9 +150,19 @@ inline run read_run(const fs::path& dir)
     total += bytes;
     r.files.push_back(f);
     r.tags.push_back(sh["tags"].uints());
+    const auto order = sh["order"].uints();
+    if (order.size() != r.tags.back().size()) { throw std::runtime_error("index.json: order of " + f); }
+    for (std::size_t i = 0; i < order.size(); ++i) { seq[r.tags.back()[i]] = order[i]; }
   }
   if (named != weight_map.size()) { throw std::runtime_error("index.json: weight_map names tensors of no shard"); }
   if (total != meta["total_size"].u) { throw std::runtime_error("index.json: total_size"); }
+  // shards written at once hold interleaved forwards: the run in forward order
+  const auto seq_of = [&](const tensor& t) { return seq.at(std::stoull(t.name.substr(0, t.name.find('/')))); };
+  std::stable_sort(r.tensors.begin(), r.tensors.end(),
+                   [&](const tensor& a, const tensor& b) { return seq_of(a) < seq_of(b); });
+  for (const auto& [tag, n] : seq) { (void)n, r.forward_tags.push_back(tag); }
+  std::stable_sort(r.forward_tags.begin(), r.forward_tags.end(),
+                   [&](std::uint64_t a, std::uint64_t b) { return seq.at(a) < seq.at(b); });
   return r;
 }
 

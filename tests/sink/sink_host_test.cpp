@@ -58,7 +58,7 @@ TEST_F(SafetensorsSink, TuningChangesHowNotWhatIsWrittenAndOutOfRangeIsRefused)
 {
   auto sc = sink_config();
   sc.fsync = true;
-  sc.tuning = {.io_threads = 1, .write_buffers = 2, .write_bytes = 4096};
+  sc.tuning = {.io_threads = 1, .write_buffers = 2, .write_bytes = 4096, .open_shards = 1};
   {
     fk::safetensors sink{sc};
     fb::stream<B> s{b};
@@ -78,7 +78,8 @@ TEST_F(SafetensorsSink, TuningChangesHowNotWhatIsWrittenAndOutOfRangeIsRefused)
   }
   for (const fk::safetensors_tuning bad : {fk::safetensors_tuning{.io_threads = 0},
                                            fk::safetensors_tuning{.io_threads = 4, .write_buffers = 4},
-                                           fk::safetensors_tuning{.write_bytes = 1024}}) {
+                                           fk::safetensors_tuning{.write_bytes = 1024},
+                                           fk::safetensors_tuning{.open_shards = 65}}) {
     auto c = sink_config();
     c.overwrite = true;
     c.tuning = bad;
@@ -87,8 +88,10 @@ TEST_F(SafetensorsSink, TuningChangesHowNotWhatIsWrittenAndOutOfRangeIsRefused)
           try {
             fk::safetensors sink{c};
           } catch (const ferry::logic_error& e) {
-            EXPECT_NE(std::string{e.what()}.find("expected tuning io_threads in [1, 64]"), std::string::npos)
-                << e.what();
+            const std::string want = bad.open_shards != 0 ? "expected tuning open_shards in [0, 64] (0: two on "
+                                                            "tmpfs, else one), got 65"
+                                                          : "expected tuning io_threads in [1, 64]";
+            EXPECT_NE(std::string{e.what()}.find(want), std::string::npos) << e.what();
             throw;
           }
         },
@@ -105,7 +108,7 @@ TEST_F(SafetensorsSink, EntriesLentFromTheStagingAreWrittenByteExact)
   auto sc = sink_config();
   sc.fsync = false;
   sc.shard_bytes = 3 * forward_bytes();  // forwards move to the next shard with lent writes in flight
-  sc.tuning = {.io_threads = 1, .write_buffers = 2, .write_bytes = 4096, .lend_min_bytes = 1};
+  sc.tuning = {.io_threads = 1, .write_buffers = 2, .write_bytes = 4096, .lend_min_bytes = 1, .open_shards = 1};
   fk::safetensors sink{sc};
   fb::stream<B> s{b};
   fd::channel<B> ch{channel_config(), b, sink.callback()};
@@ -175,6 +178,35 @@ TEST_F(SafetensorsSink, ShardsHoldWholeForwardsAndTheIndexIsValidAfterEveryShard
     EXPECT_EQ(r.files[k], fk::detail::shard_name(k));
     EXPECT_EQ(r.tags[k].size(), k < 4 ? 2U : 1U);
     EXPECT_LE(fs::file_size(dir / r.files[k]), sc.shard_bytes + 8192);
+  }
+}
+
+/// With two open shards (tuning.open_shards, tmpfs's default) the forwards are dealt to them in turn: each shard
+/// holds every other forward, whole, the shards are numbered as they are opened and published as they fill, and
+/// index.json's "order" gives the forwards back in the order they were captured.
+TEST_F(SafetensorsSink, TwoOpenShardsHoldEveryOtherForwardAndReadBackInForwardOrder)
+{
+  auto sc = sink_config();
+  sc.shard_bytes = 2 * forward_bytes() + 64;
+  sc.tuning.open_shards = 2;
+  fk::safetensors sink{sc};
+  fb::stream<B> s{b};
+  fd::channel<B> ch{channel_config(), b, sink.callback()};
+  std::vector<want> w;
+  for (std::uint64_t f = 0; f < 9; ++f) {
+    forward(ch, s, f, 100 + f);
+    w.push_back({f, 100 + f});
+  }
+  (void)ch.close();
+  const auto st = sink.close();
+  EXPECT_EQ(st.shards_written, 5U);
+  EXPECT_EQ(st.forwards_written, 9U);
+  const auto r = expect_run(w);  // every forward, in forward order
+  const std::vector<std::vector<std::uint64_t>> tags{{100, 102}, {101, 103}, {104, 106}, {105, 107}, {108}};
+  ASSERT_EQ(r.files.size(), tags.size());
+  for (std::size_t k = 0; k < tags.size(); ++k) {
+    EXPECT_EQ(r.files[k], fk::detail::shard_name(k));
+    EXPECT_EQ(r.tags[k], tags[k]) << r.files[k];
   }
 }
 

@@ -69,6 +69,10 @@ struct safetensors_tuning {
   /// write buffers) where the shard takes unaligned writes: buffered files (no fsync, direct_io off, or a
   /// filesystem without O_DIRECT, such as tmpfs). 0: every entry is copied.
   std::size_t lend_min_bytes{std::size_t{256} << 10};
+  /// Shard files written at once, the forwards dealt to them in turn (each shard holds whole forwards; readers
+  /// merge them back in forward order: index.json's "order"). 0: two where a file takes one write at a time (tmpfs,
+  /// whose files written at once scale), else one.
+  std::size_t open_shards{0};
 };
 
 struct safetensors_config {

@@ -150,7 +150,8 @@ class _Shard:
 
 
 class Run:
-    """A run directory, its index checked (``open()``). Iterating yields ``(tag, hook_name, array)`` in order."""
+    """A run directory, its index checked (``open()``). Iterating yields ``(tag, hook_name, array)`` in forward order
+    (index.json's ``order``: shards written at once, as on tmpfs, hold interleaved forwards)."""
 
     def __init__(self, directory, verify: bool = True):
         self.directory = _os.fspath(directory)
@@ -168,8 +169,8 @@ class Run:
             if meta["format"] != FORMAT or int(meta["format_version"]) != FORMAT_VERSION:
                 raise ShardError(path, f"expected format {FORMAT} version {FORMAT_VERSION}, got {meta['format']} "
                                        f"version {meta['format_version']}")
-            listed = [(s["file"], [int(t) for t in s["tags"]], int(s["tensors"]), int(s["bytes"]))
-                      for s in meta["shards"]]
+            listed = [(s["file"], [int(t) for t in s["tags"]], int(s["tensors"]), int(s["bytes"]),
+                       [int(o) for o in s.get("order", [])]) for s in meta["shards"]]
             self.schema = {int(h): (v["name"], v["dtype"], tuple(v["row_shape"])) for h, v in meta["schema"].items()}
             # reduced hooks (Channel.capture_rows(..., reduce=)): name -> (reducer spec, row width)
             self.reduced = {v["name"]: (v["reduce"], int(v["width"])) for v in meta["schema"].values() if "reduce" in v}
@@ -185,9 +186,9 @@ class Run:
         self.error = meta.get("error")
         self.weight_map = dict(weight_map)
         self._shards = []
-        self.tags = []
+        self._forwards = []  # (ordinal, shard, its forward, its first tensor): shards written at once interleave
         named = 0
-        for file, tags, count, nbytes in listed:
+        for file, tags, count, nbytes, order in listed:
             if not isinstance(file, str) or not _SHARD_NAME.fullmatch(file):
                 raise ShardError(path, f"expected shard files named shard-NNNNN.safetensors, got {file!r} (a "
                                        f"temporary file is never read)")
@@ -198,11 +199,18 @@ class Run:
             for t in s.tensors:
                 if self.weight_map.get(t[2]) != file:
                     raise ShardError(s.path, f"tensor {t[2]!r} is not in index.json's weight_map for this file")
+            if order and len(order) != len(tags):
+                raise ShardError(path, f"corrupted: {file}'s order lists {len(order)} forwards, its tags {len(tags)}")
             named += len(s.tensors)
             self._shards.append(s)
-            self.tags += tags
+            k = 0
+            for i, fwd in enumerate(s.forwards):  # a run without "order" (one shard at a time): as listed
+                self._forwards.append((order[i] if order else len(self._forwards), s, fwd, k))
+                k += fwd[4]
         if named != len(self.weight_map):
             raise ShardError(path, f"weight_map names {len(self.weight_map) - named} tensors of no listed shard")
+        self._forwards.sort(key=lambda f: f[0])
+        self.tags = [fwd[0] for _, _, fwd, _ in self._forwards]  # in forward order
         self._where = None
 
     @property
@@ -221,21 +229,13 @@ class Run:
             yield tag, name.split("/", 1)[1], a
 
     def __iter__(self):
-        for s in self._shards:
-            k = 0
-            for fwd in s.forwards:
-                yield from self._arrays(s, fwd, k)
-                k += fwd[4]
+        for _, s, fwd, k in self._forwards:
+            yield from self._arrays(s, fwd, k)
 
     def forward(self, tag: int) -> dict:
         """{hook_name: array} of the forward tagged `tag`."""
         if self._where is None:
-            self._where = {}
-            for s in self._shards:
-                k = 0
-                for fwd in s.forwards:
-                    self._where[fwd[0]] = (s, fwd, k)
-                    k += fwd[4]
+            self._where = {fwd[0]: (s, fwd, k) for _, s, fwd, k in self._forwards}
         if tag not in self._where:
             raise KeyError(f"ferry.shards: no forward tagged {tag} in {self.directory}")
         return {name: a for _, name, a in self._arrays(*self._where[tag])}

@@ -27,7 +27,7 @@ ShmStreamSink = _ferry.ShmStreamSink
 
 def safetensors(directory, schema=None, *, shard_bytes: int = 1 << 30, policy: str = "block", fsync: bool = False,
                 overwrite: bool = False, max_queue_bytes: int = 64 << 20, block_timeout: float = 5.0,
-                direct_io: bool = True) -> SafetensorsSink:
+                direct_io: bool = True, open_shards: int = 0) -> SafetensorsSink:
     """A sink writing every forward's entries as tensors ``"{tag}/{hook name}"`` into safetensors shards of at most
     `shard_bytes` of data (whole forwards; a forward larger than that gets a shard of its own) plus index.json,
     in `directory` (created if missing; another run's files are refused unless `overwrite`).
@@ -39,7 +39,9 @@ def safetensors(directory, schema=None, *, shard_bytes: int = 1 << 30, policy: s
     thread wait up to `block_timeout` seconds (then the entry is queued anyway and a TimeoutError is kept),
     "drop" drops the whole forward (counted). `fsync`: each shard and the index reach the disk before they are
     renamed into place; with it, `direct_io` writes the tensor data with O_DIRECT where the filesystem takes it
-    (the disk's sequential rate, the page cache left alone), buffered otherwise.
+    (the disk's sequential rate, the page cache left alone), buffered otherwise. `open_shards`: shard files written
+    at once, the forwards dealt to them in turn (``ferry.shards`` reads them back in forward order); 0: two on tmpfs,
+    whose files written at once scale, else one.
 
     ``stats()`` (dict), ``flush()``, ``close()`` (raises the first error kept: ferry.IOError for a failed file
     operation, ferry.LogicError for an entry outside the schema or a repeated tag, ferry.TimeoutError for a
@@ -48,7 +50,8 @@ def safetensors(directory, schema=None, *, shard_bytes: int = 1 << 30, policy: s
     hooks = [] if schema is None else _tuples(schema, "ferry.sinks.safetensors")
     return _ferry.SafetensorsSink(_os.fspath(directory), hooks, shard_bytes=shard_bytes,
                                   max_queue_bytes=max_queue_bytes, policy=policy, block_timeout=float(block_timeout),
-                                  fsync=bool(fsync), overwrite=bool(overwrite), direct_io=bool(direct_io))
+                                  fsync=bool(fsync), overwrite=bool(overwrite), direct_io=bool(direct_io),
+                                  open_shards=open_shards)
 
 
 def shm_stream(name: str, schema=None, *, staging_bytes: int = 64 << 20, descriptors: int = 4096,
