@@ -357,12 +357,12 @@ class shard_writer {
   live_counters& c_;
   run_index index_;
   write_pipeline pipe_{o_.tuning.write_bytes, o_.tuning.write_buffers, o_.tuning.io_threads, &c_.io};  // before
-                                                                        // shard_: its writes end before it stops
+                                                                        // lanes_: their writes end before it stops
   std::vector<std::unique_ptr<shard_file>> lanes_;  // the open shards (null: none yet)
   std::size_t lane_{0};     // the open forward's lane
   std::uint64_t dealt_{0};  // forwards dealt to the lanes
   std::uint64_t next_{0};  // the next shard's number
-  bool open_{false};       // a forward is open (its entries go to shard_ as pending)
+  bool open_{false};       // a forward is open (its entries go to its lane's shard as pending)
   bool refused_{false};    // the open forward is refused (a repeated tag, or after flush())
   std::uint64_t cur_{0};
   std::uint64_t tag_{0};
