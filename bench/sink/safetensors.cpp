@@ -3,7 +3,8 @@
 //   disk      the disk's O_DIRECT write bandwidth, same filesystem, same size, before and after the sink's run;
 //             disk_write_gbps is the better of the two (the disk's figure the sink is held against)
 //   block     policy block, fsync on: the forward replayed back to back until `volume` bytes were captured;
-//             sink_write_gbps = the shards' bytes / (first replay -> the sink's close() returned: every shard
+//             sink_write_gbps = the shards' tensor data bytes (not their headers, nor a header's padding: the first
+//             shard reserves room for a header guessed large) / (first replay -> the sink's close() returned: every shard
 //             and index.json fsynced). Capture outruns the disk: the forward is throttled, nothing is lost
 //   drop      policy drop, interleaved rounds beside the forward alone (no_capture) and an in-process consumer
 //             that drops each entry (null_consumer): forward_overhead_pct and null_consumer_overhead_pct vs
@@ -64,7 +65,7 @@ void put_spread(json_out& out, const std::string& k, const contestant& c)
 
 void put_check(json_out& out, const run_check& r)
 {
-  out.u64("shards", r.shards).u64("file_bytes", r.file_bytes).u64("entries_checked", r.entries_checked)
+  out.u64("shards", r.shards).u64("file_bytes", r.file_bytes).u64("data_bytes", r.data_bytes).u64("entries_checked", r.entries_checked)
     .u64("entries_bad", r.entries_bad).u64("forwards_found", r.forwards).u64("forwards_torn", r.forwards_torn)
     .u64("problems", r.problems).num("check_seconds", r.seconds, 2);
   if (!r.first_problem.empty()) { out.str("first_problem", r.first_problem); }
@@ -123,10 +124,10 @@ void run_safetensors(const options& o, forward_rig& rig, json_out& out, bool& ok
   const run_check cb = check_run(block_dir, sh, o.check_threads);
   std::uint64_t missing = 0;
   for (std::uint64_t t = first_tag; t < first_tag + n; ++t) { missing += cb.tags.count(t) == 0 ? 1 : 0; }
-  const double sink_gbps = static_cast<double>(cb.file_bytes) / seconds / 1e9;
-  std::fprintf(stderr, "  sink (block): %.3f GB/s: %.2f GiB of shards in %.2f s (forward %.1f us/step throttled); "
+  const double sink_gbps = static_cast<double>(cb.data_bytes) / seconds / 1e9;
+  std::fprintf(stderr, "  sink (block): %.3f GB/s: %.2f GiB of tensor data in %.2f s (forward %.1f us/step throttled); "
                "stalls %llu, queue high watermark %.1f MiB; read back: %llu entries, %llu bad, %llu forwards missing, "
-               "%llu torn, %llu problems%s%s\n", sink_gbps, static_cast<double>(cb.file_bytes) / (1 << 30), seconds,
+               "%llu torn, %llu problems%s%s\n", sink_gbps, static_cast<double>(cb.data_bytes) / (1 << 30), seconds,
                step_us, static_cast<unsigned long long>(bs.stalls), static_cast<double>(bs.queue_high_watermark) / MiB,
                static_cast<unsigned long long>(cb.entries_checked), static_cast<unsigned long long>(cb.entries_bad),
                static_cast<unsigned long long>(missing), static_cast<unsigned long long>(cb.forwards_torn),

@@ -263,14 +263,21 @@ class shard_writer {
     s.reset();
   }
 
-  /// The data offset of a new shard: the header the shard will likely need (the header bytes per data byte
-  /// seen so far, or of the first entry, for shard_bytes of data) plus a quarter; publish() moves the data
-  /// once when the guess was too small or far too large.
+  /// The data offset of a new shard: the header the shard will likely need (the header bytes per data byte of the
+  /// shards published and open so far, or of the first entry, for shard_bytes of data) plus a quarter; publish()
+  /// moves the data once when the guess was too small or far too large.
   [[nodiscard]] std::uint64_t reservation(std::uint64_t bytes, std::uint64_t record) const
   {
+    std::uint64_t header = seen_header_, data = seen_data_;
+    for (const auto& s : lanes_) {  // the open shards' records and data (a lane's first shard after another's)
+      if (s) {
+        header += s->record_json_bytes();
+        data += s->committed_bytes() + s->pending_bytes();
+      }
+    }
     const double ratio =
-        seen_data_ != 0 ? static_cast<double>(seen_header_) / static_cast<double>(seen_data_)
-                        : static_cast<double>(record + 64) / static_cast<double>(std::max<std::uint64_t>(bytes, 1));
+        data != 0 ? static_cast<double>(header) / static_cast<double>(data)
+                  : static_cast<double>(record + 64) / static_cast<double>(std::max<std::uint64_t>(bytes, 1));
     const double want = ratio * static_cast<double>(o_.shard_bytes) * 1.25 + 512.0;
     return static_cast<std::uint64_t>(std::clamp(want, 4096.0, static_cast<double>(max_header_bytes + (1U << 20))));
   }
