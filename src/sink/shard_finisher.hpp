@@ -81,7 +81,17 @@ class shard_finisher {
     if (error_) { std::rethrow_exception(error_); }
   }
 
-  /// The run ended (the writer failed): shards still waiting are given up; waits for the one being finished.
+  /// The run ended (the writer failed): every shard handed over is still finished, in order, where its own writes
+  /// succeeded (finish throws for one whose writes failed or were dropped: it and every later one are given up, as
+  /// after any error); returns once none waits. The shards sealed before the failure are published, not dropped.
+  void settle() noexcept
+  {
+    std::unique_lock lk{mu_};
+    done_.wait(lk, [&] { return q_.empty() && !busy_; });
+  }
+
+  /// Shards still waiting are given up (a run that ended without wait() or settle()); waits for the one being
+  /// finished.
   void give_up() noexcept
   {
     std::deque<item> dropped;

@@ -141,8 +141,9 @@ class shard_writer {
     index_.write(true, error);
   }
 
-  /// After a failure that ends the run: the shard being written is not published (its temporary removed); its
-  /// forwards and the open one are counted as lost.
+  /// After a failure that ends the run: the shards being written are not published (their temporaries removed);
+  /// their forwards and the open one are counted as lost. The shards sealed before are still published where their
+  /// own writes succeeded (shard_finisher::settle).
   void abandon() noexcept
   {
     c_.lost_forwards += open_ && !refused_ && tensors_ != 0 ? 1 : 0;
@@ -151,7 +152,7 @@ class shard_writer {
       s.reset();
     }
     open_ = false;
-    fin_.give_up();  // shards handed over and not yet finished are lost too
+    fin_.settle();  // the shards handed over are published where their writes succeeded, else lost
   }
 
   /// index.json after a failure (complete, with the error), best effort.

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -735,6 +736,40 @@ TEST(SinkUnits, ShardsOnTmpfsAreWrittenBufferedAndLendAndOneWriteAtATime)
       const std::vector<std::uint8_t> got{std::istreambuf_iterator<char>(in), {}};
       EXPECT_TRUE(got == *want) << name << ": the file's bytes differ from the ones written";
     }
+  }
+  fs::remove_all(d);
+}
+
+/// A failure that ends the run (shard_writer::abandon, the writer's path on an io_error) still publishes the shards
+/// sealed before it whose writes succeeded: with the finisher held, two shards wait sealed (one taken, one queued)
+/// when the run is abandoned; once released both are published and listed, and only the open forward is lost.
+TEST(SinkUnits, AnAbandonedRunStillPublishesTheShardsSealedBefore)
+{
+  const fs::path d = fs::temp_directory_path() / ("ferry_abandon_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  {
+    fd::hook_schema schema;
+    schema.add(fd::hook_id{0}, "x", fd::dtype::u8);
+    std::atomic<bool> hold{true};
+    fsd::live_counters c;
+    fsd::shard_writer w{fsd::writer_options{d, schema, 2 * 4096, false, true, {.open_shards = 1}, &hold}, c};
+    const std::vector<std::byte> bytes(4096, std::byte{7});
+    for (std::uint64_t f = 0; f < 5; ++f) { w.entry(f, f, fd::hook_id{0}, 1, bytes); }  // shards 0, 1: two each
+    std::atomic<bool> abandoned{false};
+    std::thread t{[&] {
+      w.abandon();  // waits for the held finisher: the sealed shard is not dropped
+      abandoned = true;
+    }};
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_FALSE(abandoned.load()) << "abandon() returned with sealed shards not finished";
+    hold = false;
+    t.join();
+    EXPECT_EQ(c.shards_written.load(), 2U) << "a shard sealed before the failure was dropped";
+    EXPECT_EQ(c.forwards_written.load(), 4U);
+    EXPECT_EQ(c.lost_forwards.load(), 1U);  // forward 4, open in the next shard
+    const auto r = ferry::test::sinkread::read_run(d);
+    EXPECT_EQ(r.forward_tags, (std::vector<std::uint64_t>{0, 1, 2, 3}));
   }
   fs::remove_all(d);
 }

@@ -31,8 +31,9 @@
 // queue is full (what the writer already wrote of it is rolled back), counting it. Entries that are not ok
 // (size_overflow, selection_error) are counted, not written.
 //
-// Errors: a failed file operation (ENOSPC mid-shard, EIO) ends the run: that shard is not published, the
-// error is kept, and every later entry is refused and counted. An entry that does not fit the schema, a
+// Errors: a failed file operation (ENOSPC mid-shard, EIO) ends the run: that shard is not published (the shards
+// sealed before it still are, where their writes succeeded), the error is kept, and every later entry is refused
+// and counted. An entry that does not fit the schema, a
 // forward that repeats a tag, or an entry of a forward that flush() completed, is refused and counted (the
 // first such error is kept). close() throws the first error kept; stats().first_error names it.
 //
