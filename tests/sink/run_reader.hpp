@@ -133,7 +133,8 @@ inline run read_run(const fs::path& dir)
   }
   std::uint64_t total = 0;
   std::size_t named = 0;
-  std::map<std::uint64_t, std::uint64_t> seq;  // tag -> the forward's ordinal
+  std::map<std::uint64_t, std::uint64_t> seq;       // tag -> the forward's ordinal
+  std::map<std::uint64_t, std::uint64_t> by_order;  // the forward's ordinal -> tag
   for (const auto& sh : meta["shards"].arr()) {
     const std::string f = sh["file"].str();
     shard s = read_shard(dir / f);
@@ -152,7 +153,10 @@ inline run read_run(const fs::path& dir)
     r.tags.push_back(sh["tags"].uints());
     const auto order = sh["order"].uints();
     if (order.size() != r.tags.back().size()) { throw std::runtime_error("index.json: order of " + f); }
-    for (std::size_t i = 0; i < order.size(); ++i) { seq[r.tags.back()[i]] = order[i]; }
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      seq[r.tags.back()[i]] = order[i];
+      by_order[order[i]] = r.tags.back()[i];
+    }
   }
   if (named != weight_map.size()) { throw std::runtime_error("index.json: weight_map names tensors of no shard"); }
   if (total != meta["total_size"].u) { throw std::runtime_error("index.json: total_size"); }
@@ -160,9 +164,7 @@ inline run read_run(const fs::path& dir)
   const auto seq_of = [&](const tensor& t) { return seq.at(std::stoull(t.name.substr(0, t.name.find('/')))); };
   std::stable_sort(r.tensors.begin(), r.tensors.end(),
                    [&](const tensor& a, const tensor& b) { return seq_of(a) < seq_of(b); });
-  for (const auto& [tag, n] : seq) { (void)n, r.forward_tags.push_back(tag); }
-  std::stable_sort(r.forward_tags.begin(), r.forward_tags.end(),
-                   [&](std::uint64_t a, std::uint64_t b) { return seq.at(a) < seq.at(b); });
+  for (const auto& [ordinal, tag] : by_order) { r.forward_tags.push_back(tag); }
   return r;
 }
 
