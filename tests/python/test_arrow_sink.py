@@ -238,7 +238,7 @@ def test_the_writer_fills_the_next_shard_while_the_last_is_finished(tmp_path, mo
 
     monkeypatch.setattr(ferry._ferry, "SequentialFile", recorded)
     schema = pa.schema([("x", pa.int64())])
-    sh = _arrow_shards.Shards(str(tmp_path), schema, {}, 800, False)
+    sh = _arrow_shards.Shards(str(tmp_path), schema, {}, 800, False, _arrow_shards.file_writer(None))
     batches = [pa.record_batch([pa.array(np.arange(100) + 100 * i)], schema=schema) for i in range(3)]
     sealed = threading.Event()
     t = threading.Thread(target=lambda: [sh.write(b, 800) for b in batches[:2]] and sealed.set())

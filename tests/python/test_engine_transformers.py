@@ -127,6 +127,35 @@ def test_arrow_rows_of_a_request_that_keeps_fewer_taps_are_null(tmp_path):
     assert got["req_1"][1]["hidden_states"].shape == (9 + 1, 1, 64)
 
 
+def test_arrow_samples_take_the_writer_tuning_and_refuse_a_bad_one_before_touching_a_file(tmp_path, monkeypatch):
+    """Capture(writer_tuning=...) reaches format "arrow"'s FileWriter; a key it does not take, or tuning for a
+    safetensors format, is a LogicError at the call, and an overwrite=True directory keeps its files."""
+    pytest.importorskip("pyarrow")
+    from ferry.engine import SampleWriter
+    made, fw = [], ferry._ferry.FileWriter
+
+    def recorded(**kw):
+        made.append(kw)
+        return fw(**kw)
+
+    monkeypatch.setattr(ferry._ferry, "FileWriter", recorded)
+    tuning = {"io_threads": 1, "write_buffers": 4, "write_bytes": 1 << 20}
+    cap = Capture(tiny_model(), taps="eagle3", out=str(tmp_path / "out"), format="arrow", writer_tuning=tuning)
+    try:
+        cap.generate_batch(prompts([6, 9]), generation_config=gen_config(2), capture=[Spec("all"), Spec("prompt")],
+                           continuous_batching_config=cb_config())
+    finally:
+        rep = cap.close()
+    assert rep["complete"] == 2 and made == [tuning], (rep, made)
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "index.json").write_text("{}")
+    with pytest.raises(ferry.LogicError, match=r"expected tuning keys of _ferry.FileWriter, got \['threads'\]"):
+        SampleWriter(str(tmp_path / "old"), "arrow", overwrite=True, tuning={"threads": 2})
+    with pytest.raises(ferry.LogicError, match=r"writer tuning .* is for format 'arrow' .*, got format 'shards'"):
+        SampleWriter(str(tmp_path / "old"), "shards", overwrite=True, tuning={"io_threads": 2})
+    assert (tmp_path / "old" / "index.json").read_text() == "{}"
+
+
 def test_all_layers_into_shards(tmp_path):
     model = tiny_model()
     specs = [Spec("all")] * 3

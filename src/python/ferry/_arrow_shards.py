@@ -29,27 +29,35 @@ def pyarrow() -> Any:
     return pa
 
 
+MAX_SEALED = 2  # shards sealed and not yet in the dataset, at most (the writer waits for room)
+
+
+def file_writer(tuning: dict | None) -> Any:
+    """The run's writer (``_ferry.FileWriter``, sink::write_tuning) from ``tuning``, checked at the call that takes
+    it: LogicError for a key FileWriter does not take, a value out of range, or too few open files for the open
+    shard and the sealed ones."""
+    from . import LogicError, _ferry  # the safetensors sink's writer (O_DIRECT when durable), as pyarrow's file
+    try:
+        w = _ferry.FileWriter(**(tuning or {}))
+    except TypeError as err:
+        raise LogicError(f"ferry.arrow: expected tuning keys of _ferry.FileWriter, got {sorted(tuning or {})}: "
+                         f"{err}") from None
+    if w.max_open < MAX_SEALED + 1:  # the open shard and the sealed ones each hold a file
+        raise LogicError(f"ferry.arrow: expected a writer that holds {MAX_SEALED + 1} open files (a shard written "
+                         f"while {MAX_SEALED} finish), got tuning {tuning} with {w.max_open}")
+    return w
+
+
 class Shards:
     """A dataset's shards: ``write(batch, nbytes)`` appends to the open shard (sealed once it holds ``shard_bytes``
     and handed to the finisher), ``flush()`` seals the open one and waits until every sealed shard is renamed into
     the dataset, with ``state.json`` and ``dataset_info.json`` rewritten by rename. The first error of a finish
-    (a full disk) is raised by the next ``write()`` or ``flush()``; the shards sealed after it are dropped."""
+    (a full disk) is raised by the next ``write()`` or ``flush()``; the shards sealed after it are dropped.
+    ``writer``: ``file_writer(tuning)``'s."""
 
-    _MAX_SEALED = 2  # shards sealed and not yet in the dataset, at most (the writer waits for room)
-
-    def __init__(self, directory: str, schema: Any, info: dict, shard_bytes: int, fsync: bool,
-                 tuning: dict | None = None) -> None:
+    def __init__(self, directory: str, schema: Any, info: dict, shard_bytes: int, fsync: bool, writer: Any) -> None:
         self.pa = pyarrow()
-        from . import LogicError, _ferry  # the safetensors sink's writer (O_DIRECT when durable), as pyarrow's file
-        try:  # the run's buffers and I/O threads (sink::write_tuning), checked here, at the call
-            self._writer = _ferry.FileWriter(**(tuning or {}))
-        except TypeError as err:
-            raise LogicError(f"ferry.arrow: expected tuning keys of _ferry.FileWriter, got {sorted(tuning or {})}: "
-                             f"{err}") from None
-        if self._writer.max_open < self._MAX_SEALED + 1:  # the open shard and the sealed ones each hold a file
-            raise LogicError(f"ferry.arrow: expected a writer that holds {self._MAX_SEALED + 1} open files (a shard "
-                             f"written while {self._MAX_SEALED} finish), got tuning {tuning} with "
-                             f"{self._writer.max_open}")
+        self._writer = writer
         self.dir, self.schema, self.info = directory, schema, info
         self.shard_bytes, self.fsync = int(shard_bytes), fsync
         self.names: list[str] = []  # the shards in the dataset (the finisher appends)
@@ -121,7 +129,7 @@ class Shards:
         self._sealed += 1
         self._pending = [f for f in self._pending if not f.done()]
         t0 = time.perf_counter()
-        while len(self._pending) >= self._MAX_SEALED:  # room: the oldest finished
+        while len(self._pending) >= MAX_SEALED:  # room: the oldest finished
             self._pending.pop(0).exception()
         self.seal_wait += time.perf_counter() - t0
         if self._fin is None:

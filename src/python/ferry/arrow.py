@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ._arrow_shards import Shards as _Shards, pyarrow
+from ._arrow_shards import Shards as _Shards, file_writer, pyarrow
 
 __all__ = ["ArrowSink", "ContextWriter"]
 
@@ -67,7 +67,7 @@ class ContextWriter:
         info = {"description": "activations written by ferry.arrow (SAELens's cache layout)", "citation": "",
                 "homepage": "", "license": "", "features": feats}
         os.makedirs(directory, exist_ok=True)
-        self.shards = _Shards(directory, schema, info, shard_bytes, fsync, tuning)
+        self.shards = _Shards(directory, schema, info, shard_bytes, fsync, file_writer(tuning))
         self.rows = 0
         self.bytes = 0
         self._buf: dict[tuple, np.ndarray] = {}  # widen's float32 buffer per (slot, hook)

@@ -39,11 +39,14 @@ def _pa() -> Any:
 
 class ArrowSampleWriter:
     """``SampleWriter``'s Arrow layout (same calls: ``write``, ``flush``, ``close``, ``bytes_written``, ``files``);
-    a shard closes once it holds ``shard_bytes``. Not thread-safe: one writer thread calls it."""
+    a shard closes once it holds ``shard_bytes``; ``tuning``: the shards' writer (``ferry.arrow.ContextWriter``'s,
+    checked here). Not thread-safe: one writer thread calls it."""
 
     def __init__(self, directory: str, *, shard_bytes: int = 1 << 30, fsync: bool = False,
-                 run_meta: dict | None = None) -> None:
+                 run_meta: dict | None = None, tuning: dict | None = None) -> None:
+        from .._arrow_shards import file_writer
         self.pa = _pa()
+        self._writer = file_writer(tuning)
         self.dir, self.shard_bytes, self.fsync = directory, int(shard_bytes), fsync
         self.run_meta = dict(run_meta or {})
         self.bytes_written = 0
@@ -111,7 +114,7 @@ class ArrowSampleWriter:
             self._schema = self._schema_of(s)
             info = {"description": f"{FORMAT} v{VERSION}: per-request samples written by ferry.engine",
                     "citation": "", "homepage": "", "license": ""}
-            self._set = _Shards(self.dir, self._schema, info, self.shard_bytes, self.fsync)
+            self._set = _Shards(self.dir, self._schema, info, self.shard_bytes, self.fsync, self._writer)
         self._set.write(self._batch(s), s.nbytes)
         self.bytes_written += s.nbytes  # the progress a reader sees (the file holds it once the shard closes)
 

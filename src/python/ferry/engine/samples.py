@@ -120,13 +120,24 @@ def file_name(request_id: str) -> str:
 class SampleWriter:
     """Writes samples into ``directory``: ``layout="per-request"`` (``{request_id}.safetensors`` + samples.jsonl)
     or ``"shards"`` (``shard-NNNNN.safetensors`` of at most ``shard_bytes``, tensors ``{request_id}/hidden_states``
-    ..., and index.json). Not thread-safe: one writer thread calls ``write`` and ``close``."""
+    ..., and index.json) or ``"arrow"`` (arrow.py; ``tuning``: its shards' writer, ``ferry.arrow``'s keywords).
+    Not thread-safe: one writer thread calls ``write`` and ``close``."""
 
     def __init__(self, directory: str, layout: str = "per-request", *, shard_bytes: int = 1 << 30,
-                 fsync: bool = False, overwrite: bool = False, run_meta: dict | None = None) -> None:
+                 fsync: bool = False, overwrite: bool = False, run_meta: dict | None = None,
+                 tuning: dict | None = None) -> None:
         from .. import LogicError
         if layout not in ("per-request", "shards", "arrow"):
             raise LogicError(f"ferry.engine: expected format 'per-request', 'shards' or 'arrow', got {layout!r}")
+        if tuning and layout != "arrow":
+            raise LogicError(f"ferry.engine: writer tuning {tuning} is for format 'arrow' (its file writer), got "
+                             f"format {layout!r}")
+        self.run_meta = dict(run_meta or {})
+        self._arrow = None
+        if layout == "arrow":  # a Hugging Face dataset (arrow.py); its tuning checked before any file is touched
+            from .arrow import ArrowSampleWriter
+            self._arrow = ArrowSampleWriter(directory, shard_bytes=shard_bytes, fsync=fsync, run_meta=self.run_meta,
+                                            tuning=tuning)
         os.makedirs(directory, exist_ok=True)
         taken = [n for n in os.listdir(directory) if n.endswith((".safetensors", ".json", ".jsonl", ".arrow"))]
         if taken and not overwrite:
@@ -135,7 +146,6 @@ class SampleWriter:
         for n in taken if overwrite else ():
             os.unlink(os.path.join(directory, n))
         self.dir, self.layout, self.shard_bytes, self.fsync = directory, layout, int(shard_bytes), fsync
-        self.run_meta = dict(run_meta or {})
         self._bytes = 0
         self._files = 0
         self._pending: list[Sample] = []
@@ -143,10 +153,6 @@ class SampleWriter:
         self._index: dict[str, Any] = {"format": FORMAT, "version": VERSION, "metadata": self.run_meta,
                                        "samples": {}, "weight_map": {}}
         self._manifest = None
-        self._arrow = None
-        if layout == "arrow":  # a Hugging Face dataset (arrow.py)
-            from .arrow import ArrowSampleWriter
-            self._arrow = ArrowSampleWriter(directory, shard_bytes=shard_bytes, fsync=fsync, run_meta=self.run_meta)
         if layout == "per-request":
             self._manifest = open(os.path.join(directory, "samples.jsonl"), "a", encoding="utf-8")
             self._manifest.write(json.dumps({"run": self.run_meta}) + "\n")

@@ -53,12 +53,14 @@ class Capture(StepCapture):
     ``on_error``: ``"raise"`` or ``"disable"`` (capture stops, generation goes on, the report says what was lost);
     ``policy``: ``"block"`` or ``"drop"`` when the writer falls behind by ``max_queue_bytes``; ``reduce``: a reducer
     with one record per row (``"fp8_e4m3"``, ``"topk(K)"``: ``ferry.reduce``) computed on the device for every tap,
-    whose records the samples hold (``ferry.engine.decode`` splits them)."""
+    whose records the samples hold (``ferry.engine.decode`` splits them); ``writer_tuning``: format "arrow"'s file
+    writer (``ferry.arrow``'s ``tuning``: I/O threads and buffers)."""
 
     def __init__(self, model: Any, taps: Any = "eagle3", out: str = "ferry-samples", *, format: str = "per-request",
                  backend: str = "auto", on_error: str = "raise", policy: str = "block", ring_bytes: int = 256 << 20,
                  shard_bytes: int = 1 << 30, max_queue_bytes: int = 1 << 30, overwrite: bool = False,
-                 fsync: bool = False, timeout: float = 30.0, reduce: str | None = None) -> None:
+                 fsync: bool = False, timeout: float = 30.0, reduce: str | None = None,
+                 writer_tuning: dict | None = None) -> None:
         import ferry
         from .. import hooks as fh
 
@@ -94,7 +96,7 @@ class Capture(StepCapture):
             run_meta = {"taps": self.names, "model": type(model).__name__, "ferry": ferry.__version__,
                         **({"tp": {"world": self.tp.world, "rank": self.tp.rank}} if self.tp else {})}
             self.writer = SampleWriter(str(out), format, shard_bytes=shard_bytes, fsync=fsync, overwrite=overwrite,
-                                       run_meta=run_meta)
+                                       run_meta=run_meta, tuning=writer_tuning)
             if self.tp is not None:
                 write_tp_meta(str(out), tp_meta)
         if not self.taps:  # under TP, a rank with nothing to capture: no channel, no hook, every step untouched
