@@ -6,7 +6,8 @@
 #                                          (default: tests memcheck synccheck initcheck bench)
 # pybuild: only build, the Python package included (engine.sh then reuses build-h200, see FERRY_ENGINE_PYTHONPATH);
 # python: the Python package with the CUDA backend (+ the torch ops where torch imports), its pytest suite on
-# the GPU (pytest_gpu.log); qwen3: bench/torch/qwen3_capture.py, the Qwen3-0.6B-shaped decode benchmark
+# the GPU (pytest_gpu.log; FERRY_PYTEST_TIMEOUT default 900 s: the suite takes more than one device call,
+# so run it under detach.sh); qwen3: bench/torch/qwen3_capture.py, the Qwen3-0.6B-shaped decode benchmark
 # (torch_qwen3.json, bench_qwen3.log); qwen3cb: bench/torch/qwen3_cb.py, selective capture under continuous
 # batching at B=64 (qwen3_cb.json, bench_qwen3_cb.log; FERRY_QWEN3CB_ARGS, FERRY_QWEN3CB_TIMEOUT default 240 s);
 # sinks: bench/sink's ferry_bench_sinks, the native sinks of issue 28 (sinks_raw.json, bench_sinks.log; FERRY_SINKS_ARGS,
@@ -87,7 +88,7 @@ if has stress; then
   tail -12 "$OUT/gpu_stress.log"
 fi
 if has python; then
-  PYTHONPATH=$PWD/build-h200/src/python FERRY_TEST_SINK_DIR=$PWD/build-h200/tests/python/native_sink FERRY_PYTHON_BACKEND=cuda timeout "${FERRY_PYTEST_TIMEOUT:-300}" \
+  PYTHONPATH=$PWD/build-h200/src/python FERRY_TEST_SINK_DIR=$PWD/build-h200/tests/python/native_sink FERRY_PYTHON_BACKEND=cuda timeout "${FERRY_PYTEST_TIMEOUT:-900}" \
     python3 -m pytest -q -rs tests/python > "$OUT/pytest_gpu.log" 2>&1 || rc=1
   tail -15 "$OUT/pytest_gpu.log"
 fi
