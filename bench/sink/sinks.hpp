@@ -154,9 +154,10 @@ class forward_rig {
 struct disk_result {
   double gbps{0}, seconds{0};
   std::uint64_t bytes{0};
+  std::size_t files{1};  ///< files written at once
   std::string method, error;
 };
-[[nodiscard]] disk_result disk_write(const fs::path& dir, std::uint64_t bytes);
+[[nodiscard]] disk_result disk_write(const fs::path& dir, std::uint64_t bytes, std::size_t files = 1);
 [[nodiscard]] std::uint64_t free_bytes(const fs::path& dir);
 
 /// shard_check.cpp: what the read-back of a run directory found.

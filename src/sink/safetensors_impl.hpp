@@ -142,6 +142,7 @@ class safetensors_impl {
     s.lost_forwards = c_.lost_forwards;
     s.relocations = c_.relocations;
     s.lent_entries = c_.lent_entries;
+    s.open_shards = c_.open_shards;
     s.writer_copy_seconds = pipeline_counters::seconds(c_.io.copy_ns);
     s.writer_wait_seconds = pipeline_counters::seconds(c_.io.wait_ns);
     s.writer_idle_seconds = pipeline_counters::seconds(c_.io.idle_ns);

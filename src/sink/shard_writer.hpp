@@ -39,6 +39,7 @@ struct live_counters {
   std::atomic<std::uint64_t> dropped_forwards{0}, dropped_entries{0}, dropped_bytes{0};
   std::atomic<std::uint64_t> failed_entries{0}, refused_entries{0}, lost_forwards{0}, relocations{0};
   std::atomic<std::uint64_t> lent_entries{0};
+  std::atomic<std::uint64_t> open_shards{0};  ///< the writer's lanes (set once, at its construction)
   pipeline_counters io;  ///< the writer's time: copying, waiting for a buffer, waiting for an entry
 };
 
@@ -75,6 +76,7 @@ class shard_writer {
       : o_{std::move(o)}, c_{c}, index_{o_.directory, o_.schema, o_.durable},
         lanes_(open_shards_of(o_.tuning, o_.directory))
   {
+    c_.open_shards = lanes_.size();
     index_.write(false, {});  // the run is valid (and ours) from the start: an index of no shard
   }
 

@@ -190,6 +190,7 @@ TEST_F(SafetensorsSink, TwoOpenShardsHoldEveryOtherForwardAndReadBackInForwardOr
   sc.shard_bytes = 2 * forward_bytes() + 64;
   sc.tuning.open_shards = 2;
   fk::safetensors sink{sc};
+  EXPECT_EQ(sink.stats().open_shards, 2U) << "stats() tell the shard files written at once from the start";
   fb::stream<B> s{b};
   fd::channel<B> ch{channel_config(), b, sink.callback()};
   std::vector<want> w;
@@ -219,7 +220,9 @@ TEST_F(SafetensorsSink, AForwardLargerThanAShardGetsAShardOfItsOwn)
   fd::channel<B> ch{channel_config(), b, sink.callback()};
   for (std::uint64_t f = 0; f < 4; ++f) { forward(ch, s, f, 7 - f); }
   (void)ch.close();
-  EXPECT_EQ(sink.close().shards_written, 4U);
+  const auto st = sink.close();
+  EXPECT_EQ(st.shards_written, 4U);
+  EXPECT_EQ(st.open_shards, 1U) << "the fixture's tuning: one shard file at a time";
   const auto r = expect_run({{0, 7}, {1, 6}, {2, 5}, {3, 4}});
   for (const auto& t : r.tags) { EXPECT_EQ(t.size(), 1U); }
 }

@@ -112,6 +112,7 @@ struct safetensors_stats {
   std::uint64_t lost_forwards{0};         ///< forwards accepted but never published (the shard a failure ended)
   std::uint64_t relocations{0};  ///< data copied inside the writer (a header guess, a forward moved to the next shard)
   std::uint64_t lent_entries{0};  ///< entries written from their staging, not copied (tuning.lend_min_bytes)
+  std::uint64_t open_shards{0};   ///< shard files written at once (tuning.open_shards; 0 resolved for the directory)
   double writer_copy_seconds{0.0};  ///< the writer copying entries into write buffers (with their CRC-32)
   double writer_wait_seconds{0.0};  ///< the writer waiting for a buffer the I/O threads still write (medium-bound)
   double writer_idle_seconds{0.0};  ///< the writer waiting for an entry (it keeps up)
@@ -142,6 +143,7 @@ void for_each_stat(const safetensors_stats& s, F&& f)
   f("lost_forwards", s.lost_forwards);
   f("relocations", s.relocations);
   f("lent_entries", s.lent_entries);
+  f("open_shards", s.open_shards);
   f("writer_copy_seconds", s.writer_copy_seconds);
   f("writer_wait_seconds", s.writer_wait_seconds);
   f("writer_idle_seconds", s.writer_idle_seconds);
