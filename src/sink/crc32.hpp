@@ -115,4 +115,38 @@ inline constexpr crc32_tables crc32_table{};
   return ~crc32_tables_raw(b, n, c);
 }
 
+/// a * b modulo the CRC's polynomial, both bit-reflected (zlib's multmodp).
+[[nodiscard]] constexpr std::uint32_t crc32_multmodp(std::uint32_t a, std::uint32_t b) noexcept
+{
+  std::uint32_t p = 0;
+  for (std::uint32_t m = 1U << 31; m != 0; m >>= 1) {
+    if ((a & m) != 0) { p ^= b; }
+    b = (b & 1U) != 0 ? (b >> 1) ^ 0xEDB88320U : b >> 1;
+  }
+  return p;
+}
+
+struct crc32_powers {
+  std::array<std::uint32_t, 64> x2n{};  ///< x^(2^k) modulo the polynomial
+  constexpr crc32_powers()
+  {
+    x2n[0] = 1U << 30;  // x^1
+    for (std::size_t k = 1; k < x2n.size(); ++k) { x2n[k] = crc32_multmodp(x2n[k - 1], x2n[k - 1]); }
+  }
+};
+inline constexpr crc32_powers crc32_power{};
+
+/// The CRC-32 of a then b from crc32(a), crc32(b) and b's length: crc32_combine(crc32(a), crc32(b), |b|) ==
+/// crc32(ab) (zlib's crc32_combine), so that pieces computed apart (a lent entry's, on an I/O thread) make one
+/// forward's CRC.
+[[nodiscard]] constexpr std::uint32_t crc32_combine(std::uint32_t crc_a, std::uint32_t crc_b,
+                                                  std::uint64_t len_b) noexcept
+{
+  std::uint32_t p = 1U << 31;  // x^0: then x^(8 len_b)
+  for (std::size_t k = 3; len_b != 0; len_b >>= 1, ++k) {
+    if ((len_b & 1U) != 0) { p = crc32_multmodp(crc32_power.x2n[k & 63], p); }
+  }
+  return crc32_multmodp(p, crc_a) ^ crc_b;
+}
+
 }  // namespace ferry::sink::detail

@@ -48,22 +48,16 @@ class data_stream {
   [[nodiscard]] bool lends() const noexcept { return p_ != nullptr && !d_.is_open(); }
 
   /// Appends `n` bytes at `src` without copying them (lends()): the bytes in the buffer before them go first, as a
-  /// write of their own, then `src` is lent to the pipeline until written (`owner` keeps it alive); `crc` continues
-  /// over them (its time counts as copying).
-  void append_lent(const std::byte* src, std::size_t n, std::uint32_t& crc, std::shared_ptr<void> owner)
+  /// write of their own, then `src` is lent to the pipeline until written (`owner` keeps it alive). `crc` (may be
+  /// null) receives crc32(src, n) from an I/O thread before flush() returns: the writer thread does not read them.
+  void append_lent(const std::byte* src, std::size_t n, std::uint32_t* crc, std::shared_ptr<void> owner)
   {
-    pipeline_counters& ct = p_->counters();
-    const auto t0 = std::chrono::steady_clock::now();
-    crc = crc32(src, n, crc);
-    ct.copy_ns.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::steady_clock::now() - t0).count()),
-                         std::memory_order_relaxed);
     if (buf_ != nullptr && fill_ != 0) {
       p_->write(std::exchange(buf_, nullptr), fill_, d_, f_, base_ + off_, w_);
       off_ += fill_;
       fill_ = 0;
     }
-    p_->write_lent(src, n, f_, base_ + off_, w_, std::move(owner));
+    p_->write_lent(src, n, f_, base_ + off_, w_, std::move(owner), crc);
     off_ += n;
   }
 
@@ -166,6 +160,13 @@ class data_stream {
     std::memmove(buf_, buf_ + whole, fill_ - whole);  // the partial block stays: the next aligned write redoes it
     off_ += whole;
     fill_ -= whole;
+  }
+
+  /// Waits until no write (nor a lent piece's CRC) is queued or running: append_lent's CRCs are stored. Throws the
+  /// kept error of a failed write.
+  void drain()
+  {
+    if (p_ != nullptr) { p_->drain(w_); }
   }
 
   /// Waits for the writes in flight, without throwing, and gives the buffer back (a shard published or given up).

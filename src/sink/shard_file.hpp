@@ -2,7 +2,9 @@
 // One safetensors shard being written (sink/safetensors.hpp): a temporary file `.shard-NNNNN.safetensors.tmp`
 // whose data section starts at a reserved offset (the header is written last, when every tensor is known),
 // the tensors of its committed forwards and of the forward still open (pending: dropped by rollback(), or
-// moved whole into the next shard by move_pending()), and per forward its byte range and CRC-32. publish()
+// moved whole into the next shard by move_pending()), and per forward its byte range and CRC-32: the writer's over
+// the bytes it copies, an I/O thread's over each lent entry (data_stream::append_lent), joined by crc32_combine once
+// the shard's writes are drained (resolve_crcs(), before its header is made). publish()
 // writes the header (padded with spaces, which the format allows; the data is copied once to a new offset
 // when the reservation was too small or far too large), truncates, optionally fsyncs, renames the file to
 // `shard-NNNNN.safetensors` and fsyncs the directory. A shard never published removes its temporary file.
@@ -21,6 +23,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <deque>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -39,8 +42,16 @@ struct tensor_record {
   std::uint64_t end{0};
 };
 
-/// A forward of a shard: its tag, its data range, the CRC-32 of those bytes, its tensor count and its ordinal in the
-/// run (index.json's "order": readers merge the shards written at once in forward order).
+/// Consecutive bytes of a forward whose CRC-32 was computed apart: `*crc` over `bytes` (set by the writer for copied
+/// bytes, by an I/O thread for a lent entry's).
+struct crc_piece {
+  const std::uint32_t* crc;
+  std::uint64_t bytes;
+};
+
+/// A forward of a shard: its tag, its data range, the CRC-32 of those bytes (valid after shard_file::resolve_crcs():
+/// its pieces' joined), its tensor count and its ordinal in the run (index.json's "order": readers merge the shards
+/// written at once in forward order).
 struct forward_record {
   std::uint64_t tag{0};
   std::uint64_t begin{0};
@@ -48,6 +59,7 @@ struct forward_record {
   std::uint32_t crc{0};
   std::uint64_t tensors{0};
   std::uint64_t seq{0};
+  std::vector<crc_piece> pieces{};
 };
 
 /// `,"name":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}` (the leading comma included).
@@ -132,9 +144,13 @@ class shard_file {
     const std::uint64_t off = committed_ + pending_;
     const bool lend = owner != nullptr && lend_min != 0 && bytes.size() >= lend_min && s_.lends();
     if (lend) {
-      s_.append_lent(bytes.data(), bytes.size(), crc_, std::move(owner));
+      end_copied_piece();
+      std::uint32_t& crc = crcs_.emplace_back(0);  // an I/O thread's (a deque's elements stay where they are)
+      pieces_.push_back({&crc, bytes.size()});
+      s_.append_lent(bytes.data(), bytes.size(), &crc, std::move(owner));
     } else {
       s_.append(bytes.data(), bytes.size(), crc_);
+      copied_ += bytes.size();
     }
     tensors_.push_back(tensor_record{std::move(name), type, std::move(shape), off, off + bytes.size()});
     records_ += record_bytes(tensors_.back());
@@ -144,11 +160,24 @@ class shard_file {
   /// The open forward (the run's forward `seq`) is complete: it becomes part of the shard.
   void commit(std::uint64_t tag, std::uint64_t seq = 0)
   {
-    forwards_.push_back({tag, committed_, committed_ + pending_, crc_, tensors_.size() - committed_tensors_, seq});
+    end_copied_piece();
+    forwards_.push_back(
+        {tag, committed_, committed_ + pending_, 0, tensors_.size() - committed_tensors_, seq, std::move(pieces_)});
+    pieces_.clear();
     committed_ += pending_;
     committed_tensors_ = tensors_.size();
     pending_ = 0;
-    crc_ = 0;
+  }
+  /// Waits for the shard's writes (and its lent entries' CRCs), then sets each forward's CRC from its pieces.
+  /// Throws the kept error of a failed write.
+  void resolve_crcs()
+  {
+    s_.drain();
+    for (auto& f : forwards_) {
+      if (f.pieces.empty()) { continue; }
+      f.crc = joined(f.pieces);
+      f.pieces.clear();
+    }
   }
   /// Forgets the open forward (its bytes are overwritten by the next one, or cut by publish()).
   void rollback()
@@ -158,6 +187,8 @@ class shard_file {
     s_.seek(committed_);
     pending_ = 0;
     crc_ = 0;
+    copied_ = 0;
+    pieces_.clear();
   }
   /// Moves the open forward (bytes and tensors) into `next`, a shard holding nothing yet.
   void move_pending(shard_file& next)
@@ -175,10 +206,11 @@ class shard_file {
       next.tensors_.push_back(std::move(t));
     }
     next.pending_ = pending_;
-    next.crc_ = crc_;
+    end_copied_piece();  // after the flush every piece's CRC is in: one value, held by `next`
+    next.pieces_ = {{&next.crcs_.emplace_back(joined(pieces_)), pending_}};
     tensors_.resize(committed_tensors_);
     pending_ = 0;
-    crc_ = 0;
+    pieces_.clear();
   }
 
   /// seal() then finish(): the shard published on the calling thread.
@@ -247,6 +279,21 @@ class shard_file {
     }
   }
 
+  /// The bytes copied since the last lent entry become a piece of the open forward (none: nothing copied).
+  void end_copied_piece()
+  {
+    if (copied_ == 0) { return; }
+    pieces_.push_back({&crcs_.emplace_back(crc_), copied_});
+    crc_ = 0;
+    copied_ = 0;
+  }
+  [[nodiscard]] static std::uint32_t joined(const std::vector<crc_piece>& pieces) noexcept
+  {
+    std::uint32_t c = 0;
+    for (const auto& p : pieces) { c = crc32_combine(c, *p.crc, p.bytes); }
+    return c;
+  }
+
   fs::path dir_;
   std::uint64_t number_;
   std::string name_;
@@ -261,7 +308,10 @@ class shard_file {
   std::uint64_t committed_{0};
   std::uint64_t pending_{0};
   std::uint64_t records_{0};
-  std::uint32_t crc_{0};
+  std::uint32_t crc_{0};      ///< over the bytes copied since the open forward's last lent entry
+  std::uint64_t copied_{0};   ///< those bytes
+  std::vector<crc_piece> pieces_;   ///< the open forward's pieces so far
+  std::deque<std::uint32_t> crcs_;  ///< the pieces' CRCs (lent entries': filled by I/O threads until drained)
   bool published_{false};
 };
 

@@ -25,7 +25,7 @@ namespace ferry::sink::detail {
 
 class shard_finisher {
  public:
-  using finish_fn = std::function<void(shard_file&, const std::string& metadata)>;
+  using finish_fn = std::function<void(shard_file&)>;
   using lost_fn = std::function<void(const shard_file&)>;
 
   /// `hold` (tests only, may be null): while it is true, no shard is finished.
@@ -50,9 +50,8 @@ class shard_finisher {
     t_.join();
   }
 
-  /// Queues `s` (sealed) with its metadata; waits while max_pending shards wait. Throws the kept error (`s` is
-  /// then given up).
-  void hand_over(std::unique_ptr<shard_file> s, std::string metadata)
+  /// Queues `s` (sealed); waits while max_pending shards wait. Throws the kept error (`s` is then given up).
+  void hand_over(std::unique_ptr<shard_file> s)
   {
     std::unique_lock lk{mu_};
     done_.wait(lk, [&] { return error_ || q_.size() < max_; });
@@ -61,7 +60,7 @@ class shard_finisher {
       lost_(*s);
       std::rethrow_exception(error_);
     }
-    q_.push_back(item{std::move(s), std::move(metadata)});
+    q_.push_back(item{std::move(s)});
     lk.unlock();
     work_.notify_one();
   }
@@ -107,7 +106,6 @@ class shard_finisher {
  private:
   struct item {
     std::unique_ptr<shard_file> shard;
-    std::string metadata;
   };
 
   void run()
@@ -129,7 +127,7 @@ class shard_finisher {
         lost_(*it.shard);
       } else {
         try {
-          finish_(*it.shard, it.metadata);
+          finish_(*it.shard);
         } catch (...) {
           e = std::current_exception();
           lost_(*it.shard);

@@ -307,8 +307,19 @@ class shard_writer {
   void publish_shard(std::unique_ptr<shard_file>& s)
   {
     const publish_timer timer{c_.io};
+    s->seal();
+    // its forwards' CRCs are not all known yet (lent entries'): a CRC's digits, 10 at most, counted as 10
+    seen_header_ += metadata(*s).size() + 9 * s->forwards().size() + s->record_json_bytes() + 32;
+    seen_data_ += s->committed_bytes();
+    fin_.hand_over(std::move(s));
+  }
+
+  /// The shard's safetensors metadata: ferry's format and version, its number, and "ferry.forwards" (`[[tag, begin,
+  /// end, crc32, tensors], ...]` of its data section; the CRCs once resolve_crcs() ran).
+  [[nodiscard]] static std::string metadata(const shard_file& s)
+  {
     std::string fwd = "[";
-    for (const auto& f : s->forwards()) {
+    for (const auto& f : s.forwards()) {
       fwd += ferry::detail::format("{}[{},{},{},{},{}]", fwd.size() > 1 ? "," : "", f.tag, f.begin, f.end, f.crc,
                                    f.tensors);
     }
@@ -321,25 +332,23 @@ class shard_writer {
     json::append_key(meta, "ferry.version");
     json::append_string(meta, ferry::version);
     json::append_key(meta, "ferry.shard");
-    json::append_string(meta, std::to_string(s->number()));
-    json::append_key(meta, "ferry.forwards");  // [[tag, begin, end, crc32, tensors], ...] of the data section
+    json::append_string(meta, std::to_string(s.number()));
+    json::append_key(meta, "ferry.forwards");
     json::append_string(meta, fwd);
     meta += '}';
-    s->seal();
-    seen_header_ += meta.size() + s->record_json_bytes() + 32;
-    seen_data_ += s->committed_bytes();
-    fin_.hand_over(std::move(s), std::move(meta));
+    return meta;
   }
 
   /// The finisher's part of publishing a shard (its thread). A shard renamed is listed and counted as written,
   /// even when what follows fails (its directory's fsync, index.json): finish_failed() writes index.json again,
   /// with the run's error, and lists it too.
-  void finish_shard(shard_file& s, const std::string& meta)
+  void finish_shard(shard_file& s)
   {
     std::uint64_t relocations = 0;
     std::exception_ptr failed;
     try {
-      (void)s.finish(meta, o_.durable, relocations);
+      s.resolve_crcs();  // its writes drained: the lent entries' CRCs are in
+      (void)s.finish(metadata(s), o_.durable, relocations);
     } catch (...) {
       failed = std::current_exception();
     }
@@ -385,7 +394,7 @@ class shard_writer {
   std::uint64_t seen_header_{0};
   std::uint64_t seen_data_{0};
   std::mutex index_mu_;  // index_: the writer (refused tags, the last write) and the finisher (each shard)
-  shard_finisher fin_{[this](shard_file& f, const std::string& m) { finish_shard(f, m); },
+  shard_finisher fin_{[this](shard_file& f) { finish_shard(f); },
                       [this](const shard_file& f) {  // a published one is listed (finish_shard) and counted
                         if (!f.published()) { c_.lost_forwards += f.forwards().size(); }
                       },

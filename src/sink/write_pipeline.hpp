@@ -13,11 +13,13 @@
 // rename) on another thread while the writer fills the next one. Memory: chunks x chunk_bytes, allocated on
 // first use. A lent write (write_lent) goes from the caller's memory, kept alive by its owner until the write ended
 // (or was dropped after an error): the owner is released on the I/O thread, without the pipeline's lock; at most
-// `chunks` lent writes are in flight.
+// `chunks` lent writes are in flight. A lent write may ask for its bytes' CRC-32: a job of its own, which any I/O
+// thread takes (a serial file's write running or not), so the writer thread neither copies nor reads lent bytes.
 #pragma once
 
 #include <ferry/detail/align.hpp>
 #include <ferry/error.hpp>
+#include "crc32.hpp"
 #include "posix_file.hpp"
 
 #include <algorithm>
@@ -157,9 +159,10 @@ class write_pipeline {
   /// Queues the write of `n` bytes at `p`, memory the caller lends until the write ended: `owner` keeps it alive
   /// and is released then (on an I/O thread, without the pipeline's lock), or when the write is dropped after an
   /// error. Buffered files only (`buffered`; any offset and length). Waits while `chunks` lent writes are in
-  /// flight. Throws the kept error (the owner is then released by the caller's scope).
+  /// flight. Throws the kept error (the owner is then released by the caller's scope). `crc` (may be null): where
+  /// an I/O thread stores crc32(p, n), before `w`'s writes are drained (a job of its own, counted in `w`).
   void write_lent(const std::byte* p, std::size_t n, const file& buffered, std::uint64_t off, writes& w,
-                  std::shared_ptr<void> owner)
+                  std::shared_ptr<void> owner, std::uint32_t* crc = nullptr)
   {
     {
       std::unique_lock lk{mu_};
@@ -169,11 +172,15 @@ class write_pipeline {
         count_wait(t0);
       }
       if (error_) { std::rethrow_exception(error_); }
+      if (crc != nullptr) {  // first: a free thread reads the bytes while another writes the file's last ones
+        q_.push_back(job{const_cast<std::byte*>(p), n, &buffered, &buffered, off, &w, owner, true, crc});
+        ++w.outstanding;
+      }
       q_.push_back(job{const_cast<std::byte*>(p), n, &buffered, &buffered, off, &w, std::move(owner), true});
       ++w.outstanding;
       ++lent_;
     }
-    work_.notify_one();
+    if (crc != nullptr) { work_.notify_all(); } else { work_.notify_one(); }
   }
   /// The same write, now, on the calling thread (the caller holds `p`). Its error is thrown and kept, as an I/O
   /// thread's is: the run ends there for every file of the pipeline (a file's tail written at its close fails as
@@ -224,6 +231,7 @@ class write_pipeline {
     writes* w;  ///< null: write_now's, not counted
     std::shared_ptr<void> owner{};  ///< a lent write's (write_lent) memory
     bool lent{false};               ///< write_lent's: `p` is not one of the buffers
+    std::uint32_t* crc{nullptr};    ///< not null: not a write but crc32(p, n) stored there (write_lent's)
   };
 
   /// The writer's wait since `t0` (for a buffer, or for room for a lent write): writer_wait_seconds.
@@ -264,10 +272,11 @@ class write_pipeline {
       j.direct != j.buffered && j.direct->is_open() && !direct_refused_.load(std::memory_order_relaxed);
     return !direct && j.buffered->serial_writes();
   }
-  /// The first queued job an I/O thread may take: any, but a serial file's while a write of that file runs.
+  /// The first queued job an I/O thread may take: any, but a serial file's write while a write of that file runs.
   [[nodiscard]] std::deque<job>::iterator runnable()
   {
-    return std::find_if(q_.begin(), q_.end(), [&](const job& j) { return j.w->running == 0 || !serial(j); });
+    return std::find_if(q_.begin(), q_.end(),
+                        [&](const job& j) { return j.crc != nullptr || j.w->running == 0 || !serial(j); });
   }
 
   void run()
@@ -282,26 +291,32 @@ class write_pipeline {
       if (next == q_.end()) { return; }  // stop_: the destructor waited for an empty queue
       job j = std::move(*next);
       q_.erase(next);
-      const bool serial_write = serial(j);
+      const bool is_write = j.crc == nullptr;
+      const bool serial_write = is_write && serial(j);
       serial_running_ += serial_write ? 1 : 0;
       serial_peak_ = std::max(serial_peak_, serial_running_);
       ++busy_;
-      ++j.w->running;
+      j.w->running += is_write ? 1 : 0;
       j.w->peak_running = std::max(j.w->peak_running, j.w->running);
       lk.unlock();
       std::exception_ptr e;
       try {
-        put(j);
+        if (is_write) {
+          put(j);
+        } else {
+          *j.crc = crc32(j.p, j.n);
+        }
       } catch (...) {
         e = std::current_exception();
       }
-      const bool lent = j.lent;
+      const bool lent_write = j.lent && is_write;
+      const bool own_buffer = !j.lent;
       j.owner.reset();  // the lent memory goes back: written, or failed
       std::vector<std::shared_ptr<void>> dropped;  // the owners of lent writes dropped after an error
       lk.lock();
       serial_running_ -= serial_write ? 1 : 0;
       --busy_;
-      --j.w->running;
+      j.w->running -= is_write ? 1 : 0;
       --j.w->outstanding;
       if (e) {
         j.w->failed = true;
@@ -312,17 +327,14 @@ class write_pipeline {
           --d.w->outstanding;
           d.w->failed = true;
           if (d.lent) {
-            --lent_;
+            lent_ -= d.crc == nullptr ? 1 : 0;
             dropped.push_back(std::move(d.owner));
           }
         }
         q_.clear();
       }
-      if (lent) {
-        --lent_;
-      } else {
-        slot(j.p).taken = false;
-      }
+      if (lent_write) { --lent_; }
+      if (own_buffer) { slot(j.p).taken = false; }
       idle_.notify_all();
       if (!q_.empty()) { work_.notify_all(); }  // a serial file's next write may run now
       if (!dropped.empty()) {

@@ -248,6 +248,28 @@ TEST(SinkUnits, Crc32FoldingAgreesWithTheTables)
   EXPECT_EQ(bad, 0) << (fsd::crc32_clmul_available() ? "folding" : "tables only") << " path";
 }
 
+/// crc32_combine joins pieces computed apart (a lent entry's CRC, on an I/O thread) into the CRC of the whole:
+/// every split of a buffer, empty pieces included, and pieces past 2^32 bytes by their length's high bits.
+TEST(SinkUnits, Crc32CombineJoinsPiecesComputedApart)
+{
+  std::vector<unsigned char> b(3000);
+  std::uint32_t x = 777;
+  for (auto& c : b) { c = static_cast<unsigned char>((x = x * 1103515245U + 12345U) >> 16); }
+  int bad = 0;
+  for (std::size_t cut : {0, 1, 7, 64, 1000, 2999, 3000}) {
+    const std::uint32_t a = fsd::crc32(b.data(), cut), c = fsd::crc32(b.data() + cut, b.size() - cut);
+    bad += fsd::crc32_combine(a, c, b.size() - cut) != fsd::crc32(b.data(), b.size());
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(fsd::crc32_combine(0x12345678U, 0, 0), 0x12345678U) << "an empty piece leaves the CRC";
+  // lengths past 2^32 (no buffer that large): the join is associative, combine(combine(a, b, n), c, m) ==
+  // combine(a, combine(b, c, m), n + m), which holds only when x^(8 len) is right for every bit of the lengths
+  const std::uint32_t a = 0xCAFEF00DU, bb = 0x0BADBEEFU, c = 0x600DF00DU;
+  const std::uint64_t n = (std::uint64_t{1} << 33) + 5, m = (std::uint64_t{1} << 32) + 3;
+  EXPECT_EQ(fsd::crc32_combine(fsd::crc32_combine(a, bb, n), c, m),
+            fsd::crc32_combine(a, fsd::crc32_combine(bb, c, m), n + m));
+}
+
 TEST(SinkUnits, RunFilesAreRecognized)
 {
   for (const char* n : {"index.json", ".index.json.tmp", "shard-00000.safetensors", ".shard-00012.safetensors.tmp",
@@ -338,6 +360,7 @@ class ShardFile : public ::testing::Test {
       s.append("2/c", fd::dtype::u8, {5000}, c, owner(), lend_min);
       s.append("2/d", fd::dtype::u8, {3}, d, owner(), lend_min);
       s.commit(2);
+      s.resolve_crcs();  // lent entries' CRCs come from the I/O threads
       EXPECT_EQ(s.forwards().at(1).crc, fsd::crc32(d.data(), d.size(), fsd::crc32(c.data(), c.size())));
       s.append("3/e", fd::dtype::u8, {9000}, e, owner(), lend_min);
       s.move_pending(next);
@@ -345,6 +368,7 @@ class ShardFile : public ::testing::Test {
       EXPECT_EQ(s.publish("{}", true, rel), 15003U);
       next.append("3/c", fd::dtype::u8, {5000}, c, owner(), lend_min);
       next.commit(3);
+      next.resolve_crcs();
       EXPECT_EQ(next.forwards().at(0).crc, fsd::crc32(c.data(), c.size(), fsd::crc32(e.data(), e.size())));
       EXPECT_EQ(next.publish("{}", true, rel), 14000U);
     }
@@ -378,6 +402,7 @@ TEST_F(ShardFile, PublishRollbackAndMoveToTheNextShard)
     EXPECT_EQ(s.publish("{\"format\":\"pt\"}", true, rel), 40U);
     EXPECT_EQ(rel, 0U);
     next.commit(2);
+    next.resolve_crcs();
     EXPECT_EQ(next.forwards().at(0).crc, fsd::crc32(d.data(), d.size(), fsd::crc32(c.data(), c.size())));
     EXPECT_EQ(next.publish("{}", false, rel), 24U);
   }
