@@ -6,6 +6,7 @@
 #pragma once
 
 #include <ferry/testing/json_read.hpp>
+#include "src/sink/crc32.hpp"  // the sink's own CRC-32 (src/sink, compiled into ferry::core)
 
 #include <gtest/gtest.h>
 
@@ -166,6 +167,28 @@ inline run read_run(const fs::path& dir)
                    [&](const tensor& a, const tensor& b) { return seq_of(a) < seq_of(b); });
   for (const auto& [ordinal, tag] : by_order) { r.forward_tags.push_back(tag); }
   return r;
+}
+
+/// The shard's "ferry.forwards" ([[tag, begin, end, crc32, tensors], ...]) against its data section, by the sink's own
+/// CRC-32 over each forward's bytes whole (the sink joins pieces computed apart: lent entries').
+inline void expect_forward_crcs(const fs::path& p)
+{
+  const std::string b = read_file(p);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) { n = n << 8 | static_cast<unsigned char>(b[static_cast<std::size_t>(i)]); }
+  const auto shard = read_shard(p);
+  const auto fwd = parser{shard.metadata.at("ferry.forwards")}.parse();
+  std::uint64_t at = 0;
+  for (const auto& f : fwd.arr()) {
+    const auto v = f.uints();
+    ASSERT_EQ(v.size(), 5U);
+    EXPECT_EQ(v[1], at) << p << ": forwards are consecutive";
+    at = v[2];
+    EXPECT_EQ(ferry::sink::detail::crc32(b.data() + 8 + n + v[1], v[2] - v[1]), v[3]) << p << " tag " << v[0];
+  }
+  EXPECT_EQ(at, b.size() - 8 - n) << p;
+  EXPECT_EQ(shard.metadata.at("format"), "pt");
+  EXPECT_EQ(shard.metadata.at("ferry.format"), "ferry.shards");
 }
 
 }  // namespace ferry::test::sinkread

@@ -114,6 +114,7 @@ class SinkBackends : public ::testing::Test {
     EXPECT_EQ(st.lent_entries, lent);
     const sinkread::run r = sinkread::read_run(dir);
     EXPECT_GT(r.files.size(), 1u);
+    for (const auto& f : r.files) { sinkread::expect_forward_crcs(dir / f); }  // lent and copied pieces joined
     ASSERT_EQ(r.tensors.size(), forwards * shm_hooks);
     for (std::uint64_t f = 0; f < forwards; ++f) {
       for (std::uint32_t k = 0; k < shm_hooks; ++k) {

@@ -219,28 +219,8 @@ class SafetensorsSink : public ::testing::Test {
     }
     EXPECT_EQ(i, r.tensors.size()) << "tensors beyond the expected forwards";
     EXPECT_EQ(tags, want_tags);
-    for (const auto& f : r.files) { expect_forward_crcs(dir / f); }
+    for (const auto& f : r.files) { sinkread::expect_forward_crcs(dir / f); }
     return r;
-  }
-  /// The shard's "ferry.forwards" ([[tag, begin, end, crc32, tensors], ...]) against its data section.
-  static void expect_forward_crcs(const fs::path& p)
-  {
-    const std::string b = sinkread::read_file(p);
-    std::uint64_t n = 0;
-    for (int i = 7; i >= 0; --i) { n = n << 8 | static_cast<unsigned char>(b[static_cast<std::size_t>(i)]); }
-    const auto shard = sinkread::read_shard(p);
-    const auto fwd = sinkread::parser{shard.metadata.at("ferry.forwards")}.parse();
-    std::uint64_t at = 0;
-    for (const auto& f : fwd.arr()) {
-      const auto v = f.uints();
-      ASSERT_EQ(v.size(), 5U);
-      EXPECT_EQ(v[1], at) << p << ": forwards are consecutive";
-      at = v[2];
-      EXPECT_EQ(ferry::sink::detail::crc32(b.data() + 8 + n + v[1], v[2] - v[1]), v[3]) << p << " tag " << v[0];
-    }
-    EXPECT_EQ(at, b.size() - 8 - n) << p;
-    EXPECT_EQ(shard.metadata.at("format"), "pt");
-    EXPECT_EQ(shard.metadata.at("ferry.format"), "ferry.shards");
   }
   /// Whether the run directory holds a temporary file (it must not once the sink is closed).
   [[nodiscard]] bool has_temporaries() const
