@@ -23,8 +23,8 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
-#include <deque>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <string>
