@@ -5,8 +5,9 @@
 # from PyPI: the build generates the stubs by importing the module, which imports numpy), then `ferry capture` from
 # the venv on the embedded default (CPU, host backend); then `python -m ferry capture --help` (the same command),
 # and the installed package runs one D2H forward and one H2D publish on the host backend, outside the build tree.
-# The module is built at -O0 here (FERRY_PIP_ARGS: a third less compile time in CI, where ctest's other tests
-# share the cores; the install path is the same).
+# The module is built at -O0 here, its own sources too (FERRY_PIP_ARGS: without FERRY_PYTHON_MINSIZE=OFF nanobind
+# adds -Os after the build type's flags; less compile time in CI, where ctest's other tests share the cores; the
+# install path is the same).
 # Usage: tests/python/pip_install.sh <python> <scratch-dir>
 set -euo pipefail
 py=${1:?python}
@@ -14,7 +15,8 @@ work=${2:?scratch dir}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 rm -rf "$work"
 mkdir -p "$work"
-export FERRY_PIP_ARGS="--config-settings=cmake.define.CMAKE_CXX_FLAGS_RELEASE=-O0"
+export FERRY_PIP_ARGS="--config-settings=cmake.define.CMAKE_CXX_FLAGS_RELEASE=-O0 \
+--config-settings=cmake.define.FERRY_PYTHON_MINSIZE=OFF"
 PYTHON="$py" FERRY_VENV="$work/venv" bash "$root/src/python/capture.sh" --out "$work/samples" --requests 4 \
   --max-new-tokens 3 --quiet | tee "$work/capture.log"
 grep -q "4 samples (4 complete, 0 incomplete, 0 dropped, 0 lost)" "$work/capture.log"
