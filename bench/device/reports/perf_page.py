@@ -577,7 +577,8 @@ def reduce_section(d):
             ovr("t256_fp8_topk64", "t256: every bf16 tap fp8, logits top-64", "fp8_topk64_pct"),
             ovr("prefill_mean", "per-request mean, 16 x 512-token prefill, every layer", "prefill_mean_pct"),
             share("arrow", "Arrow sink vs the disk (buffered or O_DIRECT, the higher)", "arrow_share_pct"),
-            share("safetensors_tmpfs", "safetensors sink vs tmpfs (O_DIRECT dd)", "safetensors_tmpfs_pct"),
+            share("safetensors_tmpfs", "safetensors sink vs tmpfs (dd on as many files as the sink writes)",
+                  "safetensors_tmpfs_pct"),
             share("safetensors_disk", "safetensors sink vs the disk (O_DIRECT dd)", "safetensors_disk_pct"),
             row(t, "reduced entries and Arrow rows bad", f"{bad} bad", [("bad", [bad], " bad", "")])]
     out += target_table(rows)
